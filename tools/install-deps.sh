@@ -1,0 +1,28 @@
+#!/bin/sh
+# install-deps.sh — install every Debian 12 package tandem needs to build, test and run.
+# Idempotent; run as root (or with sudo). Set TDM_DEPS_MINIMAL=1 to skip the browser test stack.
+set -eu
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PKGS="build-essential autoconf automake libtool pkg-config git ca-certificates curl
+ libh2o-evloop-dev libpq-dev libucx-dev ucx-utils libsystemd-dev libjansson-dev libxxhash-dev
+ libcurl4-openssl-dev postgresql-15 postgresql-client-15 clang libclang-rt-14-dev clang-format
+ python3 nghttp2-client procps iproute2"
+if [ "${TDM_DEPS_MINIMAL:-0}" != 1 ]; then
+    PKGS="$PKGS chromium chromium-driver"
+    command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
+fi
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "install-deps: installing:$missing"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+else
+    echo "install-deps: all packages present"
+fi
+# Debian starts a default cluster on port 5432; tandem runs its own private clusters, so the
+# packaged one is left as it is.
