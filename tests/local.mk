@@ -1,7 +1,6 @@
 # tests/ — unit tests mirror the tree (tests/unit/test-<module>.c); integration tests start real
 # processes. Every test prints TAP.
 noinst_HEADERS += tests/tap.h
-TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 
 UNIT_TESTS = \
 	tests/unit/test-status
@@ -11,3 +10,4 @@ TESTS += $(UNIT_TESTS)
 tests_unit_test_status_SOURCES = tests/unit/test-status.c
 tests_unit_test_status_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_status_LDADD = $(COMMON_LIBS)
+EXTRA_DIST += tests/fuzz/README.md tests/fuzz/corpus
