@@ -1,0 +1,1 @@
+# bench/ — (empty until its module lands)

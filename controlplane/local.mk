@@ -1,0 +1,1 @@
+# controlplane/ — (empty until its module lands)

@@ -1,0 +1,1 @@
+# kernels/ — (empty until its module lands)

@@ -1,0 +1,1 @@
+# packaging/ — (empty until its module lands)

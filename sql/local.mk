@@ -1,0 +1,1 @@
+# sql/ — (empty until its module lands)

@@ -1,0 +1,1 @@
+# tools/ — (empty until its module lands)

@@ -1,0 +1,1 @@
+# web/ — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/api — (empty until its module lands)

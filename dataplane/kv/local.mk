@@ -1,0 +1,1 @@
+# dataplane/kv — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/model — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/report — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/sample — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/sched — (empty until its module lands)

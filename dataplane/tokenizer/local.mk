@@ -1,0 +1,1 @@
+# dataplane/tokenizer — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/tp — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane — (empty until its module lands)

@@ -1,0 +1,1 @@
+# dataplane/xfer — (empty until its module lands)
