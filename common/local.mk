@@ -5,11 +5,37 @@ libtdmcommon_a_SOURCES = \
 	common/log.c \
 	common/mem.c \
 	common/arena.c \
-	common/time.c
+	common/time.c \
+	common/ini.c \
+	common/params.c \
+	common/params_worker.c \
+	common/params_tandemd.c \
+	common/params_doc.c
 noinst_HEADERS += \
 	include/tdm/status.h \
 	include/tdm/log.h \
 	include/tdm/mem.h \
 	include/tdm/arena.h \
 	include/tdm/time.h \
-	include/tdm/layout.h
+	include/tdm/layout.h \
+	include/tdm/params.h \
+	include/tdm/config.h
+
+# docs/params.md is generated from include/tdm/config.h; test-params fails when it is stale.
+noinst_PROGRAMS += tools/gen-params-doc
+tools_gen_params_doc_SOURCES = tools/gen-params-doc.c
+tools_gen_params_doc_LDADD = $(COMMON_LIBS)
+dist_doc_DATA += docs/params.md
+params-doc: tools/gen-params-doc$(EXEEXT)
+	./tools/gen-params-doc$(EXEEXT) $(top_srcdir)/docs/params.md
+.PHONY: params-doc
+
+# Unit tests of common/ (tests/unit/test-<module>.c).
+COMMON_UNIT_TESTS = \
+	tests/unit/test-params
+check_PROGRAMS += $(COMMON_UNIT_TESTS)
+TESTS += $(COMMON_UNIT_TESTS)
+tests_unit_test_params_SOURCES = tests/unit/test-params.c
+tests_unit_test_params_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_params_LDADD = $(COMMON_LIBS)
+include common/pg.mk
