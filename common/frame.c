@@ -486,8 +486,8 @@ tdm_status_t tdm_frame_encode_abort_ack(const tdm_frame_abort_ack_t *f, uint8_t 
     return w_end(&w, TDM_FRAME_ABORT_ACK, ret_len);
 }
 
-tdm_status_t tdm_frame_decode_abort_ack(const uint8_t *body, size_t len,
-                                        tdm_frame_abort_ack_t *ret, char *why, size_t why_len)
+tdm_status_t tdm_frame_decode_abort_ack(const uint8_t *body, size_t len, tdm_frame_abort_ack_t *ret,
+                                        char *why, size_t why_len)
 {
     rd_t r;
     tdm_frame_abort_ack_t f;
@@ -513,8 +513,8 @@ tdm_status_t tdm_frame_encode_heartbeat(const tdm_frame_heartbeat_t *f, uint8_t 
     return w_end(&w, TDM_FRAME_HEARTBEAT, ret_len);
 }
 
-tdm_status_t tdm_frame_decode_heartbeat(const uint8_t *body, size_t len,
-                                        tdm_frame_heartbeat_t *ret, char *why, size_t why_len)
+tdm_status_t tdm_frame_decode_heartbeat(const uint8_t *body, size_t len, tdm_frame_heartbeat_t *ret,
+                                        char *why, size_t why_len)
 {
     rd_t r;
     tdm_frame_heartbeat_t f;
@@ -562,7 +562,8 @@ void tdm_frame_reader_space(tdm_frame_reader_t *r, uint8_t **ret_ptr, size_t *re
 {
     reader_compact(r);
     if (r->len == r->cap) {
-        /* grow only up to one maximal frame; the header check bounds what a peer can make us hold */
+        /* grow only up to one maximal frame; the header check bounds what a peer can make us hold
+         */
         size_t max = (size_t)r->max_body + TDM_FRAME_HDR_BYTES;
         size_t ncap = r->cap * 2 > max ? max : r->cap * 2;
         if (ncap > r->cap) {

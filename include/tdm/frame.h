@@ -23,7 +23,7 @@
 #define TDM_FRAME_MAGIC 0x464d4454u /* "TDMF" little-endian */
 #define TDM_FRAME_VERSION 1
 #define TDM_FRAME_HDR_BYTES 12
-#define TDM_FRAME_MAX_BODY (4u << 20)  /* 4 MiB: REGISTER of 8 ranks is a few KiB */
+#define TDM_FRAME_MAX_BODY (4u << 20) /* 4 MiB: REGISTER of 8 ranks is a few KiB */
 #define TDM_FRAME_MAX_RANKS 64
 #define TDM_FRAME_MAX_BLOB (64u << 10) /* UCX worker address / rkey / IPC handle */
 #define TDM_FRAME_MAX_IDS (1u << 20)   /* prompt tokens, page ids */
@@ -69,10 +69,10 @@ typedef struct tdm_frame_hdr {
 /* One decode rank's memory, registered with its prefill peer (rank i pairs with rank i). */
 typedef struct tdm_frame_rank {
     uint16_t rank;
-    uint16_t mem_kind;    /* 0 = host (UCX rkey), 1 = CUDA IPC handle */
-    uint64_t base_addr;   /* remote base of the KV pool */
+    uint16_t mem_kind;  /* 0 = host (UCX rkey), 1 = CUDA IPC handle */
+    uint64_t base_addr; /* remote base of the KV pool */
     uint64_t pool_bytes;
-    uint64_t aux_addr;    /* remote base of the aux slots */
+    uint64_t aux_addr; /* remote base of the aux slots */
     uint64_t aux_bytes;
     tdm_blob_t worker_addr; /* ucp worker address */
     tdm_blob_t rkey;        /* packed rkey or cudaIpcMemHandle_t */
@@ -102,7 +102,7 @@ typedef struct tdm_frame_transfer_info {
     uint32_t n_prompt;
     const uint8_t *prompt_ids; /* n_prompt little-endian u32, view into the body */
     uint32_t n_pages;
-    const uint8_t *page_ids;   /* n_pages little-endian u32 */
+    const uint8_t *page_ids; /* n_pages little-endian u32 */
     tdm_frame_sampling_t sampling;
 } tdm_frame_transfer_info_t;
 
@@ -113,15 +113,15 @@ typedef struct tdm_frame_top {
 
 typedef struct tdm_frame_status {
     uint64_t room;
-    uint8_t state;  /* tdm_kvpoll_t */
+    uint8_t state; /* tdm_kvpoll_t */
     uint16_t reason;
     uint32_t first_token;
     float first_logprob;
     uint32_t n_top;
     tdm_frame_top_t top[TDM_FRAME_MAX_TOP];
-    uint32_t chunk_tokens;      /* tokens covered by one checksum */
+    uint32_t chunk_tokens; /* tokens covered by one checksum */
     uint32_t n_checksums;
-    const uint8_t *checksums;   /* n_checksums little-endian u64 (xxh64 per chunk) */
+    const uint8_t *checksums; /* n_checksums little-endian u64 (xxh64 per chunk) */
     tdm_blob_t message;
 } tdm_frame_status_t;
 
@@ -133,8 +133,8 @@ typedef struct tdm_frame_abort {
 
 typedef struct tdm_frame_abort_ack {
     uint64_t room;
-    uint8_t flushed;   /* 1: every prefill rank flushed its writes for the room */
-    uint8_t known;     /* 0: the room was unknown (tombstoned now) */
+    uint8_t flushed; /* 1: every prefill rank flushed its writes for the room */
+    uint8_t known;   /* 0: the room was unknown (tombstoned now) */
 } tdm_frame_abort_ack_t;
 
 typedef struct tdm_frame_heartbeat {
@@ -186,10 +186,10 @@ tdm_status_t tdm_frame_decode_status(const uint8_t *body, size_t len, tdm_frame_
                                      char *why, size_t why_len);
 tdm_status_t tdm_frame_decode_abort(const uint8_t *body, size_t len, tdm_frame_abort_t *ret,
                                     char *why, size_t why_len);
-tdm_status_t tdm_frame_decode_abort_ack(const uint8_t *body, size_t len,
-                                        tdm_frame_abort_ack_t *ret, char *why, size_t why_len);
-tdm_status_t tdm_frame_decode_heartbeat(const uint8_t *body, size_t len,
-                                        tdm_frame_heartbeat_t *ret, char *why, size_t why_len);
+tdm_status_t tdm_frame_decode_abort_ack(const uint8_t *body, size_t len, tdm_frame_abort_ack_t *ret,
+                                        char *why, size_t why_len);
+tdm_status_t tdm_frame_decode_heartbeat(const uint8_t *body, size_t len, tdm_frame_heartbeat_t *ret,
+                                        char *why, size_t why_len);
 
 /*
  * Stream reassembly for a non-blocking socket: feed whatever bytes arrived; complete frames are

@@ -126,8 +126,7 @@ int main(void)
     uint8_t evil[64];
     memset(evil, 0, sizeof(evil));
     evil[20] = 0xff, evil[21] = 0xff, evil[22] = 0xff, evil[23] = 0x7f; /* n_prompt */
-    ok(tdm_frame_decode_transfer_info(evil, sizeof(evil), &ti2, why, sizeof(why)) ==
-           TDM_ERR_FORMAT,
+    ok(tdm_frame_decode_transfer_info(evil, sizeof(evil), &ti2, why, sizeof(why)) == TDM_ERR_FORMAT,
        "TRANSFER_INFO with a 2^31 prompt count rejected: %s", why);
 
     /* STATUS */
