@@ -1,1 +1,17 @@
-# tools/ — (empty until its module lands)
+# tools/ — developer programs and scripts: the PostgreSQL helper CLI (`tdm-pg`, used by
+# `make check`), the device bundle/run scripts, and the tests that guard them.
+noinst_PROGRAMS += tdm-pg
+tdm_pg_SOURCES = tools/tdm-pg.c
+tdm_pg_LDADD = $(COMMON_LIBS)
+
+# (device scripts are registered once they exist)
+
+# Integration test of the PostgreSQL helper (a real server; runs as root in CI).
+check_PROGRAMS += tests/integration/test-pg
+TESTS += tests/integration/test-pg
+tests_integration_test_pg_SOURCES = tests/integration/test-pg.c
+tests_integration_test_pg_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS)
+tests_integration_test_pg_LDADD = $(COMMON_LIBS) $(LIBPQ_LIBS)
+noinst_HEADERS += tests/pgtest.h
+TESTS += tests/integration/test-pg-cli.sh
+dist_check_SCRIPTS += tests/integration/test-pg-cli.sh
