@@ -10,7 +10,8 @@ libtdmcommon_a_SOURCES = \
 	common/params.c \
 	common/params_worker.c \
 	common/params_tandemd.c \
-	common/params_doc.c
+	common/params_doc.c \
+	common/json.c
 noinst_HEADERS += \
 	include/tdm/status.h \
 	include/tdm/log.h \
@@ -19,7 +20,8 @@ noinst_HEADERS += \
 	include/tdm/time.h \
 	include/tdm/layout.h \
 	include/tdm/params.h \
-	include/tdm/config.h
+	include/tdm/config.h \
+	include/tdm/json.h
 
 # docs/params.md is generated from include/tdm/config.h; test-params fails when it is stale.
 noinst_PROGRAMS += tools/gen-params-doc
@@ -32,10 +34,14 @@ params-doc: tools/gen-params-doc$(EXEEXT)
 
 # Unit tests of common/ (tests/unit/test-<module>.c).
 COMMON_UNIT_TESTS = \
-	tests/unit/test-params
+	tests/unit/test-params \
+	tests/unit/test-json
 check_PROGRAMS += $(COMMON_UNIT_TESTS)
 TESTS += $(COMMON_UNIT_TESTS)
 tests_unit_test_params_SOURCES = tests/unit/test-params.c
 tests_unit_test_params_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_params_LDADD = $(COMMON_LIBS)
 include common/pg.mk
+tests_unit_test_json_SOURCES = tests/unit/test-json.c
+tests_unit_test_json_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_json_LDADD = $(COMMON_LIBS)

@@ -231,7 +231,7 @@ static tdm_status_t set_value(tdm_params_t *p, size_t i, const char *value, tdm_
     return TDM_OK;
 }
 
-static const char *const builtin_flags[] = {"--config", "--config-override", "--print-config",
+static const char *const builtin_flags[] = {"--config", "--override-config", "--print-config",
                                             "--help"};
 
 static tdm_status_t table_check(const tdm_param_table_t *t, char *err, size_t err_len)
@@ -426,7 +426,7 @@ static int is_builtin_valued(const char *arg, size_t n, char ***ret_slot, tdm_pa
         *ret_slot = &p->config_path;
         return 1;
     }
-    if (n == strlen("--config-override") && !strncmp(arg, "--config-override", n)) {
+    if (n == strlen("--override-config") && !strncmp(arg, "--override-config", n)) {
         *ret_slot = &p->override_path;
         return 1;
     }
@@ -513,8 +513,8 @@ tdm_status_t tdm_params_load(tdm_params_t *p, int argc, char *const *argv,
           : getenv_fn    ? getenv_fn("TDM_CONFIG")
                          : getenv("TDM_CONFIG");
     ovr = p->override_path ? p->override_path
-          : getenv_fn      ? getenv_fn("TDM_CONFIG_OVERRIDE")
-                           : getenv("TDM_CONFIG_OVERRIDE");
+          : getenv_fn      ? getenv_fn("TDM_OVERRIDE_CONFIG")
+                           : getenv("TDM_OVERRIDE_CONFIG");
     if (cfg && *cfg)
         TDM_TRY(tdm_params_apply_file(p, cfg, TDM_PARAM_SRC_FILE, err, err_len));
     if (ovr && *ovr) {
@@ -600,8 +600,8 @@ void tdm_params_usage(const tdm_param_table_t *t, FILE *out)
         fprintf(out, "  %s is an alias of %s\n", t->aliases[a].alias, t->aliases[a].flag);
     fprintf(out,
             "  --config FILE           INI file ([%s] section; env TDM_CONFIG)\n"
-            "  --config-override FILE  INI file layered after --config (env "
-            "TDM_CONFIG_OVERRIDE)\n"
+            "  --override-config FILE  INI file layered after --config (env "
+            "TDM_OVERRIDE_CONFIG)\n"
             "  --print-config          print the resolved values and their sources as JSON\n"
             "  --help                  this text\n",
             t->section);

@@ -13,7 +13,7 @@ void tdm_config_doc_markdown(FILE *out)
           "Generated from `include/tdm/config.h` by `tools/gen-params-doc` (`make params-doc`); do "
           "not edit.\n\n"
           "Precedence (DESIGN §10a): command line > environment `TDM_*` > override file "
-          "(`--config-override FILE`, env `TDM_CONFIG_OVERRIDE`, written by reconfigure) > config "
+          "(`--override-config FILE`, env `TDM_OVERRIDE_CONFIG`, written by reconfigure) > config "
           "file (`--config FILE`, env `TDM_CONFIG`) > default. `--print-config` prints every "
           "resolved value with its source (`cli`, `env`, `override`, `file`, `default`) as JSON; "
           "secrets print as `***`.\n\n"

@@ -18,7 +18,7 @@
  * masked by --print-config), ENUM (const char *, always one of the listed choices).
  *
  * Precedence (DESIGN §10a): CLI > env TDM_* > override file > config file (--config FILE or
- * TDM_CONFIG) > default. The override file (--config-override FILE or TDM_CONFIG_OVERRIDE) is
+ * TDM_CONFIG) > default. The override file (--override-config FILE or TDM_OVERRIDE_CONFIG) is
  * what the control plane's reconfigure writes (DESIGN §5); it is layered after the base file.
  * INI files: `key = value`, `#`/`;` comment lines, optional double quotes around a value, keys
  * spelled with `_` or `-`. Keys before any section and in the program's own section
@@ -27,7 +27,7 @@
  *
  * CLI: `--flag value`, `--flag=value`; BOOL flags take no separate value (`--flag` sets true,
  * `--flag=false` clears it); aliases map another spelling onto a flag (`--model` → `--model-path`).
- * `--config`, `--config-override`, `--print-config` and `--help` are built in. Unknown flags,
+ * `--config`, `--override-config`, `--print-config` and `--help` are built in. Unknown flags,
  * missing values, stray positional arguments and bad values fail with a message naming the flag
  * (or env variable, or file:line) and the value.
  *

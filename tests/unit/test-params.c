@@ -198,7 +198,7 @@ static void test_files_and_precedence(void)
                                                  "page_size = 64\nmax_running_requests = 9\n");
     char cfgarg[300], ovrarg[300];
     snprintf(cfgarg, sizeof(cfgarg), "--config=%s", base);
-    snprintf(ovrarg, sizeof(ovrarg), "--config-override=%s", ovr);
+    snprintf(ovrarg, sizeof(ovrarg), "--override-config=%s", ovr);
 
     fake_env[0] = "TDM_MAX_RUNNING_REQUESTS=11";
     fake_env[1] = "TDM_HOST=10.0.0.1";
@@ -256,7 +256,7 @@ static void test_files_and_precedence(void)
     char envcfg[300];
     snprintf(envcfg, sizeof(envcfg), "TDM_CONFIG=%s", base);
     fake_env[0] = envcfg;
-    fake_env[1] = "TDM_CONFIG_OVERRIDE=/nonexistent/override.ini";
+    fake_env[1] = "TDM_OVERRIDE_CONFIG=/nonexistent/override.ini";
     fake_env[2] = NULL;
     is_int(LOAD("--port", "0"), TDM_OK, "TDM_CONFIG + absent override: %s", err);
     is_int(cfg.tp_size, 2, "TDM_CONFIG applied");
