@@ -1,0 +1,213 @@
+/*
+ * progress.c — the shared progress page: creation/mapping, the per-slot seqlock, and the /health
+ * verdict of invariant I8. The verdict is computed from the page on every call; nothing is
+ * cached, and nothing here waits on the loop that writes the page.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tdm/progress.h>
+
+static const char *const coll_op_names[] = {"none", "allreduce", "broadcast", "allgather",
+                                            "barrier"};
+_Static_assert(sizeof(coll_op_names) / sizeof(coll_op_names[0]) == TDM_COLL_OP_MAX,
+               "coll_op_names must name every op");
+static const char *const path_names[] = {"idle", "batch"};
+_Static_assert(sizeof(path_names) / sizeof(path_names[0]) == TDM_PATH_MAX, "path names");
+static const char *const hb_names[] = {"loop", "http", "bootstrap", "recv", "transfer", "reporter"};
+_Static_assert(sizeof(hb_names) / sizeof(hb_names[0]) == TDM_HB_MAX, "heartbeat names");
+
+const char *tdm_coll_op_name(tdm_coll_op_t op)
+{
+    return (unsigned)op < TDM_COLL_OP_MAX ? coll_op_names[op] : "?";
+}
+
+const char *tdm_path_name(tdm_path_t p)
+{
+    return (unsigned)p < TDM_PATH_MAX ? path_names[p] : "?";
+}
+
+const char *tdm_hb_thread_name(tdm_hb_thread_t t)
+{
+    return (unsigned)t < TDM_HB_MAX ? hb_names[t] : "?";
+}
+
+size_t tdm_progress_size(uint16_t n_ranks)
+{
+    size_t n = sizeof(tdm_progress_page_t) + (size_t)n_ranks * sizeof(tdm_progress_slot_t);
+    return (n + 4095) & ~(size_t)4095;
+}
+
+static void page_init(tdm_progress_page_t *p, uint16_t n_ranks, uint64_t group_id)
+{
+    memset(p, 0, tdm_progress_size(n_ranks));
+    p->version = TDM_PROGRESS_VERSION;
+    p->n_ranks = n_ranks;
+    p->group_id = group_id;
+    atomic_thread_fence(memory_order_release);
+    p->magic = TDM_PROGRESS_MAGIC;
+}
+
+tdm_status_t tdm_progress_create(const char *path, uint16_t n_ranks, uint64_t group_id,
+                                 tdm_progress_page_t **ret)
+{
+    if (n_ranks == 0 || n_ranks > TDM_PROGRESS_MAX_RANKS)
+        return TDM_ERR_INVAL;
+    size_t size = tdm_progress_size(n_ranks);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return TDM_ERR_IO;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return TDM_ERR_IO;
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return TDM_ERR_NOMEM;
+    page_init(m, n_ranks, group_id);
+    *ret = m;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_progress_create_anon(uint16_t n_ranks, uint64_t group_id,
+                                      tdm_progress_page_t **ret)
+{
+    if (n_ranks == 0 || n_ranks > TDM_PROGRESS_MAX_RANKS)
+        return TDM_ERR_INVAL;
+    void *m = mmap(NULL, tdm_progress_size(n_ranks), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return TDM_ERR_NOMEM;
+    page_init(m, n_ranks, group_id);
+    *ret = m;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_progress_open(const char *path, tdm_progress_page_t **ret)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? TDM_ERR_NOTFOUND : TDM_ERR_IO;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(tdm_progress_page_t)) {
+        close(fd);
+        return TDM_ERR_FORMAT;
+    }
+    size_t size = (size_t)st.st_size;
+    tdm_progress_page_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return TDM_ERR_NOMEM;
+    if (p->magic != TDM_PROGRESS_MAGIC || p->version != TDM_PROGRESS_VERSION || p->n_ranks == 0 ||
+        p->n_ranks > TDM_PROGRESS_MAX_RANKS || tdm_progress_size(p->n_ranks) != size) {
+        munmap(p, size);
+        return TDM_ERR_FORMAT;
+    }
+    *ret = p;
+    return TDM_OK;
+}
+
+void tdm_progress_close(tdm_progress_page_t *p)
+{
+    if (p)
+        munmap(p, tdm_progress_size(p->n_ranks));
+}
+
+void tdm_progress_write_begin(tdm_progress_slot_t *s)
+{
+    atomic_fetch_add_explicit(&s->seq, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+void tdm_progress_write_end(tdm_progress_slot_t *s)
+{
+    atomic_thread_fence(memory_order_release);
+    atomic_fetch_add_explicit(&s->seq, 1, memory_order_relaxed);
+}
+
+void tdm_progress_heartbeat(tdm_progress_slot_t *s, tdm_hb_thread_t t, uint64_t now_us)
+{
+    if ((unsigned)t < TDM_HB_MAX)
+        atomic_store_explicit(&s->heartbeat_us[t], now_us ? now_us : 1, memory_order_relaxed);
+}
+
+void tdm_progress_read(const tdm_progress_slot_t *s, tdm_rank_record_t *ret)
+{
+    tdm_progress_slot_t *ms = (tdm_progress_slot_t *)s;
+    for (int tries = 0;; tries++) {
+        uint64_t a = atomic_load_explicit(&ms->seq, memory_order_acquire);
+        if (!(a & 1)) {
+            memcpy(ret, (const void *)&s->rec, sizeof(*ret));
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&ms->seq, memory_order_relaxed) == a)
+                return;
+        }
+        if (tries > 1000) { /* the writer died mid-write: take what is there */
+            memcpy(ret, (const void *)&s->rec, sizeof(*ret));
+            return;
+        }
+    }
+}
+
+static int pid_dead(int32_t pid)
+{
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+int tdm_progress_healthy(const tdm_progress_page_t *p, uint64_t now_us,
+                         uint64_t progress_timeout_us, uint64_t hb_timeout_us, char *why,
+                         size_t why_len)
+{
+    tdm_progress_page_t *mp = (tdm_progress_page_t *)p;
+    uint32_t dead = atomic_load(&mp->dead_rank_plus1);
+    if (dead) {
+        snprintf(why, why_len, "rank %u exited", dead - 1);
+        return 0;
+    }
+    tdm_rank_record_t leader;
+    tdm_progress_read(&p->slot[0], &leader);
+    int pending = leader.pending > 0;
+    for (uint16_t r = 0; r < p->n_ranks; r++) {
+        tdm_rank_record_t rec;
+        tdm_progress_read(&p->slot[r], &rec);
+        if (rec.pid > 0 && pid_dead(rec.pid)) {
+            snprintf(why, why_len, "rank %u (pid %d) is gone", r, rec.pid);
+            return 0;
+        }
+        if (pending && rec.progress_us && now_us > rec.progress_us &&
+            now_us - rec.progress_us > progress_timeout_us) {
+            double age = (double)(now_us - rec.progress_us) / 1e6;
+            if (rec.in_coll_op != TDM_COLL_NONE)
+                snprintf(why, why_len,
+                         "rank %u no progress for %.1f s (iter %llu, in %s seq %llu for %.1f s)", r,
+                         age, (unsigned long long)rec.iter,
+                         tdm_coll_op_name((tdm_coll_op_t)rec.in_coll_op),
+                         (unsigned long long)rec.in_coll_seq,
+                         (double)(now_us - rec.in_coll_since_us) / 1e6);
+            else
+                snprintf(why, why_len, "rank %u no progress for %.1f s (iter %llu, %s path)", r,
+                         age, (unsigned long long)rec.iter, tdm_path_name((tdm_path_t)rec.path));
+            return 0;
+        }
+        for (int t = 0; t < TDM_HB_MAX; t++) {
+            uint64_t hb = atomic_load_explicit(&mp->slot[r].heartbeat_us[t], memory_order_relaxed);
+            if (hb && now_us > hb && now_us - hb > hb_timeout_us) {
+                snprintf(why, why_len, "rank %u %s thread heartbeat stale for %.1f s", r,
+                         tdm_hb_thread_name((tdm_hb_thread_t)t), (double)(now_us - hb) / 1e6);
+                return 0;
+            }
+        }
+    }
+    if (why_len)
+        snprintf(why, why_len, "ok");
+    return 1;
+}
