@@ -15,3 +15,6 @@ tests_integration_test_pg_LDADD = $(COMMON_LIBS) $(LIBPQ_LIBS)
 noinst_HEADERS += tests/pgtest.h
 TESTS += tests/integration/test-pg-cli.sh
 dist_check_SCRIPTS += tests/integration/test-pg-cli.sh
+
+# Device workflow (docs/device.md): bundle a build for the GPU machine, run its GPU tests there.
+EXTRA_DIST += tools/device-bundle.sh tools/device-run.sh
