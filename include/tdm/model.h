@@ -30,11 +30,7 @@
 #include <tdm/layout.h>
 #include <tdm/status.h>
 
-typedef enum tdm_arch {
-    TDM_ARCH_LLAMA = 0,
-    TDM_ARCH_QWEN2 = 1,
-    TDM_ARCH_MAX
-} tdm_arch_t;
+typedef enum tdm_arch { TDM_ARCH_LLAMA = 0, TDM_ARCH_QWEN2 = 1, TDM_ARCH_MAX } tdm_arch_t;
 
 typedef enum tdm_rope_type {
     TDM_ROPE_DEFAULT = 0,
@@ -51,12 +47,12 @@ typedef struct tdm_model_config {
     uint32_t num_layers;
     uint32_t num_heads;
     uint32_t num_kv_heads;
-    uint32_t head_dim;        /* config head_dim if present, else hidden/num_heads */
+    uint32_t head_dim; /* config head_dim if present, else hidden/num_heads */
     uint32_t max_position_embeddings;
     float rms_norm_eps;
     float rope_theta;
     tdm_rope_type_t rope_type;
-    float rope_factor;        /* linear and llama3 */
+    float rope_factor;                                 /* linear and llama3 */
     float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
     uint32_t rope_original_max_pos;                    /* llama3 */
     int tie_word_embeddings;
@@ -77,13 +73,13 @@ typedef struct tdm_tensor {
 } tdm_tensor_t;
 
 typedef struct tdm_layer_weights {
-    tdm_tensor_t attn_norm;      /* (hidden) */
-    tdm_tensor_t q, k, v;        /* (heads_r*hd, hidden), (kv_r*hd, hidden) */
+    tdm_tensor_t attn_norm;              /* (hidden) */
+    tdm_tensor_t q, k, v;                /* (heads_r*hd, hidden), (kv_r*hd, hidden) */
     tdm_tensor_t q_bias, k_bias, v_bias; /* (heads_r*hd) etc.; data NULL when absent */
-    tdm_tensor_t o;              /* (hidden, heads_r*hd) */
-    tdm_tensor_t mlp_norm;       /* (hidden) */
-    tdm_tensor_t gate, up;       /* (inter_r, hidden) */
-    tdm_tensor_t down;           /* (hidden, inter_r) */
+    tdm_tensor_t o;                      /* (hidden, heads_r*hd) */
+    tdm_tensor_t mlp_norm;               /* (hidden) */
+    tdm_tensor_t gate, up;               /* (inter_r, hidden) */
+    tdm_tensor_t down;                   /* (hidden, inter_r) */
 } tdm_layer_weights_t;
 
 typedef struct tdm_model tdm_model_t;
@@ -102,8 +98,29 @@ typedef struct tdm_model_view {
 /* Load a checkpoint directory. On failure returns a status and writes a one-line reason naming
  * the file/field/tensor into `err` (if non-NULL). */
 tdm_status_t tdm_model_load(const char *dir, tdm_model_t **ret_model, char *err, size_t err_len);
+
+/* Loading progress, called on the loading thread: stage "config", "map" (done/total = shards),
+ * "tensors" (layers validated), "prefault" (bytes read; at most ~20 calls). */
+typedef void (*tdm_model_progress_fn)(void *arg, const char *stage, uint64_t done, uint64_t total);
+typedef struct tdm_model_load_opts {
+    tdm_model_progress_fn progress; /* NULL: silent */
+    void *progress_arg;
+    int prefault; /* read every mapped page once, so the first forward does not page-fault */
+} tdm_model_load_opts_t;
+/* tdm_model_load with options (opts may be NULL). */
+tdm_status_t tdm_model_load_ex(const char *dir, const tdm_model_load_opts_t *opts,
+                               tdm_model_t **ret_model, char *err, size_t err_len);
+/* A ready-made progress callback for CLIs: one line per call on stderr,
+ * "loading model: <stage> <done>/<total>" prefixed with `arg` (a const char *) when non-NULL. */
+void tdm_model_progress_stderr(void *arg, const char *stage, uint64_t done, uint64_t total);
+
 void tdm_model_free(tdm_model_t *m);
 const tdm_model_config_t *tdm_model_config(const tdm_model_t *m);
+/* Total bytes of the weights the engine uses (what a tp_size 1 view reads). */
+uint64_t tdm_model_weight_bytes(const tdm_model_t *m);
+/* Any 1-D or 2-D BF16/F16/F32 tensor of the checkpoint by its name, unsharded (tests, tools).
+ * TDM_ERR_NOTFOUND if absent, TDM_ERR_UNSUPPORTED for other dtypes or ranks. */
+tdm_status_t tdm_model_tensor(const tdm_model_t *m, const char *name, tdm_tensor_t *ret_tensor);
 /* Build this rank's view (allocates the layer array; free with tdm_model_view_free). */
 tdm_status_t tdm_model_view_init(const tdm_model_t *m, uint32_t tp_size, uint32_t tp_rank,
                                  tdm_model_view_t *ret_view, char *err, size_t err_len);
@@ -113,5 +130,8 @@ void tdm_model_view_free(tdm_model_view_t *v);
 float tdm_bf16_to_f32(uint16_t h);
 uint16_t tdm_f32_to_bf16(float f); /* round to nearest even, NaN preserved */
 float tdm_f16_to_f32(uint16_t h);
+uint16_t tdm_f32_to_f16(float f); /* round to nearest even, overflow to inf, NaN preserved */
+/* Row `row` of a view (cols elements, any of the three dtypes) widened into out[cols]. */
+void tdm_tensor_row_to_f32(const tdm_tensor_t *t, uint32_t row, float *out);
 
 #endif
