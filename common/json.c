@@ -181,14 +181,12 @@ tdm_status_t tdm_json_get_string(const json_t *obj, const char *path, const char
 tdm_status_t tdm_json_get_string_opt(const json_t *obj, const char *path, const char *key,
                                      size_t max_len, const char **ret, char *err, size_t err_len)
 {
-    json_t *v;
-    tdm_status_t st = member(obj, path, key, &v, err, err_len);
-    if (st == TDM_ERR_NOTFOUND || (st == TDM_OK && json_is_null(v))) {
+    json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+    if (json_is_object(obj) && (!v || json_is_null(v))) {
         *ret = NULL;
         return TDM_OK;
     }
-    if (st != TDM_OK)
-        return st;
+    TDM_TRY(member(obj, path, key, &v, err, err_len));
     return check_string(v, path, key, max_len, ret, err, err_len);
 }
 

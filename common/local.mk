@@ -11,7 +11,9 @@ libtdmcommon_a_SOURCES = \
 	common/params_worker.c \
 	common/params_tandemd.c \
 	common/params_doc.c \
-	common/json.c
+	common/json.c \
+	common/layout.c \
+	common/telemetry.c
 noinst_HEADERS += \
 	include/tdm/status.h \
 	include/tdm/log.h \
@@ -21,7 +23,8 @@ noinst_HEADERS += \
 	include/tdm/layout.h \
 	include/tdm/params.h \
 	include/tdm/config.h \
-	include/tdm/json.h
+	include/tdm/json.h \
+	include/tdm/telemetry.h
 
 # docs/params.md is generated from include/tdm/config.h; test-params fails when it is stale.
 noinst_PROGRAMS += tools/gen-params-doc
@@ -35,7 +38,9 @@ params-doc: tools/gen-params-doc$(EXEEXT)
 # Unit tests of common/ (tests/unit/test-<module>.c).
 COMMON_UNIT_TESTS = \
 	tests/unit/test-params \
-	tests/unit/test-json
+	tests/unit/test-json \
+	tests/unit/test-layout \
+	tests/unit/test-telemetry
 check_PROGRAMS += $(COMMON_UNIT_TESTS)
 TESTS += $(COMMON_UNIT_TESTS)
 tests_unit_test_params_SOURCES = tests/unit/test-params.c
@@ -45,3 +50,9 @@ include common/pg.mk
 tests_unit_test_json_SOURCES = tests/unit/test-json.c
 tests_unit_test_json_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_json_LDADD = $(COMMON_LIBS)
+tests_unit_test_layout_SOURCES = tests/unit/test-layout.c
+tests_unit_test_layout_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_layout_LDADD = $(COMMON_LIBS)
+tests_unit_test_telemetry_SOURCES = tests/unit/test-telemetry.c
+tests_unit_test_telemetry_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_telemetry_LDADD = $(COMMON_LIBS)

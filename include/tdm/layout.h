@@ -16,7 +16,11 @@
  * that is 256 B/token for bf16 K, and 128 + 4 = 132 B/token for fp8 K with its scale.
  *
  * Encodings: binary (REGISTER frame body; little-endian, magic "TKVL", version, length; fixed
- * 32-byte header + 16 bytes per sub-buffer) and JSON (telemetry, console), see docs/contracts.md.
+ * 32-byte header + 16 bytes per sub-buffer) and JSON (telemetry, console), see docs/contracts.md
+ * "Layout record encoding". A valid record (tdm_layout_validate) has n_sub 4 with sub[i].kind == i
+ * for FP8_E4M3 KV and n_sub 2 (K, V) otherwise, tp_rank < tp_size, non-zero geometry, and
+ * page_stride >= page_size * bytes_per_token in every sub-buffer. Both decoders return only valid
+ * records; both encoders refuse invalid ones. Thread-safe (no state).
  */
 #ifndef TDM_LAYOUT_H
 #define TDM_LAYOUT_H
@@ -55,15 +59,15 @@ typedef struct tdm_layout_sub {
 } tdm_layout_sub_t;
 
 typedef struct tdm_layout_record {
-    uint8_t kv_dtype;      /* tdm_dtype_t: BF16 or FP8_E4M3 (F16/F32 allowed for tests) */
-    uint8_t n_sub;         /* 2 (bf16) or 4 (fp8: K, V, K_SCALE, V_SCALE) */
+    uint8_t kv_dtype; /* tdm_dtype_t: BF16 or FP8_E4M3 (F16/F32 allowed for tests) */
+    uint8_t n_sub;    /* 2 (bf16) or 4 (fp8: K, V, K_SCALE, V_SCALE) */
     uint16_t tp_size;
     uint16_t tp_rank;
     uint32_t num_layers;
     uint32_t num_kv_heads; /* KV heads held by this rank */
     uint32_t head_dim;
-    uint32_t page_size;    /* tokens per page */
-    uint32_t num_pages;    /* pages in the pool this record describes (0 = unspecified) */
+    uint32_t page_size; /* tokens per page */
+    uint32_t num_pages; /* pages in the pool this record describes (0 = unspecified) */
     tdm_layout_sub_t sub[TDM_KV_SUB_MAX];
 } tdm_layout_record_t;
 
@@ -79,6 +83,19 @@ size_t tdm_layout_encoded_size(const tdm_layout_record_t *rec);
 tdm_status_t tdm_layout_encode(const tdm_layout_record_t *rec, uint8_t *buf, size_t cap,
                                size_t *ret_len);
 tdm_status_t tdm_layout_decode(const uint8_t *buf, size_t len, tdm_layout_record_t *ret_rec);
+
+/* TDM_OK, or TDM_ERR_INVAL/TDM_ERR_RANGE with the first violated rule in `why`. */
+tdm_status_t tdm_layout_validate(const tdm_layout_record_t *rec, char *why, size_t why_len);
+
+/* JSON form: {"kv_dtype":"bf16","tp_size":..,"tp_rank":..,"num_layers":..,"num_kv_heads":..,
+ * "head_dim":..,"page_size":..,"num_pages":..,"sub":[{"kind":"K","dtype":"bf16",
+ * "bytes_per_token":..,"page_stride":..},..]}. to_json returns a new reference (NULL if the record
+ * is invalid); from_json is strict (every member required, no unknown members) and names the key
+ * path of the first problem in `err`. */
+struct json_t;
+struct json_t *tdm_layout_to_json(const tdm_layout_record_t *rec);
+tdm_status_t tdm_layout_from_json(const struct json_t *obj, const char *path,
+                                  tdm_layout_record_t *ret_rec, char *err, size_t err_len);
 
 /* Compare two records sub-buffer by sub-buffer. Returns 1 if equal in every field that defines
  * the layout (num_pages and tp_rank excluded). On difference, writes a short description of the
