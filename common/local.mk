@@ -13,7 +13,8 @@ libtdmcommon_a_SOURCES = \
 	common/params_doc.c \
 	common/json.c \
 	common/layout.c \
-	common/telemetry.c
+	common/telemetry.c \
+	common/hash.c
 noinst_HEADERS += \
 	include/tdm/status.h \
 	include/tdm/log.h \
@@ -24,7 +25,8 @@ noinst_HEADERS += \
 	include/tdm/params.h \
 	include/tdm/config.h \
 	include/tdm/json.h \
-	include/tdm/telemetry.h
+	include/tdm/telemetry.h \
+	include/tdm/hash.h
 
 # docs/params.md is generated from include/tdm/config.h; test-params fails when it is stale.
 noinst_PROGRAMS += tools/gen-params-doc
@@ -40,7 +42,8 @@ COMMON_UNIT_TESTS = \
 	tests/unit/test-params \
 	tests/unit/test-json \
 	tests/unit/test-layout \
-	tests/unit/test-telemetry
+	tests/unit/test-telemetry \
+	tests/unit/test-hash
 check_PROGRAMS += $(COMMON_UNIT_TESTS)
 TESTS += $(COMMON_UNIT_TESTS)
 tests_unit_test_params_SOURCES = tests/unit/test-params.c
@@ -56,3 +59,6 @@ tests_unit_test_layout_LDADD = $(COMMON_LIBS)
 tests_unit_test_telemetry_SOURCES = tests/unit/test-telemetry.c
 tests_unit_test_telemetry_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_telemetry_LDADD = $(COMMON_LIBS)
+tests_unit_test_hash_SOURCES = tests/unit/test-hash.c
+tests_unit_test_hash_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_hash_LDADD = $(COMMON_LIBS)
