@@ -1,0 +1,25 @@
+/* graph_int.h — the forward graph's state, shared by graph.c (build) and forward.c (run). */
+#ifndef TDM_DATAPLANE_GRAPH_INT_H
+#define TDM_DATAPLANE_GRAPH_INT_H
+
+#include "graph.h"
+
+struct tdm_graph {
+    const tdm_model_view_t *view;
+    const tdm_model_config_t *cfg;
+    const tdm_kv_buffers_t *kv;
+    const tdm_backend_t *be;
+    tdm_graph_coll_t coll;
+    tdm_rope_t rope;
+    uint32_t max_tokens;
+    int tp_exact;
+    /* scratch, max_tokens rows each */
+    float *arena;
+    float *x, *h, *tmp, *q, *attn, *k, *v, *gate, *up;
+    tdm_attn_row_t *rows;
+    uint32_t *pos;
+    int32_t *ids;
+    uint32_t *out_rows;
+};
+
+#endif
