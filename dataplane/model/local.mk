@@ -14,7 +14,8 @@ MODEL_TESTS = \
 	tests/unit/test-model-dtype \
 	tests/unit/test-model-config \
 	tests/unit/test-model-safetensors \
-	tests/unit/test-model-loader
+	tests/unit/test-model-loader \
+	tests/unit/test-model-fixtures
 check_PROGRAMS += $(MODEL_TESTS)
 TESTS += $(MODEL_TESTS)
 
@@ -31,6 +32,9 @@ tests_unit_test_model_safetensors_LDADD = $(MODEL_LIBS)
 tests_unit_test_model_loader_SOURCES = tests/unit/test-model-loader.c tests/unit/model-testutil.h
 tests_unit_test_model_loader_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/model
 tests_unit_test_model_loader_LDADD = $(MODEL_LIBS)
+tests_unit_test_model_fixtures_SOURCES = tests/unit/test-model-fixtures.c
+tests_unit_test_model_fixtures_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/model
+tests_unit_test_model_fixtures_LDADD = $(MODEL_LIBS)
 
 # safetensors header parser: corpus replay in `make check`, libFuzzer binary in `make fuzz`
 check_PROGRAMS += tests/fuzz/replay-safetensors

@@ -5,11 +5,10 @@
  * checkpoints in a temp dir and checks config values, tensor values, TP views for tp 1 and 2 and
  * their resident bytes; then breaks them one way at a time (missing tensor, wrong shape, wrong
  * dtype, unknown architecture, truncated file, bad shard index) and asserts the one-line error.
- * Finally, when tests/fixtures/ holds the golden checkpoints, loads each of them.
+ * The golden checkpoints of tests/fixtures are covered by test-model-fixtures.c.
  */
 #include "config.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -386,50 +385,6 @@ static void corrupt(void)
     json_decref(cfg);
 }
 
-/* Golden fixtures committed by the fixture generator: every checkpoint directory under
- * tests/fixtures/ (one holding config.json) must load and give views for tp 1 and 2. */
-static void fixtures(void)
-{
-    const char *src = getenv("TDM_SRCDIR");
-    char base[1024];
-    snprintf(base, sizeof(base), "%s/tests/fixtures", src ? src : ".");
-    DIR *dd = opendir(base);
-    if (!dd) {
-        skip("no tests/fixtures yet");
-        return;
-    }
-    struct dirent *de;
-    int n = 0;
-    while ((de = readdir(dd)) != NULL) {
-        char d[2048], cfgp[2100];
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(d, sizeof(d), "%s/%s", base, de->d_name);
-        snprintf(cfgp, sizeof(cfgp), "%s/config.json", d);
-        if (access(cfgp, R_OK) != 0)
-            continue;
-        tdm_model_t *m;
-        char err[512] = "";
-        tdm_status_t st = tdm_model_load(d, &m, err, sizeof(err));
-        if (!ok(st == TDM_OK, "fixture %s loads", de->d_name)) {
-            diag("  %s: %s", tdm_status_name(st), err);
-            continue;
-        }
-        n++;
-        tdm_model_view_t v;
-        st = tdm_model_view_init(m, 1, 0, &v, err, sizeof(err));
-        ok(st == TDM_OK && v.resident_bytes == tdm_model_weight_bytes(m) && v.resident_bytes > 0,
-           "fixture %s: tp 1 view, %llu weight bytes", de->d_name,
-           (unsigned long long)v.resident_bytes);
-        if (st == TDM_OK)
-            tdm_model_view_free(&v);
-        tdm_model_free(m);
-    }
-    closedir(dd);
-    if (n == 0)
-        skip("tests/fixtures holds no checkpoint yet");
-}
-
 int main(void)
 {
     if (!tu_mkdtemp(root, sizeof(root)))
@@ -437,7 +392,6 @@ int main(void)
     llama();
     qwen_sharded();
     corrupt();
-    fixtures();
     tu_rmtree(root);
     return done_testing();
 }
