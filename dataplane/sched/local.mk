@@ -1,1 +1,12 @@
-# dataplane/sched — (empty until its module lands)
+# dataplane/sched/ — plan (I1), scheduler, executor, loops, launcher (docs/serving.md).
+noinst_LIBRARIES += libtdmsched.a
+libtdmsched_a_SOURCES = \
+	dataplane/sched/plan.c
+libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+noinst_HEADERS += dataplane/sched/plan.h dataplane/sched/sched.h
+
+check_PROGRAMS += tests/unit/test-plan
+TESTS += tests/unit/test-plan
+tests_unit_test_plan_SOURCES = tests/unit/test-plan.c
+tests_unit_test_plan_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
+tests_unit_test_plan_LDADD = libtdmsched.a $(COMMON_LIBS)
