@@ -18,3 +18,7 @@ dist_check_SCRIPTS += tests/integration/test-pg-cli.sh
 
 # Device workflow (docs/device.md): bundle a build for the GPU machine, run its GPU tests there.
 EXTRA_DIST += tools/device-bundle.sh tools/device-run.sh
+
+# README.md's architecture map must name only paths that exist.
+TESTS += tests/unit/test-archmap.sh
+dist_check_SCRIPTS += tests/unit/test-archmap.sh
