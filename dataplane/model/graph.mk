@@ -15,3 +15,14 @@ tests_unit_test_forward_SOURCES = tests/unit/test-forward.c tests/unit/forward-t
 tests_unit_test_forward_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/dataplane/model
 tests_unit_test_forward_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
 tests_unit_test_forward_LDADD = $(GRAPH_LIBS)
+
+# The fixture checkpoints through the loader (libtdmmodel) against the transformers goldens.
+GRAPH_TESTS_GOLDEN = tests/unit/test-forward-golden
+check_PROGRAMS += $(GRAPH_TESTS_GOLDEN)
+TESTS += $(GRAPH_TESTS_GOLDEN)
+tests_unit_test_forward_golden_SOURCES = tests/unit/test-forward-golden.c
+tests_unit_test_forward_golden_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) \
+	-I$(top_srcdir)/dataplane/model
+tests_unit_test_forward_golden_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
+tests_unit_test_forward_golden_LDADD = libtdmgraph.a libtdmkernels.a libtdmkv.a libtdmmodel.a \
+	$(COMMON_LIBS)
