@@ -39,6 +39,9 @@ params-doc: tools/gen-params-doc$(EXEEXT)
 
 # Unit tests of common/ (tests/unit/test-<module>.c).
 COMMON_UNIT_TESTS = \
+	tests/unit/test-log \
+	tests/unit/test-mem \
+	tests/unit/test-arena \
 	tests/unit/test-params \
 	tests/unit/test-json \
 	tests/unit/test-layout \
@@ -62,3 +65,12 @@ tests_unit_test_telemetry_LDADD = $(COMMON_LIBS)
 tests_unit_test_hash_SOURCES = tests/unit/test-hash.c
 tests_unit_test_hash_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_hash_LDADD = $(COMMON_LIBS)
+tests_unit_test_log_SOURCES = tests/unit/test-log.c
+tests_unit_test_log_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_log_LDADD = $(COMMON_LIBS)
+tests_unit_test_mem_SOURCES = tests/unit/test-mem.c
+tests_unit_test_mem_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_mem_LDADD = $(COMMON_LIBS)
+tests_unit_test_arena_SOURCES = tests/unit/test-arena.c
+tests_unit_test_arena_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_arena_LDADD = $(COMMON_LIBS)

@@ -26,9 +26,10 @@ void *tdm_malloc(size_t n)
 
 void *tdm_calloc(size_t count, size_t size)
 {
+    size_t bytes;
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p)
-        oom(count * size);
+    if (!p) /* report the request, not a wrapped product */
+        oom(__builtin_mul_overflow(count, size, &bytes) ? SIZE_MAX : bytes);
     return p;
 }
 
