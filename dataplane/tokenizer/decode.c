@@ -26,7 +26,7 @@ static void sl_push(slist_t *l, tdm_arena_t *a, const char *s, size_t len)
         l->s = tdm_realloc(l->s, l->cap * sizeof(char *));
         l->len = tdm_realloc(l->len, l->cap * sizeof(size_t));
     }
-    l->s[l->n] = tdm_arena_strndup(a, s, len);
+    l->s[l->n] = tok_arena_memdup(a, s, len);
     l->len[l->n++] = len;
 }
 
@@ -264,7 +264,7 @@ tdm_status_t tdm_tok_stream_step(tdm_tok_stream_t *s, uint32_t id, char **ret_te
         tdm_free(str);
         return TDM_ERR_STATE; /* the decoder is not prefix-stable for these ids */
     }
-    char *out = tdm_strndup(str + s->prefix_len, len - s->prefix_len);
+    char *out = tok_memdup(str + s->prefix_len, len - s->prefix_len);
     size_t out_len = len - s->prefix_len;
     tdm_free(str);
     /* keep ids from prefix_index on as the context of the next step */
@@ -295,7 +295,7 @@ tdm_status_t tdm_tok_stream_flush(tdm_tok_stream_t *s, char **ret_text, size_t *
     TDM_TRY(tdm_tok_decode(s->tok, s->ids, s->n, s->skip_special, &str, &len));
     if (len > s->prefix_len && memcmp(str, s->prefix, s->prefix_len) == 0) {
         *ret_len = len - s->prefix_len;
-        *ret_text = tdm_strndup(str + s->prefix_len, *ret_len);
+        *ret_text = tok_memdup(str + s->prefix_len, *ret_len);
         tdm_free(s->prefix);
         s->prefix = str;
         s->prefix_len = len;

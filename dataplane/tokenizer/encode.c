@@ -138,7 +138,7 @@ char *tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t 
         n = nn;
     }
     if (cur == s) {
-        char *c = tdm_arena_strndup(a, s, len);
+        char *c = tok_arena_memdup(a, s, len);
         if (!c)
             return NULL;
         cur = c;

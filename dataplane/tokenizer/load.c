@@ -54,7 +54,7 @@ static const char *dup_str(ctx_t *c, json_t *s, size_t *ret_len)
     size_t n = json_string_length(s);
     if (ret_len)
         *ret_len = n;
-    return tdm_arena_strndup(&c->tok->pool, json_string_value(s), n);
+    return tok_arena_memdup(&c->tok->pool, json_string_value(s), n);
 }
 
 /* Optional boolean: absent or null → def. */
@@ -467,7 +467,7 @@ static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
         TDM_TRY(get_id(c, val, where, &id));
         /* jansson keys are NUL-terminated: tokens containing U+0000 are not representable */
         size_t klen = strlen(key);
-        const char *k = tdm_arena_strndup(&tok->pool, key, klen);
+        const char *k = tok_arena_memdup(&tok->pool, key, klen);
         tok_smap_put(&tok->vocab, k, klen, id);
     }
 
@@ -718,7 +718,7 @@ static tdm_status_t parse_root(ctx_t *c, json_t *root)
             tdm_arena_free(&scratch);
             return bad(c, TDM_ERR_OVERFLOW, "added_tokens[%zu]: normalization too large", i);
         }
-        t->norm = tdm_arena_strndup(&tok->pool, ns, nl);
+        t->norm = tok_arena_memdup(&tok->pool, ns, nl);
         t->norm_len = nl;
     }
     tdm_arena_free(&scratch);

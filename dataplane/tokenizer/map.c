@@ -169,3 +169,23 @@ void tok_buf_free(tok_buf_t *b)
     tdm_free(b->p);
     memset(b, 0, sizeof(*b));
 }
+
+char *tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n)
+{
+    char *d = tdm_arena_alloc(a, n + 1);
+    if (!d)
+        return NULL;
+    if (n)
+        memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *tok_memdup(const void *s, size_t n)
+{
+    char *d = tdm_malloc(n + 1);
+    if (n)
+        memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}

@@ -38,6 +38,9 @@ typedef struct tok_buf {
 } tok_buf_t;
 
 void tok_buf_put(tok_buf_t *b, const void *s, size_t n);
+/* Copies of n bytes that may contain NUL (tdm_*strndup stop at one), NUL-terminated. */
+char *tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n);
+char *tok_memdup(const void *s, size_t n);
 void tok_buf_free(tok_buf_t *b);
 
 /* ---- maps (map.c) ---- */
