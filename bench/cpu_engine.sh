@@ -1,0 +1,67 @@
+#!/bin/sh
+# cpu_engine.sh BUILDDIR SRCDIR [OUT] — CPU engine throughput on a fixture model and on random
+# Llama-shaped checkpoints (generated under $TDM_BENCH_TMP, default /tmp, never committed), each
+# beside the memcpy-bandwidth limit measured in the same process; writes OUT (default
+# SRCDIR/bench/results/cpu_engine.json) with the git sha. Use a build without sanitizers
+# (configure without --enable-sanitizers) for numbers worth committing.
+# Env: TDM_BENCH_PRESETS="small large", TDM_BENCH_STEPS (32), TDM_BENCH_BATCH (8),
+#      TDM_BENCH_PROMPT (128), TDM_CPU_THREADS (engine threads; default all CPUs).
+set -eu
+BUILD=${1:?usage: cpu_engine.sh BUILDDIR SRCDIR [OUT]}
+SRC=${2:?usage: cpu_engine.sh BUILDDIR SRCDIR [OUT]}
+OUT=${3:-$SRC/bench/results/cpu_engine.json}
+TMPD=${TDM_BENCH_TMP:-/tmp}
+PRESETS=${TDM_BENCH_PRESETS:-small large}
+STEPS=${TDM_BENCH_STEPS:-32}
+BATCH=${TDM_BENCH_BATCH:-8}
+PROMPT=${TDM_BENCH_PROMPT:-128}
+BIN="$BUILD/bench/cpu_engine"
+
+runs=$(mktemp)
+trap 'rm -f "$runs"' EXIT
+echo "cpu_engine: fixture tiny-llama-gqa" >&2
+"$BIN" --model "$SRC/tests/fixtures/models/tiny-llama-gqa" --name fixture-tiny-llama-gqa \
+    --prompt-len "$PROMPT" --steps "$STEPS" --batch "$BATCH" >>"$runs"
+for p in $PRESETS; do
+    dir="$TMPD/tdm-bench-random-$p"
+    if [ ! -f "$dir/model.safetensors" ]; then
+        python3 "$SRC/bench/gen_random_model.py" "$dir" --preset "$p" >&2
+    fi
+    echo "cpu_engine: random-$p" >&2
+    "$BIN" --model "$dir" --name "random-llama-$p" --prompt-len "$PROMPT" --steps "$STEPS" \
+        --batch "$BATCH" >>"$runs"
+done
+
+sha=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$SRC" status --porcelain -- bench dataplane kernels 2>/dev/null | head -1)
+san=no
+grep -q -- '-fsanitize' "$BUILD/Makefile" 2>/dev/null && san=yes
+cflags=$(sed -n 's/^CFLAGS = //p' "$BUILD/Makefile" | head -1)
+python3 - "$runs" "$OUT" "$sha" "$san" "$cflags" "${dirty:+dirty}" <<'PY'
+import json, os, platform, sys, time
+runs, out, sha, san, cflags, dirty = sys.argv[1:7]
+cpu = "unknown"
+try:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+except OSError:
+    pass
+doc = {
+    "bench": "cpu_engine",
+    "git_sha": sha,
+    "git_dirty": bool(dirty),
+    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "host": {"cpu": cpu, "online_cpus": os.cpu_count(), "machine": platform.machine()},
+    "build": {"cflags": cflags, "sanitizers": san == "yes"},
+    "anchor": "memcpy bandwidth measured in the same process with the engine's thread count; "
+              "decode_limit_tok_s_bs1 = bandwidth / weight_bytes",
+    "models": [json.loads(l) for l in open(runs) if l.strip()],
+}
+os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+with open(out, "w") as f:
+    json.dump(doc, f, indent=2)
+    f.write("\n")
+print(out)
+PY

@@ -1,0 +1,55 @@
+/*
+ * main.c — tandem-worker's entry point: resolve the worker's tunables (CLI > env > config files >
+ * defaults, include/tdm/config.h) and hand over to a mode. Today the one mode is the one-shot CLI
+ * of DESIGN §10f (--prompt / --prompt-ids); the serving runtime (HTTP, scheduler, transfer) will
+ * be a second branch here. Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <tdm/config.h>
+#include <tdm/log.h>
+#include <tdm/mem.h>
+
+#include "oneshot.h"
+
+int main(int argc, char **argv)
+{
+    char err[512] = "";
+    tdm_worker_config_t cfg;
+    tdm_params_t *params = NULL;
+    int rc = 2, w_argc = 0, r_argc = 0;
+    char **w_argv = tdm_calloc((size_t)argc + 1, sizeof(char *));
+    char **r_argv = tdm_calloc((size_t)argc + 1, sizeof(char *));
+
+    tdm_log_init("tandem-worker");
+    tdm_oneshot_split_argv(argc, argv, &w_argc, w_argv, &r_argc, r_argv);
+    if (tdm_params_init(&tdm_worker_config_table, &cfg, &params, err, sizeof(err)) != TDM_OK ||
+        tdm_params_load(params, w_argc, w_argv, NULL, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "tandem-worker: %s\n", err);
+        goto out;
+    }
+    if (tdm_params_want_help(params)) {
+        tdm_params_usage(&tdm_worker_config_table, stdout);
+        tdm_oneshot_usage(stdout);
+        rc = 0;
+        goto out;
+    }
+    if (tdm_params_want_print_config(params)) {
+        rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
+        goto out;
+    }
+    if (tdm_oneshot_wanted(&cfg) || r_argc > 1) {
+        rc = tdm_oneshot_main(&cfg, r_argc, r_argv);
+        goto out;
+    }
+    fprintf(stderr, "tandem-worker: serving mode is not part of this build yet; "
+                    "run one prompt with --prompt TEXT or --prompt-ids 1,2,3 (see --help)\n");
+out:
+    tdm_params_free(params);
+    tdm_free(w_argv);
+    tdm_free(r_argv);
+    return rc;
+}
