@@ -1,6 +1,5 @@
 /*
- * dtype.c — element formats of checkpoint tensors: the safetensors dtype table and the exact
- * bf16/f16 <-> f32 conversions every weight read goes through.
+ * dtype.c — the exact bf16/f16 <-> f32 conversions every weight read goes through.
  *
  * Widening (bf16/f16 -> f32) is exact for every input, including subnormals, infinities and NaN
  * payloads. Narrowing (f32 -> bf16/f16) rounds to nearest, ties to even, overflows to infinity,
@@ -12,76 +11,6 @@
 #include <string.h>
 
 #include "model_int.h"
-
-static const struct {
-    const char *name;
-    size_t size;
-} st_dtypes[] = {
-    [TDM_ST_BOOL] = {"BOOL", 1},       [TDM_ST_U8] = {"U8", 1},
-    [TDM_ST_I8] = {"I8", 1},           [TDM_ST_F8_E5M2] = {"F8_E5M2", 1},
-    [TDM_ST_F8_E4M3] = {"F8_E4M3", 1}, [TDM_ST_I16] = {"I16", 2},
-    [TDM_ST_U16] = {"U16", 2},         [TDM_ST_F16] = {"F16", 2},
-    [TDM_ST_BF16] = {"BF16", 2},       [TDM_ST_I32] = {"I32", 4},
-    [TDM_ST_U32] = {"U32", 4},         [TDM_ST_F32] = {"F32", 4},
-    [TDM_ST_F64] = {"F64", 8},         [TDM_ST_I64] = {"I64", 8},
-    [TDM_ST_U64] = {"U64", 8},
-};
-_Static_assert(sizeof(st_dtypes) / sizeof(st_dtypes[0]) == TDM_ST_DTYPE_MAX,
-               "safetensors dtype table covers every tdm_st_dtype_t");
-
-const char *tdm_st_dtype_name(tdm_st_dtype_t dt)
-{
-    return (unsigned)dt < TDM_ST_DTYPE_MAX ? st_dtypes[dt].name : "?";
-}
-
-size_t tdm_st_dtype_size(tdm_st_dtype_t dt)
-{
-    return (unsigned)dt < TDM_ST_DTYPE_MAX ? st_dtypes[dt].size : 0;
-}
-
-tdm_status_t tdm_st_dtype_to_engine(tdm_st_dtype_t dt, tdm_dtype_t *ret_dt)
-{
-    switch (dt) {
-    case TDM_ST_F32:
-        *ret_dt = TDM_DTYPE_F32;
-        return TDM_OK;
-    case TDM_ST_F16:
-        *ret_dt = TDM_DTYPE_F16;
-        return TDM_OK;
-    case TDM_ST_BF16:
-        *ret_dt = TDM_DTYPE_BF16;
-        return TDM_OK;
-    default:
-        return TDM_ERR_UNSUPPORTED;
-    }
-}
-
-size_t tdm_model_dtype_size(tdm_dtype_t dt)
-{
-    switch (dt) {
-    case TDM_DTYPE_F32:
-        return 4;
-    case TDM_DTYPE_F16:
-    case TDM_DTYPE_BF16:
-        return 2;
-    default:
-        return 0;
-    }
-}
-
-const char *tdm_model_dtype_name(tdm_dtype_t dt)
-{
-    switch (dt) {
-    case TDM_DTYPE_F32:
-        return "F32";
-    case TDM_DTYPE_F16:
-        return "F16";
-    case TDM_DTYPE_BF16:
-        return "BF16";
-    default:
-        return "?";
-    }
-}
 
 static inline uint32_t f32_bits(float f)
 {
@@ -159,7 +88,7 @@ uint16_t tdm_f32_to_f16(float f)
 void tdm_tensor_row_to_f32(const tdm_tensor_t *t, uint32_t row, float *out)
 {
     const uint8_t *base = t->data;
-    size_t esz = tdm_model_dtype_size(t->dtype);
+    size_t esz = tdm_dtype_size(t->dtype);
     const uint8_t *p = base + (size_t)row * t->row_stride * esz;
     switch (t->dtype) {
     case TDM_DTYPE_F32:

@@ -44,6 +44,6 @@ tests_fuzz_replay_safetensors_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/datapl
 tests_fuzz_replay_safetensors_LDADD = $(MODEL_LIBS)
 FUZZ_BINS += fuzz/fuzz-safetensors
 fuzz/fuzz-safetensors: $(top_srcdir)/tests/fuzz/fuzz-safetensors.c \
-		$(top_srcdir)/dataplane/model/safetensors.c $(top_srcdir)/dataplane/model/dtype.c \
+		$(top_srcdir)/dataplane/model/safetensors.c \
 		$(top_srcdir)/common/mem.c $(top_srcdir)/common/log.c $(top_srcdir)/common/status.c
 	$(TDM_FUZZ_LINK) -I$(top_srcdir)/dataplane/model $^ $(JANSSON_LIBS) -lm

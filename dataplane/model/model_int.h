@@ -68,9 +68,6 @@ const char *tdm_st_dtype_name(tdm_st_dtype_t dt);
 size_t tdm_st_dtype_size(tdm_st_dtype_t dt);
 /* BF16/F16/F32 → the engine dtype; TDM_ERR_UNSUPPORTED for the others. */
 tdm_status_t tdm_st_dtype_to_engine(tdm_st_dtype_t dt, tdm_dtype_t *ret_dt);
-/* Element size of the engine dtypes the loader produces (F32/F16/BF16), 0 otherwise. */
-size_t tdm_model_dtype_size(tdm_dtype_t dt);
-const char *tdm_model_dtype_name(tdm_dtype_t dt);
 
 /* Parse a whole safetensors file image `buf[0..len)`: 8-byte little-endian header length, JSON
  * header, data section. Validates every entry (dtype, shape, data_offsets within the data section,

@@ -23,6 +23,49 @@
 
 #include "model_int.h"
 
+static const struct {
+    const char *name;
+    size_t size;
+} st_dtypes[] = {
+    [TDM_ST_BOOL] = {"BOOL", 1},       [TDM_ST_U8] = {"U8", 1},
+    [TDM_ST_I8] = {"I8", 1},           [TDM_ST_F8_E5M2] = {"F8_E5M2", 1},
+    [TDM_ST_F8_E4M3] = {"F8_E4M3", 1}, [TDM_ST_I16] = {"I16", 2},
+    [TDM_ST_U16] = {"U16", 2},         [TDM_ST_F16] = {"F16", 2},
+    [TDM_ST_BF16] = {"BF16", 2},       [TDM_ST_I32] = {"I32", 4},
+    [TDM_ST_U32] = {"U32", 4},         [TDM_ST_F32] = {"F32", 4},
+    [TDM_ST_F64] = {"F64", 8},         [TDM_ST_I64] = {"I64", 8},
+    [TDM_ST_U64] = {"U64", 8},
+};
+_Static_assert(sizeof(st_dtypes) / sizeof(st_dtypes[0]) == TDM_ST_DTYPE_MAX,
+               "safetensors dtype table covers every tdm_st_dtype_t");
+
+const char *tdm_st_dtype_name(tdm_st_dtype_t dt)
+{
+    return (unsigned)dt < TDM_ST_DTYPE_MAX ? st_dtypes[dt].name : "?";
+}
+
+size_t tdm_st_dtype_size(tdm_st_dtype_t dt)
+{
+    return (unsigned)dt < TDM_ST_DTYPE_MAX ? st_dtypes[dt].size : 0;
+}
+
+tdm_status_t tdm_st_dtype_to_engine(tdm_st_dtype_t dt, tdm_dtype_t *ret_dt)
+{
+    switch (dt) {
+    case TDM_ST_F32:
+        *ret_dt = TDM_DTYPE_F32;
+        return TDM_OK;
+    case TDM_ST_F16:
+        *ret_dt = TDM_DTYPE_F16;
+        return TDM_OK;
+    case TDM_ST_BF16:
+        *ret_dt = TDM_DTYPE_BF16;
+        return TDM_OK;
+    default:
+        return TDM_ERR_UNSUPPORTED;
+    }
+}
+
 void tdm_st_tensors_free(tdm_st_tensor_t *t, size_t n)
 {
     if (!t)

@@ -21,7 +21,7 @@ static tdm_tensor_t rows_slice(const tdm_tensor_t *t, uint32_t r0, uint32_t n)
     tdm_tensor_t s = *t;
     if (!t->data)
         return s;
-    size_t esz = tdm_model_dtype_size(t->dtype);
+    size_t esz = tdm_dtype_size(t->dtype);
     s.data = (const uint8_t *)t->data + (size_t)r0 * t->row_stride * esz;
     s.rows = n;
     return s;
@@ -33,7 +33,7 @@ static tdm_tensor_t cols_slice(const tdm_tensor_t *t, uint32_t c0, uint32_t n)
     tdm_tensor_t s = *t;
     if (!t->data)
         return s;
-    size_t esz = tdm_model_dtype_size(t->dtype);
+    size_t esz = tdm_dtype_size(t->dtype);
     s.data = (const uint8_t *)t->data + (size_t)c0 * esz;
     s.cols = n;
     return s;
@@ -43,7 +43,7 @@ static uint64_t bytes_of(const tdm_tensor_t *t)
 {
     if (!t->data)
         return 0;
-    return (uint64_t)t->rows * t->cols * tdm_model_dtype_size(t->dtype);
+    return (uint64_t)t->rows * t->cols * tdm_dtype_size(t->dtype);
 }
 
 tdm_status_t tdm_model_view_init(const tdm_model_t *m, uint32_t tp_size, uint32_t tp_rank,

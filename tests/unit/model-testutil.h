@@ -87,6 +87,20 @@ static inline tu_tensor_t *tu_get(tu_ckpt_t *c, const char *name)
     return NULL;
 }
 
+/* Regenerate tensor `name` in place (same index, so the same values) with another dtype/shape. */
+static inline void tu_replace(tu_ckpt_t *c, const char *name, const char *dtype, uint32_t ndim,
+                              uint64_t d0, uint64_t d1)
+{
+    tu_tensor_t *t = tu_get(c, name);
+    if (!t)
+        abort();
+    size_t n = c->n;
+    free(t->data);
+    c->n = (size_t)(t - c->t); /* tu_add fills slot c->n and derives values from it */
+    tu_add(c, name, dtype, ndim, d0, d1);
+    c->n = n;
+}
+
 static inline void tu_remove(tu_ckpt_t *c, const char *name)
 {
     tu_tensor_t *t = tu_get(c, name);

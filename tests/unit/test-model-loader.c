@@ -170,20 +170,8 @@ static void qwen_sharded(void)
     /* mixed dtypes: norms stored as F32 */
     const char *norms[] = {"model.norm.weight", "model.layers.0.input_layernorm.weight",
                            "model.layers.1.post_attention_layernorm.weight"};
-    for (size_t i = 0; i < 3; i++) {
-        tu_tensor_t *t = tu_get(&c, norms[i]);
-        size_t k = index_of(&c, norms[i]);
-        free(t->data);
-        tu_tensor_t *tmp = tu_add(&c, "tmp", "F32", 1, t->shape[0], 0);
-        c.n--; /* reuse the generated F32 data but keep values of tensor k */
-        for (uint64_t j = 0; j < t->shape[0]; j++) {
-            float v = tu_value(k, 0, j);
-            memcpy(tmp->data + 4 * j, &v, 4);
-        }
-        snprintf(t->dtype, sizeof(t->dtype), "F32");
-        t->data = tmp->data;
-        t->nbytes = tmp->nbytes;
-    }
+    for (size_t i = 0; i < 3; i++)
+        tu_replace(&c, norms[i], "F32", 1, 16, 0);
     const char *d = write_case(cfg, &c, 3);
     tdm_model_t *m = NULL;
     char err[512] = "";
@@ -268,11 +256,7 @@ static void corrupt(void)
     tu_free(&c);
 
     tu_fill(&c, cfg, "BF16");
-    tu_tensor_t *t = tu_get(&c, "model.layers.0.self_attn.k_proj.weight");
-    free(t->data);
-    *t = *tu_add(&c, "x", "BF16", 2, 12, 16);
-    snprintf(t->name, sizeof(t->name), "model.layers.0.self_attn.k_proj.weight");
-    c.n--;
+    tu_replace(&c, "model.layers.0.self_attn.k_proj.weight", "BF16", 2, 12, 16);
     expect_load_err(write_case(cfg, &c, 0), TDM_ERR_FORMAT,
                     "tensor model.layers.0.self_attn.k_proj.weight: shape [12, 16], expected "
                     "[8, 16] from config.json",
@@ -280,22 +264,14 @@ static void corrupt(void)
     tu_free(&c);
 
     tu_fill(&c, cfg, "BF16");
-    t = tu_get(&c, "model.norm.weight");
-    free(t->data);
-    *t = *tu_add(&c, "x", "BF16", 2, 1, 16);
-    snprintf(t->name, sizeof(t->name), "model.norm.weight");
-    c.n--;
+    tu_replace(&c, "model.norm.weight", "BF16", 2, 1, 16);
     expect_load_err(write_case(cfg, &c, 0), TDM_ERR_FORMAT,
                     "tensor model.norm.weight: shape [1, 16], expected [16]",
                     "2-D where 1-D expected");
     tu_free(&c);
 
     tu_fill(&c, cfg, "BF16");
-    t = tu_get(&c, "model.layers.1.mlp.down_proj.weight");
-    free(t->data);
-    *t = *tu_add(&c, "x", "I32", 2, 16, 24);
-    snprintf(t->name, sizeof(t->name), "model.layers.1.mlp.down_proj.weight");
-    c.n--;
+    tu_replace(&c, "model.layers.1.mlp.down_proj.weight", "I32", 2, 16, 24);
     expect_load_err(write_case(cfg, &c, 0), TDM_ERR_UNSUPPORTED,
                     "tensor model.layers.1.mlp.down_proj.weight: dtype I32, expected BF16, F16 or "
                     "F32",
