@@ -1,1 +1,55 @@
-# controlplane/ — (empty until its module lands)
+# controlplane/ — tandemd (h2o loop, DB threads, ingest, ring, spool, auth, REST) and tandemctl.
+bin_PROGRAMS += tandemd tandemctl
+
+# The control plane's objects, shared by tandemd and the unit tests.
+noinst_LIBRARIES += libtdmcp.a
+libtdmcp_a_SOURCES = \
+	controlplane/buf.c \
+	controlplane/ring.c \
+	controlplane/batch.c \
+	controlplane/spool.c \
+	controlplane/migrate.c \
+	controlplane/db.c \
+	controlplane/auth.c \
+	controlplane/server.c \
+	controlplane/ingest.c \
+	controlplane/api.c
+nodist_libtdmcp_a_SOURCES = sql/migrations.c
+libtdmcp_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS) $(SYSTEMD_CFLAGS)
+noinst_HEADERS += \
+	controlplane/buf.h \
+	controlplane/ring.h \
+	controlplane/batch.h \
+	controlplane/spool.h \
+	controlplane/migrate.h \
+	controlplane/db.h \
+	controlplane/auth.h \
+	controlplane/server.h
+# libcrypto: SHA-256 of API tokens (h2o links it already).
+TDM_CP_LIBS = libtdmcp.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) -lcrypto $(COMMON_LIBS)
+
+tandemd_SOURCES = controlplane/tandemd.c
+tandemd_CPPFLAGS = $(libtdmcp_a_CPPFLAGS)
+tandemd_LDADD = $(TDM_CP_LIBS)
+
+tandemctl_SOURCES = controlplane/tandemctl.c
+tandemctl_CPPFLAGS = $(AM_CPPFLAGS) $(CURL_CFLAGS)
+tandemctl_LDADD = $(CURL_LIBS) $(COMMON_LIBS)
+
+# Unit tests (pure logic: ring, batch blob, spool file format, auth, COPY escaping).
+CP_UNIT_TESTS = \
+	tests/unit/test-cp-ring \
+	tests/unit/test-cp-spool \
+	tests/unit/test-cp-auth
+check_PROGRAMS += $(CP_UNIT_TESTS)
+TESTS += $(CP_UNIT_TESTS)
+tests_unit_test_cp_ring_SOURCES = tests/unit/test-cp-ring.c
+tests_unit_test_cp_ring_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
+tests_unit_test_cp_ring_LDADD = $(TDM_CP_LIBS)
+tests_unit_test_cp_spool_SOURCES = tests/unit/test-cp-spool.c
+tests_unit_test_cp_spool_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
+tests_unit_test_cp_spool_LDADD = $(TDM_CP_LIBS)
+tests_unit_test_cp_auth_SOURCES = tests/unit/test-cp-auth.c
+tests_unit_test_cp_auth_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
+tests_unit_test_cp_auth_LDADD = $(TDM_CP_LIBS)
+

@@ -1,0 +1,737 @@
+/*
+ * api.c — the route table and the REST handlers of /api/v1, /health and /metrics.
+ *
+ * Reads of database state build their JSON inside PostgreSQL (json_agg) so the query thread only
+ * moves one text value; ids and hashes are rendered as 16-digit lowercase hex there. Reads of live
+ * state (/api/v1/ranks, /health, /metrics) come from memory and never wait on the database.
+ * Operator actions (token create/revoke) write their audit row in the same statement as the change;
+ * a failed action gets its own audit row with outcome "failed".
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "controlplane/server.h"
+
+#define HEX(col) "lpad(to_hex(" col "), 16, '0')"
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static json_t *body_object(h2o_req_t *req)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(req->entity.base ? req->entity.base : "", req->entity.len, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        if (root)
+            tdm_cp_send_error(req, 400, "invalid_json", "invalid_request_error",
+                              "the body must be a JSON object");
+        else
+            tdm_cp_send_error(req, 400, "invalid_json", "invalid_request_error",
+                              "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                              jerr.text);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* A required/optional string field; sends 400 and returns -1 when wrong. */
+static int field_str(h2o_req_t *req, json_t *o, const char *key, int required, size_t max,
+                     const char **out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (required) {
+            tdm_cp_send_error(req, 400, "missing_field", "invalid_request_error", "missing \"%s\"",
+                              key);
+            return -1;
+        }
+        *out = NULL;
+        return 0;
+    }
+    const char *s = json_string_value(v);
+    if (!s || strlen(s) > max || (required && !*s)) {
+        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
+                          "\"%s\" must be a%s string of at most %zu bytes", key,
+                          required ? " non-empty" : "", max);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+static int field_int(h2o_req_t *req, json_t *o, const char *key, int required, long long min,
+                     long long max, long long *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (required) {
+            tdm_cp_send_error(req, 400, "missing_field", "invalid_request_error", "missing \"%s\"",
+                              key);
+            return -1;
+        }
+        *out = min;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
+                          "\"%s\" must be an integer in %lld..%lld", key, min, max);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* Parse a non-negative decimal query parameter; -1 (after a 400) when malformed. */
+static int query_uint(h2o_req_t *req, const char *key, unsigned long long max,
+                      unsigned long long def, unsigned long long *out)
+{
+    char buf[32];
+    *out = def;
+    if (!tdm_cp_query_get(req, key, buf, sizeof(buf)))
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (!buf[0] || *end || buf[0] == '-' || v > max) {
+        tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
+                          "query parameter %s must be an integer in 0..%llu", key, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void param_u64(tdm_cp_job_t *job, unsigned long long v)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%llu", v);
+    tdm_cp_job_param(job, b);
+}
+
+static int name_ok(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '_' || s[i] == '.'))
+            return 0;
+    return 1;
+}
+
+static void audit_free(tdm_cp_job_t *job)
+{
+    tdm_cp_job_free(job);
+}
+
+static const char sql_audit_failed[] =
+    "INSERT INTO actions (ts_us, actor, action, target, params, outcome, detail, finished_us) "
+    "VALUES ($1::bigint, $2, $3, $4, NULL, 'failed', $5, $1::bigint)";
+
+static void audit_failure(tdm_cp_server_t *s, const char *actor, const char *action,
+                          const char *target, const char *detail)
+{
+    tdm_cp_job_t *job = tdm_cp_job_new(sql_audit_failed, audit_free, NULL);
+    param_u64(job, tdm_time_wall_us());
+    tdm_cp_job_param(job, actor);
+    tdm_cp_job_param(job, action);
+    tdm_cp_job_param(job, target);
+    tdm_cp_job_param(job, detail);
+    job->wait = 1; /* the audit log must not lose it to a short outage */
+    tdm_cp_db_query(s->db, job);
+}
+
+/* ---- /health, /metrics ---------------------------------------------------------------------- */
+
+static void h_health(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                     const tdm_cp_token_t *who)
+{
+    (void)a;
+    (void)who;
+    const tdm_cp_db_stats_t *ds = tdm_cp_db_stats(s->db);
+    char body[256];
+    int n = snprintf(body, sizeof(body),
+                     "{\"status\":\"ok\",\"ready\":%s,\"db\":\"%s\",\"uptime_s\":%llu}",
+                     s->ready ? "true" : "false", atomic_load(&ds->up) ? "up" : "down",
+                     (unsigned long long)((tdm_time_wall_us() - s->started_us) / 1000000u));
+    tdm_cp_send_json(req, 200, body, (size_t)n);
+}
+
+static void h_metrics(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                      const tdm_cp_token_t *who)
+{
+    (void)a;
+    (void)who;
+    const tdm_cp_db_stats_t *ds = tdm_cp_db_stats(s->db);
+    uint64_t oldest = atomic_load(&ds->oldest_pending_mono_us);
+    uint64_t now = tdm_time_mono_us();
+    double lag = oldest && now > oldest ? (double)(now - oldest) / 1e6 : 0.0;
+    tdm_cp_buf_t b = TDM_CP_BUF_INIT;
+#define G(name, help, fmt, val)                                                                    \
+    tdm_cp_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n",   \
+                      val)
+#define C(name, help, fmt, val)                                                                    \
+    tdm_cp_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " counter\n" name " " fmt "\n", \
+                      val)
+    G("tandem_db_up", "1 when both database connections are usable.", "%d", atomic_load(&ds->up));
+    G("tandem_ingest_lag_seconds", "Age of the oldest telemetry batch not yet in the database.",
+      "%.3f", lag);
+    G("tandem_ingest_buffer_batches", "Telemetry batches waiting in memory.", "%llu",
+      (unsigned long long)atomic_load(&ds->mem_batches));
+    G("tandem_ingest_buffer_bytes", "Bytes of telemetry batches waiting in memory.", "%llu",
+      (unsigned long long)atomic_load(&ds->mem_bytes));
+    G("tandem_ingest_spool_batches", "Telemetry batches in the on-disk spool.", "%llu",
+      (unsigned long long)atomic_load(&ds->spool_records));
+    G("tandem_ingest_spool_bytes", "Bytes in the on-disk spool.", "%llu",
+      (unsigned long long)atomic_load(&ds->spool_bytes));
+    G("tandem_alerts_open", "Open alerts (refreshed every second).", "%llu",
+      (unsigned long long)atomic_load(&ds->open_alerts));
+    G("tandem_ring_ranks", "Ranks with an in-memory sample ring.", "%zu", s->rings.n);
+    tdm_cp_buf_printf(&b,
+                      "# HELP tandem_ingest_batches_total Telemetry batches by outcome.\n"
+                      "# TYPE tandem_ingest_batches_total counter\n"
+                      "tandem_ingest_batches_total{outcome=\"committed\"} %llu\n"
+                      "tandem_ingest_batches_total{outcome=\"duplicate\"} %llu\n"
+                      "tandem_ingest_batches_total{outcome=\"spooled\"} %llu\n"
+                      "tandem_ingest_batches_total{outcome=\"rejected\"} %llu\n",
+                      (unsigned long long)atomic_load(&ds->batches_committed),
+                      (unsigned long long)atomic_load(&ds->batches_duplicate),
+                      (unsigned long long)atomic_load(&ds->batches_spooled),
+                      (unsigned long long)s->ingest_rejected);
+    tdm_cp_buf_printf(&b,
+                      "# HELP tandem_ingest_rows_total Rows committed by table.\n"
+                      "# TYPE tandem_ingest_rows_total counter\n"
+                      "tandem_ingest_rows_total{table=\"samples\"} %llu\n"
+                      "tandem_ingest_rows_total{table=\"transfer_events\"} %llu\n"
+                      "tandem_ingest_rows_total{table=\"events\"} %llu\n",
+                      (unsigned long long)atomic_load(&ds->rows_samples),
+                      (unsigned long long)atomic_load(&ds->rows_tevents),
+                      (unsigned long long)atomic_load(&ds->rows_events));
+    C("tandem_telemetry_samples_received_total", "Samples received (all kept in the ring).", "%llu",
+      (unsigned long long)s->samples_received);
+    C("tandem_telemetry_events_received_total", "Events received.", "%llu",
+      (unsigned long long)s->events_received);
+    C("tandem_db_reconnects_total", "Database connections lost.", "%llu",
+      (unsigned long long)atomic_load(&ds->reconnects));
+    C("tandem_http_requests_total", "HTTP requests handled.", "%llu",
+      (unsigned long long)s->http_requests);
+    C("tandem_http_errors_total", "HTTP requests answered with an error by the dispatcher.", "%llu",
+      (unsigned long long)s->http_errors);
+#undef G
+#undef C
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/plain; version=0.0.4"));
+    h2o_send_inline(req, b.data, b.len);
+    tdm_cp_buf_free(&b);
+}
+
+/* ---- workers -------------------------------------------------------------------------------- */
+
+static const char sql_register[] =
+    "WITH g AS (INSERT INTO groups (name, mode, model, tp_size, created_us, updated_us) "
+    "  VALUES ($1, $2, $3, $4::integer, $11::bigint, $11::bigint) ON CONFLICT (name) DO UPDATE "
+    "  SET mode = EXCLUDED.mode, model = EXCLUDED.model, tp_size = EXCLUDED.tp_size, "
+    "  updated_us = EXCLUDED.updated_us RETURNING name) "
+    "INSERT INTO workers (instance_id, rank, group_name, worker, admin_url, host, pid, "
+    "  registered_us, last_seen_us) "
+    "SELECT $5, $6::integer, g.name, $7, $8, $9, $10::integer, $11::bigint, $11::bigint FROM g "
+    "ON CONFLICT (instance_id, rank) DO UPDATE SET group_name = EXCLUDED.group_name, "
+    "  worker = EXCLUDED.worker, admin_url = EXCLUDED.admin_url, host = EXCLUDED.host, "
+    "  pid = EXCLUDED.pid, registered_us = EXCLUDED.registered_us, "
+    "  last_seen_us = EXCLUDED.last_seen_us "
+    "RETURNING json_build_object('instance_id', instance_id, 'rank', rank, 'group', group_name, "
+    "  'worker', worker, 'registered_us', registered_us)::text";
+
+static void h_register(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                       const tdm_cp_token_t *who)
+{
+    (void)a;
+    json_t *o = body_object(req);
+    if (!o)
+        return;
+    const char *group, *mode, *model, *inst, *worker, *admin_url, *host;
+    long long tp, rank, pid;
+    if (field_str(req, o, "group", 1, TDM_CP_NAME_MAX - 1, &group) ||
+        field_str(req, o, "role", 1, 16, &mode) || field_str(req, o, "model", 0, 256, &model) ||
+        field_str(req, o, "instance_id", 1, TDM_CP_NAME_MAX - 1, &inst) ||
+        field_str(req, o, "worker", 1, TDM_CP_NAME_MAX - 1, &worker) ||
+        field_str(req, o, "admin_url", 0, 512, &admin_url) ||
+        field_str(req, o, "host", 0, 256, &host) || field_int(req, o, "tp_size", 0, 1, 1024, &tp) ||
+        field_int(req, o, "rank", 1, 0, 1023, &rank) ||
+        field_int(req, o, "pid", 0, 0, INT32_MAX, &pid))
+        goto out;
+    if (strcmp(mode, "prefill") != 0 && strcmp(mode, "decode") != 0 && strcmp(mode, "null") != 0) {
+        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
+                          "\"role\" must be prefill, decode or null");
+        goto out;
+    }
+    if (rank >= tp) {
+        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
+                          "\"rank\" %lld is not below tp_size %lld", rank, tp);
+        goto out;
+    }
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_register, tdm_cp_job_reply_json, who);
+    tdm_cp_job_param(job, group);
+    tdm_cp_job_param(job, mode);
+    tdm_cp_job_param(job, model ? model : "");
+    param_u64(job, (unsigned long long)tp);
+    tdm_cp_job_param(job, inst);
+    param_u64(job, (unsigned long long)rank);
+    tdm_cp_job_param(job, worker);
+    tdm_cp_job_param(job, admin_url ? admin_url : "");
+    tdm_cp_job_param(job, host ? host : "");
+    if (json_object_get(o, "pid"))
+        param_u64(job, (unsigned long long)pid);
+    else
+        tdm_cp_job_param(job, NULL);
+    param_u64(job, tdm_time_wall_us());
+    tdm_cp_db_query(s->db, job);
+out:
+    json_decref(o);
+}
+
+static const char sql_heartbeat[] =
+    "UPDATE workers SET last_seen_us = $3::bigint WHERE instance_id = $1 AND rank = $2::integer "
+    "RETURNING json_build_object('instance_id', instance_id, 'rank', rank, 'last_seen_us', "
+    "  last_seen_us)::text";
+
+static void h_heartbeat(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                        const tdm_cp_token_t *who)
+{
+    (void)a;
+    json_t *o = body_object(req);
+    if (!o)
+        return;
+    const char *inst;
+    long long rank;
+    if (field_str(req, o, "instance_id", 1, TDM_CP_NAME_MAX - 1, &inst) ||
+        field_int(req, o, "rank", 1, 0, 1023, &rank))
+        goto out;
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_heartbeat, tdm_cp_job_reply_json, who);
+    tdm_cp_job_param(job, inst);
+    param_u64(job, (unsigned long long)rank);
+    param_u64(job, tdm_time_wall_us());
+    tdm_cp_db_query(s->db, job);
+out:
+    json_decref(o);
+}
+
+/* ---- reads ---------------------------------------------------------------------------------- */
+
+static const char sql_groups[] =
+    "SELECT json_build_object('groups', coalesce(json_agg(json_build_object("
+    "  'name', g.name, 'mode', g.mode, 'model', g.model, 'tp_size', g.tp_size, "
+    "  'created_us', g.created_us, 'updated_us', g.updated_us, 'workers', "
+    "  (SELECT coalesce(json_agg(json_build_object('instance_id', w.instance_id, 'rank', w.rank, "
+    "     'worker', w.worker, 'admin_url', w.admin_url, 'host', w.host, 'pid', w.pid, "
+    "     'registered_us', w.registered_us, 'last_seen_us', w.last_seen_us) "
+    "     ORDER BY w.instance_id, w.rank), '[]') FROM workers w WHERE w.group_name = g.name)) "
+    "  ORDER BY g.name), '[]'))::text FROM groups g";
+
+static void h_groups(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                     const tdm_cp_token_t *who)
+{
+    (void)a;
+    tdm_cp_db_query(s->db, tdm_cp_server_job(s, req, sql_groups, tdm_cp_job_reply_json, who));
+}
+
+static void sample_json(tdm_cp_buf_t *b, const tdm_cp_sample_t *x)
+{
+    tdm_cp_buf_printf(b, "{\"ts_us\":%" PRId64 ",\"iter\":%" PRIu64 ",\"path\":", x->ts_us,
+                      x->iter);
+    tdm_cp_buf_json_str(b, x->path);
+    tdm_cp_buf_printf(b,
+                      ",\"plan_hash\":\"%016" PRIx64 "\",\"coll_seq\":%" PRIu64
+                      ",\"coll_hash\":\"%016" PRIx64 "\",\"in_coll\":",
+                      x->plan_hash, x->coll_seq, x->coll_hash);
+    if (x->in_coll_valid) {
+        tdm_cp_buf_puts(b, "{\"op\":");
+        tdm_cp_buf_json_str(b, x->in_coll.op);
+        tdm_cp_buf_printf(b, ",\"seq\":%" PRIu64 ",\"since_us\":%" PRId64 "}", x->in_coll.seq,
+                          x->in_coll.since_us);
+    } else {
+        tdm_cp_buf_puts(b, "null");
+    }
+    tdm_cp_buf_printf(b, ",\"bs\":%u,\"waiting\":%u,\"running\":%u}", x->bs, x->waiting,
+                      x->running);
+}
+
+/* Latest sample of every rank, from the ring: live state, no database. */
+static void h_ranks(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                    const tdm_cp_token_t *who)
+{
+    (void)a;
+    (void)who;
+    char group[TDM_CP_NAME_MAX];
+    int want_group = tdm_cp_query_get(req, "group", group, sizeof(group));
+    uint64_t now = tdm_time_mono_us();
+    tdm_cp_buf_t b = TDM_CP_BUF_INIT;
+    tdm_cp_buf_puts(&b, "{\"ranks\":[");
+    int first = 1;
+    for (size_t i = 0; i < s->rings.n; i++) {
+        const tdm_cp_rank_t *rk = s->rings.ranks[i];
+        if (want_group && strcmp(rk->group, group) != 0)
+            continue;
+        tdm_cp_buf_puts(&b, first ? "{\"instance_id\":" : ",{\"instance_id\":");
+        first = 0;
+        tdm_cp_buf_json_str(&b, rk->instance_id);
+        tdm_cp_buf_printf(&b, ",\"rank\":%u,\"group\":", rk->rank);
+        tdm_cp_buf_json_str(&b, rk->group);
+        tdm_cp_buf_puts(&b, ",\"worker\":");
+        tdm_cp_buf_json_str(&b, rk->worker);
+        tdm_cp_buf_puts(&b, ",\"role\":");
+        tdm_cp_buf_json_str(&b, rk->role);
+        tdm_cp_buf_printf(
+            &b, ",\"last_seq\":%" PRIu64 ",\"samples_held\":%zu,\"age_ms\":%" PRIu64 ",\"latest\":",
+            rk->last_seq, rk->count, (now - rk->last_recv_mono_us) / 1000u);
+        const tdm_cp_sample_t *x = tdm_cp_rank_latest(rk);
+        if (x)
+            sample_json(&b, x);
+        else
+            tdm_cp_buf_puts(&b, "null");
+        tdm_cp_buf_puts(&b, "}");
+    }
+    tdm_cp_buf_puts(&b, "]}");
+    tdm_cp_send_json(req, 200, b.data, b.len);
+    tdm_cp_buf_free(&b);
+}
+
+static const char sql_rank_history[] =
+    "SELECT json_build_object('instance_id', $1::text, 'rank', $2::integer, 'samples', "
+    "  coalesce(json_agg(x ORDER BY x.ts_us), '[]'))::text FROM ("
+    "  SELECT ts_us, batch_seq, iter, path, " HEX(
+        "plan_hash") " AS plan_hash, coll_seq, "
+                     "    " HEX(
+                         "coll_hash") " AS coll_hash, in_coll, bs, waiting, running FROM samples "
+                                      "  WHERE instance_id = $1 AND rank = $2::integer AND ts_us "
+                                      ">= $3::bigint "
+                                      "    AND ts_us < $4::bigint ORDER BY ts_us DESC LIMIT "
+                                      "$5::integer) x";
+
+static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                           const tdm_cp_token_t *who)
+{
+    char inst[TDM_CP_NAME_MAX], rank[16];
+    if (a->v[0].len >= sizeof(inst) || a->v[1].len >= sizeof(rank)) {
+        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such rank");
+        return;
+    }
+    memcpy(inst, a->v[0].base, a->v[0].len);
+    inst[a->v[0].len] = '\0';
+    memcpy(rank, a->v[1].base, a->v[1].len);
+    rank[a->v[1].len] = '\0';
+    char *end;
+    unsigned long r = strtoul(rank, &end, 10);
+    if (!rank[0] || *end || r > 1023) {
+        tdm_cp_send_error(req, 400, "invalid_path", "invalid_request_error",
+                          "rank must be an integer in 0..1023");
+        return;
+    }
+    unsigned long long since, until, limit;
+    if (query_uint(req, "since_us", INT64_MAX, 0, &since) ||
+        query_uint(req, "until_us", INT64_MAX, INT64_MAX, &until) ||
+        query_uint(req, "limit", 10000, 1000, &limit))
+        return;
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_rank_history, tdm_cp_job_reply_json, who);
+    tdm_cp_job_param(job, inst);
+    param_u64(job, r);
+    param_u64(job, since);
+    param_u64(job, until);
+    param_u64(job, limit);
+    tdm_cp_db_query(s->db, job);
+}
+
+static const char sql_transfers[] =
+    "SELECT json_build_object('transfers', coalesce(json_agg(t ORDER BY t.first_us), '[]'))::text "
+    "FROM (SELECT " HEX(
+        "room") " AS room, "
+                "    (array_agg(to_state ORDER BY ts_us DESC, idx DESC))[1] AS state, "
+                "    (array_agg(group_name ORDER BY ts_us DESC))[1] AS \"group\", "
+                "    min(ts_us) AS first_us, max(ts_us) AS last_us, count(*) AS events "
+                "  FROM transfer_events WHERE ts_us >= $4::bigint AND ($3::bigint IS NULL OR room "
+                "= $3::bigint) "
+                "  GROUP BY room) t "
+                "WHERE ($1::text IS NULL OR t.state = $1) AND ($2::bigint IS NULL OR t.first_us <= "
+                "$2::bigint)";
+
+static void h_transfers(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                        const tdm_cp_token_t *who)
+{
+    (void)a;
+    char state[32], room[32];
+    int has_state = tdm_cp_query_get(req, "state", state, sizeof(state));
+    int has_room = tdm_cp_query_get(req, "room", room, sizeof(room));
+    unsigned long long min_age_ms, window_s;
+    if (query_uint(req, "min_age_ms", 86400000ull * 365, 0, &min_age_ms) ||
+        query_uint(req, "window_s", 86400ull * 31, 3600, &window_s))
+        return;
+    uint64_t roomv = 0;
+    if (has_room) {
+        size_t n = strlen(room);
+        int bad = n == 0 || n > 16;
+        for (size_t i = 0; i < n && !bad; i++) {
+            char c = room[i];
+            int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+            bad = d < 0;
+            roomv = roomv << 4 | (uint64_t)(d < 0 ? 0 : d);
+        }
+        if (bad) {
+            tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
+                              "room must be lowercase hex, at most 16 digits");
+            return;
+        }
+    }
+    uint64_t now = tdm_time_wall_us();
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_transfers, tdm_cp_job_reply_json, who);
+    tdm_cp_job_param(job, has_state ? state : NULL);
+    if (tdm_cp_query_get(req, "min_age_ms", state, 2))
+        param_u64(job, now - min_age_ms * 1000u);
+    else
+        tdm_cp_job_param(job, NULL);
+    if (has_room) {
+        char b[32];
+        snprintf(b, sizeof(b), "%" PRId64, (int64_t)roomv);
+        tdm_cp_job_param(job, b);
+    } else {
+        tdm_cp_job_param(job, NULL);
+    }
+    param_u64(job, now - window_s * 1000000u);
+    tdm_cp_db_query(s->db, job);
+}
+
+static const char sql_alerts[] =
+    "SELECT json_build_object('alerts', coalesce(json_agg(a ORDER BY a.opened_us DESC, a.id DESC), "
+    "  '[]'))::text FROM (SELECT id, kind, group_name AS \"group\", state, summary, evidence, "
+    "  opened_us, resolved_us, resolved_by FROM alerts WHERE ($1::text IS NULL OR state = $1) "
+    "  ORDER BY opened_us DESC, id DESC LIMIT $2::integer) a";
+
+static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                     const tdm_cp_token_t *who)
+{
+    (void)a;
+    char state[16];
+    int has_state = tdm_cp_query_get(req, "state", state, sizeof(state));
+    if (has_state && strcmp(state, "open") != 0 && strcmp(state, "resolved") != 0) {
+        tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
+                          "state must be open or resolved");
+        return;
+    }
+    unsigned long long limit;
+    if (query_uint(req, "limit", 10000, 100, &limit))
+        return;
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_alerts, tdm_cp_job_reply_json, who);
+    tdm_cp_job_param(job, has_state ? state : NULL);
+    param_u64(job, limit);
+    tdm_cp_db_query(s->db, job);
+}
+
+static const char sql_actions[] =
+    "SELECT json_build_object('actions', coalesce(json_agg(x ORDER BY x.id DESC), '[]'))::text "
+    "FROM (SELECT id, ts_us, actor, action, target, params, outcome, detail, finished_us "
+    "  FROM actions ORDER BY id DESC LIMIT $1::integer) x";
+
+static void h_actions(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                      const tdm_cp_token_t *who)
+{
+    (void)a;
+    unsigned long long limit;
+    if (query_uint(req, "limit", 10000, 100, &limit))
+        return;
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_actions, tdm_cp_job_reply_json, who);
+    param_u64(job, limit);
+    tdm_cp_db_query(s->db, job);
+}
+
+static const char sql_config[] =
+    "SELECT json_build_object('configs', coalesce(json_agg(c ORDER BY c.id), '[]'))::text FROM ("
+    "  SELECT DISTINCT ON (group_name) id, group_name AS \"group\", created_us, created_by, config "
+    "  FROM config_versions WHERE ($1::text IS NULL OR group_name = $1) "
+    "  ORDER BY group_name, id DESC) c";
+
+static void h_config(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                     const tdm_cp_token_t *who)
+{
+    (void)a;
+    char group[TDM_CP_NAME_MAX];
+    int has = tdm_cp_query_get(req, "group", group, sizeof(group));
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_config, tdm_cp_job_reply_json, who);
+    tdm_cp_job_param(job, has ? group : NULL);
+    tdm_cp_db_query(s->db, job);
+}
+
+/* ---- tokens --------------------------------------------------------------------------------- */
+
+static const char sql_tokens_list[] =
+    "SELECT json_build_object('tokens', coalesce(json_agg(json_build_object('name', name, "
+    "  'role', role, 'created_us', created_us, 'revoked_us', revoked_us) ORDER BY id), "
+    "'[]'))::text "
+    "FROM api_tokens";
+
+static void h_tokens_list(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                          const tdm_cp_token_t *who)
+{
+    (void)a;
+    tdm_cp_db_query(s->db, tdm_cp_server_job(s, req, sql_tokens_list, tdm_cp_job_reply_json, who));
+}
+
+static const char sql_token_create[] =
+    "WITH t AS (INSERT INTO api_tokens (name, role, token_hash, created_us) "
+    "  VALUES ($1, $2, decode($3, 'hex'), $4::bigint) RETURNING name, role, created_us), "
+    "a AS (INSERT INTO actions (ts_us, actor, action, target, params, outcome, finished_us) "
+    "  SELECT $4::bigint, $5, 'token.create', t.name, jsonb_build_object('role', t.role), 'ok', "
+    "  $4::bigint FROM t RETURNING 1) "
+    "SELECT json_build_object('name', name, 'role', role, 'created_us', created_us)::text "
+    "FROM t WHERE (SELECT count(*) FROM a) = 1";
+
+static void on_token_created(tdm_cp_job_t *job)
+{
+    tdm_cp_pending_t *pd = job->ctx;
+    tdm_cp_server_t *s = pd ? pd->srv : NULL;
+    /* The cache must learn the token even if the client has gone: aux = "<token> <role>". */
+    char *token = job->aux, *role = strchr(job->aux, ' ');
+    *role++ = '\0';
+    tdm_cp_role_t r = TDM_CP_ROLE_READ;
+    tdm_cp_role_parse(role, &r);
+    if (job->st == TDM_OK && job->result && s) {
+        uint8_t h[32];
+        tdm_cp_auth_sha256(token, strlen(token), h);
+        tdm_cp_auth_put(&s->auth, job->params[0], r, h);
+    } else if (s) {
+        audit_failure(s, pd->actor, "token.create", job->params[0],
+                      job->sqlstate[0] ? job->sqlstate : job->err);
+    }
+    h2o_req_t *req = tdm_cp_job_req(job);
+    if (!req)
+        return;
+    if (job->st == TDM_OK && job->result) {
+        json_t *o = json_loads(job->result, 0, NULL);
+        json_object_set_new(o, "token", json_string(token));
+        char *text = json_dumps(o, JSON_COMPACT);
+        tdm_cp_send_json(req, 201, text, strlen(text));
+        free(text);
+        json_decref(o);
+    } else if (strcmp(job->sqlstate, "23505") == 0) {
+        tdm_cp_send_error(req, 409, "conflict", "invalid_request_error",
+                          "a token named '%s' already exists", job->params[0]);
+    } else {
+        tdm_cp_job_send_error(req, job);
+    }
+    tdm_cp_job_free(job);
+}
+
+static void h_tokens_create(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                            const tdm_cp_token_t *who)
+{
+    (void)a;
+    json_t *o = body_object(req);
+    if (!o)
+        return;
+    const char *name, *role;
+    tdm_cp_role_t r;
+    if (field_str(req, o, "name", 1, TDM_CP_TOKEN_NAME_MAX - 1, &name) ||
+        field_str(req, o, "role", 1, 16, &role))
+        goto out;
+    if (!name_ok(name, TDM_CP_TOKEN_NAME_MAX - 1) || strcmp(name, TDM_CP_ADMIN_TOKEN_NAME) == 0) {
+        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
+                          "\"name\" must be 1-63 of [A-Za-z0-9._-] and not \"admin\"");
+        goto out;
+    }
+    if (tdm_cp_role_parse(role, &r) != TDM_OK) {
+        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
+                          "\"role\" must be read or admin");
+        goto out;
+    }
+    char token[TDM_CP_TOKEN_LEN + 1];
+    if (tdm_cp_auth_token_new(token) != TDM_OK) {
+        tdm_cp_send_error(req, 500, "internal", "server_error", "no randomness available");
+        goto out;
+    }
+    uint8_t h[32];
+    char hex[65];
+    tdm_cp_auth_sha256(token, TDM_CP_TOKEN_LEN, h);
+    tdm_cp_auth_hex(h, 32, hex);
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_token_create, on_token_created, who);
+    tdm_cp_job_param(job, name);
+    tdm_cp_job_param(job, tdm_cp_role_name(r));
+    tdm_cp_job_param(job, hex);
+    param_u64(job, tdm_time_wall_us());
+    tdm_cp_job_param(job, who->name);
+    size_t alen = TDM_CP_TOKEN_LEN + 1 + strlen(tdm_cp_role_name(r)) + 1;
+    job->aux = tdm_malloc(alen);
+    snprintf(job->aux, alen, "%s %s", token, tdm_cp_role_name(r));
+    tdm_cp_db_query(s->db, job);
+out:
+    json_decref(o);
+}
+
+static const char sql_token_revoke[] =
+    "WITH t AS (UPDATE api_tokens SET revoked_us = $2::bigint "
+    "  WHERE name = $1 AND revoked_us IS NULL RETURNING name), "
+    "a AS (INSERT INTO actions (ts_us, actor, action, target, outcome, finished_us) "
+    "  SELECT $2::bigint, $3, 'token.revoke', t.name, 'ok', $2::bigint FROM t RETURNING 1) "
+    "SELECT json_build_object('name', name, 'revoked_us', $2::bigint)::text FROM t "
+    "WHERE (SELECT count(*) FROM a) = 1";
+
+static void on_token_revoked(tdm_cp_job_t *job)
+{
+    tdm_cp_pending_t *pd = job->ctx;
+    if (job->st == TDM_OK && job->result && pd)
+        tdm_cp_auth_remove(&pd->srv->auth, job->params[0]);
+    else if (pd)
+        audit_failure(pd->srv, pd->actor, "token.revoke", job->params[0],
+                      job->st == TDM_OK ? "no such active token" : job->err);
+    tdm_cp_job_reply_json(job);
+}
+
+static void h_tokens_revoke(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                            const tdm_cp_token_t *who)
+{
+    char name[TDM_CP_TOKEN_NAME_MAX];
+    if (a->v[0].len >= sizeof(name)) {
+        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such token");
+        return;
+    }
+    memcpy(name, a->v[0].base, a->v[0].len);
+    name[a->v[0].len] = '\0';
+    if (strcmp(name, TDM_CP_ADMIN_TOKEN_NAME) == 0) {
+        tdm_cp_send_error(req, 400, "invalid_request", "invalid_request_error",
+                          "the admin token is managed through state_dir/admin.token");
+        return;
+    }
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_token_revoke, on_token_revoked, who);
+    tdm_cp_job_param(job, name);
+    param_u64(job, tdm_time_wall_us());
+    tdm_cp_job_param(job, who->name);
+    tdm_cp_db_query(s->db, job);
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+const tdm_cp_route_t tdm_cp_routes[] = {
+    {"GET", "/health", TDM_CP_ROLE_NONE, 0, h_health},
+    {"GET", "/metrics", TDM_CP_ROLE_READ, 0, h_metrics},
+    {"POST", "/api/v1/telemetry", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_TELEMETRY, tdm_cp_ingest_handle},
+    {"POST", "/api/v1/workers/register", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_register},
+    {"POST", "/api/v1/workers/heartbeat", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_heartbeat},
+    {"GET", "/api/v1/groups", TDM_CP_ROLE_READ, 0, h_groups},
+    {"GET", "/api/v1/ranks", TDM_CP_ROLE_READ, 0, h_ranks},
+    {"GET", "/api/v1/ranks/{instance_id}/{rank}/history", TDM_CP_ROLE_READ, 0, h_rank_history},
+    {"GET", "/api/v1/transfers", TDM_CP_ROLE_READ, 0, h_transfers},
+    {"GET", "/api/v1/alerts", TDM_CP_ROLE_READ, 0, h_alerts},
+    {"GET", "/api/v1/actions", TDM_CP_ROLE_READ, 0, h_actions},
+    {"GET", "/api/v1/config", TDM_CP_ROLE_READ, 0, h_config},
+    {"GET", "/api/v1/tokens", TDM_CP_ROLE_ADMIN, 0, h_tokens_list},
+    {"POST", "/api/v1/tokens", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_tokens_create},
+    {"DELETE", "/api/v1/tokens/{name}", TDM_CP_ROLE_ADMIN, 0, h_tokens_revoke},
+};
+const size_t tdm_cp_routes_count = sizeof(tdm_cp_routes) / sizeof(tdm_cp_routes[0]);

@@ -1,0 +1,698 @@
+/*
+ * db.c — the query and ingest threads (see db.h for the contract).
+ *
+ * Each thread owns its PGconn outright; the only shared state is the two job queues (one mutex,
+ * one condition variable each) and the atomic counters. The spool file belongs to the ingest
+ * thread alone. A batch is removed from the memory queue only once it is committed, counted as a
+ * duplicate or made durable in the spool, so a connection lost mid-transaction just retries it: the
+ * high-water mark decides whether a commit whose reply was lost already happened.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "controlplane/db.h"
+#include "controlplane/migrate.h"
+#include "controlplane/spool.h"
+
+#define BACKOFF_MIN_US 100000u
+#define BACKOFF_MAX_US 2000000u
+#define SPOOL_TYPE_BATCH 1
+
+typedef struct jobq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tdm_cp_job_t *head, *tail;
+} jobq_t;
+
+struct tdm_cp_db {
+    tdm_cp_db_opts_t opts;
+    char *dsn;
+    tdm_cp_db_stats_t stats;
+    atomic_int stop;
+    jobq_t queries;
+    jobq_t ingest;
+    uint64_t mem_bytes; /* under ingest.mu */
+    int spool_full;     /* under ingest.mu: the last spill found the spool full */
+    tdm_cp_spool_t *spool;
+    pthread_t query_tid, ingest_tid;
+    int query_up, ingest_up;
+};
+
+/* ---- jobs ---------------------------------------------------------------------------------- */
+
+tdm_cp_job_t *tdm_cp_job_new(const char *sql, tdm_cp_job_done_fn done, void *ctx)
+{
+    tdm_cp_job_t *job = tdm_calloc(1, sizeof(*job));
+    job->sql = sql;
+    job->done = done;
+    job->ctx = ctx;
+    return job;
+}
+
+void tdm_cp_job_param(tdm_cp_job_t *job, const char *value)
+{
+    if (job->nparams >= TDM_CP_JOB_MAX_PARAMS)
+        abort(); /* a programming error: the statements are ours */
+    job->params[job->nparams++] = value ? tdm_strdup(value) : NULL;
+}
+
+void tdm_cp_job_free(tdm_cp_job_t *job)
+{
+    if (!job)
+        return;
+    for (int i = 0; i < job->nparams; i++)
+        tdm_free(job->params[i]);
+    tdm_free(job->result);
+    tdm_free(job->aux);
+    tdm_cp_batch_free(job->batch);
+    tdm_free(job);
+}
+
+static void jobq_init(jobq_t *q)
+{
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    q->head = q->tail = NULL;
+}
+
+static void jobq_destroy(jobq_t *q)
+{
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+}
+
+/* Under q->mu. */
+static void jobq_push_locked(jobq_t *q, tdm_cp_job_t *job)
+{
+    job->next = NULL;
+    if (q->tail)
+        q->tail->next = job;
+    else
+        q->head = job;
+    q->tail = job;
+}
+
+static tdm_cp_job_t *jobq_pop_locked(jobq_t *q)
+{
+    tdm_cp_job_t *job = q->head;
+    if (job) {
+        q->head = job->next;
+        if (!q->head)
+            q->tail = NULL;
+        job->next = NULL;
+    }
+    return job;
+}
+
+static void cond_wait_us(jobq_t *q, uint64_t us)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + us * 1000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+}
+
+static void reply(tdm_cp_db_t *db, tdm_cp_job_t *job)
+{
+    h2o_multithread_send_message(db->opts.reply_to, &job->msg);
+}
+
+static void set_err(tdm_cp_job_t *job, tdm_status_t st, const char *msg)
+{
+    job->st = st;
+    snprintf(job->err, sizeof(job->err), "%s", msg);
+    size_t n = strlen(job->err);
+    while (n && (job->err[n - 1] == '\n' || job->err[n - 1] == ' '))
+        job->err[--n] = '\0';
+}
+
+/* ---- connections ---------------------------------------------------------------------------- */
+
+static PGconn *db_connect(tdm_cp_db_t *db, const char *app)
+{
+    const char *keys[] = {"dbname", "application_name", "connect_timeout", NULL};
+    const char *vals[] = {db->dsn, app, "5", NULL};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        tdm_dbg(TDM_SUB_DB, "msg=\"connect failed\" app=%s err=\"%s\"", app, PQerrorMessage(conn));
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+static void update_up(tdm_cp_db_t *db)
+{
+    atomic_store(&db->stats.up, db->query_up && db->ingest_up);
+}
+
+/* ---- query thread --------------------------------------------------------------------------- */
+
+static void run_query(PGconn *conn, tdm_cp_job_t *job)
+{
+    PGresult *res = PQexecParams(conn, job->sql, job->nparams, NULL,
+                                 (const char *const *)job->params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        job->st = TDM_OK;
+        if (st == PGRES_TUPLES_OK && PQntuples(res) > 0 && PQnfields(res) > 0 &&
+            !PQgetisnull(res, 0, 0))
+            job->result = tdm_strndup(PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+        const char *n = PQcmdTuples(res);
+        job->affected = n && *n ? atol(n) : 0;
+    } else {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        snprintf(job->sqlstate, sizeof(job->sqlstate), "%s", state ? state : "");
+        set_err(job, TDM_ERR_DB, PQresultErrorMessage(res));
+    }
+    PQclear(res);
+}
+
+static void refresh_open_alerts(tdm_cp_db_t *db, PGconn *conn)
+{
+    PGresult *res = PQexec(conn, "SELECT count(*) FROM alerts WHERE state = 'open'");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        atomic_store(&db->stats.open_alerts, strtoull(PQgetvalue(res, 0, 0), NULL, 10));
+    PQclear(res);
+}
+
+static int query_conn_setup(tdm_cp_db_t *db, PGconn *conn)
+{
+    char err[512];
+    int from = 0, to = 0;
+    tdm_status_t st = tdm_cp_migrate_apply(conn, &from, &to, err, sizeof(err));
+    if (st != TDM_OK) {
+        tdm_err(TDM_SUB_DB, "msg=\"migrations failed\" err=\"%s\"", err);
+        return -1;
+    }
+    if (from != to)
+        tdm_info(TDM_SUB_DB, "msg=\"schema migrated\" from=%d to=%d", from, to);
+    st = tdm_cp_partitions_maintain(conn, tdm_time_wall_us(), db->opts.retention_days, err,
+                                    sizeof(err));
+    if (st != TDM_OK) {
+        tdm_err(TDM_SUB_DB, "msg=\"partition upkeep failed\" err=\"%s\"", err);
+        return -1;
+    }
+    PQclear(PQexec(conn, "SET statement_timeout = '10s'"));
+    atomic_store(&db->stats.schema_ready, 1);
+    return 0;
+}
+
+static void *query_main(void *arg)
+{
+    tdm_cp_db_t *db = arg;
+    PGconn *conn = NULL;
+    uint64_t backoff = BACKOFF_MIN_US, next_try = 0, next_alerts = 0, next_upkeep = 0;
+
+    while (!atomic_load(&db->stop)) {
+        uint64_t now = tdm_time_mono_us();
+        if (!conn && now >= next_try) {
+            conn = db_connect(db, "tandemd-query");
+            if (conn && query_conn_setup(db, conn) != 0) {
+                PQfinish(conn);
+                conn = NULL;
+            }
+            if (conn) {
+                backoff = BACKOFF_MIN_US;
+                db->query_up = 1;
+                next_upkeep = now + 3600u * 1000000u;
+                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=query");
+            } else {
+                next_try = now + backoff;
+                backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
+            }
+            update_up(db);
+        }
+        if (conn && now >= next_alerts) {
+            refresh_open_alerts(db, conn);
+            next_alerts = now + 1000000u;
+        }
+        if (conn && now >= next_upkeep) {
+            char err[512];
+            if (tdm_cp_partitions_maintain(conn, tdm_time_wall_us(), db->opts.retention_days, err,
+                                           sizeof(err)) != TDM_OK)
+                tdm_err(TDM_SUB_DB, "msg=\"partition upkeep failed\" err=\"%s\"", err);
+            next_upkeep = now + 3600u * 1000000u;
+        }
+
+        pthread_mutex_lock(&db->queries.mu);
+        tdm_cp_job_t *job = NULL;
+        if (conn) {
+            job = jobq_pop_locked(&db->queries);
+        } else {
+            /* Down: fail what cannot wait, keep what can. */
+            tdm_cp_job_t *keep = NULL, *keep_tail = NULL, *j;
+            while ((j = jobq_pop_locked(&db->queries)) != NULL) {
+                if (j->wait) {
+                    if (keep_tail)
+                        keep_tail->next = j;
+                    else
+                        keep = j;
+                    keep_tail = j;
+                } else {
+                    set_err(j, TDM_ERR_DB, "database unavailable");
+                    reply(db, j);
+                }
+            }
+            db->queries.head = keep;
+            db->queries.tail = keep_tail;
+        }
+        if (!job && !atomic_load(&db->stop))
+            cond_wait_us(&db->queries, conn ? 200000u : (next_try > now ? next_try - now : 1000u));
+        pthread_mutex_unlock(&db->queries.mu);
+        if (!job)
+            continue;
+
+        run_query(conn, job);
+        if (job->st != TDM_OK && PQstatus(conn) == CONNECTION_BAD) {
+            tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=query err=\"%s\"",
+                     job->err);
+            PQfinish(conn);
+            conn = NULL;
+            db->query_up = 0;
+            update_up(db);
+            atomic_fetch_add(&db->stats.reconnects, 1);
+            next_try = 0;
+            if (job->wait) {
+                pthread_mutex_lock(&db->queries.mu);
+                job->next = db->queries.head;
+                db->queries.head = job;
+                if (!db->queries.tail)
+                    db->queries.tail = job;
+                pthread_mutex_unlock(&db->queries.mu);
+                continue;
+            }
+            set_err(job, TDM_ERR_DB, "database unavailable");
+        } else if (job->st != TDM_OK) {
+            atomic_fetch_add(&db->stats.query_errors, 1);
+        }
+        reply(db, job);
+    }
+
+    pthread_mutex_lock(&db->queries.mu);
+    tdm_cp_job_t *j;
+    while ((j = jobq_pop_locked(&db->queries)) != NULL) {
+        set_err(j, TDM_ERR_ABORTED, "shutting down");
+        reply(db, j);
+    }
+    pthread_mutex_unlock(&db->queries.mu);
+    PQfinish(conn);
+    return NULL;
+}
+
+/* ---- ingest thread -------------------------------------------------------------------------- */
+
+typedef enum { INGEST_OK, INGEST_DUP, INGEST_CONN, INGEST_DATA } ingest_rc_t;
+
+static ingest_rc_t exec_cmd(PGconn *conn, const char *sql, char *err, size_t err_len)
+{
+    PGresult *res = PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    ingest_rc_t rc = INGEST_OK;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        rc = PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+    }
+    PQclear(res);
+    return rc;
+}
+
+static ingest_rc_t copy_rows(PGconn *conn, const char *sql, const char *rows, size_t len, char *err,
+                             size_t err_len)
+{
+    if (len == 0)
+        return INGEST_OK;
+    PGresult *res = PQexec(conn, sql);
+    if (PQresultStatus(res) != PGRES_COPY_IN) {
+        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        return PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+    }
+    PQclear(res);
+    if (PQputCopyData(conn, rows, (int)len) != 1 || PQputCopyEnd(conn, NULL) != 1) {
+        snprintf(err, err_len, "%s", PQerrorMessage(conn));
+        return INGEST_CONN;
+    }
+    ingest_rc_t rc = INGEST_OK;
+    while ((res = PQgetResult(conn)) != NULL) {
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == INGEST_OK) {
+            snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+            rc = PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+        }
+        PQclear(res);
+    }
+    return rc;
+}
+
+static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err, size_t err_len)
+{
+    char *inst = PQescapeLiteral(conn, b->instance_id, strlen(b->instance_id));
+    if (!inst) {
+        snprintf(err, err_len, "%s", PQerrorMessage(conn));
+        return PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+    }
+    char sql[512];
+    uint64_t now = tdm_time_wall_us();
+    /* One round trip: open the transaction and lock (or create) the mark. */
+    snprintf(sql, sizeof(sql),
+             "BEGIN; INSERT INTO ingest_marks VALUES (%s, %u, 0, %llu) "
+             "ON CONFLICT (instance_id, rank) DO UPDATE SET seq = ingest_marks.seq RETURNING seq",
+             inst, b->rank, (unsigned long long)now);
+    PGresult *res = PQexec(conn, sql);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        PQfreemem(inst);
+        ingest_rc_t rc = PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+        if (rc == INGEST_DATA)
+            PQclear(PQexec(conn, "ROLLBACK"));
+        return rc;
+    }
+    uint64_t mark = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    if (b->seq <= mark) {
+        PQfreemem(inst);
+        ingest_rc_t rc = exec_cmd(conn, "ROLLBACK", err, err_len);
+        return rc == INGEST_OK ? INGEST_DUP : rc;
+    }
+    ingest_rc_t rc = copy_rows(conn,
+                               "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, "
+                               "iter, path, plan_hash, coll_seq, coll_hash, in_coll, bs, waiting, "
+                               "running) FROM STDIN",
+                               b->samples, b->samples_len, err, err_len);
+    if (rc == INGEST_OK)
+        rc = copy_rows(conn,
+                       "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, "
+                       "idx, type, room, from_state, to_state, reason, data) FROM STDIN",
+                       b->tevents, b->tevents_len, err, err_len);
+    if (rc == INGEST_OK)
+        rc = copy_rows(conn,
+                       "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, "
+                       "idx, type, reason, data) FROM STDIN",
+                       b->events, b->events_len, err, err_len);
+    if (rc == INGEST_OK) {
+        snprintf(sql, sizeof(sql),
+                 "UPDATE ingest_marks SET seq = %llu, updated_us = %llu "
+                 "WHERE instance_id = %s AND rank = %u; COMMIT",
+                 (unsigned long long)b->seq, (unsigned long long)now, inst, b->rank);
+        rc = exec_cmd(conn, sql, err, err_len);
+    }
+    PQfreemem(inst);
+    if (rc == INGEST_DATA)
+        PQclear(PQexec(conn, "ROLLBACK"));
+    return rc;
+}
+
+static void pending_stats_locked(tdm_cp_db_t *db)
+{
+    uint64_t n = 0;
+    for (tdm_cp_job_t *j = db->ingest.head; j; j = j->next)
+        n++;
+    atomic_store(&db->stats.mem_batches, n);
+    atomic_store(&db->stats.mem_bytes, db->mem_bytes);
+    uint64_t oldest = db->ingest.head ? db->ingest.head->batch->enq_mono_us : 0;
+    atomic_store(&db->stats.oldest_pending_mono_us, oldest);
+    atomic_store(&db->stats.spool_records, tdm_cp_spool_records(db->spool));
+    atomic_store(&db->stats.spool_bytes, tdm_cp_spool_bytes(db->spool));
+}
+
+/* Move the oldest in-memory batches to the spool while memory is over its bound (or all of them
+ * when `all`). Spilled jobs are returned: the batch is durable. Under ingest.mu. */
+static void spill_locked(tdm_cp_db_t *db, int all)
+{
+    while (db->ingest.head && (all || db->mem_bytes > db->opts.mem_bound_bytes)) {
+        tdm_cp_job_t *job = db->ingest.head;
+        tdm_status_t st = tdm_cp_spool_append(db->spool, SPOOL_TYPE_BATCH, job->batch->blob,
+                                              job->batch->blob_len);
+        if (st != TDM_OK) {
+            db->spool_full = 1;
+            break;
+        }
+        db->spool_full = 0;
+        jobq_pop_locked(&db->ingest);
+        db->mem_bytes -= job->cost;
+        job->st = TDM_OK;
+        job->spooled = 1;
+        job->acked_seq = job->batch->seq;
+        atomic_fetch_add(&db->stats.batches_spooled, 1);
+        reply(db, job);
+    }
+    pending_stats_locked(db);
+}
+
+static void count_rows(tdm_cp_db_t *db, const tdm_cp_batch_t *b)
+{
+    atomic_fetch_add(&db->stats.batches_committed, 1);
+    atomic_fetch_add(&db->stats.rows_samples, b->n_samples);
+    atomic_fetch_add(&db->stats.rows_tevents, b->n_tevents);
+    atomic_fetch_add(&db->stats.rows_events, b->n_events);
+}
+
+/* Replay the oldest spooled batch. 1: progress, 0: spool empty, -1: connection lost. */
+static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
+{
+    uint16_t type;
+    uint8_t *body;
+    size_t len;
+    tdm_status_t st = tdm_cp_spool_peek(db->spool, &type, &body, &len);
+    if (st == TDM_ERR_NOTFOUND)
+        return 0;
+    if (st != TDM_OK)
+        return 0; /* logged by the spool; nothing more can be read from it */
+    tdm_cp_batch_t *b = NULL;
+    if (type != SPOOL_TYPE_BATCH || tdm_cp_batch_decode(body, len, &b) != TDM_OK) {
+        if (type != SPOOL_TYPE_BATCH)
+            tdm_free(body);
+        tdm_err(TDM_SUB_DB, "msg=\"spool record skipped: not a telemetry batch\" type=%u", type);
+        tdm_cp_spool_advance(db->spool);
+        return 1;
+    }
+    char err[512];
+    ingest_rc_t rc = ingest_batch(conn, b, err, sizeof(err));
+    if (rc == INGEST_CONN) {
+        tdm_cp_batch_free(b);
+        return -1;
+    }
+    if (rc == INGEST_OK)
+        count_rows(db, b);
+    else if (rc == INGEST_DUP)
+        atomic_fetch_add(&db->stats.batches_duplicate, 1);
+    else
+        tdm_err(TDM_SUB_DB,
+                "msg=\"spooled batch rejected by the database\" instance=%s rank=%u "
+                "seq=%llu err=\"%s\"",
+                b->instance_id, b->rank, (unsigned long long)b->seq, err);
+    tdm_cp_batch_free(b);
+    pthread_mutex_lock(&db->ingest.mu);
+    tdm_cp_spool_advance(db->spool);
+    pending_stats_locked(db);
+    pthread_mutex_unlock(&db->ingest.mu);
+    return 1;
+}
+
+static void *ingest_main(void *arg)
+{
+    tdm_cp_db_t *db = arg;
+    PGconn *conn = NULL;
+    uint64_t backoff = BACKOFF_MIN_US, next_try = 0;
+
+    while (!atomic_load(&db->stop)) {
+        uint64_t now = tdm_time_mono_us();
+        if (!conn && now >= next_try && atomic_load(&db->stats.schema_ready)) {
+            conn = db_connect(db, "tandemd-ingest");
+            if (conn) {
+                backoff = BACKOFF_MIN_US;
+                db->ingest_up = 1;
+                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=ingest");
+            } else {
+                next_try = now + backoff;
+                backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
+            }
+            update_up(db);
+        }
+        if (conn) {
+            int r = ingest_from_spool(db, conn);
+            if (r == 1)
+                continue;
+            if (r == -1)
+                goto conn_lost;
+        }
+
+        pthread_mutex_lock(&db->ingest.mu);
+        spill_locked(db, 0);
+        tdm_cp_job_t *job = conn ? db->ingest.head : NULL;
+        if (!job && !atomic_load(&db->stop))
+            cond_wait_us(&db->ingest, conn ? 200000u : 50000u);
+        pthread_mutex_unlock(&db->ingest.mu);
+        if (!job)
+            continue;
+
+        /* The job stays at the head of the queue until it is done: only this thread pops. */
+        char err[512];
+        ingest_rc_t rc = ingest_batch(conn, job->batch, err, sizeof(err));
+        if (rc == INGEST_CONN)
+            goto conn_lost;
+        pthread_mutex_lock(&db->ingest.mu);
+        jobq_pop_locked(&db->ingest);
+        db->mem_bytes -= job->cost;
+        pending_stats_locked(db);
+        pthread_mutex_unlock(&db->ingest.mu);
+        job->acked_seq = job->batch->seq;
+        if (rc == INGEST_OK) {
+            count_rows(db, job->batch);
+            job->st = TDM_OK;
+        } else if (rc == INGEST_DUP) {
+            atomic_fetch_add(&db->stats.batches_duplicate, 1);
+            job->duplicate = 1;
+            job->st = TDM_OK;
+        } else {
+            tdm_err(TDM_SUB_DB,
+                    "msg=\"batch rejected by the database\" instance=%s rank=%u "
+                    "seq=%llu err=\"%s\"",
+                    job->batch->instance_id, job->batch->rank, (unsigned long long)job->batch->seq,
+                    err);
+            set_err(job, TDM_ERR_INVAL, err);
+        }
+        reply(db, job);
+        continue;
+
+    conn_lost:
+        tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=ingest");
+        PQfinish(conn);
+        conn = NULL;
+        db->ingest_up = 0;
+        update_up(db);
+        atomic_fetch_add(&db->stats.reconnects, 1);
+        next_try = tdm_time_mono_us() + BACKOFF_MIN_US;
+    }
+
+    /* Shutdown: what is still in memory becomes durable in the spool; its senders get no reply
+     * and will replay, which the marks absorb. */
+    pthread_mutex_lock(&db->ingest.mu);
+    spill_locked(db, 1);
+    tdm_cp_job_t *j;
+    while ((j = jobq_pop_locked(&db->ingest)) != NULL) {
+        db->mem_bytes -= j->cost;
+        set_err(j, TDM_ERR_ABORTED, "shutting down");
+        reply(db, j);
+    }
+    pending_stats_locked(db);
+    pthread_mutex_unlock(&db->ingest.mu);
+    PQfinish(conn);
+    return NULL;
+}
+
+/* ---- public --------------------------------------------------------------------------------- */
+
+tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db, char *err,
+                             size_t err_len)
+{
+    tdm_cp_db_t *db = tdm_calloc(1, sizeof(*db));
+    db->opts = *opts;
+    db->dsn = tdm_strdup(opts->dsn);
+    jobq_init(&db->queries);
+    jobq_init(&db->ingest);
+    tdm_status_t st =
+        tdm_cp_spool_open(opts->spool_path, opts->spool_max_bytes, &db->spool, err, err_len);
+    if (st != TDM_OK)
+        goto err_free;
+    if (tdm_cp_spool_records(db->spool))
+        tdm_info(TDM_SUB_DB,
+                 "msg=\"spool holds batches from before; replaying when the database "
+                 "is up\" records=%llu",
+                 (unsigned long long)tdm_cp_spool_records(db->spool));
+    pending_stats_locked(db);
+    if (pthread_create(&db->query_tid, NULL, query_main, db) != 0) {
+        snprintf(err, err_len, "pthread_create: %s", strerror(errno));
+        st = TDM_ERR_IO;
+        goto err_close_spool;
+    }
+    if (pthread_create(&db->ingest_tid, NULL, ingest_main, db) != 0) {
+        snprintf(err, err_len, "pthread_create: %s", strerror(errno));
+        st = TDM_ERR_IO;
+        atomic_store(&db->stop, 1);
+        pthread_join(db->query_tid, NULL);
+        goto err_close_spool;
+    }
+    *ret_db = db;
+    return TDM_OK;
+
+err_close_spool:
+    tdm_cp_spool_close(db->spool);
+err_free:
+    jobq_destroy(&db->queries);
+    jobq_destroy(&db->ingest);
+    tdm_free(db->dsn);
+    tdm_free(db);
+    return st;
+}
+
+void tdm_cp_db_stop(tdm_cp_db_t *db)
+{
+    if (!db)
+        return;
+    atomic_store(&db->stop, 1);
+    pthread_mutex_lock(&db->queries.mu);
+    pthread_cond_broadcast(&db->queries.cv);
+    pthread_mutex_unlock(&db->queries.mu);
+    pthread_mutex_lock(&db->ingest.mu);
+    pthread_cond_broadcast(&db->ingest.cv);
+    pthread_mutex_unlock(&db->ingest.mu);
+    pthread_join(db->query_tid, NULL);
+    pthread_join(db->ingest_tid, NULL);
+    tdm_cp_spool_close(db->spool);
+    jobq_destroy(&db->queries);
+    jobq_destroy(&db->ingest);
+    tdm_free(db->dsn);
+    tdm_free(db);
+}
+
+void tdm_cp_db_query(tdm_cp_db_t *db, tdm_cp_job_t *job)
+{
+    pthread_mutex_lock(&db->queries.mu);
+    jobq_push_locked(&db->queries, job);
+    pthread_cond_signal(&db->queries.cv);
+    pthread_mutex_unlock(&db->queries.mu);
+}
+
+tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job)
+{
+    job->cost = job->batch->blob_len + sizeof(*job) + sizeof(*job->batch);
+    job->batch->enq_mono_us = tdm_time_mono_us();
+    pthread_mutex_lock(&db->ingest.mu);
+    if (db->spool_full && db->mem_bytes + job->cost > db->opts.mem_bound_bytes) {
+        pthread_mutex_unlock(&db->ingest.mu);
+        return TDM_ERR_AGAIN;
+    }
+    jobq_push_locked(&db->ingest, job);
+    db->mem_bytes += job->cost;
+    atomic_store(&db->stats.mem_bytes, db->mem_bytes);
+    atomic_fetch_add(&db->stats.mem_batches, 1);
+    if (db->ingest.head == job)
+        atomic_store(&db->stats.oldest_pending_mono_us, job->batch->enq_mono_us);
+    pthread_cond_signal(&db->ingest.cv);
+    pthread_mutex_unlock(&db->ingest.mu);
+    return TDM_OK;
+}
+
+const tdm_cp_db_stats_t *tdm_cp_db_stats(const tdm_cp_db_t *db)
+{
+    return &db->stats;
+}

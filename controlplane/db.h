@@ -1,0 +1,106 @@
+/*
+ * controlplane/db.h — tandemd's database side: two threads, each owning one libpq connection.
+ *
+ * The h2o loop never touches libpq. It hands work over as jobs and gets them back, finished, as
+ * h2o_multithread messages on its own receiver (`reply_to`), where job->done runs on the loop.
+ *
+ * - Query thread (connection "tandemd-query"): runs one parameterised statement per job and returns
+ *   the first column of the first row as text (statements build their JSON in SQL), the affected
+ *   row count and, on error, the SQLSTATE. On connect it applies the migrations and partition
+ *   upkeep, then marks the schema ready; every second it refreshes the open-alert count for
+ *   /metrics; every hour it runs partition upkeep again. While the database is down a job fails at
+ *   once with TDM_ERR_DB ("unavailable"), unless job->wait is set: then it waits for the database.
+ * - Ingest thread (connection "tandemd-ingest", the one COPY runs on): takes telemetry batches in
+ *   arrival order. Each batch is one transaction: lock-or-create the (instance_id, rank) high-water
+ *   mark, and if the batch's seq is above it COPY its rows and raise the mark; COMMIT; only then is
+ *   the job returned (acked_seq). A batch at or below the mark is returned as a duplicate without
+ *   inserting (exactly once, DESIGN §10c). Batches waiting in memory are bounded by
+ *   mem_bound_bytes; past it the oldest are appended to the spool file (durable, so their jobs are
+ *   returned as acknowledged) and replayed from it, before anything newer, when the database is
+ *   back. Order per (instance_id, rank) is arrival order throughout.
+ * Reconnects back off from 100 ms to 2 s. Counters for /metrics are atomics in tdm_cp_db_stats_t.
+ */
+#ifndef TDM_CP_DB_H
+#define TDM_CP_DB_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <h2o/multithread.h>
+
+#include <tdm/status.h>
+
+#include "controlplane/batch.h"
+
+#define TDM_CP_JOB_MAX_PARAMS 12
+
+typedef struct tdm_cp_job tdm_cp_job_t;
+typedef void (*tdm_cp_job_done_fn)(tdm_cp_job_t *job);
+
+struct tdm_cp_job {
+    h2o_multithread_message_t msg; /* the reply; must stay first */
+    tdm_cp_job_t *next;
+    tdm_cp_job_done_fn done; /* runs on the loop thread; owns and frees the job */
+    void *ctx;               /* loop-side context (request link) */
+    int wait;                /* query: wait for the database instead of failing */
+    /* query */
+    const char *sql; /* static text */
+    int nparams;
+    char *params[TDM_CP_JOB_MAX_PARAMS];
+    char *aux; /* loop-side data the done callback needs (tdm_free'd with the job) */
+    /* ingest */
+    tdm_cp_batch_t *batch;
+    size_t cost; /* bytes accounted against the memory bound */
+    /* result */
+    tdm_status_t st;
+    char *result; /* first column of the first row, or NULL */
+    long affected;
+    char sqlstate[6];
+    char err[256];
+    uint64_t acked_seq;
+    int duplicate; /* ingest: seq was at or below the mark */
+    int spooled;   /* ingest: durable in the spool, not yet in the database */
+};
+
+typedef struct tdm_cp_db_stats {
+    atomic_int up;           /* both connections usable */
+    atomic_int schema_ready; /* migrations applied this run */
+    atomic_uint_fast64_t mem_batches, mem_bytes;
+    atomic_uint_fast64_t spool_records, spool_bytes;
+    atomic_uint_fast64_t oldest_pending_mono_us; /* 0: nothing pending */
+    atomic_uint_fast64_t batches_committed, batches_duplicate, batches_spooled;
+    atomic_uint_fast64_t rows_samples, rows_tevents, rows_events;
+    atomic_uint_fast64_t open_alerts;
+    atomic_uint_fast64_t reconnects, query_errors;
+} tdm_cp_db_stats_t;
+
+typedef struct tdm_cp_db_opts {
+    const char *dsn;
+    const char *spool_path;
+    uint64_t mem_bound_bytes;
+    uint64_t spool_max_bytes;
+    int retention_days;
+    h2o_multithread_receiver_t *reply_to;
+} tdm_cp_db_opts_t;
+
+typedef struct tdm_cp_db tdm_cp_db_t;
+
+tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db, char *err,
+                             size_t err_len);
+/* Stop both threads. Ingest batches still in memory go to the spool; every unfinished job is
+ * returned with TDM_ERR_ABORTED. The loop must still drain reply_to afterwards. */
+void tdm_cp_db_stop(tdm_cp_db_t *db);
+
+tdm_cp_job_t *tdm_cp_job_new(const char *sql, tdm_cp_job_done_fn done, void *ctx);
+void tdm_cp_job_param(tdm_cp_job_t *job, const char *value); /* NULL = SQL NULL */
+void tdm_cp_job_free(tdm_cp_job_t *job);
+
+void tdm_cp_db_query(tdm_cp_db_t *db, tdm_cp_job_t *job);
+/* Queue a batch (job->batch set). TDM_ERR_AGAIN when memory and spool are both full: the job is
+ * not taken and the client should retry. */
+tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job);
+
+const tdm_cp_db_stats_t *tdm_cp_db_stats(const tdm_cp_db_t *db);
+
+#endif

@@ -1,0 +1,221 @@
+/*
+ * ingest.c — POST /api/v1/telemetry (telemetry v1, DESIGN §10c) on the loop thread.
+ *
+ * Decode and validate the whole batch first with the shared strict decoder (tdm/telemetry.h;
+ * nothing is kept from a batch with one bad field), then: push every sample into its rank's ring
+ * (unless the batch is a replay the ring already holds), select the samples to persist (10 Hz per
+ * rank), render rows as COPY text, and queue the batch for the ingest thread. The reply
+ * {"acked_seq":N} is sent when the batch is committed, found to be a duplicate, or made durable in
+ * the spool — never before.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tdm/json.h>
+#include <tdm/mem.h>
+#include <tdm/telemetry.h>
+#include <tdm/time.h>
+
+#include "controlplane/batch.h"
+#include "controlplane/server.h"
+
+#define PERSIST_PERIOD_US 100000u /* 10 Hz per rank */
+
+static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const char *inst, uint32_t rank,
+                       const char *group, uint64_t seq)
+{
+    tdm_cp_buf_printf(b, "%" PRId64 "\t%s\t%u\t", s->ts_us, inst, rank);
+    tdm_cp_buf_copy_text(b, group);
+    tdm_cp_buf_printf(b, "\t%" PRIu64 "\t%" PRIu64 "\t", seq, s->iter);
+    tdm_cp_buf_copy_text(b, s->path);
+    tdm_cp_buf_printf(b, "\t%" PRId64 "\t%" PRIu64 "\t%" PRId64 "\t", (int64_t)s->plan_hash,
+                      s->coll_seq, (int64_t)s->coll_hash);
+    if (s->in_coll_valid) {
+        tdm_cp_buf_t j = TDM_CP_BUF_INIT;
+        tdm_cp_buf_puts(&j, "{\"op\":");
+        tdm_cp_buf_json_str(&j, s->in_coll.op);
+        tdm_cp_buf_printf(&j, ",\"seq\":%" PRIu64 ",\"since_us\":%" PRId64 "}", s->in_coll.seq,
+                          s->in_coll.since_us);
+        tdm_cp_buf_copy_text(b, j.data);
+        tdm_cp_buf_free(&j);
+    } else {
+        tdm_cp_buf_puts(b, "\\N");
+    }
+    tdm_cp_buf_printf(b, "\t%u\t%u\t%u\n", s->bs, s->waiting, s->running);
+}
+
+static const char *nz(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+/* One event → a transfer_events row (it names a room) or an events row (from/to kept in data,
+ * since events has no state columns). */
+static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t *e, uint32_t idx,
+                      const char *inst, uint32_t rank, const char *group, uint64_t seq)
+{
+    json_t *data = e->data;
+    json_t *owned = NULL;
+    if (!e->has_room && (e->from[0] || e->to[0])) {
+        owned = data ? json_deep_copy(data) : json_object();
+        if (e->from[0])
+            json_object_set_new(owned, "from", json_string(e->from));
+        if (e->to[0])
+            json_object_set_new(owned, "to", json_string(e->to));
+        data = owned;
+    }
+    char *dtext = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    json_decref(owned);
+    tdm_cp_buf_t *b = e->has_room ? tev : ev;
+    tdm_cp_buf_printf(b, "%" PRId64 "\t%s%s\t%u\t", e->ts_us, e->has_room ? "" : "worker\t", inst,
+                      rank);
+    tdm_cp_buf_copy_text(b, group);
+    tdm_cp_buf_printf(b, "\t%" PRIu64 "\t%u\t", seq, idx);
+    tdm_cp_buf_copy_text(b, e->type);
+    tdm_cp_buf_puts(b, "\t");
+    if (e->has_room) {
+        tdm_cp_buf_printf(b, "%" PRId64 "\t", (int64_t)e->room);
+        tdm_cp_buf_copy_text(b, nz(e->from));
+        tdm_cp_buf_puts(b, "\t");
+        tdm_cp_buf_copy_text(b, nz(e->to));
+        tdm_cp_buf_puts(b, "\t");
+    }
+    tdm_cp_buf_copy_text(b, nz(e->reason));
+    tdm_cp_buf_puts(b, "\t");
+    tdm_cp_buf_copy_text(b, dtext);
+    tdm_cp_buf_puts(b, "\n");
+    free(dtext);
+}
+
+static void on_ingested(tdm_cp_job_t *job)
+{
+    h2o_req_t *req = tdm_cp_job_req(job);
+    if (!req)
+        return;
+    if (job->st == TDM_OK) {
+        char body[64];
+        size_t n = 0;
+        tdm_tm_ack_encode(job->acked_seq, body, sizeof(body), &n);
+        tdm_cp_send_json(req, 200, body, n);
+    } else if (job->st == TDM_ERR_INVAL) {
+        tdm_cp_send_error(req, 422, "rejected", "invalid_request_error",
+                          "the database rejected the batch: %s", job->err);
+    } else {
+        tdm_cp_job_send_error(req, job);
+    }
+    tdm_cp_job_free(job);
+}
+
+void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *args,
+                          const tdm_cp_token_t *who)
+{
+    (void)args;
+    char err[512];
+    tdm_tm_batch_t tb;
+    s->ingest_received++;
+    tdm_status_t st = tdm_tm_batch_decode(req->entity.base ? req->entity.base : "", req->entity.len,
+                                          NULL, &tb, err, sizeof(err));
+    if (st != TDM_OK) {
+        s->ingest_rejected++;
+        tdm_cp_send_error(req, 400, "invalid_telemetry", "invalid_request_error", "%s", err);
+        return;
+    }
+    if (tb.seq == 0) {
+        s->ingest_rejected++;
+        tdm_cp_send_error(req, 400, "invalid_telemetry", "invalid_request_error",
+                          "seq: batches count from 1");
+        tdm_tm_batch_clear(&tb);
+        return;
+    }
+    char inst[TDM_JSON_HEX64_LEN + 1];
+    tdm_json_hex64_format(tb.instance_id, inst);
+    tdm_cp_buf_t sb = TDM_CP_BUF_INIT, tvb = TDM_CP_BUF_INIT, eb = TDM_CP_BUF_INIT;
+
+    tdm_cp_rank_t *rk;
+    st = tdm_cp_rings_rank(&s->rings, inst, tb.rank, 1, &rk);
+    if (st != TDM_OK) {
+        s->ingest_rejected++;
+        tdm_cp_send_error(req, 503, "too_many_ranks", "unavailable_error",
+                          "tandemd tracks at most %zu ranks", s->rings.max_ranks);
+        goto out;
+    }
+    snprintf(rk->group, sizeof(rk->group), "%s", tb.group);
+    snprintf(rk->worker, sizeof(rk->worker), "%s", tb.worker);
+    snprintf(rk->role, sizeof(rk->role), "%s", tb.role);
+    rk->last_recv_mono_us = tdm_time_mono_us();
+    /* A replay the ring already holds is not pushed again; its rows are still offered to the
+     * database (the mark decides), thinned on their own. */
+    int replay = tb.seq <= rk->last_seq;
+    uint64_t replay_last = 0;
+    uint32_t persisted = 0;
+    for (uint32_t i = 0; i < tb.n_samples; i++) {
+        const tdm_tm_sample_t *x = &tb.samples[i];
+        uint64_t ts = (uint64_t)x->ts_us;
+        int due;
+        if (replay) {
+            due = replay_last == 0 || ts < replay_last || ts - replay_last >= PERSIST_PERIOD_US;
+            if (due)
+                replay_last = ts;
+        } else {
+            tdm_cp_rank_push(rk, x);
+            due = tdm_cp_rank_persist_due(rk, ts, PERSIST_PERIOD_US);
+        }
+        if (due) {
+            sample_row(&sb, x, inst, tb.rank, tb.group, tb.seq);
+            persisted++;
+        }
+    }
+    if (!replay)
+        rk->last_seq = tb.seq;
+    s->samples_received += tb.n_samples;
+    s->events_received += tb.n_events;
+
+    uint32_t n_tev = 0, n_ev = 0;
+    for (uint32_t i = 0; i < tb.n_events; i++) {
+        event_row(&tvb, &eb, &tb.events[i], i, inst, tb.rank, tb.group, tb.seq);
+        if (tb.events[i].has_room)
+            n_tev++;
+        else
+            n_ev++;
+    }
+    tdm_cp_batch_parts_t parts = {
+        .seq = tb.seq,
+        .rank = tb.rank,
+        .instance_id = inst,
+        .group = tb.group,
+        .samples = sb.data ? sb.data : "",
+        .samples_len = sb.len,
+        .tevents = tvb.data ? tvb.data : "",
+        .tevents_len = tvb.len,
+        .events = eb.data ? eb.data : "",
+        .events_len = eb.len,
+        .n_samples = persisted,
+        .n_tevents = n_tev,
+        .n_events = n_ev,
+    };
+    tdm_cp_batch_t *batch;
+    if (tdm_cp_batch_encode(&parts, &batch) != TDM_OK) {
+        s->ingest_rejected++;
+        tdm_cp_send_error(req, 413, "body_too_large", "invalid_request_error", "batch too large");
+        goto out;
+    }
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, NULL, on_ingested, who);
+    job->batch = batch;
+    if (tdm_cp_db_ingest(s->db, job) != TDM_OK) {
+        tdm_cp_pending_t *pd = job->ctx;
+        pd->job = NULL;
+        tdm_cp_job_free(job);
+        s->ingest_rejected++;
+        tdm_cp_send_error(req, 503, "ingest_full", "unavailable_error",
+                          "ingest buffer and spool are full; retry later");
+    }
+out:
+    tdm_tm_batch_clear(&tb);
+    tdm_cp_buf_free(&sb);
+    tdm_cp_buf_free(&tvb);
+    tdm_cp_buf_free(&eb);
+}
