@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <tdm/log.h>
 #include <tdm/mem.h>
 
 #include "model_int.h"
@@ -396,6 +397,11 @@ tdm_status_t tdm_model_load_ex(const char *dir, const tdm_model_load_opts_t *opt
     TDM_CHECK_GOTO(resolve_weights(m, opts, err, err_len), st, err_free);
     if (opts && opts->prefault)
         prefault(m, opts);
+    tdm_dbg(TDM_SUB_MODEL,
+            "msg=\"model loaded\" dir=\"%s\" arch=%s layers=%u files=%u tensors=%zu "
+            "weight_bytes=%llu",
+            dir, m->cfg.arch == TDM_ARCH_QWEN2 ? "qwen2" : "llama", m->cfg.num_layers, m->n_files,
+            m->n_tensors, (unsigned long long)tdm_model_weight_bytes(m));
 
     json_decref(cfg);
     json_decref(gen);
