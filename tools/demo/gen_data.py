@@ -300,7 +300,7 @@ def conversation(rng):
             msgs += [{"role": "user", "content": user}, call_message(name, args),
                      {"role": "tool", "content": json.dumps(res, ensure_ascii=False)},
                      {"role": "assistant", "content": ans}]
-        elif r < 0.75 and len(offered) < len(TOOLS):
+        elif r < 0.8 and len(offered) < len(TOOLS):
             name = rng.choice([t for t in TOOL_BY_NAME if t not in offered])
             user = tool_request(rng, name)[0]
             msgs += [{"role": "user", "content": user},

@@ -77,7 +77,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--train-seconds", type=float, default=140.0)
-    ap.add_argument("--conversations", type=int, default=60000)
+    ap.add_argument("--conversations", type=int, default=80000)
     args = ap.parse_args()
     out = args.out
     mdir = os.path.join(out, "models", "demo")
@@ -152,13 +152,17 @@ def main():
     total = None
     step = 0
     while True:
-        if total is None and step == 30:
+        if step == 30:  # time steps 30..60 (after CUDA/autotune warm-up)
             if dev == "cuda":
                 torch.cuda.synchronize()
-            per = (time.time() - t_start) / 30
-            total = max(200, min(6000, int(args.train_seconds / per)))
+            t30 = time.time()
+        if total is None and step == 60:
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            per = (time.time() - t30) / 30
+            total = max(200, min(8000, int((args.train_seconds - (t30 - t_start)) / per) + 60))
             log("%.1f ms/step -> %d steps" % (per * 1e3, total))
-        T = total or 6000
+        T = total or 8000
         lr = 3e-3 * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(
             math.pi * min(1.0, step / T))))
         for pg in opt.param_groups:
