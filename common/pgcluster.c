@@ -13,10 +13,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +22,6 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,20 +30,12 @@
 #include <tdm/log.h>
 #include <tdm/pgcluster.h>
 
+#include "pg_int.h"
+
 #define PG_SOCK_TEMPLATE "/tmp/tdm-pg-XXXXXX"
 #define PG_RELOCATE_FMT "/var/tmp/tandem-pg-%016llx"
 #define PG_SERVER_LOG "server.log"
-#define PG_SUPERUSER "postgres"
-#define TOOL_OUT_MAX 4096
 #define START_TRIES 3
-
-/* Who runs the PostgreSQL tools: ourselves, or user postgres when we are root. */
-typedef struct run_as {
-    int switch_user;
-    uid_t uid;
-    gid_t gid;
-    char name[64];
-} run_as_t;
 
 /* What postmaster.pid says about a live server. */
 typedef struct pidfile {
@@ -67,217 +55,6 @@ typedef struct pg_paths {
 static const char *bindir_of(const tdm_pg_opts_t *opts)
 {
     return opts && opts->bindir ? opts->bindir : TDM_PG_BINDIR;
-}
-
-static tdm_status_t errno_status(int e)
-{
-    switch (e) {
-    case ENOENT:
-        return TDM_ERR_NOTFOUND;
-    case EACCES:
-    case EPERM:
-        return TDM_ERR_PERM;
-    case ENAMETOOLONG:
-        return TDM_ERR_OVERFLOW;
-    case ENOTDIR:
-    case EINVAL:
-        return TDM_ERR_INVAL;
-    default:
-        return TDM_ERR_IO;
-    }
-}
-
-static tdm_status_t path_join(char *buf, size_t len, const char *a, const char *b)
-{
-    int n = snprintf(buf, len, "%s/%s", a, b);
-    if (n < 0 || (size_t)n >= len)
-        return TDM_ERR_OVERFLOW;
-    return TDM_OK;
-}
-
-static tdm_status_t run_as_lookup(run_as_t *ret)
-{
-    run_as_t ru = {0};
-    if (geteuid() != 0) {
-        snprintf(ru.name, sizeof(ru.name), "%s", "(self)");
-        *ret = ru;
-        return TDM_OK;
-    }
-    errno = 0;
-    struct passwd *pw = getpwnam(PG_SUPERUSER);
-    if (!pw) {
-        tdm_err(TDM_SUB_DB,
-                "msg=\"running as root, but there is no user postgres to run initdb/pg_ctl as; "
-                "install the postgresql package\"");
-        return TDM_ERR_NOTFOUND;
-    }
-    ru.switch_user = 1;
-    ru.uid = pw->pw_uid;
-    ru.gid = pw->pw_gid;
-    snprintf(ru.name, sizeof(ru.name), "%s", pw->pw_name);
-    *ret = ru;
-    return TDM_OK;
-}
-
-/* In a forked child: become the tool's user. Returns 0, or -1 with errno set. */
-static int child_drop_privileges(const run_as_t *ru)
-{
-    if (!ru->switch_user)
-        return 0;
-    if (setgid(ru->gid) != 0 || initgroups(ru->name, ru->gid) != 0 || setuid(ru->uid) != 0)
-        return -1;
-    return 0;
-}
-
-static void child_close_fds(void)
-{
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0)
-        return;
-#endif
-    long max = sysconf(_SC_OPEN_MAX);
-    if (max < 0 || max > 65536)
-        max = 65536;
-    for (int fd = 3; fd < max; fd++)
-        close(fd);
-}
-
-static tdm_status_t chown_to(const run_as_t *ru, const char *path)
-{
-    if (!ru->switch_user)
-        return TDM_OK;
-    if (chown(path, ru->uid, ru->gid) != 0) {
-        int e = errno;
-        tdm_err(TDM_SUB_DB, "msg=\"cannot chown to postgres\" path=%s err=\"%s\"", path,
-                strerror(e));
-        return errno_status(e);
-    }
-    return TDM_OK;
-}
-
-/* Can the tool's user read, write and enter `path` (every parent traversable)? */
-static int accessible_as(const run_as_t *ru, const char *path)
-{
-    if (!ru->switch_user)
-        return access(path, R_OK | W_OK | X_OK) == 0;
-    pid_t pid = fork();
-    if (pid < 0)
-        return 0;
-    if (pid == 0) {
-        if (child_drop_privileges(ru) != 0)
-            _exit(2);
-        _exit(access(path, R_OK | W_OK | X_OK) == 0 ? 0 : 1);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR)
-            return 0;
-    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-}
-
-/* Keep the last TOOL_OUT_MAX-1 bytes of a tool's output, NUL-terminated, quotes made single. */
-static void out_append(char *out, size_t *used, const char *p, size_t n)
-{
-    const size_t cap = TOOL_OUT_MAX - 1;
-    if (n >= cap) {
-        p += n - cap;
-        n = cap;
-    }
-    if (*used + n > cap) {
-        size_t drop = *used + n - cap;
-        memmove(out, out + drop, *used - drop);
-        *used -= drop;
-    }
-    memcpy(out + *used, p, n);
-    *used += n;
-    out[*used] = '\0';
-    for (size_t i = 0; i < *used; i++)
-        if (out[i] == '"')
-            out[i] = '\'';
-}
-
-/*
- * Run bindir/argv[0] as the tool user with stdin from /dev/null, stdout+stderr captured into
- * out (tail kept). Returns TDM_OK when it ran (ret_exit holds the exit code, or 128+signal),
- * or an error when it could not be started at all.
- */
-static tdm_status_t run_tool(const run_as_t *ru, const char *bindir, const char *const argv[],
-                             char out[TOOL_OUT_MAX], int *ret_exit)
-{
-    char exe[TDM_PG_PATH_MAX];
-    char pathenv[TDM_PG_PATH_MAX + 32];
-    int fds[2];
-    size_t used = 0;
-    tdm_status_t st;
-
-    out[0] = '\0';
-    TDM_TRY(path_join(exe, sizeof(exe), bindir, argv[0]));
-    if (access(exe, X_OK) != 0) {
-        tdm_err(TDM_SUB_DB, "msg=\"PostgreSQL tool not found\" path=%s err=\"%s\"", exe,
-                strerror(errno));
-        return TDM_ERR_NOTFOUND;
-    }
-    snprintf(pathenv, sizeof(pathenv), "PATH=%s:/usr/bin:/bin", bindir);
-    char lc_all[] = "LC_ALL=C", lang[] = "LANG=C", home[] = "HOME=/";
-    char *const envp[] = {pathenv, lc_all, lang, home, NULL};
-
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return errno_status(errno);
-    pid_t pid = fork();
-    if (pid < 0) {
-        st = errno_status(errno);
-        close(fds[0]);
-        close(fds[1]);
-        return st;
-    }
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[1], 2) < 0)
-            _exit(126);
-        child_close_fds();
-        /* the caller's cwd may be unreachable for postgres (a checkout under /root) */
-        if (chdir("/") != 0 || child_drop_privileges(ru) != 0) {
-            dprintf(2, "cannot switch to user %s: %s\n", ru->name, strerror(errno));
-            _exit(126);
-        }
-        execve(exe, (char *const *)argv, envp);
-        dprintf(2, "exec %s: %s\n", exe, strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    for (;;) {
-        char buf[1024];
-        ssize_t n = read(fds[0], buf, sizeof(buf));
-        if (n > 0) {
-            out_append(out, &used, buf, (size_t)n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        break;
-    }
-    close(fds[0]);
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0) {
-        if (errno != EINTR)
-            return TDM_ERR_IO;
-    }
-    *ret_exit = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-    return TDM_OK;
-}
-
-/* Run a tool that must succeed; a failure is logged here with its output. */
-static tdm_status_t run_tool_ok(const run_as_t *ru, const char *bindir, const char *const argv[])
-{
-    char out[TOOL_OUT_MAX];
-    int code = 0;
-    TDM_TRY(run_tool(ru, bindir, argv, out, &code));
-    if (code != 0) {
-        tdm_err(TDM_SUB_DB, "msg=\"%s failed\" exit=%d output=\"%s\"", argv[0], code, out);
-        return TDM_ERR_DB;
-    }
-    tdm_dbg(TDM_SUB_DB, "msg=\"%s ok\" output=\"%s\"", argv[0], out);
-    return TDM_OK;
 }
 
 /* A live (not zombie) process named postgres: postmaster.pid can outlive its server. */
@@ -319,10 +96,10 @@ static tdm_status_t pidfile_read(const char *datadir, pidfile_t *ret)
     int lineno = 0, have_port = 0, have_sock = 0;
     tdm_status_t st = TDM_OK;
 
-    TDM_TRY(path_join(path, sizeof(path), datadir, "postmaster.pid"));
+    TDM_TRY(tdm_pg_path_join(path, sizeof(path), datadir, "postmaster.pid"));
     FILE *f = fopen(path, "re");
     if (!f)
-        return errno == ENOENT ? TDM_ERR_NOTFOUND : errno_status(errno);
+        return errno == ENOENT ? TDM_ERR_NOTFOUND : tdm_pg_errno_status(errno);
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = '\0';
         lineno++;
@@ -384,7 +161,7 @@ static tdm_status_t mkdir_p(const char *path, mode_t mode)
                 int e = errno;
                 tdm_err(TDM_SUB_DB, "msg=\"cannot create directory\" path=%s err=\"%s\"", buf,
                         strerror(e));
-                return errno_status(e);
+                return tdm_pg_errno_status(e);
             }
             *p = c;
             if (c == '\0')
@@ -411,8 +188,8 @@ static tdm_status_t paths_init(const char *dir, int create_parent, pg_paths_t *r
             return TDM_ERR_OVERFLOW;
     } else {
         if (!getcwd(cwd, sizeof(cwd)))
-            return errno_status(errno);
-        TDM_TRY(path_join(tmp, sizeof(tmp), cwd, dir));
+            return tdm_pg_errno_status(errno);
+        TDM_TRY(tdm_pg_path_join(tmp, sizeof(tmp), cwd, dir));
     }
     n = strlen(tmp);
     while (n > 1 && tmp[n - 1] == '/')
@@ -431,9 +208,9 @@ static tdm_status_t paths_init(const char *dir, int create_parent, pg_paths_t *r
         int e = errno;
         if (e != ENOENT)
             tdm_err(TDM_SUB_DB, "msg=\"cannot resolve\" path=%s err=\"%s\"", parent, strerror(e));
-        return errno_status(e);
+        return tdm_pg_errno_status(e);
     }
-    TDM_TRY(path_join(p.dir, sizeof(p.dir), strcmp(p.parent, "/") ? p.parent : "", base));
+    TDM_TRY(tdm_pg_path_join(p.dir, sizeof(p.dir), strcmp(p.parent, "/") ? p.parent : "", base));
     *ret = p;
     return TDM_OK;
 }
@@ -443,11 +220,11 @@ static tdm_status_t paths_resolve(pg_paths_t *p)
 {
     struct stat sb;
     if (lstat(p->dir, &sb) != 0)
-        return errno_status(errno);
+        return tdm_pg_errno_status(errno);
     if (S_ISLNK(sb.st_mode)) {
         ssize_t n = readlink(p->dir, p->data, sizeof(p->data) - 1);
         if (n < 0)
-            return errno_status(errno);
+            return tdm_pg_errno_status(errno);
         p->data[n] = '\0';
         if (p->data[0] != '/') {
             tdm_err(TDM_SUB_DB, "msg=\"cluster link must be absolute\" dir=%s target=%s", p->dir,
@@ -471,12 +248,12 @@ static tdm_status_t lock_parent(const pg_paths_t *p, int *ret_fd)
 {
     int fd = open(p->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return errno_status(errno);
+        return tdm_pg_errno_status(errno);
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
             int e = errno;
             close(fd);
-            return errno_status(e);
+            return tdm_pg_errno_status(e);
         }
     }
     *ret_fd = fd;
@@ -487,7 +264,7 @@ static int has_pg_version(const char *datadir)
 {
     char probe[TDM_PG_PATH_MAX];
     struct stat sb;
-    return path_join(probe, sizeof(probe), datadir, "PG_VERSION") == TDM_OK &&
+    return tdm_pg_path_join(probe, sizeof(probe), datadir, "PG_VERSION") == TDM_OK &&
            stat(probe, &sb) == 0;
 }
 
@@ -519,10 +296,10 @@ static tdm_status_t relocated_dir_make(const run_as_t *ru, const char *target)
         int e = errno;
         tdm_err(TDM_SUB_DB, "msg=\"cannot create relocated data directory\" path=%s err=\"%s\"",
                 target, strerror(e));
-        return errno_status(e);
+        return tdm_pg_errno_status(e);
     }
     if (lstat(target, &sb) != 0)
-        return errno_status(errno);
+        return tdm_pg_errno_status(errno);
     if (!S_ISDIR(sb.st_mode) ||
         (sb.st_uid != geteuid() && !(ru->switch_user && sb.st_uid == ru->uid))) {
         tdm_err(TDM_SUB_DB,
@@ -531,9 +308,9 @@ static tdm_status_t relocated_dir_make(const run_as_t *ru, const char *target)
                 target);
         return TDM_ERR_PERM;
     }
-    TDM_TRY(chown_to(ru, target));
+    TDM_TRY(tdm_pg_runas_chown(ru, target));
     if (chmod(target, 0700) != 0)
-        return errno_status(errno);
+        return tdm_pg_errno_status(errno);
     return TDM_OK;
 }
 
@@ -550,7 +327,7 @@ static tdm_status_t datadir_prepare(const run_as_t *ru, pg_paths_t *p)
             int e = errno;
             tdm_err(TDM_SUB_DB, "msg=\"cannot create cluster directory\" path=%s err=\"%s\"",
                     p->dir, strerror(e));
-            return errno_status(e);
+            return tdm_pg_errno_status(e);
         }
         st = paths_resolve(p);
     }
@@ -567,7 +344,7 @@ static tdm_status_t datadir_prepare(const run_as_t *ru, pg_paths_t *p)
                      p->dir, p->data);
             TDM_TRY(relocated_dir_make(ru, p->data));
         }
-        if (!accessible_as(ru, p->data)) {
+        if (!tdm_pg_runas_can_access(ru, p->data)) {
             tdm_err(TDM_SUB_DB, "msg=\"user %s cannot reach the data directory\" path=%s", ru->name,
                     p->data);
             return TDM_ERR_PERM;
@@ -575,7 +352,7 @@ static tdm_status_t datadir_prepare(const run_as_t *ru, pg_paths_t *p)
         return TDM_OK;
     }
     if (has_pg_version(p->data)) {
-        if (!accessible_as(ru, p->data)) {
+        if (!tdm_pg_runas_can_access(ru, p->data)) {
             tdm_err(TDM_SUB_DB,
                     "msg=\"data directory exists but user %s cannot reach it (is "
                     "a parent directory mode 0700?); move it or open its parents\" "
@@ -592,23 +369,23 @@ static tdm_status_t datadir_prepare(const run_as_t *ru, pg_paths_t *p)
                 p->data);
         return TDM_ERR_INVAL;
     }
-    TDM_TRY(chown_to(ru, p->data));
+    TDM_TRY(tdm_pg_runas_chown(ru, p->data));
     if (chmod(p->data, 0700) != 0)
-        return errno_status(errno);
-    if (accessible_as(ru, p->data))
+        return tdm_pg_errno_status(errno);
+    if (tdm_pg_runas_can_access(ru, p->data))
         return TDM_OK;
 
     char target[TDM_PG_PATH_MAX];
     snprintf(target, sizeof(target), PG_RELOCATE_FMT,
              (unsigned long long)XXH3_64bits(p->dir, strlen(p->dir)));
     if (rmdir(p->data) != 0)
-        return errno_status(errno);
+        return tdm_pg_errno_status(errno);
     TDM_TRY(relocated_dir_make(ru, target));
     if (symlink(target, p->dir) != 0) {
         int e = errno;
         tdm_err(TDM_SUB_DB, "msg=\"cannot link cluster directory\" dir=%s target=%s err=\"%s\"",
                 p->dir, target, strerror(e));
-        return errno_status(e);
+        return tdm_pg_errno_status(e);
     }
     tdm_info(TDM_SUB_DB,
              "msg=\"user %s cannot reach the cluster directory; data relocated\" dir=%s target=%s",
@@ -625,7 +402,7 @@ static tdm_status_t free_port(int *ret_port)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return errno_status(errno);
+        return tdm_pg_errno_status(errno);
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
         int e = errno;
@@ -666,7 +443,7 @@ static tdm_status_t cluster_initdb(const run_as_t *ru, const char *bindir, const
                           "-E",     "UTF8", "--locale=C", "--auth=trust", for_tests ? "-N" : NULL,
                           NULL};
     tdm_info(TDM_SUB_DB, "msg=\"initdb\" datadir=%s", data);
-    return run_tool_ok(ru, bindir, argv);
+    return tdm_pg_tool_run_ok(ru, bindir, argv);
 }
 
 static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const char *data,
@@ -675,18 +452,18 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
     char logpath[TDM_PG_PATH_MAX], opts[512], out[TOOL_OUT_MAX], logtail[2048];
     tdm_status_t st;
 
-    TDM_TRY(path_join(logpath, sizeof(logpath), data, PG_SERVER_LOG));
+    TDM_TRY(tdm_pg_path_join(logpath, sizeof(logpath), data, PG_SERVER_LOG));
     for (int attempt = 1;; attempt++) {
         char sockdir[] = PG_SOCK_TEMPLATE;
         int port = 0, code = 0;
         if (!mkdtemp(sockdir)) {
             int e = errno;
             tdm_err(TDM_SUB_DB, "msg=\"cannot create socket directory\" err=\"%s\"", strerror(e));
-            return errno_status(e);
+            return tdm_pg_errno_status(e);
         }
-        TDM_CHECK_GOTO(chown_to(ru, sockdir), st, err_rmdir);
+        TDM_CHECK_GOTO(tdm_pg_runas_chown(ru, sockdir), st, err_rmdir);
         if (chmod(sockdir, 0755) != 0) {
-            st = errno_status(errno);
+            st = tdm_pg_errno_status(errno);
             goto err_rmdir;
         }
         TDM_CHECK_GOTO(free_port(&port), st, err_rmdir);
@@ -698,7 +475,7 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
                            : "");
         const char *argv[] = {"pg_ctl", "start", "-w",    "-t", "60", "-s", "-D",
                               data,     "-l",    logpath, "-o", opts, NULL};
-        TDM_CHECK_GOTO(run_tool(ru, bindir, argv, out, &code), st, err_rmdir);
+        TDM_CHECK_GOTO(tdm_pg_tool_run(ru, bindir, argv, out, &code), st, err_rmdir);
         if (code == 0) {
             st = pidfile_wait(data, ret_pf);
             if (st != TDM_OK)
@@ -759,7 +536,7 @@ tdm_status_t tdm_pg_cluster_start(const char *dir, const tdm_pg_opts_t *opts,
         return TDM_ERR_INVAL;
     }
     TDM_TRY(paths_init(dir, 1, &p));
-    TDM_TRY(run_as_lookup(&ru));
+    TDM_TRY(tdm_pg_runas_lookup(&ru));
     TDM_TRY(lock_parent(&p, &lockfd));
     TDM_CHECK_GOTO(datadir_prepare(&ru, &p), st, out_unlock);
 
@@ -803,10 +580,10 @@ static tdm_status_t stop_locked(const pg_paths_t *p, const char *bindir)
         return TDM_OK;
     if (st != TDM_OK)
         return st;
-    TDM_TRY(run_as_lookup(&ru));
+    TDM_TRY(tdm_pg_runas_lookup(&ru));
     const char *argv[] = {"pg_ctl", "stop", "-w", "-t",    "60", "-s",
                           "-m",     "fast", "-D", p->data, NULL};
-    TDM_TRY(run_tool_ok(&ru, bindir, argv));
+    TDM_TRY(tdm_pg_tool_run_ok(&ru, bindir, argv));
     /* only the directories this module made; rmdir leaves anything non-empty alone */
     if (!strncmp(pf.sockdir, "/tmp/tdm-pg-", strlen("/tmp/tdm-pg-")))
         rmdir(pf.sockdir);
@@ -883,7 +660,7 @@ tdm_status_t tdm_pg_cluster_destroy(const char *dir, const tdm_pg_opts_t *opts)
         }
     }
     if (p.is_link && unlink(p.dir) != 0 && errno != ENOENT) {
-        st = errno_status(errno);
+        st = tdm_pg_errno_status(errno);
         goto out_unlock;
     }
     tdm_info(TDM_SUB_DB, "msg=\"destroyed\" dir=%s datadir=%s", p.dir, p.data);
