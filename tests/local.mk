@@ -11,3 +11,5 @@ tests_unit_test_status_SOURCES = tests/unit/test-status.c
 tests_unit_test_status_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_status_LDADD = $(COMMON_LIBS)
 EXTRA_DIST += tests/fuzz/README.md tests/fuzz/corpus
+# fixtures and the bundled demo model ship in the tarball (make distcheck runs the tests)
+EXTRA_DIST += tests/fixtures models/demo
