@@ -361,6 +361,30 @@ static void corrupt(void)
     json_decref(cfg);
 }
 
+/* The CLI's progress printer: one line per call on stderr. */
+static void stderr_progress(void)
+{
+    char p[512], line[128] = "";
+    tu_path(p, sizeof(p), root, "stderr.txt");
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(p, "w+");
+    dup2(fileno(f), 2);
+    tdm_model_progress_stderr((void *)"tandem-worker", "map", 1, 3);
+    tdm_model_progress_stderr(NULL, "prefault", 10, 20);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    line[n] = '\0';
+    fclose(f);
+    is_str(line,
+           "tandem-worker: loading model: map 1/3\n"
+           "loading model: prefault 10/20\n",
+           "progress lines on stderr");
+}
+
 int main(void)
 {
     if (!tu_mkdtemp(root, sizeof(root)))
@@ -368,6 +392,7 @@ int main(void)
     llama();
     qwen_sharded();
     corrupt();
+    stderr_progress();
     tu_rmtree(root);
     return done_testing();
 }
