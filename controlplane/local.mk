@@ -53,3 +53,18 @@ tests_unit_test_cp_auth_SOURCES = tests/unit/test-cp-auth.c
 tests_unit_test_cp_auth_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
 tests_unit_test_cp_auth_LDADD = $(TDM_CP_LIBS)
 
+# Integration tests: a real tandemd on port 0 against the test PostgreSQL (make check).
+CP_INTEGRATION_TESTS = \
+	tests/integration/test-cp-migrate.sh \
+	tests/integration/test-cp-api \
+	tests/integration/test-cp-outage
+check_PROGRAMS += tests/integration/test-cp-api tests/integration/test-cp-outage
+dist_check_SCRIPTS += tests/integration/test-cp-migrate.sh
+TESTS += $(CP_INTEGRATION_TESTS)
+noinst_HEADERS += tests/integration/cp-harness.h
+tests_integration_test_cp_api_SOURCES = tests/integration/test-cp-api.c
+tests_integration_test_cp_api_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS) $(CURL_CFLAGS)
+tests_integration_test_cp_api_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
+tests_integration_test_cp_outage_SOURCES = tests/integration/test-cp-outage.c
+tests_integration_test_cp_outage_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS) $(CURL_CFLAGS)
+tests_integration_test_cp_outage_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)

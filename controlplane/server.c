@@ -369,6 +369,8 @@ static tdm_status_t write_ready_file(const char *path, int port, char *err, size
     return TDM_OK;
 }
 
+static void loop_tick(tdm_cp_server_t *s);
+
 /* ---- startup: tokens ------------------------------------------------------------------------ */
 
 static const char sql_tokens_load[] =
@@ -407,9 +409,8 @@ static void on_tokens_loaded(tdm_cp_job_t *job)
     }
     json_decref(arr);
     tdm_cp_job_free(job);
-    s->ready = 1;
-    tdm_info(TDM_SUB_CP, "msg=\"ready\" port=%d tokens=%zu", s->port, s->auth.n);
-    sd_notifyf(0, "READY=1\nSTATUS=serving on port %d, database up", s->port);
+    s->tokens_loaded = 1;
+    loop_tick(s);
 }
 
 static void submit_token_load(tdm_cp_server_t *s)
@@ -507,12 +508,18 @@ err_free:
 
 static void loop_tick(tdm_cp_server_t *s)
 {
+    int up = atomic_load(&tdm_cp_db_stats(s->db)->up);
+    if (!s->ready && s->tokens_loaded && up) {
+        s->ready = 1;
+        s->last_db_up = 1;
+        tdm_info(TDM_SUB_CP, "msg=\"ready\" port=%d tokens=%zu", s->port, s->auth.n);
+        sd_notifyf(0, "READY=1\nSTATUS=serving on port %d, database up", s->port);
+    }
     uint64_t now = tdm_time_mono_us();
     if (s->watchdog_usec && now - s->last_watchdog_us >= s->watchdog_usec / 2) {
         sd_notify(0, "WATCHDOG=1");
         s->last_watchdog_us = now;
     }
-    int up = atomic_load(&tdm_cp_db_stats(s->db)->up);
     if (s->ready && up != s->last_db_up) {
         const tdm_cp_db_stats_t *ds = tdm_cp_db_stats(s->db);
         if (up)

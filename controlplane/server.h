@@ -72,8 +72,9 @@ struct tdm_cp_server {
     tdm_cp_rings_t rings;
     tdm_cp_auth_t auth;
     char admin_token[TDM_CP_TOKEN_LEN + 1];
-    int ready;      /* database reached, tokens loaded: READY=1 sent */
-    int last_db_up; /* for STATUS= transitions */
+    int tokens_loaded; /* the token cache holds the database's tokens */
+    int ready;         /* tokens loaded and both connections up: READY=1 sent */
+    int last_db_up;    /* for STATUS= transitions */
     uint64_t started_us;
     uint64_t last_watchdog_us, watchdog_usec;
     /* counters for /metrics */
