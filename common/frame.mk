@@ -11,5 +11,5 @@ tests_fuzz_replay_frame_SOURCES = tests/fuzz/fuzz-frame.c tests/fuzz/replay.c
 tests_fuzz_replay_frame_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_fuzz_replay_frame_LDADD = $(COMMON_LIBS)
 FUZZ_BINS += fuzz/fuzz-frame
-fuzz/fuzz-frame: $(top_srcdir)/tests/fuzz/fuzz-frame.c $(top_srcdir)/common/frame.c $(top_srcdir)/common/layout.c
+fuzz/fuzz-frame: $(top_srcdir)/tests/fuzz/fuzz-frame.c $(top_srcdir)/common/frame.c $(top_srcdir)/common/layout.c $(top_srcdir)/common/json.c
 	$(TDM_FUZZ_LINK) $^ $(JANSSON_LIBS) -lm
