@@ -1,9 +1,14 @@
 # dataplane/sched/ — plan (I1), scheduler, executor, loops, launcher (docs/serving.md).
 noinst_LIBRARIES += libtdmsched.a
 libtdmsched_a_SOURCES = \
-	dataplane/sched/plan.c
+	dataplane/sched/plan.c \
+	dataplane/sched/fault.c \
+	dataplane/sched/exec.c \
+	dataplane/sched/prefix.c \
+	dataplane/sched/sched.c
 libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-noinst_HEADERS += dataplane/sched/plan.h dataplane/sched/sched.h
+noinst_HEADERS += dataplane/sched/plan.h dataplane/sched/sched.h dataplane/sched/worker.h \
+	dataplane/sched/fault.h dataplane/sched/sched_int.h
 
 check_PROGRAMS += tests/unit/test-plan
 TESTS += tests/unit/test-plan

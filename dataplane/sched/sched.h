@@ -20,10 +20,10 @@
 #include <tdm/status.h>
 
 typedef enum tdm_finish_reason {
-    TDM_FINISH_LENGTH = 0,   /* max_new_tokens reached */
-    TDM_FINISH_STOP = 1,     /* stop token or stop string */
-    TDM_FINISH_ABORT = 2,    /* client gone, admin, or drain timeout */
-    TDM_FINISH_ERROR = 3,    /* see the event's status and message */
+    TDM_FINISH_LENGTH = 0, /* max_new_tokens reached */
+    TDM_FINISH_STOP = 1,   /* stop token or stop string */
+    TDM_FINISH_ABORT = 2,  /* client gone, admin, or drain timeout */
+    TDM_FINISH_ERROR = 3,  /* see the event's status and message */
     TDM_FINISH_MAX
 } tdm_finish_reason_t;
 
@@ -50,13 +50,13 @@ typedef struct tdm_req_event {
     tdm_status_t status;        /* ERROR: why */
     const char *message;
     uint32_t prompt_tokens, completion_tokens, cached_tokens;
-    uint64_t ttft_us;           /* submit → first token */
+    uint64_t ttft_us; /* submit → first token */
 } tdm_req_event_t;
 
 typedef void (*tdm_req_cb)(void *ctx, const tdm_req_event_t *ev);
 
 typedef struct tdm_req_params {
-    const int32_t *prompt;  /* copied at submit */
+    const int32_t *prompt; /* copied at submit */
     uint32_t n_prompt;
     uint32_t max_new_tokens;
     tdm_sample_params_t sampling;
@@ -65,9 +65,9 @@ typedef struct tdm_req_params {
     const char *const *stop_strs; /* copied */
     uint32_t n_stop_strs;
     int ignore_eos;
-    int want_text;          /* detokenize (OpenAI) or ids only (/generate) */
-    int skip_special;       /* detokenize without special tokens */
-    uint64_t deadline_us;   /* monotonic; 0 = none: past it the request ends with ERROR TIMEOUT */
+    int want_text;        /* detokenize (OpenAI) or ids only (/generate) */
+    int skip_special;     /* detokenize without special tokens */
+    uint64_t deadline_us; /* monotonic; 0 = none: past it the request ends with ERROR TIMEOUT */
     tdm_req_cb cb;
     void *ctx;
 } tdm_req_params_t;

@@ -1,0 +1,307 @@
+/*
+ * exec.c — the executor of every rank (docs/serving.md "Plan"): one iteration is
+ *   1. the plan header (48 bytes), broadcast from rank 0 on the plan channel;
+ *   2. the payload (payload_bytes), broadcast likewise, validated by followers (hash, counts);
+ *   3. for plans with PREV_TOKEN entries, rank 0's resolved ids (one u32 per such entry);
+ *   4. the forward over the batch with the tensor collectives (row-parallel all-reduces);
+ *   5. on rank 0, one sample per LOGITS entry with the request's (seed, step);
+ *   6. the iteration record (iter, path, plan_hash, counters) in the rank's progress slot (I2).
+ * Followers keep no sequence state; the collective sequence of an iteration is a pure function
+ * of its plan (I1). Fault points (fault.h) are checked here: stall_loop before the iteration,
+ * rank_idle_path for the forward, rank_skip_collective through the tensor comm's skip hook.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "dataplane/sched/sched_int.h"
+
+struct tdm_exec {
+    tdm_exec_cfg_t cfg;
+    tdm_model_view_t view;
+    int have_view, have_be;
+    tdm_backend_t be;
+    tdm_kv_pool_t *pool;
+    tdm_graph_t *graph;
+    uint32_t vocab;
+    float *logits;       /* max_seqs rows */
+    tdm_graph_seq_t *gs; /* max_seqs */
+    int32_t *ids;        /* max_tokens */
+    uint32_t *prev;      /* resolved PREV_TOKEN ids, max_seqs */
+    int32_t *last_tok;   /* rank 0: the last token sampled per slot */
+    uint8_t *rx;         /* followers: received plan */
+    size_t rx_cap;
+    tdm_sample_scratch_t scratch;
+    uint64_t iter_seen;
+};
+
+static tdm_status_t graph_allreduce(void *ctx, float *buf, size_t n)
+{
+    return tdm_comm_allreduce_f32(ctx, buf, n);
+}
+
+static int skip_fault(void *ctx, tdm_coll_op_t op, uint64_t seq)
+{
+    tdm_exec_t *x = ctx;
+    (void)op;
+    (void)seq;
+    return tdm_fault_fire(x->cfg.faults, TDM_FAULT_RANK_SKIP_COLLECTIVE, x->cfg.rank, x->iter_seen,
+                          NULL);
+}
+
+#define SET_ERR(...) snprintf(err, err_len, __VA_ARGS__)
+
+tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *err, size_t err_len)
+{
+    tdm_status_t st;
+    tdm_kv_layout_t layout;
+    if (!cfg || !cfg->model || !cfg->tensor || !cfg->plan || cfg->max_seqs == 0 ||
+        cfg->max_tokens < cfg->max_seqs || cfg->num_pages == 0) {
+        SET_ERR("executor: bad configuration");
+        return TDM_ERR_INVAL;
+    }
+    tdm_exec_t *x = tdm_calloc(1, sizeof(*x));
+    x->cfg = *cfg;
+    const tdm_model_config_t *mc = tdm_model_config(cfg->model);
+    x->vocab = mc->vocab_size;
+    TDM_CHECK_GOTO(tdm_model_view_init(cfg->model, cfg->tp_size, cfg->rank, &x->view, err, err_len),
+                   st, err_free);
+    x->have_view = 1;
+    st = tdm_backend_cpu_init(cfg->threads, &x->be);
+    if (st != TDM_OK) {
+        SET_ERR("CPU backend: %s", tdm_status_str(st));
+        goto err_free;
+    }
+    x->have_be = 1;
+    st = tdm_kv_layout_init(mc, cfg->kv_dtype, cfg->page_size, cfg->tp_size, cfg->rank, &layout);
+    if (st != TDM_OK) {
+        SET_ERR("KV layout (dtype %s, page size %u, tp %u): %s", tdm_dtype_name(cfg->kv_dtype),
+                cfg->page_size, cfg->tp_size, tdm_status_str(st));
+        goto err_free;
+    }
+    st = tdm_kv_pool_init(&layout, cfg->num_pages, &x->pool);
+    if (st != TDM_OK) {
+        SET_ERR("KV pool of %u pages: %s", cfg->num_pages, tdm_status_str(st));
+        goto err_free;
+    }
+    tdm_graph_coll_t coll = {cfg->tensor, graph_allreduce};
+    st = tdm_graph_init(&x->view, tdm_kv_pool_buffers(x->pool), &x->be,
+                        cfg->tp_size > 1 ? &coll : NULL, cfg->max_tokens, &x->graph);
+    if (st != TDM_OK) {
+        SET_ERR("forward graph for %u rows: %s", cfg->max_tokens, tdm_status_str(st));
+        goto err_free;
+    }
+    cfg->tensor->skip_fault = cfg->faults ? skip_fault : NULL;
+    cfg->tensor->fault_ctx = x;
+    x->logits = malloc((size_t)cfg->max_seqs * x->vocab * sizeof(float));
+    if (!x->logits) {
+        SET_ERR("executor: no memory for %u rows of logits", cfg->max_seqs);
+        st = TDM_ERR_NOMEM;
+        goto err_free;
+    }
+    x->gs = tdm_calloc(cfg->max_seqs, sizeof(*x->gs));
+    x->ids = tdm_calloc(cfg->max_tokens, sizeof(*x->ids));
+    x->prev = tdm_calloc(cfg->max_seqs, sizeof(*x->prev));
+    x->last_tok = tdm_calloc(cfg->max_seqs, sizeof(*x->last_tok));
+    if (cfg->rank == 0 && tdm_sample_scratch_init(&x->scratch, x->vocab) != TDM_OK) {
+        SET_ERR("executor: no memory for the sampler");
+        st = TDM_ERR_NOMEM;
+        goto err_free;
+    }
+    *ret = x;
+    return TDM_OK;
+err_free:
+    tdm_exec_free(x);
+    return st;
+}
+
+void tdm_exec_free(tdm_exec_t *x)
+{
+    if (!x)
+        return;
+    if (x->cfg.tensor) {
+        x->cfg.tensor->skip_fault = NULL;
+        x->cfg.tensor->fault_ctx = NULL;
+    }
+    tdm_graph_free(x->graph);
+    tdm_kv_pool_free(x->pool);
+    if (x->have_be)
+        tdm_backend_cpu_free(&x->be);
+    if (x->have_view)
+        tdm_model_view_free(&x->view);
+    tdm_sample_scratch_free(&x->scratch);
+    free(x->logits);
+    tdm_free(x->gs);
+    tdm_free(x->ids);
+    tdm_free(x->prev);
+    tdm_free(x->last_tok);
+    tdm_free(x->rx);
+    tdm_free(x);
+}
+
+tdm_kv_pool_t *tdm_exec_pool(tdm_exec_t *x)
+{
+    return x->pool;
+}
+
+uint64_t tdm_exec_weight_bytes(const tdm_exec_t *x)
+{
+    return x->view.resident_bytes;
+}
+
+uint64_t tdm_exec_kv_bytes(const tdm_exec_t *x)
+{
+    uint64_t b = 0;
+    (void)tdm_kv_layout_pool_bytes(tdm_kv_pool_layout(x->pool), x->cfg.num_pages, &b);
+    return b;
+}
+
+const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x)
+{
+    return &x->cfg;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* Steps 3-6 on a validated plan; `reqs` is NULL on followers. */
+static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8_t *payload,
+                             size_t plen, tdm_exec_iter_t *it)
+{
+    tdm_status_t st;
+    uint32_t n_prev = 0, n = 0, tok_off = 0, rows = 0, dur = 0;
+    size_t off = 0;
+    tdm_plan_entry_t e;
+    int lead = x->cfg.rank == 0;
+
+    x->iter_seen = h->iter;
+    if (tdm_fault_fire(x->cfg.faults, TDM_FAULT_STALL_LOOP, x->cfg.rank, h->iter, &dur))
+        sleep_ms(dur);
+    if (h->kind == TDM_PLAN_BATCH &&
+        (h->n_seqs > x->cfg.max_seqs || h->n_tokens > x->cfg.max_tokens))
+        return TDM_ERR_RANGE;
+    /* PREV_TOKEN: rank 0 resolves from what it sampled last iteration, then everyone gets it */
+    while (h->kind == TDM_PLAN_BATCH && tdm_plan_next(payload, plen, &off, &e) == TDM_OK) {
+        if (e.slot >= x->cfg.max_seqs)
+            return TDM_ERR_RANGE;
+        if (e.flags & TDM_PLAN_PREV_TOKEN) {
+            if (lead)
+                x->prev[n_prev] = (uint32_t)x->last_tok[e.slot];
+            n_prev++;
+        }
+    }
+    if (n_prev)
+        TDM_TRY(tdm_comm_broadcast(x->cfg.plan, x->prev, n_prev * sizeof(uint32_t), 0));
+
+    tdm_path_t path = h->kind == TDM_PLAN_BATCH ? TDM_PATH_BATCH : TDM_PATH_IDLE;
+    if (path == TDM_PATH_BATCH && !lead &&
+        tdm_fault_fire(x->cfg.faults, TDM_FAULT_RANK_IDLE_PATH, x->cfg.rank, h->iter, NULL))
+        path = TDM_PATH_IDLE;
+    if (path == TDM_PATH_BATCH) {
+        off = 0;
+        n_prev = 0;
+        while (tdm_plan_next(payload, plen, &off, &e) == TDM_OK) {
+            for (uint32_t i = 0; i < e.n_tokens; i++)
+                x->ids[tok_off + i] = (int32_t)e.tokens[i];
+            if (e.flags & TDM_PLAN_PREV_TOKEN)
+                x->ids[tok_off] = (int32_t)x->prev[n_prev++];
+            x->gs[n] =
+                (tdm_graph_seq_t){x->ids + tok_off, e.n_tokens, e.pos0, e.pages, e.n_pages, 0};
+            tok_off += e.n_tokens;
+            n++;
+        }
+        st = tdm_graph_forward(x->graph, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
+        if (st != TDM_OK) {
+            tdm_err(TDM_SUB_SCHED, "msg=\"forward failed\" rank=%u iter=%llu status=%s",
+                    x->cfg.rank, (unsigned long long)h->iter, tdm_status_name(st));
+            return st;
+        }
+        if (rows != n)
+            return TDM_ERR_STATE;
+    }
+    if (lead && path == TDM_PATH_BATCH) {
+        off = 0;
+        uint32_t i = 0;
+        it->n_results = 0;
+        while (tdm_plan_next(payload, plen, &off, &e) == TDM_OK) {
+            tdm_sreq_t *r = it->reqs[i];
+            const float *row = x->logits + (size_t)i * x->vocab;
+            i++;
+            if (!(e.flags & TDM_PLAN_LOGITS))
+                continue;
+            tdm_exec_result_t *res = &it->results[it->n_results++];
+            res->req = r;
+            tdm_sample_history_t hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt,
+                                         r->n_sampled};
+            res->status = r->n_sampled < r->max_new
+                              ? tdm_sample_token(&r->sp, row, x->vocab, &hist, r->n_sampled,
+                                                 &x->scratch, &res->sample)
+                              : TDM_ERR_STATE;
+            if (res->status == TDM_OK) {
+                res->token = res->sample.id;
+                r->tokens[r->n_prompt + r->n_sampled++] = res->token;
+                x->last_tok[e.slot] = res->token;
+            }
+        }
+    }
+    tdm_comm_record_iter(x->cfg.tensor, h->iter, path, h->plan_hash, h->n_seqs,
+                         it ? it->waiting : 0, it ? it->running : 0, tdm_time_mono_us());
+    return TDM_OK;
+}
+
+tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it)
+{
+    uint8_t hdr[TDM_PLAN_HDR_BYTES];
+    memcpy(hdr, it->plan, TDM_PLAN_HDR_BYTES);
+    it->n_results = 0;
+    TDM_TRY(tdm_comm_broadcast(x->cfg.plan, hdr, sizeof(hdr), 0));
+    size_t plen = it->plan_len - TDM_PLAN_HDR_BYTES;
+    if (plen)
+        TDM_TRY(tdm_comm_broadcast(x->cfg.plan, (void *)(it->plan + TDM_PLAN_HDR_BYTES), plen, 0));
+    if (it->hdr.kind == TDM_PLAN_SHUTDOWN)
+        return TDM_OK;
+    return run_plan(x, &it->hdr, it->plan + TDM_PLAN_HDR_BYTES, plen, it);
+}
+
+tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop)
+{
+    uint8_t hdr_buf[TDM_PLAN_HDR_BYTES];
+    tdm_plan_hdr_t h;
+    tdm_status_t st;
+    for (;;) {
+        (void)stop; /* followers end on SHUTDOWN or abort only: rank 0 decides (I1) */
+        TDM_TRY(tdm_comm_broadcast(x->cfg.plan, hdr_buf, sizeof(hdr_buf), 0));
+        st = tdm_plan_hdr_parse(hdr_buf, sizeof(hdr_buf), &h);
+        if (st != TDM_OK) {
+            tdm_err(TDM_SUB_SCHED, "msg=\"bad plan header\" rank=%u status=%s", x->cfg.rank,
+                    tdm_status_name(st));
+            return st;
+        }
+        if (h.payload_bytes > x->rx_cap) {
+            x->rx = tdm_realloc(x->rx, h.payload_bytes);
+            x->rx_cap = h.payload_bytes;
+        }
+        if (h.payload_bytes)
+            TDM_TRY(tdm_comm_broadcast(x->cfg.plan, x->rx, h.payload_bytes, 0));
+        st = tdm_plan_validate(&h, x->rx, h.payload_bytes);
+        if (st != TDM_OK) {
+            tdm_err(TDM_SUB_SCHED, "msg=\"bad plan\" rank=%u iter=%llu status=%s", x->cfg.rank,
+                    (unsigned long long)h.iter, tdm_status_name(st));
+            return st;
+        }
+        if (h.kind == TDM_PLAN_SHUTDOWN)
+            return TDM_OK;
+        TDM_TRY(run_plan(x, &h, x->rx, h.payload_bytes, NULL));
+    }
+}

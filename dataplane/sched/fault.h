@@ -1,0 +1,85 @@
+/*
+ * dataplane/sched/fault.h — the run-time fault points of the serving loop (DESIGN §10e).
+ *
+ * One table per worker group, in the group's shared area (dataplane/sched/worker.h): rank 0's
+ * /admin/faults arms an entry, and every rank's executor checks it at each iteration, so a fault
+ * can be aimed at any rank from the leader. The HTTP layer arms faults only when
+ * --enable-fault-injection is set and the admin token matches; this module does not check that.
+ *
+ * Points implemented here (the transfer/KV points of issue 9 are reserved in the enum):
+ *   rank_idle_path        the rank treats BATCH plans as IDLE: no forward, no collectives (so its
+ *                         peers wait in the next all-reduce; the recorder names rank and op).
+ *                         Followers only: arming it for rank 0 is TDM_ERR_INVAL, because rank 0
+ *                         must sample what it scheduled.
+ *   rank_skip_collective  the rank's tensor collectives return at once without communicating
+ *                         (through tdm_comm_t.skip_fault).
+ *   stall_loop            the rank's executor sleeps duration_ms before the iteration.
+ * Each entry is {rank, count, after_iter, duration_ms}: it fires on `rank` at iterations >=
+ * after_iter, `count` times (0 = until disarmed). Arming replaces the entry; count 0 with
+ * disarm clears it.
+ *
+ * Threading: arm/disarm from any thread of any rank; tdm_fault_fire from the owning rank's loop.
+ * All fields are atomics; an entry is published by bumping its generation last.
+ */
+#ifndef TDM_SCHED_FAULT_H
+#define TDM_SCHED_FAULT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tdm/status.h>
+
+typedef enum tdm_fault_point {
+    TDM_FAULT_RANK_IDLE_PATH = 0,
+    TDM_FAULT_RANK_SKIP_COLLECTIVE,
+    TDM_FAULT_STALL_LOOP,
+    TDM_FAULT_SLOW_HOST_COPY,          /* issue 9 */
+    TDM_FAULT_DROP_ABORT_HANDLER,      /* issue 9 */
+    TDM_FAULT_KILL_THREAD,             /* issue 9 */
+    TDM_FAULT_STALL_TRANSFER,          /* issue 9 */
+    TDM_FAULT_FLIP_KV_BITS,            /* issue 9 */
+    TDM_FAULT_HOST_LAYOUT_FP8_FORMULA, /* issue 9 */
+    TDM_FAULT_SKIP_LAYER_GATE,         /* issue 9 */
+    TDM_FAULT_MAX
+} tdm_fault_point_t;
+
+/* "rank_idle_path", ...; NULL beyond the enum. */
+const char *tdm_fault_point_name(tdm_fault_point_t f);
+/* Name → point; TDM_ERR_NOTFOUND for an unknown name. */
+tdm_status_t tdm_fault_point_parse(const char *name, tdm_fault_point_t *ret);
+
+typedef struct tdm_fault_entry {
+    _Atomic uint32_t armed;
+    _Atomic uint32_t rank;
+    _Atomic int64_t remaining; /* fires left; < 0 = unlimited */
+    _Atomic uint64_t after_iter;
+    _Atomic uint32_t duration_ms;
+    _Atomic uint64_t fired; /* times fired since armed (for /admin and tests) */
+} tdm_fault_entry_t;
+
+typedef struct tdm_fault_table {
+    tdm_fault_entry_t e[TDM_FAULT_MAX];
+} tdm_fault_table_t;
+
+typedef struct tdm_fault_spec {
+    uint32_t rank;
+    uint32_t count; /* 0 = until disarmed */
+    uint64_t after_iter;
+    uint32_t duration_ms;
+} tdm_fault_spec_t;
+
+/* Arm (replacing any previous arming). TDM_ERR_RANGE for rank >= n_ranks; TDM_ERR_INVAL for
+ * rank_idle_path on rank 0; TDM_ERR_UNSUPPORTED for points this build does not implement yet. */
+tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_point_t f,
+                           const tdm_fault_spec_t *spec, char *err, size_t err_len);
+void tdm_fault_disarm(tdm_fault_table_t *t, tdm_fault_point_t f);
+/* Whether the fault fires now on `rank` at iteration `iter`; consumes one count. When it fires,
+ * *ret_duration_ms (may be NULL) gets the entry's duration. */
+int tdm_fault_fire(tdm_fault_table_t *t, tdm_fault_point_t f, uint32_t rank, uint64_t iter,
+                   uint32_t *ret_duration_ms);
+/* Snapshot for /admin: armed, rank, remaining, after_iter, duration_ms, fired. */
+void tdm_fault_get(const tdm_fault_table_t *t, tdm_fault_point_t f, int *ret_armed,
+                   tdm_fault_spec_t *ret_spec, uint64_t *ret_fired);
+
+#endif

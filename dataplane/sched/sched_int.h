@@ -1,0 +1,172 @@
+/*
+ * dataplane/sched/sched_int.h — internals shared by the executor, the scheduler, the loops and
+ * the worker assembly (docs/serving.md). Not a public contract: sched.h and worker.h are.
+ *
+ * Executor (exec.c, every rank): receives (followers) or sends (rank 0) the iteration's plan on
+ * the plan channel, resolves PREV_TOKEN entries, runs the forward with the tensor collectives,
+ * samples on rank 0 and records the iteration (I2). Rank 0 hands it, beside the plan bytes, one
+ * tdm_sreq_t pointer per entry: the request whose sampling state it advances.
+ *
+ * Scheduler (sched.c, rank 0): requests, queues, pages, prefix cache, plans, results, events.
+ * The loops (loop.c) connect the two: lockstep calls the executor inline; overlap runs it on its
+ * own thread with a queue of depth 1.
+ */
+#ifndef TDM_SCHED_INT_H
+#define TDM_SCHED_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <tdm/kv.h>
+#include <tdm/model.h>
+#include <tdm/progress.h>
+#include <tdm/sample.h>
+#include <tdm/tokenizer.h>
+
+#include "dataplane/model/graph.h"
+#include "dataplane/sched/fault.h"
+#include "dataplane/sched/plan.h"
+#include "dataplane/sched/sched.h"
+#include "dataplane/tp/comm.h"
+#include "kernels/backend.h"
+
+/* ---- requests (owned by the scheduler; the executor writes only the sampling fields) ---- */
+
+typedef enum sreq_state {
+    SREQ_WAITING = 0,
+    SREQ_RUNNING,
+    SREQ_ENDING, /* terminal event sent; pages released once no in-flight iteration uses them */
+} sreq_state_t;
+
+typedef struct tdm_sreq tdm_sreq_t;
+struct tdm_sreq {
+    uint64_t id;
+    sreq_state_t state;
+    tdm_sreq_t *prev, *next; /* waiting queue or running list */
+    tdm_sreq_t *ending_next;
+
+    int32_t *tokens; /* prompt ++ generated: n_prompt + max_new capacity */
+    uint32_t n_prompt, max_new;
+    /* executor-owned: tokens sampled so far (tokens[n_prompt + i]) and the last result */
+    uint32_t n_sampled;
+    /* scheduler-owned */
+    uint32_t n_gen;            /* generated tokens processed (known values) */
+    uint32_t n_gen_sched;      /* generated tokens once every planned iteration completes */
+    uint32_t n_computed_sched; /* KV positions written once every planned iteration completes */
+    uint64_t last_iter;        /* last iteration whose plan includes this request (0 = none) */
+    int retract_pending;
+    uint32_t slot;
+    tdm_kv_seq_t kv;
+    uint32_t cached_tokens;
+    uint64_t admit_seq; /* admission order, for retraction (newest first) */
+
+    tdm_sample_params_t sp;
+    int32_t *stop_ids;
+    uint32_t n_stop_ids;
+    char **stop_strs;
+    uint32_t n_stop_strs;
+    tdm_sample_stop_t stop;
+    int want_text, skip_special;
+    uint64_t deadline_us, submit_us, first_token_us;
+    tdm_req_cb cb;
+    void *ctx;
+    int abort_requested;
+
+    tdm_tok_stream_t *stream;
+    char *text; /* all generated text (stop-string scan) */
+    size_t text_len, text_cap, emitted;
+};
+
+/* ---- executor ---- */
+
+typedef struct tdm_exec_cfg {
+    const tdm_model_t *model;
+    uint32_t tp_size, rank;
+    tdm_dtype_t kv_dtype;
+    uint32_t page_size, num_pages;
+    uint32_t max_seqs;   /* entries per plan == slots */
+    uint32_t max_tokens; /* tokens per plan */
+    uint32_t max_context;
+    uint32_t threads; /* CPU backend threads, 0 = default */
+    tdm_comm_t *tensor, *plan;
+    tdm_progress_page_t *page;
+    tdm_fault_table_t *faults; /* may be NULL */
+} tdm_exec_cfg_t;
+
+typedef struct tdm_exec tdm_exec_t;
+
+/* One iteration as rank 0 hands it to the executor and gets it back. */
+typedef struct tdm_exec_result {
+    tdm_sreq_t *req;
+    int32_t token;
+    tdm_status_t status; /* sampling failure (non-finite logits) */
+    tdm_sample_result_t sample;
+} tdm_exec_result_t;
+
+typedef struct tdm_exec_iter {
+    const uint8_t *plan; /* header + payload */
+    size_t plan_len;
+    tdm_plan_hdr_t hdr;
+    tdm_sreq_t **reqs; /* one per entry (rank 0) */
+    uint32_t n_reqs;
+    uint32_t waiting, running;  /* recorded with the iteration */
+    tdm_exec_result_t *results; /* out: one per LOGITS entry, in entry order */
+    uint32_t n_results;
+    tdm_status_t status;
+} tdm_exec_iter_t;
+
+tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *err, size_t err_len);
+void tdm_exec_free(tdm_exec_t *x);
+tdm_kv_pool_t *tdm_exec_pool(tdm_exec_t *x);
+uint64_t tdm_exec_weight_bytes(const tdm_exec_t *x);
+uint64_t tdm_exec_kv_bytes(const tdm_exec_t *x);
+const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x);
+/* Rank 0: send the plan and run it; results in it->results. */
+tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it);
+/* Followers: run plans until SHUTDOWN (TDM_OK) or an error (abort, dead peer, bad plan). */
+tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop);
+
+/* ---- scheduler ---- */
+
+typedef struct tdm_sched_cfg {
+    uint32_t max_running; /* slots */
+    uint32_t max_queued;
+    uint32_t chunk_tokens; /* prefill tokens per iteration */
+    int overlap;
+    uint64_t idle_plan_us; /* an IDLE plan at least this often (heartbeats) */
+    const tdm_tok_t *tok;  /* may be NULL: want_text refused */
+    const tdm_model_config_t *mc;
+} tdm_sched_cfg_t;
+
+tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched_t **ret, char *err,
+                            size_t err_len);
+/* Run the loop on the calling thread until tdm_sched_stop; then broadcasts SHUTDOWN, ends every
+ * request that is left with ERROR (ABORTED) and returns. An executor error ends the loop too
+ * (the group is going down) with that status. */
+tdm_status_t tdm_sched_run(tdm_sched_t *s);
+void tdm_sched_stop(tdm_sched_t *s);
+void tdm_sched_free(tdm_sched_t *s);
+
+/* ---- prefix cache (prefix.c): full pages indexed by a chained hash of their tokens ----
+ * The cache holds one reference on every page it indexes; a page whose only reference is the
+ * cache's is evictable (LRU). Lookups verify the tokens, so a hash collision never shares a
+ * wrong page. Not thread-safe: the scheduler thread only. */
+typedef struct tdm_prefix tdm_prefix_t;
+tdm_status_t tdm_prefix_init(tdm_kv_pool_t *pool, uint32_t page_size, tdm_prefix_t **ret);
+void tdm_prefix_free(tdm_prefix_t *c); /* drops the cache's references */
+/* Longest cached chain for tokens[0..n_tokens) of at most max_pages pages: page ids into
+ * ret_pages (not referenced yet), count returned; matched entries become most recently used. */
+uint32_t tdm_prefix_match(tdm_prefix_t *c, const int32_t *tokens, uint32_t max_pages,
+                          uint32_t *ret_pages);
+/* Index the first n_pages full pages of a sequence (tokens + its page table); pages already
+ * indexed (same chain) are skipped. */
+void tdm_prefix_insert(tdm_prefix_t *c, const int32_t *tokens, const uint32_t *pages,
+                       uint32_t n_pages);
+/* Evict up to n least recently used evictable pages; returns how many were freed. */
+uint32_t tdm_prefix_evict(tdm_prefix_t *c, uint32_t n);
+uint32_t tdm_prefix_evictable(const tdm_prefix_t *c);
+uint32_t tdm_prefix_count(const tdm_prefix_t *c);
+/* Drop every entry (referenced pages stay with their sequences). */
+void tdm_prefix_flush(tdm_prefix_t *c);
+
+#endif
