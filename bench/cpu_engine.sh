@@ -4,24 +4,26 @@
 # beside the memcpy-bandwidth limit measured in the same process; writes OUT (default
 # SRCDIR/bench/results/cpu_engine.json) with the git sha. Use a build without sanitizers
 # (configure without --enable-sanitizers) for numbers worth committing.
-# Env: TDM_BENCH_PRESETS="small large", TDM_BENCH_STEPS (32), TDM_BENCH_BATCH (8),
-#      TDM_BENCH_PROMPT (128), TDM_CPU_THREADS (engine threads; default all CPUs).
+# Env: TDM_BENCH_PRESETS="small large", TDM_BENCH_STEPS (16), TDM_BENCH_BATCH (4),
+#      TDM_BENCH_PROMPT (128), TDM_BENCH_REPS (3, best of), TDM_CPU_THREADS (engine threads; default all CPUs).
 set -eu
 BUILD=${1:?usage: cpu_engine.sh BUILDDIR SRCDIR [OUT]}
 SRC=${2:?usage: cpu_engine.sh BUILDDIR SRCDIR [OUT]}
 OUT=${3:-$SRC/bench/results/cpu_engine.json}
 TMPD=${TDM_BENCH_TMP:-/tmp}
 PRESETS=${TDM_BENCH_PRESETS:-small large}
-STEPS=${TDM_BENCH_STEPS:-32}
-BATCH=${TDM_BENCH_BATCH:-8}
+STEPS=${TDM_BENCH_STEPS:-16}
+BATCH=${TDM_BENCH_BATCH:-4}
 PROMPT=${TDM_BENCH_PROMPT:-128}
+REPS=${TDM_BENCH_REPS:-3}
 BIN="$BUILD/bench/cpu_engine"
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 runs=$(mktemp)
 trap 'rm -f "$runs"' EXIT
 echo "cpu_engine: fixture tiny-llama-gqa" >&2
 "$BIN" --model "$SRC/tests/fixtures/models/tiny-llama-gqa" --name fixture-tiny-llama-gqa \
-    --prompt-len "$PROMPT" --steps "$STEPS" --batch "$BATCH" >>"$runs"
+    --prompt-len "$PROMPT" --steps "$STEPS" --batch "$BATCH" --reps "$REPS" >>"$runs"
 for p in $PRESETS; do
     dir="$TMPD/tdm-bench-random-$p"
     if [ ! -f "$dir/model.safetensors" ]; then
@@ -29,17 +31,17 @@ for p in $PRESETS; do
     fi
     echo "cpu_engine: random-$p" >&2
     "$BIN" --model "$dir" --name "random-llama-$p" --prompt-len "$PROMPT" --steps "$STEPS" \
-        --batch "$BATCH" >>"$runs"
+        --batch "$BATCH" --reps "$REPS" >>"$runs"
 done
 
 sha=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=$(git -C "$SRC" status --porcelain -- bench dataplane kernels 2>/dev/null | head -1)
+dirty=$(git -C "$SRC" status --porcelain --untracked-files=no -- bench dataplane kernels common include 2>/dev/null | head -1)
 san=no
-grep -q -- '-fsanitize' "$BUILD/Makefile" 2>/dev/null && san=yes
+grep -q '^TDM_SAN_CFLAGS = .*-fsanitize' "$BUILD/Makefile" 2>/dev/null && san=yes
 cflags=$(sed -n 's/^CFLAGS = //p' "$BUILD/Makefile" | head -1)
-python3 - "$runs" "$OUT" "$sha" "$san" "$cflags" "${dirty:+dirty}" <<'PY'
+python3 - "$runs" "$OUT" "$sha" "$san" "$cflags" "${dirty:+dirty}" "$load_before" <<'PY'
 import json, os, platform, sys, time
-runs, out, sha, san, cflags, dirty = sys.argv[1:7]
+runs, out, sha, san, cflags, dirty, load_before = sys.argv[1:8]
 cpu = "unknown"
 try:
     for line in open("/proc/cpuinfo"):
@@ -53,7 +55,11 @@ doc = {
     "git_sha": sha,
     "git_dirty": bool(dirty),
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "host": {"cpu": cpu, "online_cpus": os.cpu_count(), "machine": platform.machine()},
+    "host": {"cpu": cpu, "online_cpus": os.cpu_count(), "machine": platform.machine(),
+             "loadavg_before": load_before,
+             "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+    "note": "each figure is the best of N runs; a fixture's weights fit in cache, so its "
+            "memcpy-based limit is only an upper bound for DRAM-resident models",
     "build": {"cflags": cflags, "sanitizers": san == "yes"},
     "anchor": "memcpy bandwidth measured in the same process with the engine's thread count; "
               "decode_limit_tok_s_bs1 = bandwidth / weight_bytes",

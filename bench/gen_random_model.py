@@ -7,7 +7,7 @@ once and tiled with a rotating offset into every tensor, so generating ~300 MiB 
 Norm weights are 1.0. Nothing here is committed: write it under /tmp.
 
 Usage: gen_random_model.py OUTDIR [--preset small|large]
-  small: 4 layers, hidden 256 (fixture-sized, ~10 M params)
+  small: 4 layers, hidden 256, vocab 4096 (~5 M params)
   large: 12 layers, hidden 1024, GQA 16/4, intermediate 2816, vocab 32000, tied (~170 M params)
 """
 import json
