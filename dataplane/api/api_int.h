@@ -1,0 +1,70 @@
+/*
+ * dataplane/api/api_int.h — the server object shared by server.c (loop, dispatch, errors),
+ * handlers.c (health, ready, metrics, admin) and generate.c (POST /generate, SSE). Everything
+ * here is touched only on the loop thread, except the fields marked otherwise.
+ */
+#ifndef TDM_API_INT_H
+#define TDM_API_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <h2o.h>
+
+#include "dataplane/api/api.h"
+
+#define TDM_API_TOKEN_MAX 256
+
+typedef struct tdm_api_gen tdm_api_gen_t;
+
+struct tdm_api {
+    tdm_api_opts_t o;
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_evloop_t *loop;
+    h2o_socket_t *listener;
+    int port;
+    h2o_multithread_queue_t *mq;
+    h2o_multithread_receiver_t gen_rx; /* scheduler → loop: a generate request has news */
+    _Atomic int stop;                  /* any thread */
+    char admin_token[TDM_API_TOKEN_MAX + 1];
+    size_t admin_token_len;             /* 0: /admin disabled */
+    _Atomic uint64_t health_timeout_us; /* POST /admin/config may change it */
+    uint64_t started_us;
+    /* open /generate requests (loop thread) */
+    h2o_linklist_t gens;
+    size_t n_gens;
+    /* metrics; histograms are observed on the scheduler thread */
+    tdm_api_hist_t ttft, itl;
+    uint64_t http_requests, http_errors, generate_requests, client_disconnects;
+    uint64_t faults_armed;
+};
+
+/* server.c */
+void tdm_api_send_json(h2o_req_t *req, int status, const char *body, size_t len);
+void tdm_api_send_text(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len);
+void tdm_api_send_error(tdm_api_t *a, h2o_req_t *req, int status, const char *code,
+                        const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The HTTP status and error object of a tdm_status_t from the scheduler or a parser. */
+void tdm_api_send_status(tdm_api_t *a, h2o_req_t *req, tdm_status_t st, const char *message);
+/* The request body as a JSON object, or NULL after answering 400. */
+json_t *tdm_api_body_object(tdm_api_t *a, h2o_req_t *req);
+
+/* handlers.c */
+void tdm_api_h_health(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_ready(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_drain(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_config_get(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_faults(tdm_api_t *a, h2o_req_t *req);
+
+/* generate.c */
+void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_gen_on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages);
+/* Ask the scheduler to end every open request (shutdown). */
+void tdm_api_gen_abort_all(tdm_api_t *a);
+
+#endif

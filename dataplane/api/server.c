@@ -1,0 +1,493 @@
+/*
+ * server.c — the worker's h2o side: listener (port 0, SO_REUSEADDR, ready file), dispatch through
+ * tdm_api_routes[], credentials, DESIGN §6 error bodies, and the loop with its 100 ms tick that
+ * publishes the http thread's heartbeat (I3/I8) — a wedged loop stops the heartbeat, which is the
+ * point of it.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <tdm/json.h>
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "dataplane/api/api_int.h"
+
+/* clang-format off */
+const tdm_api_route_t tdm_api_routes[] = {
+    {"GET",  "/health",       TDM_API_AUTH_NONE,    tdm_api_h_health},
+    {"GET",  "/ready",        TDM_API_AUTH_NONE,    tdm_api_h_ready},
+    {"GET",  "/metrics",      TDM_API_AUTH_NONE,    tdm_api_h_metrics},
+    {"POST", "/generate",     TDM_API_AUTH_API_KEY, tdm_api_h_generate},
+    {"POST", "/admin/drain",  TDM_API_AUTH_ADMIN,   tdm_api_h_drain},
+    {"GET",  "/admin/config", TDM_API_AUTH_ADMIN,   tdm_api_h_config_get},
+    {"POST", "/admin/config", TDM_API_AUTH_ADMIN,   tdm_api_h_config_post},
+    {"POST", "/admin/faults", TDM_API_AUTH_ADMIN,   tdm_api_h_faults},
+};
+/* clang-format on */
+const size_t tdm_api_routes_count = sizeof(tdm_api_routes) / sizeof(tdm_api_routes[0]);
+
+static const char *const auth_names[] = {"none", "api-key", "admin"};
+_Static_assert(sizeof(auth_names) / sizeof(auth_names[0]) == TDM_API_AUTH_MAX, "auth names");
+
+const char *tdm_api_auth_name(tdm_api_auth_t a)
+{
+    return (unsigned)a < TDM_API_AUTH_MAX ? auth_names[a] : "?";
+}
+
+/* ---- responses ------------------------------------------------------------------------------ */
+
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 501:
+        return "Not Implemented";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return status < 500 ? "Error" : "Internal Server Error";
+    }
+}
+
+void tdm_api_send_text(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
+{
+    req->res.status = status;
+    req->res.reason = reason_of(status);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype,
+                   strlen(ctype));
+    h2o_send_inline(req, body, len);
+}
+
+void tdm_api_send_json(h2o_req_t *req, int status, const char *body, size_t len)
+{
+    tdm_api_send_text(req, status, "application/json", body, len);
+}
+
+static void send_error_obj(tdm_api_t *a, h2o_req_t *req, int status, json_t *err)
+{
+    char *text = tdm_json_dumps(err);
+    json_decref(err);
+    a->http_errors++;
+    if (status == 503 || status == 429)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
+    tdm_api_send_json(req, status, text, strlen(text));
+    free(text);
+}
+
+void tdm_api_send_error(tdm_api_t *a, h2o_req_t *req, int status, const char *code,
+                        const char *type, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    send_error_obj(a, req, status, tdm_json_error(type, code, msg));
+}
+
+void tdm_api_send_status(tdm_api_t *a, h2o_req_t *req, tdm_status_t st, const char *message)
+{
+    int http;
+    json_t *e = tdm_json_error_status(st, message, &http);
+    send_error_obj(a, req, http, e);
+}
+
+json_t *tdm_api_body_object(tdm_api_t *a, h2o_req_t *req)
+{
+    char err[256];
+    json_t *o = NULL;
+    if (!req->entity.base || req->entity.len == 0) {
+        tdm_api_send_error(a, req, 400, "empty_body", "invalid_request_error",
+                           "a JSON object body is required");
+        return NULL;
+    }
+    if (tdm_json_parse(req->entity.base, req->entity.len, req->entity.len, &o, err, sizeof(err)) !=
+        TDM_OK) {
+        tdm_api_send_error(a, req, 400, "invalid_json", "invalid_request_error", "%s", err);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        tdm_api_send_error(a, req, 400, "invalid_json", "invalid_request_error",
+                           "the body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+/* Constant time in the length of the expected token. */
+static int token_equal(const char *want, size_t want_len, const char *got, size_t got_len)
+{
+    unsigned diff = (unsigned)(want_len ^ got_len);
+    for (size_t i = 0; i < want_len; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < got_len ? got[i] : 0);
+    return diff == 0;
+}
+
+/* 1 when the request carries `Authorization: Bearer <want>`; else answers 401 and returns 0. */
+static int check_bearer(tdm_api_t *a, h2o_req_t *req, const char *want, size_t want_len)
+{
+    ssize_t hi = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    if (hi >= 0) {
+        h2o_iovec_t v = req->headers.entries[hi].value;
+        if (v.len > 7 && h2o_lcstris(v.base, 7, H2O_STRLIT("bearer ")) &&
+            token_equal(want, want_len, v.base + 7, v.len - 7))
+            return 1;
+    }
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
+                   H2O_STRLIT("Bearer"));
+    tdm_api_send_error(a, req, 401, "unauthorized", "authentication_error", "%s",
+                       hi >= 0 ? "invalid bearer token" : "a bearer token is required");
+    return 0;
+}
+
+static int authorize(tdm_api_t *a, h2o_req_t *req, tdm_api_auth_t auth)
+{
+    switch (auth) {
+    case TDM_API_AUTH_NONE:
+        return 1;
+    case TDM_API_AUTH_API_KEY: {
+        const char *key = a->o.cfg->api_key;
+        if (!key || !*key)
+            return 1;
+        return check_bearer(a, req, key, strlen(key));
+    }
+    case TDM_API_AUTH_ADMIN:
+        if (a->admin_token_len == 0) {
+            tdm_api_send_error(a, req, 403, "admin_disabled", "permission_error",
+                               "the admin API is disabled (no --admin-token-file)");
+            return 0;
+        }
+        return check_bearer(a, req, a->admin_token, a->admin_token_len);
+    default:
+        return 0;
+    }
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    tdm_api_t *a = *(tdm_api_t **)(self + 1);
+    a->http_requests++;
+    h2o_iovec_t path = req->path_normalized;
+    const tdm_api_route_t *route = NULL;
+    int path_found = 0;
+    for (size_t i = 0; i < tdm_api_routes_count; i++) {
+        const tdm_api_route_t *r = &tdm_api_routes[i];
+        if (!h2o_memis(path.base, path.len, r->path, strlen(r->path)))
+            continue;
+        path_found = 1;
+        if (h2o_memis(req->method.base, req->method.len, r->method, strlen(r->method))) {
+            route = r;
+            break;
+        }
+    }
+    if (!route) {
+        if (path_found) {
+            char allow[64] = "";
+            for (size_t i = 0; i < tdm_api_routes_count; i++)
+                if (h2o_memis(path.base, path.len, tdm_api_routes[i].path,
+                              strlen(tdm_api_routes[i].path)))
+                    snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+                             allow[0] ? ", " : "", tdm_api_routes[i].method);
+            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL,
+                           h2o_strdup(&req->pool, allow, SIZE_MAX).base, strlen(allow));
+            tdm_api_send_error(a, req, 405, "method_not_allowed", "invalid_request_error",
+                               "method %.*s not allowed on %.*s (allowed: %s)",
+                               (int)req->method.len, req->method.base, (int)path.len, path.base,
+                               allow);
+        } else {
+            tdm_api_send_error(a, req, 404, "not_found", "not_found_error", "no route %.*s",
+                               (int)(path.len > 200 ? 200 : path.len), path.base);
+        }
+        return 0;
+    }
+    if (!authorize(a, req, route->auth))
+        return 0;
+    uint64_t max = (uint64_t)a->o.cfg->max_request_bytes;
+    if (req->entity.base && req->entity.len > max) {
+        tdm_api_send_error(a, req, 413, "body_too_large", "invalid_request_error",
+                           "request body of %zu bytes exceeds --max-request-bytes %llu",
+                           req->entity.len, (unsigned long long)max);
+        return 0;
+    }
+    route->handler(a, req);
+    return 0;
+}
+
+/* ---- listener ------------------------------------------------------------------------------- */
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    tdm_api_t *a = listener->data;
+    if (err)
+        return;
+    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+    if (sock)
+        h2o_accept(&a->accept_ctx, sock);
+}
+
+static tdm_status_t listen_on(tdm_api_t *a, const char *host, int port, char *err, size_t err_len)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(*host ? host : NULL, portstr, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, err_len, "--host %s --port %d: %s", host, port, gai_strerror(gai));
+        return TDM_ERR_INVAL;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
+        snprintf(err, err_len, "--host %s --port %d: %s", host, port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return TDM_ERR_IO;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        snprintf(err, err_len, "getsockname: %s", strerror(errno));
+        close(fd);
+        return TDM_ERR_IO;
+    }
+    a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    a->listener = h2o_evloop_socket_create(a->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    a->listener->data = a;
+    h2o_socket_read_start(a->listener, on_accept);
+    return TDM_OK;
+}
+
+static tdm_status_t write_ready_file(const char *path, int http, int bootstrap, char *err,
+                                     size_t err_len)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+        snprintf(err, err_len, "--ready-file: path too long");
+        return TDM_ERR_RANGE;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char body[64];
+    int n = snprintf(body, sizeof(body), "{\"http\":%d,\"bootstrap\":%d}\n", http, bootstrap);
+    if (fd < 0 || write(fd, body, (size_t)n) != n || fsync(fd) != 0 || close(fd) != 0 ||
+        rename(tmp, path) != 0) {
+        snprintf(err, err_len, "--ready-file %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            unlink(tmp);
+        return TDM_ERR_IO;
+    }
+    return TDM_OK;
+}
+
+static tdm_status_t read_admin_token(tdm_api_t *a, const char *path, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, err_len, "--admin-token-file %s: %s", path, strerror(errno));
+        return TDM_ERR_IO;
+    }
+    char buf[TDM_API_TOKEN_MAX + 2];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n == 0 || n > TDM_API_TOKEN_MAX || memchr(buf, '\0', n) || strpbrk(buf, " \t\r\n")) {
+        snprintf(err, err_len,
+                 "--admin-token-file %s: expected one token of 1..%d bytes without whitespace",
+                 path, TDM_API_TOKEN_MAX);
+        return TDM_ERR_FORMAT;
+    }
+    memcpy(a->admin_token, buf, n + 1);
+    a->admin_token_len = n;
+    return TDM_OK;
+}
+
+/* h2o 2.2.5 (libh2o 0.13) forgets to free the queue object in its evloop build; call after
+ * h2o_multithread_destroy_queue (or h2o_context_dispose for the context's own queue). */
+static void free_queue(h2o_multithread_queue_t *q)
+{
+#if H2O_LIBRARY_VERSION_MAJOR == 0 && H2O_LIBRARY_VERSION_MINOR <= 13
+    free(q);
+#else
+    (void)q;
+#endif
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                     1,     2.5,  5,     10,   30,  60};
+static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                    0.1,   0.25,   0.5,   1,    2.5,   5};
+
+tdm_status_t tdm_api_init(const tdm_api_opts_t *o, tdm_api_t **ret, char *err, size_t err_len)
+{
+    tdm_status_t st;
+    if (!o || !o->cfg || !o->sched || !o->page || o->rank >= o->page->n_ranks) {
+        snprintf(err, err_len, "tdm_api_init: cfg, sched and page are required");
+        return TDM_ERR_INVAL;
+    }
+    /* h2o writes with writev(2): a client that went away would kill us with SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    tdm_api_t *a = tdm_calloc(1, sizeof(*a));
+    a->o = *o;
+    a->started_us = tdm_time_wall_us();
+    atomic_store(&a->health_timeout_us, (uint64_t)(o->cfg->health_progress_timeout * 1e6));
+    h2o_linklist_init_anchor(&a->gens);
+    tdm_api_hist_init(&a->ttft, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0]));
+    tdm_api_hist_init(&a->itl, itl_bounds, sizeof(itl_bounds) / sizeof(itl_bounds[0]));
+    if (o->cfg->admin_token_file && *o->cfg->admin_token_file)
+        TDM_CHECK_GOTO(read_admin_token(a, o->cfg->admin_token_file, err, err_len), st, err_free);
+
+    h2o_config_init(&a->config);
+    /* h2o answers bodies over its own limit with a plain-text 413 before we see them; keep its
+     * limit well above ours so that bodies near --max-request-bytes get our JSON 413. Bodies
+     * past 2× the limit (+64 KiB) still get h2o's 413: we never buffer more than that. */
+    uint64_t max = (uint64_t)o->cfg->max_request_bytes;
+    a->config.max_request_entity_size = (size_t)(2 * max + (64u << 10));
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&a->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *pc = h2o_config_register_path(host, "/", 0);
+    h2o_handler_t *handler = h2o_create_handler(pc, sizeof(*handler) + sizeof(a));
+    *(tdm_api_t **)(handler + 1) = a;
+    handler->on_req = on_req;
+
+    a->loop = h2o_evloop_create();
+    h2o_context_init(&a->ctx, a->loop, &a->config);
+    a->accept_ctx.ctx = &a->ctx;
+    a->accept_ctx.hosts = a->config.hosts;
+    a->mq = h2o_multithread_create_queue(a->loop);
+    h2o_multithread_register_receiver(a->mq, &a->gen_rx, tdm_api_gen_on_messages);
+
+    int port = tdm_worker_config_http_port(o->cfg);
+    TDM_CHECK_GOTO(listen_on(a, o->cfg->host, port, err, err_len), st, err_loop);
+    if (o->cfg->ready_file && *o->cfg->ready_file)
+        TDM_CHECK_GOTO(
+            write_ready_file(o->cfg->ready_file, a->port, o->bootstrap_port, err, err_len), st,
+            err_loop);
+    tdm_progress_heartbeat(&o->page->slot[o->rank], TDM_HB_HTTP, tdm_time_mono_us());
+    tdm_info(TDM_SUB_API, "msg=\"listening\" host=%s port=%d", o->cfg->host, a->port);
+    *ret = a;
+    return TDM_OK;
+
+err_loop:
+    if (a->listener) {
+        h2o_socket_read_stop(a->listener);
+        h2o_socket_close(a->listener);
+    }
+    h2o_multithread_unregister_receiver(a->mq, &a->gen_rx);
+    h2o_multithread_destroy_queue(a->mq);
+    h2o_context_dispose(&a->ctx); /* destroys ctx.queue */
+    /* socket closes are deferred to the loop: let them happen before it goes */
+    h2o_evloop_run(a->loop, 0);
+    free_queue(a->mq);
+    free_queue(a->ctx.queue);
+    h2o_evloop_destroy(a->loop);
+    h2o_config_dispose(&a->config);
+err_free:
+    tdm_free(a);
+    return st;
+}
+
+int tdm_api_port(const tdm_api_t *a)
+{
+    return a->port;
+}
+
+void tdm_api_run(tdm_api_t *a)
+{
+    tdm_progress_slot_t *slot = &a->o.page->slot[a->o.rank];
+    while (!atomic_load(&a->stop)) {
+        h2o_evloop_run(a->loop, 100);
+        tdm_progress_heartbeat(slot, TDM_HB_HTTP, tdm_time_mono_us());
+    }
+}
+
+void tdm_api_stop(tdm_api_t *a)
+{
+    atomic_store(&a->stop, 1);
+}
+
+void tdm_api_free(tdm_api_t *a)
+{
+    if (!a)
+        return;
+    h2o_socket_read_stop(a->listener);
+    h2o_socket_close(a->listener);
+    /* Every open request must see its final scheduler event before its context is freed. */
+    tdm_api_gen_abort_all(a);
+    uint64_t deadline = tdm_time_mono_us() + 5000000;
+    while (a->n_gens > 0 && tdm_time_mono_us() < deadline)
+        h2o_evloop_run(a->loop, 10);
+    if (a->n_gens > 0)
+        tdm_err(TDM_SUB_API, "msg=\"requests still open at shutdown\" n=%zu", a->n_gens);
+    for (int i = 0; i < 3; i++)
+        h2o_evloop_run(a->loop, 0);
+    /* clear the heartbeat: the thread is gone on purpose, not stale */
+    atomic_store(&a->o.page->slot[a->o.rank].heartbeat_us[TDM_HB_HTTP], 0);
+    h2o_multithread_unregister_receiver(a->mq, &a->gen_rx);
+    h2o_multithread_destroy_queue(a->mq);
+    h2o_context_dispose(&a->ctx); /* destroys ctx.queue */
+    /* socket closes are deferred to the loop: let them happen before it goes */
+    h2o_evloop_run(a->loop, 0);
+    free_queue(a->mq);
+    free_queue(a->ctx.queue);
+    h2o_evloop_destroy(a->loop);
+    h2o_config_dispose(&a->config);
+    tdm_free(a);
+}
+
+tdm_status_t tdm_api_serve(const tdm_api_opts_t *o, volatile int *stop, char *err, size_t err_len)
+{
+    tdm_api_t *a;
+    TDM_TRY(tdm_api_init(o, &a, err, err_len));
+    tdm_progress_slot_t *slot = &o->page->slot[o->rank];
+    while (!*stop && !atomic_load(&a->stop)) {
+        h2o_evloop_run(a->loop, 100);
+        tdm_progress_heartbeat(slot, TDM_HB_HTTP, tdm_time_mono_us());
+    }
+    tdm_api_free(a);
+    return TDM_OK;
+}
