@@ -14,8 +14,8 @@
 
 #include <tdm/log.h>
 
-static const char *const subsys_names[] = {"core", "model", "tok", "kv",   "sched", "tp",
-                                           "xfer", "api",   "report", "cp", "db",  "cuda"};
+static const char *const subsys_names[] = {"core", "model", "tok",    "kv", "sched", "tp",
+                                           "xfer", "api",   "report", "cp", "db",    "cuda"};
 _Static_assert(sizeof(subsys_names) / sizeof(subsys_names[0]) == TDM_SUB_MAX,
                "subsys_names must name every tdm_log_subsys_t");
 

@@ -8,11 +8,11 @@
 #include <tdm/status.h>
 
 static const char *const status_names[] = {
-    "TDM_OK",           "TDM_ERR_NOMEM",  "TDM_ERR_INVAL",   "TDM_ERR_IO",
+    "TDM_OK",           "TDM_ERR_NOMEM",    "TDM_ERR_INVAL",  "TDM_ERR_IO",
     "TDM_ERR_NOTFOUND", "TDM_ERR_OVERFLOW", "TDM_ERR_FORMAT", "TDM_ERR_UNSUPPORTED",
-    "TDM_ERR_TIMEOUT",  "TDM_ERR_AGAIN",  "TDM_ERR_BUSY",    "TDM_ERR_ABORTED",
-    "TDM_ERR_CORRUPT",  "TDM_ERR_CUDA",   "TDM_ERR_NCCL",    "TDM_ERR_UCX",
-    "TDM_ERR_DB",       "TDM_ERR_PEER",   "TDM_ERR_STATE",   "TDM_ERR_PERM",
+    "TDM_ERR_TIMEOUT",  "TDM_ERR_AGAIN",    "TDM_ERR_BUSY",   "TDM_ERR_ABORTED",
+    "TDM_ERR_CORRUPT",  "TDM_ERR_CUDA",     "TDM_ERR_NCCL",   "TDM_ERR_UCX",
+    "TDM_ERR_DB",       "TDM_ERR_PEER",     "TDM_ERR_STATE",  "TDM_ERR_PERM",
     "TDM_ERR_RANGE",
 };
 

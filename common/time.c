@@ -7,7 +7,8 @@
 
 void tdm_time_sleep_us(uint64_t us)
 {
-    struct timespec ts = {.tv_sec = (time_t)(us / 1000000u), .tv_nsec = (long)(us % 1000000u) * 1000};
+    struct timespec ts = {.tv_sec = (time_t)(us / 1000000u),
+                          .tv_nsec = (long)(us % 1000000u) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
