@@ -1,12 +1,13 @@
 /*
  * dataplane/api/api.h — the leader's HTTP surface (h2o evloop): /health, /ready, /metrics,
- * /admin/..., and the minimal token-id POST /generate (docs/serving.md, DESIGN §3 I8, §6, §10b/e/g).
+ * /admin/..., and the minimal token-id POST /generate (docs/serving.md, DESIGN §3 I8, §6,
+ * §10b/e/g).
  *
  * One thread (the "http" thread of docs/serving.md) runs the h2o loop; everything in this module
- * except tdm_api_stop() runs on it. The loop never waits on the scheduler: submit/abort/drain/stats
- * are the non-blocking calls of dataplane/sched/sched.h, and scheduler callbacks (which run on the
- * scheduler thread) only append to the request's token buffer under its lock and wake the loop
- * through an h2o_multithread receiver; h2o_send runs only on the loop.
+ * except tdm_api_server_stop() runs on it. The loop never waits on the scheduler:
+ * submit/abort/drain/stats are the non-blocking calls of dataplane/sched/sched.h, and scheduler
+ * callbacks (which run on the scheduler thread) only append to the request's token buffer under its
+ * lock and wake the loop through an h2o_multithread receiver; h2o_send runs only on the loop.
  *
  * Routes are one C array, tdm_api_routes[] (method, path, auth, handler); the dispatcher answers
  * 404 for an unknown path, 405 for a known path with another method, 401/403 for missing or bad
@@ -18,9 +19,9 @@
  * tdm_progress_healthy(); nothing is cached. The http thread publishes TDM_HB_HTTP in the page
  * from the loop's 100 ms tick.
  *
- * Lifetime: the scheduler and the progress page must outlive the server. tdm_api_free() aborts
- * the requests still open and keeps the loop running (≤ 5 s) until their final scheduler event
- * arrived, so the scheduler must still be running when it is called.
+ * Lifetime: the scheduler and the progress page must outlive the server. tdm_api_server_free()
+ * aborts the requests still open and keeps the loop running (≤ 5 s) until their final scheduler
+ * event arrived, so the scheduler must still be running when it is called.
  */
 #ifndef TDM_API_H
 #define TDM_API_H
@@ -42,10 +43,11 @@ typedef struct tdm_api tdm_api_t;
 typedef struct tdm_api_fault {
     char name[32]; /* one of tdm_api_fault_names[] */
     uint32_t rank;
-    uint32_t count;       /* how many times it fires; 0 = disarm */
+    uint32_t count;       /* how many times it fires (default 1); 0 = until disarmed */
     uint64_t after_iter;  /* fires only at iterations > after_iter */
     uint64_t duration_ms; /* stall faults */
     char thread[16];      /* kill_thread: a tdm_hb_thread_t name */
+    int disarm;           /* {"name":..,"rank":..,"disarm":true} clears the point */
 } tdm_api_fault_t;
 
 extern const char *const tdm_api_fault_names[];
@@ -60,7 +62,7 @@ typedef uint64_t (*tdm_api_weight_fn)(void *ctx, uint16_t rank);
 typedef struct tdm_api_opts {
     const tdm_worker_config_t *cfg; /* host, port, limits, api key, admin token file, ready file,
                                        fault switch, health timeout; must outlive the server */
-    const tdm_params_t *params;     /* GET /admin/config (NULL: answers from cfg only) */
+    const tdm_params_t *params;     /* GET /admin/config with sources (NULL: values from cfg) */
     tdm_sched_t *sched;
     tdm_progress_page_t *page;
     uint16_t rank;              /* slot for the TDM_HB_HTTP heartbeat (the leader: 0) */
@@ -74,18 +76,21 @@ typedef struct tdm_api_opts {
 /* Ignores SIGPIPE process-wide (h2o writes with writev(2); a vanished client must not kill the
  * worker). Binds --host:--port (port 0 = any; SO_REUSEADDR), reads the admin token file, writes
  * {"http":N,"bootstrap":N} to --ready-file (temp file + rename) and returns a server ready for
- * tdm_api_run(). On failure `err` names the flag and the reason. */
-tdm_status_t tdm_api_init(const tdm_api_opts_t *o, tdm_api_t **ret, char *err, size_t err_len);
+ * tdm_api_server_run(). On failure `err` names the flag and the reason. */
+tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char *err,
+                                 size_t err_len);
 /* The bound HTTP port. */
-int tdm_api_port(const tdm_api_t *a);
-/* Run the loop on the calling thread until tdm_api_stop(). */
-void tdm_api_run(tdm_api_t *a);
-/* Thread-safe and async-signal-safe: make tdm_api_run() return after its current tick. */
-void tdm_api_stop(tdm_api_t *a);
-void tdm_api_free(tdm_api_t *a);
+int tdm_api_server_port(const tdm_api_t *a);
+/* Run the loop on the calling thread until tdm_api_server_stop(). */
+void tdm_api_server_run(tdm_api_t *a);
+/* Thread-safe and async-signal-safe: make tdm_api_server_run() return after its current tick. */
+void tdm_api_server_stop(tdm_api_t *a);
+void tdm_api_server_free(tdm_api_t *a);
 
-/* init + run + free: the http thread's body. Returns when `*stop` becomes nonzero. */
-tdm_status_t tdm_api_serve(const tdm_api_opts_t *o, volatile int *stop, char *err, size_t err_len);
+/* The worker's hooks (dataplane/sched/worker.h): tdm_api_serve(tdm_worker_t *) builds the opts
+ * from the worker (scheduler, progress page, fault table and per-rank weight bytes of the shared
+ * area), binds, writes the ready file and runs the loop on a thread of its own;
+ * tdm_api_stop(tdm_worker_t *) stops and frees it (glue.c). One server per process. */
 
 /* ---- route table (tests enumerate it) ------------------------------------------------------ */
 

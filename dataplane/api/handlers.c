@@ -189,13 +189,43 @@ void tdm_api_h_drain(tdm_api_t *a, h2o_req_t *req)
                             (json_int_t)s.pages_total));
 }
 
+/* {"program","params":{name:{"value"}}} straight from the config struct, SECRETs masked. */
+static json_t *config_from_cfg(const tdm_worker_config_t *cfg)
+{
+    json_t *params = json_object();
+    const tdm_param_table_t *t = &tdm_worker_config_table;
+    for (size_t i = 0; i < t->ndefs; i++) {
+        const tdm_param_def_t *d = &t->defs[i];
+        const char *base = (const char *)cfg + d->offset;
+        json_t *v;
+        switch (d->type) {
+        case TDM_PARAM_BOOL:
+            v = json_boolean(*(const int *)base);
+            break;
+        case TDM_PARAM_INT64:
+            v = json_integer((json_int_t) * (const int64_t *)base);
+            break;
+        case TDM_PARAM_DOUBLE:
+            v = json_real(*(const double *)base);
+            break;
+        case TDM_PARAM_SECRET:
+            v = json_string(**(const char *const *)base ? "***" : "");
+            break;
+        default:
+            v = json_string(*(const char *const *)base);
+            break;
+        }
+        json_object_set_new(params, d->name, json_pack("{s:o}", "value", v));
+    }
+    return json_pack("{s:s,s:o}", "program", t->program, "params", params);
+}
+
 void tdm_api_h_config_get(tdm_api_t *a, h2o_req_t *req)
 {
+    json_t *o = NULL;
     if (!a->o.params) {
-        send_json_obj(a, req, 200,
-                      json_pack("{s:f}", "health_progress_timeout",
-                                (double)atomic_load(&a->health_timeout_us) / 1e6));
-        return;
+        o = config_from_cfg(a->o.cfg);
+        goto live;
     }
     char *text = NULL;
     size_t len = 0;
@@ -208,12 +238,13 @@ void tdm_api_h_config_get(tdm_api_t *a, h2o_req_t *req)
         return;
     }
     fclose(f);
-    json_t *o = json_loadb(text, len, 0, NULL);
+    o = json_loadb(text, len, 0, NULL);
     free(text);
     if (!o) {
         tdm_api_send_status(a, req, TDM_ERR_FORMAT, "cannot render the configuration");
         return;
     }
+live:
     /* The live value of the one runtime tunable. */
     json_t *p = json_object_get(json_object_get(o, "params"), "health_progress_timeout");
     if (json_is_object(p)) {
@@ -282,8 +313,8 @@ const size_t tdm_api_fault_names_count =
 static tdm_status_t parse_fault(const json_t *o, uint16_t n_ranks, tdm_api_fault_t *f, char *err,
                                 size_t err_len)
 {
-    static const char *const keys[] = {"name",        "rank",   "count", "after_iter",
-                                       "duration_ms", "thread", NULL};
+    static const char *const keys[] = {"name",        "rank",   "count",  "after_iter",
+                                       "duration_ms", "thread", "disarm", NULL};
     const char *name, *thread = NULL;
     uint64_t u;
     memset(f, 0, sizeof(*f));
@@ -307,6 +338,9 @@ static tdm_status_t parse_fault(const json_t *o, uint16_t n_ranks, tdm_api_fault
     if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
         return st;
     st = tdm_json_get_uint(o, "", "duration_ms", 3600000, &f->duration_ms, err, err_len);
+    if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
+        return st;
+    st = tdm_json_get_bool(o, "", "disarm", &f->disarm, err, err_len);
     if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
         return st;
     TDM_TRY(tdm_json_get_string_opt(o, "", "thread", sizeof(f->thread) - 1, &thread, err, err_len));
@@ -356,11 +390,11 @@ void tdm_api_h_faults(tdm_api_t *a, h2o_req_t *req)
     }
     a->faults_armed++;
     tdm_warn(TDM_SUB_API,
-             "msg=\"fault armed\" name=%s rank=%u count=%u after_iter=%llu duration_ms=%llu",
-             f.name, f.rank, f.count, (unsigned long long)f.after_iter,
-             (unsigned long long)f.duration_ms);
+             "msg=\"fault %s\" name=%s rank=%u count=%u after_iter=%llu duration_ms=%llu",
+             f.disarm ? "disarmed" : "armed", f.name, f.rank, f.count,
+             (unsigned long long)f.after_iter, (unsigned long long)f.duration_ms);
     send_json_obj(a, req, 200,
-                  json_pack("{s:b,s:s,s:i,s:i,s:I,s:I}", "armed", 1, "name", f.name, "rank",
+                  json_pack("{s:b,s:s,s:i,s:i,s:I,s:I}", "armed", !f.disarm, "name", f.name, "rank",
                             (json_int_t)f.rank, "count", (json_int_t)f.count, "after_iter",
                             (json_int_t)f.after_iter, "duration_ms", (json_int_t)f.duration_ms));
 }

@@ -362,7 +362,8 @@ static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                     0.1,   0.25,   0.5,   1,    2.5,   5};
 
-tdm_status_t tdm_api_init(const tdm_api_opts_t *o, tdm_api_t **ret, char *err, size_t err_len)
+tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char *err,
+                                 size_t err_len)
 {
     tdm_status_t st;
     if (!o || !o->cfg || !o->sched || !o->page || o->rank >= o->page->n_ranks) {
@@ -431,12 +432,12 @@ err_free:
     return st;
 }
 
-int tdm_api_port(const tdm_api_t *a)
+int tdm_api_server_port(const tdm_api_t *a)
 {
     return a->port;
 }
 
-void tdm_api_run(tdm_api_t *a)
+void tdm_api_server_run(tdm_api_t *a)
 {
     tdm_progress_slot_t *slot = &a->o.page->slot[a->o.rank];
     while (!atomic_load(&a->stop)) {
@@ -445,12 +446,12 @@ void tdm_api_run(tdm_api_t *a)
     }
 }
 
-void tdm_api_stop(tdm_api_t *a)
+void tdm_api_server_stop(tdm_api_t *a)
 {
     atomic_store(&a->stop, 1);
 }
 
-void tdm_api_free(tdm_api_t *a)
+void tdm_api_server_free(tdm_api_t *a)
 {
     if (!a)
         return;
@@ -477,17 +478,4 @@ void tdm_api_free(tdm_api_t *a)
     h2o_evloop_destroy(a->loop);
     h2o_config_dispose(&a->config);
     tdm_free(a);
-}
-
-tdm_status_t tdm_api_serve(const tdm_api_opts_t *o, volatile int *stop, char *err, size_t err_len)
-{
-    tdm_api_t *a;
-    TDM_TRY(tdm_api_init(o, &a, err, err_len));
-    tdm_progress_slot_t *slot = &o->page->slot[o->rank];
-    while (!*stop && !atomic_load(&a->stop)) {
-        h2o_evloop_run(a->loop, 100);
-        tdm_progress_heartbeat(slot, TDM_HB_HTTP, tdm_time_mono_us());
-    }
-    tdm_api_free(a);
-    return TDM_OK;
 }

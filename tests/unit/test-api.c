@@ -222,7 +222,6 @@ static uint64_t weight_bytes(void *ctx, uint16_t rank)
     return 1000u + rank;
 }
 
-
 #define AUTH_ADMIN "Authorization: Bearer s3cret-admin\r\n"
 #define AUTH_KEY "Authorization: Bearer k3y\r\n"
 
@@ -665,7 +664,7 @@ static void *run_tests(void *arg)
     test_metrics();
     test_heartbeat();
     test_drain();
-    tdm_api_stop(api);
+    tdm_api_server_stop(api);
     return NULL;
 }
 
@@ -715,12 +714,12 @@ int main(void)
                         .page = page,
                         .arm_fault = arm_fault,
                         .weight_bytes = weight_bytes};
-    tdm_status_t st = tdm_api_init(&o, &api, err, sizeof(err));
+    tdm_status_t st = tdm_api_server_init(&o, &api, err, sizeof(err));
     if (!ok(st == TDM_OK, "tdm_api_init on port 0")) {
         diag("%s", err);
         return 1;
     }
-    port = tdm_api_port(api);
+    port = tdm_api_server_port(api);
     f = fopen(ready, "r");
     char rb[128] = "";
     if (f) {
@@ -738,7 +737,7 @@ int main(void)
     cfg2.ready_file = "";
     tdm_api_t *api2 = NULL;
     o.cfg = &cfg2;
-    st = tdm_api_init(&o, &api2, err, sizeof(err));
+    st = tdm_api_server_init(&o, &api2, err, sizeof(err));
     ok(st == TDM_ERR_IO && strstr(err, "--port"), "port in use → error naming --port (%s)", err);
     o.cfg = &cfg;
 
@@ -746,9 +745,9 @@ int main(void)
      * the tests are the clients. */
     pthread_t th;
     pthread_create(&th, NULL, run_tests, NULL);
-    tdm_api_run(api);
+    tdm_api_server_run(api);
     pthread_join(th, NULL);
-    tdm_api_free(api);
+    tdm_api_server_free(api);
     pthread_mutex_lock(&sched.mu);
     sched.stop = 1;
     pthread_mutex_unlock(&sched.mu);

@@ -1,0 +1,105 @@
+/*
+ * glue.c — the worker's HTTP hooks of dataplane/sched/worker.h: tdm_api_serve() builds the
+ * server's options from the assembled worker (scheduler, progress page, the shared area's fault
+ * table and per-rank resident weight bytes), binds and writes the ready file on the caller's
+ * thread (so a bind failure fails the start), then runs the h2o loop on a thread of its own;
+ * tdm_api_stop() stops and frees it. The hook signatures carry no context, so the one server of
+ * the process lives in a file-static record; rank 0 is the only caller.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tdm/log.h>
+
+#include "dataplane/api/api.h"
+#include "dataplane/sched/worker.h"
+
+static struct {
+    tdm_api_t *srv;
+    pthread_t th;
+} the_api;
+
+static tdm_status_t arm_fault(void *ctx, const tdm_api_fault_t *f, char *err, size_t err_len)
+{
+    tdm_worker_shared_t *sh = ctx;
+    tdm_fault_point_t p;
+    if (tdm_fault_point_parse(f->name, &p) != TDM_OK) {
+        snprintf(err, err_len, "unknown fault point '%s'", f->name);
+        return TDM_ERR_INVAL;
+    }
+    if (f->disarm) {
+        tdm_fault_disarm(&sh->faults, p);
+        return TDM_OK;
+    }
+    if (f->duration_ms > UINT32_MAX) {
+        snprintf(err, err_len, "duration_ms too large");
+        return TDM_ERR_RANGE;
+    }
+    tdm_fault_spec_t spec = {.rank = f->rank,
+                             .count = f->count,
+                             .after_iter = f->after_iter,
+                             .duration_ms = (uint32_t)f->duration_ms};
+    return tdm_fault_arm(&sh->faults, sh->n_ranks, p, &spec, err, err_len);
+}
+
+static uint64_t weight_bytes(void *ctx, uint16_t rank)
+{
+    tdm_worker_shared_t *sh = ctx;
+    return rank < sh->n_ranks ? atomic_load(&sh->resident_weight_bytes[rank]) : 0;
+}
+
+static void *http_thread(void *arg)
+{
+    tdm_api_server_run(arg);
+    return NULL;
+}
+
+tdm_status_t tdm_api_serve(tdm_worker_t *w)
+{
+    char err[512] = "";
+    if (the_api.srv) {
+        tdm_err(TDM_SUB_API, "msg=\"HTTP layer already started\"");
+        return TDM_ERR_STATE;
+    }
+    tdm_worker_shared_t *sh = tdm_worker_shared(w);
+    tdm_progress_page_t *page = tdm_worker_progress(w);
+    tdm_api_opts_t o = {
+        .cfg = tdm_worker_config(w),
+        .sched = tdm_worker_sched(w),
+        .page = page,
+        .rank = (uint16_t)tdm_worker_rank(w),
+        .bootstrap_port = 0, /* the prefill bootstrap listener (issue 9) adds its port */
+        .arm_fault = sh ? arm_fault : NULL,
+        .fault_ctx = sh,
+        .weight_bytes = sh ? weight_bytes : NULL,
+        .weight_ctx = sh,
+    };
+    tdm_status_t st = tdm_api_server_init(&o, &the_api.srv, err, sizeof(err));
+    if (st != TDM_OK) {
+        tdm_err(TDM_SUB_API, "msg=\"cannot start the HTTP layer\" err=\"%s\"", err);
+        return st;
+    }
+    /* worker.h: this hook runs once the scheduler accepts requests — the model is loaded */
+    atomic_store(&page->loaded, 1);
+    if (pthread_create(&the_api.th, NULL, http_thread, the_api.srv) != 0) {
+        tdm_api_server_free(the_api.srv);
+        the_api.srv = NULL;
+        tdm_err(TDM_SUB_API, "msg=\"cannot start the http thread\"");
+        return TDM_ERR_NOMEM;
+    }
+    return TDM_OK;
+}
+
+void tdm_api_stop(tdm_worker_t *w)
+{
+    (void)w;
+    if (!the_api.srv)
+        return;
+    tdm_api_server_stop(the_api.srv);
+    pthread_join(the_api.th, NULL);
+    tdm_api_server_free(the_api.srv);
+    the_api.srv = NULL;
+}
