@@ -45,3 +45,4 @@ TOK_FUZZ_SRCS = \
 fuzz/fuzz-tokenizer: $(TOK_FUZZ_SRCS)
 	$(TDM_FUZZ_LINK) -I$(top_srcdir)/dataplane/tokenizer $(XXHASH_CFLAGS) $(TOK_FUZZ_SRCS) \
 		$(JANSSON_LIBS) $(XXHASH_LIBS) -lm
+include dataplane/tokenizer/chat.mk

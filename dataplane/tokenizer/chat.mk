@@ -1,0 +1,15 @@
+# dataplane/tokenizer/chat.mk — chat template renderers (tdm/chat.h) and the DSML tool-call
+# parser (tdm/dsml.h), with their unit tests and the demo model's held-out evaluation.
+noinst_LIBRARIES += libtdmchat.a
+libtdmchat_a_SOURCES = \
+	dataplane/tokenizer/chat.c \
+	dataplane/tokenizer/chat_py.c
+noinst_HEADERS += include/tdm/chat.h dataplane/tokenizer/chat_int.h
+
+CHAT_LIBS = libtdmchat.a $(COMMON_LIBS)
+
+check_PROGRAMS += tests/unit/test-chat
+TESTS += tests/unit/test-chat
+tests_unit_test_chat_SOURCES = tests/unit/test-chat.c
+tests_unit_test_chat_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
+tests_unit_test_chat_LDADD = libtdmchat.a $(TOK_LIBS)
