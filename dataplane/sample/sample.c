@@ -5,8 +5,8 @@
  * The hot path allocates nothing: the penalized logits and the candidate list live in the
  * caller's scratch, and the per-token counters there are returned to zero after use (only the
  * entries the history touched, so a call costs O(vocab + history), never a vocab-sized memset).
- * Top-p avoids a full sort: the candidates are selected best-first in growing chunks (64, 64, 128,
- * ...) until the kept mass reaches top_p, so a peaked distribution costs about one linear pass.
+ * Top-p avoids a sort: a quickselect weighted by probability mass finds the nucleus in expected
+ * O(vocab), and each candidate's exp() is computed once.
  * Every ordering uses the total order (logit descending, id ascending), which makes each result a
  * pure function of its inputs.
  */
@@ -171,35 +171,6 @@ static void select_best(const float *w, int32_t *a, size_t lo, size_t hi, size_t
     }
 }
 
-static void sift_down(const float *w, int32_t *a, size_t root, size_t n)
-{
-    /* heap whose root is the WORST element, so popping to the end sorts best-first */
-    for (;;) {
-        size_t c = 2 * root + 1;
-        if (c >= n)
-            return;
-        if (c + 1 < n && better(w, a[c], a[c + 1]))
-            c++;
-        if (!better(w, a[root], a[c]))
-            return;
-        swap_i32(a, root, c);
-        root = c;
-    }
-}
-
-/* Heapsort a[0, n) best-first: O(n log n) worst case, no allocation. */
-static void sort_best_first(const float *w, int32_t *a, size_t n)
-{
-    if (n < 2)
-        return;
-    for (size_t i = n / 2; i-- > 0;)
-        sift_down(w, a, i, n);
-    for (size_t end = n - 1; end > 0; end--) {
-        swap_i32(a, 0, end);
-        sift_down(w, a, 0, end);
-    }
-}
-
 /* ---- pipeline stages ---- */
 
 static tdm_status_t check_history(const tdm_sample_history_t *h, uint32_t vocab)
@@ -284,29 +255,47 @@ static void raw_logprobs(const tdm_sample_params_t *p, const float *logits, uint
         r->top_logprobs[j] = logits[r->top_ids[j]] - lse;
 }
 
-/* Top-p over cand[0, n) (the top-k set), renormalized. Returns the kept count; cand[0, kept)
- * is then sorted best-first. w holds scaled logits with max 0. */
+/* Top-p over cand[0, n) (the top-k set), renormalized, by a mass-weighted quickselect: w holds
+ * unnormalized probabilities (max exactly 1). A candidate is kept iff the mass of the candidates
+ * better than it is < top_p * Z. Each round partitions the undecided range around a pivot and
+ * keeps or discards a whole side by its mass, so the expected cost is O(n) even for a flat
+ * distribution whose nucleus is most of the vocabulary. Returns the kept count; cand[0, kept)
+ * holds the kept candidates (not sorted: the draw only needs a deterministic order). */
 static size_t top_p_keep(const float *w, int32_t *cand, size_t n, float top_p)
 {
     double z = 0.0;
     for (size_t i = 0; i < n; i++)
-        z += (double)expf(w[cand[i]]);
-    double target = (double)top_p * z, ahead = 0.0;
-    size_t done = 0;
-    while (done < n) {
-        size_t chunk = done < 64 ? 64 : done;
-        if (chunk > n - done)
-            chunk = n - done;
-        select_best(w, cand, done, n, chunk);
-        sort_best_first(w, cand + done, chunk);
-        for (size_t j = done; j < done + chunk; j++) {
-            if (!(ahead < target))
-                return j;
-            ahead += (double)expf(w[cand[j]]);
+        z += (double)w[cand[i]];
+    double target = (double)top_p * z, ahead = 0.0; /* mass of everything left of lo */
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        if (better(w, cand[mid], cand[lo]))
+            swap_i32(cand, mid, lo);
+        if (better(w, cand[last], cand[lo]))
+            swap_i32(cand, last, lo);
+        if (better(w, cand[mid], cand[last]))
+            swap_i32(cand, mid, last);
+        int32_t pivot = cand[last];
+        size_t store = lo;
+        double mass = 0.0;
+        for (size_t i = lo; i < last; i++)
+            if (better(w, cand[i], pivot)) {
+                mass += (double)w[cand[i]];
+                swap_i32(cand, i, store++);
+            }
+        swap_i32(cand, store, last);
+        /* cand[lo, store) beat the pivot at cand[store]; cand(store, hi) lose to it */
+        if (!(ahead + mass < target)) {
+            hi = store; /* the pivot is cut; the boundary is among the better side */
+            continue;
         }
-        done += chunk;
+        ahead += mass + (double)w[pivot];
+        if (!(ahead < target))
+            return store + 1; /* the pivot is the last candidate kept */
+        lo = store + 1;
     }
-    return n;
+    return lo;
 }
 
 tdm_status_t tdm_sample_token(const tdm_sample_params_t *p, const float *logits, uint32_t vocab,
@@ -356,24 +345,27 @@ tdm_status_t tdm_sample_token(const tdm_sample_params_t *p, const float *logits,
             select_best(w, cand, 0, n, (size_t)p->top_k);
             n = (size_t)p->top_k;
         }
+        /* from here on w holds exp(w): unnormalized probabilities, the best exactly 1.0; the
+         * order (p desc, id asc) equals the logit order except among underflowed zeros */
+        for (size_t i = 0; i < n; i++)
+            w[cand[i]] = expf(w[cand[i]]);
         if (p->top_p < 1.0f)
             n = top_p_keep(w, cand, n, p->top_p);
         if (p->min_p > 0.0f) {
-            float floor_w = logf(p->min_p); /* p_i >= min_p*p_max  <=>  w_i >= log(min_p) */
-            size_t k = 0;
+            size_t k = 0; /* p_i >= min_p * p_max, and p_max == 1 */
             for (size_t i = 0; i < n; i++)
-                if (w[cand[i]] >= floor_w)
+                if (w[cand[i]] >= p->min_p)
                     cand[k++] = cand[i];
             n = k;
         }
-        /* n >= 1: the best token has w == 0 and survives every stage */
+        /* n >= 1: the best token has probability 1 and survives every stage */
         double total = 0.0;
         for (size_t i = 0; i < n; i++)
-            total += (double)expf(w[cand[i]]);
+            total += (double)w[cand[i]];
         double u = tdm_sample_uniform(p->seed, step) * total, acc = 0.0;
         chosen = cand[n - 1];
         for (size_t i = 0; i < n; i++) {
-            acc += (double)expf(w[cand[i]]);
+            acc += (double)w[cand[i]];
             if (u < acc) {
                 chosen = cand[i];
                 break;
