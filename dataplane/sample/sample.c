@@ -307,29 +307,41 @@ tdm_status_t tdm_sample_token(const tdm_sample_params_t *p, const float *logits,
     TDM_TRY(tdm_sample_params_validate(p, NULL, 0));
     TDM_TRY(check_history(hist, vocab));
 
+    /* One pass checks the row and finds its argmax (ties → lowest id); the copy is made only
+     * when penalties or sampling will modify it, so plain greedy reads the row once. */
+    int penalize = hist && (hist->n_prompt || hist->n_generated) &&
+                   (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                    p->frequency_penalty != 0.0f);
+    int sampling = p->temperature > 0.0f && p->top_k != 1;
     float *w = s->work;
-    int any_finite = 0;
+    int32_t best = -1;
+    float best_v = -INFINITY;
     for (uint32_t i = 0; i < vocab; i++) {
         float v = logits[i];
         if (isnan(v) || v == INFINITY)
             return TDM_ERR_INVAL;
-        any_finite |= v != -INFINITY;
-        w[i] = v;
-    }
-    if (!any_finite)
-        return TDM_ERR_INVAL;
-    apply_penalties(p, hist, w, s->count);
-
-    /* argmax of the penalized logits, ties → lowest id */
-    int32_t best = -1;
-    for (uint32_t i = 0; i < vocab; i++)
-        if (w[i] != -INFINITY && (best < 0 || w[i] > w[best]))
+        if (v > best_v) {
+            best_v = v;
             best = (int32_t)i;
+        }
+    }
     if (best < 0)
-        return TDM_ERR_INVAL; /* penalties pushed every finite logit to -inf */
+        return TDM_ERR_INVAL; /* every logit is -inf */
+    if (penalize || sampling) {
+        memcpy(w, logits, (size_t)vocab * sizeof(float));
+        if (penalize) {
+            apply_penalties(p, hist, w, s->count);
+            best = -1;
+            for (uint32_t i = 0; i < vocab; i++)
+                if (w[i] != -INFINITY && (best < 0 || w[i] > w[best]))
+                    best = (int32_t)i;
+            if (best < 0)
+                return TDM_ERR_INVAL; /* penalties pushed every finite logit to -inf */
+        }
+    }
 
     int32_t chosen = best;
-    if (p->temperature > 0.0f && p->top_k != 1) {
+    if (sampling) {
         float m = w[best], t = p->temperature;
         int32_t *cand = s->idx;
         size_t n = 0;

@@ -406,7 +406,7 @@ static void test_reproducible(void)
     p.temperature = 1.0f;
     p.seed = 7;
     float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int32_t a[64], b[64], other;
+    int32_t a[64] = {0}, b[64] = {0}, other = -1;
     for (uint64_t s = 0; s < 64; s++)
         draw(&p, l, 8, s, &a[s]);
     /* same request again, interleaved with another request and in reverse step order */
