@@ -1,0 +1,21 @@
+# controlplane/detect.mk — detectors (DESIGN §4), the alert store and the alert webhook.
+# Included from controlplane/local.mk; the objects join libtdmcp.a so tandemd links them.
+libtdmcp_a_SOURCES += \
+	controlplane/detect.c \
+	controlplane/detect_rules.c \
+	controlplane/alert.c
+noinst_HEADERS += \
+	controlplane/detect.h \
+	controlplane/detect_int.h \
+	controlplane/alert.h
+
+# Unit tests: every rule on replayed/synthesised streams over a virtual clock.
+DETECT_UNIT_TESTS = \
+	tests/unit/test-detect
+check_PROGRAMS += $(DETECT_UNIT_TESTS)
+TESTS += $(DETECT_UNIT_TESTS)
+noinst_HEADERS += tests/unit/detect-replay.h
+tests_unit_test_detect_SOURCES = tests/unit/test-detect.c
+tests_unit_test_detect_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS) \
+	-DTDM_STREAMS_DIR='"$(top_srcdir)/tests/fixtures/streams"'
+tests_unit_test_detect_LDADD = $(TDM_CP_LIBS)
