@@ -4,6 +4,8 @@
 # beside the memcpy-bandwidth limit measured in the same process; writes OUT (default
 # SRCDIR/bench/results/cpu_engine.json) with the git sha. Use a build without sanitizers
 # (configure without --enable-sanitizers) for numbers worth committing.
+# Clean numbers: SHA=$(git rev-parse HEAD); git archive $SHA | tar -x -C SNAP; build SNAP without
+# sanitizers; TDM_BENCH_GIT_SHA=$SHA cpu_engine.sh BUILD SNAP OUT.
 # Env: TDM_BENCH_PRESETS="small large", TDM_BENCH_STEPS (16), TDM_BENCH_BATCH (4),
 #      TDM_BENCH_PROMPT (128), TDM_BENCH_REPS (3, best of), TDM_CPU_THREADS (engine threads; default all CPUs).
 set -eu
@@ -34,8 +36,16 @@ for p in $PRESETS; do
         --batch "$BATCH" --reps "$REPS" >>"$runs"
 done
 
-sha=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=$(git -C "$SRC" status --porcelain --untracked-files=no -- bench dataplane kernels common include 2>/dev/null | head -1)
+# TDM_BENCH_GIT_SHA: the commit the build came from, when SRC is an exported snapshot
+# (git archive SHA) rather than a checkout; such a build is clean by construction.
+if [ -n "${TDM_BENCH_GIT_SHA:-}" ]; then
+    sha=$TDM_BENCH_GIT_SHA
+    dirty=
+else
+    sha=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
+    dirty=$(git -C "$SRC" status --porcelain --untracked-files=no -- bench dataplane kernels \
+        common include 2>/dev/null | head -1)
+fi
 san=no
 grep -q '^TDM_SAN_CFLAGS = .*-fsanitize' "$BUILD/Makefile" 2>/dev/null && san=yes
 cflags=$(sed -n 's/^CFLAGS = //p' "$BUILD/Makefile" | head -1)
