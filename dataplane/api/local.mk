@@ -19,3 +19,7 @@ tests_unit_test_api_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
 tests_unit_test_api_LDADD = libtdmapi.a libtdmtp.a libtdmsample.a $(H2O_LIBS) $(COMMON_LIBS)
 # glue.c implements worker.h's weak hooks tdm_api_serve/tdm_api_stop; the worker links it with
 # `-Wl,-u,tdm_api_serve` (a weak reference alone does not pull it from the archive).
+
+# End to end on a real CPU worker (skips while tandem-worker has no serving mode).
+TESTS += tests/integration/test-api.sh
+dist_check_SCRIPTS += tests/integration/test-api.sh

@@ -3,7 +3,8 @@
 noinst_LIBRARIES += libtdmreport.a
 libtdmreport_a_SOURCES = \
 	dataplane/report/report.c \
-	dataplane/report/spool.c
+	dataplane/report/spool.c \
+	dataplane/report/glue.c
 libtdmreport_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CURL_CFLAGS)
 noinst_HEADERS += dataplane/report/report.h dataplane/report/report_int.h
 TDM_REPORT_LIBS = libtdmreport.a libtdmtp.a $(CURL_LIBS) $(COMMON_LIBS)
@@ -14,3 +15,5 @@ TESTS += tests/unit/test-report
 tests_unit_test_report_SOURCES = tests/unit/test-report.c
 tests_unit_test_report_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CURL_CFLAGS)
 tests_unit_test_report_LDADD = $(TDM_REPORT_LIBS)
+# glue.c (rank reporter + the launcher's worker_lost) is linked into tandem-worker by whoever
+# calls tdm_report_rank_start / tdm_report_launcher_install; the unit test does not pull it.

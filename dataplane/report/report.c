@@ -496,7 +496,7 @@ tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, ch
     pthread_cond_init(&r->cv, NULL);
     r->ev_tail = &r->ev_head;
     r->q_tail = &r->q_head;
-    r->next_seq = 1;
+    r->next_seq = o->first_seq ? o->first_seq : 1;
     if (o->spool_dir && *o->spool_dir) {
         snprintf(r->dir, sizeof(r->dir), "%s/rank-%u", o->spool_dir, o->rank);
         TDM_CHECK_GOTO(tdm_report_spool_load(r->dir, &r->q_head, &r->next_order, err, err_len), st,

@@ -49,6 +49,7 @@ typedef struct tdm_report_opts {
     uint32_t interval_ms;      /* 0 → 200 */
     uint64_t spool_max_bytes;  /* 0 → 64 MiB; bound of the queue (memory and disk) */
     uint32_t http_timeout_ms;  /* 0 → 1000 (connect: a fifth of it) */
+    uint64_t first_seq;        /* 0 → 1; the launcher's worker_lost batch uses the wall clock */
 } tdm_report_opts_t;
 
 tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, char *err,
@@ -70,5 +71,19 @@ typedef struct tdm_report_stats {
 } tdm_report_stats_t;
 
 void tdm_report_stats(tdm_report_t *r, tdm_report_stats_t *ret);
+
+/* ---- worker glue (glue.c; dataplane/sched/worker.h) ----------------------------------------
+ * Each rank: tdm_report_rank_start(w) after the page is mapped (no-op without --control-plane),
+ * tdm_report_rank_stop(w) at teardown. Identity: instance_id = the group id (shared by the ranks,
+ * new on every launch), worker = --group or "<mode>-<port>", group = the same, role = the mode.
+ * Launcher: tdm_report_launcher_install(cfg, group_id) before tdm_worker_launch registers the
+ * rank-exit hook; on an abnormal rank exit it POSTs a `worker_lost` event for (instance, rank)
+ * at once (data {"rank","pid","code","signal"}), with a seq from the wall clock so it sorts after
+ * anything the dead rank sent, and waits up to 1 s for the ack (spooled if tandemd is away). */
+struct tdm_worker;
+tdm_status_t tdm_report_rank_start(struct tdm_worker *w);
+void tdm_report_rank_stop(struct tdm_worker *w);
+struct tdm_worker_config;
+void tdm_report_launcher_install(const struct tdm_worker_config *cfg, uint64_t group_id);
 
 #endif

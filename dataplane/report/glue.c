@@ -1,0 +1,103 @@
+/*
+ * glue.c — the reporter inside tandem-worker (dataplane/sched/worker.h): one reporter per rank,
+ * and the launcher's worker_lost event. Identity and policy are in report.h. The hooks carry no
+ * context, so the rank's reporter and the launcher's configuration live in file-static records
+ * (one of each per process).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <tdm/config.h>
+#include <tdm/log.h>
+#include <tdm/time.h>
+
+#include "dataplane/report/report.h"
+#include "dataplane/sched/worker.h"
+
+static tdm_report_t *rank_reporter;
+
+static struct {
+    const tdm_worker_config_t *cfg;
+    uint64_t group_id;
+} launcher;
+
+static void identity(const tdm_worker_config_t *cfg, char *name, size_t len)
+{
+    if (cfg->group && *cfg->group)
+        snprintf(name, len, "%.64s", cfg->group);
+    else
+        snprintf(name, len, "%.16s-%d", cfg->disaggregation_mode, tdm_worker_config_http_port(cfg));
+}
+
+static void fill_opts(tdm_report_opts_t *o, const tdm_worker_config_t *cfg, char *name)
+{
+    memset(o, 0, sizeof(*o));
+    o->control_plane = cfg->control_plane;
+    o->spool_dir = cfg->spool_dir;
+    o->worker = name;
+    o->group = name;
+    o->role = cfg->disaggregation_mode;
+}
+
+tdm_status_t tdm_report_rank_start(tdm_worker_t *w)
+{
+    const tdm_worker_config_t *cfg = tdm_worker_config(w);
+    char name[80], err[512];
+    if (!cfg->control_plane || !*cfg->control_plane || rank_reporter)
+        return TDM_OK;
+    identity(cfg, name, sizeof(name));
+    tdm_report_opts_t o;
+    fill_opts(&o, cfg, name);
+    o.instance_id = tdm_worker_group_id(w);
+    o.rank = tdm_worker_rank(w);
+    o.page = tdm_worker_progress(w);
+    tdm_status_t st = tdm_report_start(&o, &rank_reporter, err, sizeof(err));
+    if (st != TDM_OK)
+        tdm_err(TDM_SUB_REPORT, "msg=\"cannot start the reporter\" err=\"%s\"", err);
+    return st;
+}
+
+void tdm_report_rank_stop(tdm_worker_t *w)
+{
+    (void)w;
+    tdm_report_stop(rank_reporter, 1000);
+    rank_reporter = NULL;
+}
+
+static void on_rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal)
+{
+    (void)ctx;
+    const tdm_worker_config_t *cfg = launcher.cfg;
+    char name[80], err[512], reason[128];
+    identity(cfg, name, sizeof(name));
+    tdm_report_opts_t o;
+    fill_opts(&o, cfg, name);
+    o.instance_id = launcher.group_id;
+    o.rank = rank;
+    o.first_seq = tdm_time_wall_us(); /* after every seq the dead rank used (1 per 200 ms) */
+    tdm_report_t *r;
+    if (tdm_report_start(&o, &r, err, sizeof(err)) != TDM_OK) {
+        tdm_err(TDM_SUB_REPORT, "msg=\"cannot report worker_lost\" err=\"%s\"", err);
+        return;
+    }
+    if (signal)
+        snprintf(reason, sizeof(reason), "rank %u exited (signal %d)", rank, signal);
+    else
+        snprintf(reason, sizeof(reason), "rank %u exited (code %d)", rank, code);
+    tdm_report_event(r, "worker_lost", NULL, NULL, NULL, reason,
+                     json_pack("{s:i,s:i,s:i,s:i}", "rank", (json_int_t)rank, "pid",
+                               (json_int_t)pid, "code", (json_int_t)code, "signal",
+                               (json_int_t)signal));
+    tdm_report_stop(r, 1000);
+}
+
+void tdm_report_launcher_install(const tdm_worker_config_t *cfg, uint64_t group_id)
+{
+    if (!cfg->control_plane || !*cfg->control_plane)
+        return;
+    launcher.cfg = cfg;
+    launcher.group_id = group_id;
+    tdm_worker_set_rank_exit_hook(on_rank_exit, NULL);
+}
