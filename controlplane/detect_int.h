@@ -41,6 +41,8 @@ typedef struct det_inst {
     uint8_t min_valid;
     uint64_t min_iter, min_iter_at;
     uint64_t pending_since; /* 0: no pending work at the last evaluation */
+    /* RANK_DIVERGENCE by position: when first seen; fires once every rank sampled again */
+    uint64_t div_since;
     /* WORKER_LOST from the launcher */
     json_t *lost_event; /* {"rank","reason","data","ts_us"} or NULL */
     /* LAYOUT_MISMATCH: evidence of the last layout report when it mismatched, else NULL */

@@ -203,7 +203,7 @@ static int compare_positions(tdm_cp_detect_t *d, view_t *w, uint64_t *ret_seq)
     return n_clusters > 1;
 }
 
-static void rule_divergence(tdm_cp_detect_t *d, const view_t *wc, uint64_t now,
+static void rule_divergence(tdm_cp_detect_t *d, det_inst_t *in, const view_t *wc, uint64_t now,
                             tdm_cp_findings_t *out)
 {
     view_t w = *wc;
@@ -213,6 +213,18 @@ static void rule_divergence(tdm_cp_detect_t *d, const view_t *wc, uint64_t now,
     char what[256] = "";
     uint64_t seq = 0;
     int by_position = compare_positions(d, &w, &seq);
+    /* Samples of different ranks are taken up to 200 ms apart: a follower's last sample may still
+     * show it waiting in the plan broadcast the leader has just completed. A position split counts
+     * only once it survives a fresh sample from every rank. */
+    if (!by_position) {
+        in->div_since = 0;
+    } else {
+        if (!in->div_since)
+            in->div_since = now;
+        for (size_t i = 0; i < w.n; i++)
+            if (w.v[i].r->last_rx <= in->div_since)
+                by_position = 0;
+    }
     int by_record = !by_position && compare_windows(d, &w, disagree, what, sizeof(what));
     if (!by_position && !by_record) {
         tdm_free(disagree);
@@ -365,11 +377,12 @@ void tdm_cp_det_rules_samples(tdm_cp_detect_t *d, uint64_t now, tdm_cp_findings_
         if (!complete || w.n == 0) {
             in->min_valid = 0; /* restart the progress clock when the view comes back */
             in->pending_since = 0;
+            in->div_since = 0;
             continue;
         }
         qsort(vr, w.n, sizeof(*vr), cmp_rank);
         rule_wedge(d, in, &w, now, out);
-        rule_divergence(d, &w, now, out);
+        rule_divergence(d, in, &w, now, out);
     }
     tdm_free(vr);
 }

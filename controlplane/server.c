@@ -549,9 +549,16 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
     h2o_socket_read_stop(s->listener);
     h2o_socket_close(s->listener);
     tdm_cp_db_stop(s->db);
-    /* Deliver what the DB threads handed back (aborted jobs) so every job is freed. */
-    for (int i = 0; i < 5; i++)
+    /* Deliver what the DB threads handed back (aborted jobs) so every job is freed, and let h2o
+     * close its connections: idle ones at once, busy ones after their response. */
+    h2o_context_request_shutdown(&s->ctx);
+    for (int i = 0; i < 5 || (i < 300 && !h2o_linklist_is_empty(&s->ctx.http1._conns)); i++)
         h2o_evloop_run(s->loop, 10);
+    if (!h2o_linklist_is_empty(&s->ctx.http1._conns)) {
+        /* h2o cannot dispose a context with live connections; the process is exiting anyway */
+        tdm_warn(TDM_SUB_CP, "msg=\"connections still open at exit; not disposing\"");
+        return;
+    }
     h2o_multithread_unregister_receiver(s->mq, &s->db_rx);
     h2o_multithread_destroy_queue(s->mq);
     h2o_context_dispose(&s->ctx);
