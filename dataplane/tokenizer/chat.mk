@@ -3,8 +3,9 @@
 noinst_LIBRARIES += libtdmchat.a
 libtdmchat_a_SOURCES = \
 	dataplane/tokenizer/chat.c \
-	dataplane/tokenizer/chat_py.c
-noinst_HEADERS += include/tdm/chat.h dataplane/tokenizer/chat_int.h
+	dataplane/tokenizer/chat_py.c \
+	dataplane/tokenizer/dsml.c
+noinst_HEADERS += include/tdm/chat.h include/tdm/dsml.h dataplane/tokenizer/chat_int.h
 
 CHAT_LIBS = libtdmchat.a $(COMMON_LIBS)
 
@@ -13,3 +14,9 @@ TESTS += tests/unit/test-chat
 tests_unit_test_chat_SOURCES = tests/unit/test-chat.c
 tests_unit_test_chat_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
 tests_unit_test_chat_LDADD = libtdmchat.a $(TOK_LIBS)
+
+check_PROGRAMS += tests/unit/test-dsml
+TESTS += tests/unit/test-dsml
+tests_unit_test_dsml_SOURCES = tests/unit/test-dsml.c
+tests_unit_test_dsml_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
+tests_unit_test_dsml_LDADD = $(CHAT_LIBS)
