@@ -88,8 +88,8 @@ const tdm_cp_finding_t *tdm_cp_findings_get(const tdm_cp_findings_t *f, const ch
     return NULL;
 }
 
-tdm_cp_finding_t *tdm_cp_det_finding_add(tdm_cp_findings_t *out, tdm_cp_alert_class_t cls,
-                                         const char *group)
+tdm_cp_finding_t *tdm_cp_findings_add(tdm_cp_findings_t *out, tdm_cp_alert_class_t cls,
+                                      const char *group)
 {
     for (size_t i = 0; i < out->n; i++)
         if (out->v[i].cls == cls && strcmp(out->v[i].group, group) == 0)
@@ -121,12 +121,11 @@ tdm_status_t tdm_cp_detect_init(const tdm_cp_detect_cfg_t *cfg, tdm_cp_detect_t 
         return TDM_ERR_INVAL;
     tdm_cp_detect_t *d = tdm_calloc(1, sizeof(*d));
     d->cfg = c;
-    size_t cap = 16;
-    while (cap < 2 * (size_t)c.max_rooms)
-        cap *= 2;
-    d->rooms_cap = cap;
-    d->rooms = tdm_malloc(cap * sizeof(*d->rooms));
-    for (size_t i = 0; i < cap; i++)
+    /* the room table grows with use (load <= 1/2): every tick scans it, so its size follows the
+     * rooms in flight, not the cap */
+    d->rooms_cap = 64;
+    d->rooms = tdm_malloc(d->rooms_cap * sizeof(*d->rooms));
+    for (size_t i = 0; i < d->rooms_cap; i++)
         d->rooms[i].group = -1;
     d->aborts = tdm_calloc(c.max_aborts, sizeof(*d->aborts));
     *ret = d;
@@ -269,6 +268,23 @@ void tdm_cp_det_room_del(tdm_cp_detect_t *d, det_room_t *slot)
     }
 }
 
+static void rooms_grow(tdm_cp_detect_t *d)
+{
+    det_room_t *old = d->rooms;
+    size_t old_cap = d->rooms_cap;
+    d->rooms_cap *= 2;
+    d->rooms = tdm_malloc(d->rooms_cap * sizeof(*d->rooms));
+    for (size_t i = 0; i < d->rooms_cap; i++)
+        d->rooms[i].group = -1;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i].group < 0)
+            continue;
+        int found;
+        *tdm_cp_det_room_slot(d, old[i].group, old[i].room, &found) = old[i];
+    }
+    tdm_free(old);
+}
+
 /* Drop the oldest room (by open time) to make space: rooms are bounded. */
 static void room_evict_oldest(tdm_cp_detect_t *d)
 {
@@ -311,10 +327,11 @@ static void on_kvpoll(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint6
         return;
     }
     if (!found) {
-        if (d->n_rooms >= d->cfg.max_rooms) {
+        if (d->n_rooms >= d->cfg.max_rooms)
             room_evict_oldest(d);
-            s = tdm_cp_det_room_slot(d, g, e->room, &found);
-        }
+        else if (2 * (d->n_rooms + 1) > d->rooms_cap)
+            rooms_grow(d);
+        s = tdm_cp_det_room_slot(d, g, e->room, &found);
         s->room = e->room;
         s->group = g;
         s->open_rx = now;
@@ -594,7 +611,7 @@ static void refresh(tdm_cp_detect_t *d, const tdm_cp_rings_t *rings, uint64_t no
                 in->current = 0;
     }
     /* rooms and aborts of an incarnation that is gone will never finish: forget them */
-    for (size_t i = 0; i < d->rooms_cap;) {
+    for (size_t i = 0; i < d->rooms_cap && d->n_rooms;) {
         det_room_t *s = &d->rooms[i];
         if (s->group >= 0 && !d->insts[s->inst].current)
             tdm_cp_det_room_del(d, s); /* re-examine slot i: a later member may have moved in */

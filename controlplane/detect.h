@@ -91,6 +91,9 @@ typedef struct tdm_cp_findings {
 
 void tdm_cp_findings_clear(tdm_cp_findings_t *f); /* releases evidence; keeps the array */
 void tdm_cp_findings_free(tdm_cp_findings_t *f);
+/* A new zeroed finding for (group, cls), or NULL when one is already there (one per pair). */
+tdm_cp_finding_t *tdm_cp_findings_add(tdm_cp_findings_t *out, tdm_cp_alert_class_t cls,
+                                      const char *group);
 const tdm_cp_finding_t *tdm_cp_findings_get(const tdm_cp_findings_t *f, const char *group,
                                             tdm_cp_alert_class_t cls);
 

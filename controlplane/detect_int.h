@@ -111,8 +111,6 @@ det_room_t *tdm_cp_det_room_slot(tdm_cp_detect_t *d, int group, uint64_t room, i
 void tdm_cp_det_room_del(tdm_cp_detect_t *d, det_room_t *slot);
 
 /* detect_rules.c: each appends at most one finding per group to `out`. */
-tdm_cp_finding_t *tdm_cp_det_finding_add(tdm_cp_findings_t *out, tdm_cp_alert_class_t cls,
-                                         const char *group);
 void tdm_cp_det_rules_samples(tdm_cp_detect_t *d, uint64_t now, tdm_cp_findings_t *out);
 void tdm_cp_det_rules_events(tdm_cp_detect_t *d, uint64_t now, tdm_cp_findings_t *out);
 /* A sample as evidence JSON (newest sample of a rank), with its age on the detector clock. */

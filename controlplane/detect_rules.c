@@ -108,7 +108,7 @@ static void rule_wedge(tdm_cp_detect_t *d, det_inst_t *in, const view_t *w, uint
     uint64_t since = in->min_iter_at > in->pending_since ? in->min_iter_at : in->pending_since;
     if (now - since < d->cfg.wedge_us)
         return;
-    tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_WEDGE, w->group);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_WEDGE, w->group);
     if (!f)
         return;
     snprintf(f->summary, sizeof(f->summary),
@@ -261,7 +261,7 @@ static void rule_divergence(tdm_cp_detect_t *d, det_inst_t *in, const view_t *wc
             for (size_t i = 0; i < w.n; i++)
                 minority[i] = disagree[0 * w.n + i];
     }
-    tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_RANK_DIVERGENCE, w.group);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_RANK_DIVERGENCE, w.group);
     if (!f)
         goto out;
     json_t *mr = json_array(), *mdet = json_array();
@@ -332,7 +332,7 @@ static void rule_lost(tdm_cp_detect_t *d, const det_inst_t *in, const char *grou
         json_decref(lost);
         return;
     }
-    tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_WORKER_LOST, group);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_WORKER_LOST, group);
     if (!f) {
         json_decref(lost);
         return;
@@ -406,7 +406,7 @@ static void stuck_collect(tdm_cp_detect_t *d, uint64_t now, stuck_rooms_t *ret)
 {
     ret->v = tdm_malloc((d->n_rooms ? d->n_rooms : 1) * sizeof(*ret->v));
     ret->n = 0;
-    for (size_t i = 0; i < d->rooms_cap; i++) {
+    for (size_t i = 0; i < d->rooms_cap && d->n_rooms; i++) {
         const det_room_t *s = &d->rooms[i];
         if (s->group >= 0 &&
             (s->state == TDM_KVPOLL_WAITING_FOR_INPUT || s->state == TDM_KVPOLL_TRANSFERRING) &&
@@ -455,7 +455,7 @@ static void rule_transfer_stall(tdm_cp_detect_t *d, int g, const stuck_rooms_t *
         json_decref(rooms);
         return;
     }
-    tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_TRANSFER_STALL, gr->name);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_TRANSFER_STALL, gr->name);
     if (!f) {
         json_decref(rooms);
         json_decref(hbs);
@@ -496,8 +496,7 @@ static void rule_abort(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_findings_
     }
     if (!n)
         return;
-    tdm_cp_finding_t *f =
-        tdm_cp_det_finding_add(out, TDM_CP_ALERT_ABORT_UNACKED, d->groups[g].name);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_ABORT_UNACKED, d->groups[g].name);
     if (!f) {
         json_decref(arr);
         return;
@@ -516,7 +515,7 @@ static void rule_corruption(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_find
     const det_group_t *gr = &d->groups[g];
     if (!gr->corr_seen || now - gr->corr_rx >= d->cfg.event_hold_us)
         return;
-    tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_CORRUPTION, gr->name);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_CORRUPTION, gr->name);
     if (!f)
         return;
     f->host_tier = gr->corr_host_seen && now - gr->corr_host_rx < d->cfg.event_hold_us;
@@ -542,7 +541,7 @@ static void rule_output(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_findings
     double base = gr->out_baseline >= 0 ? gr->out_baseline : d->cfg.output_baseline;
     if (resp < d->cfg.output_min_responses || (double)leaks <= base * (double)resp)
         return;
-    tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_OUTPUT_ANOMALY, gr->name);
+    tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_OUTPUT_ANOMALY, gr->name);
     if (!f)
         return;
     double rate = (double)leaks / (double)resp;
@@ -571,7 +570,7 @@ void tdm_cp_det_rules_events(tdm_cp_detect_t *d, uint64_t now, tdm_cp_findings_t
         if (!in->current || !in->layout_bad)
             continue;
         const char *group = d->groups[in->group].name;
-        tdm_cp_finding_t *f = tdm_cp_det_finding_add(out, TDM_CP_ALERT_LAYOUT_MISMATCH, group);
+        tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_LAYOUT_MISMATCH, group);
         if (!f)
             continue;
         snprintf(f->summary, sizeof(f->summary), "group %s: host and device KV layouts differ: %s",
