@@ -3,7 +3,11 @@
 libtdmcp_a_SOURCES += \
 	controlplane/detect.c \
 	controlplane/detect_rules.c \
-	controlplane/alert.c
+	controlplane/alert.c \
+	controlplane/detect_webhook.c
+# the webhook posts with libcurl
+libtdmcp_a_CPPFLAGS += $(CURL_CFLAGS)
+TDM_CP_LIBS += $(CURL_LIBS)
 noinst_HEADERS += \
 	controlplane/detect.h \
 	controlplane/detect_int.h \
@@ -11,7 +15,8 @@ noinst_HEADERS += \
 
 # Unit tests: every rule on replayed/synthesised streams over a virtual clock.
 DETECT_UNIT_TESTS = \
-	tests/unit/test-detect
+	tests/unit/test-detect \
+	tests/unit/test-detect-webhook
 check_PROGRAMS += $(DETECT_UNIT_TESTS)
 TESTS += $(DETECT_UNIT_TESTS)
 noinst_HEADERS += tests/unit/detect-replay.h
@@ -19,3 +24,6 @@ tests_unit_test_detect_SOURCES = tests/unit/test-detect.c
 tests_unit_test_detect_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS) \
 	-DTDM_STREAMS_DIR='"$(top_srcdir)/tests/fixtures/streams"'
 tests_unit_test_detect_LDADD = $(TDM_CP_LIBS)
+tests_unit_test_detect_webhook_SOURCES = tests/unit/test-detect-webhook.c
+tests_unit_test_detect_webhook_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
+tests_unit_test_detect_webhook_LDADD = $(TDM_CP_LIBS)
