@@ -189,12 +189,19 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
     if (tdm_fault_fire(x->cfg.faults, TDM_FAULT_STALL_LOOP, x->cfg.rank, h->iter, &dur))
         sleep_ms(dur);
     if (h->kind == TDM_PLAN_BATCH &&
-        (h->n_seqs > x->cfg.max_seqs || h->n_tokens > x->cfg.max_tokens))
+        (h->n_seqs > x->cfg.max_seqs || h->n_tokens > x->cfg.max_tokens)) {
+        tdm_err(TDM_SUB_SCHED,
+                "msg=\"plan over the executor's bounds\" iter=%llu seqs=%u tokens=%u",
+                (unsigned long long)h->iter, h->n_seqs, h->n_tokens);
         return TDM_ERR_RANGE;
+    }
     /* PREV_TOKEN: rank 0 resolves from what it sampled last iteration, then everyone gets it */
     while (h->kind == TDM_PLAN_BATCH && tdm_plan_next(payload, plen, &off, &e) == TDM_OK) {
-        if (e.slot >= x->cfg.max_seqs)
+        if (e.slot >= x->cfg.max_seqs) {
+            tdm_err(TDM_SUB_SCHED, "msg=\"plan slot out of range\" iter=%llu slot=%u",
+                    (unsigned long long)h->iter, e.slot);
             return TDM_ERR_RANGE;
+        }
         if (e.flags & TDM_PLAN_PREV_TOKEN) {
             if (lead)
                 x->prev[n_prev] = (uint32_t)x->last_tok[e.slot];

@@ -15,3 +15,14 @@ TESTS += tests/unit/test-plan
 tests_unit_test_plan_SOURCES = tests/unit/test-plan.c
 tests_unit_test_plan_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_plan_LDADD = libtdmsched.a $(COMMON_LIBS)
+
+# The serving runtime's libraries, in link order (the worker, the tests).
+SCHED_LIBS = libtdmsched.a libtdmgraph.a libtdmkernels.a libtdmkv.a libtdmmodel.a libtdmtok.a \
+	libtdmsample.a libtdmtp.a
+
+# Scheduler logic in-process at TP=1 on a fixture, both loops, against the one-shot engine.
+check_PROGRAMS += tests/unit/test-sched
+TESTS += tests/unit/test-sched
+tests_unit_test_sched_SOURCES = tests/unit/test-sched.c
+tests_unit_test_sched_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
+tests_unit_test_sched_LDADD = libtdmoneshot.a $(SCHED_LIBS) $(COMMON_LIBS)

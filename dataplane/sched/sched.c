@@ -65,6 +65,7 @@ struct tdm_sched {
     uint64_t iter, completed_iter, admit_seq;
     tdm_sched_stats_t st; /* scheduler-thread counters */
     uint32_t *tokbuf, *shared;
+    tdm_sreq_t **snap; /* max_running */
 
     iter_buf_t ib[2];
     /* overlap: the executor thread and its depth-1 queue (under qmu) */
@@ -169,7 +170,8 @@ tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_
                     p->prompt[i], i, s->vocab);
             return TDM_ERR_RANGE;
         }
-    TDM_TRY(tdm_sample_params_validate(&p->sampling, err, err_len));
+    if (tdm_sample_params_validate(&p->sampling, err, err_len) != TDM_OK)
+        return TDM_ERR_INVAL;
     if (p->want_text && !s->cfg.tok) {
         SET_ERR("request: text output needs a tokenizer");
         return TDM_ERR_INVAL;
@@ -519,7 +521,7 @@ static int ensure_pages(tdm_sched_t *s, tdm_sreq_t *r, uint32_t n_tokens)
 static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint32_t *budget,
                              uint32_t *prefill_budget, uint64_t iter)
 {
-    if (r->retract_pending || r->n_gen_sched >= r->max_new)
+    if (r->state != SREQ_RUNNING || r->retract_pending || r->n_gen_sched >= r->max_new)
         return 0;
     uint32_t len = r->n_prompt + r->n_gen_sched, c = r->n_computed_sched;
     uint32_t want = len - c, n = want;
@@ -649,10 +651,13 @@ static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
     intake(s);
     tdm_plan_begin(&ib->pb);
     ib->it.n_reqs = 0;
-    for (tdm_sreq_t *r = s->running.head, *nx; r; r = nx) {
-        nx = r->next; /* r may be retracted to the queue */
-        schedule_one(s, r, ib, &budget, &prefill_budget, iter);
-    }
+    /* a snapshot: scheduling one request may retract later ones to the queue */
+    uint32_t n_run = 0;
+    for (tdm_sreq_t *r = s->running.head; r; r = r->next)
+        s->snap[n_run++] = r;
+    for (uint32_t i = 0; i < n_run; i++)
+        if (s->snap[i]->state == SREQ_RUNNING)
+            schedule_one(s, s->snap[i], ib, &budget, &prefill_budget, iter);
     while (budget > 0 && ib->it.n_reqs < s->cfg.max_running) {
         tdm_sreq_t *r = admit_head(s);
         if (!r)
@@ -927,6 +932,7 @@ tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched
     for (uint32_t i = 0; i < cfg->max_running; i++)
         s->free_slots[s->n_free_slots++] = cfg->max_running - 1 - i;
     s->tokbuf = tdm_calloc(s->max_tokens, sizeof(uint32_t));
+    s->snap = tdm_calloc(cfg->max_running, sizeof(tdm_sreq_t *));
     s->shared = tdm_calloc(s->max_pages_per_seq + 1, sizeof(uint32_t));
     for (int i = 0; i < 2; i++) {
         tdm_plan_builder_init(&s->ib[i].pb);
@@ -962,6 +968,7 @@ void tdm_sched_free(tdm_sched_t *s)
     pthread_cond_destroy(&s->qcv);
     tdm_free(s->free_slots);
     tdm_free(s->tokbuf);
+    tdm_free(s->snap);
     tdm_free(s->shared);
     tdm_free(s->aborts);
     tdm_free(s);
