@@ -10,12 +10,18 @@
  * for bit. Every CPU kernel obeys it; the CUDA path is held to a tolerance instead.
  *  1. Dot products over K. The sum over k of a[k]*b[k] is cut into blocks of TDM_DOT_BLOCK (64)
  *     elements aligned to absolute K offsets (block j = [64j, 64j+64), the last one may be short).
- *     Inside a block: s = 0; for k in order: s = s + a[k]*b[k] (a product rounded to fp32, then an
- *     add rounded to fp32; no FMA: kernels are compiled with -ffp-contract=off, never
- *     -ffast-math). Block partials p[0..nb) are combined by the fixed binary tree
+ *     Inside a block, TDM_DOT_LANES (8) lane sums: lane l takes the elements k with
+ *     (k - 64j) % 8 == l, in increasing k: s_l = 0; s_l = s_l + a[k]*b[k] (a product rounded to
+ *     fp32, then an add rounded to fp32; no FMA: kernels are compiled with -ffp-contract=off,
+ *     never -ffast-math, and no path calls fma). A lane with no element stays +0. The block
+ *     partial is the lane tree ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), i.e. T(0, 8) below over the
+ *     lane sums. (This is what one 8-wide SIMD accumulator per block computes, so an AVX2 path,
+ *     the generic C path and any other path produce the same bits; the generic C path keeps 8
+ *     scalar lanes.) Block partials p[0..nb) are combined by the fixed binary tree
  *         T(lo, n) = n == 1 ? p[lo] : T(lo, h) + T(lo + h, n - h),  h = (n + 1) / 2
  *     (for nb a power of two this is the pairwise tree; every even range splits in exact halves).
- *     tdm_reduce_tree() computes it. Biases are added after the tree.
+ *     tdm_reduce_tree() computes it; tdm_dot_f32() is the reference for the whole rule. Biases
+ *     are added after the tree.
  *  2. Row-parallel layers (o_proj, down_proj) with TP size N: rank r holds the contiguous K range
  *     [r*K/N, (r+1)*K/N). When N is a power of two dividing nb and K/N is a multiple of 64, that
  *     range is exactly the subtree T(r*nb/N, nb/N), so each rank computes its subtree and the
@@ -28,9 +34,11 @@
  *     exp-weights summed in position order; the blocks are combined in block order; out = o / l.
  *     K and V are ALWAYS read back from the KV cache after being written, never the fresh fp32
  *     values, so a chunked prefill, a whole prefill and token-by-token decode see the same keys.
- *  5. Nothing depends on n, on the other rows of a call, on the thread count or on how work is
- *     split: threads split output rows (or (row, head) pairs); each output element is computed by
- *     one thread with the sequence above.
+ *  5. Nothing depends on n, on the other rows of a call, on the thread count, on how work is
+ *     split or on the instruction set: threads split output rows (or (row tile, KV head) pairs);
+ *     each output element is computed by one thread with the sequence above. The CPU backend
+ *     picks its SIMD path at init from cpuid (AVX2, else generic C; env TDM_CPU_ISA=generic|avx2
+ *     forces one) and every path yields identical bits.
  *
  * Threading: a backend context is used by one caller thread at a time (it owns its workers).
  * Errors: kernels that can see bad input (token ids, positions, page ids) validate it and return
@@ -47,6 +55,7 @@
 #include <tdm/status.h>
 
 #define TDM_DOT_BLOCK 64u
+#define TDM_DOT_LANES 8u
 #define TDM_ATTN_BLOCK 16u
 #define TDM_ROPE_MAX_HALF 256u /* head_dim <= 512 */
 
@@ -125,5 +134,7 @@ typedef struct tdm_backend {
 tdm_status_t tdm_backend_cpu_init(uint32_t threads, tdm_backend_t *ret_be);
 void tdm_backend_cpu_free(tdm_backend_t *be);
 uint32_t tdm_backend_cpu_threads(const tdm_backend_t *be);
+/* The SIMD path the CPU backend runs: "avx2" or "generic" (results are identical, rule 5). */
+const char *tdm_backend_cpu_isa(const tdm_backend_t *be);
 
 #endif

@@ -5,6 +5,8 @@ TDM_KERNEL_CFLAGS = -O2 -ffp-contract=off -fno-fast-math
 noinst_LIBRARIES += libtdmkernels.a
 libtdmkernels_a_SOURCES = \
 	kernels/cpu/cpu.c \
+	kernels/cpu/generic.c \
+	kernels/cpu/avx2.c \
 	kernels/cpu/matmul.c \
 	kernels/cpu/attn.c \
 	kernels/cpu/reduce.c \
@@ -21,3 +23,4 @@ tests_unit_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_kernels_CFLAGS = $(AM_CFLAGS) $(TDM_KERNEL_CFLAGS)
 tests_unit_test_kernels_LDADD = libtdmkernels.a libtdmkv.a $(COMMON_LIBS)
 include kernels/cuda.mk
+include bench/kernels.mk

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <tdm/log.h>
+
 #include "kernels/cpu/cpu_int.h"
 
 int tdm_cpu_weight_dtype_ok(tdm_dtype_t dt)
@@ -200,6 +202,46 @@ static tdm_status_t cpu_argmax(void *ctx, const float *logits, uint32_t m, uint3
     return TDM_OK;
 }
 
+static const tdm_cpu_ops_t *const isa_tables[] = {
+#ifdef TDM_CPU_HAVE_AVX2_OPS
+    &tdm_cpu_ops_avx2,
+#endif
+    &tdm_cpu_ops_generic,
+};
+
+tdm_status_t tdm_cpu_pool_set_isa(tdm_cpu_pool_t *p, const char *name)
+{
+    for (size_t i = 0; i < sizeof(isa_tables) / sizeof(isa_tables[0]); i++) {
+        if (strcmp(isa_tables[i]->name, name) != 0)
+            continue;
+        if (!isa_tables[i]->supported())
+            return TDM_ERR_UNSUPPORTED;
+        p->ops = isa_tables[i];
+        return TDM_OK;
+    }
+    return TDM_ERR_INVAL;
+}
+
+/* TDM_CPU_ISA names a table (an unknown or unsupported one is an error); else the first
+ * supported table in preference order. */
+static tdm_status_t select_isa(tdm_cpu_pool_t *p)
+{
+    const char *env = getenv("TDM_CPU_ISA");
+    if (env && *env) {
+        tdm_status_t st = tdm_cpu_pool_set_isa(p, env);
+        if (st != TDM_OK)
+            tdm_err(TDM_SUB_CORE, "TDM_CPU_ISA=%s: %s (known: avx2, generic)", env,
+                    tdm_status_str(st));
+        return st;
+    }
+    for (size_t i = 0; i < sizeof(isa_tables) / sizeof(isa_tables[0]); i++)
+        if (isa_tables[i]->supported()) {
+            p->ops = isa_tables[i];
+            break;
+        }
+    return TDM_OK;
+}
+
 static uint32_t default_threads(void)
 {
     const char *env = getenv("TDM_CPU_THREADS");
@@ -223,12 +265,19 @@ tdm_status_t tdm_backend_cpu_init(uint32_t threads, tdm_backend_t *ret_be)
 {
     tdm_cpu_pool_t *pool;
     tdm_backend_t be;
+    tdm_status_t st;
 
     if (!ret_be)
         return TDM_ERR_INVAL;
     if (threads == 0)
         threads = default_threads();
     TDM_TRY(tdm_cpu_pool_init(threads, &pool));
+    pool->ops = &tdm_cpu_ops_generic;
+    st = select_isa(pool);
+    if (st != TDM_OK) {
+        tdm_cpu_pool_free(pool);
+        return st;
+    }
     for (uint32_t v = 0; v < 256; v++)
         pool->fp8_lut[v] = tdm_kv_fp8_decode((uint8_t)v);
     memset(&be, 0, sizeof(be));
@@ -259,4 +308,9 @@ void tdm_backend_cpu_free(tdm_backend_t *be)
 uint32_t tdm_backend_cpu_threads(const tdm_backend_t *be)
 {
     return ((const tdm_cpu_pool_t *)be->ctx)->n_threads;
+}
+
+const char *tdm_backend_cpu_isa(const tdm_backend_t *be)
+{
+    return ((const tdm_cpu_pool_t *)be->ctx)->ops->name;
 }

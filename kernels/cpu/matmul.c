@@ -1,100 +1,67 @@
 /*
  * matmul.c — y = x · Wᵀ (+ bias) under the determinism contract of backend.h.
  *
- * Work is split over tiles of TILE_R output rows. A tile's weights are converted to fp32 once and
- * stored transposed (wt[k][r]), so the inner loop broadcasts x[t][k] and updates TILE_R row
- * accumulators at once: the vector runs across output rows, never across k, which keeps the sum
- * over k inside a 64-block strictly sequential (rule 1) while still using SIMD. Four tokens share
- * each weight load. Every accumulator lane performs exactly the scalar sequence of
- * tdm_dot_f32(), so the result does not depend on which token group or tile a row falls in.
- * target_clones builds an AVX2 copy beside the baseline; with -ffp-contract=off both round
- * identically.
+ * Work unit: a panel of TDM_CPU_MM_ROWS output rows (threads split panels). For each panel,
+ * tokens go in tiles of TDM_CPU_MM_TT and K in chunks of TDM_CPU_MM_KC (a multiple of the
+ * 64-block, so every rule-1 block partial lies inside one chunk). The ISA kernel (ops->mm_tile)
+ * writes the block partials of panel × tile × chunk into `part`; the tree over blocks and the
+ * bias come last. Weights are read in place when the kernel can use them as they are (fp32, or
+ * bf16 at decode sizes, where each weight feeds few tokens and converting first would double
+ * the passes over it); otherwise the chunk is converted to fp32 once per token tile into a
+ * per-thread buffer that stays in L1 while the tile runs over it (prefill: each converted weight
+ * then feeds TDM_CPU_MM_TT tokens). Every block partial is computed with the same lane sequence
+ * whatever the tile, chunk, kernel shape or ISA, so the result of a row never depends on n, on
+ * the thread count or on the path taken (rule 5). Scratch is per thread and grows only: no
+ * allocation per call once warm.
  */
 #include "config.h"
 
-#include <errno.h>
-
 #include "kernels/cpu/cpu_int.h"
 
-#define TILE_R 16u
-#define TOK_G 4u
+/* At most this many tokens read bf16 weights in place (no fp32 copy of the chunk). */
+#define MM_DIRECT_MAX 4u
 
 typedef struct mm_job {
     const float *x;
-    uint32_t n, K, M, nb;
+    uint32_t n, K, M, nb, tt;
     const tdm_tensor_t *w, *bias;
     float *y;
     tdm_cpu_pool_t *pool;
+    const tdm_cpu_ops_t *ops;
+    int direct;
     int oom;
 } mm_job_t;
 
-/* Loads and stores through memcpy: no alignment assumption, no vector-by-value ABI. */
-#define VLOAD(v, p) memcpy(&(v), (p), sizeof(tdm_v8))
-#define VSTORE(p, v) memcpy((p), &(v), sizeof(tdm_v8))
-
-/* out[TILE_R] = T(lo, n) over block partials part[b][TILE_R], all lanes at once. */
-static void tree16(const float *part, uint32_t lo, uint32_t n, float *out)
+/* out[r] = T(lo, n) over block partials part[b*R + r], r < R = TDM_CPU_MM_ROWS. */
+static void tree_rows(const float *part, uint32_t lo, uint32_t n, float *out)
 {
-    float r[TILE_R];
+    float r[TDM_CPU_MM_ROWS];
     uint32_t h;
     if (n == 1) {
-        memcpy(out, part + (size_t)lo * TILE_R, sizeof(r));
+        memcpy(out, part + (size_t)lo * TDM_CPU_MM_ROWS, sizeof(r));
         return;
     }
     h = (n + 1) / 2;
-    tree16(part, lo, h, out);
-    tree16(part, lo + h, n - h, r);
-    for (uint32_t i = 0; i < TILE_R; i++)
+    tree_rows(part, lo, h, out);
+    tree_rows(part, lo + h, n - h, r);
+    for (uint32_t i = 0; i < TDM_CPU_MM_ROWS; i++)
         out[i] = out[i] + r[i];
 }
 
-__attribute__((target_clones("avx2", "default"))) static void
-mm_blocks(const float *wt, const float *x, uint32_t K, uint32_t nt, uint32_t nb, float *part)
+/* Rows r0..r0+nr, columns k0..k0+kc of W as fp32 into dst (row stride ld); rows past nr zero. */
+static void convert_chunk(const mm_job_t *j, uint32_t r0, uint32_t nr, uint32_t k0, uint32_t kc,
+                          float *dst, size_t ld)
 {
-    /* part[t][b][TILE_R] for t < nt (nt <= TOK_G) */
-    for (uint32_t b = 0; b < nb; b++) {
-        uint32_t k0 = b * TDM_DOT_BLOCK, k1 = k0 + TDM_DOT_BLOCK < K ? k0 + TDM_DOT_BLOCK : K;
-        if (nt == TOK_G) {
-            tdm_v8 a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
-            const float *x0 = x, *x1 = x + K, *x2 = x + 2 * (size_t)K, *x3 = x + 3 * (size_t)K;
-            for (uint32_t k = k0; k < k1; k++) {
-                tdm_v8 wa, wb;
-                VLOAD(wa, wt + (size_t)k * TILE_R);
-                VLOAD(wb, wt + (size_t)k * TILE_R + 8);
-                a0 = a0 + x0[k] * wa;
-                b0 = b0 + x0[k] * wb;
-                a1 = a1 + x1[k] * wa;
-                b1 = b1 + x1[k] * wb;
-                a2 = a2 + x2[k] * wa;
-                b2 = b2 + x2[k] * wb;
-                a3 = a3 + x3[k] * wa;
-                b3 = b3 + x3[k] * wb;
-            }
-            size_t s = (size_t)nb * TILE_R, o = (size_t)b * TILE_R;
-            VSTORE(part + o, a0);
-            VSTORE(part + o + 8, b0);
-            VSTORE(part + s + o, a1);
-            VSTORE(part + s + o + 8, b1);
-            VSTORE(part + 2 * s + o, a2);
-            VSTORE(part + 2 * s + o + 8, b2);
-            VSTORE(part + 3 * s + o, a3);
-            VSTORE(part + 3 * s + o + 8, b3);
-        } else {
-            for (uint32_t t = 0; t < nt; t++) {
-                tdm_v8 a0 = {0}, b0 = {0};
-                const float *xt = x + (size_t)t * K;
-                for (uint32_t k = k0; k < k1; k++) {
-                    tdm_v8 wa, wb;
-                    VLOAD(wa, wt + (size_t)k * TILE_R);
-                    VLOAD(wb, wt + (size_t)k * TILE_R + 8);
-                    a0 = a0 + xt[k] * wa;
-                    b0 = b0 + xt[k] * wb;
-                }
-                size_t o = ((size_t)t * nb + b) * TILE_R;
-                VSTORE(part + o, a0);
-                VSTORE(part + o + 8, b0);
-            }
-        }
+    const tdm_tensor_t *w = j->w;
+    for (uint32_t r = 0; r < TDM_CPU_MM_ROWS; r++) {
+        float *d = dst + (size_t)r * ld;
+        if (r >= nr)
+            memset(d, 0, (size_t)kc * sizeof(float));
+        else if (w->dtype == TDM_DTYPE_BF16)
+            j->ops->bf16_to_f32((const uint16_t *)w->data + (size_t)(r0 + r) * w->row_stride + k0,
+                                d, kc);
+        else
+            tdm_cpu_weight_row(w, r0 + r, k0, kc, d);
     }
 }
 
@@ -102,38 +69,50 @@ static void mm_range(void *arg, uint32_t tid, size_t lo, size_t hi)
 {
     mm_job_t *j = arg;
     const tdm_tensor_t *w = j->w;
-    uint32_t K = j->K, nb = j->nb;
-    size_t wt_n = (size_t)K * TILE_R, part_n = (size_t)TOK_G * nb * TILE_R;
-    float *wt = tdm_cpu_scratch(&j->pool->scratch[tid], wt_n + part_n + 64);
-    float *part, rowbuf[TDM_DOT_BLOCK];
+    const uint32_t R = TDM_CPU_MM_ROWS, K = j->K;
+    size_t wbuf_n = (size_t)R * TDM_CPU_MM_KC, part_ld = (size_t)j->nb * R;
+    float *wbuf = tdm_cpu_scratch(&j->pool->scratch[tid], wbuf_n + (size_t)j->tt * part_ld);
+    float *part;
+    size_t es = w->dtype == TDM_DTYPE_F32 ? 4 : 2;
 
-    if (!wt) {
+    if (!wbuf) {
         __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED);
         return;
     }
-    part = wt + wt_n;
-    for (size_t tile = lo; tile < hi; tile++) {
-        uint32_t r0 = (uint32_t)tile * TILE_R;
-        uint32_t nr = j->M - r0 < TILE_R ? j->M - r0 : TILE_R;
-        /* Transposed fp32 copy of rows r0..r0+nr; absent rows are zero and never stored. */
-        for (uint32_t k0 = 0; k0 < K; k0 += TDM_DOT_BLOCK) {
-            uint32_t kc = K - k0 < TDM_DOT_BLOCK ? K - k0 : TDM_DOT_BLOCK;
-            for (uint32_t r = 0; r < TILE_R; r++) {
-                if (r < nr)
-                    tdm_cpu_weight_row(w, r0 + r, k0, kc, rowbuf);
-                else
-                    memset(rowbuf, 0, sizeof(rowbuf));
-                for (uint32_t k = 0; k < kc; k++)
-                    wt[(size_t)(k0 + k) * TILE_R + r] = rowbuf[k];
+    part = wbuf + wbuf_n;
+    for (size_t panel = lo; panel < hi; panel++) {
+        uint32_t r0 = (uint32_t)panel * R, nr = j->M - r0 < R ? j->M - r0 : R;
+        int in_place =
+            nr == R && (w->dtype == TDM_DTYPE_F32 || (w->dtype == TDM_DTYPE_BF16 && j->direct));
+        for (uint32_t t0 = 0; t0 < j->n; t0 += j->tt) {
+            uint32_t nt = j->n - t0 < j->tt ? j->n - t0 : j->tt;
+            for (uint32_t k0 = 0; k0 < K; k0 += TDM_CPU_MM_KC) {
+                uint32_t kc = K - k0 < TDM_CPU_MM_KC ? K - k0 : TDM_CPU_MM_KC;
+                tdm_cpu_mm_tile_t tile = {
+                    .x = j->x + (size_t)t0 * K + k0,
+                    .ldx = K,
+                    .rows = R,
+                    .tokens = nt,
+                    .kc = kc,
+                    .part = part + (size_t)(k0 / TDM_DOT_BLOCK) * R,
+                    .part_ld = part_ld,
+                };
+                if (in_place) {
+                    tile.w = (const uint8_t *)w->data + ((size_t)r0 * w->row_stride + k0) * es;
+                    tile.ldw = w->row_stride;
+                    tile.w_bf16 = w->dtype == TDM_DTYPE_BF16;
+                } else {
+                    convert_chunk(j, r0, nr, k0, kc, wbuf, TDM_CPU_MM_KC);
+                    tile.w = wbuf;
+                    tile.ldw = TDM_CPU_MM_KC;
+                    tile.w_bf16 = 0;
+                }
+                j->ops->mm_tile(&tile);
             }
-        }
-        for (uint32_t t0 = 0; t0 < j->n; t0 += TOK_G) {
-            uint32_t nt = j->n - t0 < TOK_G ? j->n - t0 : TOK_G;
-            mm_blocks(wt, j->x + (size_t)t0 * K, K, nt, nb, part);
             for (uint32_t t = 0; t < nt; t++) {
-                float out[TILE_R];
+                float out[TDM_CPU_MM_ROWS];
                 float *y = j->y + (size_t)(t0 + t) * j->M + r0;
-                tree16(part + (size_t)t * nb * TILE_R, 0, nb, out);
+                tree_rows(part + (size_t)t * part_ld, 0, j->nb, out);
                 for (uint32_t r = 0; r < nr; r++) {
                     float v = out[r];
                     if (j->bias && j->bias->data)
@@ -150,7 +129,7 @@ tdm_status_t tdm_cpu_matmul(void *ctx, const float *x, uint32_t n, const tdm_ten
 {
     tdm_cpu_pool_t *pool = ctx;
     mm_job_t j;
-    size_t tiles;
+    size_t panels;
 
     if (!pool || !w || !w->data || (n && (!x || !y)) || !tdm_cpu_weight_dtype_ok(w->dtype))
         return TDM_ERR_INVAL;
@@ -167,11 +146,15 @@ tdm_status_t tdm_cpu_matmul(void *ctx, const float *x, uint32_t n, const tdm_ten
     j.K = w->cols;
     j.M = w->rows;
     j.nb = (w->cols + TDM_DOT_BLOCK - 1) / TDM_DOT_BLOCK;
+    j.tt = n < TDM_CPU_MM_TT ? n : TDM_CPU_MM_TT;
     j.w = w;
     j.bias = bias;
     j.y = y;
     j.pool = pool;
-    tiles = (w->rows + TILE_R - 1) / TILE_R;
-    tdm_cpu_parallel(pool, tiles, 1, mm_range, &j);
+    /* SIMD kernels step K by 8; other K (no real model has them) take the generic kernel. */
+    j.ops = w->cols % 8 == 0 ? pool->ops : &tdm_cpu_ops_generic;
+    j.direct = n <= MM_DIRECT_MAX && j.ops != &tdm_cpu_ops_generic;
+    panels = (w->rows + TDM_CPU_MM_ROWS - 1) / TDM_CPU_MM_ROWS;
+    tdm_cpu_parallel(pool, panels, 1, mm_range, &j);
     return j.oom ? TDM_ERR_NOMEM : TDM_OK;
 }

@@ -48,10 +48,10 @@ float tdm_dot_f32(const float *a, const float *b, uint32_t k)
     }
     for (uint32_t bi = 0; bi < nb; bi++) {
         uint32_t k0 = bi * TDM_DOT_BLOCK, k1 = k0 + TDM_DOT_BLOCK < k ? k0 + TDM_DOT_BLOCK : k;
-        float s = 0.0f;
+        float s[TDM_DOT_LANES] = {0};
         for (uint32_t j = k0; j < k1; j++)
-            s = s + a[j] * b[j];
-        parts[bi] = s;
+            s[(j - k0) % TDM_DOT_LANES] = s[(j - k0) % TDM_DOT_LANES] + a[j] * b[j];
+        parts[bi] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
     }
     return tdm_reduce_tree(parts, nb);
 }

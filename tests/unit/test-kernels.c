@@ -2,7 +2,9 @@
  * test-kernels.c — the CPU backend against plain fp64 references (tolerance), and the
  * determinism contract of backend.h against itself (bit for bit): the reduction tree, TP rank
  * combine, batch and thread-count invariance of matmul, RoPE tables per scaling type, attention
- * over a paged cache in bf16/fp8/f32.
+ * over a paged cache in bf16/fp8/f32; and the generic C kernel table against the AVX2 one, bit
+ * for bit, on shapes that reach every path (in-place and converted weights, short blocks, K
+ * tails, partial panels, several chunks and token tiles).
  */
 #include "config.h"
 
@@ -87,13 +89,22 @@ static void test_tree(void)
     fill(big_a, 64 * 70, 1.0f);
     fill(big_b, 64 * 70, 1.0f);
     for (int bi = 0; bi < 70; bi++) {
-        float s = 0;
+        float s[8] = {0};
         for (int k = 0; k < 64; k++)
-            s = s + big_a[bi * 64 + k] * big_b[bi * 64 + k];
-        bp[bi] = s;
+            s[k % 8] = s[k % 8] + big_a[bi * 64 + k] * big_b[bi * 64 + k];
+        bp[bi] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
     }
     ok(tdm_dot_f32(big_a, big_b, 64 * 70) == tdm_reduce_tree(bp, 70),
        "dot over > 64 blocks follows the same tree");
+    /* a short last block: lanes past the end stay +0 and still enter the lane tree */
+    {
+        float s[8] = {0};
+        for (int k = 0; k < 13; k++)
+            s[k % 8] = s[k % 8] + big_a[64 + k] * big_b[64 + k];
+        float blk = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        ok(tdm_dot_f32(big_a, big_b, 77) == bp[0] + blk,
+           "dot of 77 = block 0 + lane tree of the 13-element block");
+    }
 }
 
 /* W (M, K) in dtype dt with row stride ld, from fp32 values (rounded); wf receives the values. */
@@ -384,6 +395,135 @@ static void test_attention(tdm_backend_t *be, tdm_dtype_t dt, double tol)
     free(ref);
 }
 
+/* Matmul through the generic and the AVX2 table: identical bits, and equal to the scalar
+ * contract (tdm_dot_f32 + bias) element by element. */
+static void test_isa_matmul(tdm_backend_t *gen, tdm_backend_t *avx)
+{
+    static const struct {
+        uint32_t M, K, n;
+        tdm_dtype_t dt;
+    } cs[] = {
+        {37, 200, 9, TDM_DTYPE_BF16},   /* partial panel, short last block, converted */
+        {48, 200, 3, TDM_DTYPE_BF16},   /* bf16 read in place */
+        {32, 1032, 1, TDM_DTYPE_BF16},  /* several K chunks, 8-element last block */
+        {32, 1032, 35, TDM_DTYPE_BF16}, /* two token tiles, odd last token */
+        {64, 520, 2, TDM_DTYPE_F32},    /* f32 in place */
+        {16, 136, 7, TDM_DTYPE_F16},    /* f16 converted */
+        {21, 203, 5, TDM_DTYPE_BF16},   /* K % 8 != 0: generic kernel in both */
+    };
+    for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
+        uint32_t M = cs[c].M, K = cs[c].K, n = cs[c].n;
+        float *x = malloc(sizeof(float) * n * K), *wf = malloc(sizeof(float) * M * K);
+        float *yg = malloc(sizeof(float) * n * M), *ya = malloc(sizeof(float) * n * M);
+        float *bias_f = malloc(sizeof(float) * M);
+        tdm_tensor_t w, bias = {TDM_DTYPE_F32, 1, M, M, bias_f};
+        void *mem = make_weight(cs[c].dt, M, K, K + 8, wf, &w);
+        fill(x, (size_t)n * K, 1.0f);
+        fill(bias_f, M, 1.0f);
+        int st = gen->matmul(gen->ctx, x, n, &w, &bias, yg);
+        st |= avx->matmul(avx->ctx, x, n, &w, &bias, ya);
+        int exact = st == TDM_OK;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < M; j++)
+                exact &= yg[(size_t)i * M + j] ==
+                         tdm_dot_f32(x + (size_t)i * K, wf + (size_t)j * K, K) + bias_f[j];
+        ok(exact, "generic matmul M=%u K=%u n=%u == tdm_dot_f32 + bias", M, K, n);
+        ok(bits_equal(yg, ya, (size_t)n * M), "avx2 matmul M=%u K=%u n=%u == generic, bit exact", M,
+           K, n);
+        /* one row at a time through AVX2 (in-place path) == the batch (converted path) */
+        for (uint32_t i = 0; i < n; i++)
+            avx->matmul(avx->ctx, x + (size_t)i * K, 1, &w, &bias, yg + (size_t)i * M);
+        ok(bits_equal(yg, ya, (size_t)n * M), "avx2 matmul M=%u K=%u: rows one by one == n=%u", M,
+           K, n);
+        free(mem);
+        free(x);
+        free(wf);
+        free(yg);
+        free(ya);
+        free(bias_f);
+    }
+}
+
+static void test_isa_attn_ops(void)
+{
+#ifdef TDM_CPU_HAVE_AVX2_OPS
+    static const uint32_t hds[] = {16, 24, 64, 128, 200};
+    float q[200], k[21 * 200], v[21 * 200], pg[21], pa[21], og[200], oa[200];
+    int same = 1, acc_same = 1;
+    for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+        uint32_t hd = hds[h];
+        fill(q, hd, 2.0f);
+        fill(k, (size_t)21 * hd, 2.0f);
+        fill(v, (size_t)21 * hd, 1.0f);
+        for (uint32_t nt = 1; nt <= 21; nt += 4) {
+            tdm_cpu_ops_generic.dots(q, k, hd, nt, pg);
+            tdm_cpu_ops_avx2.dots(q, k, hd, nt, pa);
+            same &= bits_equal(pg, pa, nt);
+            for (uint32_t t = 0; t < nt; t++)
+                same &= pg[t] == tdm_dot_f32(q, k + (size_t)t * hd, hd);
+            fill(og, hd, 3.0f);
+            memcpy(oa, og, sizeof(float) * hd);
+            tdm_cpu_ops_generic.attn_acc(og, 0.75f, pg, v, hd, nt);
+            tdm_cpu_ops_avx2.attn_acc(oa, 0.75f, pg, v, hd, nt);
+            acc_same &= bits_equal(og, oa, hd);
+        }
+    }
+    ok(same, "avx2 q·k dots == generic == tdm_dot_f32 (hd 16..200, 1..21 keys)");
+    ok(acc_same, "avx2 attention accumulate == generic, bit exact");
+#else
+    ok(1, "# SKIP no AVX2 table in this build");
+    ok(1, "# SKIP no AVX2 table in this build");
+#endif
+}
+
+/* Attention through the generic and the AVX2 table over one cache: identical bits, prefill and
+ * row-by-row decode, for each cache dtype. */
+static void test_isa_attention(tdm_backend_t *gen, tdm_backend_t *avx)
+{
+    static const tdm_dtype_t dts[3] = {TDM_DTYPE_F32, TDM_DTYPE_BF16, TDM_DTYPE_FP8_E4M3};
+    const uint32_t L = 70, H = 8, KV = 2, hd = 64, ps = 16;
+    uint32_t pages[5] = {4, 2, 0, 3, 1};
+    float *k = malloc(sizeof(float) * L * KV * hd), *v = malloc(sizeof(float) * L * KV * hd);
+    float *q = malloc(sizeof(float) * L * H * hd), *og = malloc(sizeof(float) * L * H * hd);
+    float *oa = malloc(sizeof(float) * L * H * hd), *od = malloc(sizeof(float) * L * H * hd);
+    tdm_attn_row_t rows[70];
+
+    fill(k, (size_t)L * KV * hd, 2.0f);
+    fill(v, (size_t)L * KV * hd, 1.0f);
+    fill(q, (size_t)L * H * hd, 2.0f);
+    for (uint32_t i = 0; i < L; i++)
+        rows[i] = (tdm_attn_row_t){pages, 5, i};
+    for (int d = 0; d < 3; d++) {
+        tdm_model_config_t c;
+        tdm_kv_layout_t l;
+        tdm_kv_pool_t *pool;
+        memset(&c, 0, sizeof(c));
+        c.num_layers = 1;
+        c.num_kv_heads = KV;
+        c.head_dim = hd;
+        tdm_kv_layout_init(&c, dts[d], ps, 1, 0, &l);
+        tdm_kv_pool_init(&l, 5, &pool);
+        const tdm_kv_buffers_t *kb = tdm_kv_pool_buffers(pool);
+        avx->kv_write(avx->ctx, kb, 0, k, v, rows, L);
+        int st = gen->attn_prefill(gen->ctx, kb, 0, q, H, rows, L, og);
+        st |= avx->attn_prefill(avx->ctx, kb, 0, q, H, rows, L, oa);
+        for (uint32_t i = 0; i < L; i++)
+            st |= avx->attn_decode(avx->ctx, kb, 0, q + (size_t)i * H * hd, H, &rows[i], 1,
+                                   od + (size_t)i * H * hd);
+        ok(st == TDM_OK && bits_equal(og, oa, (size_t)L * H * hd),
+           "avx2 attention == generic, bit exact (cache dtype %d)", d);
+        ok(bits_equal(od, oa, (size_t)L * H * hd),
+           "avx2 attention row by row == prefill, bit exact (cache dtype %d)", d);
+        tdm_kv_pool_free(pool);
+    }
+    free(k);
+    free(v);
+    free(q);
+    free(og);
+    free(oa);
+    free(od);
+}
+
 int main(void)
 {
     tdm_backend_t be1, be3;
@@ -398,6 +538,30 @@ int main(void)
     test_attention(&be3, TDM_DTYPE_F32, 1e-5);
     test_attention(&be3, TDM_DTYPE_BF16, 2e-2);
     test_attention(&be3, TDM_DTYPE_FP8_E4M3, 8e-2);
+    {
+        tdm_backend_t gen, avx;
+        int have_avx2 = 0;
+        if (tdm_backend_cpu_init(2, &gen) != TDM_OK || tdm_backend_cpu_init(2, &avx) != TDM_OK) {
+            printf("Bail out! backend init\n");
+            return 1;
+        }
+        is_int(tdm_cpu_pool_set_isa(gen.ctx, "generic"), TDM_OK, "generic table selectable");
+        ok(!strcmp(tdm_backend_cpu_isa(&gen), "generic"), "backend reports generic");
+        is_int(tdm_cpu_pool_set_isa(gen.ctx, "sse9"), TDM_ERR_INVAL, "unknown ISA name refused");
+#ifdef TDM_CPU_HAVE_AVX2_OPS
+        have_avx2 = tdm_cpu_ops_avx2.supported();
+#endif
+        if (have_avx2) {
+            is_int(tdm_cpu_pool_set_isa(avx.ctx, "avx2"), TDM_OK, "avx2 table selectable");
+            test_isa_matmul(&gen, &avx);
+            test_isa_attn_ops();
+            test_isa_attention(&gen, &avx);
+        } else {
+            ok(1, "# SKIP this CPU has no AVX2: generic only");
+        }
+        tdm_backend_cpu_free(&gen);
+        tdm_backend_cpu_free(&avx);
+    }
     tdm_backend_cpu_free(&be1);
     tdm_backend_cpu_free(&be3);
     return done_testing();
