@@ -20,3 +20,13 @@ TESTS += tests/unit/test-dsml
 tests_unit_test_dsml_SOURCES = tests/unit/test-dsml.c
 tests_unit_test_dsml_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
 tests_unit_test_dsml_LDADD = $(CHAT_LIBS)
+
+# Held-out evaluation of models/demo on the CPU engine (tool-call rates, DSML-leak rate, greedy
+# vs the transformers reference) and the one-shot CLI's load+answer time on it.
+check_PROGRAMS += tests/integration/test-demo-eval
+TESTS += tests/integration/test-demo-eval tests/integration/test-demo-eval-cli.sh
+dist_check_SCRIPTS += tests/integration/test-demo-eval-cli.sh
+tests_integration_test_demo_eval_SOURCES = tests/integration/test-demo-eval.c
+tests_integration_test_demo_eval_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
+tests_integration_test_demo_eval_LDADD = libtdmchat.a $(WORKER_ENGINE_LIBS) libtdmtok.a \
+	$(COMMON_LIBS)
