@@ -1,12 +1,27 @@
 # dataplane/xfer/ — PD transfer: rooms (KVPoll, I4), bootstrap, abort handshake, data movers.
 noinst_LIBRARIES += libtdmxfer.a
 libtdmxfer_a_SOURCES = \
-	dataplane/xfer/room.c
-noinst_HEADERS += dataplane/xfer/room.h
-libtdmxfer_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+	dataplane/xfer/room.c \
+	dataplane/xfer/engine.c \
+	dataplane/xfer/prefill.c \
+	dataplane/xfer/decode.c \
+	dataplane/xfer/ucx.c \
+	dataplane/xfer/checksum.c
+noinst_HEADERS += dataplane/xfer/room.h dataplane/xfer/xfer_int.h include/tdm/xfer.h
+libtdmxfer_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
+# what a program that runs the engine links (the KV pool comes from libtdmkv)
+XFER_LIBS = libtdmxfer.a libtdmkv.a libtdmtp.a $(UCX_LIBS) $(COMMON_LIBS)
 
 check_PROGRAMS += tests/unit/test-xfer-room
 TESTS += tests/unit/test-xfer-room
 tests_unit_test_xfer_room_SOURCES = tests/unit/test-xfer-room.c
 tests_unit_test_xfer_room_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_xfer_room_LDADD = libtdmxfer.a $(COMMON_LIBS)
+
+XFER_TESTS = tests/unit/test-xfer
+check_PROGRAMS += $(XFER_TESTS)
+TESTS += $(XFER_TESTS)
+noinst_HEADERS += tests/unit/xfer-testutil.h
+tests_unit_test_xfer_SOURCES = tests/unit/test-xfer.c
+tests_unit_test_xfer_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
+tests_unit_test_xfer_LDADD = $(XFER_LIBS)

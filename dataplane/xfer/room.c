@@ -271,15 +271,16 @@ uint32_t tdm_xfer_rooms_tick(tdm_xfer_rooms_t *t, uint64_t now_us)
         entry_t *e = &t->slots[i];
         if (e->room == 0)
             continue;
+        /* a stamp later than now (caller's clock read raced an update) is age 0, never a wrap */
+        uint64_t age = now_us > e->changed_us ? now_us - e->changed_us : 0;
         if (e->tomb) {
-            if (now_us - e->changed_us >= t->cfg.tombstone_us) {
+            if (age >= t->cfg.tombstone_us) {
                 erase(t, e);
                 t->stats.tombstones--;
                 i--; /* backward shift may have moved an unvisited entry here */
             }
             continue;
         }
-        uint64_t age = now_us - e->changed_us;
         const char *why = NULL;
         if (e->state == TDM_KVPOLL_BOOTSTRAPPING && t->cfg.bootstrap_timeout_us &&
             age >= t->cfg.bootstrap_timeout_us)

@@ -1,0 +1,352 @@
+/*
+ * decode.c — the decode leader's side: the REGISTER it sends (per rank: worker address, packed
+ * rkeys of the KV pool and the aux region), TRANSFER_INFO per room, STATUS/ABORT_ACK handling,
+ * verification of a finished room over decode's own memory before the KV is used, and the
+ * quarantine of pages whose room failed while prefill may still be writing: they are held until
+ * ABORT_ACK proves every prefill rank flushed (I5); past the ACK timeout the corruption-risk
+ * counter rises and the pages stay held. Runs with the engine's `mu` held unless noted.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+
+#include "dataplane/xfer/xfer_int.h"
+
+tdm_status_t xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t *ret_len)
+{
+    tdm_frame_register_t *f = tdm_calloc(1, sizeof(*f));
+    uint8_t *blobs[TDM_XFER_RANKS_MAX] = {0};
+    size_t cap = 4096;
+    tdm_status_t st;
+    f->instance_id = x->cfg.instance_id;
+    f->tp_size = (uint16_t)x->n_ranks;
+    f->n_ranks = (uint16_t)x->n_ranks;
+    f->page_size = x->page_size;
+    f->layout = x->layout;
+    for (uint32_t i = 0; i < x->n_ranks; i++) {
+        xfer_ucx_t *u = &x->ucx[i];
+        tdm_frame_rank_t *r = &f->ranks[i];
+        size_t n = 4 + u->kv_rkey_len + u->aux_rkey_len;
+        uint64_t pool_bytes;
+        tdm_kv_layout_pool_bytes(x->cfg.kv[i]->layout, x->cfg.kv[i]->num_pages, &pool_bytes);
+        blobs[i] = tdm_malloc(n);
+        for (int b = 0; b < 4; b++)
+            blobs[i][b] = (uint8_t)(u->kv_rkey_len >> (8 * b));
+        memcpy(blobs[i] + 4, u->kv_rkey, u->kv_rkey_len);
+        memcpy(blobs[i] + 4 + u->kv_rkey_len, u->aux_rkey, u->aux_rkey_len);
+        r->rank = (uint16_t)i;
+        r->mem_kind = TDM_XFER_MEM_HOST;
+        r->base_addr = (uint64_t)(uintptr_t)x->cfg.kv[i]->base;
+        r->pool_bytes = pool_bytes;
+        r->aux_addr = (uint64_t)(uintptr_t)x->aux[i];
+        r->aux_bytes = (uint64_t)x->cfg.aux_slots * TDM_XFER_AUX_BYTES;
+        r->worker_addr = (tdm_blob_t){(const uint8_t *)u->addr, (uint32_t)u->addr_len};
+        r->rkey = (tdm_blob_t){blobs[i], (uint32_t)n};
+        cap += 64 + n + u->addr_len;
+    }
+    uint8_t *buf = tdm_malloc(cap);
+    st = tdm_frame_encode_register(f, buf, cap, ret_len);
+    if (st == TDM_OK)
+        *ret_buf = buf;
+    else
+        free(buf);
+    for (uint32_t i = 0; i < x->n_ranks; i++)
+        free(blobs[i]);
+    free(f);
+    return st;
+}
+
+tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids, uint32_t n_prompt,
+                                       const uint32_t *page_ids, uint32_t n_pages,
+                                       const tdm_frame_sampling_t *sampling, uint64_t *ret_room)
+{
+    tdm_status_t st;
+    if (x->cfg.role != TDM_XFER_DECODE || !prompt_ids || !page_ids || !ret_room || n_prompt == 0 ||
+        n_prompt > TDM_FRAME_MAX_IDS || n_pages != (n_prompt + x->page_size - 1) / x->page_size)
+        return TDM_ERR_INVAL;
+    for (uint32_t i = 0; i < n_pages; i++)
+        if (page_ids[i] >= x->cfg.kv[0]->num_pages)
+            return TDM_ERR_RANGE;
+    size_t cap = 512 + ((size_t)n_prompt + n_pages) * 4, len;
+    uint8_t *buf = tdm_malloc(cap);
+    pthread_mutex_lock(&x->mu);
+    if (!x->ready) {
+        st = TDM_ERR_PEER;
+        goto out;
+    }
+    if (x->n_aux_free == 0 || x->map_used >= 2 * x->cfg.max_rooms) {
+        st = TDM_ERR_AGAIN;
+        goto out;
+    }
+    uint64_t room = tdm_xfer_room_id_new(x->rooms);
+    TDM_CHECK_GOTO(tdm_xfer_room_open(x->rooms, room, xfer_now()), st, out);
+    tdm_frame_transfer_info_t f;
+    memset(&f, 0, sizeof(f));
+    f.room = room;
+    f.instance_id = x->cfg.instance_id;
+    f.aux_slot = x->aux_free[x->n_aux_free - 1];
+    f.n_prompt = n_prompt;
+    f.n_pages = n_pages;
+    if (sampling)
+        f.sampling = *sampling;
+    st = tdm_frame_encode_transfer_info(&f, prompt_ids, page_ids, buf, cap, &len);
+    if (st == TDM_OK)
+        st = xfer_out(x, buf, len);
+    if (st != TDM_OK) {
+        tdm_xfer_room_abort(x->rooms, room, "send failed", xfer_now());
+        goto out;
+    }
+    x->n_aux_free--;
+    /* a stale slot from an earlier room must not pass the room-id check */
+    memset(x->aux[0] + (size_t)f.aux_slot * TDM_XFER_AUX_BYTES, 0, TDM_XFER_AUX_BYTES);
+    xroom_t *r = tdm_calloc(1, sizeof(*r));
+    r->room = room;
+    r->n_pages = n_pages;
+    r->n_prompt = n_prompt;
+    r->aux_slot = f.aux_slot;
+    r->pages = tdm_calloc(n_pages, sizeof(uint32_t));
+    memcpy(r->pages, page_ids, (size_t)n_pages * sizeof(uint32_t));
+    r->info_sent = 1;
+    xfer_map_put(x, r);
+    xfer_room_set_all(x, room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info sent");
+    *ret_room = room;
+out:
+    pthread_mutex_unlock(&x->mu);
+    free(buf);
+    return st;
+}
+
+static void on_status(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
+{
+    tdm_frame_status_t f;
+    char why[160];
+    if (tdm_frame_decode_status(body, len, &f, why, sizeof(why)) != TDM_OK) {
+        x->st.frames_malformed++;
+        tdm_warn(TDM_SUB_XFER, "dropped malformed STATUS: %s", why);
+        return;
+    }
+    xroom_t *r = xfer_map_get(x, f.room);
+    if (!r) {
+        x->st.frames_unexpected++;
+        return;
+    }
+    switch (f.state) {
+    case TDM_KVPOLL_TRANSFERRING:
+        xfer_room_set_all(x, f.room, TDM_KVPOLL_TRANSFERRING, "prefill transferring");
+        break;
+    case TDM_KVPOLL_SUCCESS:
+        if (r->final_rx)
+            break;
+        r->final_rx = 1; /* prefill flushed before it sent this */
+        if (f.n_checksums &&
+            (f.chunk_tokens != x->page_size || f.n_checksums != x->n_ranks * r->n_pages)) {
+            x->st.frames_malformed++;
+            xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED, "STATUS checksums do not match room");
+            break;
+        }
+        r->n_sums = f.n_checksums;
+        if (f.n_checksums) {
+            r->sums = tdm_calloc(f.n_checksums, sizeof(uint64_t));
+            for (uint32_t i = 0; i < f.n_checksums; i++)
+                r->sums[i] = tdm_frame_u64_at(f.checksums, i);
+        }
+        xfer_room_set_all(x, f.room, TDM_KVPOLL_SUCCESS, "prefill flushed");
+        break;
+    case TDM_KVPOLL_FAILED:
+        r->final_rx = 1;
+        snprintf(why, sizeof(why), "prefill: %.*s", (int)f.message.len,
+                 (const char *)f.message.data);
+        xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED, why);
+        break;
+    default:
+        x->st.frames_unexpected++;
+        break;
+    }
+}
+
+static void unquarantine(tdm_xfer_t *x, xroom_t *r)
+{
+    if (r->quarantined) {
+        r->quarantined = 0;
+        x->st.quarantined--;
+    }
+}
+
+static void on_abort_ack(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
+{
+    tdm_frame_abort_ack_t f;
+    if (tdm_frame_decode_abort_ack(body, len, &f, NULL, 0) != TDM_OK) {
+        x->st.frames_malformed++;
+        return;
+    }
+    x->st.aborts_acked++;
+    xroom_t *r = xfer_map_get(x, f.room);
+    if (!r)
+        return; /* an ABORT for a room this side never had */
+    if (!f.flushed) {
+        x->st.frames_unexpected++;
+        return;
+    }
+    unquarantine(x, r);
+    r->final_rx = 1;
+    xfer_event(x, "abort_acked", f.room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED,
+               f.known ? "flushed" : "unknown to prefill");
+}
+
+void xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
+{
+    switch (h->type) {
+    case TDM_FRAME_STATUS:
+        on_status(x, body, h->length);
+        break;
+    case TDM_FRAME_ABORT_ACK:
+        on_abort_ack(x, body, h->length);
+        break;
+    default:
+        x->st.frames_unexpected++;
+        break;
+    }
+}
+
+static void send_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
+{
+    tdm_frame_abort_t f = {room, 0, {(const uint8_t *)reason, (uint32_t)strnlen(reason, 256)}};
+    uint8_t buf[512];
+    size_t len;
+    if (tdm_frame_encode_abort(&f, buf, sizeof(buf), &len) == TDM_OK &&
+        xfer_out(x, buf, len) == TDM_OK)
+        x->st.aborts_sent++;
+}
+
+/* The room became FAILED: if prefill may still write into its pages, hold them and ask. */
+void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
+{
+    xroom_t *r = xfer_map_get(x, room);
+    if (!r || !r->info_sent || r->final_rx || r->quarantined)
+        return;
+    r->quarantined = 1;
+    r->q_since_us = xfer_now();
+    x->st.quarantined++;
+    send_abort(x, room, "decode abort");
+}
+
+void xfer_decode_peer_lost(tdm_xfer_t *x)
+{
+    for (uint32_t i = 0; i <= x->map_mask; i++) {
+        xroom_t *r = x->map[i];
+        tdm_xfer_room_info_t info;
+        if (r && tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
+            info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED)
+            xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
+    }
+}
+
+void xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
+{
+    for (uint32_t i = 0; i <= x->map_mask; i++) {
+        xroom_t *r = x->map[i];
+        if (!r || !r->quarantined || r->risk_counted ||
+            now - r->q_since_us < x->cfg.abort_ack_timeout_us)
+            continue;
+        r->risk_counted = 1;
+        x->st.corruption_risk++;
+        tdm_warn(TDM_SUB_XFER, "room %016llx: no ABORT_ACK after %llu ms, pages stay quarantined",
+                 (unsigned long long)r->room,
+                 (unsigned long long)(x->cfg.abort_ack_timeout_us / 1000));
+        xfer_event(x, "abort_unacked", r->room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED,
+                   "ABORT_ACK timeout");
+    }
+}
+
+tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t *ret_aux)
+{
+    tdm_xfer_room_info_t info;
+    tdm_xfer_aux_t aux;
+    char why[128] = "";
+    if (x->cfg.role != TDM_XFER_DECODE || !ret_aux)
+        return TDM_ERR_INVAL;
+    pthread_mutex_lock(&x->mu);
+    xroom_t *r = xfer_map_get(x, room);
+    if (!r) {
+        pthread_mutex_unlock(&x->mu);
+        return TDM_ERR_NOTFOUND;
+    }
+    if (tdm_xfer_room_get(x->rooms, room, &info) != TDM_OK || info.tombstone ||
+        info.state != TDM_KVPOLL_SUCCESS || r->committed) {
+        pthread_mutex_unlock(&x->mu);
+        return TDM_ERR_STATE;
+    }
+    r->committed = 1; /* one verification per room; the room's arrays are ours from here */
+    pthread_mutex_unlock(&x->mu);
+
+    int bad_sum = 0, bad_aux = 0;
+    if (!x->cfg.disable_checksums) {
+        if (r->n_sums != x->n_ranks * r->n_pages) {
+            bad_sum = 1;
+            snprintf(why, sizeof(why), "no checksums in STATUS");
+        }
+        for (uint32_t rank = 0; rank < x->n_ranks && !bad_sum; rank++)
+            for (uint32_t i = 0; i < r->n_pages; i++)
+                if (xfer_page_sum(x->cfg.kv[rank], r->pages[i]) !=
+                    r->sums[(size_t)rank * r->n_pages + i]) {
+                    bad_sum = 1;
+                    snprintf(why, sizeof(why), "checksum mismatch: rank %u chunk %u (page %u)",
+                             rank, i, r->pages[i]);
+                    break;
+                }
+    }
+    if (!bad_sum &&
+        (xfer_aux_decode(x->aux[0] + (size_t)r->aux_slot * TDM_XFER_AUX_BYTES, &aux) != TDM_OK ||
+         aux.room != room)) {
+        bad_aux = 1;
+        snprintf(why, sizeof(why), "aux slot %u does not hold this room", r->aux_slot);
+    }
+    if (!bad_sum && !bad_aux) {
+        *ret_aux = aux;
+        return TDM_OK;
+    }
+    pthread_mutex_lock(&x->mu);
+    if (bad_sum)
+        x->st.checksum_mismatch++;
+    else
+        x->st.aux_mismatch++;
+    tdm_warn(TDM_SUB_XFER, "room %016llx corrupt: %s", (unsigned long long)room, why);
+    xfer_event(x, "corruption", room, TDM_KVPOLL_SUCCESS, TDM_KVPOLL_FAILED, why);
+    xfer_room_set_all(x, room, TDM_KVPOLL_FAILED, why);
+    pthread_mutex_unlock(&x->mu);
+    return TDM_ERR_CORRUPT;
+}
+
+tdm_status_t xfer_decode_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
+{
+    xroom_t *r = xfer_map_get(x, room);
+    tdm_xfer_room_abort(x->rooms, room, reason ? reason : "abort", xfer_now());
+    if (!r)
+        send_abort(x, room, reason ? reason : "abort"); /* unknown here: prefill tombstones it */
+    else
+        xfer_decode_room_failed(x, room); /* no-op unless prefill may still write */
+    return TDM_OK;
+}
+
+tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room)
+{
+    xroom_t *r = xfer_map_get(x, room);
+    tdm_xfer_room_info_t info;
+    if (!r)
+        return TDM_ERR_NOTFOUND;
+    if (tdm_xfer_room_get(x->rooms, room, &info) == TDM_OK && !info.tombstone &&
+        info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED)
+        return TDM_ERR_STATE;
+    if (r->quarantined)
+        return TDM_ERR_BUSY;
+    x->aux_free[x->n_aux_free++] = r->aux_slot;
+    xfer_map_del(x, room);
+    xroom_free(r);
+    tdm_xfer_room_close(x->rooms, room, xfer_now());
+    return TDM_OK;
+}

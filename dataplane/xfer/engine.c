@@ -1,0 +1,1093 @@
+/*
+ * engine.c — the transfer engine's skeleton shared by both roles: lifecycle, the room map, the
+ * outbound frame queue, events, and the three threads. The bootstrap thread owns listening /
+ * connecting, the REGISTER handshake, heartbeats and timeouts; the receive thread owns the
+ * registered channel's socket (reads frames, writes the outbound queue, closes it); the transfer
+ * thread owns UCX. Role logic lives in prefill.c and decode.c.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "dataplane/xfer/xfer_int.h"
+
+uint64_t xfer_now(void)
+{
+    return tdm_time_mono_us();
+}
+
+static void hb(tdm_xfer_t *x, tdm_hb_thread_t t)
+{
+    if (x->cfg.progress)
+        tdm_progress_heartbeat(x->cfg.progress, t, xfer_now());
+}
+
+static void wake(int fd)
+{
+    uint64_t one = 1;
+    ssize_t n = write(fd, &one, sizeof(one));
+    (void)n;
+}
+
+static void drain(int fd)
+{
+    uint64_t v;
+    ssize_t n = read(fd, &v, sizeof(v));
+    (void)n;
+}
+
+/* ---- room map: open addressing, backward-shift deletion ---- */
+
+static uint32_t map_home(const tdm_xfer_t *x, uint64_t room)
+{
+    uint64_t h = room * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) & x->map_mask;
+}
+
+xroom_t *xfer_map_get(tdm_xfer_t *x, uint64_t room)
+{
+    for (uint32_t i = map_home(x, room);; i = (i + 1) & x->map_mask) {
+        if (!x->map[i])
+            return NULL;
+        if (x->map[i]->room == room)
+            return x->map[i];
+    }
+}
+
+void xfer_map_put(tdm_xfer_t *x, xroom_t *r)
+{
+    uint32_t i = map_home(x, r->room);
+    while (x->map[i])
+        i = (i + 1) & x->map_mask;
+    x->map[i] = r;
+    x->map_used++;
+}
+
+void xfer_map_del(tdm_xfer_t *x, uint64_t room)
+{
+    uint32_t i = map_home(x, room);
+    while (x->map[i] && x->map[i]->room != room)
+        i = (i + 1) & x->map_mask;
+    if (!x->map[i])
+        return;
+    x->map_used--;
+    for (;;) {
+        x->map[i] = NULL;
+        uint32_t j = i;
+        for (;;) {
+            j = (j + 1) & x->map_mask;
+            if (!x->map[j])
+                return;
+            uint32_t home = map_home(x, x->map[j]->room);
+            int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+            if (!between) {
+                x->map[i] = x->map[j];
+                i = j;
+                break;
+            }
+        }
+    }
+}
+
+void xroom_free(xroom_t *r)
+{
+    if (!r)
+        return;
+    free(r->pages);
+    free(r->src_pages);
+    free(r->sums);
+    free(r->prompt);
+    free(r);
+}
+
+/* ---- events ---- */
+
+void xfer_event(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from, tdm_kvpoll_t to,
+                const char *reason)
+{
+    if (!x->cfg.on_event)
+        return;
+    tdm_xfer_event_t ev = {xfer_now(), type, room, from, to, reason ? reason : ""};
+    x->cfg.on_event(x->cfg.ctx, &ev);
+}
+
+static void room_event_cb(void *ctx, const tdm_xfer_room_event_t *ev)
+{
+    tdm_xfer_t *x = ctx;
+    xfer_event(x, "kvpoll", ev->room, ev->from, ev->to, ev->reason);
+    if (ev->to == TDM_KVPOLL_FAILED && ev->from != TDM_KVPOLL_FAILED) {
+        x->st.rooms_failed++;
+        if (x->cfg.role == TDM_XFER_DECODE)
+            xfer_decode_room_failed(x, ev->room);
+    }
+}
+
+void xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason)
+{
+    uint64_t now = xfer_now();
+    for (uint32_t r = 0; r < x->n_ranks; r++)
+        tdm_xfer_room_set(x->rooms, room, r, to, reason, now);
+}
+
+/* ---- outbound queue ---- */
+
+tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
+{
+    if (x->chan_fd < 0 || !x->ready)
+        return TDM_ERR_PEER;
+    if (x->outq_off > 0 && x->outq_off == x->outq_len)
+        x->outq_off = x->outq_len = 0;
+    if (x->outq_len - x->outq_off + len > XFER_OUTQ_MAX) {
+        x->chan_kill = 1; /* the peer stopped reading */
+        wake(x->wake_recv);
+        return TDM_ERR_PEER;
+    }
+    if (x->outq_len + len > x->outq_cap) {
+        if (x->outq_off) {
+            memmove(x->outq, x->outq + x->outq_off, x->outq_len - x->outq_off);
+            x->outq_len -= x->outq_off;
+            x->outq_off = 0;
+        }
+        if (x->outq_len + len > x->outq_cap) {
+            size_t cap = x->outq_cap ? x->outq_cap : 65536;
+            while (cap < x->outq_len + len)
+                cap *= 2;
+            x->outq = tdm_realloc(x->outq, cap);
+            x->outq_cap = cap;
+        }
+    }
+    memcpy(x->outq + x->outq_len, frame, len);
+    x->outq_len += len;
+    x->st.frames_tx++;
+    wake(x->wake_recv);
+    return TDM_OK;
+}
+
+tdm_status_t xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
+                             const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens)
+{
+    tdm_frame_status_t f;
+    size_t cap = 256 + TDM_FRAME_MAX_MSG + (size_t)n_sums * 8, len;
+    memset(&f, 0, sizeof(f));
+    f.room = room;
+    f.state = (uint8_t)state;
+    f.chunk_tokens = chunk_tokens;
+    f.n_checksums = n_sums;
+    if (msg) {
+        size_t n = strlen(msg);
+        f.message.data = (const uint8_t *)msg;
+        f.message.len = (uint32_t)(n > TDM_FRAME_MAX_MSG ? TDM_FRAME_MAX_MSG : n);
+    }
+    uint8_t *buf = tdm_malloc(cap);
+    tdm_status_t st = tdm_frame_encode_status(&f, sums, buf, cap, &len);
+    if (st == TDM_OK)
+        st = xfer_out(x, buf, len);
+    free(buf);
+    return st;
+}
+
+tdm_status_t xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known)
+{
+    tdm_frame_abort_ack_t f = {room, 1, (uint8_t)known};
+    uint8_t buf[64];
+    size_t len;
+    TDM_TRY(tdm_frame_encode_abort_ack(&f, buf, sizeof(buf), &len));
+    return xfer_out(x, buf, len);
+}
+
+void xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room)
+{
+    if (x->cmd_len == x->cmd_cap) {
+        /* grow: commands are bounded by rooms, this only happens under a burst of CONNECTs */
+        xfer_cmd_t *n = tdm_calloc(x->cmd_cap * 2, sizeof(*n));
+        for (uint32_t i = 0; i < x->cmd_len; i++)
+            n[i] = x->cmds[(x->cmd_head + i) % x->cmd_cap];
+        free(x->cmds);
+        x->cmds = n;
+        x->cmd_head = 0;
+        x->cmd_cap *= 2;
+    }
+    x->cmds[(x->cmd_head + x->cmd_len) % x->cmd_cap] = (xfer_cmd_t){kind, room};
+    x->cmd_len++;
+    wake(x->wake_xfer);
+}
+
+tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us)
+{
+    uint64_t end = xfer_now() + timeout_us;
+    while (len) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return TDM_ERR_IO;
+        uint64_t now = xfer_now();
+        if (now >= end)
+            return TDM_ERR_TIMEOUT;
+        struct pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, (int)((end - now) / 1000 + 1));
+    }
+    return TDM_OK;
+}
+
+/* ---- receive thread: the registered channel ---- */
+
+static void close_channel(tdm_xfer_t *x, const char *why)
+{
+    pthread_mutex_lock(&x->mu);
+    if (x->chan_fd >= 0) {
+        close(x->chan_fd);
+        x->chan_fd = -1;
+        int was_ready = x->ready;
+        x->ready = 0;
+        x->chan_kill = 0;
+        x->outq_len = x->outq_off = 0;
+        tdm_frame_reader_free(&x->chan_rd);
+        tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
+        if (was_ready) {
+            x->st.peer_lost++;
+            tdm_warn(TDM_SUB_XFER, "peer lost: %s", why);
+            xfer_event(x, "peer_lost", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
+            if (x->cfg.role == TDM_XFER_PREFILL)
+                xfer_prefill_peer_lost(x);
+            else
+                xfer_decode_peer_lost(x);
+        }
+        pthread_cond_broadcast(&x->cv);
+    }
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void dispatch(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
+{
+    x->last_rx_us = xfer_now();
+    x->st.frames_rx++;
+    if (h->type == 0 || h->type >= TDM_FRAME_TYPE_MAX) {
+        x->st.frames_unknown++;
+        if (x->unknown_logged++ < 10)
+            tdm_warn(TDM_SUB_XFER, "dropped frame of unknown type %u (%u bytes)", h->type,
+                     h->length);
+        return;
+    }
+    if (h->type == TDM_FRAME_HEARTBEAT) {
+        tdm_frame_heartbeat_t f;
+        if (tdm_frame_decode_heartbeat(body, h->length, &f, NULL, 0) != TDM_OK)
+            x->st.frames_malformed++;
+        return;
+    }
+    if (x->cfg.role == TDM_XFER_PREFILL)
+        xfer_prefill_frame(x, h, body);
+    else
+        xfer_decode_frame(x, h, body);
+}
+
+static void *recv_main(void *arg)
+{
+    tdm_xfer_t *x = arg;
+    while (!atomic_load(&x->stop)) {
+        hb(x, TDM_HB_RECV);
+        pthread_mutex_lock(&x->mu);
+        int fd = x->chan_fd, kill = x->chan_kill;
+        int want_out = x->outq_len > x->outq_off;
+        pthread_mutex_unlock(&x->mu);
+        if (fd >= 0 && kill) {
+            close_channel(x, "peer timeout (no frame for the heartbeat timeout)");
+            continue;
+        }
+        struct pollfd p[2] = {{x->wake_recv, POLLIN, 0}, {fd, POLLIN, 0}};
+        if (want_out)
+            p[1].events |= POLLOUT;
+        int n = poll(p, fd >= 0 ? 2 : 1, 200);
+        if (n <= 0)
+            continue;
+        if (p[0].revents)
+            drain(x->wake_recv);
+        if (fd < 0)
+            continue;
+        if (p[1].revents & POLLOUT) {
+            pthread_mutex_lock(&x->mu);
+            ssize_t w = send(fd, x->outq + x->outq_off, x->outq_len - x->outq_off,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0)
+                x->outq_off += (size_t)w;
+            else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                x->chan_kill = 1;
+            pthread_mutex_unlock(&x->mu);
+        }
+        if (!(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        uint8_t *space;
+        size_t avail;
+        tdm_frame_reader_space(&x->chan_rd, &space, &avail);
+        ssize_t r = avail ? recv(fd, space, avail, MSG_DONTWAIT) : 0;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            close_channel(x, r == 0 ? "peer closed the channel" : "channel read error");
+            continue;
+        }
+        if (r < 0)
+            continue;
+        tdm_frame_reader_commit(&x->chan_rd, (size_t)r);
+        for (;;) {
+            tdm_frame_hdr_t h;
+            const uint8_t *body;
+            tdm_status_t st = tdm_frame_reader_next(&x->chan_rd, &h, &body);
+            if (st == TDM_ERR_AGAIN)
+                break;
+            if (st != TDM_OK) {
+                pthread_mutex_lock(&x->mu);
+                x->st.frames_malformed++;
+                pthread_mutex_unlock(&x->mu);
+                close_channel(x, "bad frame header on the channel");
+                break;
+            }
+            pthread_mutex_lock(&x->mu);
+            dispatch(x, &h, body);
+            pthread_mutex_unlock(&x->mu);
+        }
+    }
+    return NULL;
+}
+
+/* ---- transfer thread: UCX ---- */
+
+static void xfer_issue(tdm_xfer_t *x, uint64_t room)
+{
+    pthread_mutex_lock(&x->mu);
+    xroom_t *r = xfer_map_get(x, room);
+    int ok = r && r->phase == XR_PUTTING;
+    int skip = ok && r->abort_req;
+    pthread_mutex_unlock(&x->mu);
+    if (!ok)
+        return;
+    if (!skip) {
+        if (r->sums)
+            for (uint32_t rank = 0; rank < x->n_ranks; rank++)
+                for (uint32_t i = 0; i < r->n_pages; i++)
+                    r->sums[(size_t)rank * r->n_pages + i] =
+                        xfer_page_sum(x->cfg.kv[rank], r->src_pages[i]);
+        pthread_mutex_lock(&x->mu);
+        xfer_ucx_put_room(x, r);
+        pthread_mutex_unlock(&x->mu);
+    }
+    r->next_active = x->active;
+    x->active = r;
+}
+
+static void xfer_advance(tdm_xfer_t *x)
+{
+    xroom_t **pp = &x->active;
+    while (*pp) {
+        xroom_t *r = *pp;
+        if (r->phase == XR_PUTTING && r->ops_pending == 0) {
+            r->phase = XR_FLUSHING;
+            xfer_ucx_flush_room(x, r);
+        }
+        if (r->phase == XR_FLUSHING && r->flush_pending == 0) {
+            *pp = r->next_active;
+            r->next_active = NULL;
+            pthread_mutex_lock(&x->mu);
+            xfer_prefill_finalize(x, r);
+            pthread_mutex_unlock(&x->mu);
+            continue;
+        }
+        pp = &r->next_active;
+    }
+}
+
+static void *xfer_main(void *arg)
+{
+    tdm_xfer_t *x = arg;
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    ev.data.fd = x->wake_xfer;
+    epoll_ctl(ep, EPOLL_CTL_ADD, x->wake_xfer, &ev);
+    for (uint32_t r = 0; r < x->n_ranks; r++) {
+        ev.data.fd = x->ucx[r].efd;
+        epoll_ctl(ep, EPOLL_CTL_ADD, x->ucx[r].efd, &ev);
+    }
+    while (!atomic_load(&x->stop)) {
+        hb(x, TDM_HB_TRANSFER);
+        xfer_ucx_progress(x);
+        for (;;) {
+            pthread_mutex_lock(&x->mu);
+            if (x->cmd_len == 0 ||
+                (x->cmds[x->cmd_head].kind == XCMD_CONNECT && x->disconnect_pending)) {
+                pthread_mutex_unlock(&x->mu);
+                break;
+            }
+            xfer_cmd_t c = x->cmds[x->cmd_head];
+            x->cmd_head = (x->cmd_head + 1) % x->cmd_cap;
+            x->cmd_len--;
+            if (c.kind == XCMD_CONNECT) {
+                tdm_status_t st = TDM_OK;
+                for (uint32_t r = 0; r < x->n_ranks && st == TDM_OK; r++)
+                    st = xfer_ucx_connect(x, r, &x->reg->ranks[r], x->reg->layout.num_pages);
+                x->connect_result = st;
+                x->connect_done = 1;
+                pthread_cond_broadcast(&x->cv);
+            } else if (c.kind == XCMD_DISCONNECT) {
+                x->disconnect_pending = 1;
+            }
+            pthread_mutex_unlock(&x->mu);
+            if (c.kind == XCMD_ISSUE)
+                xfer_issue(x, c.room);
+        }
+        xfer_ucx_progress(x);
+        xfer_advance(x);
+        if (x->disconnect_pending && !x->active) {
+            for (uint32_t r = 0; r < x->n_ranks; r++)
+                xfer_ucx_disconnect(x, r);
+            pthread_mutex_lock(&x->mu);
+            x->disconnect_pending = 0;
+            pthread_mutex_unlock(&x->mu);
+            continue;
+        }
+        int busy = 0;
+        for (uint32_t r = 0; r < x->n_ranks; r++)
+            if (ucp_worker_arm(x->ucx[r].worker) == UCS_ERR_BUSY)
+                busy = 1;
+        if (busy)
+            continue;
+        pthread_mutex_lock(&x->mu);
+        int pending_cmd = x->cmd_len > 0 && !x->disconnect_pending;
+        pthread_mutex_unlock(&x->mu);
+        if (pending_cmd)
+            continue;
+        struct epoll_event out[8];
+        int n = epoll_wait(ep, out, 8, x->active ? 10 : 100);
+        for (int i = 0; i < n; i++)
+            if (out[i].data.fd == x->wake_xfer)
+                drain(x->wake_xfer);
+    }
+    close(ep);
+    return NULL;
+}
+
+/* ---- bootstrap thread ---- */
+
+static void conn_close(tdm_xfer_t *x, uint32_t i)
+{
+    close(x->conns[i].fd);
+    tdm_frame_reader_free(&x->conns[i].rd);
+    x->conns[i] = x->conns[--x->n_conns];
+}
+
+static void refuse(tdm_xfer_t *x, int fd, const char *why)
+{
+    tdm_frame_status_t f;
+    uint8_t buf[TDM_FRAME_MAX_MSG + 256];
+    size_t len;
+    pthread_mutex_lock(&x->mu);
+    x->st.register_refused++;
+    xfer_event(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
+    pthread_mutex_unlock(&x->mu);
+    tdm_warn(TDM_SUB_XFER, "REGISTER refused: %s", why);
+    memset(&f, 0, sizeof(f));
+    f.state = TDM_KVPOLL_FAILED;
+    f.message.data = (const uint8_t *)why;
+    f.message.len = (uint32_t)strnlen(why, TDM_FRAME_MAX_MSG);
+    if (tdm_frame_encode_status(&f, NULL, buf, sizeof(buf), &len) == TDM_OK)
+        xfer_write_all(fd, buf, len, 500000);
+}
+
+/* A REGISTER on a pending connection: validate, connect UCX, adopt as the channel. Returns 1 if
+ * the connection was adopted or closed (the slot is gone). */
+static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uint32_t len)
+{
+    xfer_conn_t *c = &x->conns[ci];
+    char why[256];
+    tdm_frame_register_t *f = tdm_calloc(1, sizeof(*f));
+    uint8_t *copy = tdm_malloc(len ? len : 1);
+    memcpy(copy, body, len);
+    if (tdm_frame_decode_register(copy, len, f, why, sizeof(why)) != TDM_OK) {
+        char msg[TDM_FRAME_MAX_MSG];
+        snprintf(msg, sizeof(msg), "malformed REGISTER: %s", why);
+        pthread_mutex_lock(&x->mu);
+        x->st.frames_malformed++;
+        pthread_mutex_unlock(&x->mu);
+        refuse(x, c->fd, msg);
+        goto out_close;
+    }
+    pthread_mutex_lock(&x->mu);
+    int busy = x->chan_fd >= 0;
+    pthread_mutex_unlock(&x->mu);
+    if (busy) {
+        refuse(x, c->fd, "busy: another decode group is registered");
+        goto out_close;
+    }
+    if (xfer_prefill_check_register(x, f, why, sizeof(why))) {
+        refuse(x, c->fd, why);
+        goto out_close;
+    }
+    pthread_mutex_lock(&x->mu);
+    free(x->reg);
+    free(x->reg_body);
+    x->reg = f;
+    x->reg_body = copy;
+    f = NULL;
+    copy = NULL;
+    x->connect_done = 0;
+    xfer_cmd_push(x, XCMD_CONNECT, 0);
+    uint64_t end = xfer_now() + 5000000;
+    while (!x->connect_done && !atomic_load(&x->stop) && xfer_now() < end) {
+        pthread_mutex_unlock(&x->mu);
+        tdm_time_sleep_us(1000);
+        pthread_mutex_lock(&x->mu);
+    }
+    tdm_status_t st = x->connect_done ? x->connect_result : TDM_ERR_TIMEOUT;
+    if (st != TDM_OK) {
+        pthread_mutex_unlock(&x->mu);
+        snprintf(why, sizeof(why), "UCX connect to the decode ranks failed: %s",
+                 tdm_status_str(st));
+        refuse(x, c->fd, why);
+        goto out_close;
+    }
+    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+    x->chan_fd = c->fd;
+    tdm_frame_reader_free(&x->chan_rd);
+    x->chan_rd = c->rd;
+    x->ready = 1;
+    x->chan_kill = 0;
+    x->last_rx_us = x->last_hb_us = xfer_now();
+    x->outq_len = x->outq_off = 0;
+    xfer_out_status(x, 0, TDM_KVPOLL_SUCCESS, "registered", NULL, 0, 0);
+    xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, "registered");
+    tdm_info(TDM_SUB_XFER, "decode group %016llx registered (%u ranks)",
+             (unsigned long long)x->reg->instance_id, x->reg->n_ranks);
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    x->conns[ci] = x->conns[--x->n_conns];
+    return 1;
+
+out_close:
+    free(f);
+    free(copy);
+    conn_close(x, ci);
+    return 1;
+}
+
+static void prefill_poll_conns(tdm_xfer_t *x)
+{
+    struct pollfd p[XFER_MAX_PENDING_CONNS + 2];
+    p[0] = (struct pollfd){x->wake_boot, POLLIN, 0};
+    p[1] = (struct pollfd){x->listen_fd, POLLIN, 0};
+    for (uint32_t i = 0; i < x->n_conns; i++)
+        p[2 + i] = (struct pollfd){x->conns[i].fd, POLLIN, 0};
+    uint32_t n_conns = x->n_conns;
+    if (poll(p, 2 + n_conns, 100) <= 0)
+        goto expire;
+    if (p[0].revents)
+        drain(x->wake_boot);
+    if (p[1].revents & POLLIN) {
+        int fd = accept4(x->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+            if (x->n_conns == XFER_MAX_PENDING_CONNS) {
+                close(fd); /* cap what a client can make us hold */
+            } else {
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                xfer_conn_t *c = &x->conns[x->n_conns++];
+                c->fd = fd;
+                c->since_us = xfer_now();
+                tdm_frame_reader_init(&c->rd, TDM_FRAME_MAX_BODY);
+                pthread_mutex_lock(&x->mu);
+                x->st.conns_accepted++;
+                pthread_mutex_unlock(&x->mu);
+            }
+        }
+    }
+    /* walk backwards: closing swaps the last connection into slot i */
+    for (uint32_t k = n_conns; k-- > 0;) {
+        if (!(p[2 + k].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        xfer_conn_t *c = &x->conns[k];
+        uint8_t *space;
+        size_t avail;
+        tdm_frame_reader_space(&c->rd, &space, &avail);
+        ssize_t r = avail ? recv(c->fd, space, avail, MSG_DONTWAIT) : 0;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            conn_close(x, k);
+            continue;
+        }
+        if (r < 0)
+            continue;
+        tdm_frame_reader_commit(&c->rd, (size_t)r);
+        for (;;) {
+            tdm_frame_hdr_t h;
+            const uint8_t *body;
+            tdm_status_t st = tdm_frame_reader_next(&c->rd, &h, &body);
+            if (st == TDM_ERR_AGAIN)
+                break;
+            pthread_mutex_lock(&x->mu);
+            if (st != TDM_OK) {
+                x->st.frames_malformed++;
+                x->st.conns_closed_bad++;
+            } else {
+                x->st.frames_rx++;
+            }
+            pthread_mutex_unlock(&x->mu);
+            if (st != TDM_OK) {
+                conn_close(x, k);
+                break;
+            }
+            if (h.type == TDM_FRAME_REGISTER) {
+                prefill_register(x, k, body, h.length);
+                break;
+            }
+            pthread_mutex_lock(&x->mu);
+            if (h.type == 0 || h.type >= TDM_FRAME_TYPE_MAX)
+                x->st.frames_unknown++;
+            else
+                x->st.frames_unexpected++; /* nothing but REGISTER before registration */
+            pthread_mutex_unlock(&x->mu);
+        }
+    }
+expire:
+    for (uint32_t k = x->n_conns; k-- > 0;)
+        if (xfer_now() - x->conns[k].since_us > x->cfg.peer_timeout_us) {
+            pthread_mutex_lock(&x->mu);
+            x->st.conns_closed_bad++;
+            pthread_mutex_unlock(&x->mu);
+            conn_close(x, k);
+        }
+}
+
+static int connect_to(const char *host, uint16_t port, uint64_t timeout_us)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS)
+        goto err_close;
+    struct pollfd p = {fd, POLLOUT, 0};
+    if (poll(&p, 1, (int)(timeout_us / 1000)) != 1)
+        goto err_close;
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err)
+        goto err_close;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+err_close:
+    close(fd);
+    return -1;
+}
+
+/* Decode: connect, REGISTER, read the verdict (STATUS for room 0). */
+static void decode_handshake(tdm_xfer_t *x)
+{
+    uint8_t *buf = NULL;
+    size_t len;
+    char msg[TDM_FRAME_MAX_MSG + 1];
+    int fd = connect_to(x->cfg.host, x->cfg.port, 1000000);
+    x->next_connect_us = xfer_now() + 1000000;
+    if (fd < 0)
+        return;
+    if (xfer_decode_register_frame(x, &buf, &len) != TDM_OK ||
+        xfer_write_all(fd, buf, len, x->cfg.peer_timeout_us) != TDM_OK)
+        goto out_close;
+    tdm_frame_reader_free(&x->chan_rd);
+    tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
+    uint64_t end = xfer_now() + x->cfg.peer_timeout_us;
+    for (;;) {
+        tdm_frame_hdr_t h;
+        const uint8_t *body;
+        tdm_status_t st = tdm_frame_reader_next(&x->chan_rd, &h, &body);
+        if (st == TDM_OK) {
+            tdm_frame_status_t f;
+            if (h.type != TDM_FRAME_STATUS ||
+                tdm_frame_decode_status(body, h.length, &f, NULL, 0) != TDM_OK || f.room != 0)
+                goto out_close;
+            snprintf(msg, sizeof(msg), "%.*s", (int)f.message.len, (const char *)f.message.data);
+            pthread_mutex_lock(&x->mu);
+            if (f.state != TDM_KVPOLL_SUCCESS) {
+                x->refused = 1;
+                snprintf(x->refusal, sizeof(x->refusal), "%s", msg);
+                x->st.register_refused++;
+                xfer_event(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, msg);
+                pthread_cond_broadcast(&x->cv);
+                pthread_mutex_unlock(&x->mu);
+                tdm_err(TDM_SUB_XFER, "prefill refused our REGISTER: %s", msg);
+                x->next_connect_us = xfer_now() + 5000000;
+                goto out_close;
+            }
+            x->chan_fd = fd;
+            fd = -1;
+            x->ready = 1;
+            x->refused = 0;
+            x->chan_kill = 0;
+            x->last_rx_us = x->last_hb_us = xfer_now();
+            x->outq_len = x->outq_off = 0;
+            xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, msg);
+            pthread_cond_broadcast(&x->cv);
+            pthread_mutex_unlock(&x->mu);
+            wake(x->wake_recv);
+            goto out_close;
+        }
+        if (st != TDM_ERR_AGAIN)
+            goto out_close;
+        uint64_t now = xfer_now();
+        if (now >= end || atomic_load(&x->stop))
+            goto out_close;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)((end - now) / 1000 + 1)) <= 0)
+            continue;
+        uint8_t *space;
+        size_t avail;
+        tdm_frame_reader_space(&x->chan_rd, &space, &avail);
+        ssize_t r = recv(fd, space, avail, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            goto out_close;
+        if (r > 0)
+            tdm_frame_reader_commit(&x->chan_rd, (size_t)r);
+    }
+out_close:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+}
+
+static void *boot_main(void *arg)
+{
+    tdm_xfer_t *x = arg;
+    while (!atomic_load(&x->stop)) {
+        hb(x, TDM_HB_BOOTSTRAP);
+        pthread_mutex_lock(&x->mu);
+        /* read the clock under the lock: a stamp taken before it could predate a room opened
+         * or a frame received meanwhile, and an unsigned age would wrap into a timeout */
+        uint64_t now = xfer_now();
+        tdm_xfer_rooms_tick(x->rooms, now);
+        if (x->cfg.role == TDM_XFER_DECODE)
+            xfer_decode_tick(x, now);
+        int have_chan = x->chan_fd >= 0;
+        if (have_chan && x->ready) {
+            if (now - x->last_hb_us >= x->cfg.heartbeat_us) {
+                tdm_frame_heartbeat_t f = {x->cfg.instance_id, ++x->hb_seq, tdm_time_wall_us()};
+                uint8_t buf[64];
+                size_t len;
+                if (tdm_frame_encode_heartbeat(&f, buf, sizeof(buf), &len) == TDM_OK)
+                    xfer_out(x, buf, len);
+                x->last_hb_us = now;
+            }
+            if (now - x->last_rx_us >= x->cfg.peer_timeout_us && !x->chan_kill) {
+                x->chan_kill = 1;
+                wake(x->wake_recv);
+            }
+        }
+        pthread_mutex_unlock(&x->mu);
+        if (x->cfg.role == TDM_XFER_PREFILL) {
+            prefill_poll_conns(x);
+        } else if (!have_chan && now >= x->next_connect_us) {
+            decode_handshake(x);
+        } else {
+            struct pollfd p = {x->wake_boot, POLLIN, 0};
+            if (poll(&p, 1, 100) > 0)
+                drain(x->wake_boot);
+        }
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static tdm_status_t listen_on(tdm_xfer_t *x)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    int one = 1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(x->cfg.port);
+    if (inet_pton(AF_INET, x->cfg.host, &sa.sin_addr) != 1) {
+        tdm_err(TDM_SUB_XFER, "bootstrap: bad bind address '%s'", x->cfg.host);
+        return TDM_ERR_INVAL;
+    }
+    x->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (x->listen_fd < 0)
+        return TDM_ERR_IO;
+    setsockopt(x->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(x->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        listen(x->listen_fd, 64) < 0 ||
+        getsockname(x->listen_fd, (struct sockaddr *)&sa, &sl) < 0) {
+        tdm_err(TDM_SUB_XFER, "bootstrap: cannot listen on %s:%u: %s", x->cfg.host, x->cfg.port,
+                strerror(errno));
+        return TDM_ERR_IO;
+    }
+    x->port = ntohs(sa.sin_port);
+    return TDM_OK;
+}
+
+static tdm_status_t check_cfg(const tdm_xfer_cfg_t *c)
+{
+    char why[128];
+    if ((unsigned)c->role >= TDM_XFER_ROLE_MAX || c->n_ranks == 0 ||
+        c->n_ranks > TDM_XFER_RANKS_MAX)
+        return TDM_ERR_INVAL;
+    for (uint32_t r = 0; r < c->n_ranks; r++) {
+        tdm_layout_record_t a, b;
+        if (!c->kv[r] || !c->kv[r]->layout || !c->kv[r]->base)
+            return TDM_ERR_INVAL;
+        tdm_kv_layout_record(c->kv[0]->layout, 0, &a);
+        tdm_kv_layout_record(c->kv[r]->layout, 0, &b);
+        if (!tdm_layout_equal(&a, &b, why, sizeof(why)) ||
+            c->kv[r]->num_pages != c->kv[0]->num_pages)
+            return TDM_ERR_INVAL; /* ranks of one group share one layout */
+    }
+    if (c->role == TDM_XFER_DECODE && (!c->host || c->port == 0))
+        return TDM_ERR_INVAL;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
+{
+    tdm_status_t st;
+    if (!cfg || !ret)
+        return TDM_ERR_INVAL;
+    TDM_TRY(check_cfg(cfg));
+    tdm_xfer_t *x = tdm_calloc(1, sizeof(*x));
+    x->cfg = *cfg;
+    tdm_xfer_cfg_t *c = &x->cfg;
+    if (!c->host)
+        c->host = "127.0.0.1";
+    if (!c->max_rooms)
+        c->max_rooms = 4096;
+    if (!c->aux_slots)
+        c->aux_slots = 1024;
+    if (!c->heartbeat_us)
+        c->heartbeat_us = 1000000;
+    if (!c->peer_timeout_us)
+        c->peer_timeout_us = 3000000;
+    if (!c->bootstrap_timeout_us)
+        c->bootstrap_timeout_us = 30000000;
+    if (!c->waiting_timeout_us)
+        c->waiting_timeout_us = 120000000;
+    if (!c->abort_ack_timeout_us)
+        c->abort_ack_timeout_us = 5000000;
+    x->n_ranks = c->n_ranks;
+    x->page_size = c->kv[0]->layout->page_size;
+    tdm_kv_layout_record(c->kv[0]->layout, c->kv[0]->num_pages, &x->layout);
+    x->chan_fd = x->listen_fd = -1;
+    x->wake_recv = x->wake_xfer = x->wake_boot = -1;
+    for (uint32_t r = 0; r < TDM_XFER_RANKS_MAX; r++)
+        x->ucx[r].efd = -1;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
+
+    uint64_t tomb = c->bootstrap_timeout_us;
+    if (tomb < 2 * c->abort_ack_timeout_us)
+        tomb = 2 * c->abort_ack_timeout_us;
+    tdm_xfer_room_cfg_t rc = {
+        c->max_rooms,  c->n_ranks, c->bootstrap_timeout_us, c->waiting_timeout_us, tomb,
+        room_event_cb, x};
+    TDM_CHECK_GOTO(tdm_xfer_rooms_init(&rc, &x->rooms), st, err_free);
+    uint32_t n = 16;
+    while (n < c->max_rooms * 4u)
+        n <<= 1;
+    x->map = tdm_calloc(n, sizeof(*x->map));
+    x->map_mask = n - 1;
+    x->cmd_cap = c->max_rooms + 16;
+    x->cmds = tdm_calloc(x->cmd_cap, sizeof(*x->cmds));
+    x->reqq_cap = c->max_rooms;
+    x->reqq = tdm_calloc(x->reqq_cap, sizeof(*x->reqq));
+    x->wake_recv = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    x->wake_xfer = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    x->wake_boot = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (x->wake_recv < 0 || x->wake_xfer < 0 || x->wake_boot < 0) {
+        st = TDM_ERR_IO;
+        goto err_free;
+    }
+    if (c->role == TDM_XFER_DECODE) {
+        size_t aux_bytes = (size_t)c->aux_slots * TDM_XFER_AUX_BYTES;
+        for (uint32_t r = 0; r < x->n_ranks; r++) {
+            x->aux[r] = aligned_alloc(4096, (aux_bytes + 4095) & ~(size_t)4095);
+            if (!x->aux[r]) {
+                st = TDM_ERR_NOMEM;
+                goto err_free;
+            }
+            memset(x->aux[r], 0, aux_bytes);
+        }
+        x->aux_free = tdm_calloc(c->aux_slots, sizeof(uint32_t));
+        for (uint32_t i = 0; i < c->aux_slots; i++)
+            x->aux_free[i] = c->aux_slots - 1 - i;
+        x->n_aux_free = c->aux_slots;
+    } else {
+        TDM_CHECK_GOTO(listen_on(x), st, err_free);
+    }
+    for (uint32_t r = 0; r < x->n_ranks; r++)
+        TDM_CHECK_GOTO(xfer_ucx_init(x, r), st, err_free);
+    if (pthread_create(&x->xfer_th, NULL, xfer_main, x) != 0) {
+        st = TDM_ERR_IO;
+        goto err_free;
+    }
+    if (pthread_create(&x->recv_th, NULL, recv_main, x) != 0) {
+        atomic_store(&x->stop, 1);
+        pthread_join(x->xfer_th, NULL);
+        st = TDM_ERR_IO;
+        goto err_free;
+    }
+    if (pthread_create(&x->boot_th, NULL, boot_main, x) != 0) {
+        atomic_store(&x->stop, 1);
+        pthread_join(x->xfer_th, NULL);
+        pthread_join(x->recv_th, NULL);
+        st = TDM_ERR_IO;
+        goto err_free;
+    }
+    x->threads_started = 1;
+    *ret = x;
+    return TDM_OK;
+
+err_free:
+    tdm_xfer_free(x);
+    return st;
+}
+
+void tdm_xfer_free(tdm_xfer_t *x)
+{
+    if (!x)
+        return;
+    if (x->threads_started) {
+        atomic_store(&x->stop, 1);
+        wake(x->wake_boot);
+        wake(x->wake_recv);
+        wake(x->wake_xfer);
+        pthread_join(x->boot_th, NULL);
+        pthread_join(x->recv_th, NULL);
+        pthread_join(x->xfer_th, NULL);
+    }
+    /* rooms still moving data hold UCX requests: progress them out before tearing down */
+    for (int spin = 0; x->active && spin < 100000; spin++) {
+        xfer_ucx_progress(x);
+        xfer_advance(x);
+    }
+    for (uint32_t r = 0; r < x->n_ranks; r++)
+        if (x->ucx[r].ctx)
+            xfer_ucx_fini(x, r);
+    if (x->chan_fd >= 0)
+        close(x->chan_fd);
+    if (x->listen_fd >= 0)
+        close(x->listen_fd);
+    while (x->n_conns)
+        conn_close(x, 0);
+    if (x->wake_recv >= 0)
+        close(x->wake_recv);
+    if (x->wake_xfer >= 0)
+        close(x->wake_xfer);
+    if (x->wake_boot >= 0)
+        close(x->wake_boot);
+    if (x->map)
+        for (uint32_t i = 0; i <= x->map_mask; i++)
+            xroom_free(x->map[i]);
+    free(x->map);
+    free(x->cmds);
+    free(x->reqq);
+    free(x->outq);
+    free(x->aux_free);
+    free(x->reg);
+    free(x->reg_body);
+    for (uint32_t r = 0; r < TDM_XFER_RANKS_MAX; r++)
+        free(x->aux[r]);
+    tdm_frame_reader_free(&x->chan_rd);
+    tdm_xfer_rooms_free(x->rooms);
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}
+
+uint16_t tdm_xfer_port(const tdm_xfer_t *x)
+{
+    return x->port;
+}
+
+tdm_status_t tdm_xfer_wait_ready(tdm_xfer_t *x, uint64_t timeout_us, char *why, size_t why_len)
+{
+    uint64_t end = xfer_now() + timeout_us;
+    tdm_status_t st = TDM_ERR_TIMEOUT;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        if (x->ready) {
+            st = TDM_OK;
+            break;
+        }
+        if (x->refused) {
+            if (why)
+                snprintf(why, why_len, "%s", x->refusal);
+            st = TDM_ERR_CORRUPT;
+            break;
+        }
+        if (xfer_now() >= end)
+            break;
+        pthread_mutex_unlock(&x->mu);
+        tdm_time_sleep_us(1000);
+        pthread_mutex_lock(&x->mu);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+
+void tdm_xfer_stats(tdm_xfer_t *x, tdm_xfer_stats_t *ret)
+{
+    pthread_mutex_lock(&x->mu);
+    *ret = x->st;
+    pthread_mutex_unlock(&x->mu);
+}
+
+tdm_status_t tdm_xfer_poll(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t *ret_state)
+{
+    tdm_xfer_room_info_t info;
+    pthread_mutex_lock(&x->mu);
+    tdm_status_t st = tdm_xfer_room_get(x->rooms, room, &info);
+    if (st != TDM_OK && xfer_map_get(x, room)) {
+        info.state = TDM_KVPOLL_FAILED; /* tombstone expired, room not released yet */
+        st = TDM_OK;
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (st == TDM_OK)
+        *ret_state = info.state;
+    return st;
+}
+
+tdm_status_t tdm_xfer_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
+{
+    if (room == 0 || room > 0x7fffffffffffffffull)
+        return TDM_ERR_INVAL;
+    pthread_mutex_lock(&x->mu);
+    tdm_status_t st = x->cfg.role == TDM_XFER_PREFILL ? xfer_prefill_abort(x, room, reason)
+                                                      : xfer_decode_abort(x, room, reason);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+
+tdm_status_t tdm_xfer_release(tdm_xfer_t *x, uint64_t room)
+{
+    pthread_mutex_lock(&x->mu);
+    tdm_status_t st = x->cfg.role == TDM_XFER_PREFILL ? xfer_prefill_release(x, room)
+                                                      : xfer_decode_release(x, room);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}

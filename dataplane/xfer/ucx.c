@@ -1,0 +1,300 @@
+/*
+ * ucx.c — the data mover: one UCP context + worker per rank, the decode pools and aux regions
+ * registered for remote access (packed rkeys go into REGISTER), and on prefill the endpoints to
+ * the paired decode ranks over which every page of a room is written with ucp_put_nbx and then
+ * proven delivered with ucp_ep_flush_nbx. Workers are used only by the transfer thread
+ * (UCS_THREAD_MODE_SINGLE) and are progressed from its epoll loop via ucp_worker_arm.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <tdm/log.h>
+
+#include "dataplane/xfer/xfer_int.h"
+
+static tdm_status_t ucs_fail(const char *what, ucs_status_t s)
+{
+    tdm_err(TDM_SUB_XFER, "%s: %s", what, ucs_status_string(s));
+    return TDM_ERR_UCX;
+}
+
+static tdm_status_t map_region(ucp_context_h ctx, void *addr, size_t len, ucp_mem_h *ret_memh,
+                               void **ret_rkey, size_t *ret_len)
+{
+    ucp_mem_map_params_t mp;
+    ucp_mem_h memh;
+    ucs_status_t s;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = addr;
+    mp.length = len;
+    s = ucp_mem_map(ctx, &mp, &memh);
+    if (s != UCS_OK)
+        return ucs_fail("ucp_mem_map", s);
+    s = ucp_rkey_pack(ctx, memh, ret_rkey, ret_len);
+    if (s != UCS_OK) {
+        ucp_mem_unmap(ctx, memh);
+        return ucs_fail("ucp_rkey_pack", s);
+    }
+    *ret_memh = memh;
+    return TDM_OK;
+}
+
+tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
+{
+    xfer_ucx_t *u = &x->ucx[rank];
+    const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
+    ucp_params_t p;
+    ucp_worker_params_t wp;
+    ucp_config_t *conf = NULL;
+    ucs_status_t s;
+    tdm_status_t st = TDM_ERR_UCX;
+    uint64_t pool_bytes;
+
+    memset(u, 0, sizeof(*u));
+    u->efd = -1;
+    TDM_TRY(tdm_kv_layout_pool_bytes(kv->layout, kv->num_pages, &pool_bytes));
+    s = ucp_config_read(NULL, NULL, &conf);
+    if (s != UCS_OK)
+        return ucs_fail("ucp_config_read", s);
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    s = ucp_init(&p, conf, &u->ctx);
+    ucp_config_release(conf);
+    if (s != UCS_OK)
+        return ucs_fail("ucp_init", s);
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(u->ctx, &wp, &u->worker);
+    if (s != UCS_OK) {
+        st = ucs_fail("ucp_worker_create", s);
+        goto err_cleanup;
+    }
+    s = ucp_worker_get_efd(u->worker, &u->efd);
+    if (s != UCS_OK) {
+        st = ucs_fail("ucp_worker_get_efd", s);
+        goto err_cleanup;
+    }
+    s = ucp_worker_get_address(u->worker, &u->addr, &u->addr_len);
+    if (s != UCS_OK) {
+        st = ucs_fail("ucp_worker_get_address", s);
+        goto err_cleanup;
+    }
+    /* Prefill registers its pool too: zero-copy puts need the source registered. */
+    TDM_CHECK_GOTO(
+        map_region(u->ctx, kv->base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
+        err_cleanup);
+    if (x->cfg.role == TDM_XFER_DECODE)
+        TDM_CHECK_GOTO(map_region(u->ctx, x->aux[rank],
+                                  (size_t)x->cfg.aux_slots * TDM_XFER_AUX_BYTES, &u->aux_memh,
+                                  &u->aux_rkey, &u->aux_rkey_len),
+                       st, err_cleanup);
+    return TDM_OK;
+
+err_cleanup:
+    xfer_ucx_fini(x, rank);
+    return st;
+}
+
+void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank)
+{
+    xfer_ucx_t *u = &x->ucx[rank];
+    xfer_ucx_disconnect(x, rank);
+    if (u->aux_rkey)
+        ucp_rkey_buffer_release(u->aux_rkey);
+    if (u->kv_rkey)
+        ucp_rkey_buffer_release(u->kv_rkey);
+    if (u->aux_memh)
+        ucp_mem_unmap(u->ctx, u->aux_memh);
+    if (u->kv_memh)
+        ucp_mem_unmap(u->ctx, u->kv_memh);
+    if (u->addr)
+        ucp_worker_release_address(u->worker, u->addr);
+    if (u->worker)
+        ucp_worker_destroy(u->worker);
+    if (u->ctx)
+        ucp_cleanup(u->ctx);
+    memset(u, 0, sizeof(*u));
+    u->efd = -1;
+}
+
+static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep;
+    tdm_warn(TDM_SUB_XFER, "rank %u endpoint error: %s", (unsigned)(uintptr_t)arg,
+             ucs_status_string(status));
+}
+
+tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
+                              uint32_t remote_num_pages)
+{
+    xfer_ucx_t *u = &x->ucx[rank];
+    ucp_ep_params_t ep;
+    ucs_status_t s;
+    tdm_status_t st;
+
+    xfer_ucx_disconnect(x, rank);
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = (const ucp_address_t *)fr->worker_addr.data;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = ep_err_cb;
+    ep.err_handler.arg = (void *)(uintptr_t)rank;
+    s = ucp_ep_create(u->worker, &ep, &u->ep);
+    if (s != UCS_OK)
+        return ucs_fail("ucp_ep_create", s);
+    /* rkey blob: u32 kv_len, the pool's packed rkey, then the aux region's (decode.c) */
+    const uint8_t *b = fr->rkey.data;
+    uint32_t kv_len =
+        (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    s = ucp_ep_rkey_unpack(u->ep, b + 4, &u->r_kv);
+    if (s != UCS_OK) {
+        st = ucs_fail("ucp_ep_rkey_unpack (kv)", s);
+        goto err_disconnect;
+    }
+    s = ucp_ep_rkey_unpack(u->ep, b + 4 + kv_len, &u->r_aux);
+    if (s != UCS_OK) {
+        st = ucs_fail("ucp_ep_rkey_unpack (aux)", s);
+        goto err_disconnect;
+    }
+    u->r_base = fr->base_addr;
+    u->r_num_pages = remote_num_pages;
+    u->r_aux_base = fr->aux_addr;
+    u->r_aux_bytes = fr->aux_bytes;
+    return TDM_OK;
+
+err_disconnect:
+    xfer_ucx_disconnect(x, rank);
+    return st;
+}
+
+void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
+{
+    xfer_ucx_t *u = &x->ucx[rank];
+    if (u->r_aux)
+        ucp_rkey_destroy(u->r_aux);
+    if (u->r_kv)
+        ucp_rkey_destroy(u->r_kv);
+    u->r_aux = u->r_kv = NULL;
+    if (u->ep) {
+        ucp_request_param_t rp;
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        void *req = ucp_ep_close_nbx(u->ep, &rp);
+        if (UCS_PTR_IS_PTR(req)) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS)
+                ucp_worker_progress(u->worker);
+            ucp_request_free(req);
+        }
+        u->ep = NULL;
+    }
+}
+
+static void put_cb(void *req, ucs_status_t status, void *user)
+{
+    xroom_t *r = user;
+    if (status != UCS_OK)
+        r->put_error = 1;
+    r->ops_pending--;
+    ucp_request_free(req);
+}
+
+static void flush_cb(void *req, ucs_status_t status, void *user)
+{
+    xroom_t *r = user;
+    if (status != UCS_OK)
+        r->put_error = 1;
+    r->flush_pending--;
+    ucp_request_free(req);
+}
+
+static int track(xroom_t *r, ucs_status_ptr_t sp, uint32_t *pending)
+{
+    if (sp == NULL)
+        return 0;
+    if (UCS_PTR_IS_ERR(sp)) {
+        r->put_error = 1;
+        return -1;
+    }
+    (*pending)++;
+    return 0;
+}
+
+static void put_one(tdm_xfer_t *x, xfer_ucx_t *u, xroom_t *r, const void *src, size_t len,
+                    uint64_t raddr, ucp_rkey_h rkey)
+{
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send = put_cb;
+    rp.user_data = r;
+    track(r, ucp_put_nbx(u->ep, src, len, raddr, rkey, &rp), &r->ops_pending);
+    x->st.puts++;
+    x->st.bytes_put += len;
+}
+
+/* For each rank, layer and sub-buffer: one put per run of pages contiguous on both sides. */
+tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r)
+{
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
+        xfer_ucx_t *u = &x->ucx[rank];
+        const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
+        const tdm_kv_layout_t *l = kv->layout;
+        if (!u->ep || !u->r_kv) {
+            r->put_error = 1;
+            return TDM_ERR_PEER;
+        }
+        for (uint32_t layer = 0; layer < l->num_layers; layer++)
+            for (uint32_t s = 0; s < l->n_sub; s++) {
+                uint64_t stride = l->sub[s].page_stride;
+                uint64_t roff =
+                    tdm_kv_layout_region_offset(l, u->r_num_pages, layer, (tdm_kv_sub_t)s);
+                for (uint32_t i = 0; i < r->n_pages;) {
+                    uint32_t n = 1;
+                    while (i + n < r->n_pages && r->src_pages[i + n] == r->src_pages[i] + n &&
+                           r->pages[i + n] == r->pages[i] + n)
+                        n++;
+                    const uint8_t *src =
+                        tdm_kv_slot(kv, layer, (tdm_kv_sub_t)s, r->src_pages[i], 0);
+                    put_one(x, u, r, src, (size_t)(n * stride),
+                            u->r_base + roff + (uint64_t)r->pages[i] * stride, u->r_kv);
+                    i += n;
+                }
+            }
+        if (rank == 0)
+            put_one(x, u, r, r->aux_wire, TDM_XFER_AUX_BYTES,
+                    u->r_aux_base + (uint64_t)r->aux_slot * TDM_XFER_AUX_BYTES, u->r_aux);
+    }
+    return r->put_error ? TDM_ERR_UCX : TDM_OK;
+}
+
+tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r)
+{
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
+        xfer_ucx_t *u = &x->ucx[rank];
+        ucp_request_param_t rp;
+        if (!u->ep)
+            continue; /* never connected: nothing of this room can be in flight */
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.send = flush_cb;
+        rp.user_data = r;
+        track(r, ucp_ep_flush_nbx(u->ep, &rp), &r->flush_pending);
+    }
+    return r->put_error ? TDM_ERR_UCX : TDM_OK;
+}
+
+int xfer_ucx_progress(tdm_xfer_t *x)
+{
+    int n = 0;
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++)
+        while (ucp_worker_progress(x->ucx[rank].worker))
+            n++;
+    return n;
+}

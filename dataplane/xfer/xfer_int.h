@@ -1,0 +1,186 @@
+/*
+ * dataplane/xfer/xfer_int.h — internals of the transfer engine (include/tdm/xfer.h).
+ *
+ * Locking: `mu` guards the room table, the room map, queues, the outbound byte queue and the
+ * stats. UCX objects belong to the transfer thread alone after init (UCS_THREAD_MODE_SINGLE);
+ * other threads reach it through the command ring + eventfd. Frames are never written to the
+ * socket under `mu` by API callers: they are appended to `outq` (in order, so all frames of a
+ * room keep their order, I5) and the receive thread writes them with non-blocking sends.
+ */
+#ifndef TDM_XFER_INT_H
+#define TDM_XFER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <ucp/api/ucp.h>
+
+#include <tdm/xfer.h>
+
+#include "dataplane/xfer/room.h"
+
+#define XFER_MAX_PENDING_CONNS 16
+#define XFER_OUTQ_MAX (64u << 20)
+
+/* One rank's UCX side. */
+typedef struct xfer_ucx {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    int efd;
+    ucp_mem_h kv_memh, aux_memh;
+    void *kv_rkey, *aux_rkey;
+    size_t kv_rkey_len, aux_rkey_len;
+    ucp_address_t *addr;
+    size_t addr_len;
+    /* prefill: the paired decode rank */
+    ucp_ep_h ep;
+    ucp_rkey_h r_kv, r_aux;
+    uint64_t r_base, r_aux_base, r_aux_bytes;
+    uint32_t r_num_pages;
+} xfer_ucx_t;
+
+typedef enum xr_phase { XR_NEW = 0, XR_PUTTING, XR_FLUSHING, XR_DONE } xr_phase_t;
+
+typedef struct xroom {
+    uint64_t room;
+    uint32_t n_pages;
+    uint32_t *pages;     /* decode page ids */
+    uint32_t *src_pages; /* prefill: local page ids */
+    uint32_t n_prompt;
+    uint32_t *prompt; /* prefill: prompt ids until the scheduler takes them */
+    tdm_frame_sampling_t sampling;
+    uint32_t aux_slot;
+    /* prefill */
+    xr_phase_t phase;
+    int queued;    /* request still in the prefill queue */
+    int abort_req; /* ABORT arrived while data moved: ACK after the flush */
+    int fail_req;  /* local failure while data moved: STATUS FAILED after the flush */
+    int put_error;
+    uint32_t ops_pending, flush_pending;
+    uint8_t aux_wire[TDM_XFER_AUX_BYTES];
+    uint64_t *sums;
+    uint32_t n_sums;
+    struct xroom *next_active;
+    /* decode */
+    int info_sent, final_rx, quarantined, risk_counted, committed;
+    uint64_t q_since_us;
+} xroom_t;
+
+typedef struct xfer_cmd {
+    int kind; /* XCMD_* */
+    uint64_t room;
+} xfer_cmd_t;
+
+enum { XCMD_ISSUE = 1, XCMD_CONNECT, XCMD_DISCONNECT };
+
+typedef struct xfer_conn {
+    int fd;
+    uint64_t since_us;
+    tdm_frame_reader_t rd;
+} xfer_conn_t;
+
+struct tdm_xfer {
+    tdm_xfer_cfg_t cfg;
+    tdm_layout_record_t layout;
+    uint32_t page_size, n_ranks;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tdm_xfer_rooms_t *rooms;
+    xroom_t **map; /* open addressing by room id */
+    uint32_t map_mask, map_used;
+    tdm_xfer_stats_t st;
+
+    /* the registered leader<->leader channel */
+    int chan_fd; /* -1 when none; closed only by the receive thread */
+    int chan_kill;
+    tdm_frame_reader_t chan_rd;
+    uint8_t *outq;
+    size_t outq_len, outq_off, outq_cap;
+    uint64_t last_rx_us, last_hb_us, hb_seq;
+    int ready, refused;
+    char refusal[TDM_FRAME_MAX_MSG + 1];
+
+    pthread_t boot_th, recv_th, xfer_th;
+    int threads_started;
+    atomic_int stop;
+    int wake_recv, wake_xfer, wake_boot; /* eventfds */
+
+    /* commands for the transfer thread */
+    xfer_cmd_t *cmds;
+    uint32_t cmd_head, cmd_len, cmd_cap;
+    xroom_t *active; /* transfer thread only */
+    int disconnect_pending, connect_result, connect_done;
+    tdm_frame_register_t *reg; /* CONNECT argument (prefill) */
+    uint8_t *reg_body;         /* the body `reg` points into */
+
+    /* prefill */
+    int listen_fd;
+    uint16_t port;
+    xfer_conn_t conns[XFER_MAX_PENDING_CONNS];
+    uint32_t n_conns;
+    uint64_t *reqq; /* rooms waiting for the scheduler */
+    uint32_t reqq_head, reqq_len, reqq_cap;
+    uint64_t unknown_logged;
+
+    /* decode */
+    uint8_t *aux[TDM_XFER_RANKS_MAX];
+    uint32_t *aux_free;
+    uint32_t n_aux_free;
+    uint64_t next_connect_us;
+
+    xfer_ucx_t ucx[TDM_XFER_RANKS_MAX];
+};
+
+/* engine.c */
+xroom_t *xfer_map_get(tdm_xfer_t *x, uint64_t room);
+void xfer_map_put(tdm_xfer_t *x, xroom_t *r);
+void xfer_map_del(tdm_xfer_t *x, uint64_t room);
+void xroom_free(xroom_t *r);
+void xfer_event(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from, tdm_kvpoll_t to,
+                const char *reason);
+/* Append an encoded frame to the outbound queue (mu held); TDM_ERR_PEER without a channel. */
+tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len);
+tdm_status_t xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
+                             const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens);
+tdm_status_t xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known);
+void xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room);
+void xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason);
+/* Blocking write of a whole buffer with a deadline (handshake only). */
+tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us);
+uint64_t xfer_now(void);
+
+/* checksum.c */
+uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);
+void xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES]);
+tdm_status_t xfer_aux_decode(const uint8_t in[TDM_XFER_AUX_BYTES], tdm_xfer_aux_t *ret);
+
+/* ucx.c */
+tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank);
+void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank);
+tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
+                              uint32_t remote_num_pages);
+void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank);
+/* Issue every put of a room (transfer thread). */
+tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r);
+tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r);
+int xfer_ucx_progress(tdm_xfer_t *x);
+
+/* prefill.c / decode.c: role handlers, called with mu held */
+void xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
+void xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
+void xfer_prefill_peer_lost(tdm_xfer_t *x);
+void xfer_decode_peer_lost(tdm_xfer_t *x);
+void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room);
+void xfer_decode_tick(tdm_xfer_t *x, uint64_t now);
+/* prefill bootstrap: validate a REGISTER against this engine; 0 or a message in why. */
+int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, char *why,
+                                size_t why_len);
+void xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r);
+tdm_status_t xfer_prefill_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
+tdm_status_t xfer_prefill_release(tdm_xfer_t *x, uint64_t room);
+tdm_status_t xfer_decode_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
+tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room);
+tdm_status_t xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t *ret_len);
+
+#endif

@@ -1,0 +1,180 @@
+/*
+ * tdm/xfer.h — the prefill/decode KV transfer engine (DESIGN §1, I3–I6; issue 9).
+ *
+ * One engine per worker-group leader. A prefill engine listens on the bootstrap port
+ * (--disaggregation-bootstrap-port, 0 = any); a decode engine connects to it and REGISTERs its
+ * memory: per rank pair (rank i ↔ rank i, equal TP) the UCX worker address and packed rkeys of the
+ * decode KV pool and aux region, the page size and the full layout record. The prefill leader
+ * checks tp size, page size, memory kind and the layout record sub-buffer by sub-buffer; any
+ * mismatch is refused with a message naming the field, which is sent back (a STATUS frame for
+ * room 0, state FAILED) and logged on both sides. A STATUS for room 0 with state SUCCESS accepts
+ * the registration. All frames then travel in order on that one leader↔leader TCP channel (I5).
+ * Both sides send HEARTBEAT every second; a channel silent for 3 s is a lost peer: its rooms
+ * become FAILED. Unknown or malformed frames are counted and dropped; a bad frame header closes
+ * that connection only; no input ever stops a thread (I3).
+ *
+ * Room life (KVPoll, I4; every transition is an event through cfg.on_event):
+ *   decode:  tdm_xfer_decode_send_info() → WAITING_FOR_INPUT → (prefill STATUS TRANSFERRING)
+ *            → SUCCESS when prefill's STATUS SUCCESS arrives; then tdm_xfer_decode_commit()
+ *            verifies the per-chunk checksums over decode's own memory and the aux room id
+ *            before the KV is used, and returns the aux (first token, logprobs).
+ *   prefill: TRANSFER_INFO → WAITING_FOR_INPUT (tdm_xfer_prefill_next() hands it to the
+ *            scheduler) → tdm_xfer_prefill_send() → TRANSFERRING: UCX RMA puts of every page
+ *            (for each layer and sub-buffer the page's contiguous bytes; contiguous runs
+ *            coalesced) plus the aux slot, then ucp_ep_flush_nbx on every rank pair, then
+ *            STATUS SUCCESS with one xxh64 per (rank, chunk of chunk_tokens tokens = one page)
+ *            computed over the bytes it wrote.
+ * Abort is a handshake (I5): tdm_xfer_abort() on decode sends ABORT in any state; prefill
+ * answers ABORT_ACK only after every prefill rank flushed its writes for the room (and for
+ * unknown rooms, which it tombstones so a late TRANSFER_INFO is refused). Decode pages stay
+ * quarantined — tdm_xfer_release() answers TDM_ERR_BUSY — until the ACK; past the ACK
+ * timeout they stay quarantined and `corruption_risk` rises.
+ *
+ * Memory kinds: REGISTER carries a mem_kind per rank (0 host/UCX rkey, 1 CUDA IPC handle); this
+ * version moves host memory over UCX and refuses mem_kind 1 by name.
+ *
+ * Threads: each engine runs a bootstrap thread (listen/connect, REGISTER, heartbeats, timeouts;
+ * TDM_HB_BOOTSTRAP), a receive thread (frames of the registered channel; TDM_HB_RECV) and a
+ * transfer thread (UCX progress by ucp_worker_arm + epoll + eventfd; TDM_HB_TRANSFER). API calls
+ * are thread-safe. The ranks of the group are hosted in this process: cfg.kv[r] is rank r's pool.
+ * Errors: tdm_status_t; outputs written only on success.
+ */
+#ifndef TDM_XFER_H
+#define TDM_XFER_H
+
+#include <stdint.h>
+
+#include <tdm/frame.h>
+#include <tdm/kv.h>
+#include <tdm/progress.h>
+#include <tdm/status.h>
+
+#define TDM_XFER_RANKS_MAX 16
+#define TDM_XFER_AUX_BYTES 256u        /* one aux slot in decode memory */
+#define TDM_XFER_AUX_MAGIC 0x58554154u /* "TAUX" */
+
+typedef enum tdm_xfer_role {
+    TDM_XFER_PREFILL = 0,
+    TDM_XFER_DECODE = 1,
+    TDM_XFER_ROLE_MAX
+} tdm_xfer_role_t;
+
+/* REGISTER's per-rank memory kind. */
+typedef enum tdm_xfer_mem_kind {
+    TDM_XFER_MEM_HOST = 0,     /* UCX rkey of host memory */
+    TDM_XFER_MEM_CUDA_IPC = 1, /* cudaIpcMemHandle_t of a device pool (later) */
+    TDM_XFER_MEM_KIND_MAX
+} tdm_xfer_mem_kind_t;
+
+/* What prefill writes next to the KV: the first sampled token and its logprobs. */
+typedef struct tdm_xfer_aux {
+    uint64_t room;
+    uint32_t first_token;
+    float first_logprob;
+    uint32_t n_top;
+    tdm_frame_top_t top[TDM_FRAME_MAX_TOP];
+} tdm_xfer_aux_t;
+
+/* Telemetry-ready event (DESIGN §10c event shape). type: "kvpoll" (a room's combined state
+ * changed), "register_refused", "peer_lost", "peer_registered", "corruption" (checksum or aux
+ * mismatch), "abort_acked", "abort_unacked" (ACK timeout), "frame_dropped". Strings are valid
+ * only during the call. Called with engine locks held: do not call back into the engine. */
+typedef struct tdm_xfer_event {
+    uint64_t ts_us; /* CLOCK_MONOTONIC */
+    const char *type;
+    uint64_t room; /* 0 when not about a room */
+    tdm_kvpoll_t from, to;
+    const char *reason;
+} tdm_xfer_event_t;
+
+typedef void (*tdm_xfer_event_fn)(void *ctx, const tdm_xfer_event_t *ev);
+
+typedef struct tdm_xfer_cfg {
+    tdm_xfer_role_t role;
+    uint64_t instance_id;
+    uint32_t n_ranks;                               /* == tp size */
+    const tdm_kv_buffers_t *kv[TDM_XFER_RANKS_MAX]; /* rank r's host pool (caller keeps it) */
+    const char *host;      /* prefill: bind address (default 127.0.0.1); decode: prefill leader */
+    uint16_t port;         /* prefill: 0 = any; decode: the prefill bootstrap port */
+    uint32_t max_rooms;    /* live rooms + tombstones; default 4096 */
+    uint32_t aux_slots;    /* decode: aux slots (= rooms in flight); default 1024 */
+    int disable_checksums; /* default 0: checksums on */
+    uint64_t heartbeat_us; /* default 1 s */
+    uint64_t peer_timeout_us;      /* default 3 s */
+    uint64_t bootstrap_timeout_us; /* room in BOOTSTRAPPING; default 30 s */
+    uint64_t waiting_timeout_us;   /* WAITING_FOR_INPUT/TRANSFERRING; default 120 s */
+    uint64_t abort_ack_timeout_us; /* default 5 s */
+    tdm_progress_slot_t *progress; /* optional: thread heartbeats */
+    tdm_xfer_event_fn on_event;    /* optional */
+    void *ctx;
+} tdm_xfer_cfg_t;
+
+typedef struct tdm_xfer tdm_xfer_t;
+
+typedef struct tdm_xfer_stats {
+    uint64_t frames_rx, frames_tx;
+    uint64_t frames_unknown;    /* unknown type: dropped */
+    uint64_t frames_malformed;  /* body failed to decode or bad header: dropped */
+    uint64_t frames_unexpected; /* valid frame the role/state does not take: dropped */
+    uint64_t conns_accepted, conns_closed_bad;
+    uint64_t register_refused, peer_lost;
+    uint64_t rooms_ok, rooms_failed;
+    uint64_t refused_late; /* TRANSFER_INFO for a tombstoned room */
+    uint64_t aborts_sent, aborts_acked, aborts_received;
+    uint64_t checksum_mismatch, aux_mismatch;
+    uint64_t corruption_risk; /* rooms whose ABORT_ACK timed out: pages stay quarantined */
+    uint64_t quarantined;     /* rooms quarantined now */
+    uint64_t bytes_put, puts;
+} tdm_xfer_stats_t;
+
+/* A TRANSFER_INFO accepted by prefill, owned by the caller (tdm_xfer_request_clear). */
+typedef struct tdm_xfer_request {
+    uint64_t room;
+    uint32_t n_prompt;
+    uint32_t *prompt_ids;
+    uint32_t n_pages;
+    uint32_t *page_ids; /* decode page ids */
+    tdm_frame_sampling_t sampling;
+} tdm_xfer_request_t;
+
+/* Start the engine and its threads. Prefill binds before returning (see tdm_xfer_port). */
+tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret);
+/* Stop the threads, close the channel and release UCX. NULL-safe. */
+void tdm_xfer_free(tdm_xfer_t *x);
+/* Prefill: the bound bootstrap port. */
+uint16_t tdm_xfer_port(const tdm_xfer_t *x);
+/* Wait until a peer is registered (TDM_OK), the registration was refused (TDM_ERR_CORRUPT with
+ * the peer's message in why), or timeout_us passed (TDM_ERR_TIMEOUT). */
+tdm_status_t tdm_xfer_wait_ready(tdm_xfer_t *x, uint64_t timeout_us, char *why, size_t why_len);
+void tdm_xfer_stats(tdm_xfer_t *x, tdm_xfer_stats_t *ret);
+
+/* The room's combined KVPoll state; TDM_ERR_NOTFOUND for rooms never seen or released. */
+tdm_status_t tdm_xfer_poll(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t *ret_state);
+/* Abort a room in any state (decode: ABORT frame + quarantine; prefill: STATUS FAILED after
+ * flush). Unknown rooms are tombstoned. */
+tdm_status_t tdm_xfer_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
+/* Forget a terminal room so its pages may be reused: TDM_OK, TDM_ERR_BUSY while data movement
+ * may still touch them (prefill: puts in flight; decode: quarantined until ABORT_ACK),
+ * TDM_ERR_STATE if the room is not terminal, TDM_ERR_NOTFOUND. */
+tdm_status_t tdm_xfer_release(tdm_xfer_t *x, uint64_t room);
+
+/* Decode: register a room for `n_prompt` tokens whose KV goes to `page_ids` (ceil(n_prompt /
+ * page_size) pages of every rank's pool) and send TRANSFER_INFO. TDM_ERR_PEER without a
+ * registered prefill, TDM_ERR_AGAIN when rooms or aux slots are exhausted. */
+tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids, uint32_t n_prompt,
+                                       const uint32_t *page_ids, uint32_t n_pages,
+                                       const tdm_frame_sampling_t *sampling, uint64_t *ret_room);
+/* Decode: verify a SUCCESS room (checksums over this side's memory, aux magic and room id) and
+ * return its aux. TDM_ERR_CORRUPT (counted, event, room FAILED) on any mismatch; TDM_ERR_STATE
+ * when the room is not SUCCESS. */
+tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t *ret_aux);
+
+/* Prefill: the next accepted TRANSFER_INFO (TDM_ERR_AGAIN when none). */
+tdm_status_t tdm_xfer_prefill_next(tdm_xfer_t *x, tdm_xfer_request_t *ret);
+void tdm_xfer_request_clear(tdm_xfer_request_t *r);
+/* Prefill: write the room's KV from this side's `src_pages` (same count as the request's decode
+ * pages, every rank) and `aux`, asynchronously. TDM_ERR_ABORTED for aborted rooms. */
+tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t *src_pages,
+                                   uint32_t n_pages, const tdm_xfer_aux_t *aux);
+
+#endif

@@ -1,0 +1,497 @@
+/*
+ * test-xfer.c — the transfer engine end to end over real UCX on loopback: random pages between
+ * two pools arrive bit-identical (bf16 and fp8, TP 1 and 2, contiguous and scattered pages);
+ * REGISTER mismatches are refused naming the field; ABORT in every state (unknown room, waiting,
+ * taken by the scheduler, transferring, after success, from prefill) with decode pages
+ * quarantined until ABORT_ACK; a lost peer and an unanswered ABORT raise corruption_risk; the
+ * heartbeat timeout; bit flips in decode memory after the write are caught by the checksums
+ * (and, as the control, not caught with checksums off); a wrong aux slot is caught.
+ */
+#include "config.h"
+
+#include <stdio.h>
+
+#include "dataplane/xfer/xfer_int.h"
+#include "tap.h"
+#include "xfer-testutil.h"
+
+#define T_S 5000000ull
+
+static uint32_t page_bytes(const xt_side_t *s)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->lay.n_sub; i++)
+        n += (uint32_t)s->lay.sub[i].page_stride;
+    return n * s->lay.num_layers;
+}
+
+/* One room: decode sends info for dpages, prefill writes spages. Returns the decode state. */
+static tdm_kvpoll_t one_room(xt_side_t *pre, xt_side_t *dec, uint32_t n_prompt,
+                             const uint32_t *dpages, const uint32_t *spages, uint64_t *ret_room,
+                             tdm_xfer_aux_t *aux)
+{
+    uint32_t n_pages = (n_prompt + dec->lay.page_size - 1) / dec->lay.page_size;
+    uint32_t *prompt = calloc(n_prompt, 4);
+    tdm_xfer_request_t req;
+    memset(&req, 0, sizeof(req));
+    for (uint32_t i = 0; i < n_prompt; i++)
+        prompt[i] = i * 7 + 1;
+    tdm_status_t st =
+        tdm_xfer_decode_send_info(dec->x, prompt, n_prompt, dpages, n_pages, NULL, ret_room);
+    free(prompt);
+    if (st != TDM_OK) {
+        diag("send_info: %s", tdm_status_name(st));
+        return TDM_KVPOLL_FAILED;
+    }
+    if (xt_next(pre->x, &req, T_S) != TDM_OK || req.room != *ret_room || req.n_prompt != n_prompt ||
+        req.n_pages != n_pages || req.prompt_ids[n_prompt - 1] != (n_prompt - 1) * 7 + 1) {
+        tdm_xfer_stats_t ps, ds;
+        tdm_kvpoll_t dst = TDM_KVPOLL_MAX, pst = TDM_KVPOLL_MAX;
+        tdm_xfer_stats(pre->x, &ps);
+        tdm_xfer_stats(dec->x, &ds);
+        tdm_xfer_poll(dec->x, *ret_room, &dst);
+        tdm_xfer_poll(pre->x, *ret_room, &pst);
+        diag("prefill_next: room %llx got %llx; pre unexpected %llu late %llu malformed %llu "
+             "rx %llu; dec rx %llu unexpected %llu; dec state %d pre state %d",
+             (unsigned long long)*ret_room, (unsigned long long)req.room,
+             (unsigned long long)ps.frames_unexpected, (unsigned long long)ps.refused_late,
+             (unsigned long long)ps.frames_malformed, (unsigned long long)ps.frames_rx,
+             (unsigned long long)ds.frames_rx, (unsigned long long)ds.frames_unexpected, dst, pst);
+        tdm_xfer_request_clear(&req);
+        return TDM_KVPOLL_FAILED;
+    }
+    tdm_xfer_request_clear(&req);
+    st = tdm_xfer_prefill_send(pre->x, *ret_room, spages, n_pages, aux);
+    if (st != TDM_OK) {
+        diag("prefill_send: %s", tdm_status_name(st));
+        return TDM_KVPOLL_FAILED;
+    }
+    return xt_wait(dec->x, *ret_room, TDM_KVPOLL_SUCCESS, T_S);
+}
+
+static int pages_equal(xt_side_t *pre, xt_side_t *dec, const uint32_t *sp, const uint32_t *dp,
+                       uint32_t n)
+{
+    for (uint32_t r = 0; r < pre->cfg.n_ranks; r++)
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t l = 0; l < pre->lay.num_layers; l++)
+                for (uint32_t s = 0; s < pre->lay.n_sub; s++)
+                    if (memcmp(tdm_kv_slot(pre->cfg.kv[r], l, (tdm_kv_sub_t)s, sp[i], 0),
+                               tdm_kv_slot(dec->cfg.kv[r], l, (tdm_kv_sub_t)s, dp[i], 0),
+                               pre->lay.sub[s].page_stride) != 0)
+                        return 0;
+    return 1;
+}
+
+static void test_transfer(tdm_dtype_t dt, uint32_t n_ranks)
+{
+    xt_geom_t gp = {dt, n_ranks, 16, 3, 2, 64, 40}, gd = gp;
+    xt_side_t pre, dec;
+    uint64_t seed = 0x1234 + dt * 7 + n_ranks;
+    gd.num_pages = 64; /* the pools differ in size: remote offsets come from REGISTER */
+    if (xt_pools(&pre, &gp) || xt_pools(&dec, &gd) || xt_start(&pre, &dec)) {
+        ok(0, "start %s tp %u", tdm_dtype_name(dt), n_ranks);
+        return;
+    }
+    char why[256] = "";
+    is_int(tdm_xfer_wait_ready(dec.x, T_S, why, sizeof(why)), TDM_OK, "%s tp %u: registered",
+           tdm_dtype_name(dt), n_ranks);
+    xt_fill_random(&pre, seed);
+    int all_ok = 1, rooms = 0;
+    for (int t = 0; t < 12; t++) {
+        uint32_t n_prompt = 1 + (uint32_t)(xt_rng(&seed) % (6 * 16));
+        uint32_t n = (n_prompt + 15) / 16;
+        uint32_t dp[8], sp[8];
+        /* even trials contiguous on both sides (one put per layer/sub), odd ones scattered */
+        uint32_t d0 = (uint32_t)(xt_rng(&seed) % (gd.num_pages - 8));
+        uint32_t s0 = (uint32_t)(xt_rng(&seed) % (gp.num_pages - 8));
+        for (uint32_t i = 0; i < n; i++) {
+            dp[i] = t % 2 ? (d0 + i * 7) % gd.num_pages : d0 + i;
+            sp[i] = t % 2 ? (s0 + n - 1 - i) : s0 + i;
+        }
+        tdm_xfer_aux_t aux = {0, 1000u + (uint32_t)t, -0.5f - (float)t, 2, {{5, -1.f}, {6, -2.f}}};
+        uint64_t room;
+        tdm_kvpoll_t st = one_room(&pre, &dec, n_prompt, dp, sp, &room, &aux);
+        tdm_xfer_aux_t got;
+        if (st != TDM_KVPOLL_SUCCESS || tdm_xfer_decode_commit(dec.x, room, &got) != TDM_OK ||
+            got.first_token != aux.first_token || got.first_logprob != aux.first_logprob ||
+            got.n_top != 2 || got.top[1].id != 6 || got.room != room ||
+            !pages_equal(&pre, &dec, sp, dp, n)) {
+            all_ok = 0;
+            diag("trial %d: state %s", t, tdm_kvpoll_name(st));
+        }
+        tdm_kvpoll_t ps;
+        if (xt_wait(pre.x, room, TDM_KVPOLL_SUCCESS, T_S) != TDM_KVPOLL_SUCCESS)
+            all_ok = 0;
+        if (xt_release(pre.x, room, T_S) != TDM_OK || xt_release(dec.x, room, T_S) != TDM_OK ||
+            tdm_xfer_poll(dec.x, room, &ps) != TDM_ERR_NOTFOUND)
+            all_ok = 0;
+        rooms++;
+    }
+    ok(all_ok, "%s tp %u: %d rooms bit-identical, aux delivered, released on both sides",
+       tdm_dtype_name(dt), n_ranks, rooms);
+    tdm_xfer_stats_t s;
+    tdm_xfer_stats(pre.x, &s);
+    ok(s.puts > 0 && s.rooms_ok == 12, "%s tp %u: %llu puts, %llu bytes", tdm_dtype_name(dt),
+       n_ranks, (unsigned long long)s.puts, (unsigned long long)s.bytes_put);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+static void expect_refused(const char *what, xt_geom_t gp, xt_geom_t gd, const char *needle)
+{
+    xt_side_t pre, dec;
+    char why[512] = "";
+    if (xt_pools(&pre, &gp) || xt_pools(&dec, &gd) || xt_start(&pre, &dec)) {
+        ok(0, "%s: start", what);
+        return;
+    }
+    tdm_status_t st = tdm_xfer_wait_ready(dec.x, T_S, why, sizeof(why));
+    is_int(st, TDM_ERR_CORRUPT, "%s: REGISTER refused", what);
+    ok(strstr(why, needle) != NULL, "%s: message names the field: '%s'", what, why);
+    tdm_xfer_stats_t s;
+    tdm_xfer_stats(pre.x, &s);
+    ok(s.register_refused >= 1, "%s: prefill counted the refusal", what);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+static void test_mismatch(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 2, 1, 32, 16}, d;
+    d = g;
+    d.page_size = 32;
+    expect_refused("page size", g, d, "page_size 32 != 16");
+    d = g;
+    d.dtype = TDM_DTYPE_FP8_E4M3;
+    expect_refused("kv dtype", g, d, "kv_dtype fp8_e4m3 != bf16");
+    d = g;
+    d.n_ranks = 2;
+    expect_refused("tp size", g, d, "tp_size 2 != 1");
+    d = g;
+    d.head_dim = 64;
+    expect_refused("head dim", g, d, "head_dim 64 != 32");
+    d = g;
+    d.num_layers = 3;
+    expect_refused("layers", g, d, "num_layers 3 != 2");
+}
+
+typedef struct evlog {
+    pthread_mutex_t mu;
+    int acked, unacked, corruption, peer_lost;
+} evlog_t;
+
+static void on_ev(void *ctx, const tdm_xfer_event_t *ev)
+{
+    evlog_t *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    if (!strcmp(ev->type, "abort_acked"))
+        l->acked++;
+    else if (!strcmp(ev->type, "abort_unacked"))
+        l->unacked++;
+    else if (!strcmp(ev->type, "corruption"))
+        l->corruption++;
+    else if (!strcmp(ev->type, "peer_lost"))
+        l->peer_lost++;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void test_abort(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 2, 4, 2, 1, 32, 64};
+    xt_side_t pre, dec;
+    evlog_t ev = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0};
+    uint32_t prompt[64], dp[16], sp[16];
+    tdm_xfer_request_t req;
+    tdm_xfer_stats_t s0, s1;
+    tdm_kvpoll_t st;
+    uint64_t room;
+    tdm_xfer_aux_t aux = {0, 7, -1.0f, 0, {{0, 0}}};
+    for (uint32_t i = 0; i < 64; i++)
+        prompt[i] = i;
+    for (uint32_t i = 0; i < 16; i++)
+        dp[i] = sp[i] = i;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "abort: pools");
+        return;
+    }
+    dec.cfg.on_event = on_ev;
+    dec.cfg.ctx = &ev;
+    dec.cfg.abort_ack_timeout_us = 300000;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "abort: start");
+        return;
+    }
+    xt_fill_random(&pre, 99);
+
+    /* unknown room: ABORT goes out, prefill tombstones it and ACKs */
+    tdm_xfer_stats(dec.x, &s0);
+    is_int(tdm_xfer_abort(dec.x, 0x123456789abcull, "test"), TDM_OK, "abort of an unknown room");
+    for (int i = 0; i < 1000; i++) {
+        tdm_xfer_stats(dec.x, &s1);
+        if (s1.aborts_acked > s0.aborts_acked)
+            break;
+        tdm_time_sleep_us(1000);
+    }
+    ok(s1.aborts_acked == s0.aborts_acked + 1, "unknown room: ABORT_ACK received");
+    is_int(tdm_xfer_poll(pre.x, 0x123456789abcull, &st), TDM_OK, "prefill keeps a tombstone");
+    is_int(st, TDM_KVPOLL_FAILED, "tombstone is FAILED");
+
+    /* WAITING_FOR_INPUT on both sides (prefill never took it): quarantined until the ACK */
+    is_int(tdm_xfer_decode_send_info(dec.x, prompt, 10, dp, 3, NULL, &room), TDM_OK, "send info");
+    is_int(xt_wait(pre.x, room, TDM_KVPOLL_WAITING_FOR_INPUT, T_S), TDM_KVPOLL_WAITING_FOR_INPUT,
+           "prefill room WAITING_FOR_INPUT");
+    is_int(tdm_xfer_abort(dec.x, room, "client gone"), TDM_OK, "abort while waiting");
+    tdm_status_t r1 = tdm_xfer_release(dec.x, room);
+    ok(r1 == TDM_ERR_BUSY || r1 == TDM_OK, "release right after abort: %s", tdm_status_name(r1));
+    if (r1 == TDM_ERR_BUSY)
+        is_int(xt_release(dec.x, room, T_S), TDM_OK, "released once ACKed");
+    is_int(xt_next(pre.x, &req, 100000), TDM_ERR_AGAIN, "aborted room never reaches the scheduler");
+
+    /* taken by the scheduler, not sent yet: prefill_send refuses, ACK flows */
+    is_int(tdm_xfer_decode_send_info(dec.x, prompt, 10, dp, 3, NULL, &room), TDM_OK, "send info");
+    is_int(xt_next(pre.x, &req, T_S), TDM_OK, "scheduler took the room");
+    tdm_xfer_request_clear(&req);
+    tdm_xfer_abort(dec.x, room, "client gone");
+    is_int(xt_release(dec.x, room, T_S), TDM_OK, "decode released after ACK");
+    is_int(tdm_xfer_prefill_send(pre.x, room, sp, 3, &aux), TDM_ERR_ABORTED,
+           "prefill_send of an aborted room refused");
+    is_int(tdm_xfer_release(pre.x, room), TDM_OK, "prefill releases the aborted room");
+
+    /* during the transfer: a 64-token room, abort right after prefill_send */
+    int busy_seen = 0, all = 1;
+    for (int t = 0; t < 20; t++) {
+        if (tdm_xfer_decode_send_info(dec.x, prompt, 64, dp, 16, NULL, &room) != TDM_OK ||
+            xt_next(pre.x, &req, T_S) != TDM_OK) {
+            all = 0;
+            break;
+        }
+        tdm_xfer_request_clear(&req);
+        tdm_xfer_prefill_send(pre.x, room, sp, 16, &aux);
+        tdm_xfer_abort(dec.x, room, "abort mid-transfer");
+        tdm_status_t r = tdm_xfer_release(dec.x, room);
+        busy_seen += r == TDM_ERR_BUSY;
+        if ((r != TDM_OK && xt_release(dec.x, room, T_S) != TDM_OK) ||
+            xt_release(pre.x, room, T_S) != TDM_OK)
+            all = 0;
+    }
+    ok(all, "abort mid-transfer x20: both sides release after the handshake");
+    ok(busy_seen > 0, "decode pages were quarantined before the ACK (%d/20)", busy_seen);
+
+    /* after SUCCESS: nothing in flight, no quarantine, commit refused */
+    if (one_room(&pre, &dec, 8, dp, sp, &room, &aux) != TDM_KVPOLL_SUCCESS)
+        ok(0, "room reaches SUCCESS");
+    tdm_xfer_abort(dec.x, room, "late abort");
+    tdm_xfer_aux_t got;
+    is_int(tdm_xfer_decode_commit(dec.x, room, &got), TDM_ERR_STATE, "commit after abort refused");
+    is_int(tdm_xfer_release(dec.x, room), TDM_OK, "after SUCCESS: released at once");
+    is_int(xt_release(pre.x, room, T_S), TDM_OK, "prefill released");
+
+    /* prefill fails the room: decode sees FAILED with the reason, pages free at once */
+    is_int(tdm_xfer_decode_send_info(dec.x, prompt, 10, dp, 3, NULL, &room), TDM_OK, "send info");
+    is_int(xt_next(pre.x, &req, T_S), TDM_OK, "scheduler took it");
+    tdm_xfer_request_clear(&req);
+    tdm_xfer_abort(pre.x, room, "prefill forward failed");
+    is_int(xt_wait(dec.x, room, TDM_KVPOLL_SUCCESS, T_S), TDM_KVPOLL_FAILED, "decode sees FAILED");
+    is_int(tdm_xfer_release(dec.x, room), TDM_OK, "prefill-failed room: pages free");
+    is_int(tdm_xfer_release(pre.x, room), TDM_OK, "prefill released");
+
+    /* the peer dies with a room waiting: quarantined, ACK timeout raises corruption_risk */
+    is_int(tdm_xfer_decode_send_info(dec.x, prompt, 10, dp, 3, NULL, &room), TDM_OK, "send info");
+    xt_wait(pre.x, room, TDM_KVPOLL_WAITING_FOR_INPUT, T_S);
+    tdm_xfer_free(pre.x);
+    pre.x = NULL;
+    is_int(xt_wait(dec.x, room, TDM_KVPOLL_SUCCESS, T_S), TDM_KVPOLL_FAILED,
+           "peer lost: room FAILED");
+    is_int(tdm_xfer_release(dec.x, room), TDM_ERR_BUSY, "peer lost: pages quarantined");
+    tdm_time_sleep_us(600000);
+    tdm_xfer_stats(dec.x, &s1);
+    ok(s1.corruption_risk >= 1, "no ACK: corruption_risk %llu",
+       (unsigned long long)s1.corruption_risk);
+    is_int(tdm_xfer_release(dec.x, room), TDM_ERR_BUSY, "still quarantined after the timeout");
+    pthread_mutex_lock(&ev.mu);
+    ok(ev.acked >= busy_seen && ev.unacked >= 1 && ev.peer_lost == 1,
+       "events: %d abort_acked, %d abort_unacked, %d peer_lost", ev.acked, ev.unacked,
+       ev.peer_lost);
+    pthread_mutex_unlock(&ev.mu);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+static void test_heartbeat_timeout(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 4, 1, 1, 16, 8};
+    xt_side_t pre, dec;
+    tdm_xfer_stats_t s;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "heartbeat: pools");
+        return;
+    }
+    pre.cfg.peer_timeout_us = 400000;
+    dec.cfg.heartbeat_us = 60000000; /* decode goes silent */
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "heartbeat: start");
+        return;
+    }
+    tdm_time_sleep_us(1200000);
+    tdm_xfer_stats(pre.x, &s);
+    ok(s.peer_lost >= 1, "silent peer declared lost after the heartbeat timeout (%llu)",
+       (unsigned long long)s.peer_lost);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+/* flips: after the write completes, before commit; with and without checksums */
+static void test_flips(int checksums, int trials)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 4, 2, 1, 16, 64};
+    xt_side_t pre, dec;
+    evlog_t ev = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0};
+    uint64_t seed = 777 + (uint64_t)checksums;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "flips: pools");
+        return;
+    }
+    pre.cfg.disable_checksums = dec.cfg.disable_checksums = !checksums;
+    dec.cfg.on_event = on_ev;
+    dec.cfg.ctx = &ev;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "flips: start");
+        return;
+    }
+    xt_fill_random(&pre, seed);
+    int caught = 0, clean_ok = 0, ran = 0;
+    uint32_t pb = page_bytes(&dec);
+    tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}};
+    for (int t = 0; t < trials; t++) {
+        uint32_t n_prompt = 1 + (uint32_t)(xt_rng(&seed) % 12), n = (n_prompt + 3) / 4;
+        uint32_t dp[3], sp[3];
+        for (uint32_t i = 0; i < n; i++) {
+            dp[i] = (uint32_t)(xt_rng(&seed) % 20) * 3 + i;
+            sp[i] = (uint32_t)(xt_rng(&seed) % 60) + i;
+        }
+        if (n > 1 && dp[1] == dp[0])
+            dp[1]++;
+        if (n > 2 && (dp[2] == dp[0] || dp[2] == dp[1]))
+            dp[2] = 63;
+        uint64_t room;
+        if (one_room(&pre, &dec, n_prompt, dp, sp, &room, &aux) != TDM_KVPOLL_SUCCESS) {
+            diag("trial %d did not transfer", t);
+            break;
+        }
+        int flip = t % 10 != 0; /* every tenth trial is clean: commit must pass */
+        if (flip) {
+            uint32_t pi = (uint32_t)(xt_rng(&seed) % n), off = (uint32_t)(xt_rng(&seed) % pb);
+            /* walk (layer, sub) to the byte `off` of page dp[pi] */
+            for (uint32_t l = 0; l < dec.lay.num_layers; l++)
+                for (uint32_t s = 0; s < dec.lay.n_sub; s++) {
+                    uint32_t len = (uint32_t)dec.lay.sub[s].page_stride;
+                    if (off < len) {
+                        tdm_kv_slot(dec.cfg.kv[0], l, (tdm_kv_sub_t)s, dp[pi], 0)[off] ^=
+                            (uint8_t)(1u << (xt_rng(&seed) % 8));
+                        off = UINT32_MAX;
+                        break;
+                    }
+                    if (off != UINT32_MAX)
+                        off -= len;
+                }
+        }
+        tdm_xfer_aux_t got;
+        tdm_status_t st = tdm_xfer_decode_commit(dec.x, room, &got);
+        if (flip)
+            caught += st == TDM_ERR_CORRUPT;
+        else
+            clean_ok += st == TDM_OK;
+        xt_release(pre.x, room, T_S);
+        xt_release(dec.x, room, T_S);
+        ran++;
+    }
+    int flips = ran - ran / 10 - (ran % 10 != 0);
+    flips = 0;
+    for (int t = 0; t < ran; t++)
+        flips += t % 10 != 0;
+    tdm_xfer_stats_t s;
+    tdm_xfer_stats(dec.x, &s);
+    if (checksums) {
+        ok(ran == trials && caught == flips, "checksums on: %d/%d bit flips caught over %d rooms",
+           caught, flips, ran);
+        ok(clean_ok == ran - flips, "clean rooms commit (%d/%d)", clean_ok, ran - flips);
+        ok(s.checksum_mismatch == (uint64_t)caught && ev.corruption == caught,
+           "mismatches counted (%llu) and reported as events (%d)",
+           (unsigned long long)s.checksum_mismatch, ev.corruption);
+    } else {
+        ok(ran == trials && caught == 0, "checksums off (control): %d/%d flips pass unnoticed",
+           flips - caught, flips);
+    }
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+static void test_aux_check(void)
+{
+    xt_geom_t g = {TDM_DTYPE_FP8_E4M3, 1, 4, 1, 1, 16, 16};
+    xt_side_t pre, dec;
+    uint32_t dp[1] = {3}, sp[1] = {5};
+    tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}}, got;
+    uint64_t room;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g) || xt_start(&pre, &dec) ||
+        tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "aux: start");
+        return;
+    }
+    if (one_room(&pre, &dec, 3, dp, sp, &room, &aux) != TDM_KVPOLL_SUCCESS)
+        ok(0, "aux: room transferred");
+    /* another room's id in the slot (a mis-addressed aux write) */
+    xroom_t *r = xfer_map_get(dec.x, room);
+    uint8_t *slot = dec.x->aux[0] + (size_t)r->aux_slot * TDM_XFER_AUX_BYTES;
+    slot[8] ^= 0x01;
+    is_int(tdm_xfer_decode_commit(dec.x, room, &got), TDM_ERR_CORRUPT, "aux room id mismatch");
+    tdm_xfer_stats_t s;
+    tdm_xfer_stats(dec.x, &s);
+    is_u64(s.aux_mismatch, 1, "aux mismatch counted");
+    tdm_kvpoll_t st;
+    tdm_xfer_poll(dec.x, room, &st);
+    is_int(st, TDM_KVPOLL_FAILED, "corrupt room FAILED");
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+/* Regression: the bootstrap thread read its clock before taking the lock, so a room opened in
+ * between looked ~2^64 µs old and timed out at once (flaky transfers under load). */
+static void test_room_clock_race(void)
+{
+    tdm_xfer_room_cfg_t c = {16, 1, 1000, 1000, 1000, NULL, NULL};
+    tdm_xfer_rooms_t *t;
+    tdm_xfer_room_info_t info;
+    if (tdm_xfer_rooms_init(&c, &t) != TDM_OK) {
+        ok(0, "rooms init");
+        return;
+    }
+    tdm_xfer_room_open(t, 42, 5000);
+    is_int(tdm_xfer_rooms_tick(t, 4999), 0, "tick with a clock read before the open: no timeout");
+    tdm_xfer_room_get(t, 42, &info);
+    is_int(info.state, TDM_KVPOLL_BOOTSTRAPPING, "room still BOOTSTRAPPING");
+    is_int(tdm_xfer_rooms_tick(t, 6000), 1, "a real timeout still fires");
+    tdm_xfer_rooms_free(t);
+}
+
+int main(void)
+{
+    test_room_clock_race();
+    uint64_t t0 = tdm_time_mono_us();
+    test_transfer(TDM_DTYPE_BF16, 1);
+    test_transfer(TDM_DTYPE_FP8_E4M3, 1);
+    test_transfer(TDM_DTYPE_BF16, 2);
+    test_transfer(TDM_DTYPE_FP8_E4M3, 2);
+    test_mismatch();
+    test_abort();
+    test_heartbeat_timeout();
+    diag("setup/abort tests took %.1f s", (double)(tdm_time_mono_us() - t0) / 1e6);
+    t0 = tdm_time_mono_us();
+    test_flips(1, 1100);
+    diag("1100 flip trials took %.1f s", (double)(tdm_time_mono_us() - t0) / 1e6);
+    test_flips(0, 50);
+    test_aux_check();
+    done_testing();
+    return exit_status();
+}
