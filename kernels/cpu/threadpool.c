@@ -98,6 +98,7 @@ void tdm_cpu_pool_free(tdm_cpu_pool_t *p)
     for (uint32_t t = 0; t < TDM_CPU_MAX_THREADS; t++)
         free(p->scratch[t].buf);
     free(p->gather.buf);
+    free(p->tiles.buf);
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_done);
     pthread_mutex_destroy(&p->mu);
