@@ -18,7 +18,7 @@ tests_unit_test_xfer_room_SOURCES = tests/unit/test-xfer-room.c
 tests_unit_test_xfer_room_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_xfer_room_LDADD = libtdmxfer.a $(COMMON_LIBS)
 
-XFER_TESTS = tests/unit/test-xfer tests/unit/test-xfer-storm
+XFER_TESTS = tests/unit/test-xfer tests/unit/test-xfer-storm tests/integration/test-xfer-bootstrap
 check_PROGRAMS += $(XFER_TESTS)
 TESTS += $(XFER_TESTS)
 noinst_HEADERS += tests/unit/xfer-testutil.h
@@ -28,3 +28,6 @@ tests_unit_test_xfer_LDADD = $(XFER_LIBS)
 tests_unit_test_xfer_storm_SOURCES = tests/unit/test-xfer-storm.c
 tests_unit_test_xfer_storm_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
 tests_unit_test_xfer_storm_LDADD = $(XFER_LIBS)
+tests_integration_test_xfer_bootstrap_SOURCES = tests/integration/test-xfer-bootstrap.c
+tests_integration_test_xfer_bootstrap_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
+tests_integration_test_xfer_bootstrap_LDADD = $(XFER_LIBS)
