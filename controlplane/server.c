@@ -437,6 +437,9 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     s->started_us = tdm_time_wall_us();
     tdm_cp_rings_init(&s->rings, RING_CAP_PER_RANK, RING_MAX_RANKS);
     tdm_cp_auth_init(&s->auth);
+    /* issue 11: detectors and the alert store (defaults: DESIGN §4 thresholds, policy notify) */
+    tdm_cp_detect_init(NULL, &s->detect);
+    tdm_cp_alerts_init(NULL, &s->alerts);
 
     int created = 0;
     tdm_status_t st =
@@ -478,11 +481,21 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
         if (st != TDM_OK)
             goto err_loop;
     }
+    /* issue 11: --alert-webhook (a bad URL refuses to start) */
+    if (opts->alert_webhook && *opts->alert_webhook) {
+        st = tdm_cp_webhook_start(opts->alert_webhook, 64, 5000, &s->webhook, err, err_len);
+        if (st != TDM_OK)
+            goto err_loop;
+        tdm_cp_alerts_hook(s->alerts, tdm_cp_webhook_hook, s->webhook);
+    }
     tdm_cp_db_opts_t dbo = opts->db;
     dbo.reply_to = &s->db_rx;
     st = tdm_cp_db_start(&dbo, &s->db, err, err_len);
     if (st != TDM_OK)
         goto err_loop;
+    /* issue 11: alerts go to the alerts table (and the webhook) as they open and resolve */
+    tdm_cp_alert_persist_start(s->db, tdm_time_wall_us());
+    tdm_cp_alerts_hook(s->alerts, tdm_cp_alert_persist_hook, s->db);
     submit_token_load(s);
     if (sd_watchdog_enabled(0, &s->watchdog_usec) <= 0)
         s->watchdog_usec = 0;
@@ -491,6 +504,8 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     return TDM_OK;
 
 err_loop:
+    tdm_cp_webhook_stop(s->webhook); /* issue 11; NULL-safe */
+    s->webhook = NULL;
     if (s->listener) {
         h2o_socket_read_stop(s->listener);
         h2o_socket_close(s->listener);
@@ -501,6 +516,8 @@ err_loop:
     h2o_evloop_destroy(s->loop);
     h2o_config_dispose(&s->config);
 err_free:
+    tdm_cp_alerts_free(s->alerts);
+    tdm_cp_detect_free(s->detect);
     tdm_cp_auth_free(&s->auth);
     tdm_cp_rings_free(&s->rings);
     return st;
@@ -516,6 +533,11 @@ static void loop_tick(tdm_cp_server_t *s)
         sd_notifyf(0, "READY=1\nSTATUS=serving on port %d, database up", s->port);
     }
     uint64_t now = tdm_time_mono_us();
+    /* issue 11: the detector tick (it rate-limits itself to 100 ms) */
+    if (tdm_cp_detect_tick(s->detect, &s->rings, now, &s->findings)) {
+        tdm_cp_alerts_apply(s->alerts, &s->findings, now, tdm_time_wall_us());
+        tdm_cp_alerts_mark_persist(s->alerts, &s->rings);
+    }
     if (s->watchdog_usec && now - s->last_watchdog_us >= s->watchdog_usec / 2) {
         sd_notify(0, "WATCHDOG=1");
         s->last_watchdog_us = now;
@@ -544,6 +566,23 @@ void tdm_cp_server_run(tdm_cp_server_t *s, volatile int *stop)
     sd_notify(0, "STOPPING=1\nSTATUS=stopping");
 }
 
+/* No connection and no armed timer: h2o_context_dispose would assert otherwise. */
+static int ctx_quiet(h2o_context_t *c)
+{
+    h2o_timeout_t *t[] = {&c->zero_timeout,
+                          &c->one_sec_timeout,
+                          &c->hundred_ms_timeout,
+                          &c->handshake_timeout,
+                          &c->http1.req_timeout,
+                          &c->http2.idle_timeout,
+                          &c->http2.graceful_shutdown_timeout,
+                          &c->proxy.io_timeout};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (!h2o_linklist_is_empty(&t[i]->_entries))
+            return 0;
+    return h2o_linklist_is_empty(&c->http1._conns) && h2o_linklist_is_empty(&c->http2._conns);
+}
+
 void tdm_cp_server_free(tdm_cp_server_t *s)
 {
     h2o_socket_read_stop(s->listener);
@@ -552,10 +591,11 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
     /* Deliver what the DB threads handed back (aborted jobs) so every job is freed, and let h2o
      * close its connections: idle ones at once, busy ones after their response. */
     h2o_context_request_shutdown(&s->ctx);
-    for (int i = 0; i < 5 || (i < 300 && !h2o_linklist_is_empty(&s->ctx.http1._conns)); i++)
+    for (int i = 0; i < 5 || (i < 300 && !ctx_quiet(&s->ctx)); i++)
         h2o_evloop_run(s->loop, 10);
-    if (!h2o_linklist_is_empty(&s->ctx.http1._conns)) {
-        /* h2o cannot dispose a context with live connections; the process is exiting anyway */
+    if (!ctx_quiet(&s->ctx)) {
+        /* h2o asserts when disposing a context with live connections or armed timers; the
+         * process is exiting anyway */
         tdm_warn(TDM_SUB_CP, "msg=\"connections still open at exit; not disposing\"");
         return;
     }
@@ -564,6 +604,10 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
     h2o_context_dispose(&s->ctx);
     h2o_evloop_destroy(s->loop);
     h2o_config_dispose(&s->config);
+    tdm_cp_webhook_stop(s->webhook); /* issue 11 */
+    tdm_cp_alerts_free(s->alerts);
+    tdm_cp_detect_free(s->detect);
+    tdm_cp_findings_free(&s->findings);
     tdm_cp_auth_free(&s->auth);
     tdm_cp_rings_free(&s->rings);
 }
