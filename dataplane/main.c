@@ -1,8 +1,8 @@
 /*
  * main.c — tandem-worker's entry point: resolve the worker's tunables (CLI > env > config files >
- * defaults, include/tdm/config.h) and hand over to a mode. Today the one mode is the one-shot CLI
- * of DESIGN §10f (--prompt / --prompt-ids); the serving runtime (HTTP, scheduler, transfer) will
- * be a second branch here. Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
+ * defaults, include/tdm/config.h) and hand over to a mode: the one-shot CLI of DESIGN §10f
+ * (--prompt / --prompt-ids), else the serving runtime (launcher or rank,
+ * dataplane/sched/worker.h). Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
  */
 #include "config.h"
 
@@ -13,6 +13,7 @@
 #include <tdm/log.h>
 #include <tdm/mem.h>
 
+#include "dataplane/sched/worker.h"
 #include "oneshot.h"
 
 int main(int argc, char **argv)
@@ -45,8 +46,12 @@ int main(int argc, char **argv)
         rc = tdm_oneshot_main(&cfg, r_argc, r_argv);
         goto out;
     }
-    fprintf(stderr, "tandem-worker: serving mode is not part of this build yet; "
-                    "run one prompt with --prompt TEXT or --prompt-ids 1,2,3 (see --help)\n");
+    if (!cfg.model_path[0]) {
+        fprintf(stderr, "tandem-worker: --model-path DIR is required\n");
+        goto out;
+    }
+    /* serving: the launcher (no --rank) or one rank of the group (dataplane/sched/worker.h) */
+    rc = tdm_worker_main(&cfg, w_argc, w_argv);
 out:
     tdm_params_free(params);
     tdm_free(w_argv);

@@ -9,7 +9,7 @@ WORKER_ENGINE_LIBS = libtdmoneshot.a libtdmgraph.a libtdmkernels.a libtdmkv.a li
 
 tandem_worker_SOURCES = dataplane/main.c dataplane/oneshot.c
 tandem_worker_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-tandem_worker_LDADD = $(WORKER_ENGINE_LIBS) libtdmtok.a libtdmsample.a $(COMMON_LIBS)
+tandem_worker_LDADD = $(SCHED_LIBS) $(WORKER_ENGINE_LIBS) libtdmtok.a libtdmsample.a $(COMMON_LIBS)
 
 # End to end on every fixture model against the transformers goldens, plus the error paths.
 TESTS += tests/integration/test-oneshot.sh

@@ -5,10 +5,13 @@ libtdmsched_a_SOURCES = \
 	dataplane/sched/fault.c \
 	dataplane/sched/exec.c \
 	dataplane/sched/prefix.c \
-	dataplane/sched/sched.c
+	dataplane/sched/sched.c \
+	dataplane/sched/launcher.c \
+	dataplane/sched/worker.c
 libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 noinst_HEADERS += dataplane/sched/plan.h dataplane/sched/sched.h dataplane/sched/worker.h \
-	dataplane/sched/fault.h dataplane/sched/sched_int.h
+	dataplane/sched/fault.h dataplane/sched/sched_int.h \
+	dataplane/sched/worker_int.h
 
 check_PROGRAMS += tests/unit/test-plan
 TESTS += tests/unit/test-plan
@@ -26,3 +29,7 @@ TESTS += tests/unit/test-sched
 tests_unit_test_sched_SOURCES = tests/unit/test-sched.c
 tests_unit_test_sched_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_sched_LDADD = libtdmoneshot.a $(SCHED_LIBS) $(COMMON_LIBS)
+
+# The launcher end to end: TP=2 == TP=1 bit for bit in both loops, SIGTERM, kill -9 of a rank.
+TESTS += tests/integration/test-serving.sh
+dist_check_SCRIPTS += tests/integration/test-serving.sh

@@ -1,0 +1,250 @@
+/*
+ * launcher.c — tandem-worker without --rank (docs/serving.md "Processes"): create the group's
+ * shared files before anything that cannot survive a fork (CUDA, UCX), posix_spawn one process
+ * per rank, supervise. The first abnormal rank exit takes the whole group down: a log line naming
+ * the rank, the on_rank_exit hook (the reporter's worker_lost event), the abort word so peers leave
+ * their collectives, SIGTERM to the others and SIGKILL after 2 s. SIGTERM/SIGINT are forwarded.
+ * The shm files are removed on every path. The launcher never restarts a rank.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "dataplane/sched/worker_int.h"
+
+extern char **environ;
+
+static tdm_worker_rank_exit_fn g_exit_fn;
+static void *g_exit_ctx;
+
+void tdm_worker_set_rank_exit_hook(tdm_worker_rank_exit_fn fn, void *ctx)
+{
+    g_exit_fn = fn;
+    g_exit_ctx = ctx;
+}
+
+static const char *const shm_names[] = {"progress", "tensor", "plan", "group"};
+
+void tdm_worker_shm_path(const char *prefix, int which, char *out, size_t out_len)
+{
+    snprintf(out, out_len, "%s-%s", prefix, shm_names[which]);
+}
+
+/* A zeroed shared file of `size` bytes, mapped. */
+static tdm_status_t shm_create(const char *path, size_t size, void **ret)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return TDM_ERR_IO;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return TDM_ERR_IO;
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return TDM_ERR_NOMEM;
+    *ret = m;
+    return TDM_OK;
+}
+
+static void unlink_all(const char *prefix)
+{
+    char path[512];
+    for (int i = 0; i < SHM_COUNT; i++) {
+        tdm_worker_shm_path(prefix, i, path, sizeof(path));
+        (void)unlink(path);
+    }
+}
+
+static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_page_t **ret_page)
+{
+    char path[512];
+    tdm_status_t st;
+    void *m;
+    tdm_shm_comm_cfg_t cc[2] = {{n, TDM_WORKER_TENSOR_SLOT, 2000, 100},
+                                {n, TDM_WORKER_PLAN_SLOT, 2000, 100}};
+    tdm_worker_shm_path(prefix, SHM_PROGRESS, path, sizeof(path));
+    TDM_TRY(tdm_progress_create(path, (uint16_t)n, (uint64_t)getpid(), ret_page));
+    for (int i = 0; i < 2; i++) {
+        size_t sz = tdm_shm_comm_region_size(&cc[i]);
+        tdm_worker_shm_path(prefix, SHM_TENSOR + i, path, sizeof(path));
+        TDM_TRY(shm_create(path, sz, &m));
+        st = tdm_shm_comm_region_init(m, &cc[i]);
+        munmap(m, sz);
+        TDM_TRY(st);
+    }
+    tdm_worker_shm_path(prefix, SHM_GROUP, path, sizeof(path));
+    TDM_TRY(shm_create(path, sizeof(tdm_worker_shared_t), &m));
+    tdm_worker_shared_t *g = m;
+    g->n_ranks = (uint16_t)n;
+    g->version = TDM_WORKER_SHARED_VERSION;
+    g->magic = TDM_WORKER_SHARED_MAGIC;
+    munmap(m, sizeof(*g));
+    return TDM_OK;
+}
+
+static pid_t spawn_rank(uint32_t r, int argc, char **argv, const char *prefix,
+                        const sigset_t *child_mask)
+{
+    char rank_s[16], env_s[600], flag_s[] = "--rank";
+    snprintf(rank_s, sizeof(rank_s), "%u", r);
+    snprintf(env_s, sizeof(env_s), "TDM_GROUP_SHM=%s", prefix);
+    char **av = tdm_calloc((size_t)argc + 4, sizeof(char *));
+    int k = 0;
+    av[k++] = argv[0];
+    for (int i = 1; i < argc; i++)
+        av[k++] = argv[i];
+    av[k++] = flag_s;
+    av[k++] = rank_s;
+    size_t ne = 0;
+    while (environ[ne])
+        ne++;
+    char **ev = tdm_calloc(ne + 2, sizeof(char *));
+    size_t j = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "TDM_GROUP_SHM=", 14) && strncmp(environ[i], "TDM_RANK=", 9))
+            ev[j++] = environ[i];
+    ev[j++] = env_s;
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setsigmask(&at, child_mask);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, "/proc/self/exe", NULL, &at, av, ev);
+    posix_spawnattr_destroy(&at);
+    tdm_free(av);
+    tdm_free(ev);
+    if (rc != 0) {
+        tdm_err(TDM_SUB_SCHED, "msg=\"cannot spawn rank\" rank=%u error=\"%s\"", r, strerror(rc));
+        return -1;
+    }
+    return pid;
+}
+
+int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
+{
+    uint32_t n = (uint32_t)cfg->tp_size;
+    char prefix[256];
+    tdm_progress_page_t *page = NULL;
+    pid_t *pids = tdm_calloc(n, sizeof(pid_t));
+    int *exited = tdm_calloc(n, sizeof(int));
+    uint32_t n_exited = 0;
+    int failed = 0, rc = 1;
+    uint64_t kill_at = 0; /* SIGKILL whoever is left at this time (0 = not yet) */
+    sigset_t mask, old;
+
+    snprintf(prefix, sizeof(prefix), "/dev/shm/tandem-%d", (int)getpid());
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, &old);
+    if (create_files(prefix, n, &page) != TDM_OK) {
+        fprintf(stderr, "tandem-worker: cannot create the group's shared files %s-*: %s\n", prefix,
+                strerror(errno));
+        goto out;
+    }
+    fprintf(stderr, "tandem-worker: launching %u rank%s (group %s)\n", n, n > 1 ? "s" : "", prefix);
+    for (uint32_t r = 0; r < n; r++) {
+        pids[r] = spawn_rank(r, argc, argv, prefix, &old);
+        if (pids[r] < 0) {
+            failed = 1;
+            exited[r] = 1;
+            n_exited++;
+            atomic_store(&page->abort, 1);
+            for (uint32_t q = 0; q < r; q++)
+                kill(pids[q], SIGTERM);
+            kill_at = tdm_time_mono_us() + 2000000;
+            n_exited += n - r - 1;
+            for (uint32_t q = r + 1; q < n; q++)
+                exited[q] = 1;
+            break;
+        }
+    }
+    while (n_exited < n) {
+        struct timespec ts = {0, 100 * 1000000L};
+        int sig = sigtimedwait(&mask, NULL, &ts);
+        uint64_t now = tdm_time_mono_us();
+        if (sig == SIGTERM || sig == SIGINT) {
+            fprintf(stderr, "tandem-worker: %s: stopping the group\n",
+                    sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            for (uint32_t r = 0; r < n; r++)
+                if (!exited[r])
+                    kill(pids[r], SIGTERM);
+            if (!kill_at)
+                kill_at = now + 10000000; /* a clean shutdown gets 10 s */
+        }
+        int status;
+        pid_t p;
+        while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+            uint32_t r = 0;
+            while (r < n && pids[r] != p)
+                r++;
+            if (r == n || exited[r])
+                continue;
+            exited[r] = 1;
+            n_exited++;
+            int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+            int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+            if (code == 0 && signo == 0) {
+                if (!kill_at)
+                    kill_at = now + 5000000; /* the others follow the SHUTDOWN plan */
+                continue;
+            }
+            if (signo)
+                fprintf(stderr, "tandem-worker: rank %u (pid %d) exited (signal %d, %s)\n", r,
+                        (int)p, signo, strsignal(signo));
+            else
+                fprintf(stderr, "tandem-worker: rank %u (pid %d) exited (code %d)\n", r, (int)p,
+                        code);
+            if (!failed) {
+                failed = 1;
+                if (g_exit_fn)
+                    g_exit_fn(g_exit_ctx, r, (int32_t)p, code, signo);
+                uint32_t zero = 0;
+                atomic_compare_exchange_strong(&page->dead_rank_plus1, &zero, r + 1);
+                atomic_store(&page->abort, 1);
+                for (uint32_t q = 0; q < n; q++)
+                    if (!exited[q])
+                        kill(pids[q], SIGTERM);
+                kill_at = now + 2000000;
+            }
+        }
+        if (kill_at && now >= kill_at && n_exited < n) {
+            atomic_store(&page->abort, 1);
+            for (uint32_t r = 0; r < n; r++)
+                if (!exited[r]) {
+                    fprintf(stderr, "tandem-worker: rank %u (pid %d) did not exit: SIGKILL\n", r,
+                            (int)pids[r]);
+                    kill(pids[r], SIGKILL);
+                    failed = 1;
+                }
+            kill_at = now + 1000000;
+        }
+    }
+    rc = failed ? 1 : 0;
+    fprintf(stderr, "tandem-worker: group exited%s\n", failed ? " after a failure" : " cleanly");
+out:
+    tdm_progress_close(page);
+    unlink_all(prefix);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    tdm_free(pids);
+    tdm_free(exited);
+    return rc;
+}

@@ -1,0 +1,478 @@
+/*
+ * worker.c — a rank of a serving group (contract in worker.h): map the group's shared files,
+ * load this rank's share of the model, build the KV pool, the graph and the executor, and run
+ * the loop. Rank 0 also runs the scheduler, starts the HTTP layer (weak hook) and, with
+ * TDM_SCHED_SELFTEST, the self-test client. Signals go to one thread (sigwait): on rank 0
+ * SIGTERM/SIGINT stop the scheduler, which broadcasts SHUTDOWN so every rank leaves cleanly;
+ * followers wait for that plan (or the abort word the launcher sets when something died).
+ *
+ * KV pool size on CPU: TDM_KV_CPU_BYTES per rank (default 256 MiB), capped at what
+ * --max-running-requests sequences of the full context need.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "dataplane/sched/worker_int.h"
+
+#define DEFAULT_KV_CPU_BYTES ((uint64_t)256 << 20)
+#define DEFAULT_MAX_RUNNING 64u
+#define CPU_CHUNK_CAP 2048u
+#define IDLE_PLAN_US 100000u
+
+struct tdm_worker {
+    const tdm_worker_config_t *cfg;
+    uint32_t rank, tp;
+    tdm_progress_page_t *page;
+    void *region[2];
+    size_t region_size[2];
+    tdm_worker_shared_t *shared;
+    tdm_comm_t tensor, plan;
+    int have_tensor, have_plan;
+    tdm_model_t *model;
+    tdm_tok_t *tok;
+    tdm_exec_t *x;
+    tdm_sched_t *sched;
+    pthread_t sig_thread;
+    int have_sig_thread;
+    volatile int stop;
+};
+
+const tdm_worker_config_t *tdm_worker_config(const tdm_worker_t *w)
+{
+    return w->cfg;
+}
+uint32_t tdm_worker_rank(const tdm_worker_t *w)
+{
+    return w->rank;
+}
+uint32_t tdm_worker_tp_size(const tdm_worker_t *w)
+{
+    return w->tp;
+}
+uint64_t tdm_worker_group_id(const tdm_worker_t *w)
+{
+    return w->page->group_id;
+}
+tdm_sched_t *tdm_worker_sched(tdm_worker_t *w)
+{
+    return w->sched;
+}
+tdm_progress_page_t *tdm_worker_progress(tdm_worker_t *w)
+{
+    return w->page;
+}
+tdm_worker_shared_t *tdm_worker_shared(tdm_worker_t *w)
+{
+    return w->shared;
+}
+const tdm_tok_t *tdm_worker_tokenizer(const tdm_worker_t *w)
+{
+    return w->tok;
+}
+const tdm_model_config_t *tdm_worker_model_config(const tdm_worker_t *w)
+{
+    return tdm_model_config(w->model);
+}
+uint64_t tdm_worker_weight_bytes(const tdm_worker_t *w)
+{
+    return w->x ? tdm_exec_weight_bytes(w->x) : 0;
+}
+
+void tdm_worker_request_stop(tdm_worker_t *w)
+{
+    w->stop = 1;
+    if (w->sched)
+        tdm_sched_stop(w->sched);
+}
+
+int tdm_worker_main(const tdm_worker_config_t *cfg, int argc, char **argv)
+{
+    if (cfg->rank < 0)
+        return tdm_worker_launch(cfg, argc, argv);
+    return tdm_worker_rank_main(cfg);
+}
+
+static void *sig_main(void *arg)
+{
+    tdm_worker_t *w = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0 || sig == SIGUSR1)
+            return NULL;
+        if (w->rank == 0)
+            tdm_worker_request_stop(w);
+    }
+}
+
+static tdm_status_t map_file(const char *path, size_t *ret_size, void **ret)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? TDM_ERR_NOTFOUND : TDM_ERR_IO;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return TDM_ERR_IO;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return TDM_ERR_NOMEM;
+    *ret_size = (size_t)st.st_size;
+    *ret = m;
+    return TDM_OK;
+}
+
+/* ---- the self-test client (rank 0): a file of requests in, a file of outputs out ---- */
+
+typedef struct st_req {
+    int32_t *ids;
+    uint32_t n, n_out, cap_out;
+    int32_t *out;
+    int done, ignore_eos;
+    uint64_t seed;
+    float temp;
+    tdm_finish_reason_t fin;
+} st_req_t;
+
+static pthread_mutex_t st_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t st_cv = PTHREAD_COND_INITIALIZER;
+
+static void st_cb(void *ctx, const tdm_req_event_t *ev)
+{
+    st_req_t *q = ctx;
+    pthread_mutex_lock(&st_mu);
+    if (ev->kind == TDM_REQ_TOKEN && q->n_out < q->cap_out)
+        q->out[q->n_out++] = ev->token;
+    if (ev->kind != TDM_REQ_TOKEN) {
+        q->done = 1;
+        q->fin = ev->finish;
+        pthread_cond_broadcast(&st_cv);
+    }
+    pthread_mutex_unlock(&st_mu);
+}
+
+static void *selftest_main(void *arg)
+{
+    tdm_worker_t *w = arg;
+    const char *in = getenv("TDM_SCHED_SELFTEST"), *outp = getenv("TDM_SCHED_SELFTEST_OUT");
+    FILE *f = fopen(in, "r");
+    st_req_t *qs = NULL;
+    uint32_t nq = 0;
+    char line[65536];
+    int bad = 0;
+    if (!f) {
+        tdm_err(TDM_SUB_SCHED, "msg=\"self-test: cannot open\" path=\"%s\"", in);
+        bad = 1;
+    }
+    while (f && fgets(line, sizeof(line), f)) {
+        unsigned max_new, ignore_eos;
+        unsigned long long seed;
+        float temp;
+        int off = 0;
+        if (sscanf(line, "%u %llu %f %u %n", &max_new, &seed, &temp, &ignore_eos, &off) != 4)
+            continue;
+        qs = tdm_realloc(qs, (nq + 1) * sizeof(*qs));
+        st_req_t *q = &qs[nq++];
+        memset(q, 0, sizeof(*q));
+        q->ids = tdm_calloc(strlen(line) / 2 + 1, sizeof(int32_t));
+        for (char *p = line + off, *end; *p && *p != '\n'; p = *end == ',' ? end + 1 : end) {
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            q->ids[q->n++] = (int32_t)v;
+        }
+        q->cap_out = max_new;
+        q->out = tdm_calloc(max_new + 1, sizeof(int32_t));
+        q->seed = seed;
+        q->temp = temp;
+        q->ignore_eos = (int)ignore_eos;
+    }
+    /* submitted only once parsed: callbacks hold pointers into qs */
+    for (uint32_t i = 0; i < nq; i++) {
+        st_req_t *q = &qs[i];
+        tdm_req_params_t p = {0};
+        p.prompt = q->ids;
+        p.n_prompt = q->n;
+        p.max_new_tokens = q->cap_out;
+        tdm_sample_params_default(&p.sampling);
+        p.sampling.temperature = q->temp;
+        p.sampling.seed = q->seed;
+        p.ignore_eos = q->ignore_eos;
+        p.cb = st_cb;
+        p.ctx = q;
+        char err[256];
+        uint64_t id;
+        if (tdm_sched_submit(w->sched, &p, &id, err, sizeof(err)) != TDM_OK) {
+            tdm_err(TDM_SUB_SCHED, "msg=\"self-test: submit failed\" line=%u err=\"%s\"", i + 1,
+                    err);
+            q->done = 1;
+            q->fin = TDM_FINISH_ERROR;
+        }
+    }
+    if (f)
+        fclose(f);
+    pthread_mutex_lock(&st_mu);
+    for (uint32_t i = 0; i < nq; i++)
+        while (!qs[i].done)
+            pthread_cond_wait(&st_cv, &st_mu);
+    pthread_mutex_unlock(&st_mu);
+    FILE *o = outp ? fopen(outp, "w") : NULL;
+    for (uint32_t i = 0; o && i < nq; i++) {
+        fprintf(o, "%s ", tdm_finish_reason_name(qs[i].fin));
+        for (uint32_t k = 0; k < qs[i].n_out; k++)
+            fprintf(o, "%s%d", k ? "," : "", qs[i].out[k]);
+        fprintf(o, "\n");
+    }
+    if (o)
+        fclose(o);
+    else
+        bad = 1;
+    for (uint32_t i = 0; i < nq; i++) {
+        tdm_free(qs[i].ids);
+        tdm_free(qs[i].out);
+    }
+    tdm_free(qs);
+    tdm_info(TDM_SUB_SCHED, "msg=\"self-test done\" requests=%u", nq);
+    (void)bad;
+    tdm_worker_request_stop(w);
+    return NULL;
+}
+
+/* ---- the rank ---- */
+
+static void worker_free(tdm_worker_t *w)
+{
+    tdm_sched_free(w->sched);
+    tdm_exec_free(w->x);
+    if (w->have_tensor)
+        tdm_comm_destroy(&w->tensor);
+    if (w->have_plan)
+        tdm_comm_destroy(&w->plan);
+    tdm_tok_free(w->tok);
+    tdm_model_free(w->model);
+    for (int i = 0; i < 2; i++)
+        if (w->region[i])
+            munmap(w->region[i], w->region_size[i]);
+    if (w->shared)
+        munmap(w->shared, sizeof(*w->shared));
+    tdm_progress_close(w->page);
+}
+
+static tdm_status_t kv_dtype_of(const tdm_worker_config_t *cfg, const tdm_model_config_t *mc,
+                                tdm_dtype_t *ret)
+{
+    if (!strcmp(cfg->kv_cache_dtype, "auto")) {
+        *ret = mc->weight_dtype == TDM_DTYPE_F32 ? TDM_DTYPE_F32 : TDM_DTYPE_BF16;
+        return TDM_OK;
+    }
+    return tdm_dtype_parse(cfg->kv_cache_dtype, ret);
+}
+
+int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
+{
+    tdm_worker_t w0 = {0}, *w = &w0;
+    char err[512] = "", path[600];
+    const char *prefix = getenv("TDM_GROUP_SHM");
+    tdm_status_t st;
+    int rc = 1;
+    size_t sz;
+    pthread_t st_thread;
+    int have_st = 0, api_started = 0;
+    sigset_t set;
+
+    w->cfg = cfg;
+    w->rank = (uint32_t)cfg->rank;
+    w->tp = (uint32_t)cfg->tp_size;
+    if (!prefix || !prefix[0]) {
+        fprintf(stderr, "tandem-worker: --rank is set by the launcher (TDM_GROUP_SHM missing); "
+                        "run tandem-worker without --rank\n");
+        return 2;
+    }
+    if (strcmp(cfg->device, "cpu") != 0) {
+        fprintf(stderr, "tandem-worker: the serving runtime runs on --device cpu in this build "
+                        "(the CUDA backend is not wired into it yet)\n");
+        return 2;
+    }
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    tdm_worker_shm_path(prefix, SHM_PROGRESS, path, sizeof(path));
+    TDM_CHECK_GOTO(tdm_progress_open(path, &w->page), st, err_shm);
+    if (w->page->n_ranks != w->tp || w->rank >= w->tp) {
+        snprintf(err, sizeof(err), "group of %u ranks, but --tp-size %u --rank %u",
+                 w->page->n_ranks, w->tp, w->rank);
+        goto err_msg;
+    }
+    for (int i = 0; i < 2; i++) {
+        tdm_worker_shm_path(prefix, SHM_TENSOR + i, path, sizeof(path));
+        TDM_CHECK_GOTO(map_file(path, &w->region_size[i], &w->region[i]), st, err_shm);
+    }
+    tdm_worker_shm_path(prefix, SHM_GROUP, path, sizeof(path));
+    TDM_CHECK_GOTO(map_file(path, &sz, (void **)&w->shared), st, err_shm);
+    if (sz != sizeof(*w->shared) || w->shared->magic != TDM_WORKER_SHARED_MAGIC) {
+        st = TDM_ERR_FORMAT;
+        goto err_shm;
+    }
+    TDM_CHECK_GOTO(tdm_shm_comm_init(w->region[0], w->rank, w->page, 0, &w->tensor), st, err_shm);
+    w->have_tensor = 1;
+    TDM_CHECK_GOTO(tdm_shm_comm_init(w->region[1], w->rank, w->page, 1, &w->plan), st, err_shm);
+    w->have_plan = 1;
+    if (pthread_create(&w->sig_thread, NULL, sig_main, w) == 0)
+        w->have_sig_thread = 1;
+
+    /* ---- load ---- */
+    uint64_t t0 = tdm_time_mono_us();
+    st = tdm_model_load(cfg->model_path, &w->model, err, sizeof(err));
+    if (st != TDM_OK)
+        goto err_msg;
+    const tdm_model_config_t *mc = tdm_model_config(w->model);
+    if (w->rank == 0) {
+        snprintf(path, sizeof(path), "%s/tokenizer.json", cfg->model_path);
+        st = tdm_tok_load(path, &w->tok, err, sizeof(err));
+        if (st != TDM_OK)
+            goto err_msg;
+    }
+    tdm_dtype_t kv_dtype;
+    if (kv_dtype_of(cfg, mc, &kv_dtype) != TDM_OK) {
+        snprintf(err, sizeof(err), "--kv-cache-dtype %s is not supported", cfg->kv_cache_dtype);
+        goto err_msg;
+    }
+    uint32_t max_running =
+        cfg->max_running_requests > 0 ? (uint32_t)cfg->max_running_requests : DEFAULT_MAX_RUNNING;
+    uint32_t max_context = mc->max_position_embeddings;
+    uint32_t ps = (uint32_t)cfg->page_size;
+    uint32_t chunk =
+        cfg->chunked_prefill_size > 0 ? (uint32_t)cfg->chunked_prefill_size : max_context;
+    if (chunk > CPU_CHUNK_CAP)
+        chunk = CPU_CHUNK_CAP;
+    tdm_kv_layout_t layout;
+    st = tdm_kv_layout_init(mc, kv_dtype, ps, w->tp, w->rank, &layout);
+    if (st != TDM_OK) {
+        snprintf(err, sizeof(err), "KV layout: %s", tdm_status_str(st));
+        goto err_msg;
+    }
+    const char *kvb = getenv("TDM_KV_CPU_BYTES");
+    uint64_t budget = kvb ? strtoull(kvb, NULL, 10) : DEFAULT_KV_CPU_BYTES;
+    uint64_t cap = (uint64_t)max_running * ((max_context + ps - 1) / ps);
+    uint32_t num_pages;
+    st = tdm_kv_pool_configure(&layout, budget, cap > UINT32_MAX - 1 ? 0 : (uint32_t)cap,
+                               &num_pages);
+    if (st != TDM_OK) {
+        snprintf(err, sizeof(err), "KV pool: %" PRIu64 " bytes hold no page", budget);
+        goto err_msg;
+    }
+    tdm_exec_cfg_t xc = {.model = w->model,
+                         .tp_size = w->tp,
+                         .rank = w->rank,
+                         .kv_dtype = kv_dtype,
+                         .page_size = ps,
+                         .num_pages = num_pages,
+                         .max_seqs = max_running,
+                         .max_tokens = chunk + max_running,
+                         .max_context = max_context,
+                         .threads = 0,
+                         .tensor = &w->tensor,
+                         .plan = &w->plan,
+                         .page = w->page,
+                         .faults = &w->shared->faults};
+    st = tdm_exec_init(&xc, &w->x, err, sizeof(err));
+    if (st != TDM_OK)
+        goto err_msg;
+    atomic_store(&w->shared->resident_weight_bytes[w->rank], tdm_exec_weight_bytes(w->x));
+    atomic_store(&w->shared->kv_pool_bytes[w->rank], tdm_exec_kv_bytes(w->x));
+    atomic_fetch_add(&w->shared->ranks_loaded, 1);
+    fprintf(stderr,
+            "tandem-worker: rank %u/%u loaded in %.2f s: %.1f MiB of weights, %u KV pages of %u "
+            "tokens (%s), %u slots, %u-token chunks, %s loop\n",
+            w->rank, w->tp, (double)(tdm_time_mono_us() - t0) / 1e6,
+            (double)tdm_exec_weight_bytes(w->x) / (1 << 20), num_pages, ps,
+            tdm_dtype_name(kv_dtype), max_running, chunk,
+            cfg->disable_overlap_schedule ? "lockstep" : "overlap");
+
+    if (w->rank != 0) {
+        st = tdm_exec_follow(w->x, &w->stop);
+        rc = st == TDM_OK ? 0 : 1;
+        if (st != TDM_OK)
+            fprintf(stderr, "tandem-worker: rank %u: loop ended: %s\n", w->rank,
+                    tdm_status_str(st));
+        goto out;
+    }
+
+    /* ---- rank 0: scheduler, HTTP, self-test ---- */
+    tdm_sched_cfg_t sc = {.max_running = max_running,
+                          .max_queued = (uint32_t)cfg->max_queued_requests,
+                          .chunk_tokens = chunk,
+                          .overlap = !cfg->disable_overlap_schedule,
+                          .idle_plan_us = IDLE_PLAN_US,
+                          .tok = w->tok,
+                          .mc = mc};
+    st = tdm_sched_init(&sc, w->x, &w->sched, err, sizeof(err));
+    if (st != TDM_OK)
+        goto err_msg;
+    while (atomic_load(&w->shared->ranks_loaded) < w->tp && !atomic_load(&w->page->abort) &&
+           !w->stop)
+        tdm_time_sleep_us(10000);
+    atomic_store(&w->page->loaded, 1);
+    if (tdm_api_serve) {
+        st = tdm_api_serve(w);
+        if (st != TDM_OK) {
+            snprintf(err, sizeof(err), "HTTP layer: %s", tdm_status_str(st));
+            tdm_worker_request_stop(w);
+        } else {
+            api_started = 1;
+        }
+    }
+    if (getenv("TDM_SCHED_SELFTEST") && pthread_create(&st_thread, NULL, selftest_main, w) == 0)
+        have_st = 1;
+    if (w->stop)
+        tdm_sched_stop(w->sched);
+    st = tdm_sched_run(w->sched);
+    rc = st == TDM_OK ? 0 : 1;
+    if (have_st)
+        pthread_join(st_thread, NULL);
+    if (api_started && tdm_api_stop)
+        tdm_api_stop(w);
+    goto out;
+
+err_shm:
+    snprintf(err, sizeof(err), "group shared files under %s: %s", prefix, tdm_status_str(st));
+err_msg:
+    fprintf(stderr, "tandem-worker: rank %u: %s\n", w->rank, err);
+    rc = 1;
+out:
+    if (w->page) {
+        tdm_progress_slot_t *sl = &w->page->slot[w->rank];
+        tdm_progress_write_begin(sl);
+        sl->rec.alive = 0;
+        tdm_progress_write_end(sl);
+    }
+    if (w->have_sig_thread) {
+        pthread_kill(w->sig_thread, SIGUSR1);
+        pthread_join(w->sig_thread, NULL);
+    }
+    worker_free(w);
+    return rc;
+}
