@@ -401,6 +401,31 @@ int main(void)
     suite(m, tok, 0);
     suite(m, tok, 1);
 
+    /* the fault table: arming rules, rank/iteration targeting, counts */
+    static tdm_fault_table_t ft;
+    tdm_fault_spec_t fs = {1, 2, 10, 50};
+    uint32_t dur = 0;
+    char ferr[128];
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_STALL_LOOP, &fs, ferr, sizeof(ferr)) == TDM_OK &&
+           !tdm_fault_fire(&ft, TDM_FAULT_STALL_LOOP, 0, 20, NULL) &&
+           !tdm_fault_fire(&ft, TDM_FAULT_STALL_LOOP, 1, 9, NULL) &&
+           tdm_fault_fire(&ft, TDM_FAULT_STALL_LOOP, 1, 10, &dur) && dur == 50 &&
+           tdm_fault_fire(&ft, TDM_FAULT_STALL_LOOP, 1, 11, NULL) &&
+           !tdm_fault_fire(&ft, TDM_FAULT_STALL_LOOP, 1, 12, NULL),
+       "stall_loop fires on its rank from after_iter, count times");
+    fs.rank = 0;
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_RANK_IDLE_PATH, &fs, ferr, sizeof(ferr)) == TDM_ERR_INVAL,
+       "rank_idle_path on rank 0 is refused: %s", ferr);
+    fs.rank = 2;
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_RANK_SKIP_COLLECTIVE, &fs, ferr, sizeof(ferr)) ==
+           TDM_ERR_RANGE,
+       "a rank outside the group is refused");
+    tdm_fault_point_t fp;
+    ok(tdm_fault_point_parse("rank_skip_collective", &fp) == TDM_OK &&
+           fp == TDM_FAULT_RANK_SKIP_COLLECTIVE &&
+           tdm_fault_point_parse("nope", &fp) == TDM_ERR_NOTFOUND,
+       "fault names parse");
+
     /* refusals */
     eng_t e;
     ok(eng_start(&e, m, tok, 16, 16, 2, 32, 0), "engine for refusals");
