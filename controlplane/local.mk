@@ -26,7 +26,7 @@ noinst_HEADERS += \
 	controlplane/auth.h \
 	controlplane/server.h
 # libcrypto: SHA-256 of API tokens (h2o links it already).
-TDM_CP_LIBS = libtdmcp.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) -lcrypto $(COMMON_LIBS)
+TDM_CP_LIBS = libtdmcp.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) $(LIBCRYPTO_LIBS) $(COMMON_LIBS)
 
 tandemd_SOURCES = controlplane/tandemd.c
 tandemd_CPPFLAGS = $(libtdmcp_a_CPPFLAGS)
