@@ -127,6 +127,13 @@ int tdm_cp_alerts_take_remedy(tdm_cp_alerts_t *s, tdm_cp_remedy_t *ret);
 /* Ring upkeep: persist every sample (no 10 Hz thinning) of ranks whose group has an open alert. */
 void tdm_cp_alerts_mark_persist(const tdm_cp_alerts_t *s, tdm_cp_rings_t *rings);
 
+/* ---- persistence (detect_persist.c) ----------------------------------------------------------
+ * Alert hook with a tdm_cp_db_t * as ctx: INSERT into `alerts` on open, UPDATE on resolve, through
+ * the query thread (never blocks). persist_start resolves alerts a previous run left open
+ * (resolved_by "tandemd-restart"); call it once before the first tick. */
+void tdm_cp_alert_persist_hook(void *ctx, const tdm_cp_alert_t *a, tdm_cp_alert_event_t ev);
+void tdm_cp_alert_persist_start(void *ctx, uint64_t wall_us);
+
 /* ---- webhook (detect_webhook.c) -------------------------------------------------------------
  * POSTs {"event":"open"|"resolve","alert":{...}} as JSON to `url` from a thread of its own, so the
  * caller never blocks: posts queue (bounded; when full the oldest is dropped and counted), each

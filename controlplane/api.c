@@ -529,6 +529,17 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     unsigned long long limit;
     if (query_uint(req, "limit", 10000, 100, &limit))
         return;
+    /* issue 11: ?source=live answers from the detectors' alert store (with policy and remedy;
+     * works while the database is down; the last 256 resolved only) */
+    char src[8];
+    if (tdm_cp_query_get(req, "source", src, sizeof(src)) && strcmp(src, "live") == 0) {
+        json_t *j = tdm_cp_alerts_to_json(s->alerts, has_state ? state : NULL, NULL);
+        char *txt = json_dumps(j, JSON_COMPACT);
+        tdm_cp_send_json(req, 200, txt, strlen(txt));
+        free(txt);
+        json_decref(j);
+        return;
+    }
     tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_alerts, tdm_cp_job_reply_json, who);
     tdm_cp_job_param(job, has_state ? state : NULL);
     param_u64(job, limit);

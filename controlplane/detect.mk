@@ -4,7 +4,8 @@ libtdmcp_a_SOURCES += \
 	controlplane/detect.c \
 	controlplane/detect_rules.c \
 	controlplane/alert.c \
-	controlplane/detect_webhook.c
+	controlplane/detect_webhook.c \
+	controlplane/detect_persist.c
 # the webhook posts with libcurl
 libtdmcp_a_CPPFLAGS += $(CURL_CFLAGS)
 TDM_CP_LIBS += $(CURL_LIBS)

@@ -169,8 +169,13 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
             persisted++;
         }
     }
-    if (!replay)
+    if (!replay) {
         rk->last_seq = tb.seq;
+        /* issue 11: events of a new batch feed the detectors (replays were fed already) */
+        uint64_t now = tdm_time_mono_us();
+        for (uint32_t i = 0; i < tb.n_events; i++)
+            tdm_cp_detect_event(s->detect, rk, &tb.events[i], now);
+    }
     s->samples_received += tb.n_samples;
     s->events_received += tb.n_events;
 

@@ -22,6 +22,7 @@
 
 #include <tdm/status.h>
 
+#include "controlplane/alert.h" /* detectors + alert store (issue 11) */
 #include "controlplane/auth.h"
 #include "controlplane/buf.h"
 #include "controlplane/db.h"
@@ -56,6 +57,7 @@ typedef struct tdm_cp_server_opts {
     const char *listen; /* host:port */
     const char *ready_file;
     const char *state_dir;
+    const char *alert_webhook; /* "" or NULL: no webhook */
     tdm_cp_db_opts_t db;
 } tdm_cp_server_opts_t;
 
@@ -70,6 +72,11 @@ struct tdm_cp_server {
     h2o_multithread_receiver_t db_rx;
     tdm_cp_db_t *db;
     tdm_cp_rings_t rings;
+    /* detectors over `rings`, ticked from loop_tick every 100 ms (detect.h, alert.h) */
+    tdm_cp_detect_t *detect;
+    tdm_cp_alerts_t *alerts;
+    tdm_cp_findings_t findings;
+    tdm_cp_webhook_t *webhook;
     tdm_cp_auth_t auth;
     char admin_token[TDM_CP_TOKEN_LEN + 1];
     int tokens_loaded; /* the token cache holds the database's tokens */

@@ -182,6 +182,7 @@ int main(int argc, char **argv)
         .listen = cfg.listen,
         .ready_file = cfg.ready_file,
         .state_dir = cfg.state_dir,
+        .alert_webhook = cfg.alert_webhook, /* issue 11 */
         .db =
             {
                 .dsn = dsn,
