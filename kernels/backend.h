@@ -17,7 +17,9 @@
  *     partial is the lane tree ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), i.e. T(0, 8) below over the
  *     lane sums. (This is what one 8-wide SIMD accumulator per block computes, so an AVX2 path,
  *     the generic C path and any other path produce the same bits; the generic C path keeps 8
- *     scalar lanes.) Block partials p[0..nb) are combined by the fixed binary tree
+ *     scalar lanes. Before commit 8718922 a block was one sequential sum; the lanes let SIMD
+ *     run along K, so decode streams weight rows without transposing them.) Block partials
+ *     p[0..nb) are combined by the fixed binary tree
  *         T(lo, n) = n == 1 ? p[lo] : T(lo, h) + T(lo + h, n - h),  h = (n + 1) / 2
  *     (for nb a power of two this is the pairwise tree; every even range splits in exact halves).
  *     tdm_reduce_tree() computes it; tdm_dot_f32() is the reference for the whole rule. Biases

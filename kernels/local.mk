@@ -1,6 +1,8 @@
 # kernels/ — the backend table (kernels/backend.h) and its CPU implementation (kernels/cpu/).
 # Kernels build with -ffp-contract=off and never -ffast-math: the determinism contract of
-# backend.h requires every mul and add to round on its own, identically in every clone.
+# backend.h requires every mul and add to round on its own, identically in the generic C table
+# (generic.c) and the AVX2 table (avx2.c, target("avx2") without "fma", picked at init by cpuid).
+# bench/kernels.mk (the kernel microbenchmark) is included from here.
 TDM_KERNEL_CFLAGS = -O2 -ffp-contract=off -fno-fast-math
 noinst_LIBRARIES += libtdmkernels.a
 libtdmkernels_a_SOURCES = \

@@ -117,13 +117,15 @@ AVX2_INLINE void k4x2(const tdm_cpu_mm_tile_t *a, uint32_t r, uint32_t t, int bf
 
 AVX2_INLINE void mm_tile_impl(const tdm_cpu_mm_tile_t *a, int bf16)
 {
-    uint32_t t = 0;
-    for (; t + 2 <= a->tokens; t += 2)
-        for (uint32_t r = 0; r < a->rows; r += 4)
+    /* Row quads outer: a quad's chunk (4 KB as fp32) stays in L1 while every token pair of
+     * the tile streams past it. */
+    uint32_t pairs = a->tokens / 2 * 2;
+    for (uint32_t r = 0; r < a->rows; r += 4)
+        for (uint32_t t = 0; t < pairs; t += 2)
             k4x2(a, r, t, bf16);
-    for (; t < a->tokens; t++)
+    if (pairs < a->tokens)
         for (uint32_t r = 0; r < a->rows; r += 8)
-            k8x1(a, r, t, bf16);
+            k8x1(a, r, pairs, bf16);
 }
 
 AVX2_FN static void avx2_mm_tile(const tdm_cpu_mm_tile_t *a)

@@ -19,7 +19,7 @@
 /* Matmul geometry (matmul.c): output rows per panel (a thread's unit of work), K elements per
  * chunk (a multiple of TDM_DOT_BLOCK: the weight slice that stays in L1 while a token tile runs
  * over it), tokens per tile. */
-#define TDM_CPU_MM_ROWS 16u
+#define TDM_CPU_MM_ROWS 64u
 #define TDM_CPU_MM_KC 256u
 #define TDM_CPU_MM_TT 32u
 

@@ -19,7 +19,7 @@
 #include "kernels/cpu/cpu_int.h"
 
 /* At most this many tokens read bf16 weights in place (no fp32 copy of the chunk). */
-#define MM_DIRECT_MAX 4u
+#define MM_DIRECT_MAX 8u
 
 typedef struct mm_job {
     const float *x;
