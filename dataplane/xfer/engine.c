@@ -130,6 +130,10 @@ static void room_event_cb(void *ctx, const tdm_xfer_room_event_t *ev)
 {
     tdm_xfer_t *x = ctx;
     xfer_event(x, "kvpoll", ev->room, ev->from, ev->to, ev->reason);
+    if (ev->to == TDM_KVPOLL_TRANSFERRING)
+        atomic_fetch_add(&x->n_transferring, 1);
+    if (ev->from == TDM_KVPOLL_TRANSFERRING)
+        atomic_fetch_sub(&x->n_transferring, 1);
     if (ev->to == TDM_KVPOLL_FAILED && ev->from != TDM_KVPOLL_FAILED) {
         x->st.rooms_failed++;
         if (x->cfg.role == TDM_XFER_DECODE)
@@ -471,8 +475,12 @@ static void *xfer_main(void *arg)
         pthread_mutex_unlock(&x->mu);
         if (pending_cmd)
             continue;
+        /* Armed workers wake us on UCX events (a TCP put's target must progress for it to
+         * land); while rooms move data, wake at least every ms. Busy-polling measured no
+         * better on this shared 2-core host (bench/results/transfer.json). */
         struct epoll_event out[8];
-        int n = epoll_wait(ep, out, 8, x->active ? 10 : 100);
+        int busy_rooms = x->active || atomic_load(&x->n_transferring) > 0;
+        int n = epoll_wait(ep, out, 8, busy_rooms ? 1 : 100);
         for (int i = 0; i < n; i++)
             if (out[i].data.fd == x->wake_xfer)
                 drain(x->wake_xfer);

@@ -31,3 +31,4 @@ tests_unit_test_xfer_storm_LDADD = $(XFER_LIBS)
 tests_integration_test_xfer_bootstrap_SOURCES = tests/integration/test-xfer-bootstrap.c
 tests_integration_test_xfer_bootstrap_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
 tests_integration_test_xfer_bootstrap_LDADD = $(XFER_LIBS)
+include bench/transfer.mk

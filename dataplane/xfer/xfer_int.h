@@ -109,7 +109,8 @@ struct tdm_xfer {
     /* commands for the transfer thread */
     xfer_cmd_t *cmds;
     uint32_t cmd_head, cmd_len, cmd_cap;
-    xroom_t *active; /* transfer thread only */
+    xroom_t *active;           /* transfer thread only */
+    atomic_int n_transferring; /* rooms in TRANSFERRING: the transfer thread busy-polls UCX */
     int disconnect_pending, connect_result, connect_done;
     tdm_frame_register_t *reg; /* CONNECT argument (prefill) */
     uint8_t *reg_body;         /* the body `reg` points into */

@@ -1,0 +1,75 @@
+#!/bin/sh
+# transfer.sh BUILDDIR SRCDIR [OUT] — KV transfer bandwidth of the engine for one page chunk and
+# 1–256 MiB rooms beside `ucx_perftest -t ucp_put_bw` of the same sizes with the same UCX_TLS and
+# host memory, in the same run; writes OUT (default SRCDIR/bench/results/transfer.json) with the
+# git sha. ratio_vs_ucx_perftest = min over sizes of engine (checksums off) / perftest; the
+# checksummed default path is reported beside it. Use a build without sanitizers for numbers.
+# Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_GIT_SHA.
+set -eu
+BUILD=${1:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
+SRC=${2:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
+OUT=${3:-$SRC/bench/results/transfer.json}
+N=${TDM_BENCH_SIZES:-6}
+UCX_TLS=${UCX_TLS:-tcp,sm,self}
+UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+export UCX_TLS UCX_NET_DEVICES
+runs=$(mktemp)
+perf=$(mktemp)
+trap 'rm -f "$runs" "$perf"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+echo "transfer: engine" >&2
+"$BUILD/bench/transfer" "$N" >"$runs"
+echo "transfer: ucx_perftest" >&2
+for bytes in $(python3 -c "import json,sys
+for l in open('$runs'):
+    r=json.loads(l)
+    if r['checksums']==0: print(r['bytes'])"); do
+    port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+    iters=$((2147483648 / bytes)); [ "$iters" -gt 2000 ] && iters=2000; [ "$iters" -lt 8 ] && iters=8
+    ucx_perftest -p "$port" >/dev/null 2>&1 &
+    srv=$!
+    sleep 0.5
+    line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$bytes" -n "$iters" 2>/dev/null | grep '^Final:' || true)
+    wait "$srv" 2>/dev/null || true
+    echo "$bytes $line" >>"$perf"
+done
+sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
+dirty=false
+[ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
+python3 - "$runs" "$perf" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" <<'PY'
+import json, sys, platform, os
+runs_p, perf_p, out, sha, dirty, tls, load = sys.argv[1:]
+runs = [json.loads(l) for l in open(runs_p)]
+perf = {}
+for l in open(perf_p):
+    f = l.split()
+    if len(f) >= 7 and f[1] == 'Final:':
+        perf[int(f[0])] = float(f[6]) * 1048576 / 1e9  # overall MB/s (2^20) -> GB/s
+sizes = []
+for r in runs:
+    if r['checksums'] != 0:
+        continue
+    b = r['bytes']
+    on = next(x for x in runs if x['bytes'] == b and x['checksums'] == 1)
+    p = perf.get(b)
+    sizes.append({'bytes': b, 'engine_gbps': round(r['gbps'], 3),
+                  'engine_checksums_gbps': round(on['gbps'], 3),
+                  'decode_verify_gbps': round(on['verify_gbps'], 3),
+                  'ucx_perftest_gbps': round(p, 3) if p else None,
+                  'ratio': round(r['gbps'] / p, 3) if p else None,
+                  'ratio_checksums': round(on['gbps'] / p, 3) if p else None})
+ratios = [s['ratio'] for s in sizes if s['ratio'] is not None]
+rc = [s['ratio_checksums'] for s in sizes if s['ratio_checksums'] is not None]
+doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
+       'host': platform.node(), 'cpus': os.cpu_count(), 'loadavg_before': load,
+       'ucx_tls': tls, 'memory': 'host',
+       'geometry': 'bf16, 32 layers, 2 kv heads x 128, page 16 tokens: page chunk 512 KiB = 64 regions',
+       'page_chunk_bytes': sizes[0]['bytes'] if sizes else None,
+       'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run',
+       'sizes': sizes,
+       'ratio_vs_ucx_perftest': min(ratios) if ratios else None,
+       'ratio_vs_ucx_perftest_checksums_on': min(rc) if rc else None}
+json.dump(doc, open(out, 'w'), indent=1)
+open(out, 'a').write('\n')
+print(json.dumps({k: doc[k] for k in ('ratio_vs_ucx_perftest', 'ratio_vs_ucx_perftest_checksums_on')}))
+PY
