@@ -28,3 +28,10 @@ tests_unit_test_detect_LDADD = $(TDM_CP_LIBS)
 tests_unit_test_detect_webhook_SOURCES = tests/unit/test-detect-webhook.c
 tests_unit_test_detect_webhook_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
 tests_unit_test_detect_webhook_LDADD = $(TDM_CP_LIBS)
+
+# Integration: the detectors inside a real tandemd against the test PostgreSQL (make check).
+check_PROGRAMS += tests/integration/test-detect-tandemd
+TESTS += tests/integration/test-detect-tandemd
+tests_integration_test_detect_tandemd_SOURCES = tests/integration/test-detect-tandemd.c
+tests_integration_test_detect_tandemd_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS) $(CURL_CFLAGS)
+tests_integration_test_detect_tandemd_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
