@@ -42,7 +42,10 @@ int main(int argc, char **argv)
         rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
         goto out;
     }
-    if (tdm_oneshot_wanted(&cfg) || r_argc > 1) {
+    /* an explicit --prompt/--prompt-ids (even empty) means one-shot, which reports the error */
+    if (tdm_oneshot_wanted(&cfg) || r_argc > 1 ||
+        tdm_params_source(params, "prompt") != TDM_PARAM_SRC_DEFAULT ||
+        tdm_params_source(params, "prompt_ids") != TDM_PARAM_SRC_DEFAULT) {
         rc = tdm_oneshot_main(&cfg, r_argc, r_argv);
         goto out;
     }
