@@ -415,6 +415,50 @@ static tdm_status_t free_port(int *ret_port)
     return TDM_OK;
 }
 
+/* A restarted cluster comes back on the port it had, so clients holding its address (tandemd
+ * after a database outage) reconnect without being told. The port is remembered in the data
+ * directory; if it is taken now, a fresh one is picked. */
+#define PG_PORT_FILE "tandem.port"
+
+static int port_is_free(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+static int remembered_port(const char *data)
+{
+    char path[TDM_PG_PATH_MAX], buf[16] = "";
+    if (tdm_pg_path_join(path, sizeof(path), data, PG_PORT_FILE) != TDM_OK)
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int port = fgets(buf, sizeof(buf), f) ? (int)strtol(buf, NULL, 10) : 0;
+    fclose(f);
+    return port > 1024 && port < 65536 && port_is_free(port) ? port : 0;
+}
+
+static void remember_port(const char *data, int port)
+{
+    char path[TDM_PG_PATH_MAX];
+    if (tdm_pg_path_join(path, sizeof(path), data, PG_PORT_FILE) != TDM_OK)
+        return;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return; /* only a convenience: the next start picks a fresh port */
+    fprintf(f, "%d\n", port);
+    fclose(f);
+}
+
 /* The last bytes of the server log, for an error line. */
 static void file_tail(const char *path, char *buf, size_t len)
 {
@@ -466,7 +510,9 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
             st = tdm_pg_errno_status(errno);
             goto err_rmdir;
         }
-        TDM_CHECK_GOTO(free_port(&port), st, err_rmdir);
+        port = attempt == 1 ? remembered_port(data) : 0;
+        if (!port)
+            TDM_CHECK_GOTO(free_port(&port), st, err_rmdir);
         snprintf(opts, sizeof(opts),
                  "-c port=%d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s%s", port,
                  sockdir,
@@ -482,6 +528,7 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
                 goto err_rmdir;
             tdm_info(TDM_SUB_DB, "msg=\"started\" datadir=%s port=%d host=%s pid=%d", data,
                      ret_pf->port, ret_pf->sockdir, (int)ret_pf->pid);
+            remember_port(data, ret_pf->port);
             return TDM_OK;
         }
         rmdir(sockdir);

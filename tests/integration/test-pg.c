@@ -216,6 +216,7 @@ static void test_private_cluster(void)
     is_int(tdm_pg_cluster_start(dir, &opts, &b), TDM_OK, "restart");
     ok(b.adopted == 0 && b.pid != a.pid, "restart is a new postmaster");
     is_str(b.datadir, a.datadir, "same data directory after restart");
+    is_int(b.port, a.port, "same port after restart (clients keep their address)");
     c = NULL;
     if (tdm_pg_info_dsn(&b, NULL, dsn, sizeof(dsn)) == TDM_OK)
         c = connect_dsn(dsn);
