@@ -433,13 +433,19 @@ static void submit_token_load(tdm_cp_server_t *s)
 tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *opts, char *err,
                                 size_t err_len)
 {
+    /* --alert-policy is checked before anything is allocated */
+    tdm_cp_alerts_cfg_t ac;
+    tdm_cp_alerts_cfg_default(&ac);
+    if (opts->alert_policy && opts->alert_policy[0] &&
+        tdm_cp_policy_parse(opts->alert_policy, ac.policy, err, err_len) != TDM_OK)
+        return TDM_ERR_INVAL;
     memset(s, 0, sizeof(*s));
     s->started_us = tdm_time_wall_us();
     tdm_cp_rings_init(&s->rings, RING_CAP_PER_RANK, RING_MAX_RANKS);
     tdm_cp_auth_init(&s->auth);
     /* issue 11: detectors and the alert store (defaults: DESIGN §4 thresholds, policy notify) */
     tdm_cp_detect_init(NULL, &s->detect);
-    tdm_cp_alerts_init(NULL, &s->alerts);
+    tdm_cp_alerts_init(&ac, &s->alerts);
 
     int created = 0;
     tdm_status_t st =

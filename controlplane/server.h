@@ -58,6 +58,7 @@ typedef struct tdm_cp_server_opts {
     const char *ready_file;
     const char *state_dir;
     const char *alert_webhook; /* "" or NULL: no webhook */
+    const char *alert_policy;  /* "CLASS=notify|auto,..." or "all=auto"; "" or NULL: notify */
     tdm_cp_db_opts_t db;
 } tdm_cp_server_opts_t;
 

@@ -28,12 +28,7 @@
 #include "controlplane/server.h"
 
 /* clang-format off */
-#define TDM_CP_EXTRA_PARAMS(P) \
-    P(ingest_buffer_bytes, "TDM_INGEST_BUFFER_BYTES", "--ingest-buffer-bytes", INT64, "67108864", "0..", "Telemetry kept in memory while the database lags or is down; beyond it batches go to the spool") \
-    P(spool_max_bytes, "TDM_SPOOL_MAX_BYTES", "--spool-max-bytes", INT64, "1073741824", "0..", "Bound of state_dir/ingest.spool; when full, ingest answers 503") \
-    P(retention_days, "TDM_RETENTION_DAYS", "--retention-days", INT64, "14", "0..36500", "Days of samples and events kept (whole day partitions dropped; 0 = keep all)") \
-    P(print_routes, "TDM_PRINT_ROUTES", "--print-routes", BOOL, "false", "", "Print the REST route table (method path role max_body) and exit")
-#define TDM_CP_ALL_PARAMS(P) TDM_TANDEMD_PARAMS(P) TDM_CP_EXTRA_PARAMS(P)
+#define TDM_CP_ALL_PARAMS(P) TDM_TANDEMD_PARAMS(P)
 /* clang-format on */
 
 TDM_PARAMS_STRUCT(tdm_cp_config, TDM_CP_ALL_PARAMS);
@@ -183,6 +178,7 @@ int main(int argc, char **argv)
         .ready_file = cfg.ready_file,
         .state_dir = cfg.state_dir,
         .alert_webhook = cfg.alert_webhook, /* issue 11 */
+        .alert_policy = cfg.alert_policy,
         .db =
             {
                 .dsn = dsn,

@@ -6,7 +6,7 @@
  * SIGTERM/SIGINT stop the scheduler, which broadcasts SHUTDOWN so every rank leaves cleanly;
  * followers wait for that plan (or the abort word the launcher sets when something died).
  *
- * KV pool size on CPU: TDM_KV_CPU_BYTES per rank (default 256 MiB), capped at what
+ * KV pool size on CPU: --kv-cpu-bytes per rank (default 256 MiB), capped at what
  * --max-running-requests sequences of the full context need.
  */
 #include "config.h"
@@ -28,7 +28,6 @@
 
 #include "dataplane/sched/worker_int.h"
 
-#define DEFAULT_KV_CPU_BYTES ((uint64_t)256 << 20)
 #define DEFAULT_MAX_RUNNING 64u
 #define CPU_CHUNK_CAP 2048u
 #define IDLE_PLAN_US 100000u
@@ -374,8 +373,7 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
         snprintf(err, sizeof(err), "KV layout: %s", tdm_status_str(st));
         goto err_msg;
     }
-    const char *kvb = getenv("TDM_KV_CPU_BYTES");
-    uint64_t budget = kvb ? strtoull(kvb, NULL, 10) : DEFAULT_KV_CPU_BYTES;
+    uint64_t budget = (uint64_t)cfg->kv_cpu_bytes;
     uint64_t cap = (uint64_t)max_running * ((max_context + ps - 1) / ps);
     uint32_t num_pages;
     st = tdm_kv_pool_configure(&layout, budget, cap > UINT32_MAX - 1 ? 0 : (uint32_t)cap,

@@ -31,6 +31,7 @@
     P(base_gpu_id, "TDM_BASE_GPU_ID", "--base-gpu-id", INT64, "0", "0..1023", "First GPU index; rank r uses base + r") \
     P(device, "TDM_DEVICE", "--device", ENUM, "cuda", "cuda|cpu", "Compute device") \
     P(mem_fraction_static, "TDM_MEM_FRACTION_STATIC", "--mem-fraction-static", DOUBLE, "0.88", "0.05..0.99", "Fraction of GPU memory for weights + KV pool") \
+    P(kv_cpu_bytes, "TDM_KV_CPU_BYTES", "--kv-cpu-bytes", INT64, "268435456", "4096..", "KV pool bytes per rank on --device cpu") \
     P(kv_cache_dtype, "TDM_KV_CACHE_DTYPE", "--kv-cache-dtype", ENUM, "auto", "auto|bf16|fp8_e4m3", "KV cache element type (auto = model dtype); pair-wide") \
     P(page_size, "TDM_PAGE_SIZE", "--page-size", INT64, "16", "1..4096", "Tokens per KV page (SGLang defaults to 1; paged transfer wants more)") \
     P(chunked_prefill_size, "TDM_CHUNKED_PREFILL_SIZE", "--chunked-prefill-size", INT64, "8192", "-1..1048576", "Max prompt tokens per prefill iteration (-1 = no chunking)") \
@@ -64,6 +65,11 @@
     P(state_dir, "TDM_STATE_DIR", "--state-dir", STRING, "/var/lib/tandem", "", "Supervisor records, override files, embedded PostgreSQL") \
     P(migrate, "TDM_MIGRATE", "--migrate", BOOL, "false", "", "Apply pending SQL migrations and exit") \
     P(alert_webhook, "TDM_ALERT_WEBHOOK", "--alert-webhook", STRING, "", "", "URL that receives a JSON POST for each alert opened or resolved") \
+    P(alert_policy, "TDM_ALERT_POLICY", "--alert-policy", STRING, "", "", "Remediation policy per alert class: CLASS=notify|auto,... or all=auto") \
+    P(ingest_buffer_bytes, "TDM_INGEST_BUFFER_BYTES", "--ingest-buffer-bytes", INT64, "67108864", "0..", "Telemetry kept in memory while the database lags or is down; beyond it batches go to the spool") \
+    P(spool_max_bytes, "TDM_SPOOL_MAX_BYTES", "--spool-max-bytes", INT64, "1073741824", "0..", "Bound of state_dir/ingest.spool; when full, ingest answers 503") \
+    P(retention_days, "TDM_RETENTION_DAYS", "--retention-days", INT64, "14", "0..36500", "Days of samples and events kept (whole day partitions dropped; 0 = keep all)") \
+    P(print_routes, "TDM_PRINT_ROUTES", "--print-routes", BOOL, "false", "", "Print the REST route table (method path role max_body) and exit") \
     P(ready_file, "TDM_TANDEMD_READY_FILE", "--ready-file", STRING, "", "", "Write {\"http\":N} here after bind")
 /* clang-format on */
 
