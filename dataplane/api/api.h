@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include <tdm/config.h>
 #include <tdm/params.h>
 #include <tdm/progress.h>
@@ -56,6 +58,9 @@ extern const size_t tdm_api_fault_names_count;
 /* Arms a fault; returns TDM_OK, or an error with `err` set (→ 400/409 to the client). */
 typedef tdm_status_t (*tdm_api_fault_fn)(void *ctx, const tdm_api_fault_t *f, char *err,
                                          size_t err_len);
+/* A telemetry event (dataplane/report/report.h's tdm_report_event on the rank's reporter);
+ * `data` is stolen. Called on the loop thread; must not block. */
+typedef void (*tdm_api_event_fn)(void *ctx, const char *type, json_t *data);
 /* Resident weight bytes of `rank` (0 = unknown: the series is left out). */
 typedef uint64_t (*tdm_api_weight_fn)(void *ctx, uint16_t rank);
 
@@ -71,6 +76,12 @@ typedef struct tdm_api_opts {
     void *fault_ctx;
     tdm_api_weight_fn weight_bytes; /* NULL: no resident-weight series */
     void *weight_ctx;
+    /* OpenAI endpoint (openai.c): all borrowed, must outlive the server */
+    const struct tdm_tok *tok;            /* NULL: /v1/completions and chat answer 503 */
+    const struct tdm_chat_template *chat; /* NULL: /v1/chat/completions answers 400 */
+    uint32_t max_context;                 /* prompt + max_tokens must fit */
+    tdm_api_event_fn event;               /* NULL: events are only logged */
+    void *event_ctx;
 } tdm_api_opts_t;
 
 /* Ignores SIGPIPE process-wide (h2o writes with writev(2); a vanished client must not kill the

@@ -12,6 +12,7 @@
 #include <h2o.h>
 
 #include "dataplane/api/api.h"
+#include "dataplane/api/openai_int.h"
 
 #define TDM_API_TOKEN_MAX 256
 
@@ -39,6 +40,13 @@ struct tdm_api {
     tdm_api_hist_t ttft, itl;
     uint64_t http_requests, http_errors, generate_requests, client_disconnects;
     uint64_t faults_armed;
+    /* OpenAI endpoint (openai.c) */
+    tdm_oai_ctx_t oai;
+    uint64_t oai_requests[TDM_OAI_KIND_MAX];
+    uint64_t dsml_responses, dsml_leaks; /* chat responses parsed for tool calls */
+    uint32_t out_responses, out_leaks;   /* since the last output_stats event */
+    json_t *out_samples;                 /* leaked responses since then (a few) */
+    uint64_t out_last_us;
 };
 
 /* server.c */
@@ -63,7 +71,41 @@ void tdm_api_h_faults(tdm_api_t *a, h2o_req_t *req);
 
 /* generate.c */
 void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req);
+
+/* The transport under /generate, shared with the OpenAI handlers: one scheduler request bound to
+ * one HTTP request (wake-ups, SSE writes with back-pressure, abort on disconnect, freeing once
+ * both sides are done). A handler with its own response format passes ops:
+ *   on_event  scheduler thread, under the request's lock: keep what `ev` carries (no blocking);
+ *   take      loop thread, under the lock: move what on_event kept to loop-side storage;
+ *   process   loop thread, no lock: format it; stream → tdm_api_gen_write(), whole replies
+ *             (done) → an ordinary send on tdm_api_gen_req(), which is NULL once the client left;
+ *   free      when the request is freed (after the final event and h2o's dispose).
+ * `done` is set exactly once, with the final (FINISH or ERROR) event taken. */
+typedef struct tdm_api_gen_ops {
+    void (*on_event)(void *ud, const tdm_req_event_t *ev);
+    void (*take)(void *ud);
+    void (*process)(tdm_api_gen_t *g, void *ud, int done);
+    void (*free)(void *ud);
+} tdm_api_gen_ops_t;
+
+/* Submit `rp` (its cb/ctx are set here) and bind it to `req`; when `stream`, starts a
+ * text/event-stream response. On failure nothing was sent, `ud` is not freed, and the caller
+ * answers with the status and `err`. */
+tdm_status_t tdm_api_gen_start(tdm_api_t *a, h2o_req_t *req, tdm_req_params_t *rp, int stream,
+                               const tdm_api_gen_ops_t *ops, void *ud, char *err, size_t err_len);
+h2o_req_t *tdm_api_gen_req(const tdm_api_gen_t *g);
+uint64_t tdm_api_gen_id(const tdm_api_gen_t *g);
+/* Stream: queue bytes (sent after process returns); `final` ends the response. */
+void tdm_api_gen_write(tdm_api_gen_t *g, const char *s, size_t n, int final);
 void tdm_api_gen_on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages);
+/* openai.c */
+void tdm_api_h_completions(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_chat(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_models(tdm_api_t *a, h2o_req_t *req);
+/* From the loop's tick: the output_stats telemetry event every 10 s while serving chat. */
+void tdm_api_openai_tick(tdm_api_t *a, uint64_t now_us);
+void tdm_api_openai_fini(tdm_api_t *a);
+
 /* Ask the scheduler to end every open request (shutdown). */
 void tdm_api_gen_abort_all(tdm_api_t *a);
 

@@ -42,6 +42,8 @@ struct tdm_api_gen {
     h2o_multithread_message_t msg; /* the wake-up; first member */
     h2o_linklist_t link;           /* in api->gens */
     tdm_api_t *api;
+    const tdm_api_gen_ops_t *ops; /* NULL: /generate's own token-id format */
+    void *ud;
 
     /* shared with the scheduler thread, under mu */
     pthread_mutex_t mu;
@@ -81,6 +83,8 @@ static void on_event(void *ctx, const tdm_req_event_t *ev)
         pthread_mutex_unlock(&g->mu);
         return;
     }
+    if (g->ops)
+        g->ops->on_event(g->ud, ev);
     if (ev->kind == TDM_REQ_TOKEN) {
         if (g->n_toks == g->cap) {
             g->cap = g->cap ? 2 * g->cap : 16;
@@ -117,6 +121,8 @@ static void gen_free(tdm_api_gen_t *g)
     h2o_linklist_unlink(&g->link);
     g->api->n_gens--;
     pthread_mutex_destroy(&g->mu);
+    if (g->ops)
+        g->ops->free(g->ud);
     tdm_free(g->toks);
     tdm_free(g->out);
     tdm_free(g->pend);
@@ -266,9 +272,31 @@ static void reply_whole(tdm_api_gen_t *g, const int32_t *toks, uint32_t n)
     free(text);
 }
 
+/* A request with ops: they take what their on_event kept (under the lock) and write it. */
+static void gen_process_ops(tdm_api_gen_t *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->queued = 0;
+    int done = g->done;
+    if (!g->done_seen)
+        g->ops->take(g->ud);
+    pthread_mutex_unlock(&g->mu);
+    if (g->done_seen) /* a stale wake-up after the end */
+        return;
+    g->done_seen = done;
+    g->ops->process(g, g->ud, done);
+    stream_flush(g);
+    if (done)
+        maybe_free(g);
+}
+
 static void gen_process(tdm_api_gen_t *g)
 {
     int32_t *toks = NULL;
+    if (g->ops) {
+        gen_process_ops(g);
+        return;
+    }
     pthread_mutex_lock(&g->mu);
     g->queued = 0;
     int done = g->done;
@@ -447,10 +475,6 @@ void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req)
         return;
     }
 
-    tdm_api_gen_t *g = tdm_calloc(1, sizeof(*g));
-    g->api = a;
-    g->stream = p.stream;
-    pthread_mutex_init(&g->mu, NULL);
     tdm_req_params_t rp = {
         .prompt = p.ids,
         .n_prompt = p.n_ids,
@@ -460,18 +484,31 @@ void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req)
         .n_stop_ids = p.n_stop,
         .ignore_eos = p.ignore_eos,
         .want_text = 0,
-        .cb = on_event,
-        .ctx = g,
     };
+    st = tdm_api_gen_start(a, req, &rp, p.stream, NULL, NULL, err, sizeof(err));
+    tdm_free(p.ids);
+    if (st != TDM_OK)
+        tdm_api_send_status(a, req, st, err[0] ? err : NULL);
+}
+
+tdm_status_t tdm_api_gen_start(tdm_api_t *a, h2o_req_t *req, tdm_req_params_t *rp, int stream,
+                               const tdm_api_gen_ops_t *ops, void *ud, char *err, size_t err_len)
+{
+    tdm_api_gen_t *g = tdm_calloc(1, sizeof(*g));
+    g->api = a;
+    g->stream = stream;
+    g->ops = ops;
+    g->ud = ud;
+    pthread_mutex_init(&g->mu, NULL);
+    rp->cb = on_event;
+    rp->ctx = g;
     g->submit_us = tdm_time_mono_us();
     uint64_t id;
-    st = tdm_sched_submit(a->o.sched, &rp, &id, err, sizeof(err));
-    tdm_free(p.ids);
+    tdm_status_t st = tdm_sched_submit(a->o.sched, rp, &id, err, err_len);
     if (st != TDM_OK) {
         pthread_mutex_destroy(&g->mu);
         tdm_free(g);
-        tdm_api_send_status(a, req, st, err[0] ? err : NULL);
-        return;
+        return st;
     }
     g->id = id;
     g->req = req;
@@ -492,4 +529,24 @@ void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req)
         g->sending = 1; /* the headers go first; proceed() follows */
         h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
     }
+    return TDM_OK;
+}
+
+h2o_req_t *tdm_api_gen_req(const tdm_api_gen_t *g)
+{
+    return g->req;
+}
+
+uint64_t tdm_api_gen_id(const tdm_api_gen_t *g)
+{
+    return g->id;
+}
+
+void tdm_api_gen_write(tdm_api_gen_t *g, const char *s, size_t n, int final)
+{
+    if (!g->req || g->final_queued)
+        return;
+    buf_append(&g->pend, &g->pend_len, &g->pend_cap, s, n);
+    if (final)
+        g->final_queued = 1;
 }

@@ -12,15 +12,35 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <tdm/chat.h>
 #include <tdm/log.h>
 
 #include "dataplane/api/api.h"
+#include "dataplane/report/report.h"
 #include "dataplane/sched/worker.h"
+
+/* The reporter is optional in a worker build: weak, so the api links without it. */
+#pragma weak tdm_report_rank_reporter
+#pragma weak tdm_report_event
 
 static struct {
     tdm_api_t *srv;
     pthread_t th;
+    tdm_chat_template_t *chat;
 } the_api;
+
+static void post_event(void *ctx, const char *type, json_t *data)
+{
+    (void)ctx;
+    tdm_report_t *r =
+        tdm_report_rank_reporter && tdm_report_event ? tdm_report_rank_reporter() : NULL;
+    if (!r) {
+        json_decref(data);
+        return;
+    }
+    if (tdm_report_event(r, type, NULL, NULL, NULL, NULL, data) != TDM_OK)
+        tdm_warn(TDM_SUB_API, "msg=\"telemetry event refused\" type=%s", type);
+}
 
 static tdm_status_t arm_fault(void *ctx, const tdm_api_fault_t *f, char *err, size_t err_len)
 {
@@ -66,6 +86,14 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
     }
     tdm_worker_shared_t *sh = tdm_worker_shared(w);
     tdm_progress_page_t *page = tdm_worker_progress(w);
+    const tdm_worker_config_t *cfg = tdm_worker_config(w);
+    const tdm_model_config_t *mc = tdm_worker_model_config(w);
+    /* no chat template (or one we cannot render): chat answers 400, completions still work */
+    if (tdm_chat_template_load(cfg->model_path, &the_api.chat, err, sizeof(err)) != TDM_OK) {
+        tdm_warn(TDM_SUB_API, "msg=\"no chat template: /v1/chat/completions disabled\" err=\"%s\"",
+                 err);
+        the_api.chat = NULL;
+    }
     tdm_api_opts_t o = {
         .cfg = tdm_worker_config(w),
         .sched = tdm_worker_sched(w),
@@ -76,10 +104,16 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
         .fault_ctx = sh,
         .weight_bytes = sh ? weight_bytes : NULL,
         .weight_ctx = sh,
+        .tok = tdm_worker_tokenizer(w),
+        .chat = the_api.chat,
+        .max_context = mc ? mc->max_position_embeddings : 0,
+        .event = post_event,
     };
     tdm_status_t st = tdm_api_server_init(&o, &the_api.srv, err, sizeof(err));
     if (st != TDM_OK) {
         tdm_err(TDM_SUB_API, "msg=\"cannot start the HTTP layer\" err=\"%s\"", err);
+        tdm_chat_template_free(the_api.chat);
+        the_api.chat = NULL;
         return st;
     }
     /* worker.h: this hook runs once the scheduler accepts requests — the model is loaded */
@@ -87,6 +121,8 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
     if (pthread_create(&the_api.th, NULL, http_thread, the_api.srv) != 0) {
         tdm_api_server_free(the_api.srv);
         the_api.srv = NULL;
+        tdm_chat_template_free(the_api.chat);
+        the_api.chat = NULL;
         tdm_err(TDM_SUB_API, "msg=\"cannot start the http thread\"");
         return TDM_ERR_NOMEM;
     }
@@ -102,4 +138,6 @@ void tdm_api_stop(tdm_worker_t *w)
     pthread_join(the_api.th, NULL);
     tdm_api_server_free(the_api.srv);
     the_api.srv = NULL;
+    tdm_chat_template_free(the_api.chat);
+    the_api.chat = NULL;
 }

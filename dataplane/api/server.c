@@ -30,6 +30,9 @@ const tdm_api_route_t tdm_api_routes[] = {
     {"GET",  "/ready",        TDM_API_AUTH_NONE,    tdm_api_h_ready},
     {"GET",  "/metrics",      TDM_API_AUTH_NONE,    tdm_api_h_metrics},
     {"POST", "/generate",     TDM_API_AUTH_API_KEY, tdm_api_h_generate},
+    {"POST", "/v1/completions",      TDM_API_AUTH_API_KEY, tdm_api_h_completions},
+    {"POST", "/v1/chat/completions", TDM_API_AUTH_API_KEY, tdm_api_h_chat},
+    {"GET",  "/v1/models",           TDM_API_AUTH_API_KEY, tdm_api_h_models},
     {"POST", "/admin/drain",  TDM_API_AUTH_ADMIN,   tdm_api_h_drain},
     {"GET",  "/admin/config", TDM_API_AUTH_ADMIN,   tdm_api_h_config_get},
     {"POST", "/admin/config", TDM_API_AUTH_ADMIN,   tdm_api_h_config_post},
@@ -379,6 +382,13 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     h2o_linklist_init_anchor(&a->gens);
     tdm_api_hist_init(&a->ttft, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0]));
     tdm_api_hist_init(&a->itl, itl_bounds, sizeof(itl_bounds) / sizeof(itl_bounds[0]));
+    a->oai.tok = o->tok;
+    a->oai.chat = o->chat;
+    a->oai.model_name = o->cfg->served_model_name && *o->cfg->served_model_name
+                            ? o->cfg->served_model_name
+                            : o->cfg->model_path;
+    a->oai.max_context = o->max_context;
+    a->oai.vocab = o->tok ? tdm_tok_vocab_size(o->tok) : 0;
     if (o->cfg->admin_token_file && *o->cfg->admin_token_file)
         TDM_CHECK_GOTO(read_admin_token(a, o->cfg->admin_token_file, err, err_len), st, err_free);
 
@@ -442,7 +452,9 @@ void tdm_api_server_run(tdm_api_t *a)
     tdm_progress_slot_t *slot = &a->o.page->slot[a->o.rank];
     while (!atomic_load(&a->stop)) {
         h2o_evloop_run(a->loop, 100);
-        tdm_progress_heartbeat(slot, TDM_HB_HTTP, tdm_time_mono_us());
+        uint64_t now = tdm_time_mono_us();
+        tdm_progress_heartbeat(slot, TDM_HB_HTTP, now);
+        tdm_api_openai_tick(a, now);
     }
 }
 
@@ -477,5 +489,6 @@ void tdm_api_server_free(tdm_api_t *a)
     free_queue(a->ctx.queue);
     h2o_evloop_destroy(a->loop);
     h2o_config_dispose(&a->config);
+    tdm_api_openai_fini(a);
     tdm_free(a);
 }

@@ -59,6 +59,11 @@ tdm_status_t tdm_report_rank_start(tdm_worker_t *w)
     return st;
 }
 
+tdm_report_t *tdm_report_rank_reporter(void)
+{
+    return rank_reporter;
+}
+
 void tdm_report_rank_stop(tdm_worker_t *w)
 {
     (void)w;

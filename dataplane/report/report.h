@@ -83,6 +83,8 @@ void tdm_report_stats(tdm_report_t *r, tdm_report_stats_t *ret);
 struct tdm_worker;
 tdm_status_t tdm_report_rank_start(struct tdm_worker *w);
 void tdm_report_rank_stop(struct tdm_worker *w);
+/* The rank's reporter for tdm_report_event (the HTTP layer's events), NULL when not started. */
+tdm_report_t *tdm_report_rank_reporter(void);
 struct tdm_worker_config;
 void tdm_report_launcher_install(const struct tdm_worker_config *cfg, uint64_t group_id);
 
