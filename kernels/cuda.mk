@@ -1,13 +1,31 @@
-# kernels/cuda.mk — CUDA kernels (nvcc, sm_90a, via the .cu.o rule of Makefile.am) and their GPU
-# tests. The objects build wherever nvcc exists; the tests skip without a device.
-EXTRA_DIST += kernels/cuda/smoke.cu
-noinst_HEADERS += kernels/cuda/smoke.h
+# kernels/cuda.mk — the CUDA backend (sm_90a): kernels (ops.cu), the GPU forward (engine.cu), the
+# host-array entry points the tests use (ops_host.cu), the smoke kernel, and their GPU tests. The
+# objects build wherever nvcc exists (CI included); the tests skip without a device. The GPU
+# decode benchmark (bench/gpu.mk) is included from here.
+EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/engine.cu \
+	kernels/cuda/ops_host.cu
+noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h \
+	kernels/cuda/engine.h
 if HAVE_CUDA
-GPU_TESTS = tests/gpu/test-cuda-smoke
+noinst_LIBRARIES += libtdmcuda.a
+libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/engine.cu kernels/cuda/ops_host.cu
+CUDA_ENGINE_LIBS = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a $(COMMON_LIBS) \
+	$(CUDA_LIBS) -lstdc++
+
+GPU_TESTS = tests/gpu/test-cuda-smoke tests/gpu/test-cuda-ops tests/gpu/test-cuda-forward
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS)
 tests_gpu_test_cuda_smoke_SOURCES = tests/gpu/test-cuda-smoke.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_smoke_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_smoke_LDFLAGS = $(AM_LDFLAGS) -Wl,--as-needed
 tests_gpu_test_cuda_smoke_LDADD = $(COMMON_LIBS) $(CUDA_LIBS) -lstdc++
+
+tests_gpu_test_cuda_ops_SOURCES = tests/gpu/test-cuda-ops.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_ops_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+tests_gpu_test_cuda_ops_LDADD = $(CUDA_ENGINE_LIBS)
+
+tests_gpu_test_cuda_forward_SOURCES = tests/gpu/test-cuda-forward.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_forward_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+tests_gpu_test_cuda_forward_LDADD = $(CUDA_ENGINE_LIBS)
 endif
+include bench/gpu.mk

@@ -1,0 +1,12 @@
+# bench/gpu.mk — the GPU decode benchmark (bench/gpu_decode.c: TinyLlama-1.1B shape, random bf16
+# weights, through the CUDA engine, plus the CPU path's first 32 greedy tokens) and its anchors
+# (bench/torch_anchor.py: transformers generate, a torch.compile decoder, device copy bandwidth),
+# merged by bench/gpu-decode.sh into bench/results/gpu_decode.json. Runs on the device machine
+# through tools/device-run.sh; see docs/cuda.md.
+EXTRA_DIST += bench/gpu-decode.sh bench/torch_anchor.py
+if HAVE_CUDA
+noinst_PROGRAMS += bench/gpu_decode
+bench_gpu_decode_SOURCES = bench/gpu_decode.c
+bench_gpu_decode_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/dataplane/model
+bench_gpu_decode_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+endif

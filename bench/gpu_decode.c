@@ -1,0 +1,373 @@
+/*
+ * gpu_decode.c — decode and prefill speed of the CUDA engine (kernels/cuda/engine.h) on the
+ * TinyLlama-1.1B shape (hidden 2048, intermediate 5632, 22 layers, 32 heads, 4 KV heads, vocab
+ * 32000) with random bf16 weights: per batch size 1, 8, 32, a 128-token random prompt per
+ * sequence (prefilled in one call), then 256 greedy steps through the graphs (plan copy, graph
+ * replay, argmax copy-back and a wait per step, as the worker does; KV growing 128 → 384),
+ * median of 5 runs; prefill of one 2048-token prompt, median of 5; the device-to-device copy
+ * bandwidth and the bs1 roofline (weight bytes read per token / copy bandwidth). Then the first
+ * 32 greedy tokens of bs1 against the CPU backend's forward (dataplane/model graph) on the same
+ * weights, with the DESIGN §9 margin rule on the CPU's top-1 margins.
+ * Prints TAP (for tools/device-run.sh) and writes $TDM_BENCH_OUT/gpu_decode_tandem.json.
+ * Env: TDM_BENCH_RUNS (5), TDM_BENCH_NEW (256), TDM_BENCH_CPU=0 skips the CPU comparison.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tdm/kv.h>
+#include <tdm/model.h>
+
+#include "graph.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/engine.h"
+#include "kernels/cuda/ops.h"
+
+#define PROMPT 128u
+#define MAXBS 32u
+#define CMP_TOKENS 32u
+
+static int n_test;
+
+static void tap(int okv, const char *fmt, const char *what)
+{
+    printf("%s %d - %s%s\n", okv ? "ok" : "not ok", ++n_test, fmt, what ? what : "");
+    fflush(stdout);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return v[n / 2];
+}
+
+static uint64_t rs = 0x243f6a8885a308d3ull;
+static uint32_t rnd(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs >> 32);
+}
+
+/* n bf16 values, uniform with standard deviation s */
+static void fill(uint16_t *p, size_t n, float s)
+{
+    const float a = s * 1.7320508f / 32768.0f;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = rnd();
+        p[i] = tdm_f32_to_bf16((float)(int32_t)((r >> 16) - 32768u) * a);
+    }
+}
+
+static tdm_tensor_t mat(uint16_t **cur, uint32_t rows, uint32_t cols, float s)
+{
+    tdm_tensor_t t = {TDM_DTYPE_BF16, rows, cols, cols, *cur};
+    if (s > 0)
+        fill(*cur, (size_t)rows * cols, s);
+    else
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            (*cur)[i] = 0x3f80; /* 1.0 */
+    *cur += (size_t)rows * cols;
+    return t;
+}
+
+typedef struct model {
+    tdm_model_config_t cfg;
+    tdm_model_view_t view;
+    tdm_layer_weights_t layers[22];
+    uint16_t *mem;
+} model_t;
+
+static int model_init(model_t *m)
+{
+    tdm_model_config_t *c = &m->cfg;
+    memset(m, 0, sizeof(*m));
+    c->arch = TDM_ARCH_LLAMA;
+    c->vocab_size = 32000;
+    c->hidden_size = 2048;
+    c->intermediate_size = 5632;
+    c->num_layers = 22;
+    c->num_heads = 32;
+    c->num_kv_heads = 4;
+    c->head_dim = 64;
+    c->max_position_embeddings = 2048;
+    c->rms_norm_eps = 1e-5f;
+    c->rope_theta = 10000.0f;
+    c->rope_type = TDM_ROPE_DEFAULT;
+    c->weight_dtype = TDM_DTYPE_BF16;
+    c->bos_token_id = 1;
+    const size_t d = 2048, I = 5632, V = 32000, qd = 2048, kd = 256;
+    size_t per_layer = qd * d + 2 * kd * d + d * qd + 3 * I * d + 2 * d;
+    size_t total = per_layer * 22 + 2 * V * d + d;
+    m->mem = malloc(total * 2);
+    if (!m->mem)
+        return 0;
+    uint16_t *cur = m->mem;
+    const float sd = 1.0f / sqrtf((float)d), si = 1.0f / sqrtf((float)I);
+    for (int l = 0; l < 22; l++) {
+        tdm_layer_weights_t *w = &m->layers[l];
+        w->attn_norm = mat(&cur, 1, d, 0);
+        w->q = mat(&cur, qd, d, sd);
+        w->k = mat(&cur, kd, d, sd);
+        w->v = mat(&cur, kd, d, sd);
+        w->o = mat(&cur, d, qd, sd);
+        w->mlp_norm = mat(&cur, 1, d, 0);
+        w->gate = mat(&cur, I, d, sd);
+        w->up = mat(&cur, I, d, sd);
+        w->down = mat(&cur, d, I, si);
+    }
+    m->view.embed = mat(&cur, V, d, 1.0f);
+    m->view.lm_head = mat(&cur, V, d, 3.0f * sd);
+    m->view.final_norm = mat(&cur, 1, d, 0);
+    m->view.cfg = c;
+    m->view.tp_size = 1;
+    m->view.heads_r = 32;
+    m->view.kv_heads_r = 4;
+    m->view.inter_r = 5632;
+    m->view.layers = m->layers;
+    m->view.resident_bytes = total * 2 - V * d * 2 + d * 2; /* embedding: one row per token */
+    return 1;
+}
+
+/* One run of bs sequences: prefill, then `steps` greedy steps; returns decode seconds. */
+static tdm_status_t decode_run(tdm_cuda_engine_t *e, uint32_t bs, const int32_t *prompt,
+                               uint32_t steps, uint32_t per, int32_t *first_tokens, double *ret_s)
+{
+    static uint32_t pages[MAXBS * 64];
+    tdm_cuda_seq_t seqs[MAXBS];
+    int32_t cur[MAXBS], ids[MAXBS];
+    uint32_t rows;
+    for (uint32_t i = 0; i < bs * per; i++)
+        pages[i] = i;
+    for (uint32_t i = 0; i < bs; i++)
+        seqs[i] = (tdm_cuda_seq_t){prompt + (size_t)i * PROMPT, PROMPT, 0, pages + i * per, per, 0};
+    TDM_TRY(tdm_cuda_engine_forward(e, seqs, bs, NULL, ids, bs, &rows));
+    memcpy(cur, ids, bs * sizeof(int32_t));
+    if (first_tokens)
+        first_tokens[0] = ids[0];
+    double t0 = now_s();
+    for (uint32_t s = 0; s < steps; s++) {
+        for (uint32_t i = 0; i < bs; i++)
+            seqs[i] = (tdm_cuda_seq_t){&cur[i], 1, PROMPT + s, pages + i * per, per, 0};
+        TDM_TRY(tdm_cuda_engine_forward(e, seqs, bs, NULL, ids, bs, &rows));
+        memcpy(cur, ids, bs * sizeof(int32_t));
+        if (first_tokens && s + 1 < CMP_TOKENS)
+            first_tokens[s + 1] = ids[0];
+    }
+    *ret_s = now_s() - t0;
+    return TDM_OK;
+}
+
+/* The CPU path's first CMP_TOKENS greedy tokens and their top-1 margins. */
+static tdm_status_t cpu_tokens(const model_t *m, const int32_t *prompt, int32_t *tok,
+                               double *margin)
+{
+    tdm_backend_t be;
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *pool = NULL;
+    tdm_graph_t *g = NULL;
+    uint32_t pages[32], rows;
+    const uint32_t V = m->cfg.vocab_size;
+    float *lg = malloc((size_t)V * 4);
+    tdm_status_t st;
+    if (!lg)
+        return TDM_ERR_NOMEM;
+    for (uint32_t i = 0; i < 32; i++)
+        pages[i] = i;
+    st = tdm_backend_cpu_init(0, &be);
+    if (st != TDM_OK)
+        goto out_lg;
+    if ((st = tdm_kv_layout_init(&m->cfg, TDM_DTYPE_BF16, 16, 1, 0, &l)) != TDM_OK ||
+        (st = tdm_kv_pool_init(&l, 32, &pool)) != TDM_OK ||
+        (st = tdm_graph_init(&m->view, tdm_kv_pool_buffers(pool), &be, NULL, PROMPT, &g)) != TDM_OK)
+        goto out;
+    int32_t cur = 0;
+    for (uint32_t s = 0; s < CMP_TOKENS && st == TDM_OK; s++) {
+        tdm_graph_seq_t q = {
+            s == 0 ? prompt : &cur, s == 0 ? PROMPT : 1, s == 0 ? 0 : PROMPT + s - 1, pages, 32, 0};
+        st = tdm_graph_forward(g, &q, 1, lg, 1, &rows);
+        if (st != TDM_OK)
+            break;
+        uint32_t b = 0, b2 = UINT32_MAX;
+        for (uint32_t i = 1; i < V; i++)
+            if (lg[i] > lg[b])
+                b = i;
+        for (uint32_t i = 0; i < V; i++)
+            if (i != b && (b2 == UINT32_MAX || lg[i] > lg[b2]))
+                b2 = i;
+        tok[s] = (int32_t)b;
+        margin[s] = (double)lg[b] - lg[b2];
+        cur = (int32_t)b;
+    }
+out:
+    tdm_graph_free(g);
+    tdm_kv_pool_free(pool);
+    tdm_backend_cpu_free(&be);
+out_lg:
+    free(lg);
+    return st;
+}
+
+int main(void)
+{
+    static model_t m;
+    static int32_t prompt[MAXBS * PROMPT], long_prompt[2048];
+    tdm_cuda_engine_t *e = NULL;
+    tdm_cuda_engine_opts_t o;
+    const char *s;
+    int runs = (s = getenv("TDM_BENCH_RUNS")) ? atoi(s) : 5;
+    uint32_t steps = (s = getenv("TDM_BENCH_NEW")) ? (uint32_t)atoi(s) : 256;
+    static const uint32_t bss[3] = {1, 8, 32};
+    double tok_s[3] = {0}, prefill_tok_s = 0, copy_gbps = 0, roofline = 0, times[16];
+    int32_t gpu_first[CMP_TOKENS], cpu_first[CMP_TOKENS];
+    double cpu_margin[CMP_TOKENS];
+    char line[256];
+
+    if (runs < 1 || runs > 16)
+        runs = 5;
+    if (steps < CMP_TOKENS || steps > 1000)
+        steps = 256;
+    if (getenv("TDM_UNDER_SANITIZER")) {
+        printf("1..0 # SKIP benchmark\n");
+        return 0;
+    }
+    printf("1..6\n");
+    double t0 = now_s();
+    if (!model_init(&m)) {
+        tap(0, "random TinyLlama-shape weights", NULL);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(prompt) / sizeof(prompt[0]); i++)
+        prompt[i] = (int32_t)(rnd() % 32000);
+    for (size_t i = 0; i < 2048; i++)
+        long_prompt[i] = (int32_t)(rnd() % 32000);
+    printf("# weights generated in %.1f s\n", now_s() - t0);
+
+    tdm_cuda_engine_opts_default(&o);
+    o.max_tokens = 4096;
+    o.max_batch = MAXBS;
+    o.max_pages_per_seq = 128;
+    t0 = now_s();
+    tdm_status_t st = tdm_cuda_engine_init(&m.view, &o, &e);
+    snprintf(line, sizeof(line), " (%s; %u KV pages from mem-fraction %.2f; %.1f s)",
+             tdm_status_str(st), e ? tdm_cuda_engine_num_pages(e) : 0, o.mem_fraction_static,
+             now_s() - t0);
+    tap(st == TDM_OK, "engine init", line);
+    if (st != TDM_OK)
+        return 1;
+
+    /* copy bandwidth and the bs1 roofline: weight bytes one token reads */
+    double ms = 0;
+    if (tdm_cuda_bench_copy((size_t)2 << 30, 10, &ms) == TDM_OK)
+        copy_gbps = 2.0 * (double)((size_t)2 << 30) / (ms * 1e-3) / 1e9;
+    roofline = copy_gbps * 1e9 / (double)m.view.resident_bytes;
+    printf("# bench copy %.0f GB/s; weights read per token %.3f GB; bs1 roofline %.0f tok/s\n",
+           copy_gbps, (double)m.view.resident_bytes / 1e9, roofline);
+
+    int dec_ok = 1;
+    for (int b = 0; b < 3; b++) {
+        uint32_t bs = bss[b], per = (PROMPT + steps + 15) / 16;
+        for (int r = 0; r < runs && st == TDM_OK; r++) {
+            double sec = 0;
+            st = decode_run(e, bs, prompt, steps, per, (b == 0 && r == 0) ? gpu_first : NULL, &sec);
+            times[r] = sec;
+        }
+        if (st != TDM_OK) {
+            dec_ok = 0;
+            break;
+        }
+        tok_s[b] = (double)bs * steps / median(times, runs);
+        printf("# bench tandem decode bs%u: %.0f tok/s (median of %d, %u steps, %.1f us/step)\n",
+               bs, tok_s[b], runs, steps, 1e6 * bs / tok_s[b]);
+    }
+    tap(dec_ok, "decode bs1/8/32", NULL);
+
+    /* prefill 2048 */
+    {
+        static uint32_t pages[128];
+        uint32_t rows;
+        int32_t id;
+        for (uint32_t i = 0; i < 128; i++)
+            pages[i] = i;
+        tdm_cuda_seq_t q = {long_prompt, 2048, 0, pages, 128, 0};
+        st = tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows); /* warm-up */
+        for (int r = 0; r < runs && st == TDM_OK; r++) {
+            double t = now_s();
+            st = tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows);
+            times[r] = now_s() - t;
+        }
+        if (st == TDM_OK) {
+            prefill_tok_s = 2048.0 / median(times, runs);
+            printf("# bench tandem prefill 2048: %.0f tok/s (%.2f ms)\n", prefill_tok_s,
+                   2048e3 / prefill_tok_s);
+        }
+        tap(st == TDM_OK, "prefill 2048", NULL);
+    }
+    tdm_cuda_engine_free(e);
+
+    /* the CPU path's first 32 greedy tokens */
+    int cmp_ok = 1, first_div = -1;
+    double div_margin = 0;
+    if (!(s = getenv("TDM_BENCH_CPU")) || strcmp(s, "0")) {
+        t0 = now_s();
+        st = cpu_tokens(&m, prompt, cpu_first, cpu_margin);
+        printf("# cpu path: %u tokens in %.1f s (%s)\n", CMP_TOKENS, now_s() - t0,
+               tdm_status_str(st));
+        cmp_ok = st == TDM_OK;
+        for (uint32_t i = 0; i < CMP_TOKENS && cmp_ok; i++)
+            if (gpu_first[i] != cpu_first[i]) {
+                first_div = (int)i;
+                div_margin = cpu_margin[i];
+                cmp_ok = cpu_margin[i] <= 1e-2;
+                break;
+            }
+        double minm = INFINITY;
+        for (uint32_t i = 0; i < CMP_TOKENS; i++)
+            minm = fmin(minm, cpu_margin[i]);
+        snprintf(line, sizeof(line), " (first divergence %d, margin there %.3g; min margin %.3g)",
+                 first_div, div_margin, minm);
+        tap(cmp_ok, "first 32 greedy tokens of bs1 equal the CPU path's (margin rule)", line);
+    } else {
+        tap(1, "CPU comparison skipped (TDM_BENCH_CPU=0)", NULL);
+        first_div = -2;
+    }
+    tap(roofline > 0, "copy bandwidth measured", NULL);
+    tap(tok_s[0] > 0 && prefill_tok_s > 0, "all figures measured", NULL);
+
+    const char *dir = getenv("TDM_BENCH_OUT");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/gpu_decode_tandem.json", dir ? dir : ".");
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f,
+                "{\"decode_bs1_tok_s\": %.1f, \"decode_bs8_tok_s\": %.1f, "
+                "\"decode_bs32_tok_s\": %.1f, \"prefill_2048_tok_s\": %.1f, \"copy_GBps\": %.1f, "
+                "\"roofline_bs1_tok_s\": %.1f, \"weight_bytes_per_token\": %llu, "
+                "\"runs\": %d, \"new_tokens\": %u, \"prompt\": %u, "
+                "\"cpu_match_32\": %s, \"cpu_first_divergence\": %d}\n",
+                tok_s[0], tok_s[1], tok_s[2], prefill_tok_s, copy_gbps, roofline,
+                (unsigned long long)m.view.resident_bytes, runs, steps, PROMPT,
+                cmp_ok ? "true" : "false", first_div);
+        fclose(f);
+    }
+    free(m.mem);
+    return 0;
+}

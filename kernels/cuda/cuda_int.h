@@ -1,0 +1,139 @@
+/*
+ * kernels/cuda/cuda_int.h — the CUDA kernels' launch interface, shared by ops.cu (kernels),
+ * engine.cu (the GPU forward) and ops_host.cu (the host-array wrappers the tests call). C++ only.
+ *
+ * Conventions: every pointer is device memory; activations are fp32 row-major; weights keep the
+ * checkpoint's dtype (bf16, f16 or f32), contiguous rows; every launch goes to `stream` and never
+ * synchronises. Shapes in the comments: n rows, K input features, M output features, H query
+ * heads, KV key/value heads, hd head_dim, G = H / KV (<= TDM_CUDA_MAX_GROUP).
+ */
+#ifndef TDM_KERNELS_CUDA_INT_H
+#define TDM_KERNELS_CUDA_INT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include <tdm/kv.h>
+#include <tdm/log.h>
+#include <tdm/status.h>
+}
+
+#define TDM_CUDA_MAX_GROUP 8u   /* query heads per KV head */
+#define TDM_CUDA_MAX_HD 256u    /* head_dim */
+#define TDM_CUDA_MAX_SPLITS 32u /* split-K partitions of one decode attention row */
+
+#define TDM_CUDA_CHECK_GOTO(call, st, label)                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            tdm_err(TDM_SUB_CUDA, "msg=\"%s failed\" err=\"%s\" at=%s:%d", #call,                  \
+                    cudaGetErrorString(e_), __FILE__, __LINE__);                                   \
+            (st) = e_ == cudaErrorMemoryAllocation ? TDM_ERR_NOMEM : TDM_ERR_CUDA;                 \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+#define TDM_CUBLAS_CHECK_GOTO(call, st, label)                                                     \
+    do {                                                                                           \
+        cublasStatus_t e_ = (call);                                                                \
+        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            tdm_err(TDM_SUB_CUDA, "msg=\"%s failed\" err=%d at=%s:%d", #call, (int)e_, __FILE__,   \
+                    __LINE__);                                                                     \
+            (st) = TDM_ERR_CUDA;                                                                   \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* The KV pool as kernels see it: the layout descriptor's offsets over one device allocation. */
+typedef struct tdm_cuda_kv {
+    uint8_t *base;
+    uint64_t layer_bytes;
+    uint64_t off[TDM_KV_SUB_MAX];
+    uint64_t page_stride[TDM_KV_SUB_MAX];
+    uint32_t bpt[TDM_KV_SUB_MAX]; /* bytes per token */
+    uint32_t page_size, kv_heads, hd, num_pages;
+    int fp8; /* 0: bf16 K/V; 1: fp8 e4m3 with fp32 per-token-per-head scales */
+} tdm_cuda_kv_t;
+
+tdm_status_t tdm_cuda_kv_from_buffers(const tdm_kv_buffers_t *b, tdm_cuda_kv_t *ret);
+
+/* Rows of a call: absolute position and where the row's page table starts in `pages`. */
+typedef struct tdm_cuda_rows {
+    const uint32_t *pos;     /* (n) */
+    const uint32_t *ptoff;   /* (n) */
+    const uint32_t *pages;   /* page tables, concatenated */
+    const uint32_t *nactive; /* device scalar: rows >= *nactive are padding (KV untouched) */
+} tdm_cuda_rows_t;
+
+/* GEMV input/epilogue modes (bit flags). */
+enum {
+    TDM_GEMV_NORM = 1,  /* x_eff = x * rsqrt(mean(x^2) + eps) * norm_w (RMSNorm fused) */
+    TDM_GEMV_SILU = 2,  /* x is (n, 2K) gate|up: x_eff = silu(gate) * up */
+    TDM_GEMV_ACCUM = 4, /* y += result (residual add fused); else y = result + bias */
+};
+
+typedef struct tdm_cuda_gemv {
+    const float *x;       /* (n, ldx) */
+    uint32_t ldx;         /* row stride of x in floats */
+    const uint32_t *xrow; /* NULL, or x row of output row r (gathered rows) */
+    uint32_t n, K, M;
+    int wdtype;          /* TDM_DTYPE_BF16 / F16 / F32 */
+    const void *w;       /* (M, K) contiguous */
+    const float *bias;   /* (M) or NULL */
+    const float *norm_w; /* (K) with TDM_GEMV_NORM */
+    float eps;
+    int flags;
+    float *y; /* (n, ldy) */
+    uint32_t ldy;
+} tdm_cuda_gemv_t;
+
+/* Memory-bound y = x·Wᵀ for small n; any n works (rows are processed NR at a time). */
+tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream);
+
+/* y (n, M) fp32 = xb (n, K) bf16 · Wᵀ (M, K) bf16 (+ beta * y) through cuBLAS, fp32 accumulation.
+ */
+tdm_status_t tdm_cuda_gemm_bf16(cublasHandle_t h, const uint16_t *xb, uint32_t n, uint32_t K,
+                                const uint16_t *w, uint32_t M, float beta, float *y);
+
+/* out (n, d) = rows ids[i] of the table (V, d) widened to fp32. */
+tdm_status_t tdm_cuda_embed(const void *table, int dtype, const int32_t *ids, uint32_t n,
+                            uint32_t d, float *out, cudaStream_t stream);
+
+/* Fused residual add + RMSNorm: if add, resid += add; out[j] = resid[row(j)] * rs * w.
+ * xrow NULL: row(j) = j (in place add on every row); else gathered rows (add must be NULL).
+ * Exactly one of out_f32 / out_bf16 is non-NULL. */
+tdm_status_t tdm_cuda_rmsnorm(float *resid, const float *add, const uint32_t *xrow, const float *w,
+                              float eps, uint32_t n, uint32_t d, float *out_f32, uint16_t *out_bf16,
+                              cudaStream_t stream);
+
+/* (count) fp32 → bf16, RNE. */
+tdm_status_t tdm_cuda_to_bf16(const float *x, size_t count, uint16_t *out, cudaStream_t stream);
+/* y (n, ldy)[:, 0:M] += bias (M). */
+tdm_status_t tdm_cuda_add_bias(float *y, uint32_t n, uint32_t M, uint32_t ldy, const float *bias,
+                               cudaStream_t stream);
+/* out (n, I) bf16 or fp32 = silu(gu[:, 0:I]) * gu[:, I:2I]; gu (n, 2I). */
+tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, float *out_f32,
+                               uint16_t *out_bf16, cudaStream_t stream);
+
+/* qkv (n, (H + 2 KV) hd): RoPE on q and k in place (inv_freq (hd/2) on the device), then k and v
+ * of active rows written into the cache of `layer` at their positions (bf16 RNE or fp8 e4m3 with
+ * amax/448 scales, bit-identical to tdm_kv_fp8_encode). */
+tdm_status_t tdm_cuda_rope_kv_write(float *qkv, uint32_t n, uint32_t H, const float *inv_freq,
+                                    const tdm_cuda_kv_t *kv, uint32_t layer,
+                                    const tdm_cuda_rows_t *rows, cudaStream_t stream);
+
+/* Split-K paged attention: q from qkv (n, (H + 2 KV) hd) at column 0, every row attends to
+ * positions [0, pos] of its sequence; `splits` partitions per (row, KV head); part_* workspace
+ * (n, H, splits, hd) and (n, H, splits) floats. out (n, H, hd) fp32, and bf16 when out_bf16. */
+tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const tdm_cuda_kv_t *kv,
+                                uint32_t layer, const tdm_cuda_rows_t *rows, uint32_t splits,
+                                float *part_o, float *part_ml, float *out, uint16_t *out_bf16,
+                                cudaStream_t stream);
+
+/* ret_ids[j] = first index of the max of logits row j (m, V); NaN never wins. */
+tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids,
+                             cudaStream_t stream);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * kernels/cuda/engine.h — the GPU forward of one rank (tp_size 1): the Llama/Qwen2 graph of
+ * dataplane/model/forward.c on the CUDA kernels, with the weights and the paged KV pool resident on
+ * the device.
+ *
+ * Contract:
+ *  - Weights are copied once from a tdm_model_view_t (any of bf16/f16/f32, kept in that dtype;
+ *    q|k|v and gate|up concatenated row-wise so each is one GEMV). Activations are fp32, every
+ *    product accumulates in fp32; GEMMs of more than `gemv_max_rows` rows with bf16 weights go
+ *    through cuBLAS on bf16 copies of the activations.
+ *  - The KV pool is one cudaMalloc laid out by the same descriptor as the host pool
+ *    (tdm_kv_layout_init + tdm_kv_layout_region_offset) and sized by the same configurator
+ *    (tdm_kv_pool_configure) from a budget of mem_fraction_static × the free device memory at
+ *    init, minus weights and scratch. KV dtypes: bf16 and fp8 e4m3 (+ scales).
+ *  - Page ids are chosen by the caller (the leader's allocator); the engine validates them.
+ *  - A decode call (every sequence contributes one token, at most max_batch of them) replays a
+ *    CUDA graph captured once per batch-size bucket (1, 2, 4, 8, 16, 32, ...); the call copies its
+ *    plan (ids, positions, page tables) into fixed device buffers, launches, and waits once for
+ *    the argmax (and logits when asked). Nothing synchronises per layer. Other calls (prefill
+ *    chunks, mixed batches) launch the same kernels eagerly.
+ *  - Results are held to a tolerance against the CPU backend, not bit-exactness (DESIGN §9).
+ * Threading: one thread at a time per engine. Errors: TDM_ERR_INVAL (shapes), TDM_ERR_RANGE (ids,
+ * positions, pages), TDM_ERR_OVERFLOW (batch beyond the limits), TDM_ERR_UNSUPPORTED (dtype, head
+ * size, GQA group > 8, tp_size > 1), TDM_ERR_NOMEM, TDM_ERR_CUDA (logged once); a failed forward
+ * may have written KV of the positions of that call only.
+ */
+#ifndef TDM_KERNELS_CUDA_ENGINE_H
+#define TDM_KERNELS_CUDA_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tdm/kv.h>
+#include <tdm/model.h>
+#include <tdm/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdm_cuda_engine tdm_cuda_engine_t;
+
+typedef struct tdm_cuda_engine_opts {
+    double mem_fraction_static; /* share of the free device memory for weights + KV (0.9) */
+    uint32_t max_tokens;        /* rows of one call (prefill chunk), default 4096 */
+    uint32_t max_batch;         /* sequences of one call and largest graph bucket, default 32 */
+    uint32_t max_pages_per_seq; /* default 256 */
+    uint32_t max_pages;         /* cap on the pool's pages (0: as many as fit) */
+    uint32_t max_logit_rows;    /* logits rows of one call, default max(max_batch, 256) */
+    uint32_t gemv_max_rows;     /* rows up to which the GEMV path runs, default 8 (env
+                                   TDM_CUDA_GEMV_ROWS) */
+    int use_graphs;             /* 1 (default): decode through CUDA graphs; env TDM_CUDA_GRAPHS=0 */
+    tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
+    uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
+} tdm_cuda_engine_opts_t;
+
+void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o);
+
+/* One sequence's span of new tokens; the same fields as tdm_graph_seq_t. */
+typedef struct tdm_cuda_seq {
+    const int32_t *tokens;
+    uint32_t n_tokens;
+    uint32_t pos0;
+    const uint32_t *pages; /* covers [0, pos0 + n_tokens) */
+    uint32_t n_pages;
+    int all_logits;
+} tdm_cuda_seq_t;
+
+/* view must outlive the call only (weights are copied). */
+tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_engine_opts_t *opts,
+                                  tdm_cuda_engine_t **ret_engine);
+void tdm_cuda_engine_free(tdm_cuda_engine_t *e);
+
+uint32_t tdm_cuda_engine_num_pages(const tdm_cuda_engine_t *e);
+const tdm_kv_layout_t *tdm_cuda_engine_layout(const tdm_cuda_engine_t *e);
+/* The device pool as the kernels see it (base is device memory). */
+const tdm_kv_buffers_t *tdm_cuda_engine_kv(const tdm_cuda_engine_t *e);
+uint64_t tdm_cuda_engine_weight_bytes(const tdm_cuda_engine_t *e);
+
+/* Run one batch. Rows of logits as in tdm_graph_forward; logits (host, cap_rows × vocab) may be
+ * NULL; ret_ids (host, cap_rows) receives each logits row's argmax and may be NULL. */
+tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                     uint32_t n_seqs, float *logits, int32_t *ret_ids,
+                                     uint32_t cap_rows, uint32_t *ret_rows);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,355 @@
+/*
+ * ops_host.cu — host-array wrappers around the kernels of ops.cu (see ops.h): fresh device
+ * buffers per call, outputs poisoned before each launch, one synchronisation at the end. Used by
+ * the tolerance tests and the micro-benchmarks; the engine never goes through here.
+ */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string.h>
+#include <vector>
+
+#include "cuda_int.h"
+#include "ops.h"
+
+namespace
+{
+
+/* Device buffers freed at scope exit. */
+struct dev {
+    std::vector<void *> ptrs;
+    ~dev()
+    {
+        for (void *p : ptrs)
+            cudaFree(p);
+    }
+    template <typename T> tdm_status_t alloc(T **ret, size_t bytes, const void *init)
+    {
+        void *p = NULL;
+        if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+            tdm_err(TDM_SUB_CUDA, "msg=\"cudaMalloc failed\" bytes=%zu", bytes);
+            return TDM_ERR_NOMEM;
+        }
+        ptrs.push_back(p);
+        /* poison: 0xff bytes are NaN in fp32 and bf16 */
+        cudaError_t e = init && bytes ? cudaMemcpy(p, init, bytes, cudaMemcpyHostToDevice)
+                                      : cudaMemset(p, 0xff, bytes ? bytes : 1);
+        if (e != cudaSuccess)
+            return TDM_ERR_CUDA;
+        *ret = (T *)p;
+        return TDM_OK;
+    }
+};
+
+tdm_status_t sync_back(void *host, const void *devp, size_t bytes)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess && bytes)
+        e = cudaMemcpy(host, devp, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"kernel or copy failed\" err=\"%s\"", cudaGetErrorString(e));
+        return TDM_ERR_CUDA;
+    }
+    return TDM_OK;
+}
+
+size_t dsize(int dt)
+{
+    return dt == TDM_DTYPE_F32 ? 4 : 2;
+}
+
+float bf16_to_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+struct kv_dev {
+    tdm_kv_buffers_t b;
+    tdm_cuda_kv_t k;
+};
+
+tdm_status_t make_kv(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *dbase, kv_dev *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->b.layout = l;
+    ret->b.base = dbase;
+    ret->b.num_pages = num_pages;
+    uint64_t pool = 0;
+    TDM_TRY(tdm_kv_layout_pool_bytes(l, num_pages, &pool));
+    ret->b.layer_bytes =
+        l->num_layers > 1 ? tdm_kv_layout_region_offset(l, num_pages, 1, TDM_KV_SUB_K) : pool;
+    for (uint32_t s = 0; s < l->n_sub; s++)
+        ret->b.sub_offset[s] = tdm_kv_layout_region_offset(l, num_pages, 0, (tdm_kv_sub_t)s);
+    return tdm_cuda_kv_from_buffers(&ret->b, &ret->k);
+}
+
+} // namespace
+
+tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
+                                const void *w, const float *bias, const float *norm_w, float eps,
+                                int flags, int use_cublas, float *y)
+{
+    dev d;
+    float *dx, *dy, *db = NULL, *dn = NULL;
+    void *dw;
+    uint32_t ldx = (flags & TDM_GEMV_SILU) ? 2 * K : K;
+    if (!x || !w || !y || n == 0)
+        return TDM_ERR_INVAL;
+    TDM_TRY(d.alloc(&dx, (size_t)n * ldx * 4, x));
+    TDM_TRY(d.alloc(&dw, (size_t)M * K * dsize(wdtype), w));
+    TDM_TRY(d.alloc(&dy, (size_t)n * M * 4, (flags & TDM_GEMV_ACCUM) ? y : NULL));
+    if (bias)
+        TDM_TRY(d.alloc(&db, (size_t)M * 4, bias));
+    if (norm_w)
+        TDM_TRY(d.alloc(&dn, (size_t)K * 4, norm_w));
+    if (use_cublas) {
+        uint16_t *xb;
+        cublasHandle_t h;
+        tdm_status_t st;
+        if (wdtype != TDM_DTYPE_BF16 || (flags & ~TDM_GEMV_ACCUM) || bias)
+            return TDM_ERR_INVAL;
+        TDM_TRY(d.alloc(&xb, (size_t)n * K * 2, NULL));
+        TDM_TRY(tdm_cuda_to_bf16(dx, (size_t)n * K, xb, 0));
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+            return TDM_ERR_CUDA;
+        st = tdm_cuda_gemm_bf16(h, xb, n, K, (const uint16_t *)dw, M,
+                                (flags & TDM_GEMV_ACCUM) ? 1.0f : 0.0f, dy);
+        cudaDeviceSynchronize();
+        cublasDestroy(h);
+        TDM_TRY(st);
+    } else {
+        tdm_cuda_gemv_t a = {dx, ldx, NULL, n, K, M, wdtype, dw, db, dn, eps, flags, dy, M};
+        TDM_TRY(tdm_cuda_gemv(&a, 0));
+    }
+    return sync_back(y, dy, (size_t)n * M * 4);
+}
+
+tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint32_t d,
+                                 const int32_t *ids, uint32_t n, float *out)
+{
+    dev dv;
+    void *dt;
+    int32_t *di;
+    float *dout;
+    TDM_TRY(dv.alloc(&dt, (size_t)V * d * dsize(dtype), table));
+    TDM_TRY(dv.alloc(&di, (size_t)n * 4, ids));
+    TDM_TRY(dv.alloc(&dout, (size_t)n * d * 4, NULL));
+    TDM_TRY(tdm_cuda_embed(dt, dtype, di, n, d, dout, 0));
+    return sync_back(out, dout, (size_t)n * d * 4);
+}
+
+tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *w, float eps,
+                                   uint32_t n, uint32_t d, int as_bf16, float *out)
+{
+    dev dv;
+    float *dr, *da = NULL, *dw, *dout = NULL;
+    uint16_t *db = NULL;
+    TDM_TRY(dv.alloc(&dr, (size_t)n * d * 4, resid));
+    if (add)
+        TDM_TRY(dv.alloc(&da, (size_t)n * d * 4, add));
+    TDM_TRY(dv.alloc(&dw, (size_t)d * 4, w));
+    if (as_bf16)
+        TDM_TRY(dv.alloc(&db, (size_t)n * d * 2, NULL));
+    else
+        TDM_TRY(dv.alloc(&dout, (size_t)n * d * 4, NULL));
+    TDM_TRY(tdm_cuda_rmsnorm(dr, da, NULL, dw, eps, n, d, dout, db, 0));
+    TDM_TRY(sync_back(resid, dr, (size_t)n * d * 4));
+    if (!as_bf16)
+        return sync_back(out, dout, (size_t)n * d * 4);
+    std::vector<uint16_t> h((size_t)n * d);
+    TDM_TRY(sync_back(h.data(), db, h.size() * 2));
+    for (size_t i = 0; i < h.size(); i++)
+        out[i] = bf16_to_f32(h[i]);
+    return TDM_OK;
+}
+
+tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, float *out)
+{
+    dev dv;
+    float *dg, *dout;
+    TDM_TRY(dv.alloc(&dg, (size_t)n * 2 * I * 4, gu));
+    TDM_TRY(dv.alloc(&dout, (size_t)n * I * 4, NULL));
+    TDM_TRY(tdm_cuda_silu_mul(dg, n, I, dout, NULL, 0));
+    return sync_back(out, dout, (size_t)n * I * 4);
+}
+
+static tdm_status_t rows_dev(dev &dv, uint32_t n, const uint32_t *pos, const uint32_t *ptoff,
+                             const uint32_t *pages, uint32_t np, uint32_t nactive,
+                             tdm_cuda_rows_t *ret)
+{
+    uint32_t *dp, *dt, *dg, *dn;
+    TDM_TRY(dv.alloc(&dp, (size_t)n * 4, pos));
+    TDM_TRY(dv.alloc(&dt, (size_t)n * 4, ptoff));
+    TDM_TRY(dv.alloc(&dg, (size_t)np * 4, pages));
+    TDM_TRY(dv.alloc(&dn, 4, &nactive));
+    *ret = {dp, dt, dg, dn};
+    return TDM_OK;
+}
+
+tdm_status_t tdm_cuda_test_rope_kv(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *pool,
+                                   uint32_t layer, float *qkv, uint32_t n, uint32_t H,
+                                   const float *inv_freq, const uint32_t *pos,
+                                   const uint32_t *ptoff, const uint32_t *pages,
+                                   uint32_t n_pages_total, uint32_t nactive)
+{
+    dev dv;
+    uint64_t pool_bytes = 0;
+    uint8_t *dpool;
+    float *dq, *df;
+    kv_dev kd;
+    tdm_cuda_rows_t rows;
+    size_t qbytes = (size_t)n * (H + 2 * l->num_kv_heads) * l->head_dim * 4;
+    TDM_TRY(tdm_kv_layout_pool_bytes(l, num_pages, &pool_bytes));
+    TDM_TRY(dv.alloc(&dpool, pool_bytes, pool));
+    TDM_TRY(dv.alloc(&dq, qbytes, qkv));
+    TDM_TRY(dv.alloc(&df, (size_t)l->head_dim / 2 * 4, inv_freq));
+    TDM_TRY(make_kv(l, num_pages, dpool, &kd));
+    TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
+    TDM_TRY(tdm_cuda_rope_kv_write(dq, n, H, df, &kd.k, layer, &rows, 0));
+    TDM_TRY(sync_back(qkv, dq, qbytes));
+    return sync_back(pool, dpool, pool_bytes);
+}
+
+tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
+                                     const uint8_t *pool, uint32_t layer, const float *qkv,
+                                     uint32_t n, uint32_t H, const uint32_t *pos,
+                                     const uint32_t *ptoff, const uint32_t *pages,
+                                     uint32_t n_pages_total, uint32_t splits, float *out)
+{
+    dev dv;
+    uint64_t pool_bytes = 0;
+    uint8_t *dpool;
+    float *dq, *dpo, *dpm, *dout;
+    kv_dev kd;
+    tdm_cuda_rows_t rows;
+    const uint32_t hd = l->head_dim;
+    TDM_TRY(tdm_kv_layout_pool_bytes(l, num_pages, &pool_bytes));
+    TDM_TRY(dv.alloc(&dpool, pool_bytes, pool));
+    TDM_TRY(dv.alloc(&dq, (size_t)n * (H + 2 * l->num_kv_heads) * hd * 4, qkv));
+    TDM_TRY(dv.alloc(&dpo, (size_t)n * H * splits * hd * 4, NULL));
+    TDM_TRY(dv.alloc(&dpm, (size_t)n * H * splits * 2 * 4, NULL));
+    TDM_TRY(dv.alloc(&dout, (size_t)n * H * hd * 4, NULL));
+    TDM_TRY(make_kv(l, num_pages, dpool, &kd));
+    TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, n, &rows));
+    TDM_TRY(tdm_cuda_attention(dq, n, H, &kd.k, layer, &rows, splits, dpo, dpm, dout, NULL, 0));
+    return sync_back(out, dout, (size_t)n * H * hd * 4);
+}
+
+tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids)
+{
+    dev dv;
+    float *dl;
+    int32_t *di;
+    TDM_TRY(dv.alloc(&dl, (size_t)m * V * 4, logits));
+    TDM_TRY(dv.alloc(&di, (size_t)m * 4, NULL));
+    TDM_TRY(tdm_cuda_argmax(dl, m, V, di, 0));
+    return sync_back(ret_ids, di, (size_t)m * 4);
+}
+
+static tdm_status_t time_reps(int reps, double *ret_ms, tdm_status_t (*fn)(void *), void *arg)
+{
+    cudaEvent_t a, b;
+    std::vector<float> ms;
+    tdm_status_t st = TDM_OK;
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess)
+        return TDM_ERR_CUDA;
+    for (int w = 0; w < 3 && st == TDM_OK; w++)
+        st = fn(arg);
+    for (int r = 0; r < reps && st == TDM_OK; r++) {
+        float t = 0;
+        cudaEventRecord(a);
+        st = fn(arg);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&t, a, b);
+        ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    if (st != TDM_OK || cudaDeviceSynchronize() != cudaSuccess)
+        return st != TDM_OK ? st : TDM_ERR_CUDA;
+    std::sort(ms.begin(), ms.end());
+    *ret_ms = ms[ms.size() / 2];
+    return TDM_OK;
+}
+
+__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        /* values in about [-0.06, 0.06]: sign, exponent 2^-5..2^-8, random mantissa */
+        p[i] = (uint16_t)(((h & 1u) << 15) | ((0x7au + ((h >> 1) & 3u)) << 7) | ((h >> 3) & 0x7fu));
+    }
+}
+
+struct gemv_bench {
+    tdm_cuda_gemv_t a;
+    int use_cublas;
+    cublasHandle_t h;
+    uint16_t *xb;
+};
+
+static tdm_status_t gemv_once(void *arg)
+{
+    gemv_bench *b = (gemv_bench *)arg;
+    if (b->use_cublas)
+        return tdm_cuda_gemm_bf16(b->h, b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M,
+                                  0.0f, b->a.y);
+    return tdm_cuda_gemv(&b->a, 0);
+}
+
+tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cublas, int reps,
+                                 double *ret_ms)
+{
+    dev dv;
+    gemv_bench b;
+    uint16_t *dw;
+    float *dx, *dy;
+    tdm_status_t st;
+    memset(&b, 0, sizeof(b));
+    TDM_TRY(dv.alloc(&dw, (size_t)M * K * 2, NULL));
+    TDM_TRY(dv.alloc(&dx, (size_t)n * K * 4, NULL));
+    TDM_TRY(dv.alloc(&dy, (size_t)n * M * 4, NULL));
+    TDM_TRY(dv.alloc(&b.xb, (size_t)n * K * 2, NULL));
+    fill_bf16_kernel<<<1024, 256>>>(dw, (size_t)M * K, 1u);
+    fill_bf16_kernel<<<64, 256>>>(b.xb, (size_t)n * K, 2u);
+    cudaMemset(dx, 0x3c, (size_t)n * K * 4); /* 0.0115..., never zeros */
+    b.a = {dx, K, NULL, n, K, M, TDM_DTYPE_BF16, dw, NULL, NULL, 0.0f, 0, dy, M};
+    b.use_cublas = use_cublas;
+    if (use_cublas && cublasCreate(&b.h) != CUBLAS_STATUS_SUCCESS)
+        return TDM_ERR_CUDA;
+    st = time_reps(reps, ret_ms, gemv_once, &b);
+    if (b.h)
+        cublasDestroy(b.h);
+    return st;
+}
+
+struct copy_bench {
+    void *a, *b;
+    size_t bytes;
+};
+
+static tdm_status_t copy_once(void *arg)
+{
+    copy_bench *c = (copy_bench *)arg;
+    return cudaMemcpyAsync(c->b, c->a, c->bytes, cudaMemcpyDeviceToDevice, 0) == cudaSuccess
+               ? TDM_OK
+               : TDM_ERR_CUDA;
+}
+
+tdm_status_t tdm_cuda_bench_copy(size_t bytes, int reps, double *ret_ms)
+{
+    dev dv;
+    copy_bench c;
+    TDM_TRY(dv.alloc(&c.a, bytes, NULL));
+    TDM_TRY(dv.alloc(&c.b, bytes, NULL));
+    c.bytes = bytes;
+    return time_reps(reps, ret_ms, copy_once, &c);
+}

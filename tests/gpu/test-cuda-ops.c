@@ -1,0 +1,527 @@
+/*
+ * test-cuda-ops.c — every CUDA kernel of kernels/cuda/ops.cu against an fp64 CPU reference on
+ * fresh random inputs (seeded from the clock, seed printed), outputs poisoned before each launch
+ * (ops_host.cu): relative L2 error <= 1e-5 where the kernel computes in fp32 from exact inputs,
+ * <= 1e-2 where it rounds to bf16; the bf16 and fp8 KV writes bit for bit against the CPU's
+ * encoders (tdm_f32_to_bf16, tdm_kv_fp8_encode); argmax exactly (ties, NaN). Shapes cover odd
+ * sizes (partial warps, a last output row without its pair), GQA groups of 1, 2 and 8, split-K
+ * of 1, 7 and 32 partitions, pages in random order, llama3 RoPE scaling. Then micro-benchmarks
+ * (GEMV vs cuBLAS at TinyLlama shapes, the device copy), skipped under compute-sanitizer.
+ * Without a device it skips with the reason.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tdm/kv.h>
+#include <tdm/model.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/smoke.h"
+#include "tap.h"
+
+static uint64_t rng_state;
+
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+/* roughly N(0, s^2) */
+static float rndn(float s)
+{
+    float a = 0;
+    for (int i = 0; i < 4; i++)
+        a += (float)rnd() / 4294967296.0f - 0.5f;
+    return a * 1.7320508f * s;
+}
+
+static double rel_l2(const float *got, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0)
+        return sqrt(num);
+    return sqrt(num / den); /* NaN anywhere makes this NaN: never <= tol */
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        abort();
+    return p;
+}
+
+/* weights of dtype dt from values v (rounded), and their exact fp64 values back */
+static void *make_w(const float *v, size_t n, int dt, double *exact)
+{
+    void *w = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == TDM_DTYPE_BF16) {
+            ((uint16_t *)w)[i] = tdm_f32_to_bf16(v[i]);
+            exact[i] = tdm_bf16_to_f32(((uint16_t *)w)[i]);
+        } else if (dt == TDM_DTYPE_F16) {
+            ((uint16_t *)w)[i] = tdm_f32_to_f16(v[i]);
+            exact[i] = tdm_f16_to_f32(((uint16_t *)w)[i]);
+        } else {
+            ((float *)w)[i] = v[i];
+            exact[i] = v[i];
+        }
+    }
+    return w;
+}
+
+static double silu_d(double g)
+{
+    return g / (1.0 + exp(-g));
+}
+
+static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, int bias, int cublas)
+{
+    uint32_t ldx = (flags & 2) ? 2 * K : K;
+    float *x = xmalloc((size_t)n * ldx * 4), *wv = xmalloc((size_t)M * K * 4);
+    float *b = xmalloc((size_t)M * 4), *nw = xmalloc((size_t)K * 4);
+    float *y = xmalloc((size_t)n * M * 4), *y0 = xmalloc((size_t)n * M * 4);
+    double *we = xmalloc((size_t)M * K * 8), *ref = xmalloc((size_t)n * M * 8);
+    double *xe = xmalloc((size_t)K * 8);
+    for (size_t i = 0; i < (size_t)n * ldx; i++)
+        x[i] = rndn(1.0f);
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        wv[i] = rndn(0.05f);
+    for (uint32_t i = 0; i < M; i++)
+        b[i] = rndn(0.5f);
+    for (uint32_t i = 0; i < K; i++)
+        nw[i] = 1.0f + rndn(0.1f);
+    for (size_t i = 0; i < (size_t)n * M; i++)
+        y[i] = y0[i] = rndn(1.0f);
+    void *w = make_w(wv, (size_t)M * K, dt, we);
+    for (uint32_t r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * ldx;
+        double rs = 1.0;
+        if (flags & 1) {
+            double ss = 0;
+            for (uint32_t k = 0; k < K; k++)
+                ss += (double)xr[k] * xr[k];
+            rs = 1.0 / sqrt(ss / K + 1e-5);
+        }
+        for (uint32_t k = 0; k < K; k++) {
+            if (flags & 2)
+                xe[k] = silu_d(xr[k]) * xr[K + k];
+            else if (cublas)
+                xe[k] = tdm_bf16_to_f32(tdm_f32_to_bf16(xr[k]));
+            else
+                xe[k] = (flags & 1) ? xr[k] * rs * nw[k] : xr[k];
+        }
+        for (uint32_t m = 0; m < M; m++) {
+            double s = 0;
+            for (uint32_t k = 0; k < K; k++)
+                s += we[(size_t)m * K + k] * xe[k];
+            ref[(size_t)r * M + m] =
+                (flags & 4) ? y0[(size_t)r * M + m] + s : s + (bias ? b[m] : 0.0);
+        }
+    }
+    tdm_status_t st = tdm_cuda_test_gemv(x, n, K, M, dt, w, bias ? b : NULL,
+                                         (flags & 1) ? nw : NULL, 1e-5f, flags, cublas, y);
+    double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
+    double tol = cublas ? 1e-2 : 1e-5;
+    ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
+       cublas ? "cuBLAS" : "GEMV", n, K, M,
+       dt == TDM_DTYPE_BF16  ? "bf16"
+       : dt == TDM_DTYPE_F16 ? "f16"
+                             : "f32",
+       flags, bias ? " +bias" : "", e, tol);
+    free(x), free(wv), free(b), free(nw), free(y), free(y0), free(we), free(ref), free(xe), free(w);
+}
+
+static void check_small_ops(void)
+{
+    const uint32_t V = 1000, d = 520, n = 7, I = 333;
+    float *tv = xmalloc((size_t)V * d * 4), *out = xmalloc((size_t)n * d * 4);
+    double *te = xmalloc((size_t)V * d * 8), *ref = xmalloc((size_t)n * 2 * I * 8);
+    int32_t ids[7];
+    for (size_t i = 0; i < (size_t)V * d; i++)
+        tv[i] = rndn(1.0f);
+    void *table = make_w(tv, (size_t)V * d, TDM_DTYPE_BF16, te);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(rnd() % V);
+    ids[0] = (int32_t)V - 1;
+    tdm_status_t st = tdm_cuda_test_embed(table, TDM_DTYPE_BF16, V, d, ids, n, out);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < d; j++)
+            ref[(size_t)i * d + j] = te[(size_t)ids[i] * d + j];
+    ok(st == TDM_OK && rel_l2(out, ref, (size_t)n * d) == 0.0, "embed (bf16 table) exact");
+
+    /* RMSNorm with the residual add */
+    float *resid = xmalloc((size_t)n * d * 4), *add = xmalloc((size_t)n * d * 4);
+    float *w = xmalloc((size_t)d * 4), *r2 = xmalloc((size_t)n * d * 4);
+    double *rref = xmalloc((size_t)n * d * 8);
+    for (size_t i = 0; i < (size_t)n * d; i++) {
+        resid[i] = rndn(2.0f);
+        add[i] = rndn(1.0f);
+    }
+    for (uint32_t j = 0; j < d; j++)
+        w[j] = 1.0f + rndn(0.2f);
+    for (uint32_t i = 0; i < n; i++) {
+        double ss = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            double v = (double)resid[(size_t)i * d + j] + add[(size_t)i * d + j];
+            rref[(size_t)i * d + j] = v;
+            ss += v * v;
+        }
+        double rs = 1.0 / sqrt(ss / d + 1e-6);
+        for (uint32_t j = 0; j < d; j++)
+            ref[(size_t)i * d + j] = rref[(size_t)i * d + j] * rs * w[j];
+    }
+    for (int bf = 0; bf < 2; bf++) {
+        memcpy(r2, resid, (size_t)n * d * 4);
+        st = tdm_cuda_test_rmsnorm(r2, add, w, 1e-6f, n, d, bf, out);
+        double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * d) : INFINITY;
+        double er = st == TDM_OK ? rel_l2(r2, rref, (size_t)n * d) : INFINITY;
+        ok(e <= (bf ? 1e-2 : 1e-5) && er <= 1e-6,
+           "rmsnorm+add (%s out): rel L2 %.2e, residual %.2e", bf ? "bf16" : "fp32", e, er);
+    }
+
+    float *gu = xmalloc((size_t)n * 2 * I * 4);
+    for (size_t i = 0; i < (size_t)n * 2 * I; i++)
+        gu[i] = rndn(3.0f);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < I; j++)
+            ref[(size_t)i * I + j] =
+                silu_d(gu[(size_t)i * 2 * I + j]) * gu[(size_t)i * 2 * I + I + j];
+    st = tdm_cuda_test_silu_mul(gu, n, I, out);
+    double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * I) : INFINITY;
+    ok(e <= 1e-5, "silu*mul: rel L2 %.2e", e);
+
+    /* argmax: ties to the first index, NaN never wins, all-NaN row gives 0 */
+    const uint32_t m = 4, vv = 32000;
+    float *lg = xmalloc((size_t)m * vv * 4);
+    int32_t got[4], want[4];
+    for (size_t i = 0; i < (size_t)m * vv; i++)
+        lg[i] = rndn(5.0f);
+    for (uint32_t r = 0; r < m; r++) {
+        uint32_t a = rnd() % vv, b = rnd() % vv;
+        lg[(size_t)r * vv + a] = 100.0f;
+        lg[(size_t)r * vv + b] = 100.0f;
+        want[r] = (int32_t)(a < b ? a : b);
+    }
+    lg[(size_t)1 * vv + 0] = NAN;
+    for (uint32_t i = 0; i < vv; i++)
+        lg[(size_t)3 * vv + i] = NAN;
+    lg[(size_t)3 * vv + 77] = -1.0f;
+    want[3] = 77;
+    st = tdm_cuda_test_argmax(lg, m, vv, got);
+    ok(st == TDM_OK && !memcmp(got, want, sizeof(got)), "argmax: first max, NaN never wins");
+    free(tv), free(out), free(te), free(ref), free(table), free(resid), free(add), free(w);
+    free(r2), free(rref), free(gu), free(lg);
+}
+
+/* ---------------------------------------------------------------- RoPE + KV write, attention */
+
+typedef struct kvcase {
+    tdm_model_config_t cfg;
+    tdm_kv_layout_t l;
+    uint32_t H, num_pages;
+    uint64_t pool_bytes;
+} kvcase_t;
+
+static int kv_setup(kvcase_t *c, uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt, uint32_t ps)
+{
+    memset(c, 0, sizeof(*c));
+    c->cfg.num_layers = 2;
+    c->cfg.num_heads = H;
+    c->cfg.num_kv_heads = KV;
+    c->cfg.head_dim = hd;
+    c->cfg.hidden_size = H * hd;
+    c->cfg.rope_theta = 500000.0f;
+    c->cfg.rope_type = TDM_ROPE_LLAMA3;
+    c->cfg.rope_factor = 8.0f;
+    c->cfg.rope_low_freq_factor = 1.0f;
+    c->cfg.rope_high_freq_factor = 4.0f;
+    c->cfg.rope_original_max_pos = 64;
+    c->H = H;
+    c->num_pages = 160;
+    return tdm_kv_layout_init(&c->cfg, dt, ps, 1, 0, &c->l) == TDM_OK &&
+           tdm_kv_layout_pool_bytes(&c->l, c->num_pages, &c->pool_bytes) == TDM_OK;
+}
+
+static uint8_t *slot_of(const kvcase_t *c, uint8_t *pool, uint32_t layer, tdm_kv_sub_t sub,
+                        uint32_t page, uint32_t slot)
+{
+    return pool + tdm_kv_layout_region_offset(&c->l, c->num_pages, layer, sub) +
+           (uint64_t)page * c->l.sub[sub].page_stride +
+           (uint64_t)slot * c->l.sub[sub].bytes_per_token;
+}
+
+static double cache_val(const kvcase_t *c, uint8_t *pool, uint32_t layer, int v, uint32_t page,
+                        uint32_t slot, uint32_t h, uint32_t i)
+{
+    uint32_t hd = c->l.head_dim;
+    uint8_t *p = slot_of(c, pool, layer, v ? TDM_KV_SUB_V : TDM_KV_SUB_K, page, slot);
+    if (c->l.kv_dtype == TDM_DTYPE_BF16)
+        return tdm_bf16_to_f32(((uint16_t *)p)[h * hd + i]);
+    float s = ((float *)slot_of(c, pool, layer, v ? TDM_KV_SUB_V_SCALE : TDM_KV_SUB_K_SCALE, page,
+                                slot))[h];
+    return (double)tdm_kv_fp8_decode(p[h * hd + i]) * s;
+}
+
+static void check_rope_kv(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt)
+{
+    kvcase_t c;
+    tdm_rope_t rope;
+    const uint32_t n = 37, nact = 33, layer = 1;
+    if (!kv_setup(&c, H, KV, hd, dt, 16) || tdm_rope_init(&c.cfg, &rope) != TDM_OK) {
+        ok(0, "kv setup");
+        return;
+    }
+    const uint32_t ld = (H + 2 * KV) * hd, ps = c.l.page_size;
+    uint8_t *pool = xmalloc(c.pool_bytes), *before = xmalloc(c.pool_bytes);
+    float *qkv = xmalloc((size_t)n * ld * 4), *q0 = xmalloc((size_t)n * ld * 4);
+    double *ref = xmalloc((size_t)n * ld * 8);
+    uint32_t pos[37], ptoff[37], pages[160];
+    memset(pool, 0x5a, c.pool_bytes);
+    memcpy(before, pool, c.pool_bytes);
+    for (uint32_t i = 0; i < c.num_pages; i++)
+        pages[i] = i;
+    for (uint32_t i = c.num_pages - 1; i > 0; i--) { /* random page order */
+        uint32_t j = rnd() % (i + 1), t = pages[i];
+        pages[i] = pages[j];
+        pages[j] = t;
+    }
+    /* rows: distinct positions of one sequence of 160 pages, up to 2559, incl. past 64 */
+    for (uint32_t r = 0; r < n; r++) {
+        pos[r] = (r * 69 + rnd() % 60) % (c.num_pages * ps);
+        ptoff[r] = 0;
+    }
+    for (size_t i = 0; i < (size_t)n * ld; i++)
+        qkv[i] = q0[i] = rndn(2.0f);
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t u = 0; u < H + 2 * KV; u++) {
+            const float *x = q0 + (size_t)r * ld + (size_t)u * hd;
+            double *o = ref + (size_t)r * ld + (size_t)u * hd;
+            for (uint32_t i = 0; i < hd / 2; i++) {
+                if (u >= H + KV) {
+                    o[i] = x[i];
+                    o[i + hd / 2] = x[i + hd / 2];
+                    continue;
+                }
+                double a = (double)((float)pos[r] * rope.inv_freq[i]);
+                o[i] = x[i] * cos(a) - x[i + hd / 2] * sin(a);
+                o[i + hd / 2] = x[i + hd / 2] * cos(a) + x[i] * sin(a);
+            }
+        }
+    tdm_status_t st = tdm_cuda_test_rope_kv(&c.l, c.num_pages, pool, layer, qkv, n, H,
+                                            rope.inv_freq, pos, ptoff, pages, c.num_pages, nact);
+    double e = st == TDM_OK ? rel_l2(qkv, ref, (size_t)n * ld) : INFINITY;
+    ok(e <= 1e-5, "rope (llama3, H=%u KV=%u hd=%u) q and k: rel L2 %.2e", H, KV, hd, e);
+
+    /* cache: exactly the CPU encoding of the kernel's rotated k and of v; inactive rows untouched
+     */
+    long bad = 0;
+    size_t touched = 0;
+    for (uint32_t r = 0; r < n && st == TDM_OK; r++) {
+        uint32_t page = pages[pos[r] / ps], slot = pos[r] % ps;
+        for (int v = 0; v < 2; v++) {
+            uint8_t *p = slot_of(&c, pool, layer, v ? TDM_KV_SUB_V : TDM_KV_SUB_K, page, slot);
+            uint8_t *pb = slot_of(&c, before, layer, v ? TDM_KV_SUB_V : TDM_KV_SUB_K, page, slot);
+            size_t bpt = c.l.sub[v ? TDM_KV_SUB_V : TDM_KV_SUB_K].bytes_per_token;
+            if (r >= nact) {
+                bad += memcmp(p, pb, bpt) != 0;
+                continue;
+            }
+            for (uint32_t h = 0; h < KV; h++) {
+                const float *x = qkv + (size_t)r * ld + (size_t)(H + v * KV + h) * hd;
+                if (dt == TDM_DTYPE_BF16) {
+                    for (uint32_t i = 0; i < hd; i++)
+                        bad += ((uint16_t *)p)[h * hd + i] != tdm_f32_to_bf16(x[i]);
+                } else {
+                    float s = tdm_kv_fp8_scale(x, hd);
+                    float gs = ((float *)slot_of(&c, pool, layer,
+                                                 v ? TDM_KV_SUB_V_SCALE : TDM_KV_SUB_K_SCALE, page,
+                                                 slot))[h];
+                    bad += memcmp(&s, &gs, 4) != 0;
+                    for (uint32_t i = 0; i < hd; i++)
+                        bad += p[h * hd + i] != tdm_kv_fp8_encode(x[i] / s);
+                }
+            }
+            touched += bpt;
+        }
+    }
+    /* nothing else in the pool changed */
+    size_t changed = 0;
+    for (size_t i = 0; i < c.pool_bytes; i++)
+        changed += pool[i] != before[i];
+    ok(st == TDM_OK && bad == 0 && changed <= touched + (size_t)n * 2 * KV * 4,
+       "kv write (%s): bit-exact vs the CPU encoder, %zu bytes changed, inactive rows untouched "
+       "(%ld mismatches)",
+       dt == TDM_DTYPE_BF16 ? "bf16" : "fp8 e4m3 + scales", changed, bad);
+    free(pool), free(before), free(qkv), free(q0), free(ref);
+}
+
+static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt, uint32_t splits)
+{
+    kvcase_t c;
+    const uint32_t nseq = 5, layer = 1;
+    const uint32_t lens[5] = {1, 17, 300, 1000, 2047};
+    if (!kv_setup(&c, H, KV, hd, dt, 16)) {
+        ok(0, "kv setup");
+        return;
+    }
+    const uint32_t ld = (H + 2 * KV) * hd, ps = c.l.page_size, G = H / KV;
+    uint8_t *pool = xmalloc(c.pool_bytes);
+    uint32_t pages[160], pos[5], ptoff[5], np = 0;
+    for (uint32_t i = 0; i < c.num_pages; i++)
+        pages[i] = i;
+    for (uint32_t i = c.num_pages - 1; i > 0; i--) {
+        uint32_t j = rnd() % (i + 1), t = pages[i];
+        pages[i] = pages[j];
+        pages[j] = t;
+    }
+    /* random K/V everywhere: bf16 values, or fp8 codes (no NaN) with positive scales */
+    for (size_t i = 0; i < c.pool_bytes; i++)
+        pool[i] = (uint8_t)rnd();
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t p = 0; p < c.num_pages; p++)
+            for (uint32_t s = 0; s < ps; s++)
+                for (int v = 0; v < 2; v++) {
+                    uint8_t *q = slot_of(&c, pool, l, v ? TDM_KV_SUB_V : TDM_KV_SUB_K, p, s);
+                    for (uint32_t i = 0; i < KV * hd; i++) {
+                        if (dt == TDM_DTYPE_BF16)
+                            ((uint16_t *)q)[i] = tdm_f32_to_bf16(rndn(1.0f));
+                        else if ((q[i] & 0x7f) == 0x7f)
+                            q[i] = 0x10;
+                    }
+                    if (dt != TDM_DTYPE_BF16) {
+                        float *sc = (float *)slot_of(
+                            &c, pool, l, v ? TDM_KV_SUB_V_SCALE : TDM_KV_SUB_K_SCALE, p, s);
+                        for (uint32_t h = 0; h < KV; h++)
+                            sc[h] = 0.002f + (float)(rnd() % 1000) * 1e-5f;
+                    }
+                }
+    for (uint32_t s = 0; s < nseq; s++) {
+        pos[s] = lens[s] - 1;
+        ptoff[s] = np;
+        np += (lens[s] + ps - 1) / ps;
+    }
+    float *qkv = xmalloc((size_t)nseq * ld * 4), *out = xmalloc((size_t)nseq * H * hd * 4);
+    double *ref = xmalloc((size_t)nseq * H * hd * 8), *sc = xmalloc(2048 * 8);
+    for (size_t i = 0; i < (size_t)nseq * ld; i++)
+        qkv[i] = rndn(1.0f);
+    for (uint32_t s = 0; s < nseq; s++)
+        for (uint32_t h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)s * ld + (size_t)h * hd;
+            uint32_t kvh = h / G;
+            double mx = -INFINITY, sum = 0;
+            for (uint32_t t = 0; t < lens[s]; t++) {
+                uint32_t page = pages[ptoff[s] + t / ps], slot = t % ps;
+                double a = 0;
+                for (uint32_t i = 0; i < hd; i++)
+                    a += q[i] * cache_val(&c, pool, layer, 0, page, slot, kvh, i);
+                sc[t] = a / sqrt((double)hd);
+                if (sc[t] > mx)
+                    mx = sc[t];
+            }
+            double *o = ref + ((size_t)s * H + h) * hd;
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] = 0;
+            for (uint32_t t = 0; t < lens[s]; t++) {
+                uint32_t page = pages[ptoff[s] + t / ps], slot = t % ps;
+                double p = exp(sc[t] - mx);
+                sum += p;
+                for (uint32_t i = 0; i < hd; i++)
+                    o[i] += p * cache_val(&c, pool, layer, 1, page, slot, kvh, i);
+            }
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] /= sum;
+        }
+    tdm_status_t st = tdm_cuda_test_attention(&c.l, c.num_pages, pool, layer, qkv, nseq, H, pos,
+                                              ptoff, pages, np, splits, out);
+    double e = st == TDM_OK ? rel_l2(out, ref, (size_t)nseq * H * hd) : INFINITY;
+    ok(e <= 1e-5, "paged attention (%s, H=%u KV=%u hd=%u, %u splits, lengths 1..2047): rel L2 %.2e",
+       dt == TDM_DTYPE_BF16 ? "bf16" : "fp8", H, KV, hd, splits, e);
+    free(pool), free(qkv), free(out), free(ref), free(sc);
+}
+
+static void bench(void)
+{
+    static const struct {
+        const char *name;
+        uint32_t K, M;
+    } shapes[] = {{"qkv", 2048, 2560},
+                  {"o", 2048, 2048},
+                  {"gate_up", 2048, 11264},
+                  {"down", 5632, 2048},
+                  {"lm_head", 2048, 32000}};
+    static const uint32_t ns[] = {1, 8, 32};
+    double ms = 0;
+    size_t bytes = (size_t)2 << 30;
+    if (tdm_cuda_bench_copy(bytes, 10, &ms) == TDM_OK)
+        diag("bench copy d2d %zu MiB: %.3f ms = %.0f GB/s (read + write)", bytes >> 20, ms,
+             2.0 * (double)bytes / (ms * 1e-3) / 1e9);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (size_t i = 0; i < 3; i++)
+            for (int cb = 0; cb < 2; cb++) {
+                if (tdm_cuda_bench_gemv(ns[i], shapes[s].K, shapes[s].M, cb, 20, &ms) != TDM_OK)
+                    continue;
+                double wb = 2.0 * shapes[s].K * shapes[s].M;
+                diag("bench %s %s n=%u K=%u M=%u: %.1f us = %.0f GB/s of weights",
+                     cb ? "cublas" : "gemv", shapes[s].name, ns[i], shapes[s].K, shapes[s].M,
+                     ms * 1e3, wb / (ms * 1e-3) / 1e9);
+            }
+    ok(1, "micro-benchmarks ran");
+}
+
+int main(void)
+{
+    tdm_cuda_smoke_dev_t dev;
+    char why[256] = "";
+    if (tdm_cuda_smoke_probe(&dev, why, sizeof(why)) != TDM_OK) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "no CUDA device (%s)", why);
+        skip_all(msg);
+    }
+    if (dev.major != 9) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "built for sm_90a only; device is sm_%d%d", dev.major,
+                 dev.minor);
+        skip_all(msg);
+    }
+    rng_state = 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+    diag("seed %llu", (unsigned long long)rng_state);
+
+    check_small_ops();
+    check_gemv(1, 1024, 777, TDM_DTYPE_BF16, 0, 1, 0);
+    check_gemv(3, 2048, 301, TDM_DTYPE_BF16, 1, 0, 0);
+    check_gemv(8, 520, 64, TDM_DTYPE_BF16, 2 | 4, 0, 0);
+    check_gemv(13, 264, 99, TDM_DTYPE_BF16, 4, 0, 0);
+    check_gemv(2, 136, 50, TDM_DTYPE_F16, 1, 1, 0);
+    check_gemv(5, 64, 33, TDM_DTYPE_F32, 0, 1, 0);
+    check_gemv(37, 1024, 300, TDM_DTYPE_BF16, 0, 0, 1);
+    check_gemv(64, 512, 256, TDM_DTYPE_BF16, 4, 0, 1);
+    check_rope_kv(32, 4, 64, TDM_DTYPE_BF16);
+    check_rope_kv(32, 4, 64, TDM_DTYPE_FP8_E4M3);
+    check_rope_kv(4, 2, 16, TDM_DTYPE_BF16);
+    check_rope_kv(2, 2, 128, TDM_DTYPE_FP8_E4M3);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 1);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 7);
+    check_attention(32, 4, 64, TDM_DTYPE_FP8_E4M3, 32);
+    check_attention(4, 2, 16, TDM_DTYPE_BF16, 3);
+    check_attention(2, 2, 128, TDM_DTYPE_FP8_E4M3, 5);
+    if (getenv("TDM_UNDER_SANITIZER"))
+        skip("micro-benchmarks skipped under compute-sanitizer");
+    else
+        bench();
+    return done_testing();
+}
