@@ -9,3 +9,4 @@ EXTRA_DIST += bench/cpu_engine.sh bench/gen_random_model.py
 bench: bench/cpu_engine
 	$(SHELL) $(top_srcdir)/bench/cpu_engine.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench
+include bench/controlplane.mk
