@@ -546,7 +546,8 @@ void tdm_api_gen_write(tdm_api_gen_t *g, const char *s, size_t n, int final)
 {
     if (!g->req || g->final_queued)
         return;
-    buf_append(&g->pend, &g->pend_len, &g->pend_cap, s, n);
+    if (n > 0)
+        buf_append(&g->pend, &g->pend_len, &g->pend_cap, s, n);
     if (final)
         g->final_queued = 1;
 }

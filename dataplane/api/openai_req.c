@@ -443,6 +443,45 @@ static tdm_status_t parse_tools(const tdm_oai_ctx_t *c, const json_t *o, tdm_oai
     return TDM_OK;
 }
 
+/* The prompt followed by the start of a tool-call block (tool_choice required or named), as the
+ * model would have tokenized it while writing the block itself: encode text + prefix + "<" (what
+ * always follows in DSML) and keep only the tokens that end inside text + prefix, so no token
+ * straddles the point where the model takes over (`">` + `<parameter` is one merge in training
+ * text, and a prompt ending in a bare `">` token derails the model). r->prefix becomes the part
+ * of the prefix those tokens cover: what the parser must see before the model's output. */
+static tdm_status_t encode_with_prefix(const tdm_oai_ctx_t *c, const char *text, size_t len,
+                                       tdm_oai_req_t *r, tdm_oai_err_t *e)
+{
+    size_t pl = strlen(r->prefix), full_len = len + pl + 1;
+    char *full = tdm_malloc(full_len + 1);
+    memcpy(full, text, len);
+    memcpy(full + len, r->prefix, pl);
+    memcpy(full + len + pl, "<", 2);
+    TDM_TRY(encode(c, "messages", full, full_len, 0, r, e));
+    tdm_free(full);
+    /* walk back until the tail that is cut off covers at least the "<" */
+    uint32_t m = r->n_prompt;
+    size_t boundary = full_len;
+    while (m > 0 && boundary > len + pl) {
+        char *tail = NULL;
+        size_t tl = 0;
+        m--;
+        if (tdm_tok_decode(c->tok, (const uint32_t *)r->prompt + m, r->n_prompt - m, 0, &tail,
+                           &tl) != TDM_OK ||
+            tl > full_len) {
+            tdm_free(tail);
+            return BAD("messages", "messages: cannot place the tool-call prefix");
+        }
+        tdm_free(tail);
+        boundary = full_len - tl;
+    }
+    if (boundary < len || m == 0)
+        return BAD("messages", "messages: cannot place the tool-call prefix");
+    r->n_prompt = m;
+    r->prefix[boundary - len] = '\0';
+    return TDM_OK;
+}
+
 static tdm_status_t parse_messages(const tdm_oai_ctx_t *c, const json_t *o, tdm_oai_req_t *r,
                                    tdm_oai_err_t *e)
 {
@@ -491,10 +530,8 @@ static tdm_status_t parse_messages(const tdm_oai_ctx_t *c, const json_t *o, tdm_
         snprintf(r->prefix, pl, "<tool_calls><invoke name=\"%s\">", named);
     }
     if (r->prefix) {
-        size_t pl = strlen(r->prefix);
-        text = tdm_realloc(text, len + pl + 1);
-        memcpy(text + len, r->prefix, pl + 1);
-        len += pl;
+        st = encode_with_prefix(c, text, len, r, e);
+        goto out;
     }
     st = encode(c, "messages", text, len, 0, r, e);
     if (st == TDM_OK && r->n_prompt == 0)

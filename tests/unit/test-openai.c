@@ -234,6 +234,28 @@ static void test_chat(void)
     http_resp_free(&r);
 }
 
+/* tool_choice required/named: the prompt ends at a token boundary inside the forced prefix;
+ * returns the part of `prefix` the prompt does not cover (what the model must still write). */
+static const char *prefix_rest(const char *body, const char *prefix)
+{
+    static const fake_script_t eos = {
+        .p = {{1, ""}}, .n = 1, .finish = TDM_FINISH_STOP, .stop_token = 1};
+    http_resp_t r;
+    set_script(&eos);
+    json_decref(post("/v1/chat/completions", body, &r));
+    http_resp_free(&r);
+    char *dec = NULL;
+    size_t dl = 0;
+    tdm_tok_decode(tok, (const uint32_t *)sched.last_prompt, sched.last_n_prompt, 0, &dec, &dl);
+    /* the longest head of prefix the decoded prompt ends with */
+    size_t pl = strlen(prefix), best = 0;
+    for (size_t k = 1; k <= pl && k <= dl; k++)
+        if (!memcmp(dec + dl - k, prefix, k))
+            best = k;
+    tdm_free(dec);
+    return prefix + best;
+}
+
 static void test_tool_calls(void)
 {
     http_resp_t r;
@@ -316,50 +338,58 @@ static void test_tool_calls(void)
     http_resp_free(&r);
 
     /* tool_choice required: the prompt ends inside a block; named: only that tool */
-    static const fake_script_t rest = {
-        .p = {{302, "<invoke name=\"get_time\"><parameter name=\"zone\">UTC</parameter>"},
-              {304, "</invoke></tool_calls>"}},
+    char piece[256];
+    snprintf(body, sizeof(body),
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Time?\"}],\"tools\":%s,"
+             "\"tool_choice\":\"required\"}",
+             weather_tools);
+    const char *rest_of = prefix_rest(body, "<tool_calls>");
+    ok(strlen(rest_of) < strlen("<tool_calls>"),
+       "tool_choice required: the prompt ends inside <tool_calls> (left to the model: '%s')",
+       rest_of);
+    snprintf(piece, sizeof(piece),
+             "%s<invoke name=\"get_time\"><parameter name=\"zone\">UTC</parameter>", rest_of);
+    fake_script_t rest = {
+        .p = {{302, piece}, {304, "</invoke></tool_calls>"}},
         .n = 2,
         .finish = TDM_FINISH_STOP,
         .stop_token = -1,
     };
     set_script(&rest);
-    snprintf(body, sizeof(body),
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Time?\"}],\"tools\":%s,"
-             "\"tool_choice\":\"required\"}",
-             weather_tools);
     j = post("/v1/chat/completions", body, &r);
-    char *dec = NULL;
-    size_t dl = 0;
-    tdm_tok_decode(tok, (const uint32_t *)sched.last_prompt, sched.last_n_prompt, 0, &dec, &dl);
     msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     tc = json_array_get(json_object_get(msg, "tool_calls"), 0);
-    ok(r.status == 200 && dl > 12 && !strcmp(dec + dl - 12, "<tool_calls>") &&
+    ok(r.status == 200 &&
            !strcmp(json_string_value(json_object_get(json_object_get(tc, "function"), "name")),
-                   "get_time"),
-       "tool_choice required: the prompt ends in <tool_calls>, the call is parsed");
-    tdm_free(dec);
+                   "get_time") &&
+           !strcmp(choice_str(j, "finish_reason", NULL), "tool_calls"),
+       "tool_choice required: the call is parsed from the prefix + the model's output");
     json_decref(j);
     http_resp_free(&r);
 
-    static const fake_script_t named_rest = {
-        .p = {{302, "<parameter name=\"city\">Oslo</parameter></invoke></tool_calls>"}},
+    snprintf(body, sizeof(body),
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":%s,\"tool_choice\":"
+             "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+             weather_tools);
+    rest_of = prefix_rest(body, "<tool_calls><invoke name=\"get_weather\">");
+    ok(strlen(rest_of) < 3, "tool_choice named: the prompt opens that invoke (left: '%s')",
+       rest_of);
+    snprintf(piece, sizeof(piece),
+             "%s<parameter name=\"city\">Oslo</parameter></invoke></tool_calls>", rest_of);
+    fake_script_t named_rest = {
+        .p = {{302, piece}},
         .n = 1,
         .finish = TDM_FINISH_STOP,
         .stop_token = -1,
     };
     set_script(&named_rest);
-    snprintf(body, sizeof(body),
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":%s,\"tool_choice\":"
-             "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
-             weather_tools);
     j = post("/v1/chat/completions", body, &r);
     msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     tc = json_array_get(json_object_get(msg, "tool_calls"), 0);
     args = json_string_value(json_object_get(json_object_get(tc, "function"), "arguments"));
     ok(r.status == 200 && args && !strcmp(args, "{\"city\": \"Oslo\"}") &&
            !strcmp(choice_str(j, "finish_reason", NULL), "tool_calls"),
-       "tool_choice named: the prompt opens that invoke; arguments %s", args ? args : "-");
+       "tool_choice named: arguments %s", args ? args : "-");
     json_decref(j);
     http_resp_free(&r);
 
@@ -403,7 +433,7 @@ static void test_leak(void)
     };
     http_resp_t r;
     char body[4096];
-    int before = metric("tandem_dsml_leak_total");
+    int before = metric("tandem_dsml_leak_total"), ev_before = events_leak;
     set_script(&broken);
     snprintf(body, sizeof(body),
              "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":%s}", weather_tools);
@@ -414,7 +444,7 @@ static void test_leak(void)
        "malformed markup: never content (%s)", c ? c : "-");
     json_decref(j);
     http_resp_free(&r);
-    ok(metric("tandem_dsml_leak_total") == before + 1 && events_leak == 1,
+    ok(metric("tandem_dsml_leak_total") == before + 1 && events_leak == ev_before + 1,
        "malformed markup: tandem_dsml_leak_total +1 and a dsml_leak telemetry event");
     tdm_api_openai_tick(api, tdm_time_mono_us() + 11000000);
     ok(events_stats == 1, "output_stats event after 10 s of serving");
