@@ -1,5 +1,9 @@
-# dataplane/worker.mk — the tandem-worker binary. main.c dispatches; today it runs the one-shot
-# CLI (DESIGN §10f) on a scheduler-less CPU engine that bench/cpu_engine shares.
+# dataplane/worker.mk — the tandem-worker binary. main.c dispatches: the one-shot CLI (DESIGN
+# §10f) on a scheduler-less CPU engine that bench/cpu_engine shares, or the serving runtime
+# (launcher + ranks, dataplane/sched/worker.h) with the HTTP layer (dataplane/api) and the
+# telemetry reporter (dataplane/report). Both are reached only through weak references (so the
+# scheduler's own tests link without them); -Wl,-u makes the linker pull their objects out of
+# the static libraries.
 bin_PROGRAMS += tandem-worker
 noinst_LIBRARIES += libtdmoneshot.a
 libtdmoneshot_a_SOURCES = dataplane/oneshot_engine.c
@@ -9,7 +13,10 @@ WORKER_ENGINE_LIBS = libtdmoneshot.a libtdmgraph.a libtdmkernels.a libtdmkv.a li
 
 tandem_worker_SOURCES = dataplane/main.c dataplane/oneshot.c
 tandem_worker_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-tandem_worker_LDADD = $(SCHED_LIBS) $(WORKER_ENGINE_LIBS) libtdmtok.a libtdmsample.a $(COMMON_LIBS)
+tandem_worker_LDFLAGS = -Wl,-u,tdm_api_serve -Wl,-u,tdm_api_stop -Wl,-u,tdm_report_rank_start \
+	-Wl,-u,tdm_report_rank_stop -Wl,-u,tdm_report_launcher_install
+tandem_worker_LDADD = libtdmapi.a libtdmchat.a libtdmreport.a $(SCHED_LIBS) $(WORKER_ENGINE_LIBS) \
+	libtdmtok.a libtdmsample.a libtdmtp.a $(H2O_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
 
 # End to end on every fixture model against the transformers goldens, plus the error paths.
 TESTS += tests/integration/test-oneshot.sh

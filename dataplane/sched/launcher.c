@@ -4,7 +4,9 @@
  * per rank, supervise. The first abnormal rank exit takes the whole group down: a log line naming
  * the rank, the on_rank_exit hook (the reporter's worker_lost event), the abort word so peers leave
  * their collectives, SIGTERM to the others and SIGKILL after 2 s. SIGTERM/SIGINT are forwarded.
- * The shm files are removed on every path. The launcher never restarts a rank.
+ * The shm files are removed on every path. The launcher never restarts a rank. With
+ * --control-plane the reporter's hook (tdm_report_launcher_install) posts `worker_lost` for the
+ * group id of the page (the launcher's pid) from the rank-exit hook.
  */
 #include "config.h"
 
@@ -25,7 +27,11 @@
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
+#include "dataplane/report/report.h"
 #include "dataplane/sched/worker_int.h"
+
+/* The reporter's worker_lost hook (weak: tandem-worker links it, the scheduler's tests do not). */
+#pragma weak tdm_report_launcher_install
 
 extern char **environ;
 
@@ -160,6 +166,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
                 strerror(errno));
         goto out;
     }
+    if (tdm_report_launcher_install)
+        tdm_report_launcher_install(cfg, page->group_id);
     fprintf(stderr, "tandem-worker: launching %u rank%s (group %s)\n", n, n > 1 ? "s" : "", prefix);
     for (uint32_t r = 0; r < n; r++) {
         pids[r] = spawn_rank(r, argc, argv, prefix, &old);

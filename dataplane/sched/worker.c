@@ -6,6 +6,9 @@
  * SIGTERM/SIGINT stop the scheduler, which broadcasts SHUTDOWN so every rank leaves cleanly;
  * followers wait for that plan (or the abort word the launcher sets when something died).
  *
+ * Each rank runs its telemetry reporter (dataplane/report, weak: a no-op without
+ * --control-plane) from the moment the page is mapped until teardown.
+ *
  * KV pool size on CPU: --kv-cpu-bytes per rank (default 256 MiB), capped at what
  * --max-running-requests sequences of the full context need.
  */
@@ -26,7 +29,13 @@
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
+#include "dataplane/report/report.h"
 #include "dataplane/sched/worker_int.h"
+
+/* The reporter is linked into tandem-worker (dataplane/worker.mk) but not into the scheduler's
+ * own tests: weak, like the HTTP hooks. */
+#pragma weak tdm_report_rank_start
+#pragma weak tdm_report_rank_stop
 
 #define DEFAULT_MAX_RUNNING 64u
 #define CPU_CHUNK_CAP 2048u
@@ -296,7 +305,7 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     int rc = 1;
     size_t sz;
     pthread_t st_thread;
-    int have_st = 0, api_started = 0;
+    int have_st = 0, api_started = 0, report_started = 0;
     sigset_t set;
 
     w->cfg = cfg;
@@ -341,6 +350,10 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     w->have_plan = 1;
     if (pthread_create(&w->sig_thread, NULL, sig_main, w) == 0)
         w->have_sig_thread = 1;
+    /* telemetry from the start: a rank that fails to load is still seen (best effort: a
+     * reporter that cannot start is logged by the reporter and the rank serves without it) */
+    if (tdm_report_rank_start && tdm_report_rank_start(w) == TDM_OK)
+        report_started = 1;
 
     /* ---- load ---- */
     uint64_t t0 = tdm_time_mono_us();
@@ -471,6 +484,8 @@ out:
         pthread_kill(w->sig_thread, SIGUSR1);
         pthread_join(w->sig_thread, NULL);
     }
+    if (report_started && tdm_report_rank_stop)
+        tdm_report_rank_stop(w); /* before the page is unmapped: it reads the page */
     worker_free(w);
     return rc;
 }

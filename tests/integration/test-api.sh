@@ -124,7 +124,8 @@ ids = [json.loads(l[6:])["token_id"] for l in body.split("\n") if l.startswith('
 ok(st == 200 and ids == g["tokens"] and body.endswith("data: [DONE]\n\n"),
    "stream: same ids as the golden, then [DONE]", body[-300:])
 
-# a client that disconnects mid-stream: its request is aborted and its pages come back
+# a client that disconnects mid-stream: its request is aborted and its pages come back (free,
+# or held only by the prefix cache, which gives them back on demand and on drain)
 total = metrics()["tandem_kv_pages_total"]
 aborted0 = metrics().get("tandem_requests_aborted_total", 0)
 s = socket.create_connection(("127.0.0.1", port))
@@ -143,12 +144,13 @@ ok(buf.count(b'"index"') >= 3, "stream started before the disconnect")
 freed = False
 for _ in range(100):
     m = metrics()
-    if m.get("tandem_kv_pages_free") == total and m.get("tandem_requests_running") == 0:
+    if (m.get("tandem_kv_pages_free", 0) + m.get("tandem_kv_pages_cached", 0) == total
+            and m.get("tandem_requests_running") == 0):
         freed = True
         break
     time.sleep(0.05)
 ok(freed and m.get("tandem_requests_aborted_total", 0) >= aborted0 + 1,
-   "after the disconnect the request is aborted and free pages == total pages",
+   "after the disconnect the request is aborted and free + cached pages == total pages",
    {k: v for k, v in m.items() if "pages" in k or "requests" in k})
 
 st, body, _ = req("POST", "/generate", raw=b'{"input_ids":[1,2')
@@ -178,6 +180,17 @@ st, body, _ = req("POST", "/admin/drain", headers={"Authorization": "Bearer adm1
 ok(st == 200 and json.loads(body)["draining"], "/admin/drain", body)
 st, body, _ = req("GET", "/ready")
 is_error(st, body, 503, "draining", "/ready while draining")
+for _ in range(100):
+    m = metrics()
+    if m.get("tandem_drained") == 1:
+        break
+    time.sleep(0.05)
+ok(m.get("tandem_drained") == 1 and m.get("tandem_kv_pages_free") == m.get("tandem_kv_pages_total")
+   and m.get("tandem_kv_pages_cached") == 0,
+   "drained: the prefix cache is flushed, free pages == total pages",
+   {k: v for k, v in m.items() if "pages" in k or "drain" in k})
+st, body, _ = req("POST", "/generate", {"input_ids": [1, 2], "max_new_tokens": 2})
+ok(st == 503 and "error" in json.loads(body), "a drained worker refuses new work with 503", body)
 
 proc.send_signal(signal.SIGTERM)
 try:
