@@ -93,12 +93,15 @@ one_pair() {
     c2=$(cpu)
     t0=$(date +%s.%N)
     $PSQL -c "\\copy samples ($S_COLS) FROM '$W/s.tsv'" -c "\\copy transfer_events ($T_COLS) FROM '$W/t.tsv'" \
-          -c "\\copy events ($E_COLS) FROM '$W/e.tsv'"
+          -c "\\copy events ($E_COLS) FROM '$W/e.tsv'" \
+          -c "SELECT pg_read_file('/proc/self/stat')" >"$W/copy.stat"
     t1=$(date +%s.%N)
+    # the \copy backend exits with psql: its own CPU time, read from inside it
+    cb=$(awk -v tck="$(getconf CLK_TCK)" '{ split($0, a, ") "); split(a[2], f, " "); printf "%.3f", (f[12] + f[13]) / tck }' "$W/copy.stat")
     c3=$(cpu)
     got=$($PSQL -c "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM transfer_events) + (SELECT count(*) FROM events WHERE source = 'worker')")
     [ "$got" = "$rows" ] || { log "\\copy loaded $got of $rows rows"; exit 1; }
-    echo "{\"label\":\"$label\",\"ingest\":$(cat "$W/ing.json"),\"copy_rows\":$rows,\"copy_seconds\":$(awk "BEGIN { printf \"%.6f\", $t1 - $t0 }"),\"cpu_ingest\":\"$c0 $c1 $(cat "$W/client.time")\",\"cpu_copy\":\"$c2 $c3\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >>"$W/pairs.jsonl"
+    echo "{\"label\":\"$label\",\"ingest\":$(cat "$W/ing.json"),\"copy_rows\":$rows,\"copy_seconds\":$(awk "BEGIN { printf \"%.6f\", $t1 - $t0 }"),\"cpu_ingest\":\"$c0 $c1 $(cat "$W/client.time")\",\"cpu_copy\":\"$c2 $c3 $cb\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >>"$W/pairs.jsonl"
     log "$label: $(cat "$W/ing.json" | sed 's/.*"rows_s":\([0-9.]*\).*/ingest \1 rows\/s/'), copy $rows rows in $(awk "BEGIN { printf \"%.3f\", $t1 - $t0 }") s"
 }
 
@@ -178,7 +181,7 @@ def pair_doc(p):
             'post_ms_p50': i['post_ms_p50'], 'post_ms_p99': i['post_ms_p99'],
             'cpu_s_ingest': {'tandemd': round(c[2] - c[0], 3), 'postgres': round(c[3] - c[1], 3),
                              'client': round(c[4] + c[5], 3)},
-            'cpu_s_copy': {'postgres': round(k[3] - k[1], 3)},
+            'cpu_s_copy': {'postgres': round(k[3] - k[1] + k[4], 3)},
             'loadavg_after': p['loadavg']}
 
 main = [pair_doc(p) for p in pairs if p['label'] == 'main']
@@ -198,6 +201,19 @@ ing = med([m['ingest_rows_s'] for m in main])
 cp = med([m['psql_copy_rows_s'] for m in main])
 ratio = med([m['ratio'] for m in main])
 p99 = med([r['all']['p99_ms'] for r in r1k])
+sync_off = diag.get('sync_commit_off')
+m_s = med([m['ingest_seconds'] for m in main])
+busy = med([(m['cpu_s_ingest']['tandemd'] + m['cpu_s_ingest']['postgres'] + m['cpu_s_ingest']['client'])
+            / m['ingest_seconds'] for m in main])
+where = {
+    'ingest_cpu_busy_cores': round(busy, 3),
+    'commit_flush_share': round(1 - sync_off['ingest_seconds'] / m_s, 3) if sync_off else None,
+    'note': 'ingest_cpu_busy_cores = (tandemd + postgres + client CPU seconds) / wall seconds of the '
+            'ingest side (2 cores exist): below 1 means the path waits, not computes. '
+            'commit_flush_share = the part of the ingest time that synchronous_commit=off removes: '
+            'tandemd commits every batch in its own transaction on its one ingest connection, so '
+            'each batch waits for one WAL flush and the next batch cannot share it; psql \\copy '
+            'flushes once per table.'}
 doc = {
     'bench': 'controlplane', 'git_sha': sha, 'dirty': dirty == 'true', 'host': platform.node(),
     'nproc': os.cpu_count(), 'loadavg_before': load_before,
@@ -206,6 +222,9 @@ doc = {
     'ingest_rows_s': ing, 'psql_copy_rows_s': cp, 'ingest_ratio': ratio,
     'ingest_ratio_target': 0.8, 'ingest_ratio_met': ratio >= 0.8,
     'rest_read_p99_ms': p99, 'rest_read_p99_target_ms': 5.0, 'rest_read_p99_met': p99 <= 5.0,
+    'rest_read_achieved_rps': med([r['achieved_rps'] for r in r1k]),
+    'rest_read_p99_ms_at_100_rps': med([r['all']['p99_ms'] for r in r100]) if r100 else None,
+    'rest_read_p50_ms_at_100_rps': med([r['all']['p50_ms'] for r in r100]) if r100 else None,
     'anchors': {
         'ingest': 'psql \\copy of the very rows tandemd committed (exported with COPY TO), into the same '
                   'partitioned tables with the same indexes, emptied before each side, same cluster, same run',
@@ -233,6 +252,7 @@ doc = {
                  '--hist-tag 3f00000000000000 --hist-ranks 200 --since-us A --until-us B' % read_s,
         'background': 'bench/controlplane ingest --clients 4 --samples 1 --rooms 1 --rate %s --seconds D'
                       % bg_rate},
+    'where_the_time_goes': where,
     'sample_rows_stored': int(stored),
     'ingest_runs': main, 'ingest_diagnostics': diag,
     'reads_1000_rps': r1k, 'reads_100_rps': r100,
