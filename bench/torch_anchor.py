@@ -116,7 +116,7 @@ class Fast(torch.nn.Module):
         dev, dt = self.embed.device, self.embed.dtype
         self.k = [torch.zeros(bs, self.KV, max_seq, self.hd, device=dev, dtype=dt) for _ in self.layers]
         self.v = [torch.zeros_like(t) for t in self.k]
-        inv = 1.0 / (c.rope_theta ** (torch.arange(0, self.hd, 2, device=dev).float() / self.hd))
+        inv = 1.0 / (SHAPE["rope_theta"] ** (torch.arange(0, self.hd, 2, device=dev).float() / self.hd))
         ang = torch.outer(torch.arange(max_seq, device=dev).float(), inv)
         self.cos, self.sin = torch.cos(ang), torch.sin(ang)
         self.max_seq = max_seq

@@ -368,16 +368,35 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         xr[r] = x + (size_t)(xrow ? xrow[rr] : rr) * ldx;
     }
     if (FLAGS & TDM_GEMV_NORM) {
-        /* each warp r < NR computes row r's rsqrt(mean(x^2) + eps) */
-        for (int r = warp; r < NR; r += GEMV_WARPS) {
-            float ss = 0.0f;
-            for (uint32_t k = lane; k < K; k += 32) {
-                float v = xr[r][k];
-                ss += v * v;
-            }
-            ss = warp_sum(ss);
+        /* rsqrt(mean(x^2) + eps) of each of the NR rows, the whole block at once with float4
+         * loads all issued before the sums (a serial per-warp loop here was latency-bound:
+         * ~30 us per launch at K = 2048) */
+        __shared__ float s_part[GEMV_WARPS][NR];
+        float ss[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            ss[r] = 0.0f;
+        for (uint32_t k = threadIdx.x * 4; k < K; k += GEMV_WARPS * 32 * 4) {
+            float4 v[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+                v[r] = __ldg(reinterpret_cast<const float4 *>(xr[r] + k));
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+                ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+        }
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            float t = warp_sum(ss[r]);
             if (lane == 0)
-                s_rs[r] = rsqrtf(ss / (float)K + eps);
+                s_part[warp][r] = t;
+        }
+        __syncthreads();
+        if (threadIdx.x < NR) {
+            float t = 0.0f;
+            for (int w = 0; w < GEMV_WARPS; w++)
+                t += s_part[w][threadIdx.x];
+            s_rs[threadIdx.x] = rsqrtf(t / (float)K + eps);
         }
         __syncthreads();
     }
@@ -648,21 +667,24 @@ tdm_status_t tdm_cuda_rope_kv_write(float *qkv, uint32_t n, uint32_t H, const fl
 /* ---------------------------------------------------------------- attention */
 
 #define ATT_WARPS 4
-#define ATT_DPL (TDM_CUDA_MAX_HD / 32) /* dims per lane */
 
 /* grid (n, KV, splits), block ATT_WARPS warps. The block serves query heads [kvh*G, kvh*G + G)
  * of row r over its split of positions [0, pos]; each warp walks 32-position tiles (lane =
- * position for q·k, lane = dimension for p·v) with an online softmax, then the warps merge. */
+ * position for q·k, lane = dimension for p·v) with an online softmax, then the warps merge.
+ * DPL = dimensions per lane (hd <= 32 DPL). Each lane resolves its position's page once; p·v
+ * takes the V row addresses from the owning lanes by shuffle, ATT_VQ rows in flight. */
+template <int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_split_kernel(const float *qkv, uint32_t H, tdm_cuda_kv_t kv, uint32_t layer,
                       tdm_cuda_rows_t rows, float *part_o, float *part_ml)
 {
     const uint32_t r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, S = gridDim.z;
+    constexpr int ATT_VQ = DPL <= 2 ? 8 : 4; /* V rows in flight per lane in p·v */
     const uint32_t KV = kv.kv_heads, hd = kv.hd, G = H / KV;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __shared__ float sq[TDM_CUDA_MAX_GROUP * TDM_CUDA_MAX_HD];
     __shared__ float sm[ATT_WARPS][TDM_CUDA_MAX_GROUP], sl[ATT_WARPS][TDM_CUDA_MAX_GROUP];
-    __shared__ float so[ATT_WARPS][TDM_CUDA_MAX_GROUP * TDM_CUDA_MAX_HD / 4];
+    __shared__ float so[ATT_WARPS][TDM_CUDA_MAX_HD];
     const size_t pidx = ((size_t)r * H + kvh * G) * S + sp; /* head g: + g * S */
 
     if (r >= *rows.nactive) {
@@ -685,26 +707,31 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         sq[i] = q[i];
     __syncthreads();
 
-    float m[TDM_CUDA_MAX_GROUP], l[TDM_CUDA_MAX_GROUP], acc[TDM_CUDA_MAX_GROUP][ATT_DPL];
+    float m[TDM_CUDA_MAX_GROUP], l[TDM_CUDA_MAX_GROUP], acc[TDM_CUDA_MAX_GROUP][DPL];
 #pragma unroll
     for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < (int)ATT_DPL; j++)
+        for (int j = 0; j < DPL; j++)
             acc[g][j] = 0.0f;
     }
     const uint32_t *pt = rows.pages + rows.ptoff[r];
+    const size_t esz = kv.fp8 ? 1 : 2;
     for (uint32_t tile = beg + 32u * warp; tile < end; tile += 32u * ATT_WARPS) {
         const uint32_t t = tile + lane;
         const bool valid = t < end;
         float s[TDM_CUDA_MAX_GROUP];
+        unsigned long long vaddr = 0;
+        float vscale = 1.0f;
 #pragma unroll
         for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++)
             s[g] = 0.0f;
         if (valid) {
             uint32_t page = pt[t / kv.page_size], slot = t % kv.page_size;
             const uint8_t *krow = kv_slot(kv, layer, TDM_KV_SUB_K, page, slot);
+            vaddr = (unsigned long long)(kv_slot(kv, layer, TDM_KV_SUB_V, page, slot) +
+                                         (size_t)kvh * hd * esz);
             if (!kv.fp8) {
                 const uint4 *k4 = reinterpret_cast<const uint4 *>(
                     reinterpret_cast<const uint16_t *>(krow) + (size_t)kvh * hd);
@@ -721,6 +748,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             } else {
                 const float ks = reinterpret_cast<const float *>(
                     kv_slot(kv, layer, TDM_KV_SUB_K_SCALE, page, slot))[kvh];
+                vscale = reinterpret_cast<const float *>(
+                    kv_slot(kv, layer, TDM_KV_SUB_V_SCALE, page, slot))[kvh];
                 const uint4 *k4 = reinterpret_cast<const uint4 *>(krow + (size_t)kvh * hd);
                 for (uint32_t c = 0; c < hd / 16; c++) {
                     uint4 raw = k4[c];
@@ -748,45 +777,42 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             float alpha = expf(m[g] - mnew);
             l[g] = l[g] * alpha + warp_sum(p);
 #pragma unroll
-            for (int j = 0; j < (int)ATT_DPL; j++)
+            for (int j = 0; j < DPL; j++)
                 acc[g][j] *= alpha;
             m[g] = mnew;
             s[g] = p;
         }
         const uint32_t nvalid = min(32u, end - tile);
-        for (uint32_t jj = 0; jj < nvalid; jj++) {
-            const uint32_t tp = tile + jj;
-            uint32_t page = pt[tp / kv.page_size], slot = tp % kv.page_size;
-            const uint8_t *vrow = kv_slot(kv, layer, TDM_KV_SUB_V, page, slot);
-            float vs = 1.0f;
-            if (kv.fp8)
-                vs = reinterpret_cast<const float *>(
-                    kv_slot(kv, layer, TDM_KV_SUB_V_SCALE, page, slot))[kvh];
-            float vd[ATT_DPL];
+        for (uint32_t j0 = 0; j0 < nvalid; j0 += ATT_VQ) {
+            float vd[ATT_VQ][DPL];
 #pragma unroll
-            for (int j = 0; j < (int)ATT_DPL; j++) {
-                uint32_t d = lane + 32u * j;
-                vd[j] = 0.0f;
-                if (d < hd)
-                    vd[j] = kv.fp8 ? fp8_decode(vrow[(size_t)kvh * hd + d]) * vs
-                                   : bf16_bits_to_f32(reinterpret_cast<const uint16_t *>(
-                                         vrow)[(size_t)kvh * hd + d]);
+            for (int qq = 0; qq < ATT_VQ; qq++) {
+                unsigned long long va = __shfl_sync(0xffffffffu, vaddr, (j0 + qq) & 31);
+                float vs = __shfl_sync(0xffffffffu, vscale, (j0 + qq) & 31);
+#pragma unroll
+                for (int j = 0; j < DPL; j++) {
+                    uint32_t d = lane + 32u * j;
+                    vd[qq][j] = 0.0f;
+                    if (j0 + qq < nvalid && d < hd)
+                        vd[qq][j] =
+                            kv.fp8 ? fp8_decode(reinterpret_cast<const uint8_t *>(va)[d]) * vs
+                                   : bf16_bits_to_f32(reinterpret_cast<const uint16_t *>(va)[d]);
+                }
             }
 #pragma unroll
-            for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++) {
-                if ((uint32_t)g >= G)
-                    break;
-                float pj = __shfl_sync(0xffffffffu, s[g], jj);
+            for (int qq = 0; qq < ATT_VQ; qq++) {
 #pragma unroll
-                for (int j = 0; j < (int)ATT_DPL; j++)
-                    acc[g][j] = fmaf(pj, vd[j], acc[g][j]);
+                for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++) {
+                    if ((uint32_t)g >= G)
+                        break;
+                    /* p of an invalid lane is 0, so positions past nvalid add nothing */
+                    float pj = __shfl_sync(0xffffffffu, s[g], (j0 + qq) & 31);
+#pragma unroll
+                    for (int j = 0; j < DPL; j++)
+                        acc[g][j] = fmaf(pj, vd[qq][j], acc[g][j]);
+                }
             }
         }
-    }
-    /* merge the warps: so holds at most G * hd / 4 floats per warp, so go head by head */
-    if (lane < (int)TDM_CUDA_MAX_GROUP) {
-        sm[warp][lane] = m[0];
-        sl[warp][lane] = 0.0f;
     }
 #pragma unroll
     for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++) {
@@ -796,22 +822,19 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         }
     }
     __syncthreads();
-    for (uint32_t g = 0; g < G; g++) {
+#pragma unroll
+    for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++) {
+        if ((uint32_t)g >= G)
+            break;
         float M = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++)
             M = fmaxf(M, sm[w][g]);
-        float f = (M == -INFINITY) ? 0.0f : expf(sm[warp][g] - M);
-        /* this warp's scaled accumulator for head g into so[warp][0..hd) */
+        float f = (sm[warp][g] == -INFINITY) ? 0.0f : expf(sm[warp][g] - M);
 #pragma unroll
-        for (int gg = 0; gg < (int)TDM_CUDA_MAX_GROUP; gg++) {
-            if ((uint32_t)gg != g)
-                continue;
-#pragma unroll
-            for (int j = 0; j < (int)ATT_DPL; j++) {
-                uint32_t d = lane + 32u * j;
-                if (d < hd)
-                    so[warp][d] = acc[gg][j] * f;
-            }
+        for (int j = 0; j < DPL; j++) {
+            uint32_t d = lane + 32u * j;
+            if (d < hd)
+                so[warp][d] = acc[g][j] * f;
         }
         __syncthreads();
         float *po = part_o + (pidx + (size_t)g * S) * hd;
@@ -824,7 +847,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         if (threadIdx.x == 0) {
             float L = 0.0f;
             for (int w = 0; w < ATT_WARPS; w++)
-                L += (M == -INFINITY) ? 0.0f : sl[w][g] * expf(sm[w][g] - M);
+                L += (sm[w][g] == -INFINITY) ? 0.0f : sl[w][g] * expf(sm[w][g] - M);
             part_ml[2 * (pidx + (size_t)g * S)] = M;
             part_ml[2 * (pidx + (size_t)g * S) + 1] = L;
         }
@@ -872,8 +895,19 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
         return TDM_ERR_UNSUPPORTED;
     if (n == 0)
         return TDM_OK;
-    attn_split_kernel<<<dim3(n, KV, splits), ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows,
-                                                                          part_o, part_ml);
+    dim3 grid(n, KV, splits);
+    if (hd <= 32)
+        attn_split_kernel<1>
+            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+    else if (hd <= 64)
+        attn_split_kernel<2>
+            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+    else if (hd <= 128)
+        attn_split_kernel<4>
+            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+    else
+        attn_split_kernel<8>
+            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
     unsigned th = (hd + 31) / 32 * 32;
     attn_combine_kernel<<<dim3(n, H), th, 0, stream>>>(H, hd, splits, part_o, part_ml, out,
                                                        out_bf16);

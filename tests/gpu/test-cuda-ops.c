@@ -252,7 +252,7 @@ static int kv_setup(kvcase_t *c, uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype
     c->cfg.rope_high_freq_factor = 4.0f;
     c->cfg.rope_original_max_pos = 64;
     c->H = H;
-    c->num_pages = 160;
+    c->num_pages = 256;
     return tdm_kv_layout_init(&c->cfg, dt, ps, 1, 0, &c->l) == TDM_OK &&
            tdm_kv_layout_pool_bytes(&c->l, c->num_pages, &c->pool_bytes) == TDM_OK;
 }
@@ -290,7 +290,7 @@ static void check_rope_kv(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt)
     uint8_t *pool = xmalloc(c.pool_bytes), *before = xmalloc(c.pool_bytes);
     float *qkv = xmalloc((size_t)n * ld * 4), *q0 = xmalloc((size_t)n * ld * 4);
     double *ref = xmalloc((size_t)n * ld * 8);
-    uint32_t pos[37], ptoff[37], pages[160];
+    uint32_t pos[37], ptoff[37], pages[256];
     memset(pool, 0x5a, c.pool_bytes);
     memcpy(before, pool, c.pool_bytes);
     for (uint32_t i = 0; i < c.num_pages; i++)
@@ -300,7 +300,7 @@ static void check_rope_kv(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt)
         pages[i] = pages[j];
         pages[j] = t;
     }
-    /* rows: distinct positions of one sequence of 160 pages, up to 2559, incl. past 64 */
+    /* rows: distinct positions of one sequence (69 apart), up to ~2540, incl. past 64 */
     for (uint32_t r = 0; r < n; r++) {
         pos[r] = (r * 69 + rnd() % 60) % (c.num_pages * ps);
         ptoff[r] = 0;
@@ -381,7 +381,7 @@ static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt
     }
     const uint32_t ld = (H + 2 * KV) * hd, ps = c.l.page_size, G = H / KV;
     uint8_t *pool = xmalloc(c.pool_bytes);
-    uint32_t pages[160], pos[5], ptoff[5], np = 0;
+    uint32_t pages[256], pos[5], ptoff[5], np = 0;
     for (uint32_t i = 0; i < c.num_pages; i++)
         pages[i] = i;
     for (uint32_t i = c.num_pages - 1; i > 0; i--) {
@@ -464,15 +464,15 @@ static void bench(void)
                   {"gate_up", 2048, 11264},
                   {"down", 5632, 2048},
                   {"lm_head", 2048, 32000}};
-    static const uint32_t ns[] = {1, 8, 32};
+    static const uint32_t ns[] = {1, 8, 32, 2048};
     double ms = 0;
     size_t bytes = (size_t)2 << 30;
     if (tdm_cuda_bench_copy(bytes, 10, &ms) == TDM_OK)
         diag("bench copy d2d %zu MiB: %.3f ms = %.0f GB/s (read + write)", bytes >> 20, ms,
              2.0 * (double)bytes / (ms * 1e-3) / 1e9);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
-        for (size_t i = 0; i < 3; i++)
-            for (int cb = 0; cb < 2; cb++) {
+        for (size_t i = 0; i < 4; i++)
+            for (int cb = ns[i] > 32; cb < 2; cb++) {
                 if (tdm_cuda_bench_gemv(ns[i], shapes[s].K, shapes[s].M, cb, 20, &ms) != TDM_OK)
                     continue;
                 double wb = 2.0 * shapes[s].K * shapes[s].M;
