@@ -21,3 +21,12 @@ tandem_worker_LDADD = libtdmapi.a libtdmchat.a libtdmreport.a $(SCHED_LIBS) $(WO
 # End to end on every fixture model against the transformers goldens, plus the error paths.
 TESTS += tests/integration/test-oneshot.sh
 dist_check_SCRIPTS += tests/integration/test-oneshot.sh
+
+# The serving runtime under load and faults through the real launcher, HTTP layer and progress
+# page: tests/integration/test-load is their client (streams, drain, /health polling, page dump).
+check_PROGRAMS += tests/integration/test-load
+tests_integration_test_load_SOURCES = tests/integration/test-load.c
+tests_integration_test_load_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
+tests_integration_test_load_LDADD = libtdmtp.a $(COMMON_LIBS)
+TESTS += tests/integration/test-load.sh
+dist_check_SCRIPTS += tests/integration/test-load.sh
