@@ -97,7 +97,7 @@ one_pair() {
           -c "SELECT pg_read_file('/proc/self/stat')" >"$W/copy.stat"
     t1=$(date +%s.%N)
     # the \copy backend exits with psql: its own CPU time, read from inside it
-    cb=$(awk -v tck="$(getconf CLK_TCK)" '{ split($0, a, ") "); split(a[2], f, " "); printf "%.3f", (f[12] + f[13]) / tck }' "$W/copy.stat")
+    cb=$(awk -v tck="$(getconf CLK_TCK)" 'NR == 1 { split($0, a, ") "); split(a[2], f, " "); printf "%.3f", (f[12] + f[13]) / tck }' "$W/copy.stat")
     c3=$(cpu)
     got=$($PSQL -c "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM transfer_events) + (SELECT count(*) FROM events WHERE source = 'worker')")
     [ "$got" = "$rows" ] || { log "\\copy loaded $got of $rows rows"; exit 1; }
