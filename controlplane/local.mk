@@ -69,3 +69,4 @@ tests_integration_test_cp_outage_SOURCES = tests/integration/test-cp-outage.c
 tests_integration_test_cp_outage_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS) $(CURL_CFLAGS)
 tests_integration_test_cp_outage_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
 include controlplane/detect.mk
+include controlplane/act.mk

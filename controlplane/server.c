@@ -245,15 +245,16 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     const tdm_cp_route_t *route = NULL;
     int path_found = 0;
     tdm_cp_args_t args;
-    for (size_t i = 0; i < tdm_cp_routes_count; i++) {
-        const tdm_cp_route_t *r = &tdm_cp_routes[i];
+    /* issue 11: two tables, the database API's then the actions/router's */
+    for (size_t i = 0; !route && i < tdm_cp_routes_count + tdm_cp_act_routes_count; i++) {
+        const tdm_cp_route_t *r = i < tdm_cp_routes_count
+                                      ? &tdm_cp_routes[i]
+                                      : &tdm_cp_act_routes[i - tdm_cp_routes_count];
         if (!route_match(r->path, req->path_normalized.base, plen, &args))
             continue;
         path_found = 1;
-        if (h2o_memis(req->method.base, req->method.len, r->method, strlen(r->method))) {
+        if (h2o_memis(req->method.base, req->method.len, r->method, strlen(r->method)))
             route = r;
-            break;
-        }
     }
     if (!route) {
         s->http_errors++;
@@ -463,6 +464,9 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         if (tdm_cp_routes[i].max_body > max_body)
             max_body = tdm_cp_routes[i].max_body;
+    for (size_t i = 0; i < tdm_cp_act_routes_count; i++) /* issue 11 */
+        if (tdm_cp_act_routes[i].max_body > max_body)
+            max_body = tdm_cp_act_routes[i].max_body;
     /* h2o refuses anything bigger itself; routes enforce their own (smaller) limits in JSON. */
     s->config.max_request_entity_size = max_body;
     h2o_hostconf_t *host =
@@ -499,6 +503,17 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     st = tdm_cp_db_start(&dbo, &s->db, err, err_len);
     if (st != TDM_OK)
         goto err_loop;
+    /* issue 11: worker groups (supervisor, actions, router); nothing queued on the DB yet */
+    tdm_cp_act_opts_t ao = opts->act;
+    ao.state_dir = opts->state_dir;
+    ao.pg_dsn = opts->db.dsn;
+    ao.admin_token = s->admin_token;
+    ao.tandemd_port = s->port;
+    st = tdm_cp_act_init(s, &ao, &s->act, err, err_len);
+    if (st != TDM_OK) {
+        tdm_cp_db_stop(s->db);
+        goto err_loop;
+    }
     /* issue 11: alerts go to the alerts table (and the webhook) as they open and resolve */
     tdm_cp_alert_persist_start(s->db, tdm_time_wall_us());
     tdm_cp_alerts_hook(s->alerts, tdm_cp_alert_persist_hook, s->db);
@@ -544,6 +559,7 @@ static void loop_tick(tdm_cp_server_t *s)
         tdm_cp_alerts_apply(s->alerts, &s->findings, now, tdm_time_wall_us());
         tdm_cp_alerts_mark_persist(s->alerts, &s->rings);
     }
+    tdm_cp_act_tick(s->act, now); /* issue 11: exits, remediation requests */
     if (s->watchdog_usec && now - s->last_watchdog_us >= s->watchdog_usec / 2) {
         sd_notify(0, "WATCHDOG=1");
         s->last_watchdog_us = now;
@@ -593,6 +609,7 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
 {
     h2o_socket_read_stop(s->listener);
     h2o_socket_close(s->listener);
+    tdm_cp_act_stop(s->act); /* issue 11: its last results are delivered by the runs below */
     tdm_cp_db_stop(s->db);
     /* Deliver what the DB threads handed back (aborted jobs) so every job is freed, and let h2o
      * close its connections: idle ones at once, busy ones after their response. */
@@ -605,6 +622,7 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
         tdm_warn(TDM_SUB_CP, "msg=\"connections still open at exit; not disposing\"");
         return;
     }
+    tdm_cp_act_free(s->act); /* issue 11 */
     h2o_multithread_unregister_receiver(s->mq, &s->db_rx);
     h2o_multithread_destroy_queue(s->mq);
     h2o_context_dispose(&s->ctx);

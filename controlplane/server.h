@@ -22,6 +22,7 @@
 
 #include <tdm/status.h>
 
+#include "controlplane/act.h"   /* actions, supervisor, router (issue 11) */
 #include "controlplane/alert.h" /* detectors + alert store (issue 11) */
 #include "controlplane/auth.h"
 #include "controlplane/buf.h"
@@ -52,6 +53,9 @@ typedef struct tdm_cp_route {
 
 extern const tdm_cp_route_t tdm_cp_routes[];
 extern const size_t tdm_cp_routes_count;
+/* issue 11: actions, status and the /v1 router (act_routes.c), dispatched after tdm_cp_routes */
+extern const tdm_cp_route_t tdm_cp_act_routes[];
+extern const size_t tdm_cp_act_routes_count;
 
 typedef struct tdm_cp_server_opts {
     const char *listen; /* host:port */
@@ -60,6 +64,9 @@ typedef struct tdm_cp_server_opts {
     const char *alert_webhook; /* "" or NULL: no webhook */
     const char *alert_policy;  /* "CLASS=notify|auto,..." or "all=auto"; "" or NULL: notify */
     tdm_cp_db_opts_t db;
+    /* issue 11: worker groups (groups_config, worker_bin, canary/start/drain timing); the
+     * server fills in state_dir, the DSN, its port and admin token */
+    tdm_cp_act_opts_t act;
 } tdm_cp_server_opts_t;
 
 struct tdm_cp_server {
@@ -78,6 +85,7 @@ struct tdm_cp_server {
     tdm_cp_alerts_t *alerts;
     tdm_cp_findings_t findings;
     tdm_cp_webhook_t *webhook;
+    tdm_cp_act_t *act; /* issue 11: groups, actions, router view */
     tdm_cp_auth_t auth;
     char admin_token[TDM_CP_TOKEN_LEN + 1];
     int tokens_loaded; /* the token cache holds the database's tokens */

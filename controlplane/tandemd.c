@@ -28,7 +28,14 @@
 #include "controlplane/server.h"
 
 /* clang-format off */
-#define TDM_CP_ALL_PARAMS(P) TDM_TANDEMD_PARAMS(P)
+/* issue 11: tandemd's own tunables for worker groups (act.h) */
+#define TDM_CP_ACT_PARAMS(P) \
+    P(groups_config, "TDM_GROUPS_CONFIG", "--groups-config", STRING, "", "", "Worker groups INI ([group.NAME] sections) that tandemd starts or manages (empty = none)") \
+    P(worker_bin, "TDM_WORKER_BIN", "--worker-bin", STRING, "tandem-worker", "", "tandem-worker executable for supervised groups ($PATH lookup)") \
+    P(canary_interval, "TDM_CANARY_INTERVAL", "--canary-interval", DOUBLE, "30", "0..86400", "Seconds between canary prompts through each ready group (0 = off)") \
+    P(start_timeout, "TDM_START_TIMEOUT", "--start-timeout", DOUBLE, "300", "1..86400", "Seconds a started group has to become /ready") \
+    P(drain_timeout, "TDM_DRAIN_TIMEOUT", "--drain-timeout", DOUBLE, "300", "1..86400", "Seconds a drain may take before the action fails")
+#define TDM_CP_ALL_PARAMS(P) TDM_TANDEMD_PARAMS(P) TDM_CP_ACT_PARAMS(P)
 /* clang-format on */
 
 TDM_PARAMS_STRUCT(tdm_cp_config, TDM_CP_ALL_PARAMS);
@@ -52,6 +59,9 @@ static void print_routes(void)
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         printf("%s %s %s %zu\n", tdm_cp_routes[i].method, tdm_cp_routes[i].path,
                tdm_cp_role_name(tdm_cp_routes[i].role), tdm_cp_routes[i].max_body);
+    for (size_t i = 0; i < tdm_cp_act_routes_count; i++) /* issue 11 */
+        printf("%s %s %s %zu\n", tdm_cp_act_routes[i].method, tdm_cp_act_routes[i].path,
+               tdm_cp_role_name(tdm_cp_act_routes[i].role), tdm_cp_act_routes[i].max_body);
 }
 
 /* Start/adopt the private cluster and make sure database "tandem" exists. */
@@ -187,6 +197,14 @@ int main(int argc, char **argv)
                 .spool_max_bytes = (uint64_t)cfg.spool_max_bytes,
                 .retention_days = (int)cfg.retention_days,
             },
+        .act = /* issue 11 */
+        {
+            .groups_config = cfg.groups_config,
+            .worker_bin = cfg.worker_bin,
+            .canary_interval_s = cfg.canary_interval,
+            .start_timeout_s = cfg.start_timeout,
+            .drain_timeout_s = cfg.drain_timeout,
+        },
     };
     static tdm_cp_server_t server;
     if (tdm_cp_server_init(&server, &so, err, sizeof(err)) != TDM_OK) {
