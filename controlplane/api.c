@@ -19,6 +19,7 @@
 #include <tdm/time.h>
 
 #include "controlplane/server.h"
+#include "controlplane/console.h"
 
 #define HEX(col) "lpad(to_hex(" col "), 16, '0')"
 
@@ -730,6 +731,8 @@ static void h_tokens_revoke(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_arg
 
 const tdm_cp_route_t tdm_cp_routes[] = {
     {"GET", "/health", TDM_CP_ROLE_NONE, 0, h_health},
+    {"GET", "/console", TDM_CP_ROLE_NONE, 0, tdm_cp_h_console},
+    {"GET", "/console/{file}", TDM_CP_ROLE_NONE, 0, tdm_cp_h_console},
     {"GET", "/metrics", TDM_CP_ROLE_READ, 0, h_metrics},
     {"POST", "/api/v1/telemetry", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_TELEMETRY, tdm_cp_ingest_handle},
     {"POST", "/api/v1/workers/register", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_register},

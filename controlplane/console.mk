@@ -1,0 +1,4 @@
+# The console (web/) compiled into tandemd.
+libtdmcp_a_SOURCES += controlplane/console.c
+nodist_libtdmcp_a_SOURCES += web/assets.c
+noinst_HEADERS += controlplane/console.h
