@@ -2,17 +2,28 @@
  * bench/transfer.c — KV transfer bandwidth of the engine (prefill → decode, host memory, UCX over
  * loopback) for one page chunk and 1–256 MiB rooms, with checksums off (the data path alone) and
  * on (the default: prefill hashes what it writes; decode verifies in commit, timed apart).
+ * Prefill and decode run in two processes, as in serving (and as ucx_perftest, the anchor, does):
+ * UCX picks its shared-memory transports only between processes. The process forks before either
+ * side initialises UCX; the child is the decode side and drives rooms (TRANSFER_INFO, wait,
+ * commit, release), the parent is the prefill side and times each room from
+ * tdm_xfer_prefill_send to the room's SUCCESS on prefill, which comes after ucp_ep_flush_nbx
+ * proved every put delivered (ucx_perftest's put_bw likewise ends with a flush). The child
+ * reports its commit (verify) times back through a pipe.
  * Geometry: bf16, 32 layers, 2 KV heads × 128, page 16 tokens → one page chunk = 512 KiB, moved
  * as 64 contiguous regions (layer × K/V) per room. Prints one JSON object per line:
  *   {"bytes":N,"checksums":0|1,"reps":R,"gbps":G,"verify_gbps":V}
- * Time per room: prefill_send → decode sees SUCCESS (median over reps).
  */
 #include "config.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../tests/unit/xfer-testutil.h"
+
+#define REPS_MAX 31
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -20,57 +31,160 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int run(int checksums, const uint32_t *n_pages_list, int n_sizes, uint32_t max_pages)
+static int reps_for(uint64_t bytes)
+{
+    return bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
+}
+
+static const uint64_t page_bytes = (uint64_t)32 * 2 * 16 * 2 * 128 * 2;
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Decode side (child): one room after another; commit times go back on `out`. */
+static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_pages,
+                       uint16_t port, int out)
 {
     xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
-    xt_side_t pre, dec;
-    if (xt_pools(&pre, &g) || xt_pools(&dec, &g))
+    xt_side_t dec;
+    if (xt_pools(&dec, &g))
         return 1;
-    pre.cfg.disable_checksums = dec.cfg.disable_checksums = !checksums;
-    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, 10000000, NULL, 0) != TDM_OK) {
-        fprintf(stderr, "transfer bench: engines did not start\n");
+    dec.cfg.disable_checksums = !checksums;
+    dec.cfg.role = TDM_XFER_DECODE;
+    dec.cfg.instance_id = 0x2222;
+    dec.cfg.host = "127.0.0.1";
+    dec.cfg.port = port;
+    if (tdm_xfer_init(&dec.cfg, &dec.x) != TDM_OK ||
+        tdm_xfer_wait_ready(dec.x, 10000000, NULL, 0) != TDM_OK) {
+        fprintf(stderr, "transfer bench: decode did not start\n");
         return 1;
     }
-    xt_fill_random(&pre, 1);
     uint32_t *pages = calloc(max_pages, 4), *prompt = calloc((size_t)max_pages * 16, 4);
     for (uint32_t i = 0; i < max_pages; i++)
         pages[i] = i;
-    uint64_t page_bytes = (uint64_t)32 * 2 * 16 * 2 * 128 * 2;
     for (int si = 0; si < n_sizes; si++) {
-        uint32_t np = n_pages_list[si];
-        uint64_t bytes = np * page_bytes;
-        int reps = bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
-        uint64_t t[32], tv[32];
+        uint32_t np = sizes[si];
+        int reps = reps_for(np * page_bytes);
         for (int r = 0; r < reps + 1; r++) {
-            uint64_t room;
-            tdm_xfer_request_t req;
-            tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}}, got;
-            memset(&req, 0, sizeof(req));
+            uint64_t room, tv;
+            tdm_xfer_aux_t got;
             if (tdm_xfer_decode_send_info(dec.x, prompt, np * 16, pages, np, NULL, &room) ||
-                xt_next(pre.x, &req, 10000000) != TDM_OK) {
-                fprintf(stderr, "transfer bench: room setup failed\n");
+                xt_wait(dec.x, room, TDM_KVPOLL_SUCCESS, 30000000) != TDM_KVPOLL_SUCCESS) {
+                fprintf(stderr, "transfer bench: room failed (decode)\n");
                 return 1;
             }
+            uint64_t t1 = tdm_time_mono_ns();
+            if (tdm_xfer_decode_commit(dec.x, room, &got) != TDM_OK) {
+                fprintf(stderr, "transfer bench: commit failed\n");
+                return 1;
+            }
+            tv = tdm_time_mono_ns() - t1;
+            xt_release(dec.x, room, 10000000);
+            if (write_full(out, &tv, sizeof(tv)))
+                return 1;
+        }
+    }
+    free(pages);
+    free(prompt);
+    xt_side_free(&dec);
+    return 0;
+}
+
+static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_pages)
+{
+    int to_child[2], from_child[2];
+    if (pipe(to_child) || pipe(from_child))
+        return 1;
+    fflush(stdout);
+    pid_t pid = fork(); /* before any UCX initialisation on either side */
+    if (pid < 0)
+        return 1;
+    if (pid == 0) {
+        uint16_t port;
+        close(to_child[1]);
+        close(from_child[0]);
+        if (read_full(to_child[0], &port, sizeof(port)))
+            _exit(1);
+        _exit(decode_side(checksums, sizes, n_sizes, max_pages, port, from_child[1]));
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
+    xt_side_t pre;
+    int rc = 1;
+    if (xt_pools(&pre, &g))
+        goto out;
+    pre.cfg.disable_checksums = !checksums;
+    pre.cfg.role = TDM_XFER_PREFILL;
+    pre.cfg.instance_id = 0x1111;
+    if (tdm_xfer_init(&pre.cfg, &pre.x) != TDM_OK) {
+        fprintf(stderr, "transfer bench: prefill did not start\n");
+        goto out;
+    }
+    uint16_t port = tdm_xfer_port(pre.x);
+    if (write_full(to_child[1], &port, sizeof(port)))
+        goto out;
+    xt_fill_random(&pre, 1);
+    uint32_t *pages = calloc(max_pages, 4);
+    for (uint32_t i = 0; i < max_pages; i++)
+        pages[i] = i;
+    for (int si = 0; si < n_sizes; si++) {
+        uint32_t np = sizes[si];
+        uint64_t bytes = np * page_bytes;
+        int reps = reps_for(bytes);
+        uint64_t t[REPS_MAX], tv[REPS_MAX];
+        for (int r = 0; r < reps + 1; r++) {
+            tdm_xfer_request_t req;
+            tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}};
+            uint64_t v;
+            memset(&req, 0, sizeof(req));
+            if (xt_next(pre.x, &req, 30000000) != TDM_OK) {
+                fprintf(stderr, "transfer bench: no TRANSFER_INFO\n");
+                goto out_pages;
+            }
+            uint64_t room = req.room;
             tdm_xfer_request_clear(&req);
             uint64_t t0 = tdm_time_mono_ns();
             tdm_xfer_prefill_send(pre.x, room, pages, np, &aux);
             tdm_kvpoll_t st;
             do {
-                if (tdm_xfer_poll(dec.x, room, &st) != TDM_OK)
+                if (tdm_xfer_poll(pre.x, room, &st) != TDM_OK)
                     st = TDM_KVPOLL_FAILED;
-                tdm_time_sleep_us(20); /* leave the cores to the engine's threads */
+                if (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED)
+                    tdm_time_sleep_us(20); /* leave the cores to the engine's threads */
             } while (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED);
             uint64_t t1 = tdm_time_mono_ns();
-            if (st != TDM_KVPOLL_SUCCESS || tdm_xfer_decode_commit(dec.x, room, &got) != TDM_OK) {
-                fprintf(stderr, "transfer bench: room failed\n");
-                return 1;
+            if (st != TDM_KVPOLL_SUCCESS || read_full(from_child[0], &v, sizeof(v))) {
+                fprintf(stderr, "transfer bench: room failed (prefill)\n");
+                goto out_pages;
             }
-            uint64_t t2 = tdm_time_mono_ns();
             xt_release(pre.x, room, 10000000);
-            xt_release(dec.x, room, 10000000);
             if (r > 0) { /* the first room warms up endpoints and page mappings */
                 t[r - 1] = t1 - t0;
-                tv[r - 1] = t2 - t1;
+                tv[r - 1] = v;
             }
         }
         qsort(t, (size_t)reps, 8, cmp_u64);
@@ -80,11 +194,19 @@ static int run(int checksums, const uint32_t *n_pages_list, int n_sizes, uint32_
                checksums ? (double)bytes / (double)tv[reps / 2] : 0.0);
         fflush(stdout);
     }
+    rc = 0;
+out_pages:
     free(pages);
-    free(prompt);
-    xt_side_free(&dec);
+out:
+    close(to_child[1]);
+    close(from_child[0]);
+    int status = 0;
+    if (rc)
+        kill(pid, SIGTERM);
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        rc = 1;
     xt_side_free(&pre);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)

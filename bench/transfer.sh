@@ -3,7 +3,8 @@
 # 1–256 MiB rooms beside `ucx_perftest -t ucp_put_bw` of the same sizes with the same UCX_TLS and
 # host memory, in the same run; writes OUT (default SRCDIR/bench/results/transfer.json) with the
 # git sha. ratio_vs_ucx_perftest = min over sizes of engine (checksums off) / perftest; the
-# checksummed default path is reported beside it. Use a build without sanitizers for numbers.
+# checksummed default path is reported beside it, and perftest with -e (peer error handling, the
+# engine's endpoint mode) up to 16 MiB. Use a build without sanitizers for numbers.
 # Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_GIT_SHA.
 set -eu
 BUILD=${1:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
@@ -15,7 +16,8 @@ UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 export UCX_TLS UCX_NET_DEVICES
 runs=$(mktemp)
 perf=$(mktemp)
-trap 'rm -f "$runs" "$perf"' EXIT
+perfe=$(mktemp)
+trap 'rm -f "$runs" "$perf" "$perfe"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 echo "transfer: engine" >&2
 "$BUILD/bench/transfer" "$N" >"$runs"
@@ -32,19 +34,34 @@ for l in open('$runs'):
     line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$bytes" -n "$iters" 2>/dev/null | grep '^Final:' || true)
     wait "$srv" 2>/dev/null || true
     echo "$bytes $line" >>"$perf"
+    # The same put_bw with endpoint error handling (-e), the mode the engine runs in: UCX 1.13 then
+    # keeps only transports with peer-failure support (tcp), so every put is software-emulated.
+    if [ "$bytes" -le 16777216 ]; then
+        iters=$((33554432 / bytes)); [ "$iters" -lt 2 ] && iters=2
+        ucx_perftest -p "$((port + 1))" -e >/dev/null 2>&1 &
+        srv=$!
+        sleep 0.5
+        line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$((port + 1))" -e -t ucp_put_bw -s "$bytes" -n "$iters" 2>/dev/null | grep '^Final:' || true)
+        wait "$srv" 2>/dev/null || true
+        echo "$bytes $line" >>"$perfe"
+    fi
 done
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 dirty=false
 [ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
-python3 - "$runs" "$perf" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" <<'PY'
+python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" <<'PY'
 import json, sys, platform, os
-runs_p, perf_p, out, sha, dirty, tls, load = sys.argv[1:]
+runs_p, perf_p, perfe_p, out, sha, dirty, tls, load = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_p)]
-perf = {}
-for l in open(perf_p):
-    f = l.split()
-    if len(f) >= 7 and f[1] == 'Final:':
-        perf[int(f[0])] = float(f[6]) * 1048576 / 1e9  # overall MB/s (2^20) -> GB/s
+def final(path):
+    d = {}
+    for l in open(path):
+        f = l.split()
+        if len(f) >= 7 and f[1] == 'Final:':
+            d[int(f[0])] = float(f[6]) * 1048576 / 1e9  # overall MB/s (2^20) -> GB/s
+    return d
+perf = final(perf_p)
+perfe = final(perfe_p)
 sizes = []
 for r in runs:
     if r['checksums'] != 0:
@@ -56,6 +73,7 @@ for r in runs:
                   'engine_checksums_gbps': round(on['gbps'], 3),
                   'decode_verify_gbps': round(on['verify_gbps'], 3),
                   'ucx_perftest_gbps': round(p, 3) if p else None,
+                  'ucx_perftest_err_peer_gbps': round(perfe[b], 3) if b in perfe else None,
                   'ratio': round(r['gbps'] / p, 3) if p else None,
                   'ratio_checksums': round(on['gbps'] / p, 3) if p else None})
 ratios = [s['ratio'] for s in sizes if s['ratio'] is not None]
@@ -65,7 +83,9 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'ucx_tls': tls, 'memory': 'host',
        'geometry': 'bf16, 32 layers, 2 kv heads x 128, page 16 tokens: page chunk 512 KiB = 64 regions',
        'page_chunk_bytes': sizes[0]['bytes'] if sizes else None,
-       'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run',
+       'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run (its buffers come from ucp_mem_map ALLOCATE: shared memory the peer maps, so a put is one memcpy)',
+       'anchor_err_peer': 'the same with -e (UCP_ERR_HANDLING_MODE_PEER, as the engine), up to 16 MiB',
+       'processes': 'prefill and decode in two processes (forked before UCX init)',
        'sizes': sizes,
        'ratio_vs_ucx_perftest': min(ratios) if ratios else None,
        'ratio_vs_ucx_perftest_checksums_on': min(rc) if rc else None}
