@@ -30,3 +30,8 @@ tests_integration_test_load_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_integration_test_load_LDADD = libtdmtp.a $(COMMON_LIBS)
 TESTS += tests/integration/test-load.sh
 dist_check_SCRIPTS += tests/integration/test-load.sh
+
+# Faults through /admin/faults on a TP=2 group: rank_idle_path and stall_loop → /health 503
+# within T+1 s naming the rank, the recorder's data; kill -9 → worker_lost at a local sink.
+TESTS += tests/integration/test-serving-faults.sh
+dist_check_SCRIPTS += tests/integration/test-serving-faults.sh

@@ -15,8 +15,9 @@
  *     C closed-loop clients, R requests in all, greedy, ignore_eos: prints `tok_s= ttft_p50_ms=
  *     ttft_p90_ms= wall_s= tokens=`.
  *   req METHOD PATH [BODY] [--token-file F] : one request; prints the status, then the body.
- *   health-wait --port P --limit-s S : polls /health every 20 ms until it answers 503; prints
- *     `after_s= reason=...` (after_s -1 when it never did).
+ *   health-wait --port P --limit-s S [--arm JSON --token-file F] : (arms the fault JSON through
+ *     POST /admin/faults, then) polls /health every 20 ms until it answers 503; prints
+ *     `armed=STATUS` and `after_s= reason=...`, seconds since the arm (after_s -1: never).
  *   page FILE : one line per rank of the progress page: `rank= iter= path= plan_hash= coll_seq=
  *     in_coll= in_coll_seq= pending= age_s=`.
  *
@@ -581,19 +582,36 @@ static int cmd_req(int argc, char **argv)
 static int cmd_health_wait(int argc, char **argv)
 {
     double limit_s = 10;
+    const char *arm = NULL, *token_file = NULL;
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--port"))
             g_port = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--limit-s"))
             limit_s = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--arm"))
+            arm = argv[i + 1];
+        else if (!strcmp(argv[i], "--token-file"))
+            token_file = argv[i + 1];
     }
-    if (g_port <= 0) {
-        fprintf(stderr, "test-load health-wait: --port P [--limit-s S]\n");
+    if (g_port <= 0 || (arm && !token_file)) {
+        fprintf(stderr, "test-load health-wait: --port P [--limit-s S] [--arm JSON "
+                        "--token-file F]\n");
         return 2;
     }
     char *buf = malloc(RESP_CAP);
     uint64_t t0 = tdm_time_mono_us(), deadline = t0 + (uint64_t)(limit_s * 1e6);
     int st = 0;
+    if (arm) { /* the clock starts when the fault is armed */
+        char *tok = read_token(token_file);
+        st = http_do("POST", "/admin/faults", arm, tok, buf, RESP_CAP, 10);
+        free(tok);
+        printf("armed=%d\n", st);
+        if (st != 200) {
+            printf("after_s=-1 reason=arming failed: %s\n", body_of(buf));
+            free(buf);
+            return 0;
+        }
+    }
     while (tdm_time_mono_us() < deadline) {
         st = http_do("GET", "/health", NULL, NULL, buf, RESP_CAP, 5);
         if (st == 503)
