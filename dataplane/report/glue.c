@@ -31,9 +31,32 @@ static void identity(const tdm_worker_config_t *cfg, char *name, size_t len)
         snprintf(name, len, "%.16s-%d", cfg->disaggregation_mode, tdm_worker_config_http_port(cfg));
 }
 
+/* The token file is read once per reporter start; a missing or unreadable file is logged and
+ * telemetry goes without a token (tandemd then answers 401 and the spool keeps the batches). */
+static char cp_token[520];
+
+static void load_token(const tdm_worker_config_t *cfg)
+{
+    cp_token[0] = '\0';
+    if (!cfg->control_plane_token_file || !cfg->control_plane_token_file[0])
+        return;
+    FILE *f = fopen(cfg->control_plane_token_file, "r");
+    if (!f) {
+        tdm_warn(TDM_SUB_REPORT, "msg=\"cannot read the control-plane token file\" path=%s",
+                 cfg->control_plane_token_file);
+        return;
+    }
+    if (!fgets(cp_token, sizeof(cp_token), f))
+        cp_token[0] = '\0';
+    fclose(f);
+    cp_token[strcspn(cp_token, " \t\r\n")] = '\0';
+}
+
 static void fill_opts(tdm_report_opts_t *o, const tdm_worker_config_t *cfg, char *name)
 {
     memset(o, 0, sizeof(*o));
+    load_token(cfg);
+    o->token = cp_token;
     o->control_plane = cfg->control_plane;
     o->spool_dir = cfg->spool_dir;
     o->worker = name;

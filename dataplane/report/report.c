@@ -519,6 +519,11 @@ tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, ch
     }
     r->headers = curl_slist_append(NULL, "Content-Type: application/json");
     r->headers = curl_slist_append(r->headers, "Expect:");
+    if (o->token && o->token[0]) {
+        char auth[600];
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %.512s", o->token);
+        r->headers = curl_slist_append(r->headers, auth);
+    }
     curl_easy_setopt(r->curl, CURLOPT_URL, r->url);
     curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
     curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, on_body);

@@ -50,6 +50,7 @@ typedef struct tdm_report_opts {
     uint64_t spool_max_bytes;  /* 0 → 64 MiB; bound of the queue (memory and disk) */
     uint32_t http_timeout_ms;  /* 0 → 1000 (connect: a fifth of it) */
     uint64_t first_seq;        /* 0 → 1; the launcher's worker_lost batch uses the wall clock */
+    const char *token;         /* bearer token for tandemd (NULL or "" = none) */
 } tdm_report_opts_t;
 
 tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, char *err,

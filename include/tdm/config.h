@@ -48,6 +48,7 @@
     P(port, "TDM_PORT", "--port", INT64, "-1", "-1..65535", "HTTP port; -1 = 30000 (decode/colocated) or 30001 (prefill); 0 = any") \
     P(group, "TDM_GROUP", "--group", STRING, "", "", "Worker group name reported to the control plane (default: <mode>-<port>)") \
     P(control_plane, "TDM_CONTROL_PLANE", "--control-plane", STRING, "", "", "tandemd base URL for registration and telemetry (empty = standalone)") \
+    P(control_plane_token_file, "TDM_CONTROL_PLANE_TOKEN_FILE", "--control-plane-token-file", STRING, "", "", "File with the bearer token telemetry is posted with (tandemd admin.token, or one from tandemctl token create)") \
     P(admin_token_file, "TDM_ADMIN_TOKEN_FILE", "--admin-token-file", STRING, "", "", "File holding the token for /admin (empty = /admin disabled)") \
     P(ready_file, "TDM_READY_FILE", "--ready-file", STRING, "", "", "Write {\"http\":N,\"bootstrap\":N} here after bind") \
     P(spool_dir, "TDM_SPOOL_DIR", "--spool-dir", STRING, "", "", "Telemetry spool directory while tandemd is unreachable (empty = memory only)") \
