@@ -6,7 +6,8 @@
 EXTRA_DIST += bench/gpu-decode.sh bench/torch_anchor.py
 if HAVE_CUDA
 noinst_PROGRAMS += bench/gpu_decode
-bench_gpu_decode_SOURCES = bench/gpu_decode.c
-bench_gpu_decode_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/dataplane/model
+bench_gpu_decode_SOURCES = bench/gpu_decode.c kernels/cuda/smoke.cu
+bench_gpu_decode_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/dataplane/model \
+	$(CUDA_CFLAGS)
 bench_gpu_decode_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 endif
