@@ -21,6 +21,7 @@
 #include <tdm/time.h>
 
 #include "controlplane/act_int.h"
+#include "controlplane/server.h"
 
 typedef struct exec {
     tdm_cp_act_t *a;
@@ -33,6 +34,10 @@ typedef struct exec {
 static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, char *out,
                   size_t out_len)
 {
+    /* the query thread applies the migrations; statements before that would only fail */
+    for (int i = 0; i < 300 && !atomic_load(&tdm_cp_db_stats(x->a->srv->db)->schema_ready); i++)
+        if (act_sleep(x->a, 100))
+            return -1;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!x->pg || PQstatus(x->pg) != CONNECTION_OK) {
             PQfinish(x->pg);
