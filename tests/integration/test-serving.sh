@@ -3,7 +3,8 @@
 # tandem-worker --tp-size 2 --device cpu on a fixture gives the same tokens as --tp-size 1, bit for
 # bit, in both loops (self-test client of dataplane/sched/worker.h: a batch of greedy and sampled
 # requests submitted at once); SIGTERM ends the group cleanly; kill -9 of a rank makes the
-# launcher exit non-zero naming the rank, with no rank left behind and the shm files removed.
+# launcher exit non-zero naming the rank, with no rank left behind and the shm files removed;
+# each rank's resident weight bytes from /metrics at TP=2 against TP=1.
 set -u
 B=${TDM_BUILDDIR:-.}
 S=${TDM_SRCDIR:-.}
@@ -57,6 +58,58 @@ done
 grep -q "length" "$T/out-1-overlap"
 ok $? "outputs carry finish reasons"
 n_shm=$(ls /dev/shm 2>/dev/null | grep -c "^tandem-" || true)
+
+# Resident weight bytes per rank from /metrics (issue 7: <= 0.55x TP=1). Column/row-parallel
+# layer weights halve exactly; embeddings, norms and lm_head are replicated (dataplane/model/
+# shard.c), so each rank must hold exactly replicated + sharded/2 — computed here from the
+# checkpoint's safetensors header. The 0.55x target needs the vocab-parallel embedding/lm_head
+# on models whose embedding is over a tenth of the weights (both fixtures here): TODO until then.
+weights_of() { # model tp → "b0 b1 ..." (one per rank) from /metrics
+    rm -f "$T/ready"
+    "$W" --model-path "$1" --device cpu --tp-size "$2" --port 0 --ready-file "$T/ready" \
+        > "$T/log-w" 2>&1 &
+    wp=$!
+    i=0
+    while [ $i -lt 300 ] && [ ! -s "$T/ready" ] && kill -0 $wp 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2>/dev/null)
+    "$B/tests/integration/test-load" req --port "${port:-1}" GET /metrics 2>/dev/null |
+        sed -n 's/^tandem_resident_weight_bytes{rank="[0-9]*"} //p' | tr '\n' ' '
+    kill -TERM $wp
+    wait $wp
+}
+for wm in "$M" "$S/models/demo"; do
+    [ -f "$wm/model.safetensors" ] || continue
+    name=$(basename "$wm")
+    w1=$(weights_of "$wm" 1)
+    w2=$(weights_of "$wm" 2)
+    split=$(python3 - "$wm/model.safetensors" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+h.pop("__metadata__", None)
+size = lambda v: v["data_offsets"][1] - v["data_offsets"][0]
+rep = sum(size(v) for k, v in h.items() if "norm" in k or "embed" in k or "lm_head" in k)
+print(sum(size(v) for v in h.values()), rep)
+PY
+)
+    tot=${split% *}
+    rep=${split#* }
+    set -- $w2
+    r0=${1:-0}
+    r1=${2:-0}
+    [ "${w1% }" = "$tot" ] && [ "$r0" = "$r1" ] && [ "$r0" = $((rep + (tot - rep) / 2)) ]
+    ok $? "$name: /metrics weight bytes: TP=1 $w1== checkpoint, TP=2 ranks $r0 $r1 == replicated $rep + sharded/2"
+    ratio=$(awk -v a="$r0" -v b="${w1% }" 'BEGIN { printf("%.3f", (b > 0) ? a / b : 9) }')
+    if awk -v r="$ratio" 'BEGIN { exit !(r <= 0.55) }'; then
+        echo "ok $((n + 1)) - $name: each TP=2 rank holds ${ratio}x of TP=1 (<= 0.55)"
+    else
+        echo "not ok $((n + 1)) - $name: each TP=2 rank holds ${ratio}x of TP=1 (<= 0.55) # TODO replicated embedding/lm_head ($rep of $tot bytes); needs vocab-parallel"
+    fi
+    n=$((n + 1))
+done
 
 # SIGTERM: a clean shutdown through the SHUTDOWN plan
 "$W" --model-path "$M" --device cpu --tp-size 2 --port 0 > "$T/log-term" 2>&1 &
