@@ -41,7 +41,7 @@ cleanup() {
 trap cleanup EXIT
 psql_ -d postgres -c "CREATE DATABASE $db" >/dev/null || { echo "1..0 # SKIP cannot create a database"; exit 0; }
 
-echo "1..22"
+echo "1..24"
 n=0
 ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 check() { if eval "$1"; then ok 0 "$2"; else ok 1 "$2"; fi; }
@@ -136,6 +136,13 @@ check "api '$url/api/v1/alerts?source=live' | grep -q '\"WORKER_LOST\"'" "kill -
 check "wait_ready b && [ \$(sql \"SELECT count(*) FROM actions WHERE actor='supervisor' AND action='restart' AND target='b' AND outcome='ok'\") -ge 1 ]" \
     "the supervisor restarted group b (audit row) and it serves again"
 check "[ \"\$(complete)\" = 200 ]" "serving after the restart"
+
+# ---- tandemctl ----
+ctl() { "$TDM_BUILDDIR/tandemctl" --url "$url" --token-file "$tmp/state/admin.token" "$@"; }
+ctl status >"$tmp/st" 2>&1
+check "grep -q '^a  *supervised  *null  *running  *yes' $tmp/st && grep -q '^b  *supervised' $tmp/st" "tandemctl status: table of groups"
+ctl --json alerts | $PY -c "import json,sys;d=json.load(sys.stdin);sys.exit(0 if any(a['kind']=='WORKER_LOST' for a in d['alerts']) else 1)"
+check "[ $? = 0 ]" "tandemctl --json alerts: JSON with the WORKER_LOST alert"
 
 # ---- tandemd restart: re-adoption ----
 apid=$($PY -c "import json;print(json.load(open('$tmp/state/groups/a/record.json'))['pid'])")
