@@ -207,6 +207,9 @@ static void h_metrics(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
                       (unsigned long long)atomic_load(&ds->batches_duplicate),
                       (unsigned long long)atomic_load(&ds->batches_spooled),
                       (unsigned long long)s->ingest_rejected);
+    C("tandem_ingest_transactions_total",
+      "Ingest transactions committed (one per group of queued batches).", "%llu",
+      (unsigned long long)atomic_load(&ds->ingest_txns));
     tdm_cp_buf_printf(&b,
                       "# HELP tandem_ingest_rows_total Rows committed by table.\n"
                       "# TYPE tandem_ingest_rows_total counter\n"
@@ -449,6 +452,7 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
     param_u64(job, since);
     param_u64(job, until);
     param_u64(job, limit);
+    job->readonly = 1;
     tdm_cp_db_query(s->db, job);
 }
 
@@ -516,6 +520,19 @@ static const char sql_alerts[] =
     "  opened_us, resolved_us, resolved_by FROM alerts WHERE ($1::text IS NULL OR state = $1) "
     "  ORDER BY opened_us DESC, id DESC LIMIT $2::integer) a";
 
+#define ALERTS_CACHE_US 1000000u
+
+/* aux = "<write_gen at submit> <cache key>" */
+static void on_alerts(tdm_cp_job_t *job)
+{
+    tdm_cp_pending_t *pd = job->ctx;
+    if (pd && job->st == TDM_OK && job->result) {
+        char *key = strchr(job->aux, ' ');
+        tdm_cp_db_cache_put(pd->srv->db, key + 1, strtoull(job->aux, NULL, 10), job->result);
+    }
+    tdm_cp_job_reply_json(job);
+}
+
 static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
                      const tdm_cp_token_t *who)
 {
@@ -541,9 +558,23 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
         json_decref(j);
         return;
     }
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_alerts, tdm_cp_job_reply_json, who);
+    /* The stored list changes only when tandemd writes (write_gen) or someone else does; a cached
+     * answer is served for at most ALERTS_CACHE_US, so 1000 reads/s cost one query. */
+    char key[TDM_CP_DB_CACHE_KEY];
+    snprintf(key, sizeof(key), "alerts %s %llu", has_state ? state : "*", limit);
+    const char *hit = tdm_cp_db_cache_get(s->db, key, ALERTS_CACHE_US);
+    if (hit) {
+        tdm_cp_send_json(req, 200, hit, strlen(hit));
+        return;
+    }
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_alerts, on_alerts, who);
     tdm_cp_job_param(job, has_state ? state : NULL);
     param_u64(job, limit);
+    job->readonly = 1;
+    size_t alen = 24 + strlen(key);
+    job->aux = tdm_malloc(alen);
+    snprintf(job->aux, alen, "%llu %s",
+             (unsigned long long)atomic_load(&tdm_cp_db_stats(s->db)->write_gen), key);
     tdm_cp_db_query(s->db, job);
 }
 

@@ -21,6 +21,7 @@
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
+#include "controlplane/buf.h"
 #include "controlplane/db.h"
 #include "controlplane/migrate.h"
 #include "controlplane/spool.h"
@@ -35,18 +36,39 @@ typedef struct jobq {
     tdm_cp_job_t *head, *tail;
 } jobq_t;
 
+#define PREP_MAX 16
+
+typedef struct qworker {
+    struct tdm_cp_db *db;
+    jobq_t *q;
+    int primary; /* migrations, upkeep, the open-alert count, every job that is not a read */
+    int idx;
+    pthread_t tid;
+    /* statements prepared on this worker's connection, keyed by the job's static SQL text */
+    const char *prep_sql[PREP_MAX];
+    int nprep;
+} qworker_t;
+
 struct tdm_cp_db {
     tdm_cp_db_opts_t opts;
     char *dsn;
     tdm_cp_db_stats_t stats;
     atomic_int stop;
     jobq_t queries;
+    jobq_t reads; /* readonly jobs, served by the reader pool */
     jobq_t ingest;
+    qworker_t qw[1 + TDM_CP_DB_READERS];
+    int nqw;
     uint64_t mem_bytes; /* under ingest.mu */
     int spool_full;     /* under ingest.mu: the last spill found the spool full */
     tdm_cp_spool_t *spool;
-    pthread_t query_tid, ingest_tid;
+    pthread_t ingest_tid;
     int query_up, ingest_up;
+    struct {
+        char key[TDM_CP_DB_CACHE_KEY];
+        uint64_t gen, at_us;
+        char *body;
+    } cache[TDM_CP_DB_CACHE]; /* loop thread only */
 };
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
@@ -165,10 +187,9 @@ static void update_up(tdm_cp_db_t *db)
 
 /* ---- query thread --------------------------------------------------------------------------- */
 
-static void run_query(PGconn *conn, tdm_cp_job_t *job)
+static void take_result(PGconn *conn, PGresult *res, tdm_cp_job_t *job)
 {
-    PGresult *res = PQexecParams(conn, job->sql, job->nparams, NULL,
-                                 (const char *const *)job->params, NULL, NULL, 0);
+    (void)conn;
     ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
         job->st = TDM_OK;
@@ -182,6 +203,39 @@ static void run_query(PGconn *conn, tdm_cp_job_t *job)
         snprintf(job->sqlstate, sizeof(job->sqlstate), "%s", state ? state : "");
         set_err(job, TDM_ERR_DB, PQresultErrorMessage(res));
     }
+}
+
+/* Run a job. Readers prepare each read statement once per connection (PREP_MAX of them; the
+ * readonly statements are the read handlers' static texts) and execute it by name. */
+static void run_query(qworker_t *w, PGconn *conn, tdm_cp_job_t *job)
+{
+    int slot = -1;
+    if (!w->primary) {
+        for (int i = 0; i < w->nprep; i++)
+            if (w->prep_sql[i] == job->sql)
+                slot = i;
+        if (slot < 0 && w->nprep < PREP_MAX) {
+            char name[16];
+            snprintf(name, sizeof(name), "r%d", w->nprep);
+            PGresult *pr = PQprepare(conn, name, job->sql, 0, NULL);
+            if (PQresultStatus(pr) == PGRES_COMMAND_OK) {
+                slot = w->nprep;
+                w->prep_sql[w->nprep++] = job->sql;
+            }
+            PQclear(pr);
+        }
+    }
+    PGresult *res;
+    if (slot >= 0) {
+        char name[16];
+        snprintf(name, sizeof(name), "r%d", slot);
+        res = PQexecPrepared(conn, name, job->nparams, (const char *const *)job->params, NULL, NULL,
+                             0);
+    } else {
+        res = PQexecParams(conn, job->sql, job->nparams, NULL, (const char *const *)job->params,
+                           NULL, NULL, 0);
+    }
+    take_result(conn, res, job);
     PQclear(res);
 }
 
@@ -217,34 +271,45 @@ static int query_conn_setup(tdm_cp_db_t *db, PGconn *conn)
 
 static void *query_main(void *arg)
 {
-    tdm_cp_db_t *db = arg;
+    qworker_t *w = arg;
+    tdm_cp_db_t *db = w->db;
+    jobq_t *q = w->q;
     PGconn *conn = NULL;
     uint64_t backoff = BACKOFF_MIN_US, next_try = 0, next_alerts = 0, next_upkeep = 0;
+    char app[32];
+    snprintf(app, sizeof(app), w->primary ? "tandemd-query" : "tandemd-read-%d", w->idx);
 
     while (!atomic_load(&db->stop)) {
         uint64_t now = tdm_time_mono_us();
-        if (!conn && now >= next_try) {
-            conn = db_connect(db, "tandemd-query");
-            if (conn && query_conn_setup(db, conn) != 0) {
+        /* Readers connect once the primary has applied the migrations. */
+        if (!conn && now >= next_try && (w->primary || atomic_load(&db->stats.schema_ready))) {
+            conn = db_connect(db, app);
+            if (conn && w->primary && query_conn_setup(db, conn) != 0) {
                 PQfinish(conn);
                 conn = NULL;
             }
+            if (conn && !w->primary)
+                PQclear(PQexec(conn, "SET statement_timeout = '10s'"));
+            w->nprep = 0;
             if (conn) {
                 backoff = BACKOFF_MIN_US;
-                db->query_up = 1;
-                next_upkeep = now + 3600u * 1000000u;
-                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=query");
+                if (w->primary) {
+                    db->query_up = 1;
+                    next_upkeep = now + 3600u * 1000000u;
+                }
+                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=%s", app);
             } else {
                 next_try = now + backoff;
                 backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
             }
-            update_up(db);
+            if (w->primary)
+                update_up(db);
         }
-        if (conn && now >= next_alerts) {
+        if (w->primary && conn && now >= next_alerts) {
             refresh_open_alerts(db, conn);
             next_alerts = now + 1000000u;
         }
-        if (conn && now >= next_upkeep) {
+        if (w->primary && conn && now >= next_upkeep) {
             char err[512];
             if (tdm_cp_partitions_maintain(conn, tdm_time_wall_us(), db->opts.retention_days, err,
                                            sizeof(err)) != TDM_OK)
@@ -252,14 +317,14 @@ static void *query_main(void *arg)
             next_upkeep = now + 3600u * 1000000u;
         }
 
-        pthread_mutex_lock(&db->queries.mu);
+        pthread_mutex_lock(&q->mu);
         tdm_cp_job_t *job = NULL;
         if (conn) {
-            job = jobq_pop_locked(&db->queries);
+            job = jobq_pop_locked(q);
         } else {
             /* Down: fail what cannot wait, keep what can. */
             tdm_cp_job_t *keep = NULL, *keep_tail = NULL, *j;
-            while ((j = jobq_pop_locked(&db->queries)) != NULL) {
+            while ((j = jobq_pop_locked(q)) != NULL) {
                 if (j->wait) {
                     if (keep_tail)
                         keep_tail->next = j;
@@ -271,48 +336,54 @@ static void *query_main(void *arg)
                     reply(db, j);
                 }
             }
-            db->queries.head = keep;
-            db->queries.tail = keep_tail;
+            q->head = keep;
+            q->tail = keep_tail;
         }
         if (!job && !atomic_load(&db->stop))
-            cond_wait_us(&db->queries, conn ? 200000u : (next_try > now ? next_try - now : 1000u));
-        pthread_mutex_unlock(&db->queries.mu);
+            cond_wait_us(q, conn ? 200000u : (next_try > now ? next_try - now : 1000u));
+        pthread_mutex_unlock(&q->mu);
         if (!job)
             continue;
 
-        run_query(conn, job);
+        run_query(w, conn, job);
         if (job->st != TDM_OK && PQstatus(conn) == CONNECTION_BAD) {
-            tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=query err=\"%s\"",
+            tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=%s err=\"%s\"", app,
                      job->err);
             PQfinish(conn);
             conn = NULL;
-            db->query_up = 0;
-            update_up(db);
+            if (w->primary) {
+                db->query_up = 0;
+                update_up(db);
+            }
             atomic_fetch_add(&db->stats.reconnects, 1);
             next_try = 0;
             if (job->wait) {
-                pthread_mutex_lock(&db->queries.mu);
-                job->next = db->queries.head;
-                db->queries.head = job;
-                if (!db->queries.tail)
-                    db->queries.tail = job;
-                pthread_mutex_unlock(&db->queries.mu);
+                pthread_mutex_lock(&q->mu);
+                job->next = q->head;
+                q->head = job;
+                if (!q->tail)
+                    q->tail = job;
+                pthread_mutex_unlock(&q->mu);
                 continue;
             }
             set_err(job, TDM_ERR_DB, "database unavailable");
         } else if (job->st != TDM_OK) {
             atomic_fetch_add(&db->stats.query_errors, 1);
         }
+        /* Anything the primary ran may have changed what reads return (readers' caches key on
+         * this generation). */
+        if (w->primary && !job->readonly)
+            atomic_fetch_add(&db->stats.write_gen, 1);
         reply(db, job);
     }
 
-    pthread_mutex_lock(&db->queries.mu);
+    pthread_mutex_lock(&q->mu);
     tdm_cp_job_t *j;
-    while ((j = jobq_pop_locked(&db->queries)) != NULL) {
+    while ((j = jobq_pop_locked(q)) != NULL) {
         set_err(j, TDM_ERR_ABORTED, "shutting down");
         reply(db, j);
     }
-    pthread_mutex_unlock(&db->queries.mu);
+    pthread_mutex_unlock(&q->mu);
     PQfinish(conn);
     return NULL;
 }
@@ -420,6 +491,194 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
     return rc;
 }
 
+/* ---- group commit --------------------------------------------------------------------------
+ * The batches queued at the head of the memory queue (at most GROUP_MAX_BATCHES, GROUP_MAX_BYTES)
+ * go into one transaction: lock (or create) the marks of their distinct (instance_id, rank) keys in
+ * one statement, decide in arrival order which batches are above their key's mark (each accepted
+ * batch raises the mark for the ones after it, so a duplicate inside the group is caught as well),
+ * COPY the accepted batches' rows (one COPY per table, batches concatenated in order), raise the
+ * marks and COMMIT — one WAL flush for the whole group. The decision is the one batch-at-a-time
+ * processing would make. */
+
+#define GROUP_MAX_BATCHES 256
+#define GROUP_MAX_BYTES (16u << 20)
+
+typedef struct gmark {
+    const char *inst;
+    char *lit; /* escaped literal */
+    uint32_t rank;
+    uint64_t seq;  /* mark as locked */
+    uint64_t high; /* mark after the group */
+} gmark_t;
+
+static ingest_rc_t conn_rc(PGconn *conn)
+{
+    return PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+}
+
+/* COPY `n` pieces of text into one statement. */
+static ingest_rc_t copy_pieces(PGconn *conn, const char *sql, const char *const *p,
+                               const size_t *len, size_t n, char *err, size_t err_len)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += len[i];
+    if (total == 0)
+        return INGEST_OK;
+    PGresult *res = PQexec(conn, sql);
+    if (PQresultStatus(res) != PGRES_COPY_IN) {
+        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        return conn_rc(conn);
+    }
+    PQclear(res);
+    for (size_t i = 0; i < n; i++) {
+        if (len[i] && PQputCopyData(conn, p[i], (int)len[i]) != 1) {
+            snprintf(err, err_len, "%s", PQerrorMessage(conn));
+            return INGEST_CONN;
+        }
+    }
+    if (PQputCopyEnd(conn, NULL) != 1) {
+        snprintf(err, err_len, "%s", PQerrorMessage(conn));
+        return INGEST_CONN;
+    }
+    ingest_rc_t rc = INGEST_OK;
+    while ((res = PQgetResult(conn)) != NULL) {
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == INGEST_OK) {
+            snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+            rc = conn_rc(conn);
+        }
+        PQclear(res);
+    }
+    return rc;
+}
+
+/* One transaction for jobs[0..n). On INGEST_OK, accepted[i] says whether batch i was inserted
+ * (else it is a duplicate). INGEST_DATA: rolled back, nothing decided (the caller retries the
+ * batches one by one to find the one the database refuses). */
+static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t n, int *accepted,
+                                int *ret_committed, char *err, size_t err_len)
+{
+    gmark_t *marks = tdm_calloc(n, sizeof(*marks));
+    size_t nm = 0;
+    const char **pieces = tdm_calloc(n, sizeof(*pieces));
+    size_t *plen = tdm_calloc(n, sizeof(*plen));
+    tdm_cp_buf_t sql = TDM_CP_BUF_INIT;
+    ingest_rc_t rc = INGEST_OK;
+    int in_txn = 0;
+    uint64_t now = tdm_time_wall_us();
+    *ret_committed = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const tdm_cp_batch_t *b = jobs[i]->batch;
+        size_t k = 0;
+        while (k < nm && !(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
+            k++;
+        if (k < nm)
+            continue;
+        marks[nm].inst = b->instance_id;
+        marks[nm].rank = b->rank;
+        marks[nm].lit = PQescapeLiteral(conn, b->instance_id, strlen(b->instance_id));
+        if (!marks[nm].lit) {
+            snprintf(err, err_len, "%s", PQerrorMessage(conn));
+            rc = conn_rc(conn);
+            goto out;
+        }
+        nm++;
+    }
+    /* One round trip: open the transaction and lock (or create) every mark of the group. */
+    tdm_cp_buf_puts(&sql, "BEGIN; INSERT INTO ingest_marks VALUES ");
+    for (size_t k = 0; k < nm; k++)
+        tdm_cp_buf_printf(&sql, "%s(%s, %u, 0, %llu)", k ? ", " : "", marks[k].lit, marks[k].rank,
+                          (unsigned long long)now);
+    tdm_cp_buf_puts(&sql, " ON CONFLICT (instance_id, rank) DO UPDATE SET seq = ingest_marks.seq "
+                          "RETURNING instance_id, rank, seq");
+    PGresult *res = PQexec(conn, sql.data);
+    in_txn = 1;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || (size_t)PQntuples(res) != nm) {
+        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        rc = conn_rc(conn);
+        goto out;
+    }
+    for (int r = 0; r < PQntuples(res); r++) {
+        const char *inst = PQgetvalue(res, r, 0);
+        uint32_t rank = (uint32_t)strtoul(PQgetvalue(res, r, 1), NULL, 10);
+        for (size_t k = 0; k < nm; k++)
+            if (marks[k].rank == rank && strcmp(marks[k].inst, inst) == 0)
+                marks[k].seq = marks[k].high = strtoull(PQgetvalue(res, r, 2), NULL, 10);
+    }
+    PQclear(res);
+
+    size_t nacc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tdm_cp_batch_t *b = jobs[i]->batch;
+        size_t k = 0;
+        while (!(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
+            k++;
+        accepted[i] = b->seq > marks[k].high;
+        if (accepted[i]) {
+            marks[k].high = b->seq;
+            nacc++;
+        }
+    }
+    if (nacc == 0) {
+        rc = exec_cmd(conn, "ROLLBACK", err, err_len);
+        in_txn = 0;
+        goto out;
+    }
+    static const char *const copy_sql[3] = {
+        "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
+        "coll_seq, coll_hash, in_coll, bs, waiting, running) FROM STDIN",
+        "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, idx, type, room, "
+        "from_state, to_state, reason, data) FROM STDIN",
+        "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
+        "data) FROM STDIN"};
+    for (int t = 0; t < 3 && rc == INGEST_OK; t++) {
+        size_t np = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!accepted[i])
+                continue;
+            const tdm_cp_batch_t *b = jobs[i]->batch;
+            pieces[np] = t == 0 ? b->samples : t == 1 ? b->tevents : b->events;
+            plen[np++] = t == 0 ? b->samples_len : t == 1 ? b->tevents_len : b->events_len;
+        }
+        rc = copy_pieces(conn, copy_sql[t], pieces, plen, np, err, err_len);
+    }
+    if (rc != INGEST_OK)
+        goto out;
+    tdm_cp_buf_reset(&sql);
+    tdm_cp_buf_puts(&sql,
+                    "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
+    int first = 1;
+    for (size_t k = 0; k < nm; k++) {
+        if (marks[k].high == marks[k].seq)
+            continue;
+        tdm_cp_buf_printf(&sql, "%s(%s, %u, %llu::bigint, %llu::bigint)", first ? "" : ", ",
+                          marks[k].lit, marks[k].rank, (unsigned long long)marks[k].high,
+                          (unsigned long long)now);
+        first = 0;
+    }
+    tdm_cp_buf_puts(&sql, ") AS v (instance_id, rank, seq, u) WHERE m.instance_id = v.instance_id "
+                          "AND m.rank = v.rank; COMMIT");
+    rc = exec_cmd(conn, sql.data, err, err_len);
+    if (rc == INGEST_OK) {
+        in_txn = 0;
+        *ret_committed = 1;
+    }
+
+out:
+    if (in_txn && rc == INGEST_DATA)
+        PQclear(PQexec(conn, "ROLLBACK"));
+    for (size_t k = 0; k < nm; k++)
+        PQfreemem(marks[k].lit);
+    tdm_free(marks);
+    tdm_free(pieces);
+    tdm_free(plen);
+    tdm_cp_buf_free(&sql);
+    return rc;
+}
+
 static void pending_stats_locked(tdm_cp_db_t *db)
 {
     uint64_t n = 0;
@@ -465,6 +724,33 @@ static void count_rows(tdm_cp_db_t *db, const tdm_cp_batch_t *b)
     atomic_fetch_add(&db->stats.rows_events, b->n_events);
 }
 
+/* Pop `job` (the head of the memory queue) and reply with the outcome of its batch. */
+static void finish_job(tdm_cp_db_t *db, tdm_cp_job_t *job, ingest_rc_t rc, const char *err)
+{
+    pthread_mutex_lock(&db->ingest.mu);
+    jobq_pop_locked(&db->ingest);
+    db->mem_bytes -= job->cost;
+    pending_stats_locked(db);
+    pthread_mutex_unlock(&db->ingest.mu);
+    job->acked_seq = job->batch->seq;
+    if (rc == INGEST_OK) {
+        count_rows(db, job->batch);
+        job->st = TDM_OK;
+    } else if (rc == INGEST_DUP) {
+        atomic_fetch_add(&db->stats.batches_duplicate, 1);
+        job->duplicate = 1;
+        job->st = TDM_OK;
+    } else {
+        tdm_err(TDM_SUB_DB,
+                "msg=\"batch rejected by the database\" instance=%s rank=%u "
+                "seq=%llu err=\"%s\"",
+                job->batch->instance_id, job->batch->rank, (unsigned long long)job->batch->seq,
+                err);
+        set_err(job, TDM_ERR_INVAL, err);
+    }
+    reply(db, job);
+}
+
 /* Replay the oldest spooled batch. 1: progress, 0: spool empty, -1: connection lost. */
 static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
 {
@@ -490,9 +776,10 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
         tdm_cp_batch_free(b);
         return -1;
     }
-    if (rc == INGEST_OK)
+    if (rc == INGEST_OK) {
         count_rows(db, b);
-    else if (rc == INGEST_DUP)
+        atomic_fetch_add(&db->stats.ingest_txns, 1);
+    } else if (rc == INGEST_DUP)
         atomic_fetch_add(&db->stats.batches_duplicate, 1);
     else
         tdm_err(TDM_SUB_DB,
@@ -512,6 +799,8 @@ static void *ingest_main(void *arg)
     tdm_cp_db_t *db = arg;
     PGconn *conn = NULL;
     uint64_t backoff = BACKOFF_MIN_US, next_try = 0;
+    tdm_cp_job_t **group = tdm_calloc(GROUP_MAX_BATCHES, sizeof(*group));
+    int *accepted = tdm_calloc(GROUP_MAX_BATCHES, sizeof(*accepted));
 
     while (!atomic_load(&db->stop)) {
         uint64_t now = tdm_time_mono_us();
@@ -537,40 +826,43 @@ static void *ingest_main(void *arg)
 
         pthread_mutex_lock(&db->ingest.mu);
         spill_locked(db, 0);
-        tdm_cp_job_t *job = conn ? db->ingest.head : NULL;
-        if (!job && !atomic_load(&db->stop))
+        /* The group stays at the head of the queue until it is done: only this thread pops. */
+        size_t n = 0, bytes = 0;
+        for (tdm_cp_job_t *j = conn ? db->ingest.head : NULL; j && n < GROUP_MAX_BATCHES;
+             j = j->next) {
+            if (n && bytes + j->batch->blob_len > GROUP_MAX_BYTES)
+                break;
+            group[n++] = j;
+            bytes += j->batch->blob_len;
+        }
+        if (!n && !atomic_load(&db->stop))
             cond_wait_us(&db->ingest, conn ? 200000u : 50000u);
         pthread_mutex_unlock(&db->ingest.mu);
-        if (!job)
+        if (!n)
             continue;
 
-        /* The job stays at the head of the queue until it is done: only this thread pops. */
         char err[512];
-        ingest_rc_t rc = ingest_batch(conn, job->batch, err, sizeof(err));
+        int committed = 0;
+        ingest_rc_t rc = ingest_group(conn, group, n, accepted, &committed, err, sizeof(err));
         if (rc == INGEST_CONN)
             goto conn_lost;
-        pthread_mutex_lock(&db->ingest.mu);
-        jobq_pop_locked(&db->ingest);
-        db->mem_bytes -= job->cost;
-        pending_stats_locked(db);
-        pthread_mutex_unlock(&db->ingest.mu);
-        job->acked_seq = job->batch->seq;
         if (rc == INGEST_OK) {
-            count_rows(db, job->batch);
-            job->st = TDM_OK;
-        } else if (rc == INGEST_DUP) {
-            atomic_fetch_add(&db->stats.batches_duplicate, 1);
-            job->duplicate = 1;
-            job->st = TDM_OK;
-        } else {
-            tdm_err(TDM_SUB_DB,
-                    "msg=\"batch rejected by the database\" instance=%s rank=%u "
-                    "seq=%llu err=\"%s\"",
-                    job->batch->instance_id, job->batch->rank, (unsigned long long)job->batch->seq,
-                    err);
-            set_err(job, TDM_ERR_INVAL, err);
+            if (committed)
+                atomic_fetch_add(&db->stats.ingest_txns, 1);
+            for (size_t i = 0; i < n; i++)
+                finish_job(db, group[i], accepted[i] ? INGEST_OK : INGEST_DUP, "");
+            continue;
         }
-        reply(db, job);
+        /* The database refused something in the group: one transaction per batch, so only the
+         * batch it refuses is rejected. */
+        for (size_t i = 0; i < n; i++) {
+            rc = ingest_batch(conn, group[i]->batch, err, sizeof(err));
+            if (rc == INGEST_CONN)
+                goto conn_lost;
+            if (rc == INGEST_OK)
+                atomic_fetch_add(&db->stats.ingest_txns, 1);
+            finish_job(db, group[i], rc, err);
+        }
         continue;
 
     conn_lost:
@@ -596,7 +888,19 @@ static void *ingest_main(void *arg)
     pending_stats_locked(db);
     pthread_mutex_unlock(&db->ingest.mu);
     PQfinish(conn);
+    tdm_free(group);
+    tdm_free(accepted);
     return NULL;
+}
+
+static void wake_all(tdm_cp_db_t *db)
+{
+    jobq_t *qs[3] = {&db->queries, &db->reads, &db->ingest};
+    for (int i = 0; i < 3; i++) {
+        pthread_mutex_lock(&qs[i]->mu);
+        pthread_cond_broadcast(&qs[i]->cv);
+        pthread_mutex_unlock(&qs[i]->mu);
+    }
 }
 
 /* ---- public --------------------------------------------------------------------------------- */
@@ -608,6 +912,7 @@ tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db,
     db->opts = *opts;
     db->dsn = tdm_strdup(opts->dsn);
     jobq_init(&db->queries);
+    jobq_init(&db->reads);
     jobq_init(&db->ingest);
     tdm_status_t st =
         tdm_cp_spool_open(opts->spool_path, opts->spool_max_bytes, &db->spool, err, err_len);
@@ -619,25 +924,36 @@ tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db,
                  "is up\" records=%llu",
                  (unsigned long long)tdm_cp_spool_records(db->spool));
     pending_stats_locked(db);
-    if (pthread_create(&db->query_tid, NULL, query_main, db) != 0) {
-        snprintf(err, err_len, "pthread_create: %s", strerror(errno));
-        st = TDM_ERR_IO;
-        goto err_close_spool;
+    for (int i = 0; i < 1 + TDM_CP_DB_READERS; i++) {
+        qworker_t *w = &db->qw[i];
+        w->db = db;
+        w->primary = i == 0;
+        w->idx = i;
+        w->q = i == 0 ? &db->queries : &db->reads;
+        if (pthread_create(&w->tid, NULL, query_main, w) != 0) {
+            snprintf(err, err_len, "pthread_create: %s", strerror(errno));
+            st = TDM_ERR_IO;
+            goto err_join;
+        }
+        db->nqw++;
     }
     if (pthread_create(&db->ingest_tid, NULL, ingest_main, db) != 0) {
         snprintf(err, err_len, "pthread_create: %s", strerror(errno));
         st = TDM_ERR_IO;
-        atomic_store(&db->stop, 1);
-        pthread_join(db->query_tid, NULL);
-        goto err_close_spool;
+        goto err_join;
     }
     *ret_db = db;
     return TDM_OK;
 
-err_close_spool:
+err_join:
+    atomic_store(&db->stop, 1);
+    wake_all(db);
+    for (int i = 0; i < db->nqw; i++)
+        pthread_join(db->qw[i].tid, NULL);
     tdm_cp_spool_close(db->spool);
 err_free:
     jobq_destroy(&db->queries);
+    jobq_destroy(&db->reads);
     jobq_destroy(&db->ingest);
     tdm_free(db->dsn);
     tdm_free(db);
@@ -649,27 +965,27 @@ void tdm_cp_db_stop(tdm_cp_db_t *db)
     if (!db)
         return;
     atomic_store(&db->stop, 1);
-    pthread_mutex_lock(&db->queries.mu);
-    pthread_cond_broadcast(&db->queries.cv);
-    pthread_mutex_unlock(&db->queries.mu);
-    pthread_mutex_lock(&db->ingest.mu);
-    pthread_cond_broadcast(&db->ingest.cv);
-    pthread_mutex_unlock(&db->ingest.mu);
-    pthread_join(db->query_tid, NULL);
+    wake_all(db);
+    for (int i = 0; i < db->nqw; i++)
+        pthread_join(db->qw[i].tid, NULL);
     pthread_join(db->ingest_tid, NULL);
     tdm_cp_spool_close(db->spool);
     jobq_destroy(&db->queries);
+    jobq_destroy(&db->reads);
     jobq_destroy(&db->ingest);
+    for (int i = 0; i < TDM_CP_DB_CACHE; i++)
+        tdm_free(db->cache[i].body);
     tdm_free(db->dsn);
     tdm_free(db);
 }
 
 void tdm_cp_db_query(tdm_cp_db_t *db, tdm_cp_job_t *job)
 {
-    pthread_mutex_lock(&db->queries.mu);
-    jobq_push_locked(&db->queries, job);
-    pthread_cond_signal(&db->queries.cv);
-    pthread_mutex_unlock(&db->queries.mu);
+    jobq_t *q = job->readonly ? &db->reads : &db->queries;
+    pthread_mutex_lock(&q->mu);
+    jobq_push_locked(q, job);
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
 }
 
 tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job)
@@ -695,4 +1011,34 @@ tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job)
 const tdm_cp_db_stats_t *tdm_cp_db_stats(const tdm_cp_db_t *db)
 {
     return &db->stats;
+}
+
+const char *tdm_cp_db_cache_get(tdm_cp_db_t *db, const char *key, uint64_t max_age_us)
+{
+    uint64_t gen = atomic_load(&db->stats.write_gen), now = tdm_time_mono_us();
+    for (int i = 0; i < TDM_CP_DB_CACHE; i++)
+        if (db->cache[i].body && db->cache[i].gen == gen && now - db->cache[i].at_us < max_age_us &&
+            strcmp(db->cache[i].key, key) == 0)
+            return db->cache[i].body;
+    return NULL;
+}
+
+void tdm_cp_db_cache_put(tdm_cp_db_t *db, const char *key, uint64_t gen, const char *body)
+{
+    if (strlen(key) >= TDM_CP_DB_CACHE_KEY || gen != atomic_load(&db->stats.write_gen))
+        return;
+    int slot = 0;
+    for (int i = 0; i < TDM_CP_DB_CACHE; i++) {
+        if (strcmp(db->cache[i].key, key) == 0) {
+            slot = i;
+            break;
+        }
+        if (!db->cache[i].body || db->cache[i].at_us < db->cache[slot].at_us)
+            slot = i;
+    }
+    tdm_free(db->cache[slot].body);
+    snprintf(db->cache[slot].key, sizeof(db->cache[slot].key), "%s", key);
+    db->cache[slot].gen = gen;
+    db->cache[slot].at_us = tdm_time_mono_us();
+    db->cache[slot].body = tdm_strdup(body);
 }

@@ -1,5 +1,5 @@
 /*
- * controlplane/db.h — tandemd's database side: two threads, each owning one libpq connection.
+ * controlplane/db.h — tandemd's database side: threads, each owning one libpq connection.
  *
  * The h2o loop never touches libpq. It hands work over as jobs and gets them back, finished, as
  * h2o_multithread messages on its own receiver (`reply_to`), where job->done runs on the loop.
@@ -10,11 +10,20 @@
  *   upkeep, then marks the schema ready; every second it refreshes the open-alert count for
  *   /metrics; every hour it runs partition upkeep again. While the database is down a job fails at
  *   once with TDM_ERR_DB ("unavailable"), unless job->wait is set: then it waits for the database.
+ *   Every job runs here, in submission order, except those marked job->readonly.
+ * - Read pool (TDM_CP_DB_READERS threads, connections "tandemd-read-N"): readonly jobs (a single
+ *   SELECT with static SQL text; the read handlers set the flag), in no particular order, each
+ *   statement prepared once per connection. Same down behaviour. stats.write_gen counts the jobs
+ *   the query thread finished that were not readonly: a loop-side cache of a read is good only
+ *   while it is unchanged.
  * - Ingest thread (connection "tandemd-ingest", the one COPY runs on): takes telemetry batches in
- *   arrival order. Each batch is one transaction: lock-or-create the (instance_id, rank) high-water
- *   mark, and if the batch's seq is above it COPY its rows and raise the mark; COMMIT; only then is
- *   the job returned (acked_seq). A batch at or below the mark is returned as a duplicate without
- *   inserting (exactly once, DESIGN §10c). Batches waiting in memory are bounded by
+ *   arrival order, all those queued (up to 256 / 16 MiB) into one transaction (group commit): lock
+ *   or create the (instance_id, rank) high-water marks, COPY the rows of every batch whose seq is
+ *   above its rank's mark (raised batch by batch, in order), raise the marks, COMMIT; only then are
+ *   the jobs returned (acked_seq). A batch at or below the mark is returned as a duplicate without
+ *   inserting (exactly once, DESIGN §10c). If the database refuses the group's rows, its batches
+ *   are retried one transaction each so only the offending one is rejected. stats.ingest_txns
+ *   counts the committed transactions. Batches waiting in memory are bounded by
  *   mem_bound_bytes; past it the oldest are appended to the spool file (durable, so their jobs are
  *   returned as acknowledged) and replayed from it, before anything newer, when the database is
  *   back. Order per (instance_id, rank) is arrival order throughout.
@@ -34,6 +43,7 @@
 #include "controlplane/batch.h"
 
 #define TDM_CP_JOB_MAX_PARAMS 12
+#define TDM_CP_DB_READERS 3 /* read pool connections, beside the query and ingest ones */
 
 typedef struct tdm_cp_job tdm_cp_job_t;
 typedef void (*tdm_cp_job_done_fn)(tdm_cp_job_t *job);
@@ -44,6 +54,7 @@ struct tdm_cp_job {
     tdm_cp_job_done_fn done; /* runs on the loop thread; owns and frees the job */
     void *ctx;               /* loop-side context (request link) */
     int wait;                /* query: wait for the database instead of failing */
+    int readonly;            /* query: a plain SELECT, may run on the read pool */
     /* query */
     const char *sql; /* static text */
     int nparams;
@@ -70,6 +81,8 @@ typedef struct tdm_cp_db_stats {
     atomic_uint_fast64_t spool_records, spool_bytes;
     atomic_uint_fast64_t oldest_pending_mono_us; /* 0: nothing pending */
     atomic_uint_fast64_t batches_committed, batches_duplicate, batches_spooled;
+    atomic_uint_fast64_t ingest_txns; /* ingest transactions committed (group commit) */
+    atomic_uint_fast64_t write_gen;   /* non-readonly query jobs finished */
     atomic_uint_fast64_t rows_samples, rows_tevents, rows_events;
     atomic_uint_fast64_t open_alerts;
     atomic_uint_fast64_t reconnects, query_errors;
@@ -88,7 +101,7 @@ typedef struct tdm_cp_db tdm_cp_db_t;
 
 tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db, char *err,
                              size_t err_len);
-/* Stop both threads. Ingest batches still in memory go to the spool; every unfinished job is
+/* Stop the threads. Ingest batches still in memory go to the spool; every unfinished job is
  * returned with TDM_ERR_ABORTED. The loop must still drain reply_to afterwards. */
 void tdm_cp_db_stop(tdm_cp_db_t *db);
 
@@ -102,5 +115,14 @@ void tdm_cp_db_query(tdm_cp_db_t *db, tdm_cp_job_t *job);
 tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job);
 
 const tdm_cp_db_stats_t *tdm_cp_db_stats(const tdm_cp_db_t *db);
+
+/* A small cache of readonly results for the loop thread (loop thread only; TDM_CP_DB_CACHE
+ * entries, the oldest replaced). An entry answers `key` while stats.write_gen still equals the
+ * `gen` read when its query was submitted and it is younger than max_age_us (which bounds how long
+ * a change made behind tandemd's back stays unseen). get returns a borrowed body or NULL. */
+#define TDM_CP_DB_CACHE 8
+#define TDM_CP_DB_CACHE_KEY 64
+const char *tdm_cp_db_cache_get(tdm_cp_db_t *db, const char *key, uint64_t max_age_us);
+void tdm_cp_db_cache_put(tdm_cp_db_t *db, const char *key, uint64_t gen, const char *body);
 
 #endif

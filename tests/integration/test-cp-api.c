@@ -7,6 +7,8 @@
 
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include "cp-harness.h"
 #include "pgtest.h"
@@ -31,8 +33,9 @@ static long long now_us(void)
     return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* A telemetry batch with n samples `step_us` apart and a room event plus a plain event. */
-static char *batch(int rank, int seq, int n, long long t0, long long step_us)
+/* A telemetry batch of `inst` with n samples `step_us` apart and a room event plus a plain event.
+ */
+static char *batch_of(const char *inst, int rank, int seq, int n, long long t0, long long step_us)
 {
     json_t *s = json_array(), *e = json_array();
     for (int i = 0; i < n; i++)
@@ -48,11 +51,16 @@ static char *batch(int rank, int seq, int n, long long t0, long long step_us)
     json_array_append_new(e, json_pack("{s:I,s:s,s:s,s:{s:i}}", "ts_us", (json_int_t)t0, "type",
                                        "note", "reason", "tab\there", "data", "seq", seq));
     json_t *b = json_pack("{s:i,s:s,s:s,s:s,s:s,s:i,s:i,s:o,s:o}", "v", 1, "worker", "w0", "group",
-                          "d0", "role", "decode", "instance_id", "00000000000000aa", "rank", rank,
-                          "seq", seq, "samples", s, "events", e);
+                          "d0", "role", "decode", "instance_id", inst, "rank", rank, "seq", seq,
+                          "samples", s, "events", e);
     char *text = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     return text;
+}
+
+static char *batch(int rank, int seq, int n, long long t0, long long step_us)
+{
+    return batch_of("00000000000000aa", rank, seq, n, t0, step_us);
 }
 
 static long long acked(const char *body)
@@ -212,6 +220,114 @@ static void test_ingest(cph_t *h)
     free(body);
 }
 
+/* ---- group commit: many concurrent batches, fewer transactions, still exactly once ----------- */
+
+#define GC_RANKS 16
+#define GC_SEQS 6
+#define GC_STR_(x) #x
+#define GC_STR(x) GC_STR_(x)
+
+typedef struct gc_client {
+    const cph_t *h;
+    int rank, ok;
+    long long t0;
+} gc_client_t;
+
+/* One rank: seq 1..GC_SEQS in order, each posted twice (the second is a replay). */
+static void *gc_client_main(void *arg)
+{
+    gc_client_t *c = arg;
+    c->ok = 1;
+    for (int s = 1; s <= GC_SEQS; s++) {
+        char *b = batch_of("00000000000000bb", c->rank, s, 2, c->t0 + s * 1000000, 200000);
+        for (int rep = 0; rep < 2; rep++) {
+            char *body = NULL;
+            long st = cph_http(c->h, "POST", "/api/v1/telemetry", c->h->admin, b, &body);
+            if (st != 200 || acked(body) != s) {
+                diag("rank %d seq %d post %d: %ld %s", c->rank, s, rep, st, body);
+                c->ok = 0;
+            }
+            free(body);
+        }
+        free(b);
+    }
+    return NULL;
+}
+
+static long long metric(cph_t *h, const char *name)
+{
+    char *body = NULL;
+    long long v = -1;
+    if (cph_http(h, "GET", "/metrics", h->admin, NULL, &body) == 200) {
+        const char *p = body;
+        size_t n = strlen(name);
+        while ((p = strstr(p, name)) != NULL) {
+            if ((p == body || p[-1] == '\n') && p[n] == ' ') {
+                v = atoll(p + n + 1);
+                break;
+            }
+            p += n;
+        }
+    }
+    free(body);
+    return v;
+}
+
+static void test_group_commit(cph_t *h)
+{
+    const char *committed = "tandem_ingest_batches_total{outcome=\"committed\"}";
+    const char *dups = "tandem_ingest_batches_total{outcome=\"duplicate\"}";
+    long long c0 = metric(h, committed), d0 = metric(h, dups),
+              x0 = metric(h, "tandem_ingest_transactions_total");
+    ok(c0 >= 0 && d0 >= 0 && x0 >= 0, "/metrics counts ingest transactions");
+    /* Hold the marks table so the first batches queue up behind one blocked transaction. */
+    PGresult *r = PQexec(db, "BEGIN; LOCK TABLE ingest_marks IN EXCLUSIVE MODE");
+    ok(PQresultStatus(r) == PGRES_COMMAND_OK, "test holds ingest_marks");
+    PQclear(r);
+    pthread_t tid[GC_RANKS];
+    gc_client_t cl[GC_RANKS];
+    long long t0 = now_us();
+    for (int i = 0; i < GC_RANKS; i++) {
+        cl[i] = (gc_client_t){.h = h, .rank = i, .t0 = t0};
+        pthread_create(&tid[i], NULL, gc_client_main, &cl[i]);
+    }
+    long long queued = 0;
+    for (int i = 0; i < 200 && queued < GC_RANKS; i++) {
+        queued = metric(h, "tandem_ingest_buffer_batches");
+        usleep(50000);
+    }
+    ok(queued == GC_RANKS, "all %d first batches wait behind the held table (%lld)", GC_RANKS,
+       queued);
+    PQclear(PQexec(db, "COMMIT"));
+    int all = 1;
+    for (int i = 0; i < GC_RANKS; i++) {
+        pthread_join(tid[i], NULL);
+        all &= cl[i].ok;
+    }
+    ok(all, "%d ranks x %d batches (each replayed once) all acked with their seq", GC_RANKS,
+       GC_SEQS);
+    long long c1 = metric(h, committed), d1 = metric(h, dups),
+              x1 = metric(h, "tandem_ingest_transactions_total");
+    is_int(c1 - c0, GC_RANKS * GC_SEQS, "every batch committed once");
+    is_int(d1 - d0, GC_RANKS * GC_SEQS, "every replay counted as a duplicate");
+    ok(x1 - x0 > 0 && x1 - x0 < c1 - c0, "%lld batches committed in %lld transactions", c1 - c0,
+       x1 - x0);
+    is_int(count("SELECT count(*) FROM events WHERE instance_id = '00000000000000bb'"),
+           GC_RANKS * GC_SEQS, "one event row per batch: exactly once");
+    is_int(count("SELECT count(*) FROM samples WHERE instance_id = '00000000000000bb'"),
+           GC_RANKS * GC_SEQS * 2, "two sample rows per batch: exactly once");
+    is_int(count("SELECT count(*) FROM (SELECT rank, batch_seq, idx FROM transfer_events "
+                 "WHERE instance_id = '00000000000000bb' GROUP BY 1, 2, 3 HAVING count(*) > 1) d"),
+           0, "no transfer event twice");
+    is_int(count("SELECT count(*) FROM ingest_marks WHERE instance_id = '00000000000000bb' "
+                 "AND seq = " GC_STR(GC_SEQS)),
+           GC_RANKS, "every rank's mark is at its last seq");
+    is_int(count("SELECT count(*) FROM (SELECT batch_seq, lag(batch_seq) OVER (PARTITION BY rank "
+                 "ORDER BY tableoid, ctid) AS prev FROM events "
+                 "WHERE instance_id = '00000000000000bb') x WHERE prev >= batch_seq"),
+           0, "rows of each rank stored in seq order");
+}
+
 /* Every route: no token → 401, read token → 403 on admin routes, admin → neither. */
 static void test_auth(cph_t *h)
 {
@@ -340,6 +456,7 @@ int main(void)
     ok(stat(tokpath, &sb) == 0 && (sb.st_mode & 0777) == 0600, "admin.token written 0600");
 
     test_ingest(&h);
+    test_group_commit(&h);
     test_auth(&h);
 
     is_int(cph_stop(&h), 0, "SIGTERM: clean exit");
