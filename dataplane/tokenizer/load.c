@@ -249,7 +249,7 @@ static tdm_status_t parse_pre(ctx_t *c, json_t *o, const char *where, int depth)
         TDM_TRY(get_bool(c, o, "use_regex", where, 1, &p->use_regex));
     } else if (strcmp(type, "Split") == 0) {
         json_t *s, *r, *beh;
-        int invert;
+        int invert = 0;
         TDM_TRY(get_pattern(c, o, where, &s, &r));
         TDM_TRY(get_str(c, o, "behavior", where, 1, &beh));
         TDM_TRY(get_bool(c, o, "invert", where, 0, &invert));
@@ -564,7 +564,7 @@ static tdm_status_t parse_added(ctx_t *c, json_t *arr)
         if (!json_is_object(o))
             return bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
         tok_added_t *t = &tok->added[i];
-        int sw, ls, rs, norm, spec;
+        int sw = 0, ls = 0, rs = 0, norm = 0, spec = 0;
         TDM_TRY(get_id(c, json_object_get(o, "id"), where, &t->id));
         TDM_TRY(get_str(c, o, "content", where, 1, &content));
         TDM_TRY(get_bool(c, o, "single_word", where, 0, &sw));
