@@ -1,0 +1,7 @@
+# bench/serving.mk — `make bench-serving`: the serving runtime through POST /generate at
+# concurrency 1, 8, 32, 64 in both loops, beside the engine's own batched decode at the same batch
+# in the same run (bench/serving.sh → bench/results/serving.json). Use a build without sanitizers.
+EXTRA_DIST += bench/serving.sh
+bench-serving: tandem-worker bench/cpu_engine tests/integration/test-load
+	$(SHELL) $(top_srcdir)/bench/serving.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
+.PHONY: bench-serving
