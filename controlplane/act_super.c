@@ -293,9 +293,11 @@ tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size
     unlink(ready);
     char f_config[] = "--config", f_ovr[] = "--override-config", f_group[] = "--group",
          f_port[] = "--port", zero[] = "0", f_ready[] = "--ready-file", f_cp[] = "--control-plane",
-         f_tok[] = "--admin-token-file";
-    char *argv[] = {a->worker_bin, f_config, base,  f_ovr, ovr, f_group, g->name, f_port,
-                    zero,          f_ready,  ready, f_cp,  cp,  f_tok,   tok,     NULL};
+         f_tok[] = "--admin-token-file", f_cptok[] = "--control-plane-token-file";
+    /* the same token authorises tandemd's calls to the worker's /admin and the worker's
+     * telemetry to tandemd */
+    char *argv[] = {a->worker_bin, f_config, base, f_ovr, ovr,   f_group, g->name, f_port, zero,
+                    f_ready,       ready,    f_cp, cp,    f_tok, tok,     f_cptok, tok,    NULL};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
