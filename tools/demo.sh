@@ -59,40 +59,69 @@ else
     say "tandemd not built yet: skipping the control plane"
 fi
 
-# 3. Worker pair on the demo model.
+# 3. Worker pair on the demo model: prefill + decode when the PD transfer is wired into the
+#    serving runtime (tandem-worker --help lists --disaggregation-prefill-addr), else one
+#    colocated worker on the decode port so the demo still serves.
 serving=0
-if [ -x "$build/tandem-worker" ] && [ -d "$model" ] && "$build/tandem-worker" --help 2>&1 | grep -q disaggregation-mode; then
-    cp_flag=""
-    [ -n "$token" ] && cp_flag="--control-plane http://127.0.0.1:$cp_port"
-    # shellcheck disable=SC2086
-    "$build/tandem-worker" --model-path "$model" --device cpu --disaggregation-mode prefill \
-        --port "$prefill_port" --disaggregation-bootstrap-port "$bootstrap_port" $cp_flag \
-        >"$state/logs/prefill.log" 2>&1 &
-    pids="$pids $!"
-    # shellcheck disable=SC2086
-    "$build/tandem-worker" --model-path "$model" --device cpu --disaggregation-mode decode \
-        --port "$decode_port" $cp_flag >"$state/logs/decode.log" 2>&1 &
-    pids="$pids $!"
-    serving=1
-elif [ -x "$build/tandem-worker" ] && [ -d "$model" ]; then
-    say "serving runtime not built yet; one-shot check of the demo model:"
-    "$build/tandem-worker" --model-path "$model" --prompt "Hello" --max-tokens 8 --json || true
+if [ -x "$build/tandem-worker" ] && [ -d "$model" ]; then
+    cp_flags=""
+    if [ -n "$token" ]; then
+        cp_flags="--control-plane http://127.0.0.1:$cp_port --control-plane-token-file $state/tandemd/admin.token"
+    fi
+    common="--model-path $model --served-model-name demo --device cpu $cp_flags"
+    if "$build/tandem-worker" --help 2>&1 | grep -q -- --disaggregation-prefill-addr; then
+        # shellcheck disable=SC2086
+        "$build/tandem-worker" $common --disaggregation-mode prefill --group demo-prefill \
+            --port "$prefill_port" --disaggregation-bootstrap-port "$bootstrap_port" \
+            >"$state/logs/prefill.log" 2>&1 &
+        pids="$pids $!"
+        # shellcheck disable=SC2086
+        "$build/tandem-worker" $common --disaggregation-mode decode --group demo-decode \
+            --port "$decode_port" --disaggregation-prefill-addr "127.0.0.1:$bootstrap_port" \
+            >"$state/logs/decode.log" 2>&1 &
+        pids="$pids $!"
+        say "prefill worker on :$prefill_port (bootstrap :$bootstrap_port), decode worker on :$decode_port"
+    else
+        # shellcheck disable=SC2086
+        "$build/tandem-worker" $common --group demo --port "$decode_port" \
+            >"$state/logs/decode.log" 2>&1 &
+        pids="$pids $!"
+        say "colocated worker on :$decode_port (this build has no PD transfer in the serving runtime)"
+    fi
+    i=0
+    until curl -sf "http://127.0.0.1:$decode_port/ready" >/dev/null 2>&1 || [ $i -ge 300 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    curl -sf "http://127.0.0.1:$decode_port/ready" >/dev/null 2>&1 && serving=1
+    [ $serving = 1 ] || { say "worker did not become ready; see $state/logs/"; tail -5 "$state/logs/decode.log"; }
 else
-    say "worker or demo model not available yet: skipping the workers"
+    say "worker or demo model not available: skipping the workers"
 fi
 
 echo
 [ -n "$token" ] && echo "Console:   http://127.0.0.1:$cp_port/console?token=$token"
 [ -n "$token" ] && echo "API token: $token   (curl -H 'Authorization: Bearer $token' http://127.0.0.1:$cp_port/api/v1/groups)"
 if [ $serving = 1 ]; then
-    echo "Inference: curl -s http://127.0.0.1:$decode_port/v1/chat/completions -H 'Content-Type: application/json' \\"
-    echo "             -d '{\"model\":\"demo\",\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}]}'"
+    cat <<CURL
+Inference (a tool call):
+  curl -s http://127.0.0.1:$decode_port/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"What is the weather in Paris?"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}'
+Inference (plain text):
+  curl -s http://127.0.0.1:$decode_port/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"Tell me a fun fact."}]}'
+CURL
 fi
 echo
 if [ $smoke = 1 ]; then
-    sleep 2
-    say "smoke run done"
-    exit 0
+    rc=0
+    if [ $serving = 1 ]; then
+        out=$(curl -s "http://127.0.0.1:$decode_port/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d '{"model":"demo","messages":[{"role":"user","content":"Tell me a fun fact."}],"max_tokens":32}')
+        echo "$out" | grep -q '"finish_reason"' || rc=1
+        say "smoke chat: $out"
+    fi
+    [ -n "$token" ] && { curl -sf "http://127.0.0.1:$cp_port/health" >/dev/null || rc=1; }
+    say "smoke run done (rc=$rc)"
+    exit $rc
 fi
 say "running; Ctrl-C stops everything"
 while :; do sleep 3600; done
