@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,17 +411,37 @@ static void h_ranks(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     tdm_cp_buf_free(&b);
 }
 
+/* The rows, newest first; the reader thread renders the JSON (render_history). */
 static const char sql_rank_history[] =
-    "SELECT json_build_object('instance_id', $1::text, 'rank', $2::integer, 'samples', "
-    "  coalesce(json_agg(x ORDER BY x.ts_us), '[]'))::text FROM ("
-    "  SELECT ts_us, batch_seq, iter, path, " HEX(
-        "plan_hash") " AS plan_hash, coll_seq, "
-                     "    " HEX(
-                         "coll_hash") " AS coll_hash, in_coll, bs, waiting, running FROM samples "
-                                      "  WHERE instance_id = $1 AND rank = $2::integer AND ts_us "
-                                      ">= $3::bigint "
-                                      "    AND ts_us < $4::bigint ORDER BY ts_us DESC LIMIT "
-                                      "$5::integer) x";
+    "SELECT ts_us, batch_seq, iter, path, plan_hash, coll_seq, coll_hash, in_coll, bs, waiting, "
+    "running FROM samples WHERE instance_id = $1 AND rank = $2::integer AND ts_us >= $3::bigint "
+    "AND ts_us < $4::bigint ORDER BY ts_us DESC LIMIT $5::integer";
+
+/* {"instance_id","rank","samples":[oldest first]}, ids and hashes as 16-digit hex. */
+static void render_history(const PGresult *res, tdm_cp_job_t *job)
+{
+    tdm_cp_buf_t b = TDM_CP_BUF_INIT;
+    tdm_cp_buf_puts(&b, "{\"instance_id\":");
+    tdm_cp_buf_json_str(&b, job->params[0]);
+    tdm_cp_buf_printf(&b, ",\"rank\":%s,\"samples\":[", job->params[1]);
+    int n = PQntuples(res);
+    for (int i = n - 1; i >= 0; i--) {
+        tdm_cp_buf_printf(
+            &b, "%s{\"ts_us\":%s,\"batch_seq\":%s,\"iter\":%s,\"path\":", i == n - 1 ? "" : ",",
+            PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+        tdm_cp_buf_json_str(&b, PQgetvalue(res, i, 3));
+        tdm_cp_buf_printf(&b,
+                          ",\"plan_hash\":\"%016" PRIx64
+                          "\",\"coll_seq\":%s,\"coll_hash\":\"%016" PRIx64
+                          "\",\"in_coll\":%s,\"bs\":%s,\"waiting\":%s,\"running\":%s}",
+                          (uint64_t)strtoll(PQgetvalue(res, i, 4), NULL, 10), PQgetvalue(res, i, 5),
+                          (uint64_t)strtoll(PQgetvalue(res, i, 6), NULL, 10),
+                          PQgetisnull(res, i, 7) ? "null" : PQgetvalue(res, i, 7),
+                          PQgetvalue(res, i, 8), PQgetvalue(res, i, 9), PQgetvalue(res, i, 10));
+    }
+    tdm_cp_buf_puts(&b, "]}");
+    job->result = tdm_cp_buf_steal(&b, NULL);
+}
 
 static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
                            const tdm_cp_token_t *who)
@@ -453,6 +474,7 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
     param_u64(job, until);
     param_u64(job, limit);
     job->readonly = 1;
+    job->render = render_history;
     tdm_cp_db_query(s->db, job);
 }
 

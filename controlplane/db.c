@@ -193,8 +193,10 @@ static void take_result(PGconn *conn, PGresult *res, tdm_cp_job_t *job)
     ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
         job->st = TDM_OK;
-        if (st == PGRES_TUPLES_OK && PQntuples(res) > 0 && PQnfields(res) > 0 &&
-            !PQgetisnull(res, 0, 0))
+        if (st == PGRES_TUPLES_OK && job->render)
+            job->render(res, job);
+        else if (st == PGRES_TUPLES_OK && PQntuples(res) > 0 && PQnfields(res) > 0 &&
+                 !PQgetisnull(res, 0, 0))
             job->result = tdm_strndup(PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
         const char *n = PQcmdTuples(res);
         job->affected = n && *n ? atol(n) : 0;

@@ -47,14 +47,19 @@
 
 typedef struct tdm_cp_job tdm_cp_job_t;
 typedef void (*tdm_cp_job_done_fn)(tdm_cp_job_t *job);
+struct pg_result;
+/* Runs on the DB thread with the statement's rows (PGRES_TUPLES_OK) instead of taking the first
+ * column of the first row: sets job->result itself (rendering in C is cheaper than json_agg). */
+typedef void (*tdm_cp_job_render_fn)(const struct pg_result *res, tdm_cp_job_t *job);
 
 struct tdm_cp_job {
     h2o_multithread_message_t msg; /* the reply; must stay first */
     tdm_cp_job_t *next;
-    tdm_cp_job_done_fn done; /* runs on the loop thread; owns and frees the job */
-    void *ctx;               /* loop-side context (request link) */
-    int wait;                /* query: wait for the database instead of failing */
-    int readonly;            /* query: a plain SELECT, may run on the read pool */
+    tdm_cp_job_done_fn done;     /* runs on the loop thread; owns and frees the job */
+    void *ctx;                   /* loop-side context (request link) */
+    int wait;                    /* query: wait for the database instead of failing */
+    int readonly;                /* query: a plain SELECT, may run on the read pool */
+    tdm_cp_job_render_fn render; /* query: NULL = first column of the first row */
     /* query */
     const char *sql; /* static text */
     int nparams;
