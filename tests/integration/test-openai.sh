@@ -77,11 +77,11 @@ grep -v '^1\.\.' "$TMP/node.tap"
 N=${N:-0}
 FAILED=$([ $RC -eq 0 ] || echo 1)
 
-# docs/api.md's curl examples, as printed (host:port replaced)
+# The curl examples of docs/api.md and README.md, as printed (host:port replaced)
 export TANDEM_API_KEY="$KEY"
 mkdir -p "$TMP/ex"
 awk -v dir="$TMP/ex" '/^```sh$/{f=1;k++;next} /^```$/{f=0;next} f{print > (dir "/" sprintf("%03d", k) ".sh")}' \
-    "$SRC/docs/api.md"
+    "$SRC/docs/api.md" "$SRC/README.md"
 ex=0
 for f in "$TMP"/ex/*.sh; do
     [ -f "$f" ] && grep -q curl "$f" || continue
@@ -90,9 +90,9 @@ for f in "$TMP"/ex/*.sh; do
     sed -i "s#http://localhost:30000#http://127.0.0.1:$PORT#g" "$f"
     out=$(sh "$f" 2>&1)
     if [ $? -eq 0 ] && [ -n "$out" ] && ! printf '%s' "$out" | grep -q '"error"'; then
-        echo "ok $N - docs/api.md curl example $ex"
+        echo "ok $N - docs/api.md / README.md curl example $ex"
     else
-        echo "not ok $N - docs/api.md curl example $ex"
+        echo "not ok $N - docs/api.md / README.md curl example $ex"
         cat "$f" | head -10 | sed 's/^/#   /'
         printf '%s\n' "$out" | head -10 | sed 's/^/#   /'
         FAILED=1
