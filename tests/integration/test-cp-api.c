@@ -322,6 +322,24 @@ static void test_group_commit(cph_t *h)
     is_int(count("SELECT count(*) FROM ingest_marks WHERE instance_id = '00000000000000bb' "
                  "AND seq = " GC_STR(GC_SEQS)),
            GC_RANKS, "every rank's mark is at its last seq");
+    /* quotes and backslashes survive the VALUES path of a small group */
+    char *q = batch_of("00000000000000bb", 99, 1, 1, t0, 200000);
+    char *tab = strstr(q, "tab\\there");
+    char *qq = NULL;
+    if (tab) {
+        *tab = '\0';
+        if (asprintf(&qq, "%sit's \\\\ '' %s", q, tab + strlen("tab\\there")) < 0)
+            qq = NULL;
+    }
+    char *body = NULL;
+    long st = qq ? cph_http(h, "POST", "/api/v1/telemetry", h->admin, qq, &body) : 0;
+    ok(st == 200 && acked(body) == 1, "batch with quotes and a backslash acked: %s", body);
+    free(body);
+    free(qq);
+    free(q);
+    is_int(count("SELECT count(*) FROM events WHERE instance_id = '00000000000000bb' AND rank = 99 "
+                 "AND reason = E'it''s \\\\ '''' '"),
+           1, "quotes and backslash stored verbatim");
     is_int(count("SELECT count(*) FROM (SELECT batch_seq, lag(batch_seq) OVER (PARTITION BY rank "
                  "ORDER BY tableoid, ctid) AS prev FROM events "
                  "WHERE instance_id = '00000000000000bb') x WHERE prev >= batch_seq"),
