@@ -842,7 +842,8 @@ static void fail_all(tdm_sched_t *s, tdm_status_t why, const char *msg)
         finish(s, s->running.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
     while (s->waiting.head)
         finish(s, s->waiting.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
-    s->completed_iter = s->iter;
+    /* the loop is over: no iteration is in flight any more, whatever was planned ahead */
+    s->completed_iter = UINT64_MAX;
     reap_ending(s);
     publish(s);
 }

@@ -186,14 +186,33 @@ int tdm_progress_healthy(const tdm_progress_page_t *p, uint64_t now_us,
         if (pending && rec.progress_us && now_us > rec.progress_us &&
             now_us - rec.progress_us > progress_timeout_us) {
             double age = (double)(now_us - rec.progress_us) / 1e6;
-            if (rec.in_coll_op != TDM_COLL_NONE)
-                snprintf(why, why_len,
-                         "rank %u no progress for %.1f s (iter %llu, in %s seq %llu for %.1f s)", r,
-                         age, (unsigned long long)rec.iter,
-                         tdm_coll_op_name((tdm_coll_op_t)rec.in_coll_op),
-                         (unsigned long long)rec.in_coll_seq,
-                         (double)(now_us - rec.in_coll_since_us) / 1e6);
-            else
+            if (rec.in_coll_op != TDM_COLL_NONE) {
+                int n = snprintf(why, why_len,
+                                 "rank %u no progress for %.1f s (iter %llu, in %s seq %llu for "
+                                 "%.1f s)",
+                                 r, age, (unsigned long long)rec.iter,
+                                 tdm_coll_op_name((tdm_coll_op_t)rec.in_coll_op),
+                                 (unsigned long long)rec.in_coll_seq,
+                                 (double)(now_us - rec.in_coll_since_us) / 1e6);
+                /* The waiting rank is the symptom; name the peer that is not in that collective
+                 * (the rank-desync incident: one rank took the idle path). */
+                for (uint16_t q = 0; q < p->n_ranks && n > 0 && (size_t)n < why_len; q++) {
+                    tdm_rank_record_t o;
+                    if (q == r)
+                        continue;
+                    tdm_progress_read(&p->slot[q], &o);
+                    if (o.in_coll_op == rec.in_coll_op && o.in_coll_seq == rec.in_coll_seq)
+                        continue;
+                    snprintf(why + n, why_len - (size_t)n,
+                             "; rank %u is not in it (iter %llu, %s path, %s%s%scoll_seq %llu)", q,
+                             (unsigned long long)o.iter, tdm_path_name((tdm_path_t)o.path),
+                             o.in_coll_op ? "in " : "",
+                             o.in_coll_op ? tdm_coll_op_name((tdm_coll_op_t)o.in_coll_op) : "",
+                             o.in_coll_op ? " " : "",
+                             (unsigned long long)(o.in_coll_op ? o.in_coll_seq : o.coll_seq));
+                    break;
+                }
+            } else
                 snprintf(why, why_len, "rank %u no progress for %.1f s (iter %llu, %s path)", r,
                          age, (unsigned long long)rec.iter, tdm_path_name((tdm_path_t)rec.path));
             return 0;

@@ -169,6 +169,19 @@ int main(void)
     tdm_rank_record_t rec1;
     tdm_progress_read(&g.page->slot[1], &rec1);
     ok(rec1.in_coll_op == TDM_COLL_NONE && rec1.coll_seq == 0, "recorder: rank 1 is not");
+    {
+        /* the /health reason names the waiting rank and the peer that is not in the collective */
+        tdm_comm_t w0 = {.rank = 0, .size = 2, .page = g.page},
+                   w1 = {.rank = 1, .size = 2, .page = g.page};
+        uint64_t t = tdm_time_mono_us();
+        tdm_comm_record_iter(&w0, 7, TDM_PATH_BATCH, 0xab, 2, 0, 2, t - 4000000);
+        tdm_comm_record_iter(&w1, 8, TDM_PATH_IDLE, 0xab, 0, 0, 0, t);
+        char hwhy[256];
+        int healthy = tdm_progress_healthy(g.page, t, 3000000, 60000000, hwhy, sizeof(hwhy));
+        ok(!healthy && strstr(hwhy, "rank 0 no progress") && strstr(hwhy, "in allreduce") &&
+               strstr(hwhy, "rank 1 is not in it") && strstr(hwhy, "idle path"),
+           "health names the stuck op and the rank that skipped it: %s", hwhy);
+    }
     uint64_t t_abort = tdm_time_mono_us();
     atomic_store(&g.page->abort, 1);
     int status;
