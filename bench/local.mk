@@ -10,3 +10,4 @@ bench: bench/cpu_engine
 	$(SHELL) $(top_srcdir)/bench/cpu_engine.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench
 include bench/controlplane.mk
+include bench/serving.mk
