@@ -445,8 +445,9 @@ int main(void)
     fputs("not a spool file at all, definitely longer than a header", f);
     fclose(f);
     o.instance_id = 0xabc3;
+    /* only the planted file is checked: the new reporter may already spool its own first batch */
     ok(tdm_report_start(&o, &r, err, sizeof(err)) == TDM_OK && count_files(dir0, ".bad") == 1 &&
-           count_files(dir0, ".tsb") == 0,
+           access(bad, F_OK) != 0,
        "corrupt spool file renamed to .bad; reporter runs");
     tdm_report_stop(r, 1000);
     pthread_mutex_lock(&sk.mu);
