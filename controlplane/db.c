@@ -555,63 +555,6 @@ static ingest_rc_t copy_pieces(PGconn *conn, const char *sql, const char *const 
     return rc;
 }
 
-#define VALUES_MAX_BYTES (256u << 10)
-
-/* Rows in COPY text form → "INSERT INTO <table (cols)> VALUES (…), …; ". A field is \N (NULL) or
- * text whose only backslashes start the escapes COPY and E'' literals share (\\ \t \n \r, octal);
- * COPY text never escapes a quote, so doubling quotes is all that is left. `copy_sql` is
- * "COPY <table (cols)> FROM STDIN". */
-static void values_append(tdm_cp_buf_t *sql, const char *copy_sql, const char *const *p,
-                          const size_t *len, size_t n)
-{
-    int first = 1;
-    const char *target = copy_sql + 5;
-    size_t tlen = strlen(target) - strlen(" FROM STDIN");
-    for (size_t i = 0; i < n; i++) {
-        const char *c = p[i], *end = p[i] + len[i];
-        while (c < end) {
-            if (first) {
-                tdm_cp_buf_puts(sql, "INSERT INTO ");
-                tdm_cp_buf_append(sql, target, tlen);
-                tdm_cp_buf_puts(sql, " VALUES (");
-                first = 0;
-            } else {
-                tdm_cp_buf_puts(sql, ", (");
-            }
-            for (int field = 0;; field++) {
-                const char *f = c;
-                while (c < end && *c != '\t' && *c != '\n')
-                    c++;
-                if (field)
-                    tdm_cp_buf_puts(sql, ", ");
-                if (c - f == 2 && f[0] == '\\' && f[1] == 'N') {
-                    tdm_cp_buf_puts(sql, "NULL");
-                } else {
-                    tdm_cp_buf_puts(sql, "E'");
-                    const char *run = f;
-                    for (const char *q = f; q < c; q++) {
-                        if (*q == '\'') {
-                            tdm_cp_buf_append(sql, run, (size_t)(q - run + 1));
-                            tdm_cp_buf_append(sql, "'", 1);
-                            run = q + 1;
-                        }
-                    }
-                    tdm_cp_buf_append(sql, run, (size_t)(c - run));
-                    tdm_cp_buf_puts(sql, "'");
-                }
-                if (c >= end || *c == '\n') {
-                    c++;
-                    break;
-                }
-                c++; /* tab */
-            }
-            tdm_cp_buf_puts(sql, ")");
-        }
-    }
-    if (!first)
-        tdm_cp_buf_puts(sql, "; ");
-}
-
 /* One transaction for jobs[0..n). On INGEST_OK, accepted[i] says whether batch i was inserted
  * (else it is a duplicate). INGEST_DATA: rolled back, nothing decided (the caller retries the
  * batches one by one to find the one the database refuses). */
@@ -693,15 +636,6 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
         "from_state, to_state, reason, data) FROM STDIN",
         "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
         "data) FROM STDIN"};
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        if (accepted[i])
-            total += jobs[i]->batch->samples_len + jobs[i]->batch->tevents_len +
-                     jobs[i]->batch->events_len;
-    /* A small group goes in as INSERT … VALUES in the same round trip as the marks and the
-     * COMMIT (2 round trips for the group instead of 8); a large one through COPY. */
-    int values = total <= VALUES_MAX_BYTES;
-    tdm_cp_buf_reset(&sql);
     for (int t = 0; t < 3 && rc == INGEST_OK; t++) {
         size_t np = 0;
         for (size_t i = 0; i < n; i++) {
@@ -711,13 +645,11 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
             pieces[np] = t == 0 ? b->samples : t == 1 ? b->tevents : b->events;
             plen[np++] = t == 0 ? b->samples_len : t == 1 ? b->tevents_len : b->events_len;
         }
-        if (values)
-            values_append(&sql, copy_sql[t], pieces, plen, np);
-        else
-            rc = copy_pieces(conn, copy_sql[t], pieces, plen, np, err, err_len);
+        rc = copy_pieces(conn, copy_sql[t], pieces, plen, np, err, err_len);
     }
     if (rc != INGEST_OK)
         goto out;
+    tdm_cp_buf_reset(&sql);
     tdm_cp_buf_puts(&sql,
                     "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
     int first = 1;
