@@ -1,9 +1,10 @@
 /*
  * pool.c — the host KV pool, its page allocator and per-sequence page tables.
  *
- * The pool's memory is one aligned allocation of exactly tdm_kv_layout_pool_bytes(); region
- * offsets come from the descriptor. Pages are handed out from a LIFO free list (recently freed
- * pages are still warm in cache) with a refcount per page, so prefix sharing only has to take
+ * The pool's memory is one aligned allocation of exactly tdm_kv_layout_pool_bytes(), or memory the
+ * caller lends (tdm_kv_pool_init_mem: e.g. a region UCX allocated so a same-host peer can map it);
+ * region offsets come from the descriptor. Pages are handed out from a LIFO free list (recently
+ * freed pages are still warm in cache) with a refcount per page, so prefix sharing only has to take
  * references. Allocation is all-or-nothing so a failed admission leaves nothing behind.
  */
 #include "config.h"
@@ -21,10 +22,11 @@ struct tdm_kv_pool {
     uint32_t n_free;
     uint32_t *free_list; /* stack of free page ids, n_free valid */
     uint32_t *refcount;  /* per page; 0 = free */
+    int owned;           /* buf.base is ours to free */
 };
 
-tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
-                              tdm_kv_pool_t **ret_pool)
+static tdm_status_t pool_init(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
+                              uint64_t mem_bytes, tdm_kv_pool_t **ret_pool)
 {
     tdm_status_t st;
     tdm_kv_pool_t *p;
@@ -33,11 +35,14 @@ tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
     if (!l || !ret_pool || num_pages == 0 || num_pages == UINT32_MAX)
         return TDM_ERR_INVAL;
     TDM_TRY(tdm_kv_layout_pool_bytes(l, num_pages, &bytes));
+    if (base && ((uintptr_t)base % TDM_KV_REGION_ALIGN != 0 || mem_bytes < bytes))
+        return TDM_ERR_INVAL;
     p = tdm_calloc(1, sizeof(*p));
     p->layout = *l;
     p->num_pages = num_pages;
     p->bytes = bytes;
-    p->buf.base = aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
+    p->owned = base == NULL;
+    p->buf.base = base ? base : aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
     if (!p->buf.base) {
         st = TDM_ERR_NOMEM;
         goto err_free_pool;
@@ -67,10 +72,25 @@ tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
 err_free_mem:
     free(p->free_list);
     free(p->refcount);
-    free(p->buf.base);
+    if (p->owned)
+        free(p->buf.base);
 err_free_pool:
     tdm_free(p);
     return st;
+}
+
+tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
+                              tdm_kv_pool_t **ret_pool)
+{
+    return pool_init(l, num_pages, NULL, 0, ret_pool);
+}
+
+tdm_status_t tdm_kv_pool_init_mem(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
+                                  uint64_t bytes, tdm_kv_pool_t **ret_pool)
+{
+    if (!base)
+        return TDM_ERR_INVAL;
+    return pool_init(l, num_pages, base, bytes, ret_pool);
 }
 
 void tdm_kv_pool_free(tdm_kv_pool_t *p)
@@ -79,7 +99,8 @@ void tdm_kv_pool_free(tdm_kv_pool_t *p)
         return;
     free(p->free_list);
     free(p->refcount);
-    free(p->buf.base);
+    if (p->owned)
+        free(p->buf.base);
     tdm_free(p);
 }
 

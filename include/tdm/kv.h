@@ -112,6 +112,11 @@ typedef struct tdm_kv_pool tdm_kv_pool_t;
 /* Allocate a zeroed pool of num_pages pages laid out by `l` (copied). */
 tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
                               tdm_kv_pool_t **ret_pool);
+/* The same over caller memory: `base` aligned to TDM_KV_REGION_ALIGN and at least
+ * tdm_kv_layout_pool_bytes() long (`bytes`), else TDM_ERR_INVAL. The pool zeroes it;
+ * tdm_kv_pool_free leaves the memory to the caller, who must keep it until then. */
+tdm_status_t tdm_kv_pool_init_mem(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
+                                  uint64_t bytes, tdm_kv_pool_t **ret_pool);
 void tdm_kv_pool_free(tdm_kv_pool_t *p);
 const tdm_kv_buffers_t *tdm_kv_pool_buffers(const tdm_kv_pool_t *p);
 const tdm_kv_layout_t *tdm_kv_pool_layout(const tdm_kv_pool_t *p);

@@ -205,11 +205,55 @@ static void test_fp8(void)
     ok(tdm_kv_fp8_scale(zs, 2) == 1.0f, "all-zero head gets scale 1");
 }
 
+/* A pool over caller memory: zeroed, same offsets, allocator works, memory left to the caller. */
+static void test_init_mem(void)
+{
+    tdm_model_config_t c = cfg_small();
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *p = NULL;
+    uint64_t bytes = 0;
+    uint32_t ids[4];
+
+    tdm_kv_layout_init(&c, TDM_DTYPE_FP8_E4M3, 16, 1, 0, &l);
+    is_int(tdm_kv_layout_pool_bytes(&l, 6, &bytes), TDM_OK, "pool bytes for 6 pages");
+    uint8_t *mem = aligned_alloc(TDM_KV_REGION_ALIGN, bytes + 2 * TDM_KV_REGION_ALIGN);
+    memset(mem, 0xa5, bytes + 2 * TDM_KV_REGION_ALIGN);
+    is_int(tdm_kv_pool_init_mem(&l, 6, NULL, bytes, &p), TDM_ERR_INVAL, "NULL base refused");
+    is_int(tdm_kv_pool_init_mem(&l, 6, mem + 8, bytes + 8, &p), TDM_ERR_INVAL,
+           "misaligned base refused");
+    is_int(tdm_kv_pool_init_mem(&l, 6, mem, bytes - 1, &p), TDM_ERR_INVAL,
+           "memory one byte short refused");
+    is_int(tdm_kv_pool_init_mem(&l, 0, mem, bytes, &p), TDM_ERR_INVAL, "zero pages refused");
+    ok(p == NULL, "no output on failure");
+    is_int(tdm_kv_pool_init_mem(&l, 6, mem, bytes, &p), TDM_OK, "pool over caller memory");
+    const tdm_kv_buffers_t *b = tdm_kv_pool_buffers(p);
+    ok(b->base == mem, "buffers point at the caller's memory");
+    int zero = 1;
+    for (uint64_t i = 0; i < bytes; i++)
+        zero &= mem[i] == 0;
+    ok(zero, "the pool zeroed all %llu bytes", (unsigned long long)bytes);
+    ok(mem[bytes] == 0xa5, "and nothing past them");
+    ok(tdm_kv_slot(b, 1, TDM_KV_SUB_V_SCALE, 2, 3) - b->base ==
+           (ptrdiff_t)(tdm_kv_layout_region_offset(&l, 6, 1, TDM_KV_SUB_V_SCALE) +
+                       2 * l.sub[TDM_KV_SUB_V_SCALE].page_stride +
+                       3 * l.sub[TDM_KV_SUB_V_SCALE].bytes_per_token),
+       "slot addresses from the descriptor's offsets");
+    is_int(tdm_kv_page_alloc(p, 4, ids), TDM_OK, "alloc 4 pages");
+    is_int(tdm_kv_pool_free_pages(p), 2, "2 left");
+    uint8_t *w = tdm_kv_slot(b, 2, TDM_KV_SUB_K, ids[3], 15);
+    *w = 0x42;
+    tdm_kv_pool_free(p);
+    /* the memory is still the caller's: readable (ASan would flag a free) and holds the write */
+    ok(*w == 0x42, "pool_free left the memory to the caller");
+    free(mem);
+}
+
 int main(void)
 {
     test_layout();
     test_configure();
     test_alloc();
     test_fp8();
+    test_init_mem();
     return done_testing();
 }
