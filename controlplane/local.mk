@@ -70,3 +70,4 @@ tests_integration_test_cp_outage_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS) $(C
 tests_integration_test_cp_outage_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
 include controlplane/detect.mk
 include controlplane/act.mk
+include controlplane/plan.mk

@@ -8,6 +8,8 @@
  *   tandemctl [opts] drain GROUP | restart GROUP | set GROUP KEY=VALUE...
  *     set keys: overlap=on|off hicache=on|off kv_cache_dtype=… max_running_requests=N …
  *   opts: --url URL, --token-file FILE, --token TOKEN, --json (raw JSON instead of tables)
+ *   tandemctl plan --gpus N --model PATH [--tp K] [--prefill-gpus A-B] [--decode-gpus C-D] ...
+ *     offline: the units, INI files and enable lines of one host's P/D groups (plan.h, issue 12)
  *
  * URL: --url, else $TDM_URL, else http://127.0.0.1:8470. Token: --token-file, else $TDM_TOKEN,
  * else $TDM_STATE_DIR/admin.token, else /var/lib/tandem/admin.token. Prints the server's JSON on
@@ -22,6 +24,8 @@
 #include <string.h>
 
 #include <tdm/mem.h>
+
+#include "controlplane/plan.h"
 
 typedef struct body {
     char *data;
@@ -49,7 +53,9 @@ static int usage(void)
                     "       tandemctl [--url URL] [--token-file FILE] token revoke NAME\n"
                     "       tandemctl [opts] status | alerts | transfers [--stuck] | trace ROOM\n"
                     "       tandemctl [opts] drain GROUP | restart GROUP | set GROUP KEY=VALUE...\n"
-                    "       opts: --url URL --token-file FILE --token TOKEN --json\n");
+                    "       opts: --url URL --token-file FILE --token TOKEN --json\n"
+                    "       tandemctl plan --gpus N --model PATH [--tp K] [--json] ... "
+                    "(tandemctl plan for all)\n");
     return 2;
 }
 
@@ -331,6 +337,9 @@ int main(int argc, char **argv)
             rest[n++] = argv[k];
     }
     const char *cmd = argv[i];
+    /* plan is offline: no server, no token */
+    if (strcmp(cmd, "plan") == 0)
+        return tdm_cp_plan_main(n, rest, json_out, stdout, stderr);
     char token[256], target[4096];
     if (token_arg)
         snprintf(token, sizeof(token), "%s", token_arg);
