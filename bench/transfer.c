@@ -8,7 +8,9 @@
  * commit, release), the parent is the prefill side and times each room from
  * tdm_xfer_prefill_send to the room's SUCCESS on prefill, which comes after ucp_ep_flush_nbx
  * proved every put delivered (ucx_perftest's put_bw likewise ends with a flush). The child
- * reports its commit (verify) times back through a pipe.
+ * reports its commit (verify) times back through a pipe. The decode pool is allocated by the
+ * engine through UCX (cfg.ucx_alloc) and prefill's endpoint runs without UCX error handling (same
+ * host), as in serving; argv[2] = "aligned" keeps an aligned_alloc decode pool for comparison.
  * Geometry: bf16, 32 layers, 2 KV heads × 128, page 16 tokens → one page chunk = 512 KiB, moved
  * as 64 contiguous regions (layer × K/V) per room. Prints one JSON object per line:
  *   {"bytes":N,"checksums":0|1,"reps":R,"gbps":G,"verify_gbps":V}
@@ -35,6 +37,8 @@ static int reps_for(uint64_t bytes)
 {
     return bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
 }
+
+static int bench_aligned; /* argv[2] "aligned": decode pool from aligned_alloc (the old path) */
 
 static const uint64_t page_bytes = (uint64_t)32 * 2 * 16 * 2 * 128 * 2;
 
@@ -70,6 +74,7 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
 {
     xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
     xt_side_t dec;
+    tdm_kv_layout_t lay;
     if (xt_pools(&dec, &g))
         return 1;
     dec.cfg.disable_checksums = !checksums;
@@ -77,6 +82,16 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
     dec.cfg.instance_id = 0x2222;
     dec.cfg.host = "127.0.0.1";
     dec.cfg.port = port;
+    if (!bench_aligned) {
+        /* as serving: the engine allocates the decode pool through UCX (shared memory) */
+        lay = *tdm_kv_pool_layout(dec.pool[0]);
+        tdm_kv_pool_free(dec.pool[0]);
+        dec.pool[0] = NULL;
+        dec.cfg.kv[0] = NULL;
+        dec.cfg.ucx_alloc = 1;
+        dec.cfg.kv_layout[0] = &lay;
+        dec.cfg.kv_num_pages = max_pages;
+    }
     if (tdm_xfer_init(&dec.cfg, &dec.x) != TDM_OK ||
         tdm_xfer_wait_ready(dec.x, 10000000, NULL, 0) != TDM_OK) {
         fprintf(stderr, "transfer bench: decode did not start\n");
@@ -214,6 +229,7 @@ int main(int argc, char **argv)
     /* page chunk (512 KiB), then 1, 4, 16, 64, 256 MiB */
     uint32_t sizes[] = {1, 2, 8, 32, 128, 512};
     int n = argc > 1 ? atoi(argv[1]) : 6;
+    bench_aligned = argc > 2 && !strcmp(argv[2], "aligned");
     if (n < 1 || n > 6)
         n = 6;
     if (run(0, sizes, n, sizes[n - 1]) || run(1, sizes, n, sizes[n - 1]))

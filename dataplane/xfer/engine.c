@@ -516,6 +516,30 @@ static void refuse(tdm_xfer_t *x, int fd, const char *why)
         xfer_write_all(fd, buf, len, 500000);
 }
 
+/* Whether the peer of a connected socket is on this host: a loopback address, or the address
+ * the connection arrived on (a peer dialling our own external address). Decides the endpoints'
+ * error handling mode (ucx.c). */
+static int peer_same_host(int fd)
+{
+    struct sockaddr_storage pa, la;
+    socklen_t pl = sizeof(pa), ll = sizeof(la);
+    if (getpeername(fd, (struct sockaddr *)&pa, &pl) < 0 ||
+        getsockname(fd, (struct sockaddr *)&la, &ll) < 0 || pa.ss_family != la.ss_family)
+        return 0;
+    if (pa.ss_family == AF_INET) {
+        const struct sockaddr_in *p = (const struct sockaddr_in *)&pa;
+        const struct sockaddr_in *l = (const struct sockaddr_in *)&la;
+        return (ntohl(p->sin_addr.s_addr) >> 24) == 127 || p->sin_addr.s_addr == l->sin_addr.s_addr;
+    }
+    if (pa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *p = (const struct sockaddr_in6 *)&pa;
+        const struct sockaddr_in6 *l = (const struct sockaddr_in6 *)&la;
+        return IN6_IS_ADDR_LOOPBACK(&p->sin6_addr) ||
+               !memcmp(&p->sin6_addr, &l->sin6_addr, sizeof(p->sin6_addr));
+    }
+    return 0;
+}
+
 /* A REGISTER on a pending connection: validate, connect UCX, adopt as the channel. Returns 1 if
  * the connection was adopted or closed (the slot is gone). */
 static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uint32_t len)
@@ -545,7 +569,9 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
         refuse(x, c->fd, why);
         goto out_close;
     }
+    int same_host = peer_same_host(c->fd);
     pthread_mutex_lock(&x->mu);
+    x->peer_same_host = same_host;
     free(x->reg);
     free(x->reg_body);
     x->reg = f;
@@ -856,7 +882,22 @@ static tdm_status_t check_cfg(const tdm_xfer_cfg_t *c)
     if ((unsigned)c->role >= TDM_XFER_ROLE_MAX || c->n_ranks == 0 ||
         c->n_ranks > TDM_XFER_RANKS_MAX)
         return TDM_ERR_INVAL;
-    for (uint32_t r = 0; r < c->n_ranks; r++) {
+    if (c->ucx_alloc) {
+        if (c->role != TDM_XFER_DECODE || c->kv_num_pages == 0 || c->kv_num_pages == UINT32_MAX)
+            return TDM_ERR_INVAL;
+        for (uint32_t r = 0; r < c->n_ranks; r++) {
+            tdm_layout_record_t a, b;
+            if (c->kv[r] || !c->kv_layout[r])
+                return TDM_ERR_INVAL;
+            tdm_kv_layout_record(c->kv_layout[0], 0, &a);
+            tdm_kv_layout_record(c->kv_layout[r], 0, &b);
+            if (!tdm_layout_equal(&a, &b, why, sizeof(why)))
+                return TDM_ERR_INVAL;
+        }
+    }
+    if ((unsigned)c->ep_err_mode >= TDM_XFER_ERR_MODE_MAX)
+        return TDM_ERR_INVAL;
+    for (uint32_t r = 0; r < c->n_ranks && !c->ucx_alloc; r++) {
         tdm_layout_record_t a, b;
         if (!c->kv[r] || !c->kv[r]->layout || !c->kv[r]->base)
             return TDM_ERR_INVAL;
@@ -897,8 +938,13 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
     if (!c->abort_ack_timeout_us)
         c->abort_ack_timeout_us = 5000000;
     x->n_ranks = c->n_ranks;
-    x->page_size = c->kv[0]->layout->page_size;
-    tdm_kv_layout_record(c->kv[0]->layout, c->kv[0]->num_pages, &x->layout);
+    if (c->ucx_alloc) {
+        x->page_size = c->kv_layout[0]->page_size;
+        tdm_kv_layout_record(c->kv_layout[0], c->kv_num_pages, &x->layout);
+    } else {
+        x->page_size = c->kv[0]->layout->page_size;
+        tdm_kv_layout_record(c->kv[0]->layout, c->kv[0]->num_pages, &x->layout);
+    }
     x->chan_fd = x->listen_fd = -1;
     x->wake_recv = x->wake_xfer = x->wake_boot = -1;
     for (uint32_t r = 0; r < TDM_XFER_RANKS_MAX; r++)
@@ -932,7 +978,7 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
     }
     if (c->role == TDM_XFER_DECODE) {
         size_t aux_bytes = (size_t)c->aux_slots * TDM_XFER_AUX_BYTES;
-        for (uint32_t r = 0; r < x->n_ranks; r++) {
+        for (uint32_t r = 0; r < x->n_ranks && !c->ucx_alloc; r++) {
             x->aux[r] = aligned_alloc(4096, (aux_bytes + 4095) & ~(size_t)4095);
             if (!x->aux[r]) {
                 st = TDM_ERR_NOMEM;
@@ -1018,13 +1064,18 @@ void tdm_xfer_free(tdm_xfer_t *x)
     free(x->aux_free);
     free(x->reg);
     free(x->reg_body);
-    for (uint32_t r = 0; r < TDM_XFER_RANKS_MAX; r++)
+    for (uint32_t r = 0; r < TDM_XFER_RANKS_MAX && !x->cfg.ucx_alloc; r++)
         free(x->aux[r]);
     tdm_frame_reader_free(&x->chan_rd);
     tdm_xfer_rooms_free(x->rooms);
     pthread_cond_destroy(&x->cv);
     pthread_mutex_destroy(&x->mu);
     free(x);
+}
+
+tdm_kv_pool_t *tdm_xfer_kv_pool(tdm_xfer_t *x, uint32_t rank)
+{
+    return x && rank < x->n_ranks ? x->pool[rank] : NULL;
 }
 
 uint16_t tdm_xfer_port(const tdm_xfer_t *x)

@@ -2,7 +2,11 @@
  * ucx.c — the data mover: one UCP context + worker per rank, the decode pools and aux regions
  * registered for remote access (packed rkeys go into REGISTER), and on prefill the endpoints to
  * the paired decode ranks over which every page of a room is written with ucp_put_nbx and then
- * proven delivered with ucp_ep_flush_nbx. Workers are used only by the transfer thread
+ * proven delivered with ucp_ep_flush_nbx. With cfg.ucx_alloc decode's pools and aux regions are
+ * allocated here by ucp_mem_map(ALLOCATE) (shared memory a same-host prefill maps: a put is one
+ * memcpy) and the KV pools are built over them with tdm_kv_pool_init_mem. Endpoints use
+ * UCP_ERR_HANDLING_MODE_NONE for a same-host peer (PEER would leave only tcp, emulated puts) and
+ * PEER otherwise. Workers are used only by the transfer thread
  * (UCS_THREAD_MODE_SINGLE) and are progressed from its epoll loop via ucp_worker_arm.
  */
 #include "config.h"
@@ -20,7 +24,9 @@ static tdm_status_t ucs_fail(const char *what, ucs_status_t s)
     return TDM_ERR_UCX;
 }
 
-static tdm_status_t map_region(ucp_context_h ctx, void *addr, size_t len, ucp_mem_h *ret_memh,
+/* Register [addr, addr+len) — or, with *addr NULL, let UCX allocate len bytes and return them in
+ * *addr — and pack its rkey. */
+static tdm_status_t map_region(ucp_context_h ctx, void **addr, size_t len, ucp_mem_h *ret_memh,
                                void **ret_rkey, size_t *ret_len)
 {
     ucp_mem_map_params_t mp;
@@ -28,11 +34,26 @@ static tdm_status_t map_region(ucp_context_h ctx, void *addr, size_t len, ucp_me
     ucs_status_t s;
     memset(&mp, 0, sizeof(mp));
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = addr;
+    mp.address = *addr;
     mp.length = len;
+    if (!*addr) {
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.flags = UCP_MEM_MAP_ALLOCATE;
+    }
     s = ucp_mem_map(ctx, &mp, &memh);
     if (s != UCS_OK)
-        return ucs_fail("ucp_mem_map", s);
+        return ucs_fail(*addr ? "ucp_mem_map" : "ucp_mem_map (allocate)", s);
+    if (!*addr) {
+        ucp_mem_attr_t ma;
+        memset(&ma, 0, sizeof(ma));
+        ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        s = ucp_mem_query(memh, &ma);
+        if (s != UCS_OK || ma.length < len || !ma.address) {
+            ucp_mem_unmap(ctx, memh);
+            return ucs_fail("ucp_mem_query", s != UCS_OK ? s : UCS_ERR_NO_MEMORY);
+        }
+        *addr = ma.address;
+    }
     s = ucp_rkey_pack(ctx, memh, ret_rkey, ret_len);
     if (s != UCS_OK) {
         ucp_mem_unmap(ctx, memh);
@@ -45,7 +66,12 @@ static tdm_status_t map_region(ucp_context_h ctx, void *addr, size_t len, ucp_me
 tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
-    const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
+    const tdm_kv_layout_t *lay =
+        x->cfg.ucx_alloc ? x->cfg.kv_layout[rank] : x->cfg.kv[rank]->layout;
+    uint32_t num_pages = x->cfg.ucx_alloc ? x->cfg.kv_num_pages : x->cfg.kv[rank]->num_pages;
+    size_t aux_bytes = (size_t)x->cfg.aux_slots * TDM_XFER_AUX_BYTES;
+    void *kv_base = x->cfg.ucx_alloc ? NULL : x->cfg.kv[rank]->base;
+    void *aux_base = x->cfg.ucx_alloc ? NULL : x->aux[rank];
     ucp_params_t p;
     ucp_worker_params_t wp;
     ucp_config_t *conf = NULL;
@@ -55,7 +81,7 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
 
     memset(u, 0, sizeof(*u));
     u->efd = -1;
-    TDM_TRY(tdm_kv_layout_pool_bytes(kv->layout, kv->num_pages, &pool_bytes));
+    TDM_TRY(tdm_kv_layout_pool_bytes(lay, num_pages, &pool_bytes));
     s = ucp_config_read(NULL, NULL, &conf);
     if (s != UCS_OK)
         return ucs_fail("ucp_config_read", s);
@@ -86,13 +112,23 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
     }
     /* Prefill registers its pool too: zero-copy puts need the source registered. */
     TDM_CHECK_GOTO(
-        map_region(u->ctx, kv->base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
+        map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
         err_cleanup);
-    if (x->cfg.role == TDM_XFER_DECODE)
-        TDM_CHECK_GOTO(map_region(u->ctx, x->aux[rank],
-                                  (size_t)x->cfg.aux_slots * TDM_XFER_AUX_BYTES, &u->aux_memh,
-                                  &u->aux_rkey, &u->aux_rkey_len),
+    if (x->cfg.ucx_alloc) {
+        /* the pool zeroes the region; buffers point at UCX's memory from here on */
+        TDM_CHECK_GOTO(tdm_kv_pool_init_mem(lay, num_pages, kv_base, pool_bytes, &x->pool[rank]),
                        st, err_cleanup);
+        x->cfg.kv[rank] = tdm_kv_pool_buffers(x->pool[rank]);
+    }
+    if (x->cfg.role == TDM_XFER_DECODE) {
+        TDM_CHECK_GOTO(
+            map_region(u->ctx, &aux_base, aux_bytes, &u->aux_memh, &u->aux_rkey, &u->aux_rkey_len),
+            st, err_cleanup);
+        if (x->cfg.ucx_alloc) {
+            memset(aux_base, 0, aux_bytes);
+            x->aux[rank] = aux_base;
+        }
+    }
     return TDM_OK;
 
 err_cleanup:
@@ -108,6 +144,13 @@ void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank)
         ucp_rkey_buffer_release(u->aux_rkey);
     if (u->kv_rkey)
         ucp_rkey_buffer_release(u->kv_rkey);
+    if (x->cfg.ucx_alloc) {
+        /* the pool and aux region live in UCX memory unmapped below */
+        tdm_kv_pool_free(x->pool[rank]);
+        x->pool[rank] = NULL;
+        x->cfg.kv[rank] = NULL;
+        x->aux[rank] = NULL;
+    }
     if (u->aux_memh)
         ucp_mem_unmap(u->ctx, u->aux_memh);
     if (u->kv_memh)
@@ -138,16 +181,28 @@ tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank
     tdm_status_t st;
 
     xfer_ucx_disconnect(x, rank);
+    int peer = x->cfg.ep_err_mode == TDM_XFER_ERR_PEER ||
+               (x->cfg.ep_err_mode == TDM_XFER_ERR_AUTO && !x->peer_same_host);
     memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = (const ucp_address_t *)fr->worker_addr.data;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = ep_err_cb;
-    ep.err_handler.arg = (void *)(uintptr_t)rank;
+    ep.err_mode = peer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    if (peer) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_handler.cb = ep_err_cb;
+        ep.err_handler.arg = (void *)(uintptr_t)rank;
+    }
     s = ucp_ep_create(u->worker, &ep, &u->ep);
     if (s != UCS_OK)
         return ucs_fail("ucp_ep_create", s);
+    if (peer)
+        x->st.eps_err_peer++;
+    else
+        x->st.eps_err_none++;
+    tdm_info(TDM_SUB_XFER, "rank %u endpoint: error handling %s (%s)", rank, peer ? "peer" : "none",
+             x->cfg.ep_err_mode != TDM_XFER_ERR_AUTO ? "configured"
+             : peer                                  ? "remote peer"
+                                                     : "same-host peer");
     /* rkey blob: u32 kv_len, the pool's packed rkey, then the aux region's (decode.c) */
     const uint8_t *b = fr->rkey.data;
     uint32_t kv_len =

@@ -124,8 +124,11 @@ struct tdm_xfer {
     uint32_t reqq_head, reqq_len, reqq_cap;
     uint64_t unknown_logged;
 
+    int peer_same_host; /* prefill: the registered decode leader is on this host */
+
     /* decode */
-    uint8_t *aux[TDM_XFER_RANKS_MAX];
+    uint8_t *aux[TDM_XFER_RANKS_MAX];        /* UCX memory with cfg.ucx_alloc, else aligned_alloc */
+    tdm_kv_pool_t *pool[TDM_XFER_RANKS_MAX]; /* cfg.ucx_alloc: pools over UCX memory */
     uint32_t *aux_free;
     uint32_t n_aux_free;
     uint64_t next_connect_us;

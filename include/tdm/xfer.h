@@ -30,6 +30,17 @@
  * quarantined — tdm_xfer_release() answers TDM_ERR_BUSY — until the ACK; past the ACK
  * timeout they stay quarantined and `corruption_risk` rises.
  *
+ * Host memory and UCX (UCX 1.13, UCX_TLS=tcp,sm,self): a put is one memcpy into shared memory
+ * only when (a) the decode pool was allocated by UCX (ucp_mem_map ALLOCATE: posix/sysv memory the
+ * peer maps; an rkey of ordinary memory carries no mm domain and the put is emulated over tcp) and
+ * (b) the endpoint has no peer error handling (UCP_ERR_HANDLING_MODE_PEER keeps only transports
+ * with peer-failure support: one tcp lane). So decode sets cfg.ucx_alloc and the engine allocates
+ * every rank's pool (tdm_kv_pool_init_mem) and the aux region through UCX; prefill creates its
+ * endpoints with error handling NONE when the decode peer is on this host (the bootstrap channel's
+ * peer address is loopback or equal to ours; cfg.ep_err_mode forces either mode) and PEER
+ * otherwise. Without UCX error handling a dead peer is found by the channel (EOF or 3 s of
+ * silence): its rooms become FAILED and decode pages stay quarantined as with PEER.
+ *
  * Memory kinds: REGISTER carries a mem_kind per rank (0 host/UCX rkey, 1 CUDA IPC handle); this
  * version moves host memory over UCX and refuses mem_kind 1 by name.
  *
@@ -87,6 +98,14 @@ typedef struct tdm_xfer_event {
     const char *reason;
 } tdm_xfer_event_t;
 
+/* Prefill endpoint error handling (see the header comment). */
+typedef enum tdm_xfer_err_mode {
+    TDM_XFER_ERR_AUTO = 0, /* NONE for a same-host decode peer, PEER otherwise */
+    TDM_XFER_ERR_PEER = 1,
+    TDM_XFER_ERR_NONE = 2,
+    TDM_XFER_ERR_MODE_MAX
+} tdm_xfer_err_mode_t;
+
 typedef void (*tdm_xfer_event_fn)(void *ctx, const tdm_xfer_event_t *ev);
 
 typedef struct tdm_xfer_cfg {
@@ -94,6 +113,13 @@ typedef struct tdm_xfer_cfg {
     uint64_t instance_id;
     uint32_t n_ranks;                               /* == tp size */
     const tdm_kv_buffers_t *kv[TDM_XFER_RANKS_MAX]; /* rank r's host pool (caller keeps it) */
+    /* decode alternative to kv[]: the engine allocates rank r's pool of kv_num_pages pages laid
+     * out by kv_layout[r] (copied) and the aux region through UCX; kv[] must then be NULL and
+     * tdm_xfer_kv_pool() hands the pools out (valid until tdm_xfer_free). */
+    int ucx_alloc;
+    const tdm_kv_layout_t *kv_layout[TDM_XFER_RANKS_MAX];
+    uint32_t kv_num_pages;
+    tdm_xfer_err_mode_t ep_err_mode; /* prefill; default AUTO */
     const char *host;      /* prefill: bind address (default 127.0.0.1); decode: prefill leader */
     uint16_t port;         /* prefill: 0 = any; decode: the prefill bootstrap port */
     uint32_t max_rooms;    /* live rooms + tombstones; default 4096 */
@@ -125,6 +151,7 @@ typedef struct tdm_xfer_stats {
     uint64_t corruption_risk; /* rooms whose ABORT_ACK timed out: pages stay quarantined */
     uint64_t quarantined;     /* rooms quarantined now */
     uint64_t bytes_put, puts;
+    uint32_t eps_err_none, eps_err_peer; /* prefill: connected endpoints by error mode */
 } tdm_xfer_stats_t;
 
 /* A TRANSFER_INFO accepted by prefill, owned by the caller (tdm_xfer_request_clear). */
@@ -141,6 +168,9 @@ typedef struct tdm_xfer_request {
 tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret);
 /* Stop the threads, close the channel and release UCX. NULL-safe. */
 void tdm_xfer_free(tdm_xfer_t *x);
+/* Decode with cfg.ucx_alloc: rank r's pool (the caller allocates pages from it; the engine frees
+ * it in tdm_xfer_free). NULL otherwise. */
+tdm_kv_pool_t *tdm_xfer_kv_pool(tdm_xfer_t *x, uint32_t rank);
 /* Prefill: the bound bootstrap port. */
 uint16_t tdm_xfer_port(const tdm_xfer_t *x);
 /* Wait until a peer is registered (TDM_OK), the registration was refused (TDM_ERR_CORRUPT with

@@ -83,13 +83,21 @@ static int pages_equal(xt_side_t *pre, xt_side_t *dec, const uint32_t *sp, const
     return 1;
 }
 
-static void test_transfer(tdm_dtype_t dt, uint32_t n_ranks)
+/* err_mode: prefill's endpoint error handling (AUTO on loopback = NONE); ucx_alloc: decode's
+ * pools allocated by the engine through UCX (else the caller's aligned_alloc pools). */
+static void test_transfer_mode(tdm_dtype_t dt, uint32_t n_ranks, tdm_xfer_err_mode_t err_mode,
+                               int ucx_alloc)
 {
     xt_geom_t gp = {dt, n_ranks, 16, 3, 2, 64, 40}, gd = gp;
     xt_side_t pre, dec;
     uint64_t seed = 0x1234 + dt * 7 + n_ranks;
     gd.num_pages = 64; /* the pools differ in size: remote offsets come from REGISTER */
-    if (xt_pools(&pre, &gp) || xt_pools(&dec, &gd) || xt_start(&pre, &dec)) {
+    xt_decode_ucx_alloc = ucx_alloc;
+    int started = !xt_pools(&pre, &gp) && !xt_pools(&dec, &gd);
+    pre.cfg.ep_err_mode = err_mode;
+    started = started && !xt_start(&pre, &dec);
+    xt_decode_ucx_alloc = 1;
+    if (!started) {
         ok(0, "start %s tp %u", tdm_dtype_name(dt), n_ranks);
         return;
     }
@@ -134,6 +142,112 @@ static void test_transfer(tdm_dtype_t dt, uint32_t n_ranks)
     tdm_xfer_stats(pre.x, &s);
     ok(s.puts > 0 && s.rooms_ok == 12, "%s tp %u: %llu puts, %llu bytes", tdm_dtype_name(dt),
        n_ranks, (unsigned long long)s.puts, (unsigned long long)s.bytes_put);
+    int want_peer = err_mode == TDM_XFER_ERR_PEER;
+    ok(s.eps_err_peer == (want_peer ? n_ranks : 0) && s.eps_err_none == (want_peer ? 0 : n_ranks),
+       "%s tp %u: endpoints %u with peer error handling, %u without (loopback peer, mode %d)",
+       tdm_dtype_name(dt), n_ranks, s.eps_err_peer, s.eps_err_none, (int)err_mode);
+    ok((tdm_xfer_kv_pool(dec.x, 0) != NULL) == (ucx_alloc != 0) &&
+           tdm_xfer_kv_pool(pre.x, 0) == NULL && tdm_xfer_kv_pool(dec.x, n_ranks) == NULL,
+       "%s tp %u: engine-owned decode pools exactly with ucx_alloc (%d)", tdm_dtype_name(dt),
+       n_ranks, ucx_alloc);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+static void test_transfer(tdm_dtype_t dt, uint32_t n_ranks)
+{
+    test_transfer_mode(dt, n_ranks, TDM_XFER_ERR_AUTO, 1);
+}
+
+/* The decode process dies while prefill's puts (endpoints without UCX error handling) are in
+ * flight: the channel finds the dead peer, prefill crashes not, every room ends terminal and is
+ * released, and a new decode group registers and gets bit-identical pages. */
+static void test_decode_dies_err_none(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 2, 16, 4, 2, 64, 128};
+    xt_side_t pre, dec, dec2;
+    uint32_t prompt[256], dp[16], sp[16];
+    uint64_t rooms[24];
+    tdm_xfer_request_t req;
+    tdm_xfer_aux_t aux = {0, 3, -1.0f, 0, {{0, 0}}};
+    tdm_xfer_stats_t s;
+    for (uint32_t i = 0; i < 256; i++)
+        prompt[i] = i;
+    for (uint32_t i = 0; i < 16; i++)
+        dp[i] = sp[i] = i * 3;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "decode dies: pools");
+        return;
+    }
+    pre.cfg.ep_err_mode = TDM_XFER_ERR_NONE;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "decode dies: start");
+        return;
+    }
+    xt_fill_random(&pre, 4242);
+    uint32_t n = 0;
+    for (; n < 24; n++) {
+        if (tdm_xfer_decode_send_info(dec.x, prompt, 256, dp, 16, NULL, &rooms[n]) != TDM_OK ||
+            xt_next(pre.x, &req, T_S) != TDM_OK)
+            break;
+        tdm_xfer_request_clear(&req);
+        tdm_xfer_prefill_send(pre.x, rooms[n], sp, 16, &aux);
+    }
+    is_int(n, 24, "decode dies: 24 rooms of 16 pages in flight");
+    tdm_xfer_free(dec.x); /* the decode side goes away: channel closed, UCX memory unmapped */
+    dec.x = NULL;
+    int lost = 0;
+    for (int i = 0; i < 500 && !lost; i++) {
+        tdm_xfer_stats(pre.x, &s);
+        lost = s.peer_lost >= 1;
+        tdm_time_sleep_us(10000);
+    }
+    ok(lost, "decode dies: prefill declared the peer lost");
+    ok(s.eps_err_none == 2 && s.eps_err_peer == 0, "decode dies: endpoints without error handling");
+    int terminal = 1, released = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        tdm_kvpoll_t st = xt_wait(pre.x, rooms[i], TDM_KVPOLL_SUCCESS, T_S);
+        terminal &= st == TDM_KVPOLL_SUCCESS || st == TDM_KVPOLL_FAILED;
+        released &= xt_release(pre.x, rooms[i], T_S) == TDM_OK;
+    }
+    ok(terminal, "decode dies: every prefill room ended SUCCESS or FAILED");
+    ok(released, "decode dies: every prefill room released (puts flushed)");
+
+    /* prefill keeps serving: a new decode group registers and a room arrives intact */
+    if (xt_pools(&dec2, &g)) {
+        ok(0, "decode dies: second pools");
+    } else {
+        dec2.cfg.role = TDM_XFER_DECODE;
+        dec2.cfg.instance_id = 0x3333;
+        dec2.cfg.host = "127.0.0.1";
+        dec2.cfg.port = tdm_xfer_port(pre.x);
+        tdm_xfer_cfg_t c = dec2.cfg;
+        c.ucx_alloc = 1;
+        c.kv_num_pages = g.num_pages;
+        for (uint32_t r = 0; r < g.n_ranks; r++) {
+            c.kv_layout[r] = tdm_kv_pool_layout(dec2.pool[r]);
+            c.kv[r] = NULL;
+        }
+        int up = tdm_xfer_init(&c, &dec2.x) == TDM_OK;
+        for (int i = 0; up && i < 600; i++) {
+            if (tdm_xfer_wait_ready(dec2.x, 100000, NULL, 0) == TDM_OK)
+                break;
+            if (i == 599)
+                up = 0;
+        }
+        ok(up, "decode dies: a new decode group registers with the same prefill");
+        if (up) {
+            for (uint32_t r = 0; r < g.n_ranks; r++)
+                dec2.cfg.kv[r] = tdm_kv_pool_buffers(tdm_xfer_kv_pool(dec2.x, r));
+            uint64_t room;
+            tdm_kvpoll_t st = one_room(&pre, &dec2, 100, dp, sp, &room, &aux);
+            tdm_xfer_aux_t got;
+            ok(st == TDM_KVPOLL_SUCCESS && tdm_xfer_decode_commit(dec2.x, room, &got) == TDM_OK &&
+                   pages_equal(&pre, &dec2, sp, dp, 7),
+               "decode dies: the next group's room is bit-identical (%s)", tdm_kvpoll_name(st));
+        }
+        xt_side_free(&dec2);
+    }
     xt_side_free(&dec);
     xt_side_free(&pre);
 }
@@ -483,6 +597,10 @@ int main(void)
     test_transfer(TDM_DTYPE_FP8_E4M3, 1);
     test_transfer(TDM_DTYPE_BF16, 2);
     test_transfer(TDM_DTYPE_FP8_E4M3, 2);
+    test_transfer_mode(TDM_DTYPE_BF16, 2, TDM_XFER_ERR_PEER, 0); /* the remote-host path */
+    test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_PEER, 1);
+    test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_NONE, 0);
+    test_decode_dies_err_none();
     test_mismatch();
     test_abort();
     test_heartbeat_timeout();

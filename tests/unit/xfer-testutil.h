@@ -81,7 +81,12 @@ static inline void xt_fill_random(xt_side_t *s, uint64_t seed)
     }
 }
 
-/* Start prefill (port 0) then decode pointing at it. */
+/* Decode pools allocated by the engine through UCX (cfg.ucx_alloc), as serving does; 0 keeps the
+ * caller's aligned_alloc pools. */
+static int xt_decode_ucx_alloc = 1;
+
+/* Start prefill (port 0) then decode pointing at it. With xt_decode_ucx_alloc the decode pools
+ * made by xt_pools only lend their layouts; dec->cfg.kv then points at the engine's pools. */
 static inline tdm_status_t xt_start(xt_side_t *pre, xt_side_t *dec)
 {
     pre->cfg.role = TDM_XFER_PREFILL;
@@ -91,7 +96,19 @@ static inline tdm_status_t xt_start(xt_side_t *pre, xt_side_t *dec)
     dec->cfg.instance_id = 0x2222;
     dec->cfg.host = "127.0.0.1";
     dec->cfg.port = tdm_xfer_port(pre->x);
-    return tdm_xfer_init(&dec->cfg, &dec->x);
+    if (!xt_decode_ucx_alloc)
+        return tdm_xfer_init(&dec->cfg, &dec->x);
+    tdm_xfer_cfg_t c = dec->cfg;
+    c.ucx_alloc = 1;
+    c.kv_num_pages = tdm_kv_pool_num_pages(dec->pool[0]);
+    for (uint32_t r = 0; r < c.n_ranks; r++) {
+        c.kv_layout[r] = tdm_kv_pool_layout(dec->pool[r]);
+        c.kv[r] = NULL;
+    }
+    TDM_TRY(tdm_xfer_init(&c, &dec->x));
+    for (uint32_t r = 0; r < c.n_ranks; r++)
+        dec->cfg.kv[r] = tdm_kv_pool_buffers(tdm_xfer_kv_pool(dec->x, r));
+    return TDM_OK;
 }
 
 /* Wait until poll(room) reaches a state >= want or FAILED. */
