@@ -296,6 +296,11 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
                           req->entity.len, route->max_body);
         return 0;
     }
+    if (!s->db) {
+        /* shutting down: the DB threads are gone, so nothing may be queued to them */
+        tdm_cp_send_error(req, 503, "shutting_down", "unavailable_error", "tandemd is stopping");
+        return 0;
+    }
     route->handler(s, req, &args, who);
     return 0;
 }
@@ -546,6 +551,8 @@ err_free:
 
 static void loop_tick(tdm_cp_server_t *s)
 {
+    if (!s->db) /* shutting down (tdm_cp_server_free) */
+        return;
     int up = atomic_load(&tdm_cp_db_stats(s->db)->up);
     if (!s->ready && s->tokens_loaded && up) {
         s->ready = 1;
@@ -611,6 +618,7 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
     h2o_socket_close(s->listener);
     tdm_cp_act_stop(s->act); /* issue 11: its last results are delivered by the runs below */
     tdm_cp_db_stop(s->db);
+    s->db = NULL; /* requests that still arrive get 503 (on_req) instead of a freed queue */
     /* Deliver what the DB threads handed back (aborted jobs) so every job is freed, and let h2o
      * close its connections: idle ones at once, busy ones after their response. */
     h2o_context_request_shutdown(&s->ctx);
