@@ -1,19 +1,22 @@
 /*
  * forward.c — one forward step of the Llama/Qwen2 decoder over a paged KV cache.
  *
- *   x = embed(ids)
+ *   x = embed(ids)                      (TP: own vocab rows, -0.0 elsewhere, allreduce)
  *   per layer:  h = rmsnorm(x += mlp_prev) · attn_norm
  *               q, k, v = h·Wqᵀ+bq, h·Wkᵀ+bk, h·Wvᵀ+bv;  rope(q), rope(k)
  *               cache[layer][pos] = k, v;  a = attention(q, cache[layer])
  *               o = allreduce(a·Woᵀ);  h = rmsnorm(x += o) · mlp_norm
  *               mlp_prev = allreduce((silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ)
  *   h = rmsnorm(x += mlp_prev) · final_norm;  logits = h[rows]·lm_headᵀ
+ *                                       (TP: own vocab slice, allgather in rank order)
  *
  * Rows of all sequences are concatenated; each row carries its own page table and absolute
  * position, so no kernel looks at batch composition. Everything is validated before the first
  * kernel runs, so bad input never leaves a half-written cache.
  */
 #include "config.h"
+
+#include <string.h>
 
 #include "graph_int.h"
 
@@ -22,6 +25,55 @@ static tdm_status_t allreduce(tdm_graph_t *g, float *buf, size_t n)
     if (g->view->tp_size <= 1)
         return TDM_OK;
     return g->coll.allreduce_sum(g->coll.ctx, buf, n);
+}
+
+/* Vocab-parallel embedding: rows of the ids in this rank's slice, -0.0 (the exact additive
+ * identity: the tree sum then reproduces the owner's value bit for bit, -0.0 included) elsewhere,
+ * summed across ranks. */
+static tdm_status_t embed_tp(tdm_graph_t *g, uint32_t n)
+{
+    const tdm_backend_t *be = g->be;
+    const tdm_model_view_t *v = g->view;
+    uint32_t d = g->cfg->hidden_size, k = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = (uint32_t)g->ids[i];
+        if (id >= v->vocab_lo && id - v->vocab_lo < v->vocab_r) {
+            g->lids[k] = (int32_t)(id - v->vocab_lo);
+            g->lrow[k++] = i;
+        }
+    }
+    if (k)
+        TDM_TRY(be->embed(be->ctx, &v->embed, g->lids, k, g->h));
+    for (size_t e = 0; e < (size_t)n * d; e++)
+        g->x[e] = -0.0f;
+    for (uint32_t j = 0; j < k; j++)
+        memcpy(g->x + (size_t)g->lrow[j] * d, g->h + (size_t)j * d, d * sizeof(float));
+    return g->coll.allreduce_sum(g->coll.ctx, g->x, (size_t)n * d);
+}
+
+/* Vocab-parallel logits: this rank's slice of m rows, all-gathered lg_rows rows at a time; rank
+ * q's block holds its rows with stride vocab_r(q), padded to vcap. */
+static tdm_status_t logits_tp(tdm_graph_t *g, uint32_t m, float *logits)
+{
+    const tdm_backend_t *be = g->be;
+    const tdm_model_view_t *v = g->view;
+    uint32_t d = g->cfg->hidden_size, V = g->cfg->vocab_size, N = v->tp_size;
+
+    for (uint32_t j0 = 0; j0 < m; j0 += g->lg_rows) {
+        uint32_t mb = m - j0 < g->lg_rows ? m - j0 : g->lg_rows;
+        size_t blk = (size_t)mb * g->vcap;
+        TDM_TRY(be->logits(be->ctx, g->h, d, g->out_rows + j0, mb, &v->lm_head, g->lg_local));
+        TDM_TRY(g->coll.allgather(g->coll.ctx, g->lg_local, g->lg_all, blk));
+        for (uint32_t q = 0; q < N; q++) {
+            uint32_t lo, vn;
+            tdm_model_vocab_range(V, N, q, &lo, &vn);
+            for (uint32_t j = 0; j < mb; j++)
+                memcpy(logits + (size_t)(j0 + j) * V + lo, g->lg_all + q * blk + (size_t)j * vn,
+                       vn * sizeof(float));
+        }
+    }
+    return TDM_OK;
 }
 
 /* Fill rows/pos/ids/out_rows; count rows and logit rows. */
@@ -82,7 +134,10 @@ tdm_status_t tdm_graph_forward(tdm_graph_t *g, const tdm_graph_seq_t *seqs, uint
     H = v->heads_r;
     KV = v->kv_heads_r;
 
-    TDM_TRY(be->embed(be->ctx, &v->embed, g->ids, n, g->x));
+    if (v->tp_size > 1)
+        TDM_TRY(embed_tp(g, n));
+    else
+        TDM_TRY(be->embed(be->ctx, &v->embed, g->ids, n, g->x));
     for (uint32_t l = 0; l < g->cfg->num_layers; l++) {
         const tdm_layer_weights_t *w = &v->layers[l];
         TDM_TRY(
@@ -109,7 +164,10 @@ tdm_status_t tdm_graph_forward(tdm_graph_t *g, const tdm_graph_seq_t *seqs, uint
         add = g->tmp;
     }
     TDM_TRY(be->rmsnorm_add(be->ctx, g->x, add, &v->final_norm, g->cfg->rms_norm_eps, n, d, g->h));
-    TDM_TRY(be->logits(be->ctx, g->h, d, g->out_rows, m, &v->lm_head, logits));
+    if (v->tp_size > 1)
+        TDM_TRY(logits_tp(g, m, logits));
+    else
+        TDM_TRY(be->logits(be->ctx, g->h, d, g->out_rows, m, &v->lm_head, logits));
     *ret_rows = m;
     return TDM_OK;
 }

@@ -6,12 +6,14 @@
  * the others, computes the rank-order tree sum of every element into private scratch, waits
  * again, and copies the sum back. Two barriers per call are enough: nobody writes its own buffer
  * before everyone has finished reading it, and nobody publishes the next buffer before everyone
- * has finished copying.
+ * has finished copying. The all-gather is the same two-barrier shape: publish, copy every rank's
+ * buffer in rank order, wait.
  */
 #include "config.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <tdm/mem.h>
 
@@ -49,7 +51,11 @@ static tdm_status_t check_view(const tdm_model_view_t *v, const tdm_kv_layout_t 
         return TDM_ERR_INVAL;
     if (kl->num_layers != c->num_layers || kl->num_kv_heads != v->kv_heads_r || kl->head_dim != hd)
         return TDM_ERR_INVAL;
-    if (!tensor_ok(&v->embed, c->vocab_size, d) || !tensor_ok(&v->lm_head, c->vocab_size, d) ||
+    uint32_t vlo, vn;
+    tdm_model_vocab_range(c->vocab_size, v->tp_size, v->tp_rank, &vlo, &vn);
+    if (vn == 0 || v->vocab_lo != vlo || v->vocab_r != vn)
+        return TDM_ERR_INVAL;
+    if (!tensor_ok(&v->embed, vn, d) || !tensor_ok(&v->lm_head, vn, d) ||
         !vec_ok(&v->final_norm, d))
         return TDM_ERR_INVAL;
     for (uint32_t l = 0; l < c->num_layers; l++) {
@@ -74,7 +80,7 @@ tdm_status_t tdm_graph_init(const tdm_model_view_t *view, const tdm_kv_buffers_t
 
     if (!view || !view->cfg || !kv || !kv->layout || !be || !ret_graph || max_tokens == 0)
         return TDM_ERR_INVAL;
-    if (view->tp_size > 1 && (!coll || !coll->allreduce_sum))
+    if (view->tp_size > 1 && (!coll || !coll->allreduce_sum || !coll->allgather))
         return TDM_ERR_INVAL;
     TDM_TRY(check_view(view, kv->layout));
 
@@ -118,6 +124,20 @@ tdm_status_t tdm_graph_init(const tdm_model_view_t *view, const tdm_kv_buffers_t
     g->pos = tdm_calloc(T, sizeof(*g->pos));
     g->ids = tdm_calloc(T, sizeof(*g->ids));
     g->out_rows = tdm_calloc(T, sizeof(*g->out_rows));
+    if (view->tp_size > 1) {
+        /* the logits gather moves at most LG_BUDGET floats per collective */
+        enum { LG_BUDGET = 1u << 22 };
+        size_t N = view->tp_size, per_row;
+        g->vcap = (uint32_t)(((uint64_t)g->cfg->vocab_size + N - 1) / N);
+        per_row = N * g->vcap;
+        g->lg_rows = per_row >= LG_BUDGET ? 1 : (uint32_t)(LG_BUDGET / per_row);
+        if (g->lg_rows > max_tokens)
+            g->lg_rows = max_tokens;
+        g->lids = tdm_calloc(T, sizeof(*g->lids));
+        g->lrow = tdm_calloc(T, sizeof(*g->lrow));
+        g->lg_local = tdm_calloc((size_t)g->lg_rows * g->vcap, sizeof(float));
+        g->lg_all = tdm_calloc((size_t)g->lg_rows * per_row, sizeof(float));
+    }
 
     g->tp_exact = 1;
     if (view->tp_size > 1) {
@@ -141,6 +161,10 @@ void tdm_graph_free(tdm_graph_t *g)
     tdm_free(g->pos);
     tdm_free(g->ids);
     tdm_free(g->out_rows);
+    tdm_free(g->lids);
+    tdm_free(g->lrow);
+    tdm_free(g->lg_local);
+    tdm_free(g->lg_all);
     tdm_free(g);
 }
 
@@ -191,6 +215,25 @@ static tdm_status_t local_allreduce(void *ctx, float *buf, size_t n)
     return st;
 }
 
+static tdm_status_t local_allgather(void *ctx, const float *in, float *out, size_t n)
+{
+    coll_rank_t *r = ctx;
+    struct tdm_graph_coll_local *c = r->group;
+    tdm_status_t st = TDM_OK;
+
+    c->bufs[r->rank] = in;
+    c->lens[r->rank] = n;
+    pthread_barrier_wait(&c->bar);
+    for (uint32_t i = 0; i < c->n_ranks; i++)
+        if (c->lens[i] != n)
+            st = TDM_ERR_STATE; /* a mismatched call: everyone fails */
+    if (st == TDM_OK)
+        for (uint32_t i = 0; i < c->n_ranks; i++)
+            memcpy(out + (size_t)i * n, c->bufs[i], n * sizeof(float));
+    pthread_barrier_wait(&c->bar);
+    return st;
+}
+
 tdm_status_t tdm_graph_coll_local_init(uint32_t n_ranks, tdm_graph_coll_local_t **ret)
 {
     tdm_graph_coll_local_t *c;
@@ -222,10 +265,11 @@ void tdm_graph_coll_local_free(tdm_graph_coll_local_t *c)
 
 tdm_graph_coll_t tdm_graph_coll_local_rank(tdm_graph_coll_local_t *c, uint32_t rank)
 {
-    tdm_graph_coll_t h = {NULL, NULL};
+    tdm_graph_coll_t h = {NULL, NULL, NULL};
     if (c && rank < c->n_ranks) {
         h.ctx = &c->ranks[rank];
         h.allreduce_sum = local_allreduce;
+        h.allgather = local_allgather;
     }
     return h;
 }

@@ -12,8 +12,12 @@
  * Tensor parallelism: the graph runs on a per-rank view (include/tdm/model.h). The partial
  * outputs of the row-parallel layers (o_proj, down_proj) go through coll->allreduce_sum, which
  * must combine rank partials with tdm_reduce_tree_combine() in rank order (kernels/backend.h rule
- * 2); with tp_size 1 no collective is called. tdm_graph_coll_local_* is an in-process collective
- * for N ranks on N threads (tests, and the reference for the shm backend).
+ * 2). The embedding is vocab-parallel: each rank writes the rows of the ids in its vocab slice and
+ * -0.0 everywhere else, and the same allreduce_sum completes it (exact: x + -0.0 == x bit for bit,
+ * -0.0 included). The logits are too: each rank computes its slice and coll->allgather assembles
+ * the rows (in row chunks bounded by a fixed scratch). With tp_size 1 no collective is called.
+ * tdm_graph_coll_local_* is an in-process collective for N ranks on N threads (tests, and the
+ * reference for the shm backend).
  *
  * Determinism: on the CPU backend, logits are bit-identical whatever the chunking of a prompt, the
  * batch composition and order, the thread count, and (for power-of-two TP whose row-parallel
@@ -42,6 +46,9 @@ typedef struct tdm_graph_coll {
     /* Sum buf[0..n) over the group's ranks (tree over ranks, rank order); every rank receives the
      * result in buf. NULL only with tp_size 1. */
     tdm_status_t (*allreduce_sum)(void *ctx, float *buf, size_t n);
+    /* Concatenate every rank's in[0..n) in rank order into out[0..n_ranks*n) (same n on every
+     * rank). NULL only with tp_size 1. */
+    tdm_status_t (*allgather)(void *ctx, const float *in, float *out, size_t n);
 } tdm_graph_coll_t;
 
 typedef struct tdm_graph_seq {

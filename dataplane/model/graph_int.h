@@ -20,6 +20,12 @@ struct tdm_graph {
     uint32_t *pos;
     int32_t *ids;
     uint32_t *out_rows;
+    /* vocab-parallel (tp_size > 1): in-slice embedding rows (local id, row), and the logits
+     * gather: lg_rows rows per chunk of vcap (the largest vocab share) floats per rank */
+    int32_t *lids;
+    uint32_t *lrow;
+    uint32_t vcap, lg_rows;
+    float *lg_local, *lg_all;
 };
 
 #endif

@@ -4,8 +4,10 @@
  * Column-parallel weights (q/k/v by heads, gate/up by intermediate rows) are row slices of the
  * (out, in) matrices: contiguous, row_stride unchanged. Row-parallel weights (o, down) are column
  * slices: data advanced to the first owned column, cols narrowed, row_stride the full width.
- * Embeddings, norms and lm_head are replicated. Nothing is copied; resident_bytes counts the bytes
- * of weights this rank reads (a tied lm_head is counted once).
+ * The embedding and lm_head are vocab-parallel: rank r owns rows [r*V/N, (r+1)*V/N) (integer
+ * division, so shares differ by at most one row when N does not divide V) of both; a tied lm_head
+ * is the same slice. Norms are replicated. Nothing is copied; resident_bytes counts the bytes of
+ * weights this rank reads (a tied lm_head is counted once).
  */
 #include "config.h"
 
@@ -77,9 +79,15 @@ tdm_status_t tdm_model_view_init(const tdm_model_t *m, uint32_t tp_size, uint32_
     v.heads_r = c->num_heads / tp_size;
     v.kv_heads_r = c->num_kv_heads / tp_size;
     v.inter_r = c->intermediate_size / tp_size;
-    v.embed = m->embed;
+    tdm_model_vocab_range(c->vocab_size, tp_size, tp_rank, &v.vocab_lo, &v.vocab_r);
+    if (v.vocab_r == 0) {
+        tdm_model_seterr(err, err_len, "vocab_size %u leaves rank %u of tp size %u no rows",
+                         c->vocab_size, tp_rank, tp_size);
+        return TDM_ERR_UNSUPPORTED;
+    }
+    v.embed = rows_slice(&m->embed, v.vocab_lo, v.vocab_r);
     v.final_norm = m->final_norm;
-    v.lm_head = m->lm_head;
+    v.lm_head = rows_slice(&m->lm_head, v.vocab_lo, v.vocab_r);
     v.resident_bytes = bytes_of(&v.embed) + bytes_of(&v.final_norm) +
                        (c->tie_word_embeddings ? 0 : bytes_of(&v.lm_head));
 

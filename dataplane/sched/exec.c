@@ -3,7 +3,8 @@
  *   1. the plan header (48 bytes), broadcast from rank 0 on the plan channel;
  *   2. the payload (payload_bytes), broadcast likewise, validated by followers (hash, counts);
  *   3. for plans with PREV_TOKEN entries, rank 0's resolved ids (one u32 per such entry);
- *   4. the forward over the batch with the tensor collectives (row-parallel all-reduces);
+ *   4. the forward over the batch with the tensor collectives (the vocab-parallel embedding
+ *      all-reduce, the row-parallel all-reduces, the vocab-parallel logits all-gather);
  *   5. on rank 0, one sample per LOGITS entry with the request's (seed, step);
  *   6. the iteration record (iter, path, plan_hash, counters) in the rank's progress slot (I2).
  * Followers keep no sequence state; the collective sequence of an iteration is a pure function
@@ -45,6 +46,11 @@ struct tdm_exec {
 static tdm_status_t graph_allreduce(void *ctx, float *buf, size_t n)
 {
     return tdm_comm_allreduce_f32(ctx, buf, n);
+}
+
+static tdm_status_t graph_allgather(void *ctx, const float *in, float *out, size_t n)
+{
+    return tdm_comm_allgather(ctx, in, out, n * sizeof(float));
 }
 
 static int skip_fault(void *ctx, tdm_coll_op_t op, uint64_t seq)
@@ -91,7 +97,7 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         SET_ERR("KV pool of %u pages: %s", cfg->num_pages, tdm_status_str(st));
         goto err_free;
     }
-    tdm_graph_coll_t coll = {cfg->tensor, graph_allreduce};
+    tdm_graph_coll_t coll = {cfg->tensor, graph_allreduce, graph_allgather};
     st = tdm_graph_init(&x->view, tdm_kv_pool_buffers(x->pool), &x->be,
                         cfg->tp_size > 1 ? &coll : NULL, cfg->max_tokens, &x->graph);
     if (st != TDM_OK) {

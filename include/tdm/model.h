@@ -14,10 +14,16 @@
  *   row-parallel (input dim split): o_proj (input columns of its heads), down_proj (its
  *     intermediate columns); their partial outputs are summed across ranks in rank order by the
  *     reduction contract of DESIGN §9 (kernels/backend.h);
- *   replicated: embeddings, norms, lm_head (each rank computes full logits; simple and exact).
+ *   vocab-parallel: embed_tokens and lm_head (the same slice when tied): rank r owns vocab rows
+ *     [r*V/N, (r+1)*V/N) (integer division: when N does not divide V the shares differ by at most
+ *     one row, the lower ranks getting the smaller ones; tdm_model_vocab_range). The embedding is
+ *     each rank's rows for the ids in its slice and -0.0 elsewhere, summed across ranks by the same
+ *     all-reduce (exact: -0.0 is the additive identity, so only the owner's value survives, its
+ *     sign of zero included); the logits are each rank's slice, all-gathered in rank order;
+ *   replicated: the norms.
  * A view of a sharded weight points into the mapping (row slices are contiguous; column slices
  * carry a row stride), so each rank's resident weight bytes are ~1/N of the sharded tensors.
- * Requires heads, kv heads and intermediate size divisible by N.
+ * Requires heads, kv heads and intermediate size divisible by N, and V >= N.
  *
  * Thread-safety: a loaded model is immutable and may be read by any number of threads.
  */
@@ -88,9 +94,10 @@ typedef struct tdm_model_view {
     const tdm_model_config_t *cfg;
     uint32_t tp_size, tp_rank;
     uint32_t heads_r, kv_heads_r, inter_r; /* this rank's shares */
-    tdm_tensor_t embed;                    /* (vocab, hidden) */
+    uint32_t vocab_lo, vocab_r;            /* this rank's vocab rows [vocab_lo, vocab_lo+vocab_r) */
+    tdm_tensor_t embed;                    /* (vocab_r, hidden): rows vocab_lo.. of embed_tokens */
     tdm_tensor_t final_norm;               /* (hidden) */
-    tdm_tensor_t lm_head;                  /* (vocab, hidden); == embed when tied */
+    tdm_tensor_t lm_head;                  /* (vocab_r, hidden); == embed when tied */
     tdm_layer_weights_t *layers;           /* num_layers */
     uint64_t resident_bytes;               /* bytes of weights this rank reads */
 } tdm_model_view_t;
@@ -125,6 +132,19 @@ tdm_status_t tdm_model_tensor(const tdm_model_t *m, const char *name, tdm_tensor
 tdm_status_t tdm_model_view_init(const tdm_model_t *m, uint32_t tp_size, uint32_t tp_rank,
                                  tdm_model_view_t *ret_view, char *err, size_t err_len);
 void tdm_model_view_free(tdm_model_view_t *v);
+/* Rank tp_rank's vocab rows by the contract above: [*ret_lo, *ret_lo + *ret_n) (all of them for
+ * tp_size <= 1 or an out-of-range rank). */
+static inline void tdm_model_vocab_range(uint32_t vocab, uint32_t tp_size, uint32_t tp_rank,
+                                         uint32_t *ret_lo, uint32_t *ret_n)
+{
+    uint32_t lo = 0, hi = vocab;
+    if (tp_size > 1 && tp_rank < tp_size) {
+        lo = (uint32_t)((uint64_t)tp_rank * vocab / tp_size);
+        hi = (uint32_t)((uint64_t)(tp_rank + 1) * vocab / tp_size);
+    }
+    *ret_lo = lo;
+    *ret_n = hi - lo;
+}
 
 /* Element conversion used everywhere weights are read. */
 float tdm_bf16_to_f32(uint16_t h);

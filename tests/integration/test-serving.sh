@@ -60,10 +60,10 @@ ok $? "outputs carry finish reasons"
 n_shm=$(ls /dev/shm 2>/dev/null | grep -c "^tandem-" || true)
 
 # Resident weight bytes per rank from /metrics (issue 7: <= 0.55x TP=1). Column/row-parallel
-# layer weights halve exactly; embeddings, norms and lm_head are replicated (dataplane/model/
-# shard.c), so each rank must hold exactly replicated + sharded/2 — computed here from the
-# checkpoint's safetensors header. The 0.55x target needs the vocab-parallel embedding/lm_head
-# on models whose embedding is over a tenth of the weights (both fixtures here): TODO until then.
+# layer weights halve exactly; embed_tokens/lm_head are vocab-parallel (rank r owns rows
+# [r*V/2, (r+1)*V/2)) and only the norms are replicated (dataplane/model/shard.c), so each rank
+# must hold exactly replicated + sharded/2 + its vocab rows — computed here from the checkpoint's
+# safetensors header.
 weights_of() { # model tp → "b0 b1 ..." (one per rank) from /metrics
     rm -f "$T/ready"
     "$W" --model-path "$1" --device cpu --tp-size "$2" --port 0 --ready-file "$T/ready" \
@@ -91,24 +91,35 @@ f = open(sys.argv[1], "rb")
 h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
 h.pop("__metadata__", None)
 size = lambda v: v["data_offsets"][1] - v["data_offsets"][0]
-rep = sum(size(v) for k, v in h.items() if "norm" in k or "embed" in k or "lm_head" in k)
-print(sum(size(v) for v in h.values()), rep)
+tot = sum(size(v) for v in h.values())
+rep = sum(size(v) for k, v in h.items() if "norm" in k)
+voc = [v for k, v in h.items() if "embed" in k or "lm_head" in k]
+rest = tot - rep - sum(size(v) for v in voc)
+want = []
+for r in range(2):
+    b = rep + rest // 2
+    for v in voc:
+        V = v["shape"][0]
+        b += (V * (r + 1) // 2 - V * r // 2) * (size(v) // V)
+    want.append(b)
+print(tot, rep, want[0], want[1])
 PY
 )
-    tot=${split% *}
-    rep=${split#* }
+    set -- $split
+    tot=$1
+    rep=$2
+    e0=$3
+    e1=$4
     set -- $w2
     r0=${1:-0}
     r1=${2:-0}
-    [ "${w1% }" = "$tot" ] && [ "$r0" = "$r1" ] && [ "$r0" = $((rep + (tot - rep) / 2)) ]
-    ok $? "$name: /metrics weight bytes: TP=1 $w1== checkpoint, TP=2 ranks $r0 $r1 == replicated $rep + sharded/2"
-    ratio=$(awk -v a="$r0" -v b="${w1% }" 'BEGIN { printf("%.3f", (b > 0) ? a / b : 9) }')
-    if awk -v r="$ratio" 'BEGIN { exit !(r <= 0.55) }'; then
-        echo "ok $((n + 1)) - $name: each TP=2 rank holds ${ratio}x of TP=1 (<= 0.55)"
-    else
-        echo "not ok $((n + 1)) - $name: each TP=2 rank holds ${ratio}x of TP=1 (<= 0.55) # TODO replicated embedding/lm_head ($rep of $tot bytes); needs vocab-parallel"
-    fi
-    n=$((n + 1))
+    [ "${w1% }" = "$tot" ] && [ "$r0" = "$e0" ] && [ "$r1" = "$e1" ]
+    ok $? "$name: /metrics weight bytes: TP=1 $w1== checkpoint, TP=2 ranks $r0 $r1 == $e0 $e1 (norms $rep replicated, the rest sharded incl. vocab rows)"
+    for rb in "$r0" "$r1"; do
+        ratio=$(awk -v a="$rb" -v b="${w1% }" 'BEGIN { printf("%.3f", (b > 0) ? a / b : 9) }')
+        awk -v r="$ratio" 'BEGIN { exit !(r <= 0.55) }'
+        ok $? "$name: a TP=2 rank holds ${ratio}x of TP=1 (<= 0.55)"
+    done
 done
 
 # SIGTERM: a clean shutdown through the SHUTDOWN plan

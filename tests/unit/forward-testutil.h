@@ -119,8 +119,9 @@ static void synth_view(const synth_t *s, uint32_t N, uint32_t r, tdm_model_view_
     v->heads_r = Hr;
     v->kv_heads_r = KVr;
     v->inter_r = Ir;
-    v->embed = tview(s->embed, c->vocab_size, d, d);
-    v->lm_head = tview(s->lm_head, c->vocab_size, d, d);
+    tdm_model_vocab_range(c->vocab_size, N, r, &v->vocab_lo, &v->vocab_r);
+    v->embed = tview(s->embed + (size_t)v->vocab_lo * d, v->vocab_r, d, d);
+    v->lm_head = tview(s->lm_head + (size_t)v->vocab_lo * d, v->vocab_r, d, d);
     v->final_norm = tview(s->final_norm, 1, d, d);
     v->layers = calloc(c->num_layers, sizeof(tdm_layer_weights_t));
     for (uint32_t l = 0; l < c->num_layers; l++) {

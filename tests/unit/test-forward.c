@@ -8,7 +8,9 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <string.h>
 
 #include <tdm/kv.h>
 
@@ -311,6 +313,51 @@ static void test_tp(const char *name, const synth_t *s)
     free(two[1]);
 }
 
+typedef struct fill_arg {
+    tdm_graph_coll_local_t *coll;
+    uint32_t r;
+    float buf[4];
+} fill_arg_t;
+
+static void *fill_rank(void *varg)
+{
+    fill_arg_t *a = varg;
+    tdm_graph_coll_t c = tdm_graph_coll_local_rank(a->coll, a->r);
+    c.allreduce_sum(c.ctx, a->buf, 4);
+    return NULL;
+}
+
+/* The vocab-parallel embedding fills the rows a rank does not own with -0.0: the tree sum must
+ * then return the owner's value bit for bit, the sign of a zero included (a +0.0 fill would turn
+ * an owned -0.0 into +0.0). */
+static void test_embed_fill(void)
+{
+    tdm_graph_coll_local_t *c;
+    pthread_t th[2];
+    const float F = -0.0f;
+    /* element 0: rank 0 owns -0.0; 1: rank 1 owns -0.0; 2: rank 0 owns +0.0; 3: rank 1 owns 1.5 */
+    fill_arg_t a[2] = {{NULL, 0, {-0.0f, F, +0.0f, F}}, {NULL, 1, {F, -0.0f, F, 1.5f}}};
+    fill_arg_t p[2] = {{NULL, 0, {-0.0f, +0.0f, +0.0f, +0.0f}}, {NULL, 1, {+0.0f, -0.0f, 0, 1.5f}}};
+    tdm_graph_coll_local_init(2, &c);
+    for (int i = 0; i < 2; i++) {
+        a[i].coll = p[i].coll = c;
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, fill_rank, &a[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, fill_rank, &p[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    const float want[4] = {-0.0f, -0.0f, +0.0f, 1.5f};
+    ok(!memcmp(a[0].buf, want, sizeof(want)) && !memcmp(a[1].buf, want, sizeof(want)),
+       "embedding all-reduce with -0.0 fill keeps the owner's bits (-0.0 and +0.0 included)");
+    ok(!signbit(p[0].buf[0]) && !signbit(p[0].buf[1]),
+       "(a +0.0 fill would not: -0.0 + +0.0 is +0.0)");
+    tdm_graph_coll_local_free(c);
+}
+
 static void test_kv_dtypes(const synth_t *s)
 {
     const uint32_t L = 40, V = s->cfg.vocab_size;
@@ -380,6 +427,10 @@ static void test_errors(const synth_t *s)
     tdm_graph_t *g2;
     is_int(tdm_graph_init(&v2, tdm_kv_pool_buffers(e.pool), &e.be, NULL, 8, &g2), TDM_ERR_INVAL,
            "view that does not match the KV layout refused");
+    v2 = e.view;
+    v2.vocab_r = v2.embed.rows = v2.lm_head.rows = s->cfg.vocab_size - 1;
+    is_int(tdm_graph_init(&v2, tdm_kv_pool_buffers(e.pool), &e.be, NULL, 8, &g2), TDM_ERR_INVAL,
+           "embedding rows that are not the view's vocab share refused");
     tdm_kv_seq_free(e.pool, &seq);
     engine_free(&e);
     free(lg);
@@ -399,6 +450,16 @@ int main(void)
     test_batched_decode(&llama);
     test_tp("llama", &llama);
     test_tp("qwen2", &qwen);
+    {
+        /* vocab not divisible by 2: rank 0 owns 150 rows, rank 1 151 */
+        synth_t odd;
+        tdm_model_config_t co = cfg_qwen();
+        co.vocab_size = 301;
+        synth_init(&odd, &co);
+        test_tp("qwen2 vocab 301 (uneven vocab split)", &odd);
+        synth_free(&odd);
+    }
+    test_embed_fill();
     test_kv_dtypes(&llama);
     test_errors(&llama);
 

@@ -236,13 +236,12 @@ static void check_model(const char *base, const expect_t *e)
         tdm_tensor_row_to_f32(&v.layers[1].q, qd, b);
         tp_ok = memcmp(a, b, c->hidden_size * sizeof(float)) == 0;
         uint64_t repl = r0.resident_bytes + r1.resident_bytes - v.resident_bytes;
-        /* what both ranks hold: embed, final norm, lm_head if untied, 2 norms per layer */
+        /* what both ranks hold: final norm, 2 norms per layer (embed/lm_head are vocab rows) */
         uint64_t es = c->weight_dtype == TDM_DTYPE_F32 ? 4 : 2;
-        uint64_t want =
-            ((uint64_t)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 1 : 2) +
-             c->hidden_size * 5) *
-            es;
-        tp_ok &= repl == want && r0.resident_bytes == r1.resident_bytes;
+        uint64_t want = (uint64_t)c->hidden_size * 5 * es;
+        tp_ok &= repl == want && r0.embed.rows + r1.embed.rows == c->vocab_size &&
+                 r1.vocab_lo == r0.vocab_r && r1.lm_head.rows == r1.embed.rows &&
+                 (c->vocab_size % 2 != 0 || r0.resident_bytes == r1.resident_bytes);
         diag("%s: %llu weight bytes; tp 2: %llu per rank", e->name,
              (unsigned long long)v.resident_bytes, (unsigned long long)r0.resident_bytes);
         free(a);

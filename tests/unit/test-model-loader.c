@@ -106,10 +106,30 @@ static void llama(void)
     ok(L->up.rows == 12 && row_matches(&L->up, 0, ku, 12, 0), "rank 1 up: rows 12..23");
     ok(L->q.data == (const uint8_t *)v1.layers[1].q.data + 8 * 16 * 2,
        "views point into the mapping (no copy)");
-    /* replicated per rank: embed 40x16, lm_head 40x16, final norm 16, per layer 2 norms of 16 */
-    uint64_t repl = (40 * 16 * 2 + 16 + 2 * 2 * 16) * 2;
+    ok(v2[1].vocab_lo == 20 && v2[1].vocab_r == 20 && v2[1].embed.rows == 20 &&
+           v2[1].embed.cols == 16 &&
+           v2[1].embed.data == (const uint8_t *)v1.embed.data + 20 * 16 * 2 &&
+           v2[1].lm_head.rows == 20 &&
+           v2[1].lm_head.data == (const uint8_t *)v1.lm_head.data + 20 * 16 * 2 &&
+           v2[0].vocab_lo == 0 && v2[0].embed.rows == 20 && v2[0].embed.data == v1.embed.data,
+       "tp 2 embed/lm_head: vocab rows 0..19 and 20..39, views into the mapping");
+    /* replicated per rank: final norm 16, per layer 2 norms of 16; embed/lm_head are split */
+    uint64_t repl = (16 + 2 * 2 * 16) * 2;
     is_u64(v2[0].resident_bytes, repl + (total - repl) / 2, "tp 2 rank 0 resident bytes");
     is_u64(sum, total + repl, "ranks together read the sharded bytes once, replicated twice");
+    {
+        uint32_t lo[3], n[3];
+        for (uint32_t r = 0; r < 2; r++)
+            tdm_model_vocab_range(41, 2, r, &lo[r], &n[r]);
+        ok(lo[0] == 0 && n[0] == 20 && lo[1] == 20 && n[1] == 21,
+           "vocab 41 over 2 ranks: rows 0..19 and 20..40 (the lower rank's share is smaller)");
+        for (uint32_t r = 0; r < 3; r++)
+            tdm_model_vocab_range(5, 3, r, &lo[r], &n[r]);
+        ok(lo[0] == 0 && n[0] == 1 && lo[1] == 1 && n[1] == 2 && lo[2] == 3 && n[2] == 2,
+           "vocab 5 over 3 ranks: 1, 2, 2 rows, contiguous");
+        tdm_model_vocab_range(40, 1, 0, &lo[0], &n[0]);
+        ok(lo[0] == 0 && n[0] == 40, "tp 1 owns the whole vocab");
+    }
     tdm_model_view_free(&v2[0]);
     tdm_model_view_free(&v2[1]);
     tdm_model_view_free(&v1);
