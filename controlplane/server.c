@@ -21,6 +21,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
@@ -34,32 +35,7 @@
 
 static const char *reason_of(int status)
 {
-    switch (status) {
-    case 200:
-        return "OK";
-    case 201:
-        return "Created";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Payload Too Large";
-    case 422:
-        return "Unprocessable Entity";
-    case 503:
-        return "Service Unavailable";
-    default:
-        return status < 500 ? "Error" : "Internal Server Error";
-    }
+    return tdm_http_reason(status);
 }
 
 void tdm_cp_send_json(h2o_req_t *req, int status, const char *body, size_t len)

@@ -53,34 +53,7 @@ const char *tdm_api_auth_name(tdm_api_auth_t a)
 
 static const char *reason_of(int status)
 {
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Payload Too Large";
-    case 429:
-        return "Too Many Requests";
-    case 501:
-        return "Not Implemented";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return status < 500 ? "Error" : "Internal Server Error";
-    }
+    return tdm_http_reason(status);
 }
 
 void tdm_api_send_text(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)

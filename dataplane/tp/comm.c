@@ -5,17 +5,14 @@
  */
 #include "config.h"
 
+#include <tdm/hash.h>
 #include <tdm/time.h>
 
 #include "dataplane/tp/comm.h"
 
 uint64_t tdm_comm_hash_step(uint64_t h, tdm_coll_op_t op, uint64_t bytes, uint32_t group)
 {
-    uint64_t x = h ^ ((uint64_t)op << 56) ^ (bytes << 8) ^ ((uint64_t)group << 40);
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    return tdm_hash_coll_step(h, (uint32_t)op, bytes, group); /* the one I2 hash (common/hash.c) */
 }
 
 static void rec_enter(tdm_comm_t *c, tdm_coll_op_t op)

@@ -81,4 +81,8 @@ json_t *tdm_json_error(const char *type, const char *code, const char *message);
  * 503, TIMEOUT → 504, anything else 500 server_error). */
 json_t *tdm_json_error_status(tdm_status_t st, const char *message, int *ret_http_status);
 
+/* The HTTP reason phrase of a status code ("Not Found"); a generic phrase for others. Used by both
+ * HTTP servers (tandemd and the worker) so their status lines agree. */
+const char *tdm_http_reason(int status);
+
 #endif
