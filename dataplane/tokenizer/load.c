@@ -170,24 +170,39 @@ static tdm_status_t get_repl(ctx_t *c, json_t *o, const char *where, const char 
     return TDM_OK;
 }
 
+/* The common head of the normalizer/pre-tokenizer/decoder/post-processor parsers: the depth cap,
+ * the "type" field, and a {"type":"Sequence", KEY:[...]} whose items are parsed by `fn` one level
+ * deeper (*ret_seq = 1 then). */
+typedef tdm_status_t (*parse_step_fn)(ctx_t *c, json_t *o, const char *where, int depth);
+
+static tdm_status_t parse_head(ctx_t *c, json_t *o, const char *where, int depth, const char *key,
+                               parse_step_fn fn, const char **ret_type, int *ret_seq)
+{
+    if (depth > TOK_MAX_DEPTH)
+        return bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
+    TDM_TRY(get_type(c, o, where, ret_type));
+    *ret_seq = strcmp(*ret_type, "Sequence") == 0;
+    if (!*ret_seq)
+        return TDM_OK;
+    json_t *arr = json_object_get(o, key);
+    if (!json_is_array(arr))
+        return bad(c, TDM_ERR_FORMAT, "%s.%s: expected an array", where, key);
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        char sub[128];
+        snprintf(sub, sizeof(sub), "%s.%s[%zu]", where, key, i);
+        TDM_TRY(fn(c, json_array_get(arr, i), sub, depth + 1));
+    }
+    return TDM_OK;
+}
+
 static tdm_status_t parse_norm(ctx_t *c, json_t *o, const char *where, int depth)
 {
     tdm_tok_t *tok = c->tok;
     const char *type;
-    if (depth > TOK_MAX_DEPTH)
-        return bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
-    TDM_TRY(get_type(c, o, where, &type));
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *arr = json_object_get(o, "normalizers");
-        if (!json_is_array(arr))
-            return bad(c, TDM_ERR_FORMAT, "%s.normalizers: expected an array", where);
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            char sub[128];
-            snprintf(sub, sizeof(sub), "%s.normalizers[%zu]", where, i);
-            TDM_TRY(parse_norm(c, json_array_get(arr, i), sub, depth + 1));
-        }
+    int seq;
+    TDM_TRY(parse_head(c, o, where, depth, "normalizers", parse_norm, &type, &seq));
+    if (seq)
         return TDM_OK;
-    }
     if (tok->n_norm == TOK_MAX_STEPS)
         return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d normalizer steps", where,
                    TOK_MAX_STEPS);
@@ -224,20 +239,10 @@ static tdm_status_t parse_pre(ctx_t *c, json_t *o, const char *where, int depth)
 {
     tdm_tok_t *tok = c->tok;
     const char *type;
-    if (depth > TOK_MAX_DEPTH)
-        return bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
-    TDM_TRY(get_type(c, o, where, &type));
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *arr = json_object_get(o, "pretokenizers");
-        if (!json_is_array(arr))
-            return bad(c, TDM_ERR_FORMAT, "%s.pretokenizers: expected an array", where);
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            char sub[128];
-            snprintf(sub, sizeof(sub), "%s.pretokenizers[%zu]", where, i);
-            TDM_TRY(parse_pre(c, json_array_get(arr, i), sub, depth + 1));
-        }
+    int seq;
+    TDM_TRY(parse_head(c, o, where, depth, "pretokenizers", parse_pre, &type, &seq));
+    if (seq)
         return TDM_OK;
-    }
     if (tok->n_pre == TOK_MAX_STEPS)
         return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d pre-tokenizer steps", where,
                    TOK_MAX_STEPS);
@@ -285,20 +290,10 @@ static tdm_status_t parse_dec(ctx_t *c, json_t *o, const char *where, int depth)
 {
     tdm_tok_t *tok = c->tok;
     const char *type;
-    if (depth > TOK_MAX_DEPTH)
-        return bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
-    TDM_TRY(get_type(c, o, where, &type));
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *arr = json_object_get(o, "decoders");
-        if (!json_is_array(arr))
-            return bad(c, TDM_ERR_FORMAT, "%s.decoders: expected an array", where);
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            char sub[128];
-            snprintf(sub, sizeof(sub), "%s.decoders[%zu]", where, i);
-            TDM_TRY(parse_dec(c, json_array_get(arr, i), sub, depth + 1));
-        }
+    int seq;
+    TDM_TRY(parse_head(c, o, where, depth, "decoders", parse_dec, &type, &seq));
+    if (seq)
         return TDM_OK;
-    }
     if (tok->n_dec == TOK_MAX_STEPS)
         return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d decoder steps", where, TOK_MAX_STEPS);
     tok_dec_t *d = &tok->dec[tok->n_dec];
@@ -406,20 +401,10 @@ static tdm_status_t parse_template(ctx_t *c, json_t *o, const char *where)
 static tdm_status_t parse_post(ctx_t *c, json_t *o, const char *where, int depth)
 {
     const char *type;
-    if (depth > TOK_MAX_DEPTH)
-        return bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
-    TDM_TRY(get_type(c, o, where, &type));
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *arr = json_object_get(o, "processors");
-        if (!json_is_array(arr))
-            return bad(c, TDM_ERR_FORMAT, "%s.processors: expected an array", where);
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            char sub[128];
-            snprintf(sub, sizeof(sub), "%s.processors[%zu]", where, i);
-            TDM_TRY(parse_post(c, json_array_get(arr, i), sub, depth + 1));
-        }
+    int seq;
+    TDM_TRY(parse_head(c, o, where, depth, "processors", parse_post, &type, &seq));
+    if (seq)
         return TDM_OK;
-    }
     if (strcmp(type, "ByteLevel") == 0)
         return TDM_OK; /* offsets only */
     if (strcmp(type, "TemplateProcessing") == 0)
