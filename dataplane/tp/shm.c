@@ -139,6 +139,9 @@ static tdm_status_t wait_until(shm_comm_t *s, uint64_t target, int forever)
             continue;
         }
         futex_wait(&s->h->futex_gen, gen, s->h->peer_check_ms);
+        /* an abort outranks a dead peer: peers exit once the group is aborted */
+        if (s->page && atomic_load_explicit(&s->page->abort, memory_order_acquire))
+            return TDM_ERR_ABORTED;
         uint64_t now = tdm_time_mono_us();
         if (now - last_check >= (uint64_t)s->h->peer_check_ms * 1000u) {
             last_check = now;
