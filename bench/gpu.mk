@@ -4,7 +4,7 @@
 # merged by bench/gpu-decode.sh into bench/results/gpu_decode.json. Runs on the device machine
 # through tools/device-run.sh; see docs/cuda.md.
 EXTRA_DIST += bench/gpu-decode.sh bench/torch_anchor.py
-if HAVE_CUDA
+if HAVE_CUDA_RT
 noinst_PROGRAMS += bench/gpu_decode
 bench_gpu_decode_SOURCES = bench/gpu_decode.c kernels/cuda/smoke.cu
 bench_gpu_decode_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/dataplane/model \

@@ -3,12 +3,15 @@
 # objects build wherever nvcc exists (CI included); the tests skip without a device. The GPU
 # decode benchmark (bench/gpu.mk) is included from here.
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/engine.cu \
-	kernels/cuda/ops_host.cu
+	kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h \
 	kernels/cuda/engine.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
 libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/engine.cu kernels/cuda/ops_host.cu
+endif
+# GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
+if HAVE_CUDA_RT
 CUDA_ENGINE_LIBS = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a $(COMMON_LIBS) \
 	$(CUDA_LIBS) -lstdc++
 
@@ -27,5 +30,7 @@ tests_gpu_test_cuda_ops_LDADD = $(CUDA_ENGINE_LIBS)
 tests_gpu_test_cuda_forward_SOURCES = tests/gpu/test-cuda-forward.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_forward_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_forward_LDADD = $(CUDA_ENGINE_LIBS)
+else
+TESTS += tests/gpu/skip-no-cudart.sh
 endif
 include bench/gpu.mk

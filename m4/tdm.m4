@@ -48,9 +48,40 @@ AC_DEFUN([TDM_CUDA], [
       AS_IF([test "x$with_cuda" != xcheck], [AC_MSG_ERROR([--with-cuda given but nvcc not found])])
     ])
   ])
+  # The runtime libraries: installs differ (lib64, lib, targets/<arch>/lib, a symlinked nvcc), so
+  # search the usual places and nvcc's own -L list, then prove a link. nvcc without linkable
+  # cudart/cuBLAS still compiles the kernels; only the GPU binaries are left out (HAVE_CUDA_RT).
+  have_cuda_rt=no
+  CUDA_LIBDIR=""
+  AS_IF([test "x$have_cuda" = xyes], [
+    nvcc_real=`readlink -f "$NVCC" 2>/dev/null || echo "$NVCC"`
+    cuda_real=`dirname \`dirname "$nvcc_real"\``
+    cuda_dry=`"$NVCC" --dryrun -x cu -o conftest.nvcc /dev/null 2>&1 | tr ' "' '\n\n' | sed -n 's/^-L//p' | grep -v stubs`
+    AC_MSG_CHECKING([for the CUDA runtime and cuBLAS libraries])
+    for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib" \
+             "$cuda_real/lib64" "$cuda_real/lib" "$cuda_real/targets/x86_64-linux/lib" $cuda_dry; do
+      AS_IF([test -z "$CUDA_LIBDIR" && test -e "$d/libcudart.so" && test -e "$d/libcublas.so" &&
+             test -e "$d/libcublasLt.so"], [CUDA_LIBDIR=`cd "$d" && pwd -P`])
+    done
+    AS_IF([test -n "$CUDA_LIBDIR"], [
+      tdm_save_LIBS=$LIBS
+      LIBS="-L$CUDA_LIBDIR -lcudart -lcublas -lcublasLt $LIBS"
+      AC_LINK_IFELSE([AC_LANG_PROGRAM([[int cudaGetDeviceCount(int *); int cublasCreate_v2(void **);
+int cublasLtCreate(void **);]],
+        [[int n; void *h; return cudaGetDeviceCount(&n) + cublasCreate_v2(&h) + cublasLtCreate(&h);]])],
+        [have_cuda_rt=yes])
+      LIBS=$tdm_save_LIBS
+    ])
+    AC_MSG_RESULT([$have_cuda_rt${CUDA_LIBDIR:+ ($CUDA_LIBDIR)}])
+    AS_IF([test "x$have_cuda_rt" = xno], [
+      AS_IF([test "x$with_cuda" = xcheck],
+        [AC_MSG_WARN([nvcc found but libcudart/libcublas/libcublasLt are not linkable: the kernels compile, the GPU tests and benchmarks are not built])],
+        [AC_MSG_ERROR([--with-cuda=$with_cuda: libcudart/libcublas/libcublasLt not found or not linkable])])
+    ])
+  ])
   AS_IF([test "x$have_cuda" = xyes], [
     CUDA_CFLAGS="-I$CUDA_HOME/include"
-    CUDA_LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lcublasLt"
+    CUDA_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lcudart -lcublas -lcublasLt"
     NVCC_FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Xcompiler -Wall"
     AS_IF([test "x$enable_werror" = xyes], [NVCC_FLAGS="$NVCC_FLAGS -Werror all-warnings"])
     AC_DEFINE([TDM_HAVE_CUDA], [1], [Build the CUDA backend])
@@ -60,6 +91,7 @@ AC_DEFUN([TDM_CUDA], [
   AC_SUBST([CUDA_CFLAGS])
   AC_SUBST([CUDA_LIBS])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$have_cuda" = xyes])
+  AM_CONDITIONAL([HAVE_CUDA_RT], [test "x$have_cuda_rt" = xyes])
 ])
 
 # AX_PTHREAD_SIMPLE: glibc >= 2.34 has pthreads in libc; -pthread is still the portable spelling.
