@@ -13,7 +13,8 @@
  * host), as in serving; argv[2] = "aligned" keeps an aligned_alloc decode pool for comparison.
  * Geometry: bf16, 32 layers, 2 KV heads × 128, page 16 tokens → one page chunk = 512 KiB, moved
  * as 64 contiguous regions (layer × K/V) per room. Prints one JSON object per line:
- *   {"bytes":N,"checksums":0|1,"reps":R,"gbps":G,"verify_gbps":V}
+ *   {"bytes":N,"checksums":0|1,"reps":R,"inflight":K,"gbps":G,"room_latency_us":L,
+ *    "verify_gbps":V}
  */
 #include "config.h"
 
@@ -36,6 +37,19 @@ static int cmp_u64(const void *a, const void *b)
 static int reps_for(uint64_t bytes)
 {
     return bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
+}
+
+/* Rooms in flight per round: serving moves many small rooms at once (one per admitted request), so
+ * the page chunk and 1 MiB are timed with INFLIGHT_SMALL rooms issued back to back (throughput =
+ * bytes of the round / its wall time, like perftest's stream of puts); larger rooms one at a time.
+ * Each line also carries the mean send→SUCCESS latency of one room. TDM_BENCH_INFLIGHT overrides.
+ */
+#define INFLIGHT_MAX 32
+static uint32_t inflight_small = 16;
+
+static uint32_t inflight_for(uint32_t np)
+{
+    return np <= 2 ? inflight_small : 1;
 }
 
 static int bench_aligned; /* argv[2] "aligned": decode pool from aligned_alloc (the old path) */
@@ -101,23 +115,31 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
     for (uint32_t i = 0; i < max_pages; i++)
         pages[i] = i;
     for (int si = 0; si < n_sizes; si++) {
-        uint32_t np = sizes[si];
+        uint32_t np = sizes[si], k = inflight_for(np);
         int reps = reps_for(np * page_bytes);
         for (int r = 0; r < reps + 1; r++) {
-            uint64_t room, tv;
+            uint64_t room[INFLIGHT_MAX], tv = 0;
             tdm_xfer_aux_t got;
-            if (tdm_xfer_decode_send_info(dec.x, prompt, np * 16, pages, np, NULL, &room) ||
-                xt_wait(dec.x, room, TDM_KVPOLL_SUCCESS, 30000000) != TDM_KVPOLL_SUCCESS) {
-                fprintf(stderr, "transfer bench: room failed (decode)\n");
-                return 1;
+            for (uint32_t q = 0; q < k; q++) /* k rooms in flight, disjoint decode pages */
+                if (tdm_xfer_decode_send_info(dec.x, prompt, np * 16, pages + q * np, np, NULL,
+                                              &room[q])) {
+                    fprintf(stderr, "transfer bench: TRANSFER_INFO failed (decode)\n");
+                    return 1;
+                }
+            for (uint32_t q = 0; q < k; q++) {
+                if (xt_wait(dec.x, room[q], TDM_KVPOLL_SUCCESS, 30000000) != TDM_KVPOLL_SUCCESS) {
+                    fprintf(stderr, "transfer bench: room failed (decode)\n");
+                    return 1;
+                }
+                uint64_t t1 = tdm_time_mono_ns();
+                if (tdm_xfer_decode_commit(dec.x, room[q], &got) != TDM_OK) {
+                    fprintf(stderr, "transfer bench: commit failed\n");
+                    return 1;
+                }
+                tv += tdm_time_mono_ns() - t1;
+                xt_release(dec.x, room[q], 10000000);
             }
-            uint64_t t1 = tdm_time_mono_ns();
-            if (tdm_xfer_decode_commit(dec.x, room, &got) != TDM_OK) {
-                fprintf(stderr, "transfer bench: commit failed\n");
-                return 1;
-            }
-            tv = tdm_time_mono_ns() - t1;
-            xt_release(dec.x, room, 10000000);
+            tv /= k;
             if (write_full(out, &tv, sizeof(tv)))
                 return 1;
         }
@@ -170,43 +192,62 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
         uint32_t np = sizes[si];
         uint64_t bytes = np * page_bytes;
         int reps = reps_for(bytes);
-        uint64_t t[REPS_MAX], tv[REPS_MAX];
+        uint64_t t[REPS_MAX], tv[REPS_MAX], tr[REPS_MAX];
+        uint32_t k = inflight_for(np);
         for (int r = 0; r < reps + 1; r++) {
-            tdm_xfer_request_t req;
+            uint64_t room[INFLIGHT_MAX], t0[INFLIGHT_MAX], t1[INFLIGHT_MAX], v, lat = 0;
             tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}};
-            uint64_t v;
-            memset(&req, 0, sizeof(req));
-            if (xt_next(pre.x, &req, 30000000) != TDM_OK) {
-                fprintf(stderr, "transfer bench: no TRANSFER_INFO\n");
+            for (uint32_t q = 0; q < k; q++) {
+                tdm_xfer_request_t req;
+                memset(&req, 0, sizeof(req));
+                if (xt_next(pre.x, &req, 30000000) != TDM_OK) {
+                    fprintf(stderr, "transfer bench: no TRANSFER_INFO\n");
+                    goto out_pages;
+                }
+                room[q] = req.room;
+                tdm_xfer_request_clear(&req);
+            }
+            uint64_t start = tdm_time_mono_ns();
+            for (uint32_t q = 0; q < k; q++) { /* issued back to back, as a busy prefill does */
+                t0[q] = tdm_time_mono_ns();
+                tdm_xfer_prefill_send(pre.x, room[q], pages, np, &aux);
+            }
+            for (uint32_t q = 0; q < k; q++) {
+                tdm_kvpoll_t st;
+                do {
+                    if (tdm_xfer_poll(pre.x, room[q], &st) != TDM_OK)
+                        st = TDM_KVPOLL_FAILED;
+                    if (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED)
+                        tdm_time_sleep_us(20); /* leave the cores to the engine's threads */
+                } while (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED);
+                t1[q] = tdm_time_mono_ns();
+                if (st != TDM_KVPOLL_SUCCESS) {
+                    fprintf(stderr, "transfer bench: room failed (prefill)\n");
+                    goto out_pages;
+                }
+            }
+            uint64_t end = tdm_time_mono_ns();
+            if (read_full(from_child[0], &v, sizeof(v))) {
+                fprintf(stderr, "transfer bench: decode side failed\n");
                 goto out_pages;
             }
-            uint64_t room = req.room;
-            tdm_xfer_request_clear(&req);
-            uint64_t t0 = tdm_time_mono_ns();
-            tdm_xfer_prefill_send(pre.x, room, pages, np, &aux);
-            tdm_kvpoll_t st;
-            do {
-                if (tdm_xfer_poll(pre.x, room, &st) != TDM_OK)
-                    st = TDM_KVPOLL_FAILED;
-                if (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED)
-                    tdm_time_sleep_us(20); /* leave the cores to the engine's threads */
-            } while (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED);
-            uint64_t t1 = tdm_time_mono_ns();
-            if (st != TDM_KVPOLL_SUCCESS || read_full(from_child[0], &v, sizeof(v))) {
-                fprintf(stderr, "transfer bench: room failed (prefill)\n");
-                goto out_pages;
+            for (uint32_t q = 0; q < k; q++) {
+                lat += t1[q] - t0[q];
+                xt_release(pre.x, room[q], 10000000);
             }
-            xt_release(pre.x, room, 10000000);
-            if (r > 0) { /* the first room warms up endpoints and page mappings */
-                t[r - 1] = t1 - t0;
+            if (r > 0) { /* the first round warms up endpoints and page mappings */
+                t[r - 1] = (end - start) / k; /* ns per room at k in flight */
                 tv[r - 1] = v;
+                tr[r - 1] = lat / k;
             }
         }
         qsort(t, (size_t)reps, 8, cmp_u64);
         qsort(tv, (size_t)reps, 8, cmp_u64);
-        printf("{\"bytes\":%llu,\"checksums\":%d,\"reps\":%d,\"gbps\":%.3f,\"verify_gbps\":%.3f}\n",
-               (unsigned long long)bytes, checksums, reps, (double)bytes / (double)t[reps / 2],
-               checksums ? (double)bytes / (double)tv[reps / 2] : 0.0);
+        qsort(tr, (size_t)reps, 8, cmp_u64);
+        printf("{\"bytes\":%llu,\"checksums\":%d,\"reps\":%d,\"inflight\":%u,\"gbps\":%.3f,"
+               "\"room_latency_us\":%.1f,\"verify_gbps\":%.3f}\n",
+               (unsigned long long)bytes, checksums, reps, k, (double)bytes / (double)t[reps / 2],
+               (double)tr[reps / 2] / 1e3, checksums ? (double)bytes / (double)tv[reps / 2] : 0.0);
         fflush(stdout);
     }
     rc = 0;
@@ -230,9 +271,13 @@ int main(int argc, char **argv)
     uint32_t sizes[] = {1, 2, 8, 32, 128, 512};
     int n = argc > 1 ? atoi(argv[1]) : 6;
     bench_aligned = argc > 2 && !strcmp(argv[2], "aligned");
+    const char *inf = getenv("TDM_BENCH_INFLIGHT");
+    if (inf && atoi(inf) >= 1 && atoi(inf) <= INFLIGHT_MAX)
+        inflight_small = (uint32_t)atoi(inf);
     if (n < 1 || n > 6)
         n = 6;
-    if (run(0, sizes, n, sizes[n - 1]) || run(1, sizes, n, sizes[n - 1]))
+    uint32_t max_pages = sizes[n - 1] > 2 * inflight_small ? sizes[n - 1] : 2 * inflight_small;
+    if (run(0, sizes, n, max_pages) || run(1, sizes, n, max_pages))
         return 1;
     return 0;
 }
