@@ -9,10 +9,18 @@
  *     S samples 200 ms apart (the reporter's interval, so tandemd's 10 Hz thinning keeps every one)
  *     and R rooms' KVPoll walks (4 kvpoll events each) plus one output_stats event; the last batch
  *     adds `shutdown` so the detectors do not see the rank go silent. Bodies are rendered before
- *     the clock starts. The clock stops when count(*) over samples, transfer_events and the
- *     workers' events (polled every 10 ms after the last ack) reaches what was sent. With --rate
+ *     the clock starts. The clock stops at the last {"acked_seq"} (tandemd acknowledges a batch
+ * only after its transaction committed); count(*) over samples, transfer_events and the workers'
+ *     events must then equal what was sent, or the run fails. With --rate
  *     the clients are paced (B batches/s each) for D seconds instead and nothing is counted:
  *     background ingest for the read test. Prints one JSON line.
+ *
+ *   controlplane seed --port P --token-file F --hist-tag T --hist-ranks N --now-us U
+ *                     --from-s A --to-s B
+ *     The recent part of the read test's stored history, through tandemd as a live worker would
+ *     send it: for each of N ranks (instance T+k, rank 0, group hist-<k mod 50>) the samples
+ *     s = A..B, s at U - (4999 - s) * 200 ms, in batches of 80 (the last one ends with a
+ *     `shutdown` event), the same values bench/controlplane.sh inserts with SQL for s < A.
  *
  *   controlplane reads --port P --token-file F --hist-tag T --hist-ranks N --since-us A
  *                      --until-us B [--rps 1000] [--seconds 20] [--conns 64]
@@ -72,7 +80,7 @@ static void die(const char *what)
 /* ---- options ----------------------------------------------------------------------------- */
 
 typedef struct opts {
-    int port, clients, batches, samples, rooms, conns, hist_ranks;
+    int port, clients, batches, samples, rooms, conns, hist_ranks, from_s, to_s;
     double rate, seconds, rps;
     uint64_t tag, hist_tag;
     int64_t since_us, until_us;
@@ -131,6 +139,12 @@ static void parse_opts(int argc, char **argv, opts_t *o)
             o->hist_ranks = atoi(v);
         else if (!strcmp(k, "--since-us"))
             o->since_us = strtoll(v, NULL, 10);
+        else if (!strcmp(k, "--now-us"))
+            o->since_us = strtoll(v, NULL, 10); /* seed: the newest sample's time */
+        else if (!strcmp(k, "--from-s"))
+            o->from_s = atoi(v);
+        else if (!strcmp(k, "--to-s"))
+            o->to_s = atoi(v);
         else if (!strcmp(k, "--until-us"))
             o->until_us = strtoll(v, NULL, 10);
         else
@@ -463,15 +477,11 @@ static int run_ingest(const opts_t *o)
                posts, errors, t_acked - t0);
         return errors ? 1 : 0;
     }
-    long long got = 0;
-    double t_end;
-    for (;;) {
-        got = db_rows(pg) - before;
-        t_end = now_s();
-        if (got >= (long long)rows || t_end - t_acked > 60)
-            break;
-        usleep(10000);
-    }
+    /* tandemd replies {"acked_seq"} only after the batch's transaction committed (DESIGN §10c),
+     * so the clock stops at the last ack; count(*) then checks that every row is there. */
+    long long got = db_rows(pg) - before;
+    double t_count = now_s();
+    double t_end = t_acked;
     size_t n = (size_t)o->batches * (size_t)o->clients, k = 0;
     double *lat = calloc(n, sizeof(double));
     for (int i = 0; i < o->clients; i++)
@@ -482,12 +492,72 @@ static int run_ingest(const opts_t *o)
     printf("{\"mode\":\"closed\",\"clients\":%d,\"batches\":%" PRIu64 ",\"errors\":%" PRIu64
            ",\"samples_per_batch\":%d,\"events_per_batch\":%d,\"request_bytes\":%" PRIu64
            ",\"rows_sent\":%" PRIu64 ",\"rows_committed\":%lld,\"seconds\":%.4f,"
-           "\"seconds_to_last_ack\":%.4f,\"rows_s\":%.1f,\"batches_s\":%.1f,"
+           "\"seconds_to_count\":%.4f,\"rows_s\":%.1f,\"batches_s\":%.1f,"
            "\"post_ms_p50\":%.3f,\"post_ms_p99\":%.3f}\n",
            o->clients, posts, errors, o->samples, 4 * o->rooms + 1, bytes, rows, got, el,
-           t_acked - t0, (double)got / el, (double)posts / el, pct(lat, n, 0.5), pct(lat, n, 0.99));
+           t_count - t0, (double)got / el, (double)posts / el, pct(lat, n, 0.5), pct(lat, n, 0.99));
     PQfinish(pg);
     return errors || got != (long long)rows ? 1 : 0;
+}
+
+/* ---- seed: recent history through tandemd --------------------------------------------------- */
+
+static int run_seed(const opts_t *o, int64_t now_us, int from_s, int to_s)
+{
+    if (o->hist_ranks < 1 || from_s < 0 || to_s < from_s || to_s > 4999)
+        die("seed needs --hist-tag, --hist-ranks, --now-us, 0 <= --from-s <= --to-s <= 4999");
+    int fd = tcp_connect(o->port);
+    char *rbuf = malloc(65536);
+    int errors = 0;
+    for (int k = 0; k < o->hist_ranks; k++) {
+        uint64_t seq = 0;
+        for (int s0 = from_s; s0 <= to_s; s0 += 80) {
+            int s1 = s0 + 79 > to_s ? to_s : s0 + 79;
+            buf_t body = {0}, req = {0};
+            bprintf(&body,
+                    "{\"v\":1,\"worker\":\"hist-%d\",\"group\":\"hist-%d\",\"role\":\"decode\","
+                    "\"instance_id\":\"%016" PRIx64 "\",\"rank\":0,\"seq\":%" PRIu64
+                    ",\"samples\":[",
+                    k, k % 50, o->hist_tag + (uint64_t)k, ++seq);
+            for (int s = s0; s <= s1; s++) {
+                int64_t ts = now_us - (int64_t)(4999 - s) * 200000;
+                uint64_t u = (uint64_t)s;
+                bprintf(&body,
+                        "%s{\"ts_us\":%" PRId64 ",\"iter\":%" PRIu64 ",\"path\":\"batch\","
+                        "\"plan_hash\":\"%016" PRIx64 "\",\"coll_seq\":%" PRIu64
+                        ",\"coll_hash\":\"%016" PRIx64 "\",",
+                        s > s0 ? "," : "", ts, 1000 + u * 7, u * 2654435761u, u * 56, u * 40503);
+                if (s % 4 == 1)
+                    bprintf(&body,
+                            "\"in_coll\":{\"op\":\"all_reduce\",\"seq\":%" PRIu64
+                            ",\"since_us\":%" PRId64 "},",
+                            u * 56 + 3, ts - 150);
+                else
+                    bprintf(&body, "\"in_coll\":null,");
+                bprintf(&body, "\"bs\":%d,\"waiting\":%d,\"running\":%d}", 8 + s % 24, s % 5,
+                        8 + s % 24);
+            }
+            bprintf(&body, "],\"events\":[");
+            if (s1 == to_s)
+                bprintf(&body, "{\"ts_us\":%" PRId64 ",\"type\":\"shutdown\"}",
+                        now_us - (int64_t)(4999 - to_s) * 200000 + 1);
+            bprintf(&body, "]}");
+            bprintf(&req,
+                    "POST /api/v1/telemetry HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                    "%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%.*s",
+                    o->token, body.len, (int)body.len, body.p);
+            int st = http_roundtrip(fd, req.p, req.len, rbuf, 65536);
+            if (st != 200 || !strstr(rbuf, "\"acked_seq\""))
+                errors++;
+            free(body.p);
+            free(req.p);
+        }
+    }
+    close(fd);
+    free(rbuf);
+    printf("{\"mode\":\"seed\",\"ranks\":%d,\"samples_per_rank\":%d,\"errors\":%d}\n",
+           o->hist_ranks, to_s - from_s + 1, errors);
+    return errors ? 1 : 0;
 }
 
 /* ---- open-loop reads --------------------------------------------------------------------- */
@@ -670,6 +740,8 @@ int main(int argc, char **argv)
         return run_ingest(&o);
     if (!strcmp(argv[1], "reads"))
         return run_reads(&o);
+    if (!strcmp(argv[1], "seed"))
+        return run_seed(&o, o.since_us, o.from_s, o.to_s);
     die("usage: controlplane ingest|reads [options]");
     return 1;
 }

@@ -33,6 +33,7 @@ ROOMS=${TDM_BENCH_ROOMS:-4}
 READ_S=${TDM_BENCH_READ_S:-15}
 READ_REPS=${TDM_BENCH_READ_REPS:-3}
 BG_RATE=${TDM_BENCH_BG_RATE:-50}
+SEED_FROM=4690
 BENCH=$BUILD/bench/controlplane
 
 W=$(mktemp -d /tmp/cpbench-XXXXXX)
@@ -92,17 +93,21 @@ one_pair() {
     $PSQL -c "$EMPTY; CHECKPOINT" >/dev/null
     c2=$(cpu)
     t0=$(date +%s.%N)
-    $PSQL -c "\\copy samples ($S_COLS) FROM '$W/s.tsv'" -c "\\copy transfer_events ($T_COLS) FROM '$W/t.tsv'" \
+    # \timing: the three \copy commands' own time (psql's start and connect are not counted)
+    $PSQL -c '\timing on' -c "\\copy samples ($S_COLS) FROM '$W/s.tsv'" \
+          -c "\\copy transfer_events ($T_COLS) FROM '$W/t.tsv'" \
           -c "\\copy events ($E_COLS) FROM '$W/e.tsv'" \
-          -c "SELECT pg_read_file('/proc/self/stat')" >"$W/copy.stat"
+          -c '\timing off' -c "SELECT pg_read_file('/proc/self/stat')" >"$W/copy.out"
     t1=$(date +%s.%N)
+    copy_s=$(awk '/^Time: / { t += $2 } END { printf "%.6f", t / 1000 }' "$W/copy.out")
+    grep -v '^Time: ' "$W/copy.out" >"$W/copy.stat"
     # the \copy backend exits with psql: its own CPU time, read from inside it
     cb=$(awk -v tck="$(getconf CLK_TCK)" 'NR == 1 { split($0, a, ") "); split(a[2], f, " "); printf "%.3f", (f[12] + f[13]) / tck }' "$W/copy.stat")
     c3=$(cpu)
     got=$($PSQL -c "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM transfer_events) + (SELECT count(*) FROM events WHERE source = 'worker')")
     [ "$got" = "$rows" ] || { log "\\copy loaded $got of $rows rows"; exit 1; }
-    echo "{\"label\":\"$label\",\"ingest\":$(cat "$W/ing.json"),\"copy_rows\":$rows,\"copy_seconds\":$(awk "BEGIN { printf \"%.6f\", $t1 - $t0 }"),\"cpu_ingest\":\"$c0 $c1 $(cat "$W/client.time")\",\"cpu_copy\":\"$c2 $c3 $cb\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >>"$W/pairs.jsonl"
-    log "$label: $(cat "$W/ing.json" | sed 's/.*"rows_s":\([0-9.]*\).*/ingest \1 rows\/s/'), copy $rows rows in $(awk "BEGIN { printf \"%.3f\", $t1 - $t0 }") s"
+    echo "{\"label\":\"$label\",\"ingest\":$(cat "$W/ing.json"),\"copy_rows\":$rows,\"copy_seconds\":$copy_s,\"copy_wall_seconds\":$(awk "BEGIN { printf \"%.6f\", $t1 - $t0 }"),\"cpu_ingest\":\"$c0 $c1 $(cat "$W/client.time")\",\"cpu_copy\":\"$c2 $c3 $cb\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >>"$W/pairs.jsonl"
+    log "$label: $(cat "$W/ing.json" | sed 's/.*"rows_s":\([0-9.]*\).*/ingest \1 rows\/s/'), copy $rows rows in $copy_s s (psql wall $(awk "BEGIN { printf \"%.3f\", $t1 - $t0 }") s)"
 }
 
 n=0
@@ -124,7 +129,7 @@ $PSQL -c "$EMPTY" -c "INSERT INTO samples SELECT $NOW - (4999 - s) * 200000,
       1000 + s * 7, 'batch', s * 2654435761, s * 56, s * 40503,
       CASE WHEN s % 4 = 1 THEN jsonb_build_object('op', 'all_reduce', 'seq', s * 56 + 3, 'since_us', $NOW - (4999 - s) * 200000 - 150) END,
       8 + s % 24, s % 5, 8 + s % 24
-    FROM generate_series(0, 199) k, generate_series(0, 4999) s" \
+    FROM generate_series(0, 199) k, generate_series(0, $((SEED_FROM - 1))) s" \
   -c "INSERT INTO alerts (kind, group_name, state, summary, evidence, opened_us, resolved_us, resolved_by)
       SELECT (ARRAY['WEDGE','RANK_DIVERGENCE','TRANSFER_STALL','WORKER_LOST'])[1 + i % 4], 'hist-' || (i % 50),
              CASE WHEN i % 3 = 0 THEN 'open' ELSE 'resolved' END, 'bench alert ' || i,
@@ -132,28 +137,35 @@ $PSQL -c "$EMPTY" -c "INSERT INTO samples SELECT $NOW - (4999 - s) * 200000,
              $NOW - (300 - i) * 1000000, CASE WHEN i % 3 = 0 THEN NULL ELSE $NOW - (300 - i) * 1000000 + 5000000 END,
              CASE WHEN i % 3 = 0 THEN NULL ELSE 'auto' END
       FROM generate_series(1, 300) i" -c "ANALYZE samples" -c "ANALYZE alerts" -c "CHECKPOINT" >/dev/null
+# The newest SEED_FROM..4999 of every rank (62 s) go through tandemd, as a live worker sends them.
+"$BENCH" seed --port "$PORT" --token-file "$TOKEN" --hist-tag 3f00000000000000 --hist-ranks 200 \
+    --now-us "$NOW" --from-s "$SEED_FROM" --to-s 4999 >"$W/seed.json" || { cat "$W/seed.json" >&2; exit 1; }
+$PSQL -c "ANALYZE samples" -c "CHECKPOINT" >/dev/null
 stored=$($PSQL -c "SELECT count(*) FROM samples")
 UNTIL=$((NOW + 1)); SINCE=$((UNTIL - 60000000))
 
-one_read() { # RPS SECONDS
+one_read() { # RPS SECONDS TAG LABEL SINCE UNTIL
     "$BENCH" ingest --port "$PORT" --token-file "$TOKEN" --clients 4 --samples 1 --rooms 1 \
         --rate "$BG_RATE" --seconds $(($2 + 3)) --tag "$(printf '7c%02x000000000000' "$3")" >"$W/bg.json" &
     bg=$!
     sleep 1
     c0=$(cpu)
     "$BENCH" reads --port "$PORT" --token-file "$TOKEN" --rps "$1" --seconds "$2" --conns 128 \
-        --hist-tag 3f00000000000000 --hist-ranks 200 --since-us "$SINCE" --until-us "$UNTIL" >"$W/rd.json" || true
+        --hist-tag 3f00000000000000 --hist-ranks 200 --since-us "$5" --until-us "$6" >"$W/rd.json" || true
     c1=$(cpu)
     wait "$bg" || log "background ingest reported errors"
-    echo "{\"rps\":$1,\"reads\":$(cat "$W/rd.json"),\"background_ingest\":$(cat "$W/bg.json"),\"cpu\":\"$c0 $c1\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >>"$W/reads.jsonl"
-    log "reads at $1/s: $(cat "$W/rd.json")"
+    echo "{\"label\":\"$4\",\"rps\":$1,\"reads\":$(cat "$W/rd.json"),\"background_ingest\":$(cat "$W/bg.json"),\"cpu\":\"$c0 $c1\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >>"$W/reads.jsonl"
+    log "reads ($4) at $1/s: $(cat "$W/rd.json")"
 }
 n=0
 while [ $n -lt "$READ_REPS" ]; do
     n=$((n + 1))
-    one_read 1000 "$READ_S" "$n"
+    one_read 1000 "$READ_S" "$n" main "$SINCE" "$UNTIL"
 done
-one_read 100 10 9
+one_read 100 10 9 main "$SINCE" "$UNTIL"
+# Diagnostic: a 60 s window 10 minutes back, which only the database holds (every history read
+# goes to PostgreSQL).
+one_read 1000 "$READ_S" 10 db_history $((SINCE - 600000000)) $((UNTIL - 600000000))
 
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 dirty=false
@@ -195,8 +207,9 @@ def read_doc(r):
     d['loadavg_after'] = r['loadavg']
     return d
 
-r1k = [read_doc(r) for r in reads if r['rps'] == 1000]
-r100 = [read_doc(r) for r in reads if r['rps'] == 100]
+r1k = [read_doc(r) for r in reads if r['rps'] == 1000 and r['label'] == 'main']
+r100 = [read_doc(r) for r in reads if r['rps'] == 100 and r['label'] == 'main']
+rdb = [read_doc(r) for r in reads if r['label'] == 'db_history']
 ing = med([m['ingest_rows_s'] for m in main])
 cp = med([m['psql_copy_rows_s'] for m in main])
 ratio = med([m['ratio'] for m in main])

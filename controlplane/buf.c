@@ -41,17 +41,62 @@ void tdm_cp_buf_puts(tdm_cp_buf_t *b, const char *s)
 
 void tdm_cp_buf_printf(tdm_cp_buf_t *b, const char *fmt, ...)
 {
+    /* One pass when the text fits the spare capacity (the common case), two otherwise. */
+    tdm_cp_buf_reserve(b, 64);
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
     va_end(ap);
-    if (n < 0)
+    if (n < 0) {
+        b->data[b->len] = '\0';
         return;
-    tdm_cp_buf_reserve(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    }
+    if ((size_t)n >= b->cap - b->len) {
+        tdm_cp_buf_reserve(b, (size_t)n);
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
+}
+
+void tdm_cp_buf_u64(tdm_cp_buf_t *b, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10u);
+        v /= 10u;
+    } while (v);
+    tdm_cp_buf_reserve(b, n);
+    char *o = b->data + b->len;
+    while (n)
+        *o++ = tmp[--n];
+    b->len = (size_t)(o - b->data);
+    b->data[b->len] = '\0';
+}
+
+void tdm_cp_buf_i64(tdm_cp_buf_t *b, int64_t v)
+{
+    if (v < 0) {
+        tdm_cp_buf_append(b, "-", 1);
+        tdm_cp_buf_u64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        tdm_cp_buf_u64(b, (uint64_t)v);
+    }
+}
+
+void tdm_cp_buf_hex16(tdm_cp_buf_t *b, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    tdm_cp_buf_reserve(b, 16);
+    char *o = b->data + b->len;
+    for (int i = 15; i >= 0; i--) {
+        o[i] = digits[v & 15u];
+        v >>= 4;
+    }
+    b->len += 16;
+    b->data[b->len] = '\0';
 }
 
 void tdm_cp_buf_copy_text(tdm_cp_buf_t *b, const char *s)

@@ -27,6 +27,10 @@ void tdm_cp_buf_reserve(tdm_cp_buf_t *b, size_t extra);
 void tdm_cp_buf_append(tdm_cp_buf_t *b, const void *p, size_t n);
 void tdm_cp_buf_puts(tdm_cp_buf_t *b, const char *s);
 __attribute__((format(printf, 2, 3))) void tdm_cp_buf_printf(tdm_cp_buf_t *b, const char *fmt, ...);
+/* Decimal and 16-digit lowercase hex without printf (the hot paths render many numbers). */
+void tdm_cp_buf_u64(tdm_cp_buf_t *b, uint64_t v);
+void tdm_cp_buf_i64(tdm_cp_buf_t *b, int64_t v);
+void tdm_cp_buf_hex16(tdm_cp_buf_t *b, uint64_t v);
 /* Append `s` escaped for PostgreSQL COPY text format (backslash, tab, newline, CR); NULL → \N. */
 void tdm_cp_buf_copy_text(tdm_cp_buf_t *b, const char *s);
 /* Append `s` as a JSON string literal with quotes. */

@@ -97,6 +97,7 @@ void tdm_cp_job_free(tdm_cp_job_t *job)
         tdm_free(job->params[i]);
     tdm_free(job->result);
     tdm_free(job->aux);
+    tdm_free(job->hist);
     tdm_cp_batch_free(job->batch);
     tdm_free(job);
 }
@@ -789,6 +790,7 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
                 "seq=%llu err=\"%s\"",
                 b->instance_id, b->rank, (unsigned long long)b->seq, err);
     tdm_cp_batch_free(b);
+    atomic_fetch_add(&db->stats.spool_replayed, 1);
     pthread_mutex_lock(&db->ingest.mu);
     tdm_cp_spool_advance(db->spool);
     pending_stats_locked(db);

@@ -64,7 +64,8 @@ struct tdm_cp_job {
     const char *sql; /* static text */
     int nparams;
     char *params[TDM_CP_JOB_MAX_PARAMS];
-    char *aux; /* loop-side data the done callback needs (tdm_free'd with the job) */
+    char *aux;  /* loop-side data the done callback needs (tdm_free'd with the job) */
+    void *hist; /* ingest: the persisted samples for the history cache (tdm_free'd) */
     /* ingest */
     tdm_cp_batch_t *batch;
     size_t cost; /* bytes accounted against the memory bound */
@@ -86,8 +87,9 @@ typedef struct tdm_cp_db_stats {
     atomic_uint_fast64_t spool_records, spool_bytes;
     atomic_uint_fast64_t oldest_pending_mono_us; /* 0: nothing pending */
     atomic_uint_fast64_t batches_committed, batches_duplicate, batches_spooled;
-    atomic_uint_fast64_t ingest_txns; /* ingest transactions committed (group commit) */
-    atomic_uint_fast64_t write_gen;   /* non-readonly query jobs finished */
+    atomic_uint_fast64_t ingest_txns;    /* ingest transactions committed (group commit) */
+    atomic_uint_fast64_t spool_replayed; /* spool records taken back out of the spool file */
+    atomic_uint_fast64_t write_gen;      /* non-readonly query jobs finished */
     atomic_uint_fast64_t rows_samples, rows_tevents, rows_events;
     atomic_uint_fast64_t open_alerts;
     atomic_uint_fast64_t reconnects, query_errors;

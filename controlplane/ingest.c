@@ -91,8 +91,44 @@ static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t 
     free(dtext);
 }
 
+/* The persisted samples of a batch, kept with its job for the history cache. */
+typedef struct hist_rows {
+    tdm_cp_server_t *srv; /* the reply may come after the client left */
+    char instance_id[TDM_JSON_HEX64_LEN + 1];
+    uint32_t rank;
+    uint64_t seq;
+    int64_t newest_ts;
+    size_t n;
+    tdm_tm_sample_t rows[];
+} hist_rows_t;
+
+void tdm_cp_hist_sync(tdm_cp_server_t *s)
+{
+    uint64_t n = atomic_load(&tdm_cp_db_stats(s->db)->spool_replayed);
+    if (n != s->hist_spool_replays) {
+        tdm_cp_hist_gap_all(&s->hist);
+        s->hist_spool_replays = n;
+    }
+}
+
+/* Only rows this reply proves committed now enter the history cache; rows that reach the database
+ * any other way (spooled, an earlier duplicate, a rejected batch) break its coverage. */
+static void hist_note(const tdm_cp_job_t *job)
+{
+    const hist_rows_t *h = job->hist;
+    if (!h)
+        return;
+    tdm_cp_server_t *s = h->srv;
+    tdm_cp_hist_sync(s);
+    if (job->st == TDM_OK && !job->duplicate && !job->spooled)
+        tdm_cp_hist_commit(&s->hist, h->instance_id, h->rank, h->seq, h->rows, h->n);
+    else if (h->n)
+        tdm_cp_hist_gap(&s->hist, h->instance_id, h->rank, h->newest_ts);
+}
+
 static void on_ingested(tdm_cp_job_t *job)
 {
+    hist_note(job);
     h2o_req_t *req = tdm_cp_job_req(job);
     if (!req)
         return;
@@ -134,6 +170,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     char inst[TDM_JSON_HEX64_LEN + 1];
     tdm_json_hex64_format(tb.instance_id, inst);
     tdm_cp_buf_t sb = TDM_CP_BUF_INIT, tvb = TDM_CP_BUF_INIT, eb = TDM_CP_BUF_INIT;
+    hist_rows_t *hr = NULL;
 
     tdm_cp_rank_t *rk;
     st = tdm_cp_rings_rank(&s->rings, inst, tb.rank, 1, &rk);
@@ -152,6 +189,13 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     int replay = tb.seq <= rk->last_seq;
     uint64_t replay_last = 0;
     uint32_t persisted = 0;
+    hr = tdm_malloc(sizeof(*hr) + (size_t)tb.n_samples * sizeof(hr->rows[0]));
+    hr->srv = s;
+    memcpy(hr->instance_id, inst, sizeof(inst));
+    hr->rank = tb.rank;
+    hr->seq = tb.seq;
+    hr->newest_ts = INT64_MIN;
+    hr->n = 0;
     for (uint32_t i = 0; i < tb.n_samples; i++) {
         const tdm_tm_sample_t *x = &tb.samples[i];
         uint64_t ts = (uint64_t)x->ts_us;
@@ -167,6 +211,9 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
         if (due) {
             sample_row(&sb, x, inst, tb.rank, tb.group, tb.seq);
             persisted++;
+            hr->rows[hr->n++] = *x;
+            if (x->ts_us > hr->newest_ts)
+                hr->newest_ts = x->ts_us;
         }
     }
     if (!replay) {
@@ -210,6 +257,8 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     }
     tdm_cp_job_t *job = tdm_cp_server_job(s, req, NULL, on_ingested, who);
     job->batch = batch;
+    job->hist = hr;
+    hr = NULL;
     if (tdm_cp_db_ingest(s->db, job) != TDM_OK) {
         tdm_cp_pending_t *pd = job->ctx;
         pd->job = NULL;
@@ -219,6 +268,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
                           "ingest buffer and spool are full; retry later");
     }
 out:
+    tdm_free(hr);
     tdm_tm_batch_clear(&tb);
     tdm_cp_buf_free(&sb);
     tdm_cp_buf_free(&tvb);

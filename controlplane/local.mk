@@ -13,6 +13,7 @@ libtdmcp_a_SOURCES = \
 	controlplane/auth.c \
 	controlplane/server.c \
 	controlplane/ingest.c \
+	controlplane/hist.c \
 	controlplane/api.c
 nodist_libtdmcp_a_SOURCES = sql/migrations.c
 libtdmcp_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS) $(SYSTEMD_CFLAGS)
@@ -24,7 +25,8 @@ noinst_HEADERS += \
 	controlplane/migrate.h \
 	controlplane/db.h \
 	controlplane/auth.h \
-	controlplane/server.h
+	controlplane/server.h \
+	controlplane/hist.h
 # libcrypto: SHA-256 of API tokens (h2o links it already).
 TDM_CP_LIBS = libtdmcp.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) $(LIBCRYPTO_LIBS) $(COMMON_LIBS)
 

@@ -30,6 +30,8 @@
 
 #define RING_CAP_PER_RANK 3000 /* 10 min of 200 ms snapshots */
 #define RING_MAX_RANKS 4096
+#define HIST_CAP_PER_RANK 1024 /* persisted rows: 102 s at 10 Hz (grown on demand) */
+#define HIST_MAX_RANKS 1024    /* the ranks past it are read from the database */
 
 /* ---- responses ------------------------------------------------------------------------------ */
 
@@ -424,6 +426,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     memset(s, 0, sizeof(*s));
     s->started_us = tdm_time_wall_us();
     tdm_cp_rings_init(&s->rings, RING_CAP_PER_RANK, RING_MAX_RANKS);
+    tdm_cp_hist_init(&s->hist, HIST_CAP_PER_RANK, HIST_MAX_RANKS);
     tdm_cp_auth_init(&s->auth);
     /* issue 11: detectors and the alert store (defaults: DESIGN §4 thresholds, policy notify) */
     tdm_cp_detect_init(NULL, &s->detect);
@@ -522,6 +525,7 @@ err_free:
     tdm_cp_detect_free(s->detect);
     tdm_cp_auth_free(&s->auth);
     tdm_cp_rings_free(&s->rings);
+    tdm_cp_hist_free(&s->hist);
     return st;
 }
 
@@ -618,4 +622,5 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
     tdm_cp_findings_free(&s->findings);
     tdm_cp_auth_free(&s->auth);
     tdm_cp_rings_free(&s->rings);
+    tdm_cp_hist_free(&s->hist);
 }

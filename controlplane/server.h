@@ -27,6 +27,7 @@
 #include "controlplane/auth.h"
 #include "controlplane/buf.h"
 #include "controlplane/db.h"
+#include "controlplane/hist.h"
 #include "controlplane/ring.h"
 
 #define TDM_CP_MAX_ARGS 4
@@ -80,6 +81,9 @@ struct tdm_cp_server {
     h2o_multithread_receiver_t db_rx;
     tdm_cp_db_t *db;
     tdm_cp_rings_t rings;
+    /* the recent persisted samples per rank: history reads it covers skip the database */
+    tdm_cp_hist_t hist;
+    uint64_t hist_spool_replays; /* stats.spool_replayed when the cache last saw it */
     /* detectors over `rings`, ticked from loop_tick every 100 ms (detect.h, alert.h) */
     tdm_cp_detect_t *detect;
     tdm_cp_alerts_t *alerts;
@@ -101,6 +105,9 @@ struct tdm_cp_server {
 tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *opts, char *err,
                                 size_t err_len);
 /* Run until *stop becomes nonzero (a signal handler sets it). */
+/* Keep the history cache honest about rows the spool replayed behind it (loop thread). */
+void tdm_cp_hist_sync(tdm_cp_server_t *s);
+
 void tdm_cp_server_run(tdm_cp_server_t *s, volatile int *stop);
 void tdm_cp_server_free(tdm_cp_server_t *s);
 
