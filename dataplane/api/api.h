@@ -82,6 +82,11 @@ typedef struct tdm_api_opts {
     uint32_t max_context;                 /* prompt + max_tokens must fit */
     tdm_api_event_fn event;               /* NULL: events are only logged */
     void *event_ctx;
+    /* PD (issue 9), both optional: /ready also needs pd_ready (decode: registered with its
+     * prefill group; `why` is the 503 message), /metrics appends pd_metrics' series */
+    int (*pd_ready)(void *ctx, char *why, size_t why_len);
+    void (*pd_metrics)(void *ctx, FILE *f);
+    void *pd_ctx;
 } tdm_api_opts_t;
 
 /* Ignores SIGPIPE process-wide (h2o writes with writev(2); a vanished client must not kill the

@@ -71,6 +71,17 @@ static uint64_t weight_bytes(void *ctx, uint16_t rank)
     return rank < sh->n_ranks ? atomic_load(&sh->resident_weight_bytes[rank]) : 0;
 }
 
+static int pd_ready(void *ctx, char *why, size_t why_len)
+{
+    why[0] = '\0';
+    return tdm_worker_pd_ready(ctx, why, why_len);
+}
+
+static void pd_metrics(void *ctx, FILE *f)
+{
+    tdm_worker_pd_metrics(ctx, f);
+}
+
 static void *http_thread(void *arg)
 {
     tdm_api_server_run(arg);
@@ -99,7 +110,7 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
         .sched = tdm_worker_sched(w),
         .page = page,
         .rank = (uint16_t)tdm_worker_rank(w),
-        .bootstrap_port = 0, /* the prefill bootstrap listener (issue 9) adds its port */
+        .bootstrap_port = tdm_worker_bootstrap_port(w),
         .arm_fault = sh ? arm_fault : NULL,
         .fault_ctx = sh,
         .weight_bytes = sh ? weight_bytes : NULL,
@@ -108,6 +119,9 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
         .chat = the_api.chat,
         .max_context = mc ? mc->max_position_embeddings : 0,
         .event = post_event,
+        .pd_ready = tdm_worker_xfer(w) ? pd_ready : NULL,
+        .pd_metrics = tdm_worker_xfer(w) ? pd_metrics : NULL,
+        .pd_ctx = w,
     };
     tdm_status_t st = tdm_api_server_init(&o, &the_api.srv, err, sizeof(err));
     if (st != TDM_OK) {

@@ -53,6 +53,10 @@ void tdm_api_h_ready(tdm_api_t *a, h2o_req_t *req)
         send_verdict(a, req, 0, "draining", "the worker is draining");
         return;
     }
+    if (a->o.pd_ready && !a->o.pd_ready(a->o.pd_ctx, why, sizeof(why))) {
+        send_verdict(a, req, 0, "not_registered", why);
+        return;
+    }
     int ok = healthy(a, why, sizeof(why));
     send_verdict(a, req, ok, "unhealthy", why);
 }
@@ -156,6 +160,8 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
     tdm_api_metric_hist(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);
     tdm_api_metric_hist(f, "tandem_itl_seconds", "Inter-token latency", &a->itl);
     rank_series(f, a);
+    if (a->o.pd_metrics)
+        a->o.pd_metrics(a->o.pd_ctx, f);
     if (fclose(f) != 0 || !text) {
         free(text);
         tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render metrics");

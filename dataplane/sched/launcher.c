@@ -155,6 +155,16 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
     uint64_t kill_at = 0; /* SIGKILL whoever is left at this time (0 = not yet) */
     sigset_t mask, old;
 
+    char pd_err[512], pd_host[256];
+    tdm_sched_pd_t pd;
+    uint16_t pd_port;
+    if (tdm_worker_pd_check(cfg, &pd, pd_host, sizeof(pd_host), &pd_port, pd_err, sizeof(pd_err)) !=
+        TDM_OK) {
+        fprintf(stderr, "tandem-worker: %s\n", pd_err);
+        tdm_free(pids);
+        tdm_free(exited);
+        return 2;
+    }
     snprintf(prefix, sizeof(prefix), "/dev/shm/tandem-%d", (int)getpid());
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);

@@ -20,8 +20,8 @@ tests_unit_test_plan_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_plan_LDADD = libtdmsched.a $(COMMON_LIBS)
 
 # The serving runtime's libraries, in link order (the worker, the tests).
-SCHED_LIBS = libtdmsched.a libtdmgraph.a libtdmkernels.a libtdmkv.a libtdmmodel.a libtdmtok.a \
-	libtdmsample.a libtdmtp.a
+SCHED_LIBS = libtdmsched.a libtdmxfer.a libtdmgraph.a libtdmkernels.a libtdmkv.a libtdmmodel.a \
+	libtdmtok.a libtdmsample.a libtdmtp.a $(UCX_LIBS)
 
 # Scheduler logic in-process at TP=1 on a fixture, both loops, against the one-shot engine.
 check_PROGRAMS += tests/unit/test-sched

@@ -33,6 +33,10 @@
 
 #include "dataplane/sched/sched_int.h"
 
+/* PD: how often TRANSFERRING requests and held rooms are polled when nothing else runs (the
+ * engine's events wake the loop earlier). */
+#define PD_POLL_US 2000u
+
 typedef struct rlist {
     tdm_sreq_t *head, *tail;
     uint32_t n;
@@ -60,6 +64,8 @@ struct tdm_sched {
     tdm_sched_stats_t pub; /* under mu */
 
     rlist_t waiting, running;
+    rlist_t xferring; /* decode (PD): SREQ_XFER, polled once per iteration */
+    int kick;         /* under mu: a transfer event since the loop last looked */
     tdm_sreq_t *ending;
     uint32_t *free_slots, n_free_slots;
     uint64_t iter, completed_iter, admit_seq;
@@ -143,8 +149,9 @@ const char *tdm_finish_reason_name(tdm_finish_reason_t r)
 
 #define SET_ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
-tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_t *ret_id,
-                              char *err, size_t err_len)
+/* Validate p and build a request (not queued yet). */
+static tdm_status_t sreq_new(tdm_sched_t *s, const tdm_req_params_t *p, tdm_sreq_t **ret, char *err,
+                             size_t err_len)
 {
     tdm_status_t st;
     if (!s || !p || !p->cb) {
@@ -233,7 +240,24 @@ tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_
     r->ctx = p->ctx;
     r->submit_us = tdm_time_mono_us();
     tdm_kv_seq_init(&r->kv, s->max_pages_per_seq);
+    *ret = r;
+    return TDM_OK;
+err_free:
+    sreq_free(s, r);
+    return st;
+}
 
+tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_t *ret_id,
+                              char *err, size_t err_len)
+{
+    tdm_sreq_t *r = NULL;
+    tdm_status_t st;
+    if (s && s->cfg.pd == TDM_SCHED_PD_PREFILL) {
+        SET_ERR("this is a prefill worker (--disaggregation-mode prefill): send generation "
+                "requests to the decode group");
+        return TDM_ERR_BUSY;
+    }
+    TDM_TRY(sreq_new(s, p, &r, err, err_len));
     pthread_mutex_lock(&s->mu);
     if (s->draining || s->stop) {
         pthread_mutex_unlock(&s->mu);
@@ -288,6 +312,16 @@ void tdm_sched_stats(tdm_sched_t *s, tdm_sched_stats_t *ret)
 {
     pthread_mutex_lock(&s->mu);
     *ret = s->pub;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tdm_sched_kick(tdm_sched_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->kick = 1;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -346,6 +380,8 @@ static void finish(tdm_sched_t *s, tdm_sreq_t *r, tdm_finish_reason_t why, tdm_s
         rl_remove(&s->waiting, r);
     else if (r->state == SREQ_RUNNING)
         rl_remove(&s->running, r);
+    else if (r->state == SREQ_XFER)
+        rl_remove(&s->xferring, r);
     r->state = SREQ_ENDING;
     r->ending_next = s->ending;
     s->ending = r;
@@ -367,18 +403,65 @@ static void release_pages(tdm_sched_t *s, tdm_sreq_t *r)
     r->n_computed_sched = 0;
 }
 
-static void reap_ending(tdm_sched_t *s)
+/* PD: may r's pages go back? Its room must be released first: prefill pages are read by puts
+ * until the room is terminal and flushed, decode pages stay quarantined until ABORT_ACK (I5).
+ * `force` (the loop is over, the engine is torn down next) drops the room without asking. */
+static int room_released(tdm_sched_t *s, tdm_sreq_t *r, int force)
+{
+    if (!r->room)
+        return 1;
+    if (!force) {
+        tdm_status_t st = tdm_xfer_release(s->cfg.xfer, r->room);
+        if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
+            return 0; /* BUSY (moving/quarantined) or STATE (not terminal yet) */
+    }
+    r->room = 0;
+    return 1;
+}
+
+static void reap_ending_ex(tdm_sched_t *s, int force)
 {
     tdm_sreq_t **link = &s->ending;
     while (*link) {
         tdm_sreq_t *r = *link;
-        if (in_flight(s, r)) {
+        if (in_flight(s, r) || !room_released(s, r, force)) {
             link = &r->ending_next;
             continue;
         }
         *link = r->ending_next;
         release_pages(s, r);
         sreq_free(s, r);
+    }
+}
+
+static void reap_ending(tdm_sched_t *s)
+{
+    reap_ending_ex(s, 0);
+}
+
+/* Prefill (PD): the room's first token is sampled and its KV is final (the iteration that wrote
+ * the last prompt chunk has completed: results are processed only after that), so hand the pages
+ * and the aux to the engine. The pages stay with the request until the room is released. */
+static void pd_prefill_send(tdm_sched_t *s, tdm_sreq_t *r, const tdm_exec_result_t *res)
+{
+    tdm_xfer_aux_t aux = {0};
+    aux.room = r->room;
+    aux.first_token = (uint32_t)res->token;
+    aux.first_logprob = res->sample.logprob;
+    aux.n_top = res->sample.n_top < TDM_FRAME_MAX_TOP ? res->sample.n_top : TDM_FRAME_MAX_TOP;
+    for (uint32_t i = 0; i < aux.n_top; i++) {
+        aux.top[i].id = (uint32_t)res->sample.top_ids[i];
+        aux.top[i].logprob = res->sample.top_logprobs[i];
+    }
+    uint32_t n_pages = (r->n_prompt + s->ps - 1) / s->ps;
+    tdm_status_t st = n_pages <= r->kv.n_pages
+                          ? tdm_xfer_prefill_send(s->cfg.xfer, r->room, r->kv.pages, n_pages, &aux)
+                          : TDM_ERR_STATE;
+    if (st != TDM_OK) {
+        /* aborted by decode meanwhile, or refused: make the room terminal so it is released */
+        tdm_dbg(TDM_SUB_SCHED, "msg=\"prefill send refused\" room=%llu status=%s",
+                (unsigned long long)r->room, tdm_status_name(st));
+        (void)tdm_xfer_abort(s->cfg.xfer, r->room, "prefill send failed");
     }
 }
 
@@ -395,6 +478,8 @@ static void on_token(tdm_sched_t *s, tdm_sreq_t *r, const tdm_exec_result_t *res
     s->st.tokens_generated++;
     if (!r->first_token_us)
         r->first_token_us = now;
+    if (s->cfg.pd == TDM_SCHED_PD_PREFILL && r->room && r->n_gen == 1)
+        pd_prefill_send(s, r, res);
     int32_t tok = res->token;
     int is_stop = tdm_sample_is_stop_id(r->stop_ids, r->n_stop_ids, tok);
     tdm_req_event_t ev = {0};
@@ -560,6 +645,54 @@ static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint
     return n;
 }
 
+/* Decode (PD): allocate the pages the prompt's KV will land in and send TRANSFER_INFO; the
+ * request waits in the TRANSFERRING list (no batch) until the room is SUCCESS or FAILED. No
+ * prefix sharing here: prefill computes the whole prompt and writes every page. A request
+ * retracted after its transfer (n_gen > 0) is recomputed locally like any other. */
+static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
+{
+    uint32_t need = (r->n_prompt + s->ps - 1) / s->ps;
+    uint32_t free_now = tdm_kv_pool_free_pages(s->pool);
+    if (need > free_now + tdm_prefix_evictable(s->cache))
+        return NULL;
+    if (need > free_now)
+        (void)tdm_prefix_evict(s->cache, need - free_now);
+    if (tdm_kv_seq_reserve(s->pool, &r->kv, r->n_prompt) != TDM_OK)
+        return NULL;
+    tdm_frame_sampling_t fs = {.seed = r->sp.seed,
+                               .temperature = r->sp.temperature,
+                               .top_p = r->sp.top_p,
+                               .min_p = r->sp.min_p,
+                               .top_k = r->sp.top_k,
+                               .repetition_penalty = r->sp.repetition_penalty,
+                               .presence_penalty = r->sp.presence_penalty,
+                               .frequency_penalty = r->sp.frequency_penalty,
+                               .top_logprobs = r->sp.top_logprobs};
+    uint64_t room = 0;
+    tdm_status_t st = tdm_xfer_decode_send_info(s->cfg.xfer, (const uint32_t *)r->tokens,
+                                                r->n_prompt, r->kv.pages, need, &fs, &room);
+    if (st == TDM_ERR_AGAIN) { /* rooms or aux slots exhausted: retry next iteration */
+        tdm_kv_seq_release(s->pool, &r->kv);
+        return NULL;
+    }
+    if (st != TDM_OK) {
+        tdm_kv_seq_release(s->pool, &r->kv);
+        s->st.pd_commit_failed++;
+        finish(s, r, TDM_FINISH_ERROR, st,
+               st == TDM_ERR_PEER ? "no prefill group is registered with this decode worker"
+                                  : "the KV transfer could not be started",
+               -1, NULL, 0);
+        return NULL;
+    }
+    r->room = room;
+    rl_remove(&s->waiting, r);
+    r->state = SREQ_XFER;
+    r->slot = s->free_slots[--s->n_free_slots];
+    r->admit_seq = ++s->admit_seq;
+    rl_append(&s->xferring, r);
+    return r;
+}
+
 /* Admit the head of the queue if a slot is free and the pages its prompt needs are free or
  * evictable; shares the longest cached prefix. */
 static tdm_sreq_t *admit_head(tdm_sched_t *s)
@@ -567,6 +700,8 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
     tdm_sreq_t *r = s->waiting.head;
     if (!r || s->n_free_slots == 0)
         return NULL;
+    if (s->cfg.pd == TDM_SCHED_PD_DECODE && r->n_gen == 0)
+        return pd_admit_decode(s, r);
     uint32_t len = r->n_prompt + r->n_gen;
     uint32_t max_shared = (len - 1) / s->ps; /* keep at least one token to compute */
     uint32_t k = tdm_prefix_match(s->cache, r->tokens, max_shared, s->shared);
@@ -597,6 +732,15 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
     return r;
 }
 
+/* A request ends before its room did: abort the room (decode: ABORT frame, pages quarantined
+ * until ABORT_ACK; prefill: STATUS FAILED after the flush). The room stays with the request
+ * so its pages are freed only once tdm_xfer_release() lets them go. */
+static void pd_abort_room(tdm_sched_t *s, tdm_sreq_t *r, const char *why)
+{
+    if (r->room && (r->state == SREQ_XFER || s->cfg.pd == TDM_SCHED_PD_PREFILL))
+        (void)tdm_xfer_abort(s->cfg.xfer, r->room, why);
+}
+
 /* Take the inbox and the abort list, apply deadlines, reap. */
 static void intake(tdm_sched_t *s)
 {
@@ -618,23 +762,26 @@ static void intake(tdm_sched_t *s)
     }
     pthread_mutex_unlock(&s->mu);
     for (uint32_t i = 0; i < n_ab; i++) {
-        rlist_t *lists[2] = {&s->waiting, &s->running};
-        for (int l = 0; l < 2; l++)
+        rlist_t *lists[3] = {&s->waiting, &s->running, &s->xferring};
+        for (int l = 0; l < 3; l++)
             for (tdm_sreq_t *r = lists[l]->head; r; r = r->next)
                 if (r->id == ab[i]) {
+                    pd_abort_room(s, r, "client abort");
                     finish(s, r, TDM_FINISH_ABORT, TDM_ERR_ABORTED, "aborted", -1, NULL, 0);
-                    l = 2;
+                    l = 3;
                     break;
                 }
     }
     tdm_free(ab);
     uint64_t now = tdm_time_mono_us();
-    rlist_t *lists[2] = {&s->waiting, &s->running};
-    for (int l = 0; l < 2; l++)
+    rlist_t *lists[3] = {&s->waiting, &s->running, &s->xferring};
+    for (int l = 0; l < 3; l++)
         for (tdm_sreq_t *r = lists[l]->head, *nx; r; r = nx) {
             nx = r->next;
-            if (r->deadline_us && now > r->deadline_us)
+            if (r->deadline_us && now > r->deadline_us) {
+                pd_abort_room(s, r, "deadline exceeded");
                 finish(s, r, TDM_FINISH_ERROR, TDM_ERR_TIMEOUT, "deadline exceeded", -1, NULL, 0);
+            }
         }
     reap_ending(s);
     for (tdm_sreq_t *r = s->running.head, *nx; r; r = nx) {
@@ -644,11 +791,161 @@ static void intake(tdm_sched_t *s)
     }
 }
 
+/* ---------------------------------------------------------------- PD */
+
+static void pd_noop_cb(void *ctx, const tdm_req_event_t *ev)
+{
+    (void)ctx;
+    (void)ev;
+}
+
+/* Prefill: one room taken from the engine becomes a request of max_new_tokens 1. A room that
+ * cannot be served is aborted at once (decode sees STATUS FAILED with the reason). */
+static void pd_take_room(tdm_sched_t *s, tdm_xfer_request_t *q)
+{
+    char err[256] = "";
+    tdm_sreq_t *r = NULL;
+    tdm_req_params_t p = {0};
+    p.prompt = (const int32_t *)q->prompt_ids;
+    p.n_prompt = q->n_prompt;
+    p.max_new_tokens = 1;
+    tdm_sample_params_default(&p.sampling);
+    p.sampling.seed = q->sampling.seed;
+    p.sampling.temperature = q->sampling.temperature;
+    p.sampling.top_k = q->sampling.top_k;
+    p.sampling.top_p = q->sampling.top_p;
+    p.sampling.min_p = q->sampling.min_p;
+    p.sampling.repetition_penalty = q->sampling.repetition_penalty;
+    p.sampling.presence_penalty = q->sampling.presence_penalty;
+    p.sampling.frequency_penalty = q->sampling.frequency_penalty;
+    p.sampling.logprobs = 1; /* the aux carries the first token's logprob */
+    p.sampling.top_logprobs = q->sampling.top_logprobs;
+    p.ignore_eos = 1;
+    p.cb = pd_noop_cb;
+    s->st.pd_rooms_taken++;
+    for (uint32_t i = 0; i < q->n_prompt; i++)
+        if (q->prompt_ids[i] >= s->vocab) {
+            snprintf(err, sizeof(err), "prompt token %u at index %u is outside the vocabulary",
+                     q->prompt_ids[i], i);
+            goto err_abort;
+        }
+    if (q->n_pages != (q->n_prompt + s->ps - 1) / s->ps) {
+        snprintf(err, sizeof(err), "%u pages for %u prompt tokens at page size %u", q->n_pages,
+                 q->n_prompt, s->ps);
+        goto err_abort;
+    }
+    if (sreq_new(s, &p, &r, err, sizeof(err)) != TDM_OK)
+        goto err_abort;
+    r->room = q->room;
+    pthread_mutex_lock(&s->mu);
+    r->id = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    r->state = SREQ_WAITING;
+    r->slot = UINT32_MAX;
+    rl_append(&s->waiting, r);
+    return;
+err_abort:
+    tdm_warn(TDM_SUB_SCHED, "msg=\"prefill room refused\" room=%llu err=\"%s\"",
+             (unsigned long long)q->room, err);
+    (void)tdm_xfer_abort(s->cfg.xfer, q->room, err);
+    (void)tdm_xfer_release(s->cfg.xfer, q->room);
+}
+
+/* Prefill, once per iteration: take new rooms (the second intake, beside submit) while the queue
+ * has room, and end requests whose room decode aborted meanwhile (no point computing them). */
+static void pd_poll_prefill(tdm_sched_t *s)
+{
+    int draining;
+    pthread_mutex_lock(&s->mu);
+    draining = s->draining || s->stop;
+    pthread_mutex_unlock(&s->mu);
+    while (s->waiting.n < s->cfg.max_queued) {
+        tdm_xfer_request_t q = {0};
+        if (tdm_xfer_prefill_next(s->cfg.xfer, &q) != TDM_OK)
+            break;
+        if (draining) {
+            (void)tdm_xfer_abort(s->cfg.xfer, q.room, "prefill worker draining");
+            (void)tdm_xfer_release(s->cfg.xfer, q.room);
+        } else {
+            pd_take_room(s, &q);
+        }
+        tdm_xfer_request_clear(&q);
+    }
+    rlist_t *lists[2] = {&s->waiting, &s->running};
+    for (int l = 0; l < 2; l++)
+        for (tdm_sreq_t *r = lists[l]->head, *nx; r; r = nx) {
+            nx = r->next;
+            tdm_kvpoll_t k;
+            if (!r->room || r->n_gen > 0)
+                continue;
+            if (tdm_xfer_poll(s->cfg.xfer, r->room, &k) != TDM_OK || k == TDM_KVPOLL_FAILED)
+                finish(s, r, TDM_FINISH_ABORT, TDM_ERR_ABORTED, "room aborted by decode", -1, NULL,
+                       0);
+        }
+}
+
+/* Decode, once per iteration: every TRANSFERRING request is polled; SUCCESS → verify (checksums
+ * over our memory, aux room id) and the aux token becomes the first generated token, then the
+ * request decodes normally; FAILED or a verification failure → ERROR. */
+static void pd_poll_decode(tdm_sched_t *s)
+{
+    for (tdm_sreq_t *r = s->xferring.head, *nx; r; r = nx) {
+        nx = r->next;
+        tdm_kvpoll_t k = TDM_KVPOLL_FAILED;
+        tdm_status_t st = tdm_xfer_poll(s->cfg.xfer, r->room, &k);
+        if (st == TDM_OK && k != TDM_KVPOLL_SUCCESS && k != TDM_KVPOLL_FAILED)
+            continue;
+        tdm_xfer_aux_t aux;
+        if (st == TDM_OK && k == TDM_KVPOLL_SUCCESS)
+            st = tdm_xfer_decode_commit(s->cfg.xfer, r->room, &aux);
+        else if (st == TDM_OK)
+            st = TDM_ERR_PEER;
+        if (st == TDM_OK && aux.first_token >= s->vocab)
+            st = TDM_ERR_CORRUPT;
+        if (st != TDM_OK) {
+            s->st.pd_commit_failed++;
+            finish(s, r, TDM_FINISH_ERROR, st,
+                   st == TDM_ERR_CORRUPT
+                       ? "the transferred KV failed verification (checksum or aux mismatch)"
+                       : "the KV transfer from the prefill group failed",
+                   -1, NULL, 0);
+            continue;
+        }
+        if (room_released(s, r, 0) == 0)
+            tdm_dbg(TDM_SUB_SCHED, "msg=\"room not released after commit\" room=%llu",
+                    (unsigned long long)r->room);
+        rl_remove(&s->xferring, r);
+        r->state = SREQ_RUNNING;
+        rl_append(&s->running, r);
+        r->tokens[r->n_prompt] = (int32_t)aux.first_token;
+        r->n_sampled = 1;
+        r->n_gen_sched = 1;
+        r->n_computed_sched = r->n_prompt;
+        tdm_exec_result_t res = {0};
+        res.req = r;
+        res.token = (int32_t)aux.first_token;
+        res.status = TDM_OK;
+        res.sample.id = res.token;
+        res.sample.logprob = aux.first_logprob;
+        res.sample.n_top =
+            aux.n_top < TDM_SAMPLE_MAX_TOP_LOGPROBS ? aux.n_top : TDM_SAMPLE_MAX_TOP_LOGPROBS;
+        for (uint32_t i = 0; i < res.sample.n_top; i++) {
+            res.sample.top_ids[i] = (int32_t)aux.top[i].id;
+            res.sample.top_logprobs[i] = aux.top[i].logprob;
+        }
+        on_token(s, r, &res);
+    }
+}
+
 /* Build the plan of iteration `iter` into ib; returns its kind. */
 static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
 {
     uint32_t budget = s->max_tokens, prefill_budget = s->cfg.chunk_tokens;
     intake(s);
+    if (s->cfg.pd == TDM_SCHED_PD_DECODE)
+        pd_poll_decode(s);
+    else if (s->cfg.pd == TDM_SCHED_PD_PREFILL)
+        pd_poll_prefill(s);
     tdm_plan_begin(&ib->pb);
     ib->it.n_reqs = 0;
     /* a snapshot: scheduling one request may retract later ones to the queue */
@@ -670,15 +967,39 @@ static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
     return (tdm_plan_kind_t)ib->it.hdr.kind;
 }
 
+/* Ended requests whose pages wait only for their room's release (no iteration needed). */
+static uint32_t rooms_held(const tdm_sched_t *s)
+{
+    uint32_t n = 0;
+    for (const tdm_sreq_t *r = s->ending; r; r = r->ending_next)
+        n += r->room != 0 && !in_flight(s, r);
+    return n;
+}
+
+static uint32_t n_ending(const tdm_sched_t *s)
+{
+    uint32_t n = 0;
+    for (const tdm_sreq_t *r = s->ending; r; r = r->ending_next)
+        n++;
+    return n;
+}
+
+/* Work that needs iterations now (PD waits — TRANSFERRING requests, held rooms — do not: the
+ * loop polls them every PD_POLL_US and transfer events wake it). */
 static int has_work(tdm_sched_t *s)
 {
-    return s->waiting.n || s->running.n || s->ending;
+    return s->waiting.n || s->running.n || (s->ending && n_ending(s) > rooms_held(s));
+}
+
+static int pd_waiting(tdm_sched_t *s)
+{
+    return s->xferring.n || s->ending;
 }
 
 static void publish(tdm_sched_t *s)
 {
     pthread_mutex_lock(&s->mu);
-    int drained = s->draining && !s->inbox.n && !has_work(s);
+    int drained = s->draining && !s->inbox.n && !has_work(s) && !pd_waiting(s);
     if (drained && !s->pub.drained)
         tdm_prefix_flush(s->cache); /* a drained worker holds no pages */
     tdm_sched_stats_t *p = &s->pub;
@@ -691,6 +1012,8 @@ static void publish(tdm_sched_t *s)
     p->iter = s->iter;
     p->draining = s->draining;
     p->drained = drained;
+    p->transferring = s->xferring.n;
+    p->rooms_held = rooms_held(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -698,7 +1021,9 @@ static void publish(tdm_sched_t *s)
 static int wait_for_work(tdm_sched_t *s, uint64_t us)
 {
     pthread_mutex_lock(&s->mu);
-    if (!s->stop && !s->inbox.n && !s->n_aborts && !has_work(s)) {
+    if (!s->stop && !s->inbox.n && !s->n_aborts && !s->kick && !has_work(s)) {
+        if (pd_waiting(s) && us > PD_POLL_US)
+            us = PD_POLL_US;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t ns = (uint64_t)ts.tv_nsec + us * 1000u;
@@ -707,6 +1032,7 @@ static int wait_for_work(tdm_sched_t *s, uint64_t us)
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     int stop = s->stop;
+    s->kick = 0;
     pthread_mutex_unlock(&s->mu);
     return stop;
 }
@@ -838,13 +1164,17 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
 static void fail_all(tdm_sched_t *s, tdm_status_t why, const char *msg)
 {
     intake(s);
+    while (s->xferring.head) {
+        pd_abort_room(s, s->xferring.head, why == TDM_ERR_ABORTED ? "shutdown" : "group failed");
+        finish(s, s->xferring.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
+    }
     while (s->running.head)
         finish(s, s->running.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
     while (s->waiting.head)
         finish(s, s->waiting.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
     /* the loop is over: no iteration is in flight any more, whatever was planned ahead */
     s->completed_iter = UINT64_MAX;
-    reap_ending(s);
+    reap_ending_ex(s, 1); /* the engine goes next: held rooms are dropped with it */
     publish(s);
 }
 
@@ -896,6 +1226,10 @@ tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched
     if (!cfg || !x || !cfg->mc || cfg->max_running == 0 || cfg->max_queued == 0 ||
         cfg->chunk_tokens == 0) {
         SET_ERR("scheduler: bad configuration");
+        return TDM_ERR_INVAL;
+    }
+    if ((unsigned)cfg->pd >= TDM_SCHED_PD_MAX || (cfg->pd != TDM_SCHED_PD_NONE) != !!cfg->xfer) {
+        SET_ERR("scheduler: a PD role needs a transfer engine (and only a PD role has one)");
         return TDM_ERR_INVAL;
     }
     const tdm_exec_cfg_t *xc = tdm_exec_cfg(x);

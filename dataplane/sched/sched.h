@@ -92,6 +92,11 @@ typedef struct tdm_sched_stats {
     uint64_t tokens_generated, tokens_prefilled, prompt_tokens_cached;
     uint64_t requests_finished, requests_aborted, requests_failed, retractions;
     int draining, drained;
+    /* PD: decode requests waiting for their KV; ended requests whose pages wait for the room's
+     * release (prefill: puts in flight; decode: quarantined until ABORT_ACK) */
+    uint32_t transferring, rooms_held;
+    uint64_t pd_rooms_taken;   /* prefill: rooms taken from the engine */
+    uint64_t pd_commit_failed; /* decode: rooms that failed or failed verification */
 } tdm_sched_stats_t;
 
 void tdm_sched_stats(tdm_sched_t *s, tdm_sched_stats_t *ret);

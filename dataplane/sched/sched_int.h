@@ -22,6 +22,7 @@
 #include <tdm/progress.h>
 #include <tdm/sample.h>
 #include <tdm/tokenizer.h>
+#include <tdm/xfer.h>
 
 #include "dataplane/model/graph.h"
 #include "dataplane/sched/fault.h"
@@ -36,6 +37,7 @@ typedef enum sreq_state {
     SREQ_WAITING = 0,
     SREQ_RUNNING,
     SREQ_ENDING, /* terminal event sent; pages released once no in-flight iteration uses them */
+    SREQ_XFER,   /* decode (PD): pages allocated, TRANSFER_INFO sent, waiting for the KV */
 } sreq_state_t;
 
 typedef struct tdm_sreq tdm_sreq_t;
@@ -71,6 +73,10 @@ struct tdm_sreq {
     tdm_req_cb cb;
     void *ctx;
     int abort_requested;
+    /* PD (docs/serving.md "Scheduler hooks"): the transfer room; while non-zero the pages stay
+     * with the request after its end until tdm_xfer_release() lets them go (prefill: puts in
+     * flight; decode: quarantined until ABORT_ACK) */
+    uint64_t room;
 
     tdm_tok_stream_t *stream;
     char *text; /* all generated text (stop-string scan) */
@@ -128,6 +134,13 @@ tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop);
 
 /* ---- scheduler ---- */
 
+typedef enum tdm_sched_pd {
+    TDM_SCHED_PD_NONE = 0, /* colocated */
+    TDM_SCHED_PD_PREFILL,  /* rooms from tdm_xfer_prefill_next(), max_new_tokens 1, no HTTP */
+    TDM_SCHED_PD_DECODE,   /* admission sends TRANSFER_INFO; the KV comes from prefill */
+    TDM_SCHED_PD_MAX
+} tdm_sched_pd_t;
+
 typedef struct tdm_sched_cfg {
     uint32_t max_running; /* slots */
     uint32_t max_queued;
@@ -136,6 +149,9 @@ typedef struct tdm_sched_cfg {
     uint64_t idle_plan_us; /* an IDLE plan at least this often (heartbeats) */
     const tdm_tok_t *tok;  /* may be NULL: want_text refused */
     const tdm_model_config_t *mc;
+    /* PD role (--disaggregation-mode) and its transfer engine (NULL when colocated) */
+    tdm_sched_pd_t pd;
+    tdm_xfer_t *xfer;
 } tdm_sched_cfg_t;
 
 tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched_t **ret, char *err,
@@ -146,6 +162,10 @@ tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched
 tdm_status_t tdm_sched_run(tdm_sched_t *s);
 void tdm_sched_stop(tdm_sched_t *s);
 void tdm_sched_free(tdm_sched_t *s);
+/* Wake the loop (any thread, no scheduler lock held by the caller's caller): the transfer
+ * engine's event callback calls it on every room transition so a room that became SUCCESS,
+ * FAILED or releasable is seen at once instead of at the next poll. */
+void tdm_sched_kick(tdm_sched_t *s);
 
 /* ---- prefix cache (prefix.c): full pages indexed by a chained hash of their tokens ----
  * The cache holds one reference on every page it indexes; a page whose only reference is the

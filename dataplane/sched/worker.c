@@ -36,6 +36,8 @@
  * own tests: weak, like the HTTP hooks. */
 #pragma weak tdm_report_rank_start
 #pragma weak tdm_report_rank_stop
+#pragma weak tdm_report_rank_reporter
+#pragma weak tdm_report_event
 
 #define DEFAULT_MAX_RUNNING 64u
 #define CPU_CHUNK_CAP 2048u
@@ -54,6 +56,12 @@ struct tdm_worker {
     tdm_tok_t *tok;
     tdm_exec_t *x;
     tdm_sched_t *sched;
+    /* PD (rank 0 of a prefill or decode group): the transfer engine over rank 0's pool */
+    tdm_sched_pd_t pd;
+    tdm_xfer_t *xfer;
+    char pd_host[256];
+    uint16_t pd_port;
+    _Atomic(tdm_sched_t *) kick; /* what the engine's event callback wakes */
     pthread_t sig_thread;
     int have_sig_thread;
     volatile int stop;
@@ -94,6 +102,14 @@ const tdm_tok_t *tdm_worker_tokenizer(const tdm_worker_t *w)
 const tdm_model_config_t *tdm_worker_model_config(const tdm_worker_t *w)
 {
     return tdm_model_config(w->model);
+}
+tdm_xfer_t *tdm_worker_xfer(tdm_worker_t *w)
+{
+    return w->xfer;
+}
+int tdm_worker_bootstrap_port(const tdm_worker_t *w)
+{
+    return w->xfer && w->pd == TDM_SCHED_PD_PREFILL ? (int)tdm_xfer_port(w->xfer) : 0;
 }
 uint64_t tdm_worker_weight_bytes(const tdm_worker_t *w)
 {
@@ -266,6 +282,179 @@ static void *selftest_main(void *arg)
     return NULL;
 }
 
+/* ---- PD: the transfer engine of rank 0 (docs/serving.md "Prefill/decode disaggregation") ---- */
+
+tdm_status_t tdm_worker_pd_check(const tdm_worker_config_t *cfg, tdm_sched_pd_t *ret_pd, char *host,
+                                 size_t host_len, uint16_t *ret_port, char *err, size_t err_len)
+{
+    const char *mode = cfg->disaggregation_mode;
+    tdm_sched_pd_t pd = !strcmp(mode, "prefill")  ? TDM_SCHED_PD_PREFILL
+                        : !strcmp(mode, "decode") ? TDM_SCHED_PD_DECODE
+                                                  : TDM_SCHED_PD_NONE;
+    uint16_t port = (uint16_t)cfg->disaggregation_bootstrap_port;
+    if (pd != TDM_SCHED_PD_NONE && cfg->tp_size != 1) {
+        snprintf(err, err_len,
+                 "--disaggregation-mode %s needs --tp-size 1 in this build (the transfer engine "
+                 "runs in rank 0 and owns only rank 0's KV pool; the per-rank relay of "
+                 "docs/serving.md is not implemented), got --tp-size %lld",
+                 mode, (long long)cfg->tp_size);
+        return TDM_ERR_UNSUPPORTED;
+    }
+    if (pd == TDM_SCHED_PD_DECODE) {
+        const char *a = cfg->disaggregation_prefill_addr, *colon = strrchr(a, ':');
+        char *end = NULL;
+        long v = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!a[0]) {
+            snprintf(err, err_len,
+                     "--disaggregation-mode decode needs "
+                     "--disaggregation-prefill-addr host:port (the prefill group's "
+                     "bootstrap listener)");
+            return TDM_ERR_INVAL;
+        }
+        if (!colon || colon == a || (size_t)(colon - a) >= host_len || !end || *end ||
+            end == colon + 1 || v < 1 || v > 65535) {
+            snprintf(err, err_len,
+                     "--disaggregation-prefill-addr '%s': expected host:port with a "
+                     "port in 1..65535",
+                     a);
+            return TDM_ERR_INVAL;
+        }
+        memcpy(host, a, (size_t)(colon - a));
+        host[colon - a] = '\0';
+        port = (uint16_t)v;
+    } else if (pd == TDM_SCHED_PD_PREFILL) {
+        snprintf(host, host_len, "%s", cfg->host);
+    } else if (cfg->disaggregation_prefill_addr[0]) {
+        snprintf(err, err_len, "--disaggregation-prefill-addr is for --disaggregation-mode decode");
+        return TDM_ERR_INVAL;
+    }
+    *ret_pd = pd;
+    *ret_port = port;
+    return TDM_OK;
+}
+
+/* Engine events: telemetry (§10c; every KVPoll transition is a "kvpoll" event) and a wake-up
+ * for the scheduler. Called with engine locks held: the reporter only queues, the kick only
+ * takes the scheduler's intake lock, under which the scheduler never calls the engine. */
+static void pd_event(void *ctx, const tdm_xfer_event_t *ev)
+{
+    tdm_worker_t *w = ctx;
+    tdm_report_t *rep =
+        tdm_report_rank_reporter && tdm_report_event ? tdm_report_rank_reporter() : NULL;
+    if (rep) {
+        int kv = !strcmp(ev->type, "kvpoll");
+        (void)tdm_report_event(rep, ev->type, ev->room ? &ev->room : NULL,
+                               kv ? tdm_kvpoll_name(ev->from) : NULL,
+                               kv ? tdm_kvpoll_name(ev->to) : NULL, ev->reason, NULL);
+    }
+    tdm_sched_t *s = atomic_load(&w->kick);
+    if (s)
+        tdm_sched_kick(s);
+}
+
+int tdm_worker_pd_ready(tdm_worker_t *w, char *why, size_t why_len)
+{
+    if (!w->xfer || w->pd != TDM_SCHED_PD_DECODE)
+        return 1;
+    if (tdm_xfer_wait_ready(w->xfer, 0, why, why_len) == TDM_OK)
+        return 1;
+    if (!why[0])
+        snprintf(why, why_len, "not registered with the prefill group at %s:%u yet", w->pd_host,
+                 w->pd_port);
+    return 0;
+}
+
+void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
+{
+    if (!w->xfer)
+        return;
+    tdm_xfer_stats_t st;
+    uint32_t n[TDM_KVPOLL_MAX];
+    tdm_xfer_stats(w->xfer, &st);
+    tdm_xfer_room_counts(w->xfer, n);
+    tdm_sched_stats_t ss;
+    tdm_sched_stats(w->sched, &ss);
+    fprintf(f, "# HELP tandem_xfer_rooms Live transfer rooms by KVPoll state\n"
+               "# TYPE tandem_xfer_rooms gauge\n");
+    for (int k = 0; k < TDM_KVPOLL_MAX; k++)
+        fprintf(f, "tandem_xfer_rooms{state=\"%s\"} %u\n", tdm_kvpoll_name((tdm_kvpoll_t)k), n[k]);
+    fprintf(f,
+            "# HELP tandem_xfer_registered 1 while a peer group is registered\n"
+            "# TYPE tandem_xfer_registered gauge\ntandem_xfer_registered %d\n",
+            tdm_xfer_wait_ready(w->xfer, 0, NULL, 0) == TDM_OK);
+    struct {
+        const char *name, *help;
+        uint64_t v;
+        int gauge;
+    } m[] = {
+        {"frames_rx_total", "Bootstrap-channel frames received", st.frames_rx, 0},
+        {"frames_tx_total", "Bootstrap-channel frames sent", st.frames_tx, 0},
+        {"frames_unknown_total", "Frames of unknown type, dropped", st.frames_unknown, 0},
+        {"frames_malformed_total", "Malformed frames or bad headers, dropped", st.frames_malformed,
+         0},
+        {"frames_unexpected_total", "Valid frames the role or state does not take, dropped",
+         st.frames_unexpected, 0},
+        {"conns_accepted_total", "Bootstrap connections accepted", st.conns_accepted, 0},
+        {"conns_closed_bad_total", "Bootstrap connections closed for a bad frame",
+         st.conns_closed_bad, 0},
+        {"register_refused_total", "REGISTER refused (layout or config mismatch)",
+         st.register_refused, 0},
+        {"peer_lost_total", "Peer channels lost (EOF or 3 s of silence)", st.peer_lost, 0},
+        {"rooms_ok_total", "Rooms that ended in SUCCESS", st.rooms_ok, 0},
+        {"rooms_failed_total", "Rooms that ended in FAILED", st.rooms_failed, 0},
+        {"aborts_sent_total", "ABORT frames sent", st.aborts_sent, 0},
+        {"aborts_acked_total", "ABORT_ACK frames received", st.aborts_acked, 0},
+        {"aborts_received_total", "ABORT frames received", st.aborts_received, 0},
+        {"checksum_mismatch_total", "Rooms whose KV checksums did not match", st.checksum_mismatch,
+         0},
+        {"aux_mismatch_total", "Rooms whose aux slot did not match", st.aux_mismatch, 0},
+        {"corruption_risk_total", "Rooms whose ABORT_ACK timed out", st.corruption_risk, 0},
+        {"quarantined", "Rooms whose pages are quarantined now", st.quarantined, 1},
+        {"bytes_put_total", "KV and aux bytes written by UCX puts", st.bytes_put, 0},
+        {"puts_total", "UCX puts issued", st.puts, 0},
+        {"transferring_requests", "Decode requests waiting for their KV", ss.transferring, 1},
+        {"rooms_held", "Ended requests whose pages wait for their room's release", ss.rooms_held,
+         1},
+        {"rooms_taken_total", "Prefill: rooms taken by the scheduler", ss.pd_rooms_taken, 0},
+        {"commit_failed_total", "Decode: rooms that failed or failed verification",
+         ss.pd_commit_failed, 0},
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+        fprintf(f, "# HELP tandem_xfer_%s %s\n# TYPE tandem_xfer_%s %s\ntandem_xfer_%s %llu\n",
+                m[i].name, m[i].help, m[i].name, m[i].gauge ? "gauge" : "counter", m[i].name,
+                (unsigned long long)m[i].v);
+}
+
+static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
+{
+    const tdm_worker_config_t *cfg = w->cfg;
+    tdm_xfer_cfg_t xc = {0};
+    xc.role = w->pd == TDM_SCHED_PD_PREFILL ? TDM_XFER_PREFILL : TDM_XFER_DECODE;
+    xc.instance_id = w->page->group_id;
+    xc.n_ranks = 1;
+    xc.kv[0] = tdm_kv_pool_buffers(tdm_exec_pool(w->x));
+    xc.host = w->pd_host;
+    xc.port = w->pd_port;
+    xc.bootstrap_timeout_us = (uint64_t)(cfg->disaggregation_bootstrap_timeout * 1e6);
+    xc.progress = &w->page->slot[0];
+    xc.on_event = pd_event;
+    xc.ctx = w;
+    tdm_status_t st = tdm_xfer_init(&xc, &w->xfer);
+    if (st != TDM_OK) {
+        snprintf(err, err_len, "transfer engine (%s %s:%u): %s",
+                 w->pd == TDM_SCHED_PD_PREFILL ? "bootstrap listener on" : "prefill at", w->pd_host,
+                 w->pd_port, tdm_status_str(st));
+        return st;
+    }
+    if (w->pd == TDM_SCHED_PD_PREFILL)
+        fprintf(stderr, "tandem-worker: prefill bootstrap listener on %s:%u\n", w->pd_host,
+                tdm_xfer_port(w->xfer));
+    else
+        fprintf(stderr, "tandem-worker: decode registers with the prefill group at %s:%u\n",
+                w->pd_host, w->pd_port);
+    return TDM_OK;
+}
+
 /* ---- the rank ---- */
 
 static void worker_free(tdm_worker_t *w)
@@ -432,17 +621,26 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
         goto out;
     }
 
-    /* ---- rank 0: scheduler, HTTP, self-test ---- */
+    /* ---- rank 0: transfer engine (PD), scheduler, HTTP, self-test ---- */
+    st = tdm_worker_pd_check(cfg, &w->pd, w->pd_host, sizeof(w->pd_host), &w->pd_port, err,
+                             sizeof(err));
+    if (st != TDM_OK)
+        goto err_msg;
+    if (w->pd != TDM_SCHED_PD_NONE && pd_start(w, err, sizeof(err)) != TDM_OK)
+        goto err_msg;
     tdm_sched_cfg_t sc = {.max_running = max_running,
                           .max_queued = (uint32_t)cfg->max_queued_requests,
                           .chunk_tokens = chunk,
                           .overlap = !cfg->disable_overlap_schedule,
                           .idle_plan_us = IDLE_PLAN_US,
                           .tok = w->tok,
-                          .mc = mc};
+                          .mc = mc,
+                          .pd = w->pd,
+                          .xfer = w->xfer};
     st = tdm_sched_init(&sc, w->x, &w->sched, err, sizeof(err));
     if (st != TDM_OK)
         goto err_msg;
+    atomic_store(&w->kick, w->sched);
     while (atomic_load(&w->shared->ranks_loaded) < w->tp && !atomic_load(&w->page->abort) &&
            !w->stop)
         tdm_time_sleep_us(10000);
@@ -484,6 +682,9 @@ out:
         pthread_kill(w->sig_thread, SIGUSR1);
         pthread_join(w->sig_thread, NULL);
     }
+    /* the engine's threads post events to the reporter and read rank 0's pool: gone first */
+    tdm_xfer_free(w->xfer);
+    w->xfer = NULL;
     if (report_started && tdm_report_rank_stop)
         tdm_report_rank_stop(w); /* before the page is unmapped: it reads the page */
     worker_free(w);

@@ -36,6 +36,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <tdm/config.h>
 #include <tdm/model.h>
@@ -88,6 +89,15 @@ const tdm_model_config_t *tdm_worker_model_config(const tdm_worker_t *w);
 /* This rank's resident weight bytes (per rank r: tdm_worker_shared(w)->resident_weight_bytes[r]).
  */
 uint64_t tdm_worker_weight_bytes(const tdm_worker_t *w);
+/* PD (--disaggregation-mode prefill|decode; rank 0): the transfer engine over rank 0's KV pool
+ * (NULL when colocated), the bound bootstrap port (prefill; 0 otherwise), readiness (decode: 1
+ * once registered with its prefill group, else 0 and the reason in why; 1 for other roles), and
+ * the tandem_xfer_* series for /metrics (room counts by KVPoll state, frame and abort counters,
+ * quarantine). Safe from the HTTP thread while the worker serves. */
+struct tdm_xfer *tdm_worker_xfer(tdm_worker_t *w);
+int tdm_worker_bootstrap_port(const tdm_worker_t *w);
+int tdm_worker_pd_ready(tdm_worker_t *w, char *why, size_t why_len);
+void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f);
 /* Ask the worker to end (rank 0: SHUTDOWN plan after the HTTP layer stopped); any thread. */
 void tdm_worker_request_stop(tdm_worker_t *w);
 

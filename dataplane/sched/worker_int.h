@@ -15,6 +15,13 @@ enum { SHM_PROGRESS = 0, SHM_TENSOR, SHM_PLAN, SHM_GROUP, SHM_COUNT };
 #define TDM_WORKER_TENSOR_SLOT ((size_t)1 << 20) /* per-rank data slot of the tensor channel */
 #define TDM_WORKER_PLAN_SLOT ((size_t)64 << 10)  /* per-rank data slot of the plan channel */
 
+/* The PD role of a configuration (--disaggregation-mode), checked before anything starts: a PD
+ * role needs --tp-size 1 (the per-rank relay is not built), decode needs
+ * --disaggregation-prefill-addr host:port (parsed into host/port); prefill binds --host on
+ * --disaggregation-bootstrap-port. err names the flag. */
+tdm_status_t tdm_worker_pd_check(const tdm_worker_config_t *cfg, tdm_sched_pd_t *ret_pd, char *host,
+                                 size_t host_len, uint16_t *ret_port, char *err, size_t err_len);
+
 void tdm_worker_shm_path(const char *prefix, int which, char *out, size_t out_len);
 
 #endif

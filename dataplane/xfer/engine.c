@@ -1116,6 +1116,23 @@ void tdm_xfer_stats(tdm_xfer_t *x, tdm_xfer_stats_t *ret)
     pthread_mutex_unlock(&x->mu);
 }
 
+static void count_room(void *ctx, uint64_t room, const tdm_xfer_room_info_t *info)
+{
+    uint32_t *n = ctx;
+    (void)room;
+    if ((unsigned)info->state < TDM_KVPOLL_MAX)
+        n[info->state]++;
+}
+
+void tdm_xfer_room_counts(tdm_xfer_t *x, uint32_t ret[TDM_KVPOLL_MAX])
+{
+    uint32_t n[TDM_KVPOLL_MAX] = {0};
+    pthread_mutex_lock(&x->mu);
+    tdm_xfer_rooms_foreach(x->rooms, count_room, n);
+    pthread_mutex_unlock(&x->mu);
+    memcpy(ret, n, sizeof(n));
+}
+
 tdm_status_t tdm_xfer_poll(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t *ret_state)
 {
     tdm_xfer_room_info_t info;

@@ -178,6 +178,10 @@ uint16_t tdm_xfer_port(const tdm_xfer_t *x);
 tdm_status_t tdm_xfer_wait_ready(tdm_xfer_t *x, uint64_t timeout_us, char *why, size_t why_len);
 void tdm_xfer_stats(tdm_xfer_t *x, tdm_xfer_stats_t *ret);
 
+/* Live rooms (tombstones excluded) by combined KVPoll state, indexed by tdm_kvpoll_t: what
+ * /metrics shows (a room stuck in WAITING_FOR_INPUT is visible there). */
+void tdm_xfer_room_counts(tdm_xfer_t *x, uint32_t ret[TDM_KVPOLL_MAX]);
+
 /* The room's combined KVPoll state; TDM_ERR_NOTFOUND for rooms never seen or released. */
 tdm_status_t tdm_xfer_poll(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t *ret_state);
 /* Abort a room in any state (decode: ABORT frame + quarantine; prefill: STATUS FAILED after
