@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,36 @@ static json_t *body_object(h2o_req_t *req)
     }
     return root;
 }
+
+/* The handlers of POST bodies: `fn` gets the parsed object (a 400 was sent when the body is not
+ * one) and owns nothing; the object is released after it. */
+typedef void (*body_fn)(tdm_cp_server_t *s, h2o_req_t *req, json_t *o, const tdm_cp_token_t *who);
+
+static void with_body(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_token_t *who, body_fn fn)
+{
+    json_t *o = body_object(req);
+    if (!o)
+        return;
+    fn(s, req, o, who);
+    json_decref(o);
+}
+
+#define BODY_HANDLER(name, fn)                                                                     \
+    static void name(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,                   \
+                     const tdm_cp_token_t *who)                                                    \
+    {                                                                                              \
+        (void)a;                                                                                   \
+        with_body(s, req, who, fn);                                                                \
+    }
+
+/* A handler that only runs `sql` (no parameters) and answers with its JSON. */
+#define QUERY_HANDLER(name, sql)                                                                   \
+    static void name(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,                   \
+                     const tdm_cp_token_t *who)                                                    \
+    {                                                                                              \
+        (void)a;                                                                                   \
+        query(s, req, who, sql, tdm_cp_job_reply_json, "");                                        \
+    }
 
 /* A required/optional string field; sends 400 and returns -1 when wrong. */
 static int field_str(h2o_req_t *req, json_t *o, const char *key, int required, size_t max,
@@ -117,6 +148,56 @@ static void param_u64(tdm_cp_job_t *job, unsigned long long v)
     tdm_cp_job_param(job, b);
 }
 
+/* The parameters of a statement, one letter of `spec` each: 's' a string (NULL: SQL NULL),
+ * 'u' an unsigned long long. */
+static void params_v(tdm_cp_job_t *job, const char *spec, va_list ap)
+{
+    for (const char *c = spec; *c; c++) {
+        if (*c == 's')
+            tdm_cp_job_param(job, va_arg(ap, const char *));
+        else
+            param_u64(job, va_arg(ap, unsigned long long));
+    }
+}
+
+/* The query scaffolding of the database handlers: a job for `sql` bound to the request, answered
+ * by `done`, with its parameters (params_v). query_job leaves it to the caller to submit (after
+ * setting readonly, render or aux); query submits it at once. */
+static tdm_cp_job_t *query_job(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_token_t *who,
+                               const char *sql, tdm_cp_job_done_fn done, const char *spec, ...)
+{
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql, done, who);
+    va_list ap;
+    va_start(ap, spec);
+    params_v(job, spec, ap);
+    va_end(ap);
+    return job;
+}
+
+static void query(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_token_t *who, const char *sql,
+                  tdm_cp_job_done_fn done, const char *spec, ...)
+{
+    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql, done, who);
+    va_list ap;
+    va_start(ap, spec);
+    params_v(job, spec, ap);
+    va_end(ap);
+    tdm_cp_db_query(s->db, job);
+}
+
+/* Path capture i as a C string; 0 (after a 404 naming `what`) when it does not fit. */
+static int path_arg(h2o_req_t *req, const tdm_cp_args_t *a, int i, char *buf, size_t len,
+                    const char *what)
+{
+    if (a->v[i].len >= len) {
+        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such %s", what);
+        return 0;
+    }
+    memcpy(buf, a->v[i].base, a->v[i].len);
+    buf[a->v[i].len] = '\0';
+    return 1;
+}
+
 static int name_ok(const char *s, size_t max)
 {
     size_t n = strlen(s);
@@ -143,10 +224,9 @@ static void audit_failure(tdm_cp_server_t *s, const char *actor, const char *act
 {
     tdm_cp_job_t *job = tdm_cp_job_new(sql_audit_failed, audit_free, NULL);
     param_u64(job, tdm_time_wall_us());
-    tdm_cp_job_param(job, actor);
-    tdm_cp_job_param(job, action);
-    tdm_cp_job_param(job, target);
-    tdm_cp_job_param(job, detail);
+    const char *const texts[4] = {actor, action, target, detail};
+    for (int i = 0; i < 4; i++)
+        tdm_cp_job_param(job, texts[i]);
     job->wait = 1; /* the audit log must not lose it to a short outage */
     tdm_cp_db_query(s->db, job);
 }
@@ -257,13 +337,8 @@ static const char sql_register[] =
     "RETURNING json_build_object('instance_id', instance_id, 'rank', rank, 'group', group_name, "
     "  'worker', worker, 'registered_us', registered_us)::text";
 
-static void h_register(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
-                       const tdm_cp_token_t *who)
+static void register_body(tdm_cp_server_t *s, h2o_req_t *req, json_t *o, const tdm_cp_token_t *who)
 {
-    (void)a;
-    json_t *o = body_object(req);
-    if (!o)
-        return;
     const char *group, *mode, *model, *inst, *worker, *admin_url, *host;
     long long tp, rank, pid;
     if (field_str(req, o, "group", 1, TDM_CP_NAME_MAX - 1, &group) ||
@@ -274,62 +349,42 @@ static void h_register(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *
         field_str(req, o, "host", 0, 256, &host) || field_int(req, o, "tp_size", 0, 1, 1024, &tp) ||
         field_int(req, o, "rank", 1, 0, 1023, &rank) ||
         field_int(req, o, "pid", 0, 0, INT32_MAX, &pid))
-        goto out;
+        return;
     if (strcmp(mode, "prefill") != 0 && strcmp(mode, "decode") != 0 && strcmp(mode, "null") != 0) {
         tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
                           "\"role\" must be prefill, decode or null");
-        goto out;
+        return;
     }
     if (rank >= tp) {
         tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
                           "\"rank\" %lld is not below tp_size %lld", rank, tp);
-        goto out;
+        return;
     }
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_register, tdm_cp_job_reply_json, who);
-    tdm_cp_job_param(job, group);
-    tdm_cp_job_param(job, mode);
-    tdm_cp_job_param(job, model ? model : "");
-    param_u64(job, (unsigned long long)tp);
-    tdm_cp_job_param(job, inst);
-    param_u64(job, (unsigned long long)rank);
-    tdm_cp_job_param(job, worker);
-    tdm_cp_job_param(job, admin_url ? admin_url : "");
-    tdm_cp_job_param(job, host ? host : "");
-    if (json_object_get(o, "pid"))
-        param_u64(job, (unsigned long long)pid);
-    else
-        tdm_cp_job_param(job, NULL);
-    param_u64(job, tdm_time_wall_us());
-    tdm_cp_db_query(s->db, job);
-out:
-    json_decref(o);
+    char pidv[24];
+    snprintf(pidv, sizeof(pidv), "%lld", pid);
+    query(s, req, who, sql_register, tdm_cp_job_reply_json, "sssusussssu", group, mode,
+          model ? model : "", (unsigned long long)tp, inst, (unsigned long long)rank, worker,
+          admin_url ? admin_url : "", host ? host : "", json_object_get(o, "pid") ? pidv : NULL,
+          (unsigned long long)tdm_time_wall_us());
 }
+BODY_HANDLER(h_register, register_body)
 
 static const char sql_heartbeat[] =
     "UPDATE workers SET last_seen_us = $3::bigint WHERE instance_id = $1 AND rank = $2::integer "
     "RETURNING json_build_object('instance_id', instance_id, 'rank', rank, 'last_seen_us', "
     "  last_seen_us)::text";
 
-static void h_heartbeat(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
-                        const tdm_cp_token_t *who)
+static void heartbeat_body(tdm_cp_server_t *s, h2o_req_t *req, json_t *o, const tdm_cp_token_t *who)
 {
-    (void)a;
-    json_t *o = body_object(req);
-    if (!o)
-        return;
     const char *inst;
     long long rank;
     if (field_str(req, o, "instance_id", 1, TDM_CP_NAME_MAX - 1, &inst) ||
         field_int(req, o, "rank", 1, 0, 1023, &rank))
-        goto out;
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_heartbeat, tdm_cp_job_reply_json, who);
-    tdm_cp_job_param(job, inst);
-    param_u64(job, (unsigned long long)rank);
-    param_u64(job, tdm_time_wall_us());
-    tdm_cp_db_query(s->db, job);
-out:
-    json_decref(o);
+        return;
+    query(s, req, who, sql_heartbeat, tdm_cp_job_reply_json, "suu", inst, (unsigned long long)rank,
+          (unsigned long long)tdm_time_wall_us());
 }
+BODY_HANDLER(h_heartbeat, heartbeat_body)
 
 /* ---- reads ---------------------------------------------------------------------------------- */
 
@@ -343,12 +398,7 @@ static const char sql_groups[] =
     "     ORDER BY w.instance_id, w.rank), '[]') FROM workers w WHERE w.group_name = g.name)) "
     "  ORDER BY g.name), '[]'))::text FROM groups g";
 
-static void h_groups(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
-                     const tdm_cp_token_t *who)
-{
-    (void)a;
-    tdm_cp_db_query(s->db, tdm_cp_server_job(s, req, sql_groups, tdm_cp_job_reply_json, who));
-}
+QUERY_HANDLER(h_groups, sql_groups)
 
 static void sample_json(tdm_cp_buf_t *b, const tdm_cp_sample_t *x)
 {
@@ -447,14 +497,9 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
                            const tdm_cp_token_t *who)
 {
     char inst[TDM_CP_NAME_MAX], rank[16];
-    if (a->v[0].len >= sizeof(inst) || a->v[1].len >= sizeof(rank)) {
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such rank");
+    if (!path_arg(req, a, 0, inst, sizeof(inst), "rank") ||
+        !path_arg(req, a, 1, rank, sizeof(rank), "rank"))
         return;
-    }
-    memcpy(inst, a->v[0].base, a->v[0].len);
-    inst[a->v[0].len] = '\0';
-    memcpy(rank, a->v[1].base, a->v[1].len);
-    rank[a->v[1].len] = '\0';
     char *end;
     unsigned long r = strtoul(rank, &end, 10);
     if (!rank[0] || *end || r > 1023) {
@@ -478,12 +523,8 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
         tdm_cp_buf_free(&b);
         return;
     }
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_rank_history, tdm_cp_job_reply_json, who);
-    tdm_cp_job_param(job, inst);
-    param_u64(job, r);
-    param_u64(job, since);
-    param_u64(job, until);
-    param_u64(job, limit);
+    tdm_cp_job_t *job = query_job(s, req, who, sql_rank_history, tdm_cp_job_reply_json, "suuuu",
+                                  inst, (unsigned long long)r, since, until, limit);
     job->readonly = 1;
     job->render = render_history;
     tdm_cp_db_query(s->db, job);
@@ -530,21 +571,13 @@ static void h_transfers(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t 
         }
     }
     uint64_t now = tdm_time_wall_us();
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_transfers, tdm_cp_job_reply_json, who);
-    tdm_cp_job_param(job, has_state ? state : NULL);
-    if (tdm_cp_query_get(req, "min_age_ms", state, 2))
-        param_u64(job, now - min_age_ms * 1000u);
-    else
-        tdm_cp_job_param(job, NULL);
-    if (has_room) {
-        char b[32];
-        snprintf(b, sizeof(b), "%" PRId64, (int64_t)roomv);
-        tdm_cp_job_param(job, b);
-    } else {
-        tdm_cp_job_param(job, NULL);
-    }
-    param_u64(job, now - window_s * 1000000u);
-    tdm_cp_db_query(s->db, job);
+    char age[24], roomt[24];
+    int has_age = tdm_cp_query_get(req, "min_age_ms", age, 2);
+    snprintf(age, sizeof(age), "%llu", (unsigned long long)(now - min_age_ms * 1000u));
+    snprintf(roomt, sizeof(roomt), "%" PRId64, (int64_t)roomv);
+    query(s, req, who, sql_transfers, tdm_cp_job_reply_json, "sssu", has_state ? state : NULL,
+          has_age ? age : NULL, has_room ? roomt : NULL,
+          (unsigned long long)(now - window_s * 1000000u));
 }
 
 static const char sql_alerts[] =
@@ -600,9 +633,8 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
         tdm_cp_send_json(req, 200, hit, strlen(hit));
         return;
     }
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_alerts, on_alerts, who);
-    tdm_cp_job_param(job, has_state ? state : NULL);
-    param_u64(job, limit);
+    tdm_cp_job_t *job =
+        query_job(s, req, who, sql_alerts, on_alerts, "su", has_state ? state : NULL, limit);
     job->readonly = 1;
     size_t alen = 24 + strlen(key);
     job->aux = tdm_malloc(alen);
@@ -623,9 +655,7 @@ static void h_actions(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
     unsigned long long limit;
     if (query_uint(req, "limit", 10000, 100, &limit))
         return;
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_actions, tdm_cp_job_reply_json, who);
-    param_u64(job, limit);
-    tdm_cp_db_query(s->db, job);
+    query(s, req, who, sql_actions, tdm_cp_job_reply_json, "u", limit);
 }
 
 static const char sql_config[] =
@@ -640,9 +670,7 @@ static void h_config(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     (void)a;
     char group[TDM_CP_NAME_MAX];
     int has = tdm_cp_query_get(req, "group", group, sizeof(group));
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_config, tdm_cp_job_reply_json, who);
-    tdm_cp_job_param(job, has ? group : NULL);
-    tdm_cp_db_query(s->db, job);
+    query(s, req, who, sql_config, tdm_cp_job_reply_json, "s", has ? group : NULL);
 }
 
 /* ---- tokens --------------------------------------------------------------------------------- */
@@ -653,12 +681,7 @@ static const char sql_tokens_list[] =
     "'[]'))::text "
     "FROM api_tokens";
 
-static void h_tokens_list(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
-                          const tdm_cp_token_t *who)
-{
-    (void)a;
-    tdm_cp_db_query(s->db, tdm_cp_server_job(s, req, sql_tokens_list, tdm_cp_job_reply_json, who));
-}
+QUERY_HANDLER(h_tokens_list, sql_tokens_list)
 
 static const char sql_token_create[] =
     "WITH t AS (INSERT INTO api_tokens (name, role, token_hash, created_us) "
@@ -705,50 +728,42 @@ static void on_token_created(tdm_cp_job_t *job)
     tdm_cp_job_free(job);
 }
 
-static void h_tokens_create(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
-                            const tdm_cp_token_t *who)
+static void tokens_create_body(tdm_cp_server_t *s, h2o_req_t *req, json_t *o,
+                               const tdm_cp_token_t *who)
 {
-    (void)a;
-    json_t *o = body_object(req);
-    if (!o)
-        return;
     const char *name, *role;
     tdm_cp_role_t r;
     if (field_str(req, o, "name", 1, TDM_CP_TOKEN_NAME_MAX - 1, &name) ||
         field_str(req, o, "role", 1, 16, &role))
-        goto out;
+        return;
     if (!name_ok(name, TDM_CP_TOKEN_NAME_MAX - 1) || strcmp(name, TDM_CP_ADMIN_TOKEN_NAME) == 0) {
         tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
                           "\"name\" must be 1-63 of [A-Za-z0-9._-] and not \"admin\"");
-        goto out;
+        return;
     }
     if (tdm_cp_role_parse(role, &r) != TDM_OK) {
         tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
                           "\"role\" must be read or admin");
-        goto out;
+        return;
     }
     char token[TDM_CP_TOKEN_LEN + 1];
     if (tdm_cp_auth_token_new(token) != TDM_OK) {
         tdm_cp_send_error(req, 500, "internal", "server_error", "no randomness available");
-        goto out;
+        return;
     }
     uint8_t h[32];
     char hex[65];
     tdm_cp_auth_sha256(token, TDM_CP_TOKEN_LEN, h);
     tdm_cp_auth_hex(h, 32, hex);
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_token_create, on_token_created, who);
-    tdm_cp_job_param(job, name);
-    tdm_cp_job_param(job, tdm_cp_role_name(r));
-    tdm_cp_job_param(job, hex);
-    param_u64(job, tdm_time_wall_us());
-    tdm_cp_job_param(job, who->name);
+    tdm_cp_job_t *job =
+        query_job(s, req, who, sql_token_create, on_token_created, "sssus", name,
+                  tdm_cp_role_name(r), hex, (unsigned long long)tdm_time_wall_us(), who->name);
     size_t alen = TDM_CP_TOKEN_LEN + 1 + strlen(tdm_cp_role_name(r)) + 1;
     job->aux = tdm_malloc(alen);
     snprintf(job->aux, alen, "%s %s", token, tdm_cp_role_name(r));
     tdm_cp_db_query(s->db, job);
-out:
-    json_decref(o);
 }
+BODY_HANDLER(h_tokens_create, tokens_create_body)
 
 static const char sql_token_revoke[] =
     "WITH t AS (UPDATE api_tokens SET revoked_us = $2::bigint "
@@ -773,22 +788,15 @@ static void h_tokens_revoke(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_arg
                             const tdm_cp_token_t *who)
 {
     char name[TDM_CP_TOKEN_NAME_MAX];
-    if (a->v[0].len >= sizeof(name)) {
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such token");
+    if (!path_arg(req, a, 0, name, sizeof(name), "token"))
         return;
-    }
-    memcpy(name, a->v[0].base, a->v[0].len);
-    name[a->v[0].len] = '\0';
     if (strcmp(name, TDM_CP_ADMIN_TOKEN_NAME) == 0) {
         tdm_cp_send_error(req, 400, "invalid_request", "invalid_request_error",
                           "the admin token is managed through state_dir/admin.token");
         return;
     }
-    tdm_cp_job_t *job = tdm_cp_server_job(s, req, sql_token_revoke, on_token_revoked, who);
-    tdm_cp_job_param(job, name);
-    param_u64(job, tdm_time_wall_us());
-    tdm_cp_job_param(job, who->name);
-    tdm_cp_db_query(s->db, job);
+    query(s, req, who, sql_token_revoke, on_token_revoked, "sus", name,
+          (unsigned long long)tdm_time_wall_us(), who->name);
 }
 
 /* ---- the table ------------------------------------------------------------------------------ */

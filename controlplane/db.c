@@ -506,6 +506,14 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
 #define GROUP_MAX_BATCHES 256
 #define GROUP_MAX_BYTES (16u << 20)
 
+static const char *const copy_sql[3] = {
+    "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
+    "coll_seq, coll_hash, in_coll, bs, waiting, running) FROM STDIN",
+    "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, idx, type, room, "
+    "from_state, to_state, reason, data) FROM STDIN",
+    "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
+    "data) FROM STDIN"};
+
 typedef struct gmark {
     const char *inst;
     char *lit; /* escaped literal */
@@ -519,46 +527,73 @@ static ingest_rc_t conn_rc(PGconn *conn)
     return PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
 }
 
-/* COPY `n` pieces of text into one statement. */
-static ingest_rc_t copy_pieces(PGconn *conn, const char *sql, const char *const *p,
-                               const size_t *len, size_t n, char *err, size_t err_len)
+/* Inside the group's query: take results (the previous statement's completion) until the server
+ * asks for COPY data (PGRES_COPY_IN), then send the pieces (or, when `cancel`, end the COPY with an
+ * error so the transaction aborts). */
+static ingest_rc_t copy_in(PGconn *conn, const char *const *p, const size_t *len, size_t n,
+                           const char *cancel, char *err, size_t err_len)
 {
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += len[i];
-    if (total == 0)
-        return INGEST_OK;
-    PGresult *res = PQexec(conn, sql);
-    if (PQresultStatus(res) != PGRES_COPY_IN) {
-        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+    PGresult *res;
+    ExecStatusType st;
+    for (;;) {
+        res = PQgetResult(conn);
+        st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+        if (st != PGRES_COMMAND_OK)
+            break;
+        PQclear(res);
+    }
+    if (st != PGRES_COPY_IN) {
+        snprintf(err, err_len, "%s",
+                 res ? PQresultErrorMessage(res) : "the server did not start the COPY");
         PQclear(res);
         return conn_rc(conn);
     }
     PQclear(res);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; !cancel && i < n; i++) {
         if (len[i] && PQputCopyData(conn, p[i], (int)len[i]) != 1) {
             snprintf(err, err_len, "%s", PQerrorMessage(conn));
             return INGEST_CONN;
         }
     }
-    if (PQputCopyEnd(conn, NULL) != 1) {
+    if (PQputCopyEnd(conn, cancel) != 1) {
         snprintf(err, err_len, "%s", PQerrorMessage(conn));
         return INGEST_CONN;
     }
-    ingest_rc_t rc = INGEST_OK;
+    return INGEST_OK;
+}
+
+/* Drain the query's remaining results; the first failure is reported. */
+static ingest_rc_t drain(PGconn *conn, ingest_rc_t rc, char *err, size_t err_len)
+{
+    PGresult *res;
     while ((res = PQgetResult(conn)) != NULL) {
-        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == INGEST_OK) {
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_COPY_IN) { /* only after an earlier failure left a COPY open */
+            PQputCopyEnd(conn, "ingest group abandoned");
+        } else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && rc == INGEST_OK) {
             snprintf(err, err_len, "%s", PQresultErrorMessage(res));
             rc = conn_rc(conn);
         }
         PQclear(res);
     }
+    if (PQstatus(conn) == CONNECTION_BAD)
+        rc = INGEST_CONN;
     return rc;
 }
 
-/* One transaction for jobs[0..n). On INGEST_OK, accepted[i] says whether batch i was inserted
- * (else it is a duplicate). INGEST_DATA: rolled back, nothing decided (the caller retries the
- * batches one by one to find the one the database refuses). */
+/* One transaction for jobs[0..n), sent as ONE query string so the whole group costs four round
+ * trips (marks + first COPY start, two more COPY starts, marks raised + COMMIT) instead of one per
+ * statement:
+ *   BEGIN; INSERT INTO ingest_marks … ON CONFLICT … RETURNING (locks every key's mark);
+ *   COPY samples; COPY transfer_events; COPY events; UPDATE ingest_marks (raise to the group's
+ *   highest seq per key, never lower); COMMIT
+ * The locked marks arrive before the first COPY asks for data, so which batches are above their
+ * mark (in arrival order, each accepted batch raising it for the next) is decided on the locked
+ * values and only their rows are sent. When every batch is a duplicate the first COPY is ended
+ * with an error, which aborts the transaction (nothing written) and is then rolled back.
+ * On INGEST_OK, accepted[i] says whether batch i was inserted (else it is a duplicate).
+ * INGEST_DATA: rolled back, nothing decided (the caller retries the batches one by one to find the
+ * one the database refuses). */
 static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t n, int *accepted,
                                 int *ret_committed, char *err, size_t err_len)
 {
@@ -568,7 +603,7 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
     size_t *plen = tdm_calloc(n, sizeof(*plen));
     tdm_cp_buf_t sql = TDM_CP_BUF_INIT;
     ingest_rc_t rc = INGEST_OK;
-    int in_txn = 0;
+    int sent = 0, all_dup = 0;
     uint64_t now = tdm_time_wall_us();
     *ret_committed = 0;
 
@@ -577,10 +612,14 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
         size_t k = 0;
         while (k < nm && !(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
             k++;
-        if (k < nm)
+        if (k < nm) {
+            if (b->seq > marks[k].high)
+                marks[k].high = b->seq; /* here: the group's highest seq for the key */
             continue;
+        }
         marks[nm].inst = b->instance_id;
         marks[nm].rank = b->rank;
+        marks[nm].high = b->seq;
         marks[nm].lit = PQescapeLiteral(conn, b->instance_id, strlen(b->instance_id));
         if (!marks[nm].lit) {
             snprintf(err, err_len, "%s", PQerrorMessage(conn));
@@ -589,54 +628,77 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
         }
         nm++;
     }
-    /* One round trip: open the transaction and lock (or create) every mark of the group. */
     tdm_cp_buf_puts(&sql, "BEGIN; INSERT INTO ingest_marks VALUES ");
     for (size_t k = 0; k < nm; k++)
         tdm_cp_buf_printf(&sql, "%s(%s, %u, 0, %llu)", k ? ", " : "", marks[k].lit, marks[k].rank,
                           (unsigned long long)now);
     tdm_cp_buf_puts(&sql, " ON CONFLICT (instance_id, rank) DO UPDATE SET seq = ingest_marks.seq "
-                          "RETURNING instance_id, rank, seq");
-    PGresult *res = PQexec(conn, sql.data);
-    in_txn = 1;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || (size_t)PQntuples(res) != nm) {
-        snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+                          "RETURNING instance_id, rank, seq; ");
+    for (int t = 0; t < 3; t++) {
+        tdm_cp_buf_puts(&sql, copy_sql[t]);
+        tdm_cp_buf_puts(&sql, "; ");
+    }
+    tdm_cp_buf_puts(&sql,
+                    "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
+    for (size_t k = 0; k < nm; k++)
+        tdm_cp_buf_printf(&sql, "%s(%s, %u, %llu::bigint, %llu::bigint)", k ? ", " : "",
+                          marks[k].lit, marks[k].rank, (unsigned long long)marks[k].high,
+                          (unsigned long long)now);
+    tdm_cp_buf_puts(&sql, ") AS v (instance_id, rank, seq, u) WHERE m.instance_id = v.instance_id "
+                          "AND m.rank = v.rank AND v.seq > m.seq; COMMIT");
+    if (!PQsendQuery(conn, sql.data)) {
+        snprintf(err, err_len, "%s", PQerrorMessage(conn));
+        rc = conn_rc(conn);
+        goto out;
+    }
+    sent = 1;
+
+    PGresult *res = PQgetResult(conn); /* BEGIN */
+    if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) {
+        snprintf(err, err_len, "%s", res ? PQresultErrorMessage(res) : "no reply to BEGIN");
         PQclear(res);
         rc = conn_rc(conn);
         goto out;
     }
+    PQclear(res);
+    res = PQgetResult(conn); /* the locked marks */
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || (size_t)PQntuples(res) != nm) {
+        snprintf(err, err_len, "%s", res ? PQresultErrorMessage(res) : "no marks returned");
+        PQclear(res);
+        rc = conn_rc(conn);
+        goto out;
+    }
+    for (size_t k = 0; k < nm; k++)
+        marks[k].seq = UINT64_MAX;
     for (int r = 0; r < PQntuples(res); r++) {
         const char *inst = PQgetvalue(res, r, 0);
         uint32_t rank = (uint32_t)strtoul(PQgetvalue(res, r, 1), NULL, 10);
         for (size_t k = 0; k < nm; k++)
             if (marks[k].rank == rank && strcmp(marks[k].inst, inst) == 0)
-                marks[k].seq = marks[k].high = strtoull(PQgetvalue(res, r, 2), NULL, 10);
+                marks[k].seq = strtoull(PQgetvalue(res, r, 2), NULL, 10);
     }
     PQclear(res);
-
+    for (size_t k = 0; k < nm; k++) {
+        if (marks[k].seq == UINT64_MAX) {
+            snprintf(err, err_len, "a mark was not returned");
+            rc = INGEST_DATA;
+            goto out;
+        }
+    }
+    /* Decide in arrival order on the locked marks (`seq` now runs as the key's current mark). */
     size_t nacc = 0;
     for (size_t i = 0; i < n; i++) {
         const tdm_cp_batch_t *b = jobs[i]->batch;
         size_t k = 0;
         while (!(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
             k++;
-        accepted[i] = b->seq > marks[k].high;
+        accepted[i] = b->seq > marks[k].seq;
         if (accepted[i]) {
-            marks[k].high = b->seq;
+            marks[k].seq = b->seq;
             nacc++;
         }
     }
-    if (nacc == 0) {
-        rc = exec_cmd(conn, "ROLLBACK", err, err_len);
-        in_txn = 0;
-        goto out;
-    }
-    static const char *const copy_sql[3] = {
-        "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
-        "coll_seq, coll_hash, in_coll, bs, waiting, running) FROM STDIN",
-        "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, idx, type, room, "
-        "from_state, to_state, reason, data) FROM STDIN",
-        "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
-        "data) FROM STDIN"};
+    all_dup = nacc == 0;
     for (int t = 0; t < 3 && rc == INGEST_OK; t++) {
         size_t np = 0;
         for (size_t i = 0; i < n; i++) {
@@ -646,33 +708,25 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
             pieces[np] = t == 0 ? b->samples : t == 1 ? b->tevents : b->events;
             plen[np++] = t == 0 ? b->samples_len : t == 1 ? b->tevents_len : b->events_len;
         }
-        rc = copy_pieces(conn, copy_sql[t], pieces, plen, np, err, err_len);
-    }
-    if (rc != INGEST_OK)
-        goto out;
-    tdm_cp_buf_reset(&sql);
-    tdm_cp_buf_puts(&sql,
-                    "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
-    int first = 1;
-    for (size_t k = 0; k < nm; k++) {
-        if (marks[k].high == marks[k].seq)
-            continue;
-        tdm_cp_buf_printf(&sql, "%s(%s, %u, %llu::bigint, %llu::bigint)", first ? "" : ", ",
-                          marks[k].lit, marks[k].rank, (unsigned long long)marks[k].high,
-                          (unsigned long long)now);
-        first = 0;
-    }
-    tdm_cp_buf_puts(&sql, ") AS v (instance_id, rank, seq, u) WHERE m.instance_id = v.instance_id "
-                          "AND m.rank = v.rank; COMMIT");
-    rc = exec_cmd(conn, sql.data, err, err_len);
-    if (rc == INGEST_OK) {
-        in_txn = 0;
-        *ret_committed = 1;
+        rc = copy_in(conn, pieces, plen, np,
+                     all_dup ? "every batch of the group is a duplicate" : NULL, err, err_len);
+        if (all_dup)
+            break;
     }
 
 out:
-    if (in_txn && rc == INGEST_DATA)
-        PQclear(PQexec(conn, "ROLLBACK"));
+    if (sent && all_dup) {
+        /* the cancelled COPY failed the transaction on purpose: roll it back, all duplicates */
+        rc = drain(conn, rc, err, err_len);
+        if (rc != INGEST_CONN)
+            rc = exec_cmd(conn, "ROLLBACK", err, err_len);
+    } else if (sent) {
+        rc = drain(conn, rc, err, err_len);
+        if (rc == INGEST_OK)
+            *ret_committed = 1;
+        else if (rc == INGEST_DATA && PQtransactionStatus(conn) != PQTRANS_IDLE)
+            PQclear(PQexec(conn, "ROLLBACK"));
+    }
     for (size_t k = 0; k < nm; k++)
         PQfreemem(marks[k].lit);
     tdm_free(marks);

@@ -25,27 +25,45 @@
 
 #define PERSIST_PERIOD_US 100000u /* 10 Hz per rank */
 
-static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const char *inst, uint32_t rank,
-                       const char *group, uint64_t seq)
+/* `prefix` is the row's constant "instance_id\trank\tgroup\t" (COPY text, escaped once). */
+static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const tdm_cp_buf_t *prefix,
+                       uint64_t seq, tdm_cp_buf_t *scratch)
 {
-    tdm_cp_buf_printf(b, "%" PRId64 "\t%s\t%u\t", s->ts_us, inst, rank);
-    tdm_cp_buf_copy_text(b, group);
-    tdm_cp_buf_printf(b, "\t%" PRIu64 "\t%" PRIu64 "\t", seq, s->iter);
+    tdm_cp_buf_i64(b, s->ts_us);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_append(b, prefix->data, prefix->len);
+    tdm_cp_buf_u64(b, seq);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->iter);
+    tdm_cp_buf_append(b, "\t", 1);
     tdm_cp_buf_copy_text(b, s->path);
-    tdm_cp_buf_printf(b, "\t%" PRId64 "\t%" PRIu64 "\t%" PRId64 "\t", (int64_t)s->plan_hash,
-                      s->coll_seq, (int64_t)s->coll_hash);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_i64(b, (int64_t)s->plan_hash);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->coll_seq);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_i64(b, (int64_t)s->coll_hash);
+    tdm_cp_buf_append(b, "\t", 1);
     if (s->in_coll_valid) {
-        tdm_cp_buf_t j = TDM_CP_BUF_INIT;
-        tdm_cp_buf_puts(&j, "{\"op\":");
-        tdm_cp_buf_json_str(&j, s->in_coll.op);
-        tdm_cp_buf_printf(&j, ",\"seq\":%" PRIu64 ",\"since_us\":%" PRId64 "}", s->in_coll.seq,
-                          s->in_coll.since_us);
-        tdm_cp_buf_copy_text(b, j.data);
-        tdm_cp_buf_free(&j);
+        tdm_cp_buf_reset(scratch);
+        tdm_cp_buf_puts(scratch, "{\"op\":");
+        tdm_cp_buf_json_str(scratch, s->in_coll.op);
+        tdm_cp_buf_puts(scratch, ",\"seq\":");
+        tdm_cp_buf_u64(scratch, s->in_coll.seq);
+        tdm_cp_buf_puts(scratch, ",\"since_us\":");
+        tdm_cp_buf_i64(scratch, s->in_coll.since_us);
+        tdm_cp_buf_puts(scratch, "}");
+        tdm_cp_buf_copy_text(b, scratch->data);
     } else {
-        tdm_cp_buf_puts(b, "\\N");
+        tdm_cp_buf_append(b, "\\N", 2);
     }
-    tdm_cp_buf_printf(b, "\t%u\t%u\t%u\n", s->bs, s->waiting, s->running);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->bs);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->waiting);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->running);
+    tdm_cp_buf_append(b, "\n", 1);
 }
 
 static const char *nz(const char *s)
@@ -171,6 +189,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     tdm_json_hex64_format(tb.instance_id, inst);
     tdm_cp_buf_t sb = TDM_CP_BUF_INIT, tvb = TDM_CP_BUF_INIT, eb = TDM_CP_BUF_INIT;
     hist_rows_t *hr = NULL;
+    tdm_cp_buf_t prefix = TDM_CP_BUF_INIT, scratch = TDM_CP_BUF_INIT;
 
     tdm_cp_rank_t *rk;
     st = tdm_cp_rings_rank(&s->rings, inst, tb.rank, 1, &rk);
@@ -189,6 +208,14 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     int replay = tb.seq <= rk->last_seq;
     uint64_t replay_last = 0;
     uint32_t persisted = 0;
+    tdm_cp_buf_puts(&prefix, inst);
+    tdm_cp_buf_append(&prefix, "\t", 1);
+    tdm_cp_buf_u64(&prefix, tb.rank);
+    tdm_cp_buf_append(&prefix, "\t", 1);
+    tdm_cp_buf_copy_text(&prefix, tb.group);
+    tdm_cp_buf_append(&prefix, "\t", 1);
+    /* a batch's rows are about 200 bytes each: one allocation up front */
+    tdm_cp_buf_reserve(&sb, (size_t)tb.n_samples * 224);
     hr = tdm_malloc(sizeof(*hr) + (size_t)tb.n_samples * sizeof(hr->rows[0]));
     hr->srv = s;
     memcpy(hr->instance_id, inst, sizeof(inst));
@@ -209,7 +236,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
             due = tdm_cp_rank_persist_due(rk, ts, PERSIST_PERIOD_US);
         }
         if (due) {
-            sample_row(&sb, x, inst, tb.rank, tb.group, tb.seq);
+            sample_row(&sb, x, &prefix, tb.seq, &scratch);
             persisted++;
             hr->rows[hr->n++] = *x;
             if (x->ts_us > hr->newest_ts)
@@ -273,4 +300,6 @@ out:
     tdm_cp_buf_free(&sb);
     tdm_cp_buf_free(&tvb);
     tdm_cp_buf_free(&eb);
+    tdm_cp_buf_free(&prefix);
+    tdm_cp_buf_free(&scratch);
 }
