@@ -33,3 +33,9 @@ tests_unit_test_sched_LDADD = libtdmoneshot.a $(SCHED_LIBS) $(COMMON_LIBS)
 # The launcher end to end: TP=2 == TP=1 bit for bit in both loops, SIGTERM, kill -9 of a rank.
 TESTS += tests/integration/test-serving.sh
 dist_check_SCRIPTS += tests/integration/test-serving.sh
+
+# PD in the serving worker (issue 9): prefill + decode + colocated workers on models/demo over
+# real UCX — bit-identical output, refusals, bad frames at the bootstrap port, drained pages;
+# and the abort storm (60 sessions, client killed twice, probes' TTFT, no room or page left).
+TESTS += tests/integration/test-pd.sh tests/integration/test-pd-storm.sh
+dist_check_SCRIPTS += tests/integration/test-pd.sh tests/integration/test-pd-storm.sh

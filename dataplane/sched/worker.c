@@ -382,6 +382,19 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
             "# HELP tandem_xfer_registered 1 while a peer group is registered\n"
             "# TYPE tandem_xfer_registered gauge\ntandem_xfer_registered %d\n",
             tdm_xfer_wait_ready(w->xfer, 0, NULL, 0) == TDM_OK);
+    /* the engine's threads (I8): /health fails when one goes stale; the ages show which */
+    fprintf(f, "# HELP tandem_xfer_thread_heartbeat_age_seconds Time since each transfer-engine "
+               "thread's last heartbeat (rank 0; -1 = never)\n"
+               "# TYPE tandem_xfer_thread_heartbeat_age_seconds gauge\n");
+    uint64_t now = tdm_time_mono_us();
+    for (int t = TDM_HB_BOOTSTRAP; t <= TDM_HB_TRANSFER; t++) {
+        uint64_t hb = atomic_load(&w->page->slot[0].heartbeat_us[t]);
+        fprintf(f, "tandem_xfer_thread_heartbeat_age_seconds{thread=\"%s\"} %.6f\n",
+                tdm_hb_thread_name((tdm_hb_thread_t)t),
+                hb == 0    ? -1.0
+                : hb < now ? (double)(now - hb) / 1e6
+                           : 0.0);
+    }
     struct {
         const char *name, *help;
         uint64_t v;
