@@ -219,8 +219,11 @@ static void send_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
     uint8_t buf[512];
     size_t len;
     if (tdm_frame_encode_abort(&f, buf, sizeof(buf), &len) == TDM_OK &&
-        xfer_out(x, buf, len) == TDM_OK)
+        xfer_out(x, buf, len) == TDM_OK) {
         x->st.aborts_sent++;
+        /* with abort_acked, what ABORT_UNACKED is computed from (docs/alerts.md) */
+        xfer_event(x, "abort_sent", room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, reason);
+    }
 }
 
 /* The room became FAILED: if prefill may still write into its pages, hold them and ask. */
@@ -316,7 +319,9 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
     else
         x->st.aux_mismatch++;
     tdm_warn(TDM_SUB_XFER, "room %016llx corrupt: %s", (unsigned long long)room, why);
-    xfer_event(x, "corruption", room, TDM_KVPOLL_SUCCESS, TDM_KVPOLL_FAILED, why);
+    /* the detector's vocabulary (docs/alerts.md): CORRUPTION opens on either */
+    xfer_event(x, bad_sum ? "checksum_mismatch" : "aux_room_mismatch", room, TDM_KVPOLL_SUCCESS,
+               TDM_KVPOLL_FAILED, why);
     xfer_room_set_all(x, room, TDM_KVPOLL_FAILED, why);
     pthread_mutex_unlock(&x->mu);
     return TDM_ERR_CORRUPT;

@@ -86,10 +86,13 @@ typedef struct tdm_xfer_aux {
     tdm_frame_top_t top[TDM_FRAME_MAX_TOP];
 } tdm_xfer_aux_t;
 
-/* Telemetry-ready event (DESIGN §10c event shape). type: "kvpoll" (a room's combined state
- * changed), "register_refused", "peer_lost", "peer_registered", "corruption" (checksum or aux
- * mismatch), "abort_acked", "abort_unacked" (ACK timeout), "frame_dropped". Strings are valid
- * only during the call. Called with engine locks held: do not call back into the engine. */
+/* Telemetry-ready event (DESIGN §10c event shape; names as docs/alerts.md's detectors read
+ * them). type: "kvpoll" (a room's combined state changed), "register_refused", "peer_lost",
+ * "peer_registered", "checksum_mismatch" / "aux_room_mismatch" (commit found the KV or the aux
+ * slot corrupt), "abort_sent" (decode sent ABORT; pages quarantined), "abort_acked",
+ * "abort_unacked" (ACK timeout). Dropped frames are counted (tdm_xfer_stats), not events. Strings
+ * are valid only during the call. Called with engine locks held: do not call back into the engine.
+ */
 typedef struct tdm_xfer_event {
     uint64_t ts_us; /* CLOCK_MONOTONIC */
     const char *type;

@@ -303,7 +303,7 @@ static void on_ev(void *ctx, const tdm_xfer_event_t *ev)
         l->acked++;
     else if (!strcmp(ev->type, "abort_unacked"))
         l->unacked++;
-    else if (!strcmp(ev->type, "corruption"))
+    else if (!strcmp(ev->type, "checksum_mismatch") || !strcmp(ev->type, "aux_room_mismatch"))
         l->corruption++;
     else if (!strcmp(ev->type, "peer_lost"))
         l->peer_lost++;
