@@ -106,6 +106,9 @@ void tdm_api_h_models(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_openai_tick(tdm_api_t *a, uint64_t now_us);
 void tdm_api_openai_fini(tdm_api_t *a);
 
+/* From the loop's tick: abort requests whose client socket is closed (EOF or reset). */
+void tdm_api_gen_check_clients(tdm_api_t *a);
+
 /* Ask the scheduler to end every open request (shutdown). */
 void tdm_api_gen_abort_all(tdm_api_t *a);
 

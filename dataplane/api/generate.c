@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 
 #include <tdm/json.h>
 #include <tdm/log.h>
@@ -346,6 +348,35 @@ void tdm_api_gen_abort_all(tdm_api_t *a)
         tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, link, l);
         if (!g->done_seen)
             tdm_sched_abort(a->o.sched, g->id);
+    }
+}
+
+/* h2o sees a vanished client only when it next writes to it: a request waiting for its first
+ * token (a long prefill, or a PD request whose KV is still in transfer) would run to its first
+ * token for nobody. So every tick the sockets of unfinished requests are peeked at: EOF or a
+ * reset means the client is gone and the request is aborted now (nginx's
+ * ngx_http_test_reading does the same; a client that half-closes after its request is treated
+ * as gone, as there). h2o still owns the request and disposes of it as usual. */
+void tdm_api_gen_check_clients(tdm_api_t *a)
+{
+    for (h2o_linklist_t *l = a->gens.next; l != &a->gens; l = l->next) {
+        tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, link, l);
+        if (!g->req || g->done_seen || g->client_gone || !g->req->conn ||
+            !g->req->conn->callbacks->get_socket)
+            continue;
+        h2o_socket_t *sock = g->req->conn->callbacks->get_socket(g->req->conn);
+        int fd = sock ? h2o_socket_get_fd(sock) : -1;
+        if (fd < 0)
+            continue;
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+            continue;
+        g->client_gone = 1;
+        a->client_disconnects++;
+        tdm_dbg(TDM_SUB_API, "msg=\"client socket closed, aborting\" req=%llu",
+                (unsigned long long)g->id);
+        tdm_sched_abort(a->o.sched, g->id);
     }
 }
 

@@ -211,12 +211,16 @@ if SCEN == "equiv":
         err = r.stderr.decode()
         ok(r.returncode == 2 and want in err, "refused at start: %s" % " ".join(extra), err)
 
-pre = start("prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0"])
+# equiv runs the pair in the lockstep loop (the colocated reference in the overlap loop), storm in
+# the overlap loop: both loops take the PD paths
+LOOP = ["--disable-overlap-schedule"] if SCEN == "equiv" else []
+pre = start("prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0"]
+            + LOOP)
 if not ok(wait_ready(pre), "prefill worker bound HTTP and the bootstrap listener", logtail(pre)):
     finish()
 ok(pre["bootstrap"] > 0, "prefill ready file names the bootstrap port %d" % pre["bootstrap"])
 dec = start("decode", ["--disaggregation-mode", "decode",
-                       "--disaggregation-prefill-addr", "127.0.0.1:%d" % pre["bootstrap"]])
+                       "--disaggregation-prefill-addr", "127.0.0.1:%d" % pre["bootstrap"]] + LOOP)
 col = start("colocated", []) if SCEN == "equiv" else None
 if not ok(wait_ready(dec) and (col is None or wait_ready(col)), "decode (and colocated) ready files",
           logtail(dec)):
@@ -452,6 +456,10 @@ if SCEN == "storm":
         md["tandem_xfer_aborts_sent_total"], md["tandem_xfer_aborts_acked_total"],
         md["tandem_xfer_rooms_ok_total"], md["tandem_xfer_rooms_failed_total"],
         md["tandem_xfer_corruption_risk_total"]))
+    ok(md["tandem_xfer_aborts_sent_total"] > 0 and
+       md["tandem_xfer_aborts_acked_total"] == md["tandem_xfer_aborts_sent_total"],
+       "requests aborted while their KV was in transfer: every ABORT acknowledged (%d)" %
+       md["tandem_xfer_aborts_sent_total"])
     ok(md["tandem_xfer_corruption_risk_total"] == 0 and md["tandem_xfer_checksum_mismatch_total"] == 0
        and md["tandem_prefill_tokens_total"] == 0,
        "no ACK timed out, no checksum mismatch, decode computed no prompt token")
