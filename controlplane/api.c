@@ -587,16 +587,37 @@ static const char sql_alerts[] =
     "  ORDER BY opened_us DESC, id DESC LIMIT $2::integer) a";
 
 #define ALERTS_CACHE_US 1000000u
+#define ALERTS_REFRESH_US 400000u /* a hit older than this is refreshed in the background */
 
 /* aux = "<write_gen at submit> <cache key>" */
+static void alerts_job_finish(tdm_cp_server_t *s, tdm_cp_job_t *job, const char *key)
+{
+    job->readonly = 1;
+    size_t alen = 24 + strlen(key);
+    job->aux = tdm_malloc(alen);
+    snprintf(job->aux, alen, "%llu %s",
+             (unsigned long long)atomic_load(&tdm_cp_db_stats(s->db)->write_gen), key);
+    tdm_cp_db_query(s->db, job);
+}
+
+static void alerts_cache_put(tdm_cp_server_t *s, const tdm_cp_job_t *job)
+{
+    if (s && job->st == TDM_OK && job->result)
+        tdm_cp_db_cache_put(s->db, strchr(job->aux, ' ') + 1, strtoull(job->aux, NULL, 10),
+                            job->result);
+}
+
 static void on_alerts(tdm_cp_job_t *job)
 {
     tdm_cp_pending_t *pd = job->ctx;
-    if (pd && job->st == TDM_OK && job->result) {
-        char *key = strchr(job->aux, ' ');
-        tdm_cp_db_cache_put(pd->srv->db, key + 1, strtoull(job->aux, NULL, 10), job->result);
-    }
+    alerts_cache_put(pd ? pd->srv : NULL, job);
     tdm_cp_job_reply_json(job);
+}
+
+static void on_alerts_refreshed(tdm_cp_job_t *job)
+{
+    alerts_cache_put(job->ctx, job);
+    tdm_cp_job_free(job);
 }
 
 static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
@@ -631,16 +652,18 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     const char *hit = tdm_cp_db_cache_get(s->db, key, ALERTS_CACHE_US);
     if (hit) {
         tdm_cp_send_json(req, 200, hit, strlen(hit));
+        /* refreshed ahead of its expiry, so a steady reader never waits on the query */
+        if (tdm_cp_db_cache_claim_refresh(s->db, key, ALERTS_REFRESH_US)) {
+            tdm_cp_job_t *job = tdm_cp_job_new(sql_alerts, on_alerts_refreshed, s);
+            tdm_cp_job_param(job, has_state ? state : NULL);
+            param_u64(job, limit);
+            alerts_job_finish(s, job, key);
+        }
         return;
     }
-    tdm_cp_job_t *job =
-        query_job(s, req, who, sql_alerts, on_alerts, "su", has_state ? state : NULL, limit);
-    job->readonly = 1;
-    size_t alen = 24 + strlen(key);
-    job->aux = tdm_malloc(alen);
-    snprintf(job->aux, alen, "%llu %s",
-             (unsigned long long)atomic_load(&tdm_cp_db_stats(s->db)->write_gen), key);
-    tdm_cp_db_query(s->db, job);
+    alerts_job_finish(
+        s, query_job(s, req, who, sql_alerts, on_alerts, "su", has_state ? state : NULL, limit),
+        key);
 }
 
 static const char sql_actions[] =

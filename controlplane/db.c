@@ -68,6 +68,7 @@ struct tdm_cp_db {
         char key[TDM_CP_DB_CACHE_KEY];
         uint64_t gen, at_us;
         char *body;
+        int refreshing;       /* a refresh was claimed (tdm_cp_db_cache_claim_refresh) */
     } cache[TDM_CP_DB_CACHE]; /* loop thread only */
 };
 
@@ -1081,6 +1082,20 @@ const char *tdm_cp_db_cache_get(tdm_cp_db_t *db, const char *key, uint64_t max_a
     return NULL;
 }
 
+int tdm_cp_db_cache_claim_refresh(tdm_cp_db_t *db, const char *key, uint64_t after_us)
+{
+    uint64_t gen = atomic_load(&db->stats.write_gen), now = tdm_time_mono_us();
+    for (int i = 0; i < TDM_CP_DB_CACHE; i++) {
+        if (db->cache[i].body && db->cache[i].gen == gen && strcmp(db->cache[i].key, key) == 0) {
+            if (db->cache[i].refreshing || now - db->cache[i].at_us < after_us)
+                return 0;
+            db->cache[i].refreshing = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void tdm_cp_db_cache_put(tdm_cp_db_t *db, const char *key, uint64_t gen, const char *body)
 {
     if (strlen(key) >= TDM_CP_DB_CACHE_KEY || gen != atomic_load(&db->stats.write_gen))
@@ -1099,4 +1114,5 @@ void tdm_cp_db_cache_put(tdm_cp_db_t *db, const char *key, uint64_t gen, const c
     db->cache[slot].gen = gen;
     db->cache[slot].at_us = tdm_time_mono_us();
     db->cache[slot].body = tdm_strdup(body);
+    db->cache[slot].refreshing = 0;
 }

@@ -131,5 +131,8 @@ const tdm_cp_db_stats_t *tdm_cp_db_stats(const tdm_cp_db_t *db);
 #define TDM_CP_DB_CACHE_KEY 64
 const char *tdm_cp_db_cache_get(tdm_cp_db_t *db, const char *key, uint64_t max_age_us);
 void tdm_cp_db_cache_put(tdm_cp_db_t *db, const char *key, uint64_t gen, const char *body);
+/* 1 once per entry when the valid entry for `key` is older than after_us: the caller refreshes it
+ * in the background (its put replaces the entry) while the entry keeps answering. */
+int tdm_cp_db_cache_claim_refresh(tdm_cp_db_t *db, const char *key, uint64_t after_us);
 
 #endif

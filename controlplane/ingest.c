@@ -122,6 +122,8 @@ typedef struct hist_rows {
 
 void tdm_cp_hist_sync(tdm_cp_server_t *s)
 {
+    if (!s->db)
+        return; /* stopping: the last replies are being drained */
     uint64_t n = atomic_load(&tdm_cp_db_stats(s->db)->spool_replayed);
     if (n != s->hist_spool_replays) {
         tdm_cp_hist_gap_all(&s->hist);
