@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -528,6 +529,15 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* a launcher killed with SIGKILL cannot stop its ranks: the kernel does (SIGTERM → the same
+     * clean stop as a forwarded one); the prefix names the launcher, in case it is already gone */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    const char *dash = strrchr(prefix, '-');
+    if (dash && atoi(dash + 1) > 0 && getppid() != (pid_t)atoi(dash + 1)) {
+        fprintf(stderr, "tandem-worker: rank %u: the launcher (pid %s) is gone\n", w->rank,
+                dash + 1);
+        return 1;
+    }
 
     tdm_worker_shm_path(prefix, SHM_PROGRESS, path, sizeof(path));
     TDM_CHECK_GOTO(tdm_progress_open(path, &w->page), st, err_shm);

@@ -16,7 +16,12 @@
 #     killed -9 mid-flight, twice; then both workers healthy with fresh heartbeats, five 16-token
 #     greedy probes each with a TTFT <= 200 ms (2x the 100 ms target: CI has 2 shared cores; the
 #     measured values are printed), no room left in WAITING_FOR_INPUT/TRANSFERRING, nothing
-#     quarantined or held, and every page back after a drain.
+#     quarantined or held, every ABORT acknowledged, and every page back after a drain.
+#   scenario "peer" (test-pd-peer.sh): kill -9 of the prefill group (launcher and rank) under 24
+#     in-flight PD requests: every one ends (an error, none hangs), decode stays healthy, /ready
+#     503 and new requests fail at once; a new prefill on the same bootstrap port: decode
+#     re-registers and its output equals the output before the death. The rooms that were in
+#     transfer stay quarantined on decode (I5: no ABORT_ACK can come), so no full drain there.
 # TAP; python3 standard library only.
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -74,7 +79,7 @@ def start(name, extra):
     log = open(os.path.join(tmp, name + ".log"), "w+")
     p = subprocess.Popen([BIN, "--device", "cpu", "--model-path", MODEL, "--port", "0",
                           "--ready-file", ready, "--admin-token-file", tokf] + extra,
-                         stdout=subprocess.DEVNULL, stderr=log)
+                         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     procs.append(p)
     return {"name": name, "proc": p, "ready": ready, "log": log}
 
@@ -190,6 +195,10 @@ def finish():
             p.wait(timeout=15)
         except subprocess.TimeoutExpired:
             p.kill()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # nothing of the group may outlive the test
+        except OSError:
+            pass
     print("1..%d" % n)
     sys.exit(1 if failed else 0)
 
@@ -464,6 +473,74 @@ if SCEN == "storm":
        and md["tandem_prefill_tokens_total"] == 0,
        "no ACK timed out, no checksum mismatch, decode computed no prompt token")
 
+# ---------------------------------------------------------------- prefill death
+
+PEER_CLIENT = r'''
+import http.client, json, sys, threading
+port, model, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+out = [None] * n
+def one(i):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = {"model": model, "prompt": "the sea " * (20 + 7 * i), "max_tokens": 64,
+            "temperature": 0, "ignore_eos": True}
+    c.request("POST", "/v1/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out[i] = (r.status, r.read().decode()[:200])
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps(out))
+'''
+
+if SCEN == "peer":
+    body = {"model": MODEL, "prompt": prompt_of(40, 31), "max_tokens": 12, "temperature": 0,
+            "ignore_eos": True}
+    s0, b0 = request(dec, "POST", "/v1/completions", body)
+    ok(s0 == 200, "PD request before the prefill dies", b0)
+    cl = subprocess.Popen([sys.executable, "-c", PEER_CLIENT, str(dec["port"]), MODEL, "24"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    wait_until(lambda: metrics(pre).get("tandem_xfer_rooms_taken_total", 0) >= 3, 10)
+    os.killpg(pre["proc"].pid, signal.SIGKILL)  # the launcher and its rank, at once
+    pre["proc"].wait()
+    t_kill = time.time()
+    try:
+        out = json.loads(cl.communicate(timeout=30)[0].decode())
+    except subprocess.TimeoutExpired:
+        cl.kill()
+        out = None
+    t_end = time.time() - t_kill
+    ok(out is not None and all(o is not None for o in out),
+       "every in-flight request ended after kill -9 of the prefill (%.1f s)" % t_end, str(out))
+    errs = [o for o in out or [] if o and o[0] != 200]
+    note("in-flight requests: %d completed, %d ended with an error" % (len(out or []) - len(errs),
+                                                                       len(errs)))
+    ok(all(o[0] >= 500 or o[0] == 200 for o in out or []) and t_end < 15,
+       "requests ended with a result or a 5xx error within 15 s, none hung", str(errs[:3]))
+    ok(request(dec, "GET", "/health")[0] == 200, "decode stays healthy (its threads are fine)")
+    st = wait_until(lambda: request(dec, "GET", "/ready")[0] == 503, 10)
+    ok(st, "decode /ready 503 while no prefill is registered")
+    s1, b1 = request(dec, "POST", "/v1/completions", body)
+    ok(s1 >= 500, "a PD request without a prefill gets an error at once (%d)" % s1, b1)
+    # a new prefill on the same bootstrap port: decode re-registers and serves again
+    pre = start("prefill2", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
+                             str(pre["bootstrap"])])
+    ok(wait_ready(pre), "a new prefill worker on the same bootstrap port", logtail(pre))
+    st = wait_until(lambda: request(dec, "GET", "/ready")[0] == 200, 30)
+    ok(st, "decode re-registered with the new prefill (/ready 200)", logtail(dec))
+    s2, b2 = request(dec, "POST", "/v1/completions", body)
+    ok(s2 == 200 and json.loads(b2)["choices"] == json.loads(b0)["choices"],
+       "PD output after the restart == before", "%s\n%s" % (b0[:300], b2[:300]))
+    md = metrics(dec)
+    note("decode after the prefill death: quarantined %d rooms, held %d, corruption_risk %d, "
+         "pages free %d + cached %d of %d" % (
+             md["tandem_xfer_quarantined"], md["tandem_xfer_rooms_held"],
+             md["tandem_xfer_corruption_risk_total"], md["tandem_kv_pages_free"],
+             md["tandem_kv_pages_cached"], md["tandem_kv_pages_total"]))
+    ok(md['tandem_xfer_rooms{state="WAITING_FOR_INPUT"}'] == 0 and
+       md['tandem_xfer_rooms{state="TRANSFERRING"}'] == 0 and md["tandem_xfer_transferring_requests"] == 0,
+       "no decode room left waiting or transferring")
+
 # ---------------------------------------------------------------- both sides, at the end
 
 for w in (pre, dec):
@@ -472,8 +549,10 @@ for w in (pre, dec):
        "%s: alive, /health ok, bootstrap/recv/transfer heartbeats fresh %s" % (
            w["name"], [round(a, 2) for a in ages]), logtail(w))
 for w in (dec, pre):
+    if SCEN == "peer":
+        break  # rooms in transfer when the prefill died stay quarantined (I5): no full drain
     good, why = drain_all_free(w)
-    ok(good and metrics(w)["tandem_kv_pages_total"] == pages0[w["name"]],
+    ok(good and metrics(w)["tandem_kv_pages_total"] == pages0[w["name"].rstrip("2")],
        "%s: drained, every KV page free (%s)" % (w["name"], why))
 note("scenario %s took %.1f s" % (SCEN, time.time() - t_start))
 finish()
