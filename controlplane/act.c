@@ -312,13 +312,47 @@ tdm_status_t tdm_cp_act_submit(tdm_cp_act_t *a, const char *actor, json_t *reque
     return enqueue(a, actor, request, done, ctx, err, err_len);
 }
 
+static int is_remedy_for(const act_req_t *r, const char *group)
+{
+    const char *g = json_string_value(json_object_get(r->request, "group"));
+    return !strncmp(r->actor, "policy:", 7) && g && !strcmp(g, group);
+}
+
+/* The actor of a policy action on `group` queued or running now, or NULL. Caller holds mu. */
+static const char *remedy_in_progress(tdm_cp_act_t *a, const char *group)
+{
+    if (a->current && is_remedy_for(a->current, group))
+        return a->current->actor;
+    for (const act_req_t *r = a->q_head; r; r = r->next)
+        if (is_remedy_for(r, group))
+            return r->actor;
+    return NULL;
+}
+
 /* Remediation requests (policy auto) become actions: restart_group with params (overlap off,
  * hicache off) is a reconfigure, without params a restart; fail_rooms_restart_peer restarts the
- * group (its rooms fail with it). */
+ * group (its rooms fail with it). One incident often opens several alerts on a group (a rank that
+ * took the idle path is RANK_DIVERGENCE at once and WEDGE 3 s later): while a policy action on
+ * the group is queued or running, a further remedy for it is skipped (logged), so the group is
+ * restarted once, not once per alert. */
 static void take_remedies(tdm_cp_act_t *a)
 {
     tdm_cp_remedy_t rm;
     while (tdm_cp_alerts_take_remedy(a->srv->alerts, &rm)) {
+        pthread_mutex_lock(&a->mu);
+        const char *busy = remedy_in_progress(a, rm.group);
+        char busy_actor[72];
+        snprintf(busy_actor, sizeof(busy_actor), "%s", busy ? busy : "");
+        pthread_mutex_unlock(&a->mu);
+        if (busy) {
+            tdm_info(TDM_SUB_CP,
+                     "msg=\"remedy skipped: the group is being remedied\" group=%s alert=%s "
+                     "alert_id=%llu by=%s",
+                     rm.group, tdm_cp_alert_class_name(rm.cls), (unsigned long long)rm.alert_id,
+                     busy_actor);
+            json_decref(rm.request);
+            continue;
+        }
         const char *what = json_string_value(json_object_get(rm.request, "action"));
         json_t *params = json_object_get(rm.request, "params");
         json_t *req;

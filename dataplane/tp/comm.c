@@ -119,3 +119,15 @@ void tdm_comm_record_iter(tdm_comm_t *c, uint64_t iter, tdm_path_t path, uint64_
     tdm_progress_write_end(s);
     tdm_progress_heartbeat(s, TDM_HB_LOOP, now_us);
 }
+
+void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running)
+{
+    if (!c->page)
+        return;
+    tdm_progress_slot_t *s = &c->page->slot[c->rank];
+    tdm_progress_write_begin(s);
+    s->rec.waiting = waiting;
+    s->rec.running = running;
+    s->rec.pending = waiting + running;
+    tdm_progress_write_end(s);
+}

@@ -56,6 +56,11 @@ uint64_t tdm_comm_hash_step(uint64_t h, tdm_coll_op_t op, uint64_t bytes, uint32
  * queue counters, and the progress stamp that /health reads (I8). */
 void tdm_comm_record_iter(tdm_comm_t *c, uint64_t iter, tdm_path_t path, uint64_t plan_hash,
                           uint32_t bs, uint32_t waiting, uint32_t running, uint64_t now_us);
+/* Publish the queue counters of the iteration that starts now (rank 0, before its stall points
+ * and collectives), leaving iter, path, plan_hash and progress_us at the last completed one. So
+ * a loop stuck in the first busy iteration after idle ones still shows the work it holds: WEDGE
+ * (DESIGN §4) and /health (I8) judge "no progress with work pending" from these counters. */
+void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running);
 
 /*
  * Shared-memory backend for CPU ranks (separate processes or threads on one host).

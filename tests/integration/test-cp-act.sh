@@ -4,9 +4,9 @@
 # one of two groups under load with 0 failed requests, reconfigure overlap=off (config version,
 # override file, the worker restarts in the lockstep loop), restart, kill -9 of a rank →
 # WORKER_LOST → supervisor restart, re-adoption after tandemd restarts, every action in the
-# audit log with timestamps; then faults → alerts → auto actions (stall_loop → WEDGE;
-# rank_idle_path → RANK_DIVERGENCE → restart with overlap off), which need worker telemetry in
-# tandemd and are skipped with the reason when it does not arrive.
+# audit log with timestamps; then faults → telemetry → detectors → alerts → policy actions
+# (stall_loop → WEDGE → reconfigure overlap=off; rank_idle_path on rank 1 → RANK_DIVERGENCE naming
+# rank 1 and the op → reconfigure overlap=off → lockstep loop → serving again).
 set -u
 : "${TDM_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${TDM_BUILDDIR:=$(pwd)}"
@@ -41,7 +41,7 @@ cleanup() {
 trap cleanup EXIT
 psql_ -d postgres -c "CREATE DATABASE $db" >/dev/null || { echo "1..0 # SKIP cannot create a database"; exit 0; }
 
-echo "1..24"
+echo "1..29"
 n=0
 ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 check() { if eval "$1"; then ok 0 "$2"; else ok 1 "$2"; fi; }
@@ -157,30 +157,68 @@ check "[ \"\$(complete)\" = 200 ]" "router serves through re-adopted groups"
 check "[ \$(sql \"SELECT count(*) FROM actions WHERE outcome='pending' OR finished_us IS NULL\") = 0 ]" \
     "no audit row left pending"
 
-# ---- faults → alerts → actions (needs worker telemetry in tandemd) ----
-sleep 2
-# Known open (issue 11): with telemetry now arriving, these two end-to-end chains do not pass yet
-# (no WEDGE within 10 s of stall_loop; no policy reconfigure after rank_idle_path). They run with
-# TDM_CP_ACT_FAULTS=1; by default they are reported as skipped with this reason.
-nranks=$(api "$url/api/v1/status" | j "len(d['ranks'])")
-if [ "${TDM_CP_ACT_FAULTS:-0}" != 1 ] || [ "$nranks" = 0 ]; then
-    for t in "stall_loop → WEDGE" "rank_idle_path → RANK_DIVERGENCE → auto restart with overlap off"; do
-        n=$((n + 1)); echo "ok $n # SKIP $t: fault → alert → action chain not passing yet (issue 11 open; TDM_CP_ACT_FAULTS=1 runs it; $nranks ranks reporting)"
-    done
-    exit 0
-fi
+# ---- faults → alerts → actions: the detector chain end to end ----
+# Fault bodies are {"name", "rank", "count", "after_iter", "duration_ms"} (docs/contracts.md §10e).
+# Work goes straight to the faulted group's worker, so the router cannot send it elsewhere.
+fresh_ranks() { api "$url/api/v1/status" | j "len([r for r in d['ranks'] if r['age_ms'] < 1000 and r['group'] in ('a','b')])" 2>/dev/null; }
+for _ in $(seq 1 50); do [ "$(fresh_ranks)" = 3 ] && break; sleep 0.1; done
+check "[ \"\$(fresh_ranks)\" = 3 ]" "telemetry: the three ranks of groups a and b report to tandemd"
 tok=$(cat "$tmp/state/admin.token")
+arm() { # url body → the worker's answer
+    curl -s -H "Authorization: Bearer $tok" "$1/admin/faults" -d "$2"
+}
+alert_field() { # kind group expr → expr over the newest live alert of that kind on that group
+    api "$url/api/v1/alerts?source=live" |
+        j "([$3 for a in sorted((x for x in d['alerts'] if x['kind']=='$1' and x['group']=='$2'), key=lambda x: x['id'])][-1:] or [''])[0]" 2>/dev/null
+}
+policy_done() { # kind group → 1 once the policy's reconfigure (overlap off) is in the audit log, ok, timed
+    sql "SELECT count(*) FROM actions WHERE actor='policy:$1' AND target='$2' AND action='reconfigure'
+         AND outcome='ok' AND params->>'overlap'='off' AND finished_us >= ts_us AND ts_us > 0"
+}
+now_us() { $PY -c "import time;print(int(time.time()*1e6))"; }
+
+# (a) stall_loop on rank 0 of group a while it serves a stream → WEDGE (rule: min iter unchanged
+# 3 s with work pending; ≤5 s) → policy auto: reconfigure overlap=off → serving again
 aurl=$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='a'][0]")
-(for _ in $(seq 1 6); do complete 32 >/dev/null; done) &
-curl -s -H "Authorization: Bearer $tok" "$aurl/admin/faults" -d '{"stall_loop":{"rank":0,"count":1,"after_iter":0,"duration_ms":8000}}' >/dev/null
-for _ in $(seq 1 100); do api "$url/api/v1/alerts?source=live" | grep -q WEDGE && break; sleep 0.1; done
-check "api '$url/api/v1/alerts?source=live' | grep -q WEDGE" "stall_loop → WEDGE"
+curl -sN -m 60 "$aurl/generate" -d '{"input_ids":[2,3,4,5],"max_new_tokens":1500,"ignore_eos":true,"stream":true}' >"$tmp/gen_a" 2>/dev/null &
+gen_a=$!
+for _ in $(seq 1 100); do grep -q token_id "$tmp/gen_a" 2>/dev/null && break; sleep 0.05; done
+t_arm=$(now_us)
+arm "$aurl" '{"name":"stall_loop","rank":0,"count":1,"after_iter":0,"duration_ms":6000}' >"$tmp/arm_a"
+check "grep -q '\"armed\":true' $tmp/arm_a && grep -q token_id $tmp/gen_a" "stall_loop armed on rank 0 of group a while it serves a stream"
+for _ in $(seq 1 100); do [ -n "$(alert_field WEDGE a "a['opened_us']")" ] && break; sleep 0.1; done
+w_open=$(alert_field WEDGE a "a['opened_us']")
+w_pend=$(alert_field WEDGE a "a['evidence']['pending']")
+echo "# WEDGE opened $(( (${w_open:-0} - t_arm) / 1000 )) ms after the arm: $(alert_field WEDGE a "a['summary']")"
+check "[ -n \"$w_open\" ] && [ \$(( $w_open - $t_arm )) -le 7000000 ] && [ \"${w_pend:-0}\" -ge 1 ]" \
+    "stall_loop → WEDGE on group a within 5 s (+2 s slack) of the stall, evidence shows the pending work"
+for _ in $(seq 1 150); do [ "$(policy_done WEDGE a)" -ge 1 ] && break; sleep 0.2; done
+check "[ \$(policy_done WEDGE a) -ge 1 ] && wait_ready a && [ \"\$(complete)\" = 200 ]" \
+    "WEDGE → policy reconfigure overlap=off of a (audit row: actor, outcome, timestamps) → serving again"
+wait $gen_a
+
+# (b) rank_idle_path on rank 1 of the TP=2 group b → RANK_DIVERGENCE naming rank 1 and the op
+# (≤2 s) → policy auto: reconfigure overlap=off → b restarts in the lockstep loop → serving again
 burl=$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='b'][0]")
-curl -s -H "Authorization: Bearer $tok" "$burl/admin/faults" -d '{"rank_idle_path":{"rank":1,"count":0,"after_iter":0,"duration_ms":0}}' >/dev/null
-(for _ in $(seq 1 4); do complete 32 >/dev/null; done) &
-for _ in $(seq 1 300); do
-    [ "$(sql "SELECT count(*) FROM actions WHERE actor='policy:RANK_DIVERGENCE' AND outcome='ok'")" -ge 1 ] && break; sleep 0.2
-done
-check "[ \$(sql \"SELECT count(*) FROM actions WHERE actor='policy:RANK_DIVERGENCE' AND action='reconfigure' AND outcome='ok' AND params->>'overlap'='off'\") -ge 1 ] && wait_ready b && [ \"\$(complete)\" = 200 ]" \
-    "rank_idle_path → RANK_DIVERGENCE → auto restart with overlap off → serving again"
+arm "$burl" '{"name":"rank_idle_path","rank":1,"count":0,"after_iter":0}' >"$tmp/arm_b"
+t_req=$(now_us)
+curl -s -m 60 "$burl/generate" -d '{"input_ids":[2,3,4,5],"max_new_tokens":8}' >/dev/null 2>&1 &
+gen_b=$!
+for _ in $(seq 1 100); do [ -n "$(alert_field RANK_DIVERGENCE b "a['opened_us']")" ] && break; sleep 0.1; done
+d_open=$(alert_field RANK_DIVERGENCE b "a['opened_us']")
+d_min=$(alert_field RANK_DIVERGENCE b "a['evidence']['minority_ranks']")
+d_op=$(alert_field RANK_DIVERGENCE b "a['evidence']['op']")
+echo "# RANK_DIVERGENCE opened $(( (${d_open:-0} - t_req) / 1000 )) ms after the request: $(alert_field RANK_DIVERGENCE b "a['summary']")"
+check "grep -q '\"armed\":true' $tmp/arm_b && [ -n \"$d_open\" ] && [ \$(( $d_open - $t_req )) -le 4000000 ] && [ \"$d_min\" = '[1]' ] && echo ' $d_op' | grep -Eq ' (allreduce|allgather|broadcast)$'" \
+    "rank_idle_path on rank 1 → RANK_DIVERGENCE within 2 s (+2 s slack) naming rank 1 and the op ($d_op)"
+for _ in $(seq 1 200); do [ "$(policy_done RANK_DIVERGENCE b)" -ge 1 ] && break; sleep 0.2; done
+serve_b() { # → http code of a /generate on b's (new) worker
+    curl -s -o /dev/null -w '%{http_code}' "$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='b'][0]")/generate" \
+        -d '{"input_ids":[2,3],"max_new_tokens":4}'
+}
+check "[ \$(policy_done RANK_DIVERGENCE b) -ge 1 ] && wait_ready b && tail -n 3 $tmp/state/groups/b/worker.log | grep -q 'lockstep loop' && [ \"\$(serve_b)\" = 200 ]" \
+    "RANK_DIVERGENCE → policy reconfigure overlap=off of b (audit row) → restarted in the lockstep loop → serving again"
+wait $gen_b
+check "[ \$(sql \"SELECT count(*) FROM actions WHERE outcome='pending' OR finished_us IS NULL\") = 0 ]" \
+    "every action, the remedies included, finished in the audit log"
 exit 0
