@@ -37,8 +37,9 @@ dist_check_SCRIPTS += tests/integration/test-serving.sh
 # PD in the serving worker (issue 9): prefill + decode + colocated workers on models/demo over
 # real UCX — bit-identical output, refusals, bad frames at the bootstrap port, drained pages;
 # the abort storm (60 sessions, client killed twice, probes' TTFT, no room or page left); and
-# kill -9 of the prefill under traffic, then a new prefill on the same port.
+# kill -9 of the prefill under traffic, then a new prefill on the same port; and a decode pool
+# too small for its batch (retraction after commit, local recompute, output unchanged).
 PD_TESTS = tests/integration/test-pd.sh tests/integration/test-pd-storm.sh \
-	tests/integration/test-pd-peer.sh
+	tests/integration/test-pd-peer.sh tests/integration/test-pd-retract.sh
 TESTS += $(PD_TESTS)
 dist_check_SCRIPTS += $(PD_TESTS)

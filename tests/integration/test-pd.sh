@@ -22,6 +22,9 @@
 #     503 and new requests fail at once; a new prefill on the same bootstrap port: decode
 #     re-registers and its output equals the output before the death. The rooms that were in
 #     transfer stay quarantined on decode (I5: no ABORT_ACK can come), so no full drain there.
+#   scenario "retract" (test-pd-retract.sh): a 40-page decode pool, 8 concurrent 64-token
+#     requests: decode retracts committed PD requests and recomputes them locally (the one case
+#     where decode computes prompt tokens); the output still equals colocated.
 # TAP; python3 standard library only.
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -228,9 +231,13 @@ pre = start("prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bo
 if not ok(wait_ready(pre), "prefill worker bound HTTP and the bootstrap listener", logtail(pre)):
     finish()
 ok(pre["bootstrap"] > 0, "prefill ready file names the bootstrap port %d" % pre["bootstrap"])
+# retract: a decode pool of 40 pages (16 tokens, 32 KiB each on the demo model) for 8 requests of
+# up to ~11 pages: decode must retract requests after their commit and recompute them locally
+SMALL = ["--kv-cpu-bytes", "1310720"] if SCEN == "retract" else []
 dec = start("decode", ["--disaggregation-mode", "decode",
-                       "--disaggregation-prefill-addr", "127.0.0.1:%d" % pre["bootstrap"]] + LOOP)
-col = start("colocated", []) if SCEN == "equiv" else None
+                       "--disaggregation-prefill-addr", "127.0.0.1:%d" % pre["bootstrap"]] + LOOP
+            + SMALL)
+col = start("colocated", []) if SCEN in ("equiv", "retract") else None
 if not ok(wait_ready(dec) and (col is None or wait_ready(col)), "decode (and colocated) ready files",
           logtail(dec)):
     finish()
@@ -472,6 +479,32 @@ if SCEN == "storm":
     ok(md["tandem_xfer_corruption_risk_total"] == 0 and md["tandem_xfer_checksum_mismatch_total"] == 0
        and md["tandem_prefill_tokens_total"] == 0,
        "no ACK timed out, no checksum mismatch, decode computed no prompt token")
+
+# ---------------------------------------------------------------- retraction after commit
+
+if SCEN == "retract":
+    import threading
+    bodies = [{"model": MODEL, "prompt": prompt_of(30 + 6 * i, 300 + i), "max_tokens": 64,
+               "temperature": 0, "ignore_eos": True} for i in range(8)]
+    res = {"dec": [None] * 8, "col": [None] * 8}
+
+    def run(w, key, i):
+        res[key][i] = request(w, "POST", "/v1/completions", bodies[i])
+    for w, key in ((dec, "dec"), (col, "col")):
+        ts = [threading.Thread(target=run, args=(w, key, i)) for i in range(8)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    md = metrics(dec)
+    note("decode: %d pages, %d retractions, %d prompt tokens recomputed locally" % (
+        md["tandem_kv_pages_total"], md["tandem_retractions_total"],
+        md["tandem_prefill_tokens_total"]))
+    ok(md["tandem_kv_pages_total"] <= 40 and md["tandem_retractions_total"] > 0,
+       "decode ran short of pages and retracted PD requests (%d)" % md["tandem_retractions_total"])
+    same = all(d and c and d[0] == 200 and c[0] == 200 and
+               json.loads(d[1])["choices"] == json.loads(c[1])["choices"]
+               for d, c in zip(res["dec"], res["col"]))
+    ok(same, "8 concurrent requests, retracted after commit and recomputed: PD == colocated",
+       "\n".join("%s | %s" % (str(d)[:150], str(c)[:150]) for d, c in zip(res["dec"], res["col"])))
 
 # ---------------------------------------------------------------- prefill death
 
