@@ -300,6 +300,13 @@ static void h_metrics(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
                       (unsigned long long)atomic_load(&ds->rows_samples),
                       (unsigned long long)atomic_load(&ds->rows_tevents),
                       (unsigned long long)atomic_load(&ds->rows_events));
+    tdm_cp_buf_printf(&b,
+                      "# HELP tandem_history_reads_total Rank history reads by where they were "
+                      "answered.\n"
+                      "# TYPE tandem_history_reads_total counter\n"
+                      "tandem_history_reads_total{source=\"memory\"} %llu\n"
+                      "tandem_history_reads_total{source=\"database\"} %llu\n",
+                      (unsigned long long)s->hist.hits, (unsigned long long)s->hist.misses);
     C("tandem_telemetry_samples_received_total", "Samples received (all kept in the ring).", "%llu",
       (unsigned long long)s->samples_received);
     C("tandem_telemetry_events_received_total", "Events received.", "%llu",

@@ -17,6 +17,7 @@ struct tdm_cp_hist_rank {
     size_t cap, first, count;
     int64_t cover_from; /* INT64_MAX: nothing committed yet */
     int64_t newest_ts;  /* newest ts_us ever seen (committed or in a gap) */
+    uint64_t first_seq; /* batch_seq of the first commit seen (0: none) */
     int any;            /* newest_ts is set */
 };
 
@@ -116,6 +117,8 @@ void tdm_cp_hist_commit(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank
     tdm_cp_hist_rank_t *r = find(h, instance_id, rank, 1);
     if (!r)
         return;
+    if (!r->first_seq)
+        r->first_seq = batch_seq;
     for (size_t i = 0; i < n; i++) {
         int64_t ts = rows[i].ts_us;
         if (r->cover_from == INT64_MAX && !r->any)
@@ -139,6 +142,8 @@ void tdm_cp_hist_gap(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank, i
     tdm_cp_hist_rank_t *r = find(h, instance_id, rank, 1);
     if (!r)
         return;
+    if (r->cover_from != INT64_MAX && newest_ts_us < r->cover_from)
+        return; /* all below what the cache claims to hold */
     int64_t top = r->any && r->newest_ts > newest_ts_us ? r->newest_ts : newest_ts_us;
     if (r->any && newest_ts_us < r->newest_ts) {
         /* rows older than what is held: only the newer ones stay covered, so restart */
@@ -148,6 +153,15 @@ void tdm_cp_hist_gap(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank, i
     r->newest_ts = top;
     r->any = 1;
     raise_cover(r, top);
+}
+
+void tdm_cp_hist_duplicate(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank,
+                           uint64_t batch_seq, int64_t newest_ts_us)
+{
+    tdm_cp_hist_rank_t *r = find(h, instance_id, rank, 0);
+    if (r && r->first_seq && batch_seq >= r->first_seq)
+        return; /* its original was committed after the first commit seen: through here */
+    tdm_cp_hist_gap(h, instance_id, rank, newest_ts_us);
 }
 
 void tdm_cp_hist_gap_all(tdm_cp_hist_t *h)

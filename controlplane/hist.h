@@ -11,8 +11,11 @@
  * - the first committed row of a rank sets it to that row's ts_us;
  * - a row evicted from the full circular array raises it past the evicted ts_us;
  * - rows that reach the database another way (a batch spooled during an outage and replayed later,
- *   a batch answered as a duplicate, a rejected one) raise it past their newest ts_us; a replay
- * from the spool file raises it for every rank (tdm_cp_hist_gap_all);
+ *   one whose outcome is unknown) raise it past their newest ts_us, unless all are older than it;
+ *   a replay from the spool file raises it for every rank (tdm_cp_hist_gap_all);
+ * - a batch answered as a duplicate inserted nothing now; its original was committed either after
+ *   the first commit this cache saw for the rank (the marks only rise, so its seq is at least that
+ *   one's: it came through here) or before it (then it is treated as a gap);
  * - a row older than the newest held (clock going back) empties the rank and raises it past both.
  * A query [since, until) with a limit is answered from memory when it is covered: since >=
  * cover_from, or at least `limit` held rows lie in [cover_from, until) (the newest `limit` rows
@@ -55,6 +58,9 @@ void tdm_cp_hist_commit(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank
  * tdm_cp_hist_commit. */
 void tdm_cp_hist_gap(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank,
                      int64_t newest_ts_us);
+/* A batch the database answered as a duplicate (see the rule above). */
+void tdm_cp_hist_duplicate(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank,
+                           uint64_t batch_seq, int64_t newest_ts_us);
 /* Anything may have reached the database behind the cache: nothing held is a complete answer. */
 void tdm_cp_hist_gap_all(tdm_cp_hist_t *h);
 

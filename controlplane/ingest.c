@@ -132,7 +132,7 @@ void tdm_cp_hist_sync(tdm_cp_server_t *s)
 }
 
 /* Only rows this reply proves committed now enter the history cache; rows that reach the database
- * any other way (spooled, an earlier duplicate, a rejected batch) break its coverage. */
+ * any other way (spooled, an outcome not known) break its coverage; duplicates as hist.h says. */
 static void hist_note(const tdm_cp_job_t *job)
 {
     const hist_rows_t *h = job->hist;
@@ -142,6 +142,8 @@ static void hist_note(const tdm_cp_job_t *job)
     tdm_cp_hist_sync(s);
     if (job->st == TDM_OK && !job->duplicate && !job->spooled)
         tdm_cp_hist_commit(&s->hist, h->instance_id, h->rank, h->seq, h->rows, h->n);
+    else if (job->st == TDM_OK && job->duplicate && h->n)
+        tdm_cp_hist_duplicate(&s->hist, h->instance_id, h->rank, h->seq, h->newest_ts);
     else if (h->n)
         tdm_cp_hist_gap(&s->hist, h->instance_id, h->rank, h->newest_ts);
 }

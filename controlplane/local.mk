@@ -42,7 +42,8 @@ tandemctl_LDADD = $(CURL_LIBS) $(COMMON_LIBS)
 CP_UNIT_TESTS = \
 	tests/unit/test-cp-ring \
 	tests/unit/test-cp-spool \
-	tests/unit/test-cp-auth
+	tests/unit/test-cp-auth \
+	tests/unit/test-cp-hist
 check_PROGRAMS += $(CP_UNIT_TESTS)
 TESTS += $(CP_UNIT_TESTS)
 tests_unit_test_cp_ring_SOURCES = tests/unit/test-cp-ring.c
@@ -54,6 +55,9 @@ tests_unit_test_cp_spool_LDADD = $(TDM_CP_LIBS)
 tests_unit_test_cp_auth_SOURCES = tests/unit/test-cp-auth.c
 tests_unit_test_cp_auth_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
 tests_unit_test_cp_auth_LDADD = $(TDM_CP_LIBS)
+tests_unit_test_cp_hist_SOURCES = tests/unit/test-cp-hist.c
+tests_unit_test_cp_hist_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS)
+tests_unit_test_cp_hist_LDADD = $(TDM_CP_LIBS)
 
 # Integration tests: a real tandemd on port 0 against the test PostgreSQL (make check).
 CP_INTEGRATION_TESTS = \
