@@ -678,7 +678,8 @@ static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
     if (st != TDM_OK) {
         tdm_kv_seq_release(s->pool, &r->kv);
         s->st.pd_commit_failed++;
-        finish(s, r, TDM_FINISH_ERROR, st,
+        /* no prefill registered: BUSY (HTTP 503, retry later) like a draining worker */
+        finish(s, r, TDM_FINISH_ERROR, st == TDM_ERR_PEER ? TDM_ERR_BUSY : st,
                st == TDM_ERR_PEER ? "no prefill group is registered with this decode worker"
                                   : "the KV transfer could not be started",
                -1, NULL, 0);

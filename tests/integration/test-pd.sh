@@ -554,7 +554,8 @@ if SCEN == "peer":
     st = wait_until(lambda: request(dec, "GET", "/ready")[0] == 503, 10)
     ok(st, "decode /ready 503 while no prefill is registered")
     s1, b1 = request(dec, "POST", "/v1/completions", body)
-    ok(s1 >= 500, "a PD request without a prefill gets an error at once (%d)" % s1, b1)
+    ok(s1 == 503 and "no prefill group" in b1,
+       "a PD request without a prefill gets 503 at once", "%s %s" % (s1, b1))
     # a new prefill on the same bootstrap port: decode re-registers and serves again
     pre = start("prefill2", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
                              str(pre["bootstrap"])])
