@@ -318,8 +318,7 @@ static int is_remedy_for(const act_req_t *r, const char *group)
     return !strncmp(r->actor, "policy:", 7) && g && !strcmp(g, group);
 }
 
-/* The actor of a policy action on `group` queued or running now, or NULL. Caller holds mu. */
-static const char *remedy_in_progress(tdm_cp_act_t *a, const char *group)
+const char *act_remedy_in_progress(const tdm_cp_act_t *a, const char *group)
 {
     if (a->current && is_remedy_for(a->current, group))
         return a->current->actor;
@@ -340,7 +339,7 @@ static void take_remedies(tdm_cp_act_t *a)
     tdm_cp_remedy_t rm;
     while (tdm_cp_alerts_take_remedy(a->srv->alerts, &rm)) {
         pthread_mutex_lock(&a->mu);
-        const char *busy = remedy_in_progress(a, rm.group);
+        const char *busy = act_remedy_in_progress(a, rm.group);
         char busy_actor[72];
         snprintf(busy_actor, sizeof(busy_actor), "%s", busy ? busy : "");
         pthread_mutex_unlock(&a->mu);

@@ -109,6 +109,10 @@ struct tdm_cp_act {
 
 /* act.c */
 act_group_t *act_group_find(tdm_cp_act_t *a, const char *name); /* caller holds mu */
+/* The actor ("policy:KIND") of a policy action on `group` running or queued now, or NULL: a
+ * further remedy for the group is then skipped (one remedy per group at a time). Caller holds mu.
+ */
+const char *act_remedy_in_progress(const tdm_cp_act_t *a, const char *group);
 void act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
               void *ctx);
 const char *act_state_name(act_state_t s);

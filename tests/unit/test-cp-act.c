@@ -2,8 +2,8 @@
  * test-cp-act.c — the pure parts of controlplane actions: reconfigure's config versions (checks,
  * merge, the override INI the worker reads, and that tdm/params.h layers it as intended), the
  * RestartUnit call and its sd-bus message (built on a private dbus-daemon when one can be
- * started; the live call is skipped without a system bus), and the Prometheus reader the drain
- * uses.
+ * started; the live call is skipped without a system bus), the Prometheus reader the drain
+ * uses, and the one-remedy-per-group rule of policy actions.
  */
 #include "config.h"
 
@@ -211,11 +211,47 @@ static void test_metric(void)
     ok(act_metric("", "tandem_drained") == -1, "empty text");
 }
 
+static act_req_t *req(const char *actor, const char *group)
+{
+    act_req_t *r = calloc(1, sizeof(*r));
+    snprintf(r->actor, sizeof(r->actor), "%s", actor);
+    r->request = json_pack("{s:s,s:s}", "action", "reconfigure", "group", group);
+    return r;
+}
+
+/* One remedy per group at a time: a policy action running or queued on the group makes further
+ * remedies for it skip; operator and supervisor actions, and other groups, do not. */
+static void test_remedy_in_progress(void)
+{
+    static tdm_cp_act_t a; /* large: not on the stack */
+    ok(act_remedy_in_progress(&a, "b") == NULL, "idle executor: no remedy in progress");
+    a.current = req("admin", "b");
+    a.q_head = req("supervisor", "b");
+    a.q_head->next = req("policy:WEDGE", "a");
+    ok(act_remedy_in_progress(&a, "b") == NULL,
+       "operator and supervisor actions on b, a remedy on a: b has no remedy in progress");
+    const char *by = act_remedy_in_progress(&a, "a");
+    ok(by && !strcmp(by, "policy:WEDGE"), "a remedy queued on a is found (%s)", by ? by : "-");
+    act_req_t *cur = a.current;
+    a.current = req("policy:RANK_DIVERGENCE", "b");
+    by = act_remedy_in_progress(&a, "b");
+    ok(by && !strcmp(by, "policy:RANK_DIVERGENCE"), "the running remedy on b is found (%s)",
+       by ? by : "-");
+    ok(act_remedy_in_progress(&a, "c") == NULL, "a group nobody acts on: none");
+    act_req_t *all[] = {cur, a.current, a.q_head->next, a.q_head};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        json_decref(all[i]->request);
+        free(all[i]);
+    }
+    a.current = a.q_head = NULL;
+}
+
 int main(void)
 {
-    plan(34);
+    plan(39);
     test_merge();
     test_sdbus();
     test_metric();
+    test_remedy_in_progress();
     return exit_status();
 }
