@@ -563,7 +563,7 @@ static int run_seed(const opts_t *o, int64_t now_us, int from_s, int to_s)
 /* ---- open-loop reads --------------------------------------------------------------------- */
 
 typedef struct rconn {
-    int fd, busy, kind;
+    int fd, busy, kind, closed; /* closed: the server ended it while idle (keep-alive timeout) */
     double due;
     size_t len;
     char *buf;
@@ -624,7 +624,7 @@ static int run_reads(const opts_t *o)
     rconn_t cs[MAX_CONNS];
     int nconns = 0, max_open = 0;
     lat_t lat[3] = {{0}}; /* history, alerts, all */
-    uint64_t total = (uint64_t)(o->rps * o->seconds), sent = 0, done = 0, waited = 0;
+    uint64_t total = (uint64_t)(o->rps * o->seconds), sent = 0, done = 0, waited = 0, reopened = 0;
     double t0 = now_s() + 0.05, interval = 1.0 / o->rps;
     char req[1024];
     while (done < total) {
@@ -635,6 +635,13 @@ static int run_reads(const opts_t *o)
             for (int i = 0; i < nconns && !c; i++)
                 if (!cs[i].busy)
                     c = &cs[i];
+            if (c && c->closed) { /* reopen in its slot */
+                c->fd = tcp_connect(o->port);
+                c->closed = 0;
+                reopened++;
+                struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)(c - cs)};
+                epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+            }
             if (!c && nconns < o->conns) {
                 c = &cs[nconns];
                 memset(c, 0, sizeof(*c));
@@ -671,8 +678,15 @@ static int run_reads(const opts_t *o)
         for (int e = 0; e < ne; e++) {
             rconn_t *c = &cs[evs[e].data.u32];
             ssize_t r = read(c->fd, c->buf + c->len, RBUF_CAP - c->len);
+            if (r <= 0 && !c->busy && !c->closed) {
+                /* an idle keep-alive connection the server timed out: not an error */
+                epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                close(c->fd);
+                c->closed = 1;
+                continue;
+            }
             if (r <= 0)
-                die("tandemd closed a read connection");
+                die("tandemd closed a read connection with a request in flight");
             c->len += (size_t)r;
             int status;
             size_t tot;
@@ -716,14 +730,15 @@ static int run_reads(const opts_t *o)
     }
     printf("{\"rps_target\":%.0f,\"sent\":%" PRIu64 ",\"done\":%" PRIu64 ",\"unanswered\":%" PRIu64
            ",\"achieved_rps\":%.1f,\"conns_opened\":%d,"
-           "\"max_in_flight\":%d,\"waits_for_conn\":%" PRIu64,
-           o->rps, sent, done, unanswered, (double)done / el, nconns, max_open, waited);
+           "\"max_in_flight\":%d,\"waits_for_conn\":%" PRIu64 ",\"conns_reopened\":%" PRIu64,
+           o->rps, sent, done, unanswered, (double)done / el, nconns, max_open, waited, reopened);
     lat_json("history", &lat[0], 1);
     lat_json("alerts", &lat[1], 1);
     lat_json("all", &lat[2], 1);
     printf("}\n");
     for (int i = 0; i < nconns; i++) {
-        close(cs[i].fd);
+        if (!cs[i].closed)
+            close(cs[i].fd);
         free(cs[i].buf);
     }
     close(ep);
