@@ -3,11 +3,15 @@
  * loops: every request's tokens equal a scheduler-less reference (the one-shot engine with the
  * same (seed, step) sampling) whatever the batching, chunking, retraction and prefix sharing;
  * every request gets exactly one terminal event; aborts, deadlines, refusals and drain behave;
- * after drain every page is free again.
+ * after drain every page is free again. PD (issue 9): a prefill scheduler and a decode scheduler,
+ * each with its own executor and transfer engine over UCX on loopback, in both loops: every
+ * request sent to decode equals the reference, decode computes no prompt token, prefill takes
+ * one room per request and refuses submissions; a decode without a prefill answers BUSY.
  */
 #include "config.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +81,18 @@ typedef struct eng {
     tdm_sched_t *s;
     pthread_t th;
     tdm_status_t run_st;
+    tdm_xfer_t *xf;              /* PD engines only */
+    _Atomic(tdm_sched_t *) kick; /* what the engine's events wake */
 } eng_t;
+
+static void pd_kick(void *ctx, const tdm_xfer_event_t *ev)
+{
+    eng_t *e = ctx;
+    (void)ev;
+    tdm_sched_t *s = atomic_load(&e->kick);
+    if (s)
+        tdm_sched_kick(s);
+}
 
 static void *run_main(void *arg)
 {
@@ -86,8 +101,10 @@ static void *run_main(void *arg)
     return NULL;
 }
 
-static int eng_start(eng_t *e, const tdm_model_t *m, const tdm_tok_t *tok, uint32_t num_pages,
-                     uint32_t page_size, uint32_t max_running, uint32_t chunk, int overlap)
+/* pd: the role; peer_port: decode's prefill bootstrap port (prefill listens on any port) */
+static int eng_start_pd(eng_t *e, const tdm_model_t *m, const tdm_tok_t *tok, uint32_t num_pages,
+                        uint32_t page_size, uint32_t max_running, uint32_t chunk, int overlap,
+                        tdm_sched_pd_t pd, uint16_t peer_port)
 {
     char err[256];
     memset(e, 0, sizeof(*e));
@@ -119,24 +136,52 @@ static int eng_start(eng_t *e, const tdm_model_t *m, const tdm_tok_t *tok, uint3
         diag("exec: %s", err);
         return 0;
     }
+    if (pd != TDM_SCHED_PD_NONE) {
+        tdm_xfer_cfg_t fc = {.role =
+                                 pd == TDM_SCHED_PD_PREFILL ? TDM_XFER_PREFILL : TDM_XFER_DECODE,
+                             .instance_id = 0x5000 + (uint64_t)pd,
+                             .n_ranks = 1,
+                             .kv = {tdm_kv_pool_buffers(tdm_exec_pool(e->x))},
+                             .host = "127.0.0.1",
+                             .port = peer_port,
+                             .progress = &e->page->slot[0],
+                             .on_event = pd_kick,
+                             .ctx = e};
+        tdm_status_t st = tdm_xfer_init(&fc, &e->xf);
+        if (st != TDM_OK) {
+            diag("xfer: %s", tdm_status_str(st));
+            return 0;
+        }
+    }
     tdm_sched_cfg_t sc = {.max_running = max_running,
                           .max_queued = 64,
                           .chunk_tokens = chunk,
                           .overlap = overlap,
                           .idle_plan_us = 20000,
                           .tok = tok,
-                          .mc = tdm_model_config(m)};
+                          .mc = tdm_model_config(m),
+                          .pd = pd,
+                          .xfer = e->xf};
     if (tdm_sched_init(&sc, e->x, &e->s, err, sizeof(err)) != TDM_OK) {
         diag("sched: %s", err);
         return 0;
     }
+    atomic_store(&e->kick, e->s);
     return pthread_create(&e->th, NULL, run_main, e) == 0;
+}
+
+static int eng_start(eng_t *e, const tdm_model_t *m, const tdm_tok_t *tok, uint32_t num_pages,
+                     uint32_t page_size, uint32_t max_running, uint32_t chunk, int overlap)
+{
+    return eng_start_pd(e, m, tok, num_pages, page_size, max_running, chunk, overlap,
+                        TDM_SCHED_PD_NONE, 0);
 }
 
 static void eng_stop(eng_t *e)
 {
     tdm_sched_stop(e->s);
     pthread_join(e->th, NULL);
+    tdm_xfer_free(e->xf); /* its threads kick the scheduler: gone first */
     tdm_sched_free(e->s);
     tdm_exec_free(e->x);
     tdm_comm_destroy(&e->ct);
@@ -380,6 +425,57 @@ static void suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap)
     ok(good, "%s: stopping the loop ends every request exactly once", loop);
 }
 
+/* PD: prefill + decode schedulers in this process, connected by their engines over UCX. */
+static void pd_suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap)
+{
+    const char *loop = overlap ? "overlap" : "lockstep";
+    eng_t pre, dec, lone;
+    rec_t recs[N_SPECS];
+    tdm_sched_stats_t sp, sd;
+    char err[256];
+    if (!ok(eng_start_pd(&pre, m, tok, 256, 16, 8, 64, overlap, TDM_SCHED_PD_PREFILL, 0) &&
+                eng_start_pd(&dec, m, tok, 256, 16, 8, 64, overlap, TDM_SCHED_PD_DECODE,
+                             tdm_xfer_port(pre.xf)),
+            "%s: PD pair up", loop))
+        return;
+    ok(tdm_xfer_wait_ready(dec.xf, 10000000, err, sizeof(err)) == TDM_OK,
+       "%s: decode registered with prefill", loop);
+    ok(run_all(&dec, recs, N_SPECS, "pd"), "%s: PD: every request == reference (%d requests)", loop,
+       N_SPECS);
+    tdm_time_sleep_us(50000);
+    tdm_sched_stats(pre.s, &sp);
+    tdm_sched_stats(dec.s, &sd);
+    ok(sd.tokens_prefilled == 0 && sp.tokens_prefilled > 0 && sp.pd_rooms_taken == N_SPECS &&
+           sd.pd_commit_failed == 0,
+       "%s: decode prefilled 0 tokens, prefill %llu tokens in %llu rooms", loop,
+       (unsigned long long)sp.tokens_prefilled, (unsigned long long)sp.pd_rooms_taken);
+    rec_t r0 = {0};
+    ok(submit(pre.s, &specs[0], &r0, 0) == TDM_ERR_BUSY, "%s: prefill refuses submit (BUSY)", loop);
+    ok(wait_drained(&dec, &sd) && sd.pages_free == sd.pages_total && wait_drained(&pre, &sp) &&
+           sp.pages_free == sp.pages_total,
+       "%s: drained: every page free on both sides", loop);
+    eng_stop(&dec);
+    eng_stop(&pre);
+
+    /* a decode whose prefill never answers: BUSY errors, nothing hangs */
+    if (!ok(eng_start_pd(&lone, m, tok, 64, 16, 4, 64, overlap, TDM_SCHED_PD_DECODE, 1),
+            "%s: decode without a prefill up", loop))
+        return;
+    memset(&r0, 0, sizeof(r0));
+    ok(submit(lone.s, &specs[1], &r0, 0) == TDM_OK && wait_all(&r0, 1) &&
+           r0.kind == TDM_REQ_ERROR && r0.status == TDM_ERR_BUSY && r0.n == 0,
+       "%s: no prefill registered: the request ends with ERROR BUSY", loop);
+    tdm_sched_t *bad = NULL;
+    tdm_sched_cfg_t sc = {.max_running = 4,
+                          .max_queued = 4,
+                          .chunk_tokens = 64,
+                          .mc = tdm_model_config(m),
+                          .pd = TDM_SCHED_PD_DECODE};
+    ok(tdm_sched_init(&sc, lone.x, &bad, err, sizeof(err)) == TDM_ERR_INVAL && !bad,
+       "%s: a PD role without an engine is refused: %s", loop, err);
+    eng_stop(&lone);
+}
+
 int main(void)
 {
     const char *src = getenv("TDM_SRCDIR");
@@ -400,6 +496,8 @@ int main(void)
 
     suite(m, tok, 0);
     suite(m, tok, 1);
+    pd_suite(m, tok, 0);
+    pd_suite(m, tok, 1);
 
     /* the fault table: arming rules, rank/iteration targeting, counts */
     static tdm_fault_table_t ft;
