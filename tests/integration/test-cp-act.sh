@@ -180,7 +180,7 @@ now_us() { $PY -c "import time;print(int(time.time()*1e6))"; }
 # (a) stall_loop on rank 0 of group a while it serves a stream → WEDGE (rule: min iter unchanged
 # 3 s with work pending; ≤5 s) → policy auto: reconfigure overlap=off → serving again
 aurl=$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='a'][0]")
-curl -sN -m 60 "$aurl/generate" -d '{"input_ids":[2,3,4,5],"max_new_tokens":1500,"ignore_eos":true,"stream":true}' >"$tmp/gen_a" 2>/dev/null &
+curl -sN -m 60 "$aurl/generate" -d '{"input_ids":[2,3,4,5],"max_new_tokens":2000,"ignore_eos":true,"stream":true}' >"$tmp/gen_a" 2>/dev/null &
 gen_a=$!
 for _ in $(seq 1 100); do grep -q token_id "$tmp/gen_a" 2>/dev/null && break; sleep 0.05; done
 t_arm=$(now_us)
