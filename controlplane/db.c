@@ -853,6 +853,77 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
     return 1;
 }
 
+/* ---- gathering a group --------------------------------------------------------------------
+ * Like PostgreSQL's commit_delay: when fewer ranks have a batch queued than sent one in the last
+ * GATHER_WINDOW_US, the thread waits up to GATHER_MAX_US for the others before it commits, so one
+ * WAL flush serves more batches. The wait ends as soon as that many ranks are queued. */
+
+#define GATHER_WINDOW_US 20000u
+#define GATHER_MAX_US 2000u
+#define RECENT_KEYS 256
+
+typedef struct recent {
+    uint64_t hash[RECENT_KEYS], at_us[RECENT_KEYS];
+    size_t next;
+} recent_t;
+
+static uint64_t batch_key(const tdm_cp_batch_t *b)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)b->instance_id; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (h ^ b->rank) * 1099511628211ull;
+}
+
+/* Distinct keys among `keys` (at most RECENT_KEYS of them). */
+static size_t distinct(const uint64_t *keys, size_t n)
+{
+    uint64_t set[2 * RECENT_KEYS];
+    uint8_t used[2 * RECENT_KEYS] = {0};
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = (size_t)(keys[i] % (2 * RECENT_KEYS));
+        while (used[k] && set[k] != keys[i])
+            k = (k + 1) % (2 * RECENT_KEYS);
+        if (!used[k]) {
+            used[k] = 1;
+            set[k] = keys[i];
+            d++;
+        }
+    }
+    return d;
+}
+
+/* Ranks that committed a batch in the last GATHER_WINDOW_US. */
+static size_t recent_ranks(const recent_t *r, uint64_t now)
+{
+    uint64_t keys[RECENT_KEYS];
+    size_t n = 0;
+    for (size_t i = 0; i < RECENT_KEYS; i++)
+        if (r->at_us[i] && now - r->at_us[i] < GATHER_WINDOW_US)
+            keys[n++] = r->hash[i];
+    return distinct(keys, n);
+}
+
+static void recent_note(recent_t *r, tdm_cp_job_t *const *group, size_t n, uint64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        r->hash[r->next] = batch_key(group[i]->batch);
+        r->at_us[r->next] = now;
+        r->next = (r->next + 1) % RECENT_KEYS;
+    }
+}
+
+/* Ranks with a batch queued (counting at most RECENT_KEYS batches). Under ingest.mu. */
+static size_t queued_ranks_locked(const tdm_cp_db_t *db)
+{
+    uint64_t keys[RECENT_KEYS];
+    size_t n = 0;
+    for (const tdm_cp_job_t *j = db->ingest.head; j && n < RECENT_KEYS; j = j->next)
+        keys[n++] = batch_key(j->batch);
+    return distinct(keys, n);
+}
+
 static void *ingest_main(void *arg)
 {
     tdm_cp_db_t *db = arg;
@@ -860,6 +931,7 @@ static void *ingest_main(void *arg)
     uint64_t backoff = BACKOFF_MIN_US, next_try = 0;
     tdm_cp_job_t **group = tdm_calloc(GROUP_MAX_BATCHES, sizeof(*group));
     int *accepted = tdm_calloc(GROUP_MAX_BATCHES, sizeof(*accepted));
+    recent_t *recent = tdm_calloc(1, sizeof(*recent));
 
     while (!atomic_load(&db->stop)) {
         uint64_t now = tdm_time_mono_us();
@@ -885,6 +957,13 @@ static void *ingest_main(void *arg)
 
         pthread_mutex_lock(&db->ingest.mu);
         spill_locked(db, 0);
+        if (conn && db->ingest.head) {
+            uint64_t t0 = tdm_time_mono_us(), want = recent_ranks(recent, t0), t;
+            while (!atomic_load(&db->stop) && queued_ranks_locked(db) < want &&
+                   (t = tdm_time_mono_us()) - t0 < GATHER_MAX_US &&
+                   db->mem_bytes <= db->opts.mem_bound_bytes)
+                cond_wait_us(&db->ingest, GATHER_MAX_US - (t - t0));
+        }
         /* The group stays at the head of the queue until it is done: only this thread pops. */
         size_t n = 0, bytes = 0;
         for (tdm_cp_job_t *j = conn ? db->ingest.head : NULL; j && n < GROUP_MAX_BATCHES;
@@ -908,6 +987,7 @@ static void *ingest_main(void *arg)
         if (rc == INGEST_OK) {
             if (committed)
                 atomic_fetch_add(&db->stats.ingest_txns, 1);
+            recent_note(recent, group, n, tdm_time_mono_us());
             for (size_t i = 0; i < n; i++)
                 finish_job(db, group[i], accepted[i] ? INGEST_OK : INGEST_DUP, "");
             continue;
@@ -949,6 +1029,7 @@ static void *ingest_main(void *arg)
     PQfinish(conn);
     tdm_free(group);
     tdm_free(accepted);
+    tdm_free(recent);
     return NULL;
 }
 

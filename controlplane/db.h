@@ -17,9 +17,12 @@
  *   the query thread finished that were not readonly: a loop-side cache of a read is good only
  *   while it is unchanged.
  * - Ingest thread (connection "tandemd-ingest", the one COPY runs on): takes telemetry batches in
- *   arrival order, all those queued (up to 256 / 16 MiB) into one transaction (group commit): lock
+ *   arrival order, all those queued (up to 256 / 16 MiB) into one transaction (group commit; when
+ *   fewer ranks are queued than committed in the last 20 ms it first waits up to 2 ms for them, as
+ *   PostgreSQL's commit_delay does): lock
  *   or create the (instance_id, rank) high-water marks, COPY the rows of every batch whose seq is
- *   above its rank's mark (raised batch by batch, in order), raise the marks, COMMIT; only then are
+ *   above its rank's mark (raised batch by batch, in order), raise the marks, COMMIT — all sent as
+ *   one query string, four round trips; only then are
  *   the jobs returned (acked_seq). A batch at or below the mark is returned as a duplicate without
  *   inserting (exactly once, DESIGN §10c). If the database refuses the group's rows, its batches
  *   are retried one transaction each so only the offending one is rejected. stats.ingest_txns
