@@ -72,7 +72,7 @@ static void with_body(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_token_t *
                      const tdm_cp_token_t *who)                                                    \
     {                                                                                              \
         (void)a;                                                                                   \
-        query(s, req, who, sql, tdm_cp_job_reply_json, "");                                        \
+        query(s, req, who, sql, tdm_cp_job_reply_json, "r");                                       \
     }
 
 /* A required/optional string field; sends 400 and returns -1 when wrong. */
@@ -149,9 +149,14 @@ static void param_u64(tdm_cp_job_t *job, unsigned long long v)
 }
 
 /* The parameters of a statement, one letter of `spec` each: 's' a string (NULL: SQL NULL),
- * 'u' an unsigned long long. */
+ * 'u' an unsigned long long; a leading 'r' marks a plain SELECT (readonly: the read pool runs it
+ * and it leaves the read caches' write generation alone). */
 static void params_v(tdm_cp_job_t *job, const char *spec, va_list ap)
 {
+    if (*spec == 'r') {
+        job->readonly = 1;
+        spec++;
+    }
     for (const char *c = spec; *c; c++) {
         if (*c == 's')
             tdm_cp_job_param(job, va_arg(ap, const char *));
@@ -530,9 +535,8 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
         tdm_cp_buf_free(&b);
         return;
     }
-    tdm_cp_job_t *job = query_job(s, req, who, sql_rank_history, tdm_cp_job_reply_json, "suuuu",
+    tdm_cp_job_t *job = query_job(s, req, who, sql_rank_history, tdm_cp_job_reply_json, "rsuuuu",
                                   inst, (unsigned long long)r, since, until, limit);
-    job->readonly = 1;
     job->render = render_history;
     tdm_cp_db_query(s->db, job);
 }
@@ -582,7 +586,7 @@ static void h_transfers(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t 
     int has_age = tdm_cp_query_get(req, "min_age_ms", age, 2);
     snprintf(age, sizeof(age), "%llu", (unsigned long long)(now - min_age_ms * 1000u));
     snprintf(roomt, sizeof(roomt), "%" PRId64, (int64_t)roomv);
-    query(s, req, who, sql_transfers, tdm_cp_job_reply_json, "sssu", has_state ? state : NULL,
+    query(s, req, who, sql_transfers, tdm_cp_job_reply_json, "rsssu", has_state ? state : NULL,
           has_age ? age : NULL, has_room ? roomt : NULL,
           (unsigned long long)(now - window_s * 1000000u));
 }
@@ -685,7 +689,7 @@ static void h_actions(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
     unsigned long long limit;
     if (query_uint(req, "limit", 10000, 100, &limit))
         return;
-    query(s, req, who, sql_actions, tdm_cp_job_reply_json, "u", limit);
+    query(s, req, who, sql_actions, tdm_cp_job_reply_json, "ru", limit);
 }
 
 static const char sql_config[] =
@@ -700,7 +704,7 @@ static void h_config(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     (void)a;
     char group[TDM_CP_NAME_MAX];
     int has = tdm_cp_query_get(req, "group", group, sizeof(group));
-    query(s, req, who, sql_config, tdm_cp_job_reply_json, "s", has ? group : NULL);
+    query(s, req, who, sql_config, tdm_cp_job_reply_json, "rs", has ? group : NULL);
 }
 
 /* ---- tokens --------------------------------------------------------------------------------- */
