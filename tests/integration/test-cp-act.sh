@@ -136,7 +136,7 @@ kill -9 "$rank"
 sleep 0.5
 for _ in $(seq 1 100); do api "$url/api/v1/alerts?source=live" | grep -q WORKER_LOST && break; sleep 0.1; done
 check "api '$url/api/v1/alerts?source=live' | grep -q '\"WORKER_LOST\"'" "kill -9 of rank → WORKER_LOST alert"
-check "wait_ready b && [ \$(sql \"SELECT count(*) FROM actions WHERE actor='supervisor' AND action='restart' AND target='b' AND outcome='ok'\") -ge 1 ]" \
+check "wait_ready b && [ \$(sql \"SELECT count(*) FROM actions WHERE actor='supervisor' AND action='restart' AND target='b' AND outcome='ok' AND finished_us >= ts_us\") -ge 1 ]" \
     "the supervisor restarted group b (audit row) and it serves again"
 check "[ \"\$(complete)\" = 200 ]" "serving after the restart"
 
@@ -221,4 +221,7 @@ check "[ \$(policy_done RANK_DIVERGENCE b) -ge 1 ] && wait_ready b && tail -n 3 
 wait $gen_b
 check "[ \$(sql \"SELECT count(*) FROM actions WHERE outcome='pending' OR finished_us IS NULL\") = 0 ]" \
     "every action, the remedies included, finished in the audit log"
+echo "# audit log (id|actor|action|target|outcome|started|took ms):"
+sql "SELECT id, actor, action, target, outcome, to_char(to_timestamp(ts_us / 1e6), 'HH24:MI:SS.MS'),
+     (finished_us - ts_us) / 1000 FROM actions ORDER BY id" | sed 's/^/#   /'
 exit 0
