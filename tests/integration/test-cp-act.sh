@@ -176,10 +176,17 @@ policy_done() { # kind group → 1 once the policy's reconfigure (overlap off) i
          AND outcome='ok' AND params->>'overlap'='off' AND finished_us >= ts_us AND ts_us > 0"
 }
 now_us() { $PY -c "import time;print(int(time.time()*1e6))"; }
+admin_url() { api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='$1'][0]"; }
+serve() { # group → http code of a /generate on the group's current worker
+    curl -s -o /dev/null -w '%{http_code}' "$(admin_url "$1")/generate" -d '{"input_ids":[2,3],"max_new_tokens":4}'
+}
+last_start() { # group → its worker.log from the last launch on
+    awk '/launching/ { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }' "$tmp/state/groups/$1/worker.log"
+}
 
 # (a) stall_loop on rank 0 of group a while it serves a stream → WEDGE (rule: min iter unchanged
 # 3 s with work pending; ≤5 s) → policy auto: reconfigure overlap=off → serving again
-aurl=$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='a'][0]")
+aurl=$(admin_url a)
 curl -sN -m 60 "$aurl/generate" -d '{"input_ids":[2,3,4,5],"max_new_tokens":2000,"ignore_eos":true,"stream":true}' >"$tmp/gen_a" 2>/dev/null &
 gen_a=$!
 for _ in $(seq 1 100); do grep -q token_id "$tmp/gen_a" 2>/dev/null && break; sleep 0.05; done
@@ -193,13 +200,13 @@ echo "# WEDGE opened $(( (${w_open:-0} - t_arm) / 1000 )) ms after the arm: $(al
 check "[ -n \"$w_open\" ] && [ \$(( $w_open - $t_arm )) -le 7000000 ] && [ \"${w_pend:-0}\" -ge 1 ]" \
     "stall_loop → WEDGE on group a within 5 s (+2 s slack) of the stall, evidence shows the pending work"
 for _ in $(seq 1 150); do [ "$(policy_done WEDGE a)" -ge 1 ] && break; sleep 0.2; done
-check "[ \$(policy_done WEDGE a) -ge 1 ] && wait_ready a && [ \"\$(complete)\" = 200 ]" \
-    "WEDGE → policy reconfigure overlap=off of a (audit row: actor, outcome, timestamps) → serving again"
+check "[ \$(policy_done WEDGE a) -ge 1 ] && wait_ready a && last_start a | grep -q 'lockstep loop' && [ \"\$(serve a)\" = 200 ]" \
+    "WEDGE → policy reconfigure overlap=off of a (audit row: actor, outcome, timestamps) → lockstep loop → serving again"
 wait $gen_a
 
 # (b) rank_idle_path on rank 1 of the TP=2 group b → RANK_DIVERGENCE naming rank 1 and the op
 # (≤2 s) → policy auto: reconfigure overlap=off → b restarts in the lockstep loop → serving again
-burl=$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='b'][0]")
+burl=$(admin_url b)
 arm "$burl" '{"name":"rank_idle_path","rank":1,"count":0,"after_iter":0}' >"$tmp/arm_b"
 t_req=$(now_us)
 curl -s -m 60 "$burl/generate" -d '{"input_ids":[2,3,4,5],"max_new_tokens":8}' >/dev/null 2>&1 &
@@ -212,11 +219,7 @@ echo "# RANK_DIVERGENCE opened $(( (${d_open:-0} - t_req) / 1000 )) ms after the
 check "grep -q '\"armed\":true' $tmp/arm_b && [ -n \"$d_open\" ] && [ \$(( $d_open - $t_req )) -le 4000000 ] && [ \"$d_min\" = '[1]' ] && echo ' $d_op' | grep -Eq ' (allreduce|allgather|broadcast)$'" \
     "rank_idle_path on rank 1 → RANK_DIVERGENCE within 2 s (+2 s slack) naming rank 1 and the op ($d_op)"
 for _ in $(seq 1 200); do [ "$(policy_done RANK_DIVERGENCE b)" -ge 1 ] && break; sleep 0.2; done
-serve_b() { # → http code of a /generate on b's (new) worker
-    curl -s -o /dev/null -w '%{http_code}' "$(api "$url/api/v1/status" | j "[x['admin_url'] for x in d['groups'] if x['name']=='b'][0]")/generate" \
-        -d '{"input_ids":[2,3],"max_new_tokens":4}'
-}
-check "[ \$(policy_done RANK_DIVERGENCE b) -ge 1 ] && wait_ready b && tail -n 3 $tmp/state/groups/b/worker.log | grep -q 'lockstep loop' && [ \"\$(serve_b)\" = 200 ]" \
+check "[ \$(policy_done RANK_DIVERGENCE b) -ge 1 ] && wait_ready b && last_start b | grep -q 'lockstep loop' && [ \"\$(serve b)\" = 200 ]" \
     "RANK_DIVERGENCE → policy reconfigure overlap=off of b (audit row) → restarted in the lockstep loop → serving again"
 wait $gen_b
 check "[ \$(sql \"SELECT count(*) FROM actions WHERE outcome='pending' OR finished_us IS NULL\") = 0 ]" \
