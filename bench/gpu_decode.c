@@ -140,6 +140,9 @@ static int model_init(model_t *m)
     m->view.final_norm = mat(&cur, 1, d, 0);
     m->view.cfg = c;
     m->view.tp_size = 1;
+    m->view.tp_rank = 0;
+    m->view.vocab_lo = 0;
+    m->view.vocab_r = (uint32_t)V;
     m->view.heads_r = 32;
     m->view.kv_heads_r = 4;
     m->view.inter_r = 5632;
@@ -275,20 +278,19 @@ int main(void)
     printf("# bench copy %.0f GB/s; weights read per token %.3f GB; bs1 roofline %.0f tok/s\n",
            copy_gbps, (double)m.view.resident_bytes / 1e9, roofline);
 
-    /* variants (STYLE: selectable by number until one wins): the GEMV up to 8 rows (this
-     * engine, all batch sizes), then cuBLAS from 2 rows (a second engine, bs8, after the
-     * prefill below); each batch size reports its best variant, every variant is printed */
+    /* the engine's defaults (what the worker runs): decode bs1/8/32, prefill 2048 */
     int dec_ok = 1;
     tdm_cuda_engine_opts_default(&o);
     o.max_tokens = 4096;
     o.max_batch = MAXBS;
     o.max_pages_per_seq = 128;
-    o.gemv_max_rows = 8;
     t0 = now_s();
     tdm_status_t st = tdm_cuda_engine_init(&m.view, &o, &e);
-    snprintf(line, sizeof(line), " (gemv rows %u: %s; %u KV pages from mem-fraction %.2f; %.1f s)",
-             o.gemv_max_rows, tdm_status_str(st), e ? tdm_cuda_engine_num_pages(e) : 0,
-             o.mem_fraction_static, now_s() - t0);
+    snprintf(line, sizeof(line),
+             " (defaults: gemv rows %u, pdl %d, skinny %d: %s; %u KV pages from mem-fraction "
+             "%.2f; %.1f s)",
+             o.gemv_max_rows, o.use_pdl, o.use_skinny, tdm_status_str(st),
+             e ? tdm_cuda_engine_num_pages(e) : 0, o.mem_fraction_static, now_s() - t0);
     tap(st == TDM_OK, "engine init", line);
     if (st != TDM_OK)
         return 1;
@@ -300,13 +302,14 @@ int main(void)
             times[r] = sec;
         }
         if (st != TDM_OK) {
+            printf("# decode bs%u failed: %s\n", bs, tdm_status_str(st));
             dec_ok = 0;
             break;
         }
         tok_s[b] = (double)bs * steps / median(times, runs);
-        printf("# bench tandem decode bs%u gemv-rows %u: %.0f tok/s (median of %d, %u steps, "
+        printf("# bench tandem decode bs%u default: %.0f tok/s (median of %d, %u steps, "
                "%.1f us/step)\n",
-               bs, o.gemv_max_rows, tok_s[b], runs, steps, 1e6 * bs / tok_s[b]);
+               bs, tok_s[b], runs, steps, 1e6 * bs / tok_s[b]);
     }
     tap(dec_ok, "decode bs1/8/32", NULL);
 
@@ -333,25 +336,68 @@ int main(void)
     }
     tdm_cuda_engine_free(e);
     e = NULL;
-    tdm_cuda_engine_opts_default(&o);
-    o.max_tokens = 4096;
-    o.max_batch = MAXBS;
-    o.max_pages_per_seq = 128;
-    o.gemv_max_rows = 1;
-    if (tdm_cuda_engine_init(&m.view, &o, &e) == TDM_OK) {
-        uint32_t per = (PROMPT + steps + 15) / 16;
-        double sec = 0;
-        int r;
-        for (r = 0; r < runs && decode_run(e, 8, prompt, steps, per, NULL, &sec) == TDM_OK; r++)
-            times[r] = sec;
-        if (r == runs) {
-            double v = 8.0 * steps / median(times, runs);
-            printf("# bench tandem decode bs8 gemv-rows 1 (cuBLAS): %.0f tok/s (%.1f us/step)\n", v,
-                   1e6 * 8 / v);
-            if (v > tok_s[1])
-                tok_s[1] = v;
+
+    /* variants, each against the defaults (A/B in the same run; printed, never reported):
+     * PDL off; cuBLAS instead of the skinny kernel; the fp32 GEMV up to 8 rows */
+    static const struct {
+        const char *name;
+        int pdl, skinny, mma, ksplit;
+        uint32_t gemv_rows;
+        int ablate;
+    } var[] = {{"pdl-off", 0, 1, 1, 1, 1, 0},
+               {"cublas", 1, 0, 1, 1, 1, 0},
+               {"split-K-attention", 1, 1, 0, 1, 1, 0},
+               {"gemv-ksplit-off", 1, 1, 1, 0, 1, 0},
+               {"ablate-attn (WRONG results: timing only)", 1, 1, 1, 1, 1, TDM_CUDA_ABLATE_ATTN},
+               {"ablate-mlp+o (WRONG results: timing only)", 1, 1, 1, 1, 1, TDM_CUDA_ABLATE_GEMM}};
+    int vruns = runs < 3 ? runs : 3;
+    for (size_t v = 0; v < sizeof(var) / sizeof(var[0]); v++) {
+        tdm_cuda_engine_opts_default(&o);
+        o.max_tokens = 4096;
+        o.max_batch = MAXBS;
+        o.max_pages_per_seq = 128;
+        o.use_pdl = var[v].pdl;
+        o.use_skinny = var[v].skinny;
+        o.use_mma_attn = var[v].mma;
+        o.gemv_ksplit = var[v].ksplit;
+        o.gemv_max_rows = var[v].gemv_rows;
+        o.ablate = var[v].ablate;
+        if (tdm_cuda_engine_init(&m.view, &o, &e) != TDM_OK)
+            continue;
+        for (int b = 0; b < 3; b++) {
+            uint32_t bs = bss[b], per = (PROMPT + steps + 15) / 16;
+            if (var[v].gemv_rows > 1 && bs != 8)
+                continue;
+            if (!var[v].skinny && bs == 1)
+                continue;
+            if (!var[v].ksplit && bs != 1)
+                continue;
+            double sec = 0;
+            int r;
+            for (r = 0; r < vruns && decode_run(e, bs, prompt, steps, per, NULL, &sec) == TDM_OK;
+                 r++)
+                times[r] = sec;
+            if (r == vruns) {
+                double vt = (double)bs * steps / median(times, vruns);
+                printf("# bench variant %s decode bs%u: %.0f tok/s (%.1f us/step; default %.1f)\n",
+                       var[v].name, bs, vt, 1e6 * bs / vt, tok_s[b] > 0 ? 1e6 * bs / tok_s[b] : 0);
+            }
+        }
+        if (!var[v].pdl) {
+            static uint32_t pages[128];
+            uint32_t rows;
+            int32_t id;
+            for (uint32_t i = 0; i < 128; i++)
+                pages[i] = i;
+            tdm_cuda_seq_t q = {long_prompt, 2048, 0, pages, 128, 0};
+            double t = now_s();
+            if (tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows) == TDM_OK &&
+                tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows) == TDM_OK)
+                printf("# bench variant %s prefill 2048: %.2f ms (2 calls, first warm-up)\n",
+                       var[v].name, (now_s() - t) * 1e3 / 2);
         }
         tdm_cuda_engine_free(e);
+        e = NULL;
     }
 
     /* the CPU path's first 32 greedy tokens */

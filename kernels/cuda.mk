@@ -1,21 +1,24 @@
 # kernels/cuda.mk — the CUDA backend (sm_90a): kernels (ops.cu), the GPU forward (engine.cu), the
-# host-array entry points the tests use (ops_host.cu), the smoke kernel, and their GPU tests. The
-# objects build wherever nvcc exists (CI included); the tests skip without a device. The GPU
-# decode benchmark (bench/gpu.mk) is included from here.
+# host-array entry points the tests use (ops_host.cu), the executor's adapter (exec_cuda.c: link
+# libtdmcuda.a before libtdmgraph.a, plus $(CUDA_LIBS) -lstdc++), the smoke kernel, and their GPU
+# tests. The objects build wherever nvcc exists (CI included); the tests skip without a device.
+# The GPU decode benchmark (bench/gpu.mk) is included from here.
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/engine.cu \
 	kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h \
-	kernels/cuda/engine.h
+	kernels/cuda/engine.h kernels/cuda/exec_cuda.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
-libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/engine.cu kernels/cuda/ops_host.cu
+libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/engine.cu kernels/cuda/ops_host.cu \
+	kernels/cuda/exec_cuda.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
 if HAVE_CUDA_RT
 CUDA_ENGINE_LIBS = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a $(COMMON_LIBS) \
 	$(CUDA_LIBS) -lstdc++
 
-GPU_TESTS = tests/gpu/test-cuda-smoke tests/gpu/test-cuda-ops tests/gpu/test-cuda-forward
+GPU_TESTS = tests/gpu/test-cuda-smoke tests/gpu/test-cuda-ops tests/gpu/test-cuda-forward \
+	tests/gpu/test-cuda-exec
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS)
 tests_gpu_test_cuda_smoke_SOURCES = tests/gpu/test-cuda-smoke.c kernels/cuda/smoke.cu
@@ -30,6 +33,10 @@ tests_gpu_test_cuda_ops_LDADD = $(CUDA_ENGINE_LIBS)
 tests_gpu_test_cuda_forward_SOURCES = tests/gpu/test-cuda-forward.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_forward_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_forward_LDADD = $(CUDA_ENGINE_LIBS)
+
+tests_gpu_test_cuda_exec_SOURCES = tests/gpu/test-cuda-exec.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_exec_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+tests_gpu_test_cuda_exec_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 else
 TESTS += tests/gpu/skip-no-cudart.sh
 endif

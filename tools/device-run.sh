@@ -7,7 +7,9 @@
 #   (--unit also runs .device-bundle/tests/unit/*, the CPU unit tests).
 # Writes under $OUT (default ./device-out): summary.txt, results.tsv, env.txt and
 # device-logs.tar.gz (all logs and benchmark output; $OUT comes back with at most 8 files).
-# Prints the summary table last. Exit status: 0 when nothing failed.
+# Prints the summary table last. Exit status: 0 when nothing failed. Env: TDM_DEVICE_SKIP (regex
+# over "kind name": runs to leave out, e.g. 'bench bench/gpu-decode.sh' to skip the anchors),
+# TDM_DEVICE_TEST_TIMEOUT (seconds per test, 300), TDM_DEVICE_BENCH_TIMEOUT (per benchmark, 400).
 set -u
 top=$(pwd)
 bundle=$top/.device-bundle
@@ -24,6 +26,7 @@ mkdir -p "$work/logs" "$work/bench"
 results=$OUT/results.tsv
 : >"$results"
 per_test_timeout=${TDM_DEVICE_TEST_TIMEOUT:-300}
+bench_timeout=${TDM_DEVICE_BENCH_TIMEOUT:-400} # benchmarks (the anchors need minutes)
 
 export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TDM_SRCDIR=$top TDM_BUILDDIR=$bundle TDM_BENCH_OUT=$work/bench
@@ -47,12 +50,18 @@ sanitizer=$(command -v compute-sanitizer || true)
 test -z "$sanitizer" && test -x /usr/local/cuda/bin/compute-sanitizer && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
 # run KIND NAME LOG CMD... — run one TAP program, record "kind name result pass fail skip secs".
+# TDM_DEVICE_SKIP: an extended regex; matching "kind name" pairs are not run (nor recorded).
 run() {
     local kind=$1 name=$2 log=$3
     shift 3
-    local t0 t1 rc
+    if test -n "${TDM_DEVICE_SKIP:-}" && echo "$kind $name" | grep -q -E "$TDM_DEVICE_SKIP"; then
+        echo "skipped: $kind $name (TDM_DEVICE_SKIP)"
+        return 0
+    fi
+    local t0 t1 rc limit=$per_test_timeout
+    test "$kind" = bench && limit=$bench_timeout
     t0=$(date +%s.%N)
-    timeout "$per_test_timeout" "$@" >"$log" 2>&1
+    timeout "$limit" "$@" >"$log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
     awk -v kind="$kind" -v name="$name" -v rc="$rc" -v t0="$t0" -v t1="$t1" '

@@ -87,10 +87,25 @@ typedef struct tdm_cuda_gemv {
     int flags;
     float *y; /* (n, ldy) */
     uint32_t ldy;
+    int ksplit; /* 1: n == 1 rows split K over a block's warps (4x the warps; small M) */
 } tdm_cuda_gemv_t;
 
 /* Memory-bound y = x·Wᵀ for small n; any n works (rows are processed NR at a time). */
 tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream);
+
+/* Tensor-core skinny GEMM for decode batches (1 <= n <= TDM_CUDA_SKINNY_MAX_ROWS, K % 32 == 0):
+ * y (n, ldy)[:, 0:M] = xb (n, K) bf16 · Wᵀ (M, K) bf16 (+ bias), or += with accum (bias NULL).
+ * fp32 accumulation, deterministic (fixed reduction order), weights streamed once with 16-byte
+ * loads. The _silu form takes fp32 gate|up (n, 2I) and multiplies by silu(gate) * up rounded to
+ * bf16, bit for bit the input silu_mul would give cuBLAS. */
+#define TDM_CUDA_SKINNY_MAX_ROWS 32u
+int tdm_cuda_skinny_ok(uint32_t n, uint32_t K);
+tdm_status_t tdm_cuda_gemm_skinny(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
+                                  uint32_t M, const float *bias, int accum, float *y, uint32_t ldy,
+                                  cudaStream_t stream);
+tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, const uint16_t *w,
+                                       uint32_t M, int accum, float *y, uint32_t ldy,
+                                       cudaStream_t stream);
 
 /* y (n, M) fp32 = xb (n, K) bf16 · Wᵀ (M, K) bf16 (+ beta * y) through cuBLAS, fp32 accumulation.
  */
@@ -131,6 +146,44 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
                                 uint32_t layer, const tdm_cuda_rows_t *rows, uint32_t splits,
                                 float *part_o, float *part_ml, float *out, uint16_t *out_bf16,
                                 cudaStream_t stream);
+
+/* Decode attention on the tensor cores, the same contract as tdm_cuda_attention (any rows, each
+ * over positions [0, pos]; padding rows at or past *nactive give zeros): the GQA group (G <= 8)
+ * as the rows of an mma tile, 32-position tiles per warp, 4 warps per (row, KV head, split), the
+ * splits merged by the combine kernel when splits > 1. bf16 KV, hd 64 or 128 only.
+ * inv_freq non-NULL: RoPE and the KV write are fused in (tdm_cuda_rope_kv_write must NOT run
+ * first): q and the row's k/v are read unrotated from qkv (left as they are), q is rotated on
+ * the fly, and k (rotated) and v of each active row are written to the cache at pos as
+ * rope_kv_write would (bf16 RNE) by the one split that reads position pos. */
+int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H);
+tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
+                                       const tdm_cuda_kv_t *kv, uint32_t layer,
+                                       const tdm_cuda_rows_t *rows, const float *inv_freq,
+                                       uint32_t splits, float *part_o, float *part_ml, float *out,
+                                       uint16_t *out_bf16, cudaStream_t stream);
+
+/* Causal paged prefill attention on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation,
+ * flash-attention-2 online softmax, K/V tiles of 64 positions through shared memory, two stages of
+ * cp.async). bf16 KV and hd 64 or 128 only (tdm_cuda_flash_supported). Rows are grouped into
+ * tiles of up to 64 consecutive rows of one sequence (tdm_cuda_flash_tiles); each tile row attends
+ * to positions [0, pos]. Same q/out layout as tdm_cuda_attention. */
+int tdm_cuda_flash_supported(const tdm_cuda_kv_t *kv);
+/* Tiles of rows 0..n-1 from the host copies of pos/ptoff: a tile is a run of at most 64 rows with
+ * the same page table and consecutive positions, packed as row0 | (count - 1) << 24. Returns the
+ * tile count, or 0 when cap is too small or n >= 2^24. */
+uint32_t tdm_cuda_flash_tiles(const uint32_t *pos, const uint32_t *ptoff, uint32_t n,
+                              uint32_t *tiles, uint32_t cap);
+tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
+                                      const tdm_cuda_kv_t *kv, uint32_t layer,
+                                      const tdm_cuda_rows_t *rows, const uint32_t *tiles,
+                                      uint32_t ntiles, float *out, uint16_t *out_bf16,
+                                      cudaStream_t stream);
+
+/* Programmatic dependent launch (Hopper): when on, every kernel of this file is launched with the
+ * programmatic-stream-serialization attribute, waits (griddepcontrol.wait) before it touches
+ * anything an earlier kernel wrote, and lets its successor launch as soon as all its blocks run;
+ * the GEMV streams its first weights before the wait. Off by default; process-wide. */
+void tdm_cuda_set_pdl(int on);
 
 /* ret_ids[j] = first index of the max of logits row j (m, V); NaN never wins. */
 tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids,

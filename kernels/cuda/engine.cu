@@ -59,6 +59,7 @@ struct tdm_cuda_engine {
     int32_t *d_ids_out;
     /* plan: device block and pinned host staging of the same layout */
     size_t plan_bytes, pages_cap;
+    uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
     uint32_t *d_plan, *h_plan;
     int32_t *h_ids_out;
     cudaStream_t stream;
@@ -68,12 +69,13 @@ struct tdm_cuda_engine {
 };
 
 /* plan block layout, in uint32 units */
-enum { P_IDS = 0, P_POS = 1, P_PTOFF = 2, P_OUT = 3, P_NACT = 4, P_PAGES = 5 };
+enum { P_IDS = 0, P_POS = 1, P_PTOFF = 2, P_OUT = 3, P_NACT = 4, P_TILES = 5, P_PAGES = 6 };
 static size_t plan_off(const tdm_cuda_engine_t *e, int part)
 {
-    return part < P_NACT    ? (size_t)part * e->T
-           : part == P_NACT ? 4 * (size_t)e->T
-                            : 4 * (size_t)e->T + 32;
+    return part < P_NACT     ? (size_t)part * e->T
+           : part == P_NACT  ? 4 * (size_t)e->T
+           : part == P_TILES ? 4 * (size_t)e->T + 32
+                             : 4 * (size_t)e->T + 32 + e->tiles_cap;
 }
 
 void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
@@ -84,8 +86,12 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->max_batch = 32;
     o->max_pages_per_seq = 256;
     o->max_logit_rows = 256;
-    o->gemv_max_rows = 8;
+    o->gemv_max_rows = 1;
     o->use_graphs = 1;
+    o->use_pdl = 1;
+    o->use_skinny = 1;
+    o->use_mma_attn = 1;
+    o->gemv_ksplit = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -94,6 +100,18 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_GRAPHS");
     if (s && *s == '0')
         o->use_graphs = 0;
+    s = getenv("TDM_CUDA_PDL");
+    if (s && *s == '0')
+        o->use_pdl = 0;
+    s = getenv("TDM_CUDA_SKINNY");
+    if (s && *s == '0')
+        o->use_skinny = 0;
+    s = getenv("TDM_CUDA_MMA_ATTN");
+    if (s && *s == '0')
+        o->use_mma_attn = 0;
+    s = getenv("TDM_CUDA_GEMV_KSPLIT");
+    if (s && *s == '0')
+        o->gemv_ksplit = 0;
 }
 
 static size_t dtype_size(int dt)
@@ -398,6 +416,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
 
     /* plan buffers */
     e->pages_cap = (size_t)e->o.max_batch * e->o.max_pages_per_seq;
+    e->tiles_cap = (T + 63) / 64 + e->o.max_batch + 1;
     e->plan_bytes = (plan_off(e, P_PAGES) + e->pages_cap) * 4;
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->d_plan, e->plan_bytes), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMemset(e->d_plan, 0, e->plan_bytes), st, err);
@@ -464,17 +483,46 @@ uint64_t tdm_cuda_engine_weight_bytes(const tdm_cuda_engine_t *e)
     return e->wbytes;
 }
 
+/* Splits of the tensor-core decode attention: enough (row, KV head, split) blocks to keep 64
+ * blocks busy, at most 8; one split (no combine launch) from 64 (row, KV head) pairs on. */
+static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
+{
+    uint32_t b = n * e->KV, s = b >= 64 ? 1 : 64 / b;
+    if (s > 8)
+        s = 8;
+    while (s > 1 && (uint64_t)n * s > e->rowsplits)
+        s--;
+    return s;
+}
+
 static int use_gemv(const tdm_cuda_engine_t *e, uint32_t n)
 {
     return n <= e->o.gemv_max_rows || e->wdt != TDM_DTYPE_BF16;
+}
+
+/* y (n, M) (+)= xb · Wᵀ on the bf16 path: the skinny tensor-core GEMM for decode-sized n, else
+ * cuBLAS (beta 1 = accumulate). */
+static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const void *w, uint32_t M,
+                         int accum, float *y)
+{
+    /* measured (docs/cuda.md, run 3): the skinny kernel beats cuBLAS up to 8 rows everywhere and
+     * up to 32 rows on the small matrices; wider ones re-read x too often and lose */
+    if (e->o.use_skinny && tdm_cuda_skinny_ok(n, K) && (n <= 8 || (uint64_t)M * K <= (6u << 20)))
+        return tdm_cuda_gemm_skinny(e->xb, n, K, (const uint16_t *)w, M, NULL, accum, y, M,
+                                    e->stream);
+    return tdm_cuda_gemm_bf16(e->cublas, e->xb, n, K, (const uint16_t *)w, M, accum ? 1.0f : 0.0f,
+                              y);
 }
 
 static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, const uint32_t *xrow,
                          uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
                          const float *norm_w, int flags, float *y, uint32_t ldy)
 {
-    tdm_cuda_gemv_t a = {x,     ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps,
-                         flags, y,   ldy};
+    /* K split over the block's warps for one row and the small matrices (run 3: o and down at
+     * bs1 had ~8 us of fixed cost each, too few warps with long serial weight streams) */
+    const int ksplit = e->o.gemv_ksplit && n == 1 && M <= 4096;
+    tdm_cuda_gemv_t a = {
+        x, ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps, flags, y, ldy, ksplit};
     return tdm_cuda_gemv(&a, e->stream);
 }
 
@@ -489,6 +537,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     const uint32_t d = e->d, qd = e->H * e->hd, I = e->I, S = splits_for(e, n);
     const float eps = e->cfg.rms_norm_eps;
     const int small = use_gemv(e, n);
+    const int mma_attn = e->o.use_mma_attn && tdm_cuda_decode_mma_supported(&e->kv, e->H);
     cudaStream_t s = e->stream;
 
     TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
@@ -499,14 +548,29 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
                          TDM_GEMV_NORM, e->qkv, e->qkvd));
         } else {
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->attn_norm, eps, n, d, NULL, e->xb, s));
-            TDM_TRY(tdm_cuda_gemm_bf16(e->cublas, e->xb, n, d, (const uint16_t *)w->qkv, e->qkvd,
-                                       0.0f, e->qkv));
+            TDM_TRY(gemm(e, n, d, w->qkv, e->qkvd, 0, e->qkv));
             if (w->qkv_bias)
                 TDM_TRY(tdm_cuda_add_bias(e->qkv, n, e->qkvd, e->qkvd, w->qkv_bias, s));
         }
-        TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
-        TDM_TRY(tdm_cuda_attention(e->qkv, n, e->H, &e->kv, l, &rows, S, e->part_o, e->part_ml,
-                                   e->attn, small ? NULL : e->xb, s));
+        if (e->o.ablate & TDM_CUDA_ABLATE_ATTN)
+            goto mlp;
+        if (e->ntiles) {
+            TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
+            TDM_TRY(tdm_cuda_flash_attention(e->qkv, n, e->H, &e->kv, l, &rows,
+                                             plan + plan_off(e, P_TILES), e->ntiles, e->attn,
+                                             small ? NULL : e->xb, s));
+        } else if (mma_attn) { /* RoPE and the KV write fused in */
+            TDM_TRY(tdm_cuda_attention_decode(e->qkv, n, e->H, &e->kv, l, &rows, e->inv_freq,
+                                              decode_splits(e, n), e->part_o, e->part_ml, e->attn,
+                                              small ? NULL : e->xb, s));
+        } else {
+            TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
+            TDM_TRY(tdm_cuda_attention(e->qkv, n, e->H, &e->kv, l, &rows, S, e->part_o, e->part_ml,
+                                       e->attn, small ? NULL : e->xb, s));
+        }
+    mlp:
+        if (e->o.ablate & TDM_CUDA_ABLATE_GEMM)
+            continue;
         if (small) {
             TDM_TRY(
                 gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d));
@@ -515,14 +579,13 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
             TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
                          TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d));
         } else {
-            TDM_TRY(
-                tdm_cuda_gemm_bf16(e->cublas, e->xb, n, qd, (const uint16_t *)w->o, d, 1.0f, e->x));
+            TDM_TRY(gemm(e, n, qd, w->o, d, 1, e->x));
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->mlp_norm, eps, n, d, NULL, e->xb, s));
-            TDM_TRY(tdm_cuda_gemm_bf16(e->cublas, e->xb, n, d, (const uint16_t *)w->gu, 2 * I, 0.0f,
-                                       e->gu));
+            TDM_TRY(gemm(e, n, d, w->gu, 2 * I, 0, e->gu));
+            /* silu·mul stays its own launch: fused into the skinny kernel's input every block
+             * re-read the fp32 gate|up (run 3: bs32 3.8 ms/step against 2.3) */
             TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, NULL, e->xb, s));
-            TDM_TRY(tdm_cuda_gemm_bf16(e->cublas, e->xb, n, I, (const uint16_t *)w->down, d, 1.0f,
-                                       e->x));
+            TDM_TRY(gemm(e, n, I, w->down, d, 1, e->x));
         }
     }
     if (use_gemv(e, m)) {
@@ -530,8 +593,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
                      TDM_GEMV_NORM, e->logits, e->V));
     } else {
         TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, outrows, e->final_norm, eps, m, d, NULL, e->xb, s));
-        TDM_TRY(tdm_cuda_gemm_bf16(e->cublas, e->xb, m, d, (const uint16_t *)e->lm_head, e->V, 0.0f,
-                                   e->logits));
+        TDM_TRY(gemm(e, m, d, e->lm_head, e->V, 0, e->logits));
     }
     TDM_TRY(tdm_cuda_argmax(e->logits, m, e->V, e->d_ids_out, s));
     return TDM_OK;
@@ -619,6 +681,14 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
     if (m > cap_rows)
         return TDM_ERR_OVERFLOW;
     rows_run = n;
+    tdm_cuda_set_pdl(e->o.use_pdl);
+    e->ntiles = 0;
+    if (!decode && tdm_cuda_flash_supported(&e->kv)) {
+        /* prefill and mixed calls: tensor-core attention over tiles of consecutive rows */
+        e->ntiles =
+            tdm_cuda_flash_tiles(e->h_plan + plan_off(e, P_POS), e->h_plan + plan_off(e, P_PTOFF),
+                                 n, e->h_plan + plan_off(e, P_TILES), e->tiles_cap);
+    }
     if (decode && e->o.use_graphs) {
         uint32_t b;
         bi = bucket_of(n, &b);

@@ -47,12 +47,28 @@ typedef struct tdm_cuda_engine_opts {
     uint32_t max_pages_per_seq; /* default 256 */
     uint32_t max_pages;         /* cap on the pool's pages (0: as many as fit) */
     uint32_t max_logit_rows;    /* logits rows of one call, default max(max_batch, 256) */
-    uint32_t gemv_max_rows;     /* rows up to which the GEMV path runs, default 8 (env
-                                   TDM_CUDA_GEMV_ROWS) */
+    uint32_t gemv_max_rows;     /* rows up to which the fp32 GEMV path runs, default 1 (env
+                                   TDM_CUDA_GEMV_ROWS); above it the bf16 path */
     int use_graphs;             /* 1 (default): decode through CUDA graphs; env TDM_CUDA_GRAPHS=0 */
+    int use_pdl;                /* 1 (default): programmatic dependent launch between kernels;
+                                   env TDM_CUDA_PDL=0 */
+    int use_skinny;             /* 1 (default): bf16 GEMMs of <= 32 rows on the tensor-core
+                                   skinny kernel, else cuBLAS; env TDM_CUDA_SKINNY=0 */
+    int use_mma_attn;           /* 1 (default): decode attention on the tensor cores (bf16 KV,
+                                   hd 64/128, G <= 8), else the CUDA-core split-K kernel; env
+                                   TDM_CUDA_MMA_ATTN=0 */
+    int gemv_ksplit;            /* 1 (default): one-row GEMVs of <= 4096 outputs split K over
+                                   the block's warps; env TDM_CUDA_GEMV_KSPLIT=0 */
+    int ablate;                 /* benchmark diagnostics only, results are WRONG when set: 0
+                                   (default), or TDM_CUDA_ABLATE_* bits of launches left out */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;
+
+/* ablate bits: the attention block (RoPE + KV write, attention, combine) of every layer; the
+ * o-projection and the MLP of every layer (the QKV projection and the lm_head stay). */
+#define TDM_CUDA_ABLATE_ATTN 1
+#define TDM_CUDA_ABLATE_GEMM 2
 
 void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o);
 

@@ -14,6 +14,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include <utility>
+
 #include "cuda_int.h"
 
 #define WARP 32
@@ -42,6 +44,45 @@ static __device__ __forceinline__ float warp_max(float v)
     for (int o = 16; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* ---------------------------------------------------------------- launches (PDL) */
+
+static int g_pdl = 0;
+
+void tdm_cuda_set_pdl(int on)
+{
+    g_pdl = on != 0;
+}
+
+/* Wait until the kernels this one depends on have completed and their writes are visible (a no-op
+ * when launched without the PDL attribute); then let the next kernel launch once every block of
+ * this one has started (it waits in turn before reading what this one writes). */
+static __device__ __forceinline__ void pdl_wait()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+static __device__ __forceinline__ void pdl_trigger()
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+template <typename... KArgs, typename... Args>
+static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                   Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, args...); /* errors surface through cudaGetLastError */
 }
 
 /* fp8 e4m3 "fn" encode, the same bit manipulation as tdm_kv_fp8_encode (include/tdm/kv.h). */
@@ -104,6 +145,8 @@ template <> __device__ __forceinline__ float ld_elem<float>(const float *p, size
 template <typename T>
 __global__ void embed_kernel(const T *table, const int32_t *ids, uint32_t d, float *out)
 {
+    pdl_wait();
+    pdl_trigger();
     const T *row = table + (size_t)ids[blockIdx.x] * d;
     for (uint32_t j = threadIdx.x; j < d; j += blockDim.x)
         out[(size_t)blockIdx.x * d + j] = ld_elem<T>(row, j);
@@ -116,13 +159,13 @@ tdm_status_t tdm_cuda_embed(const void *table, int dtype, const int32_t *ids, ui
         return TDM_OK;
     switch (dtype) {
     case TDM_DTYPE_BF16:
-        embed_kernel<<<n, 256, 0, stream>>>((const uint16_t *)table, ids, d, out);
+        launch(embed_kernel<uint16_t>, n, 256, 0, stream, (const uint16_t *)table, ids, d, out);
         break;
     case TDM_DTYPE_F16:
-        embed_kernel<<<n, 256, 0, stream>>>((const __half *)table, ids, d, out);
+        launch(embed_kernel<__half>, n, 256, 0, stream, (const __half *)table, ids, d, out);
         break;
     case TDM_DTYPE_F32:
-        embed_kernel<<<n, 256, 0, stream>>>((const float *)table, ids, d, out);
+        launch(embed_kernel<float>, n, 256, 0, stream, (const float *)table, ids, d, out);
         break;
     default:
         return TDM_ERR_UNSUPPORTED;
@@ -151,6 +194,8 @@ __global__ void rmsnorm_kernel(float *resid, const float *add, const uint32_t *x
                                float eps, uint32_t d, float *out_f32, uint16_t *out_bf16)
 {
     __shared__ float sh[32];
+    pdl_wait();
+    pdl_trigger();
     uint32_t j = blockIdx.x, r = xrow ? xrow[j] : j;
     float *x = resid + (size_t)r * d;
     float ss = 0.0f;
@@ -180,7 +225,7 @@ tdm_status_t tdm_cuda_rmsnorm(float *resid, const float *add, const uint32_t *xr
         return TDM_ERR_INVAL;
     if (n == 0)
         return TDM_OK;
-    rmsnorm_kernel<<<n, 256, 0, stream>>>(resid, add, xrow, w, eps, d, out_f32, out_bf16);
+    launch(rmsnorm_kernel, n, 256, 0, stream, resid, add, xrow, w, eps, d, out_f32, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -188,6 +233,8 @@ tdm_status_t tdm_cuda_rmsnorm(float *resid, const float *add, const uint32_t *xr
 
 __global__ void to_bf16_kernel(const float *x, size_t count, uint16_t *out)
 {
+    pdl_wait();
+    pdl_trigger();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = f32_to_bf16_rne(x[i]);
@@ -203,12 +250,14 @@ tdm_status_t tdm_cuda_to_bf16(const float *x, size_t count, uint16_t *out, cudaS
 {
     if (count == 0)
         return TDM_OK;
-    to_bf16_kernel<<<grid_for(count, 256), 256, 0, stream>>>(x, count, out);
+    launch(to_bf16_kernel, grid_for(count, 256), 256, 0, stream, x, count, out);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
 __global__ void add_bias_kernel(float *y, uint32_t n, uint32_t M, uint32_t ldy, const float *bias)
 {
+    pdl_wait();
+    pdl_trigger();
     size_t count = (size_t)n * M;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x)
@@ -220,7 +269,7 @@ tdm_status_t tdm_cuda_add_bias(float *y, uint32_t n, uint32_t M, uint32_t ldy, c
 {
     if ((size_t)n * M == 0)
         return TDM_OK;
-    add_bias_kernel<<<grid_for((size_t)n * M, 256), 256, 0, stream>>>(y, n, M, ldy, bias);
+    launch(add_bias_kernel, grid_for((size_t)n * M, 256), 256, 0, stream, y, n, M, ldy, bias);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -232,6 +281,8 @@ static __device__ __forceinline__ float silu(float g)
 __global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, float *out_f32,
                                 uint16_t *out_bf16)
 {
+    pdl_wait();
+    pdl_trigger();
     size_t count = (size_t)n * I;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -251,7 +302,8 @@ tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, float *o
         return TDM_ERR_INVAL;
     if ((size_t)n * I == 0)
         return TDM_OK;
-    silu_mul_kernel<<<grid_for((size_t)n * I, 256), 256, 0, stream>>>(gu, n, I, out_f32, out_bf16);
+    launch(silu_mul_kernel, grid_for((size_t)n * I, 256), 256, 0, stream, gu, n, I, out_f32,
+           out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -346,10 +398,14 @@ static __device__ __forceinline__ void load_x(const float *xr, uint32_t k, uint3
     }
 }
 
-/* grid (ceil(M / (GEMV_WARPS * GEMV_RPW)), ceil(n / NR)); block GEMV_WARPS warps.
+/* KS 1: grid (ceil(M / (GEMV_WARPS * GEMV_RPW)), ceil(n / NR)); block GEMV_WARPS warps.
  * Warp w of block b computes output rows m0 = (b * GEMV_WARPS + w) * GEMV_RPW + {0, 1} for the
- * NR input rows r0 = blockIdx.y * NR + {0..NR). */
-template <typename T, int NR, int FLAGS>
+ * NR input rows r0 = blockIdx.y * NR + {0..NR).
+ * KS = GEMV_WARPS (split K): grid (ceil(M / GEMV_RPW), ceil(n / NR)); the block's warps share the
+ * rows m0 = b * GEMV_RPW + {0, 1}, warp w a quarter of K, summed in shared memory in warp order.
+ * For the small matrices (o, down at bs1): 4x the warps, each with a quarter of the serial
+ * weight stream. */
+template <typename T, int NR, int FLAGS, int KS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                 uint32_t n, uint32_t K, uint32_t M, const T *__restrict__ W,
@@ -360,7 +416,28 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     __shared__ float s_rs[NR];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t r0 = blockIdx.y * NR;
-    const uint32_t m0 = (blockIdx.x * GEMV_WARPS + warp) * GEMV_RPW;
+    const uint32_t m0 =
+        KS == 1 ? (blockIdx.x * GEMV_WARPS + warp) * GEMV_RPW : blockIdx.x * GEMV_RPW;
+    const bool two = m0 + 1 < M;
+    const T *w0 = W + (size_t)(m0 < M ? m0 : 0) * K;
+    const T *w1 = W + (size_t)(two ? m0 + 1 : (m0 < M ? m0 : 0)) * K;
+    const uint32_t step = 32u * E;
+    const uint32_t kchunk = KS == 1 ? K : ((K + KS - 1) / KS + 7) / 8 * 8;
+    const uint32_t kbeg = KS == 1 ? 0 : min(K, warp * kchunk), kend = min(K, kbeg + kchunk);
+    uint32_t k = kbeg + (uint32_t)lane * E;
+    /* the first GEMV_UNROLL weight vectors of both rows are loaded before waiting for the
+     * previous kernel: weights never depend on it, so with PDL they stream during its tail */
+    bool have = k + (GEMV_UNROLL - 1) * step < kend;
+    uint4 a[GEMV_UNROLL], b[GEMV_UNROLL];
+    if (have && m0 < M) {
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            a[u] = ld_stream(w0 + k + u * step);
+            b[u] = ld_stream(w1 + k + u * step);
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
     const float *xr[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) {
@@ -376,11 +453,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < NR; r++)
             ss[r] = 0.0f;
-        for (uint32_t k = threadIdx.x * 4; k < K; k += GEMV_WARPS * 32 * 4) {
+        for (uint32_t kk = threadIdx.x * 4; kk < K; kk += GEMV_WARPS * 32 * 4) {
             float4 v[NR];
 #pragma unroll
             for (int r = 0; r < NR; r++)
-                v[r] = __ldg(reinterpret_cast<const float4 *>(xr[r] + k));
+                v[r] = __ldg(reinterpret_cast<const float4 *>(xr[r] + kk));
 #pragma unroll
             for (int r = 0; r < NR; r++)
                 ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
@@ -406,22 +483,22 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < NR; r++)
         rs[r] = (FLAGS & TDM_GEMV_NORM) ? s_rs[r] : 1.0f;
-    const bool two = m0 + 1 < M;
-    const T *w0 = W + (size_t)m0 * K;
-    const T *w1 = W + (size_t)(two ? m0 + 1 : m0) * K;
     float acc0[NR], acc1[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++)
         acc0[r] = acc1[r] = 0.0f;
 
-    const uint32_t step = 32u * E;
-    uint32_t k = (uint32_t)lane * E;
-    for (; k + (GEMV_UNROLL - 1) * step < K; k += GEMV_UNROLL * step) {
-        uint4 a[GEMV_UNROLL], b[GEMV_UNROLL];
+    while (have) {
+        /* next batch in flight while this one is multiplied */
+        const uint32_t kn = k + GEMV_UNROLL * step;
+        const bool nhave = kn + (GEMV_UNROLL - 1) * step < kend;
+        uint4 na[GEMV_UNROLL], nb[GEMV_UNROLL];
+        if (nhave) {
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            a[u] = ld_stream(w0 + k + u * step);
-            b[u] = ld_stream(w1 + k + u * step);
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                na[u] = ld_stream(w0 + kn + u * step);
+                nb[u] = ld_stream(w1 + kn + u * step);
+            }
         }
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
@@ -439,8 +516,17 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 }
             }
         }
+        if (nhave) {
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                a[u] = na[u];
+                b[u] = nb[u];
+            }
+        }
+        k = kn;
+        have = nhave;
     }
-    for (; k < K; k += step) {
+    for (; k < kend; k += step) {
         float fa[E], fb[E];
         wvec<T>::get(ld_stream(w0 + k), fa);
         wvec<T>::get(ld_stream(w1 + k), fb);
@@ -455,9 +541,32 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             }
         }
     }
+    if (KS > 1) {
+        __shared__ float s_red[KS][NR][2];
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            float s0 = warp_sum(acc0[r]), s1 = warp_sum(acc1[r]);
+            if (lane == 0) {
+                s_red[warp][r][0] = s0;
+                s_red[warp][r][1] = s1;
+            }
+        }
+        __syncthreads();
+        if (warp != 0)
+            return;
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            acc0[r] = acc1[r] = 0.0f;
+            if (lane == 0)
+                for (int w = 0; w < KS; w++) {
+                    acc0[r] += s_red[w][r][0];
+                    acc1[r] += s_red[w][r][1];
+                }
+        }
+    }
 #pragma unroll
     for (int r = 0; r < NR; r++) {
-        float s0 = warp_sum(acc0[r]), s1 = warp_sum(acc1[r]);
+        float s0 = KS > 1 ? acc0[r] : warp_sum(acc0[r]), s1 = KS > 1 ? acc1[r] : warp_sum(acc1[r]);
         if (lane == 0 && r0 + r < n) {
             float *yr = y + (size_t)(r0 + r) * ldy;
             if (FLAGS & TDM_GEMV_ACCUM) {
@@ -476,10 +585,16 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 template <typename T, int NR, int FLAGS>
 static void gemv_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
 {
+    if (NR == 1 && a->ksplit) {
+        dim3 grid((a->M + GEMV_RPW - 1) / GEMV_RPW, a->n);
+        launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx,
+               a->xrow, a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+               a->ldy);
+        return;
+    }
     dim3 grid((a->M + GEMV_WARPS * GEMV_RPW - 1) / (GEMV_WARPS * GEMV_RPW), (a->n + NR - 1) / NR);
-    gemv_kernel<T, NR, FLAGS><<<grid, GEMV_WARPS * 32, 0, s>>>(a->x, a->ldx, a->xrow, a->n, a->K,
-                                                               a->M, (const T *)a->w, a->bias,
-                                                               a->norm_w, a->eps, a->y, a->ldy);
+    launch(gemv_kernel<T, NR, FLAGS, 1>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx, a->xrow, a->n,
+           a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->ldy);
 }
 
 template <typename T, int NR> static int gemv_flags(const tdm_cuda_gemv_t *a, cudaStream_t s)
@@ -541,6 +656,190 @@ tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream)
     if (!ok)
         return TDM_ERR_INVAL;
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
+/* ---------------------------------------------------------------- skinny GEMM (tensor cores) */
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#define SK_WARPS 8  /* warps per block, each a slice of K */
+#define SK_UNROLL 4 /* 32-wide k steps per batch of loads */
+
+/* mma.sync m16n8k16 with the weights as A (16 output features) and the activations as B (8 rows).
+ * The dot product does not care about the order of k, so each lane loads 16 contiguous bytes of a
+ * weight row (k = 32 s + 8 t .. + 7, t = lane % 4) and of an activation row, and both operands
+ * map the same physical k to the same logical k: a fully coalesced weight stream with no
+ * shuffles. 8 bf16 of x at k; SILU: x is fp32 gate|up (ldx = 2K) and silu(gate) * up is rounded
+ * to bf16 here (what silu_mul writes on the cuBLAS path). */
+template <bool SILU>
+static __device__ __forceinline__ uint4 sk_x8(const void *x, uint32_t ldx, uint32_t row, uint32_t k,
+                                              uint32_t K)
+{
+    if (!SILU)
+        return __ldg(reinterpret_cast<const uint4 *>(reinterpret_cast<const uint16_t *>(x) +
+                                                     (size_t)row * ldx + k));
+    const float *xr = reinterpret_cast<const float *>(x) + (size_t)row * ldx;
+    float4 g0 = __ldg(reinterpret_cast<const float4 *>(xr + k));
+    float4 g1 = __ldg(reinterpret_cast<const float4 *>(xr + k + 4));
+    float4 u0 = __ldg(reinterpret_cast<const float4 *>(xr + K + k));
+    float4 u1 = __ldg(reinterpret_cast<const float4 *>(xr + K + k + 4));
+    uint4 v;
+    v.x = pack_bf16(silu(g0.x) * u0.x, silu(g0.y) * u0.y);
+    v.y = pack_bf16(silu(g0.z) * u0.z, silu(g0.w) * u0.w);
+    v.z = pack_bf16(silu(g1.x) * u1.x, silu(g1.y) * u1.y);
+    v.w = pack_bf16(silu(g1.z) * u1.z, silu(g1.w) * u1.w);
+    return v;
+}
+
+/* grid ceil(M / 16), block SK_WARPS warps: block b computes features 16 b .. 16 b + 15 for all
+ * n <= 8 NT rows; warp w takes the k steps w, w + SK_WARPS, ...; the warps' partial sums meet in
+ * shared memory (a fixed order: deterministic). */
+template <int NT, bool SILU>
+__global__ void __launch_bounds__(SK_WARPS * 32)
+    skinny_kernel(const void *__restrict__ x, uint32_t ldx, uint32_t n, uint32_t K, uint32_t M,
+                  const uint16_t *__restrict__ W, const float *__restrict__ bias, int accum,
+                  float *__restrict__ y, uint32_t ldy)
+{
+    __shared__ float red[SK_WARPS][NT * 4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t m0 = blockIdx.x * 16, nsteps = K / 32;
+    const uint16_t *wa = W + (size_t)min(m0 + g, M - 1) * K + 8 * t;
+    const uint16_t *wb = W + (size_t)min(m0 + g + 8, M - 1) * K + 8 * t;
+    uint4 A[SK_UNROLL][2];
+    /* weights first: they never depend on the previous kernel (PDL) */
+#pragma unroll
+    for (int u = 0; u < SK_UNROLL; u++) {
+        uint32_t st = warp + u * SK_WARPS;
+        if (st < nsteps) {
+            A[u][0] = ld_stream(wa + 32 * st);
+            A[u][1] = ld_stream(wb + 32 * st);
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
+    uint32_t xrow[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        xrow[nt] = min((uint32_t)(nt * 8 + g), n - 1); /* padding rows: computed, never stored */
+    float c[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+    for (uint32_t base = warp; base < nsteps; base += SK_UNROLL * SK_WARPS) {
+        const uint32_t nb = base + SK_UNROLL * SK_WARPS;
+        uint4 An[SK_UNROLL][2];
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) {
+            uint32_t st = nb + u * SK_WARPS;
+            if (st < nsteps) {
+                An[u][0] = ld_stream(wa + 32 * st);
+                An[u][1] = ld_stream(wb + 32 * st);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) {
+            uint32_t st = base + u * SK_WARPS;
+            if (st < nsteps) {
+                const uint32_t k = 32 * st + 8 * t;
+                const uint32_t a0[4] = {A[u][0].x, A[u][1].x, A[u][0].y, A[u][1].y};
+                const uint32_t a1[4] = {A[u][0].z, A[u][1].z, A[u][0].w, A[u][1].w};
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    uint4 xv = sk_x8<SILU>(x, ldx, xrow[nt], k, K);
+                    mma_bf16(c[nt], a0, xv.x, xv.y);
+                    mma_bf16(c[nt], a1, xv.z, xv.w);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) {
+            A[u][0] = An[u][0];
+            A[u][1] = An[u][1];
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            red[warp][nt * 4 + e][lane] = c[nt][e];
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < NT * 4 * 32; i += SK_WARPS * 32) {
+        const uint32_t fe = i / 32, ln = i % 32, nt = fe / 4, e = fe % 4;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < SK_WARPS; w++)
+            v += red[w][fe][ln];
+        /* c[e]: feature g (+ 8 for e >= 2), row 2 t + (e & 1) of the n-tile */
+        const uint32_t row = nt * 8 + 2 * (ln & 3) + (e & 1), m = m0 + (ln >> 2) + (e >= 2 ? 8 : 0);
+        if (row < n && m < M) {
+            float *yp = y + (size_t)row * ldy + m;
+            if (accum)
+                *yp += v;
+            else
+                *yp = v + (bias ? bias[m] : 0.0f);
+        }
+    }
+}
+
+template <bool SILU>
+static tdm_status_t skinny_launch(const void *x, uint32_t ldx, uint32_t n, uint32_t K,
+                                  const uint16_t *w, uint32_t M, const float *bias, int accum,
+                                  float *y, uint32_t ldy, cudaStream_t s)
+{
+    const dim3 grid((M + 15) / 16), block(SK_WARPS * 32);
+    switch ((n + 7) / 8) {
+    case 1:
+        launch(skinny_kernel<1, SILU>, grid, block, 0, s, x, ldx, n, K, M, w, bias, accum, y, ldy);
+        break;
+    case 2:
+        launch(skinny_kernel<2, SILU>, grid, block, 0, s, x, ldx, n, K, M, w, bias, accum, y, ldy);
+        break;
+    case 3:
+        launch(skinny_kernel<3, SILU>, grid, block, 0, s, x, ldx, n, K, M, w, bias, accum, y, ldy);
+        break;
+    case 4:
+        launch(skinny_kernel<4, SILU>, grid, block, 0, s, x, ldx, n, K, M, w, bias, accum, y, ldy);
+        break;
+    default:
+        return TDM_ERR_INVAL;
+    }
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
+int tdm_cuda_skinny_ok(uint32_t n, uint32_t K)
+{
+    return n >= 1 && n <= TDM_CUDA_SKINNY_MAX_ROWS && K % 32 == 0 && K > 0;
+}
+
+tdm_status_t tdm_cuda_gemm_skinny(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
+                                  uint32_t M, const float *bias, int accum, float *y, uint32_t ldy,
+                                  cudaStream_t stream)
+{
+    if (!tdm_cuda_skinny_ok(n, K) || M == 0 || !xb || !w || !y || (accum && bias))
+        return TDM_ERR_INVAL;
+    return skinny_launch<false>(xb, K, n, K, w, M, bias, accum, y, ldy, stream);
+}
+
+tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, const uint16_t *w,
+                                       uint32_t M, int accum, float *y, uint32_t ldy,
+                                       cudaStream_t stream)
+{
+    if (!tdm_cuda_skinny_ok(n, I) || M == 0 || !gu || !w || !y)
+        return TDM_ERR_INVAL;
+    return skinny_launch<true>(gu, 2 * I, n, I, w, M, NULL, accum, y, ldy, stream);
 }
 
 tdm_status_t tdm_cuda_gemm_bf16(cublasHandle_t h, const uint16_t *xb, uint32_t n, uint32_t K,
@@ -610,12 +909,25 @@ static __device__ void write_head(const tdm_cuda_kv_t &kv, uint32_t layer, int s
     }
 }
 
+/* rotate_half of one pair, rounded the same in every kernel (no contraction into FMAs): the
+ * fused decode attention writes the same K bits as rope_kv_kernel */
+static __device__ __forceinline__ void rope_pair(float x0, float x1, float pos, float inv_freq,
+                                                 float *o0, float *o1)
+{
+    float s, c;
+    sincosf(pos * inv_freq, &s, &c);
+    *o0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    *o1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 /* one block (4 warps) per row; units: H q heads, KV k heads, KV v heads, one warp per unit */
 __global__ void rope_kv_kernel(float *qkv, uint32_t H, const float *inv_freq, tdm_cuda_kv_t kv,
                                uint32_t layer, tdm_cuda_rows_t rows)
 {
     const uint32_t r = blockIdx.x, KV = kv.kv_heads, hd = kv.hd, half = hd / 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    pdl_wait();
+    pdl_trigger();
     const uint32_t ld = (H + 2 * KV) * hd, pos = rows.pos[r];
     const bool active = r < *rows.nactive;
     float *row = qkv + (size_t)r * ld;
@@ -628,10 +940,8 @@ __global__ void rope_kv_kernel(float *qkv, uint32_t H, const float *inv_freq, td
             for (int j = 0; j < 8; j++) {
                 uint32_t i = lane + 32u * j;
                 if (i < half) {
-                    float a = (float)pos * inv_freq[i], s, c;
-                    sincosf(a, &s, &c);
-                    float x0 = x[i], x1 = x[i + half];
-                    float o0 = x0 * c - x1 * s, o1 = x1 * c + x0 * s;
+                    float o0, o1;
+                    rope_pair(x[i], x[i + half], (float)pos, inv_freq[i], &o0, &o1);
                     x[i] = o0;
                     x[i + half] = o1;
                 }
@@ -660,7 +970,7 @@ tdm_status_t tdm_cuda_rope_kv_write(float *qkv, uint32_t n, uint32_t H, const fl
         return TDM_ERR_UNSUPPORTED;
     if (n == 0)
         return TDM_OK;
-    rope_kv_kernel<<<n, 128, 0, stream>>>(qkv, H, inv_freq, *kv, layer, *rows);
+    launch(rope_kv_kernel, n, 128, 0, stream, qkv, H, inv_freq, *kv, layer, *rows);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -686,6 +996,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     __shared__ float sm[ATT_WARPS][TDM_CUDA_MAX_GROUP], sl[ATT_WARPS][TDM_CUDA_MAX_GROUP];
     __shared__ float so[ATT_WARPS][TDM_CUDA_MAX_HD];
     const size_t pidx = ((size_t)r * H + kvh * G) * S + sp; /* head g: + g * S */
+    pdl_wait();
+    pdl_trigger();
 
     if (r >= *rows.nactive) {
         for (uint32_t g = 0; g < G; g++)
@@ -735,15 +1047,27 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             if (!kv.fp8) {
                 const uint4 *k4 = reinterpret_cast<const uint4 *>(
                     reinterpret_cast<const uint16_t *>(krow) + (size_t)kvh * hd);
-                for (uint32_t c = 0; c < hd / 8; c++) {
-                    float kf[8];
-                    wvec<uint16_t>::get(k4[c], kf);
+                /* up to 8 loads of the row in flight at once (hd 64: all of it) */
+                constexpr int KC = DPL * 4 < 8 ? DPL * 4 : 8;
+                for (uint32_t c0 = 0; c0 < hd / 8; c0 += KC) {
+                    uint4 kraw[KC];
 #pragma unroll
-                    for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++)
-                        if ((uint32_t)g < G)
+                    for (int c = 0; c < KC; c++)
+                        if (c0 + c < hd / 8)
+                            kraw[c] = k4[c0 + c];
 #pragma unroll
-                            for (int e = 0; e < 8; e++)
-                                s[g] = fmaf(sq[g * hd + c * 8 + e], kf[e], s[g]);
+                    for (int c = 0; c < KC; c++) {
+                        if (c0 + c >= hd / 8)
+                            break;
+                        float kf[8];
+                        wvec<uint16_t>::get(kraw[c], kf);
+#pragma unroll
+                        for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++)
+                            if ((uint32_t)g < G)
+#pragma unroll
+                                for (int e = 0; e < 8; e++)
+                                    s[g] = fmaf(sq[g * hd + (c0 + c) * 8 + e], kf[e], s[g]);
+                    }
                 }
             } else {
                 const float ks = reinterpret_cast<const float *>(
@@ -751,19 +1075,31 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 vscale = reinterpret_cast<const float *>(
                     kv_slot(kv, layer, TDM_KV_SUB_V_SCALE, page, slot))[kvh];
                 const uint4 *k4 = reinterpret_cast<const uint4 *>(krow + (size_t)kvh * hd);
-                for (uint32_t c = 0; c < hd / 16; c++) {
-                    uint4 raw = k4[c];
-                    uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-                    float kf[16];
+                constexpr int KC = DPL * 2 < 4 ? DPL * 2 : 4;
+                for (uint32_t c0 = 0; c0 < hd / 16; c0 += KC) {
+                    uint4 kraw[KC];
 #pragma unroll
-                    for (int e = 0; e < 16; e++)
-                        kf[e] = fp8_decode((u[e / 4] >> (8 * (e % 4))) & 0xffu) * ks;
+                    for (int c = 0; c < KC; c++)
+                        if (c0 + c < hd / 16)
+                            kraw[c] = k4[c0 + c];
 #pragma unroll
-                    for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++)
-                        if ((uint32_t)g < G)
+                    for (int cc = 0; cc < KC; cc++) {
+                        if (c0 + cc >= hd / 16)
+                            break;
+                        const uint32_t c = c0 + cc;
+                        uint4 raw = kraw[cc];
+                        uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+                        float kf[16];
 #pragma unroll
-                            for (int e = 0; e < 16; e++)
-                                s[g] = fmaf(sq[g * hd + c * 16 + e], kf[e], s[g]);
+                        for (int e = 0; e < 16; e++)
+                            kf[e] = fp8_decode((u[e / 4] >> (8 * (e % 4))) & 0xffu) * ks;
+#pragma unroll
+                        for (int g = 0; g < (int)TDM_CUDA_MAX_GROUP; g++)
+                            if ((uint32_t)g < G)
+#pragma unroll
+                                for (int e = 0; e < 16; e++)
+                                    s[g] = fmaf(sq[g * hd + c * 16 + e], kf[e], s[g]);
+                    }
                 }
             }
         }
@@ -860,6 +1196,8 @@ __global__ void attn_combine_kernel(uint32_t H, uint32_t hd, uint32_t S, const f
                                     const float *part_ml, float *out, uint16_t *out_bf16)
 {
     const size_t base = ((size_t)blockIdx.x * H + blockIdx.y) * S;
+    pdl_wait();
+    pdl_trigger();
     float M = -INFINITY;
     for (uint32_t s = 0; s < S; s++)
         M = fmaxf(M, part_ml[2 * (base + s)]);
@@ -897,20 +1235,584 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
         return TDM_OK;
     dim3 grid(n, KV, splits);
     if (hd <= 32)
-        attn_split_kernel<1>
-            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+        launch(attn_split_kernel<1>, grid, ATT_WARPS * 32, 0, stream, qkv, H, *kv, layer, *rows,
+               part_o, part_ml);
     else if (hd <= 64)
-        attn_split_kernel<2>
-            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+        launch(attn_split_kernel<2>, grid, ATT_WARPS * 32, 0, stream, qkv, H, *kv, layer, *rows,
+               part_o, part_ml);
     else if (hd <= 128)
-        attn_split_kernel<4>
-            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+        launch(attn_split_kernel<4>, grid, ATT_WARPS * 32, 0, stream, qkv, H, *kv, layer, *rows,
+               part_o, part_ml);
     else
-        attn_split_kernel<8>
-            <<<grid, ATT_WARPS * 32, 0, stream>>>(qkv, H, *kv, layer, *rows, part_o, part_ml);
+        launch(attn_split_kernel<8>, grid, ATT_WARPS * 32, 0, stream, qkv, H, *kv, layer, *rows,
+               part_o, part_ml);
     unsigned th = (hd + 31) / 32 * 32;
-    attn_combine_kernel<<<dim3(n, H), th, 0, stream>>>(H, hd, splits, part_o, part_ml, out,
-                                                       out_bf16);
+    launch(attn_combine_kernel, dim3(n, H), th, 0, stream, H, hd, splits, part_o, part_ml, out,
+           out_bf16);
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
+/* ---------------------------------------------------------------- prefill attention (tensor cores)
+ */
+
+#define FA_ROWS 64 /* query rows per block: 4 warps x 16 */
+#define FA_KT 64   /* positions per K/V tile */
+
+static __device__ __forceinline__ void cp_async16(void *smem, const void *g, uint32_t bytes)
+{
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(g), "r"(bytes)
+                 : "memory");
+}
+
+/* Tile (64 positions from kt0) of K and V of head kvh into shared memory (rows of HD + 8 bf16);
+ * positions >= len are zero-filled. */
+template <int HD>
+static __device__ __forceinline__ void fa_load(uint16_t *ks, uint16_t *vs, const tdm_cuda_kv_t &kv,
+                                               uint32_t layer, const uint32_t *pt, uint32_t kvh,
+                                               uint32_t kt0, uint32_t len)
+{
+    constexpr int LDS = HD + 8, CH = HD / 8; /* 16-byte chunks per row */
+    for (int i = threadIdx.x; i < FA_KT * CH; i += blockDim.x) {
+        const int r = i / CH, c = i % CH;
+        const uint32_t t = kt0 + (uint32_t)r;
+        const uint8_t *kp = kv.base, *vp = kv.base;
+        uint32_t bytes = 0;
+        if (t < len) {
+            uint32_t page = pt[t / kv.page_size], slot = t % kv.page_size;
+            kp = kv_slot(kv, layer, TDM_KV_SUB_K, page, slot) + ((size_t)kvh * HD + c * 8) * 2;
+            vp = kv_slot(kv, layer, TDM_KV_SUB_V, page, slot) + ((size_t)kvh * HD + c * 8) * 2;
+            bytes = 16;
+        }
+        cp_async16(ks + r * LDS + c * 8, kp, bytes);
+        cp_async16(vs + r * LDS + c * 8, vp, bytes);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* grid (ntiles, H), block 128. Warp w owns tile rows 16 w .. 16 w + 15; lane (g = lane / 4,
+ * t = lane % 4) holds rows g and g + 8 of the mma fragments. */
+template <int HD>
+__global__ void __launch_bounds__(128)
+    flash_prefill_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
+                         uint32_t layer, tdm_cuda_rows_t rows, const uint32_t *__restrict__ tiles,
+                         float *__restrict__ out, uint16_t *__restrict__ out_bf16)
+{
+    constexpr int LDS = HD + 8, NKS = HD / 16, NDN = HD / 8, NSN = FA_KT / 8;
+    extern __shared__ __align__(16) uint16_t fa_sm[];
+    /* stage s: K at fa_sm + 2 s FA_KT LDS, V right after it */
+    pdl_wait();
+    pdl_trigger();
+    const uint32_t tile = tiles[gridDim.x - 1 - blockIdx.x]; /* long tiles (late rows) first */
+    const uint32_t row0 = tile & 0xffffffu, cnt = (tile >> 24) + 1;
+    const uint32_t h = blockIdx.y, KV = kv.kv_heads, kvh = h / (H / KV);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t ld = (H + 2 * KV) * HD;
+    const uint32_t p0 = rows.pos[row0], len = p0 + cnt;
+    const uint32_t *pt = rows.pages + rows.ptoff[row0];
+    const uint32_t ra = warp * 16 + g, rb = ra + 8;
+    const uint32_t qpa = p0 + min(ra, cnt - 1), qpb = p0 + min(rb, cnt - 1);
+    const uint32_t wlast = p0 + min((uint32_t)warp * 16 + 15, cnt - 1); /* warp's last position */
+    const bool wactive = (uint32_t)warp * 16 < cnt;
+    const float sl2 = rsqrtf((float)HD) * 1.4426950408889634f; /* scale * log2(e) */
+
+    uint32_t qf[NKS][4];
+    {
+        const float *qa = qkv + (size_t)(row0 + min(ra, cnt - 1)) * ld + (size_t)h * HD + 2 * t;
+        const float *qb = qkv + (size_t)(row0 + min(rb, cnt - 1)) * ld + (size_t)h * HD + 2 * t;
+#pragma unroll
+        for (int ks = 0; ks < NKS; ks++) {
+            float2 x0 = *reinterpret_cast<const float2 *>(qa + ks * 16);
+            float2 x1 = *reinterpret_cast<const float2 *>(qb + ks * 16);
+            float2 x2 = *reinterpret_cast<const float2 *>(qa + ks * 16 + 8);
+            float2 x3 = *reinterpret_cast<const float2 *>(qb + ks * 16 + 8);
+            qf[ks][0] = pack_bf16(x0.x, x0.y);
+            qf[ks][1] = pack_bf16(x1.x, x1.y);
+            qf[ks][2] = pack_bf16(x2.x, x2.y);
+            qf[ks][3] = pack_bf16(x3.x, x3.y);
+        }
+    }
+    float o[NDN][4];
+#pragma unroll
+    for (int dn = 0; dn < NDN; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+
+    const uint32_t nkt = (len + FA_KT - 1) / FA_KT;
+    fa_load<HD>(fa_sm, fa_sm + FA_KT * LDS, kv, layer, pt, kvh, 0, len);
+    for (uint32_t kt = 0; kt < nkt; kt++) {
+        if (kt + 1 < nkt) {
+            uint16_t *st = fa_sm + ((kt + 1) & 1) * 2 * FA_KT * LDS;
+            fa_load<HD>(st, st + FA_KT * LDS, kv, layer, pt, kvh, (kt + 1) * FA_KT, len);
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncthreads();
+        const uint32_t kt0 = kt * FA_KT;
+        if (wactive && kt0 <= wlast) {
+            const uint16_t *ks = fa_sm + (kt & 1) * 2 * FA_KT * LDS, *vs = ks + FA_KT * LDS;
+            float sc[NSN][4];
+#pragma unroll
+            for (int sn = 0; sn < NSN; sn++) {
+                sc[sn][0] = sc[sn][1] = sc[sn][2] = sc[sn][3] = 0.0f;
+                const uint16_t *kr = ks + (sn * 8 + g) * LDS + 2 * t;
+#pragma unroll
+                for (int kk = 0; kk < NKS; kk++) {
+                    uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr + kk * 16);
+                    uint32_t b1 = *reinterpret_cast<const uint32_t *>(kr + kk * 16 + 8);
+                    mma_bf16(sc[sn], qf[kk], b0, b1);
+                }
+            }
+            /* causal mask, scale, row maxima (rows g and g + 8; the 4 lanes of a row) */
+            float mta = -INFINITY, mtb = -INFINITY;
+#pragma unroll
+            for (int sn = 0; sn < NSN; sn++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    uint32_t kp = kt0 + sn * 8 + 2 * t + (e & 1);
+                    uint32_t qp = e < 2 ? qpa : qpb;
+                    sc[sn][e] = kp <= qp ? sc[sn][e] * sl2 : -INFINITY;
+                }
+                mta = fmaxf(mta, fmaxf(sc[sn][0], sc[sn][1]));
+                mtb = fmaxf(mtb, fmaxf(sc[sn][2], sc[sn][3]));
+            }
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) {
+                mta = fmaxf(mta, __shfl_xor_sync(0xffffffffu, mta, off));
+                mtb = fmaxf(mtb, __shfl_xor_sync(0xffffffffu, mtb, off));
+            }
+            /* position 0 is in every row's range, so after the first tile ma/mb are finite */
+            const float mna = fmaxf(ma, mta), mnb = fmaxf(mb, mtb);
+            const float aa = exp2f(ma - mna), ab = exp2f(mb - mnb);
+            ma = mna;
+            mb = mnb;
+            float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+            for (int sn = 0; sn < NSN; sn++) {
+                sc[sn][0] = exp2f(sc[sn][0] - mna);
+                sc[sn][1] = exp2f(sc[sn][1] - mna);
+                sc[sn][2] = exp2f(sc[sn][2] - mnb);
+                sc[sn][3] = exp2f(sc[sn][3] - mnb);
+                sa += sc[sn][0] + sc[sn][1];
+                sb += sc[sn][2] + sc[sn][3];
+            }
+            la = la * aa + sa;
+            lb = lb * ab + sb;
+#pragma unroll
+            for (int dn = 0; dn < NDN; dn++) {
+                o[dn][0] *= aa;
+                o[dn][1] *= aa;
+                o[dn][2] *= ab;
+                o[dn][3] *= ab;
+            }
+            /* o += P V: P from the score accumulators (n-tiles 2j, 2j+1 = k-step j), V by
+             * ldmatrix.trans (two d n-tiles per x4) */
+#pragma unroll
+            for (int j = 0; j < FA_KT / 16; j++) {
+                uint32_t pa[4] = {pack_bf16(sc[2 * j][0], sc[2 * j][1]),
+                                  pack_bf16(sc[2 * j][2], sc[2 * j][3]),
+                                  pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]),
+                                  pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+                const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+                for (int dp = 0; dp < NDN / 2; dp++) {
+                    const uint16_t *vp =
+                        vs + (j * 16 + (mi & 1) * 8 + ri) * LDS + dp * 16 + (mi >> 1) * 8;
+                    uint32_t va = (uint32_t)__cvta_generic_to_shared(vp), r0, r1, r2, r3;
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                                 "{%0,%1,%2,%3}, [%4];"
+                                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                                 : "r"(va));
+                    mma_bf16(o[2 * dp], pa, r0, r1);
+                    mma_bf16(o[2 * dp + 1], pa, r2, r3);
+                }
+            }
+        }
+        __syncthreads(); /* the stage read here is refilled next iteration */
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        la += __shfl_xor_sync(0xffffffffu, la, off);
+        lb += __shfl_xor_sync(0xffffffffu, lb, off);
+    }
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+    for (int dn = 0; dn < NDN; dn++) {
+        const uint32_t d = dn * 8 + 2 * t;
+        if (ra < cnt) {
+            size_t oi = ((size_t)(row0 + ra) * H + h) * HD + d;
+            float2 v = make_float2(o[dn][0] * ia, o[dn][1] * ia);
+            *reinterpret_cast<float2 *>(out + oi) = v;
+            if (out_bf16)
+                *reinterpret_cast<uint32_t *>(out_bf16 + oi) = pack_bf16(v.x, v.y);
+        }
+        if (rb < cnt) {
+            size_t oi = ((size_t)(row0 + rb) * H + h) * HD + d;
+            float2 v = make_float2(o[dn][2] * ib, o[dn][3] * ib);
+            *reinterpret_cast<float2 *>(out + oi) = v;
+            if (out_bf16)
+                *reinterpret_cast<uint32_t *>(out_bf16 + oi) = pack_bf16(v.x, v.y);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- decode attention (tensor cores)
+ */
+
+#define DA_WARPS 4
+#define DA_KT 32 /* positions per warp tile */
+
+/* grid (n, KV, S), block DA_WARPS warps: row r, KV head kvh, split sp of positions [0, pos]. The
+ * G <= 8 query heads of the group are the rows of an m16n8k16 tile (rows 8..15 stay zero); each
+ * warp takes 32-position tiles of the split in turn. K goes straight from global memory into B
+ * fragments: a lane loads 16 contiguous bytes of a K row and the q fragments use the same
+ * permutation of d (the dot product does not care), V goes through the warp's own shared-memory
+ * tile (cp.async) to ldmatrix.trans. Online softmax in log2 units per warp, then the warps merge
+ * in shared memory; S == 1 writes out (and bf16), else the partials of tdm_cuda_attention's
+ * combine (m in natural-log units). */
+template <int HD, bool ROPE>
+__global__ void __launch_bounds__(DA_WARPS * 32)
+    attn_decode_mma_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
+                           uint32_t layer, tdm_cuda_rows_t rows, const float *__restrict__ inv_freq,
+                           float *__restrict__ part_o, float *__restrict__ part_ml,
+                           float *__restrict__ out, uint16_t *__restrict__ out_bf16)
+{
+    constexpr int LDS = HD + 8, NC = HD / 32, NDN = HD / 8, NSN = DA_KT / 8;
+    __shared__ __align__(16) uint16_t vsm[DA_WARPS][DA_KT * LDS];
+    __shared__ float smm[DA_WARPS][8], sml[DA_WARPS][8];
+    const uint32_t r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, S = gridDim.z;
+    const uint32_t KV = kv.kv_heads, G = H / KV;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const size_t pidx = ((size_t)r * H + kvh * G) * S + sp; /* head g: + g * S */
+    pdl_wait();
+    pdl_trigger();
+    if (r >= *rows.nactive) {
+        /* padding row of a graph bucket: never reads the cache */
+        for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
+            const uint32_t gg = i / HD, d = i % HD;
+            if (S == 1) {
+                size_t oi = ((size_t)r * H + kvh * G + gg) * HD + d;
+                out[oi] = 0.0f;
+                if (out_bf16)
+                    out_bf16[oi] = 0;
+            } else {
+                part_o[(pidx + (size_t)gg * S) * HD + d] = 0.0f;
+                if (d == 0) {
+                    part_ml[2 * (pidx + (size_t)gg * S)] = -INFINITY;
+                    part_ml[2 * (pidx + (size_t)gg * S) + 1] = 0.0f;
+                }
+            }
+        }
+        return;
+    }
+    const uint32_t len = rows.pos[r] + 1;
+    uint32_t chunk = (len + S - 1) / S;
+    chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
+    const uint32_t beg = sp * chunk, end = min(len, beg + chunk);
+    const uint32_t *pt = rows.pages + rows.ptoff[r];
+    const float sl2 = rsqrtf((float)HD) * 1.4426950408889634f;
+    const float *qrow = qkv + (size_t)r * (H + 2 * KV) * HD;
+    if (ROPE) {
+        /* RoPE of the group's q heads into shared memory (the V tiles' space, free until the
+         * loop), the same arithmetic as rope_kv_kernel; the split that holds position pos also
+         * rotates this row's k of head kvh and writes k and v to the cache (bf16, RNE) before
+         * any warp reads them */
+        constexpr uint32_t half = HD / 2;
+        const uint32_t pos = len - 1;
+        float *sq = reinterpret_cast<float *>(&vsm[0][0]);
+        for (uint32_t i = threadIdx.x; i < G * half; i += blockDim.x) {
+            const uint32_t gg = i / half, j = i % half;
+            const float *x = qrow + (size_t)(kvh * G + gg) * HD;
+            rope_pair(x[j], x[j + half], (float)pos, inv_freq[j], &sq[gg * HD + j],
+                      &sq[gg * HD + j + half]);
+        }
+        if (pos >= beg && pos < end) {
+            const uint32_t page = pt[pos / kv.page_size], slot = pos % kv.page_size;
+            uint16_t *kd =
+                reinterpret_cast<uint16_t *>(kv_slot(kv, layer, TDM_KV_SUB_K, page, slot)) +
+                (size_t)kvh * HD;
+            uint16_t *vd =
+                reinterpret_cast<uint16_t *>(kv_slot(kv, layer, TDM_KV_SUB_V, page, slot)) +
+                (size_t)kvh * HD;
+            const float *kx = qrow + (size_t)(H + kvh) * HD;
+            const float *vx = qrow + (size_t)(H + KV + kvh) * HD;
+            for (uint32_t j = threadIdx.x; j < HD; j += blockDim.x) {
+                if (j < half) {
+                    float o0, o1;
+                    rope_pair(kx[j], kx[j + half], (float)pos, inv_freq[j], &o0, &o1);
+                    kd[j] = f32_to_bf16_rne(o0);
+                    kd[j + half] = f32_to_bf16_rne(o1);
+                }
+                vd[j] = f32_to_bf16_rne(vx[j]);
+            }
+            __threadfence_block();
+        }
+        __syncthreads();
+    }
+
+    /* q of head g (g < G), permuted like the K loads: k-step (c, half) covers d = 32 c + 8 t +
+     * 4 half + {0, 1} (a0) and + {2, 3} (a2) */
+    uint32_t qf[NC][2][4];
+    {
+        const float *q = ROPE ? reinterpret_cast<const float *>(&vsm[0][0]) + (size_t)g * HD
+                              : qrow + (size_t)(kvh * G + g) * HD;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            float4 lo = make_float4(0, 0, 0, 0), hi = lo;
+            if ((uint32_t)g < G) {
+                lo = *reinterpret_cast<const float4 *>(q + 32 * c + 8 * t);
+                hi = *reinterpret_cast<const float4 *>(q + 32 * c + 8 * t + 4);
+            }
+            qf[c][0][0] = pack_bf16(lo.x, lo.y);
+            qf[c][0][2] = pack_bf16(lo.z, lo.w);
+            qf[c][1][0] = pack_bf16(hi.x, hi.y);
+            qf[c][1][2] = pack_bf16(hi.z, hi.w);
+            qf[c][0][1] = qf[c][0][3] = qf[c][1][1] = qf[c][1][3] = 0u;
+        }
+    }
+    if (ROPE)
+        __syncthreads(); /* q is in registers; the V tiles may overwrite it */
+    float o[NDN][4];
+#pragma unroll
+    for (int dn = 0; dn < NDN; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    uint16_t *vs = vsm[warp];
+
+    for (uint32_t p0 = beg + (uint32_t)warp * DA_KT; p0 < end; p0 += DA_WARPS * DA_KT) {
+        /* the page of position p0 + lane, shared by shuffles */
+        uint32_t mypage = 0;
+        if (p0 + lane < end)
+            mypage = pt[(p0 + lane) / kv.page_size];
+        /* V rows into the warp's tile (zero past end) */
+        for (int i = lane; i < DA_KT * (HD / 8); i += 32) {
+            const int rr = i / (HD / 8), cc = i % (HD / 8);
+            const uint32_t tp = p0 + rr;
+            const uint32_t pg = __shfl_sync(0xffffffffu, mypage, rr);
+            const uint8_t *src = kv.base;
+            uint32_t bytes = 0;
+            if (tp < end) {
+                src = kv_slot(kv, layer, TDM_KV_SUB_V, pg, tp % kv.page_size) +
+                      ((size_t)kvh * HD + cc * 8) * 2;
+                bytes = 16;
+            }
+            cp_async16(vs + rr * LDS + cc * 8, src, bytes);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        /* K rows p0 + 8 sn + g as B fragments */
+        uint4 kf[NSN][NC];
+#pragma unroll
+        for (int sn = 0; sn < NSN; sn++) {
+            const uint32_t tp = p0 + sn * 8 + g;
+            const uint32_t pg = __shfl_sync(0xffffffffu, mypage, sn * 8 + g);
+            const uint16_t *kr = reinterpret_cast<const uint16_t *>(
+                                     kv_slot(kv, layer, TDM_KV_SUB_K, pg, tp % kv.page_size)) +
+                                 (size_t)kvh * HD + 8 * t;
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+                kf[sn][c] = tp < end ? *reinterpret_cast<const uint4 *>(kr + 32 * c)
+                                     : make_uint4(0, 0, 0, 0);
+        }
+        float sc[NSN][4];
+#pragma unroll
+        for (int sn = 0; sn < NSN; sn++) {
+            sc[sn][0] = sc[sn][1] = sc[sn][2] = sc[sn][3] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                mma_bf16(sc[sn], qf[c][0], kf[sn][c].x, kf[sn][c].y);
+                mma_bf16(sc[sn], qf[c][1], kf[sn][c].z, kf[sn][c].w);
+            }
+        }
+        float mt = -INFINITY;
+#pragma unroll
+        for (int sn = 0; sn < NSN; sn++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const uint32_t kp = p0 + sn * 8 + 2 * t + e;
+                sc[sn][e] = kp < end ? sc[sn][e] * sl2 : -INFINITY;
+            }
+            sc[sn][2] = sc[sn][3] = -INFINITY; /* rows 8..15: no head */
+            mt = fmaxf(mt, fmaxf(sc[sn][0], sc[sn][1]));
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float mn = fmaxf(m, mt); /* p0 < end: the tile's first position is valid */
+        const float al = exp2f(m - mn);
+        m = mn;
+        float ssum = 0.0f;
+#pragma unroll
+        for (int sn = 0; sn < NSN; sn++) {
+            sc[sn][0] = exp2f(sc[sn][0] - mn);
+            sc[sn][1] = exp2f(sc[sn][1] - mn);
+            sc[sn][2] = sc[sn][3] = 0.0f;
+            ssum += sc[sn][0] + sc[sn][1];
+        }
+        l = l * al + ssum;
+#pragma unroll
+        for (int dn = 0; dn < NDN; dn++) {
+            o[dn][0] *= al;
+            o[dn][1] *= al;
+        }
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < DA_KT / 16; j++) {
+            uint32_t pa[4] = {pack_bf16(sc[2 * j][0], sc[2 * j][1]), 0u,
+                              pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]), 0u};
+            const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+            for (int dp = 0; dp < NDN / 2; dp++) {
+                const uint16_t *vp =
+                    vs + (j * 16 + (mi & 1) * 8 + ri) * LDS + dp * 16 + (mi >> 1) * 8;
+                uint32_t va = (uint32_t)__cvta_generic_to_shared(vp), r0, r1, r2, r3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                             "{%0,%1,%2,%3}, [%4];"
+                             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                             : "r"(va));
+                mma_bf16(o[2 * dp], pa, r0, r1);
+                mma_bf16(o[2 * dp + 1], pa, r2, r3);
+            }
+        }
+        __syncwarp(); /* the tile is refilled next round */
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    /* merge the warps: m, l per head, o (head g, d = 8 dn + 2 t + {0,1}) through shared memory
+     * (the V tiles are free now) */
+    __syncthreads();
+    float *so = reinterpret_cast<float *>(&vsm[0][0]); /* [DA_WARPS][8][HD] */
+    if (t == 0) {
+        smm[warp][g] = m;
+        sml[warp][g] = l;
+    }
+#pragma unroll
+    for (int dn = 0; dn < NDN; dn++) {
+        so[((size_t)warp * 8 + g) * HD + dn * 8 + 2 * t] = o[dn][0];
+        so[((size_t)warp * 8 + g) * HD + dn * 8 + 2 * t + 1] = o[dn][1];
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const uint32_t gg = i / HD, d = i % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DA_WARPS; w++)
+            M = fmaxf(M, smm[w][gg]);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DA_WARPS; w++) {
+            const float f = smm[w][gg] == -INFINITY ? 0.0f : exp2f(smm[w][gg] - M);
+            L += sml[w][gg] * f;
+            O += so[((size_t)w * 8 + gg) * HD + d] * f;
+        }
+        if (S == 1) {
+            const float v = L > 0.0f ? O / L : 0.0f;
+            size_t oi = ((size_t)r * H + kvh * G + gg) * HD + d;
+            out[oi] = v;
+            if (out_bf16)
+                out_bf16[oi] = f32_to_bf16_rne(v);
+        } else {
+            part_o[(pidx + (size_t)gg * S) * HD + d] = O;
+            if (d == 0) {
+                part_ml[2 * (pidx + (size_t)gg * S)] = M * 0.6931471805599453f; /* log2 -> ln */
+                part_ml[2 * (pidx + (size_t)gg * S) + 1] = L;
+            }
+        }
+    }
+}
+
+int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H)
+{
+    return !kv->fp8 && (kv->hd == 64 || kv->hd == 128) && kv->kv_heads > 0 &&
+           H % kv->kv_heads == 0 && H / kv->kv_heads <= 8;
+}
+
+tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
+                                       const tdm_cuda_kv_t *kv, uint32_t layer,
+                                       const tdm_cuda_rows_t *rows, const float *inv_freq,
+                                       uint32_t splits, float *part_o, float *part_ml, float *out,
+                                       uint16_t *out_bf16, cudaStream_t stream)
+{
+    if (!tdm_cuda_decode_mma_supported(kv, H) || splits == 0 || splits > TDM_CUDA_MAX_SPLITS)
+        return TDM_ERR_UNSUPPORTED;
+    if (n == 0)
+        return TDM_OK;
+    dim3 grid(n, kv->kv_heads, splits);
+    const dim3 block(DA_WARPS * 32);
+    if (kv->hd == 64 && inv_freq)
+        launch(attn_decode_mma_kernel<64, true>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
+               inv_freq, part_o, part_ml, out, out_bf16);
+    else if (kv->hd == 64)
+        launch(attn_decode_mma_kernel<64, false>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
+               inv_freq, part_o, part_ml, out, out_bf16);
+    else if (inv_freq)
+        launch(attn_decode_mma_kernel<128, true>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
+               inv_freq, part_o, part_ml, out, out_bf16);
+    else
+        launch(attn_decode_mma_kernel<128, false>, grid, block, 0, stream, qkv, H, *kv, layer,
+               *rows, inv_freq, part_o, part_ml, out, out_bf16);
+    if (splits > 1)
+        launch(attn_combine_kernel, dim3(n, H), (kv->hd + 31) / 32 * 32, 0, stream, H, kv->hd,
+               splits, part_o, part_ml, out, out_bf16);
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
+int tdm_cuda_flash_supported(const tdm_cuda_kv_t *kv)
+{
+    return !kv->fp8 && (kv->hd == 64 || kv->hd == 128) && kv->kv_heads > 0;
+}
+
+uint32_t tdm_cuda_flash_tiles(const uint32_t *pos, const uint32_t *ptoff, uint32_t n,
+                              uint32_t *tiles, uint32_t cap)
+{
+    uint32_t nt = 0, r = 0;
+    if (n >= (1u << 24))
+        return 0;
+    while (r < n) {
+        uint32_t c = 1;
+        while (r + c < n && c < FA_ROWS && ptoff[r + c] == ptoff[r] && pos[r + c] == pos[r] + c)
+            c++;
+        if (nt == cap)
+            return 0;
+        tiles[nt++] = r | ((c - 1) << 24);
+        r += c;
+    }
+    return nt;
+}
+
+template <int HD>
+static void flash_launch(dim3 grid, cudaStream_t stream, const float *qkv, uint32_t H,
+                         const tdm_cuda_kv_t *kv, uint32_t layer, const tdm_cuda_rows_t *rows,
+                         const uint32_t *tiles, float *out, uint16_t *out_bf16)
+{
+    const size_t smem = (size_t)4 * FA_KT * (HD + 8) * 2;
+    static int attr_set = 0;
+    if (!attr_set && smem > 48 * 1024) {
+        (void)cudaFuncSetAttribute(flash_prefill_kernel<HD>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        attr_set = 1;
+    }
+    launch(flash_prefill_kernel<HD>, grid, 128, smem, stream, qkv, H, *kv, layer, *rows, tiles, out,
+           out_bf16);
+}
+
+tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
+                                      const tdm_cuda_kv_t *kv, uint32_t layer,
+                                      const tdm_cuda_rows_t *rows, const uint32_t *tiles,
+                                      uint32_t ntiles, float *out, uint16_t *out_bf16,
+                                      cudaStream_t stream)
+{
+    if (!tdm_cuda_flash_supported(kv) || H % kv->kv_heads)
+        return TDM_ERR_UNSUPPORTED;
+    if (n == 0)
+        return TDM_OK;
+    if (ntiles == 0 || !tiles)
+        return TDM_ERR_INVAL;
+    dim3 grid(ntiles, H);
+    if (kv->hd == 64)
+        flash_launch<64>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
+    else
+        flash_launch<128>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -921,6 +1823,8 @@ __global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret)
 {
     __shared__ float sv[32];
     __shared__ int32_t si[32];
+    pdl_wait();
+    pdl_trigger();
     const float *x = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
     int32_t bi = -1;
@@ -960,7 +1864,7 @@ tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_
 {
     if (m == 0)
         return TDM_OK;
-    argmax_kernel<<<m, 1024, 0, stream>>>(logits, V, ret_ids);
+    launch(argmax_kernel, m, 1024, 0, stream, logits, V, ret_ids);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 

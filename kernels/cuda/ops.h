@@ -19,8 +19,10 @@ extern "C" {
 #endif
 
 /* flags: bit 0 NORM (norm_w, eps), bit 1 SILU (x is (n, 2K)), bit 2 ACCUM (y in/out).
- * use_cublas: bf16 weights, flags 0 or ACCUM only; x is rounded to bf16 first (the prefill path).
- */
+ * use_cublas 1: cuBLAS; bf16 weights, flags 0 or ACCUM only; x is rounded to bf16 first (the
+ * prefill path). use_cublas 2: the tensor-core skinny GEMM (n <= 32, K % 32 == 0; flags 0, ACCUM,
+ * SILU, SILU|ACCUM; bias without ACCUM), x rounded to bf16 (SILU: silu(gate) * up rounded).
+ * use_cublas 3: the fp32 GEMV with K split over the block's warps (n == 1 only; else as 0). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
@@ -38,17 +40,41 @@ tdm_status_t tdm_cuda_test_rope_kv(const tdm_kv_layout_t *l, uint32_t num_pages,
                                    const float *inv_freq, const uint32_t *pos,
                                    const uint32_t *ptoff, const uint32_t *pages,
                                    uint32_t n_pages_total, uint32_t nactive);
-/* out (n, H, hd) from q in qkv over the pool image. */
+/* out (n, H, hd) from q in qkv over the pool image: split-K (mma 0) or the tensor-core decode
+ * kernel (mma 1); rows at or past nactive are padding (zeros). */
 tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
                                      const uint8_t *pool, uint32_t layer, const float *qkv,
                                      uint32_t n, uint32_t H, const uint32_t *pos,
                                      const uint32_t *ptoff, const uint32_t *pages,
-                                     uint32_t n_pages_total, uint32_t splits, float *out);
+                                     uint32_t n_pages_total, uint32_t splits, int mma,
+                                     uint32_t nactive, float *out);
+/* The tensor-core decode attention with RoPE and the KV write fused in (fused 1), or after
+ * rope_kv_write (fused 0); pool in/out (the cache it leaves), qkv unrotated, out (n, H, hd). */
+tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *pool,
+                                       uint32_t layer, const float *qkv, uint32_t n, uint32_t H,
+                                       const float *inv_freq, const uint32_t *pos,
+                                       const uint32_t *ptoff, const uint32_t *pages,
+                                       uint32_t n_pages_total, uint32_t nactive, uint32_t splits,
+                                       int fused, float *out);
+/* The same through the tensor-core prefill kernel (bf16 KV, hd 64/128); rows are tiled by
+ * tdm_cuda_flash_tiles (runs of consecutive positions of one page table). */
+tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
+                                           const uint8_t *pool, uint32_t layer, const float *qkv,
+                                           uint32_t n, uint32_t H, const uint32_t *pos,
+                                           const uint32_t *ptoff, const uint32_t *pages,
+                                           uint32_t n_pages_total, float *out);
 tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids);
 
 /* Micro-benchmarks on device-resident random data, median of reps (CUDA events). */
+/* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1) */
 tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cublas, int reps,
                                  double *ret_ms);
+/* attention on the TinyLlama heads (H 32, KV 4, hd 64, bf16 KV): nseq sequences of KV length
+ * len, the last rows_per_seq positions of each as query rows; flash 1: the tensor-core prefill
+ * kernel; 2: the tensor-core decode kernel with `splits`; 0: split-K with `splits` partitions
+ * and the combine. */
+tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint32_t len,
+                                      uint32_t splits, int flash, int reps, double *ret_ms);
 /* device-to-device cudaMemcpy of `bytes`; GB/s counts bytes read + written */
 tdm_status_t tdm_cuda_bench_copy(size_t bytes, int reps, double *ret_ms);
 

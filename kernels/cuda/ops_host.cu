@@ -105,7 +105,20 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
         TDM_TRY(d.alloc(&db, (size_t)M * 4, bias));
     if (norm_w)
         TDM_TRY(d.alloc(&dn, (size_t)K * 4, norm_w));
-    if (use_cublas) {
+    if (use_cublas == 2) {
+        uint16_t *xb;
+        if (wdtype != TDM_DTYPE_BF16 || (flags & TDM_GEMV_NORM))
+            return TDM_ERR_INVAL;
+        if (flags & TDM_GEMV_SILU) {
+            TDM_TRY(tdm_cuda_gemm_skinny_silu(dx, n, K, (const uint16_t *)dw, M,
+                                              (flags & TDM_GEMV_ACCUM) != 0, dy, M, 0));
+        } else {
+            TDM_TRY(d.alloc(&xb, (size_t)n * K * 2, NULL));
+            TDM_TRY(tdm_cuda_to_bf16(dx, (size_t)n * K, xb, 0));
+            TDM_TRY(tdm_cuda_gemm_skinny(xb, n, K, (const uint16_t *)dw, M, db,
+                                         (flags & TDM_GEMV_ACCUM) != 0, dy, M, 0));
+        }
+    } else if (use_cublas == 1) {
         uint16_t *xb;
         cublasHandle_t h;
         tdm_status_t st;
@@ -121,7 +134,8 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
         cublasDestroy(h);
         TDM_TRY(st);
     } else {
-        tdm_cuda_gemv_t a = {dx, ldx, NULL, n, K, M, wdtype, dw, db, dn, eps, flags, dy, M};
+        tdm_cuda_gemv_t a = {dx, ldx, NULL, n,     K,  M, wdtype,         dw,
+                             db, dn,  eps,  flags, dy, M, use_cublas == 3};
         TDM_TRY(tdm_cuda_gemv(&a, 0));
     }
     return sync_back(y, dy, (size_t)n * M * 4);
@@ -217,7 +231,8 @@ tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_page
                                      const uint8_t *pool, uint32_t layer, const float *qkv,
                                      uint32_t n, uint32_t H, const uint32_t *pos,
                                      const uint32_t *ptoff, const uint32_t *pages,
-                                     uint32_t n_pages_total, uint32_t splits, float *out)
+                                     uint32_t n_pages_total, uint32_t splits, int mma,
+                                     uint32_t nactive, float *out)
 {
     dev dv;
     uint64_t pool_bytes = 0;
@@ -233,8 +248,72 @@ tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_page
     TDM_TRY(dv.alloc(&dpm, (size_t)n * H * splits * 2 * 4, NULL));
     TDM_TRY(dv.alloc(&dout, (size_t)n * H * hd * 4, NULL));
     TDM_TRY(make_kv(l, num_pages, dpool, &kd));
+    TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
+    if (mma)
+        TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, NULL, splits, dpo, dpm,
+                                          dout, NULL, 0));
+    else
+        TDM_TRY(tdm_cuda_attention(dq, n, H, &kd.k, layer, &rows, splits, dpo, dpm, dout, NULL, 0));
+    return sync_back(out, dout, (size_t)n * H * hd * 4);
+}
+
+tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *pool,
+                                       uint32_t layer, const float *qkv, uint32_t n, uint32_t H,
+                                       const float *inv_freq, const uint32_t *pos,
+                                       const uint32_t *ptoff, const uint32_t *pages,
+                                       uint32_t n_pages_total, uint32_t nactive, uint32_t splits,
+                                       int fused, float *out)
+{
+    dev dv;
+    uint64_t pool_bytes = 0;
+    uint8_t *dpool;
+    float *dq, *df, *dpo, *dpm, *dout;
+    kv_dev kd;
+    tdm_cuda_rows_t rows;
+    const uint32_t hd = l->head_dim;
+    TDM_TRY(tdm_kv_layout_pool_bytes(l, num_pages, &pool_bytes));
+    TDM_TRY(dv.alloc(&dpool, pool_bytes, pool));
+    TDM_TRY(dv.alloc(&dq, (size_t)n * (H + 2 * l->num_kv_heads) * hd * 4, qkv));
+    TDM_TRY(dv.alloc(&df, (size_t)hd / 2 * 4, inv_freq));
+    TDM_TRY(dv.alloc(&dpo, (size_t)n * H * splits * hd * 4, NULL));
+    TDM_TRY(dv.alloc(&dpm, (size_t)n * H * splits * 2 * 4, NULL));
+    TDM_TRY(dv.alloc(&dout, (size_t)n * H * hd * 4, NULL));
+    TDM_TRY(make_kv(l, num_pages, dpool, &kd));
+    TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
+    if (!fused)
+        TDM_TRY(tdm_cuda_rope_kv_write(dq, n, H, df, &kd.k, layer, &rows, 0));
+    TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, fused ? df : NULL, splits, dpo,
+                                      dpm, dout, NULL, 0));
+    TDM_TRY(sync_back(out, dout, (size_t)n * H * hd * 4));
+    return sync_back(pool, dpool, pool_bytes);
+}
+
+tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
+                                           const uint8_t *pool, uint32_t layer, const float *qkv,
+                                           uint32_t n, uint32_t H, const uint32_t *pos,
+                                           const uint32_t *ptoff, const uint32_t *pages,
+                                           uint32_t n_pages_total, float *out)
+{
+    dev dv;
+    uint64_t pool_bytes = 0;
+    uint8_t *dpool;
+    float *dq, *dout;
+    uint32_t *dtiles;
+    kv_dev kd;
+    tdm_cuda_rows_t rows;
+    const uint32_t hd = l->head_dim;
+    std::vector<uint32_t> tiles(n + 1);
+    uint32_t nt = tdm_cuda_flash_tiles(pos, ptoff, n, tiles.data(), n + 1);
+    if (nt == 0)
+        return TDM_ERR_INVAL;
+    TDM_TRY(tdm_kv_layout_pool_bytes(l, num_pages, &pool_bytes));
+    TDM_TRY(dv.alloc(&dpool, pool_bytes, pool));
+    TDM_TRY(dv.alloc(&dq, (size_t)n * (H + 2 * l->num_kv_heads) * hd * 4, qkv));
+    TDM_TRY(dv.alloc(&dout, (size_t)n * H * hd * 4, NULL));
+    TDM_TRY(dv.alloc(&dtiles, (size_t)nt * 4, tiles.data()));
+    TDM_TRY(make_kv(l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, n, &rows));
-    TDM_TRY(tdm_cuda_attention(dq, n, H, &kd.k, layer, &rows, splits, dpo, dpm, dout, NULL, 0));
+    TDM_TRY(tdm_cuda_flash_attention(dq, n, H, &kd.k, layer, &rows, dtiles, nt, dout, NULL, 0));
     return sync_back(out, dout, (size_t)n * H * hd * 4);
 }
 
@@ -299,7 +378,10 @@ struct gemv_bench {
 static tdm_status_t gemv_once(void *arg)
 {
     gemv_bench *b = (gemv_bench *)arg;
-    if (b->use_cublas)
+    if (b->use_cublas == 2)
+        return tdm_cuda_gemm_skinny(b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M, NULL,
+                                    0, b->a.y, b->a.M, 0);
+    if (b->use_cublas == 1)
         return tdm_cuda_gemm_bf16(b->h, b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M,
                                   0.0f, b->a.y);
     return tdm_cuda_gemv(&b->a, 0);
@@ -321,9 +403,9 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
     fill_bf16_kernel<<<1024, 256>>>(dw, (size_t)M * K, 1u);
     fill_bf16_kernel<<<64, 256>>>(b.xb, (size_t)n * K, 2u);
     cudaMemset(dx, 0x3c, (size_t)n * K * 4); /* 0.0115..., never zeros */
-    b.a = {dx, K, NULL, n, K, M, TDM_DTYPE_BF16, dw, NULL, NULL, 0.0f, 0, dy, M};
+    b.a = {dx, K, NULL, n, K, M, TDM_DTYPE_BF16, dw, NULL, NULL, 0.0f, 0, dy, M, use_cublas == 3};
     b.use_cublas = use_cublas;
-    if (use_cublas && cublasCreate(&b.h) != CUBLAS_STATUS_SUCCESS)
+    if (use_cublas == 1 && cublasCreate(&b.h) != CUBLAS_STATUS_SUCCESS)
         return TDM_ERR_CUDA;
     st = time_reps(reps, ret_ms, gemv_once, &b);
     if (b.h)
@@ -352,4 +434,84 @@ tdm_status_t tdm_cuda_bench_copy(size_t bytes, int reps, double *ret_ms)
     TDM_TRY(dv.alloc(&c.b, bytes, NULL));
     c.bytes = bytes;
     return time_reps(reps, ret_ms, copy_once, &c);
+}
+
+struct attn_bench {
+    const float *q;
+    uint32_t n, H, splits, nt;
+    int mma;
+    tdm_cuda_kv_t kv;
+    tdm_cuda_rows_t rows;
+    const uint32_t *tiles;
+    float *po, *pm, *out;
+};
+
+static tdm_status_t attn_once(void *arg)
+{
+    attn_bench *b = (attn_bench *)arg;
+    if (b->mma)
+        return tdm_cuda_attention_decode(b->q, b->n, b->H, &b->kv, 0, &b->rows, NULL, b->splits,
+                                         b->po, b->pm, b->out, NULL, 0);
+    if (b->tiles)
+        return tdm_cuda_flash_attention(b->q, b->n, b->H, &b->kv, 0, &b->rows, b->tiles, b->nt,
+                                        b->out, NULL, 0);
+    return tdm_cuda_attention(b->q, b->n, b->H, &b->kv, 0, &b->rows, b->splits, b->po, b->pm,
+                              b->out, NULL, 0);
+}
+
+tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint32_t len,
+                                      uint32_t splits, int flash, int reps, double *ret_ms)
+{
+    /* TinyLlama heads: H 32, KV 4, hd 64; bf16 KV, page size 16, one layer */
+    const uint32_t H = 32, KV = 4, hd = 64, ps = 16, n = nseq * rows_per_seq;
+    const uint32_t per = (len + ps - 1) / ps, num_pages = nseq * per;
+    tdm_model_config_t c;
+    tdm_kv_layout_t l;
+    dev dv;
+    attn_bench b;
+    kv_dev kd;
+    uint64_t pool_bytes = 0;
+    uint8_t *dpool;
+    float *dq;
+    if (rows_per_seq == 0 || rows_per_seq > len || splits == 0)
+        return TDM_ERR_INVAL;
+    memset(&c, 0, sizeof(c));
+    c.num_layers = 1;
+    c.num_heads = H;
+    c.num_kv_heads = KV;
+    c.head_dim = hd;
+    c.hidden_size = H * hd;
+    TDM_TRY(tdm_kv_layout_init(&c, TDM_DTYPE_BF16, ps, 1, 0, &l));
+    TDM_TRY(tdm_kv_layout_pool_bytes(&l, num_pages, &pool_bytes));
+    TDM_TRY(dv.alloc(&dpool, pool_bytes, NULL));
+    fill_bf16_kernel<<<1024, 256>>>((uint16_t *)dpool, pool_bytes / 2, 3u);
+    TDM_TRY(dv.alloc(&dq, (size_t)n * (H + 2 * KV) * hd * 4, NULL));
+    cudaMemset(dq, 0x3c, (size_t)n * (H + 2 * KV) * hd * 4);
+    std::vector<uint32_t> pos(n), ptoff(n), pages(num_pages), tiles(n + 1);
+    for (uint32_t i = 0; i < num_pages; i++)
+        pages[i] = (i * 7919u) % num_pages; /* scattered, a permutation when gcd = 1 */
+    for (uint32_t s = 0; s < nseq; s++)
+        for (uint32_t r = 0; r < rows_per_seq; r++) {
+            pos[s * rows_per_seq + r] = len - rows_per_seq + r;
+            ptoff[s * rows_per_seq + r] = s * per;
+        }
+    memset(&b, 0, sizeof(b));
+    TDM_TRY(make_kv(&l, num_pages, dpool, &kd));
+    TDM_TRY(rows_dev(dv, n, pos.data(), ptoff.data(), pages.data(), num_pages, n, &b.rows));
+    b.mma = flash == 2;
+    if (flash == 1) {
+        uint32_t *dt;
+        b.nt = tdm_cuda_flash_tiles(pos.data(), ptoff.data(), n, tiles.data(), n + 1);
+        TDM_TRY(dv.alloc(&dt, (size_t)b.nt * 4, tiles.data()));
+        b.tiles = dt;
+    }
+    TDM_TRY(dv.alloc(&b.po, (size_t)n * H * splits * hd * 4, NULL));
+    TDM_TRY(dv.alloc(&b.pm, (size_t)n * H * splits * 2 * 4, NULL));
+    TDM_TRY(dv.alloc(&b.out, (size_t)n * H * hd * 4, NULL));
+    b.q = dq;
+    b.n = n;
+    b.H = H;
+    b.splits = splits;
+    b.kv = kd.k;
+    return time_reps(reps, ret_ms, attn_once, &b);
 }

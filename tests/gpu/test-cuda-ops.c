@@ -120,7 +120,7 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
         for (uint32_t k = 0; k < K; k++) {
             if (flags & 2)
                 xe[k] = silu_d(xr[k]) * xr[K + k];
-            else if (cublas)
+            else if (cublas == 1 || cublas == 2)
                 xe[k] = tdm_bf16_to_f32(tdm_f32_to_bf16(xr[k]));
             else
                 xe[k] = (flags & 1) ? xr[k] * rs * nw[k] : xr[k];
@@ -136,9 +136,13 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     tdm_status_t st = tdm_cuda_test_gemv(x, n, K, M, dt, w, bias ? b : NULL,
                                          (flags & 1) ? nw : NULL, 1e-5f, flags, cublas, y);
     double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
-    double tol = cublas ? 1e-2 : 1e-5;
+    double tol = cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas ? "cuBLAS" : "GEMV", n, K, M,
+       cublas == 3   ? "GEMV K-split"
+       : cublas == 2 ? "skinny mma"
+       : cublas      ? "cuBLAS"
+                     : "GEMV",
+       n, K, M,
        dt == TDM_DTYPE_BF16  ? "bf16"
        : dt == TDM_DTYPE_F16 ? "f16"
                              : "f32",
@@ -370,7 +374,8 @@ static void check_rope_kv(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt)
     free(pool), free(before), free(qkv), free(q0), free(ref);
 }
 
-static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt, uint32_t splits)
+static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt, uint32_t splits,
+                            int mma)
 {
     kvcase_t c;
     const uint32_t nseq = 5, layer = 1;
@@ -446,12 +451,143 @@ static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt
             for (uint32_t i = 0; i < hd; i++)
                 o[i] /= sum;
         }
+    /* the mma kernel also gets a padding row: the last sequence is past nactive and must read 0 */
+    const uint32_t nact = mma ? nseq - 1 : nseq;
     tdm_status_t st = tdm_cuda_test_attention(&c.l, c.num_pages, pool, layer, qkv, nseq, H, pos,
-                                              ptoff, pages, np, splits, out);
-    double e = st == TDM_OK ? rel_l2(out, ref, (size_t)nseq * H * hd) : INFINITY;
-    ok(e <= 1e-5, "paged attention (%s, H=%u KV=%u hd=%u, %u splits, lengths 1..2047): rel L2 %.2e",
-       dt == TDM_DTYPE_BF16 ? "bf16" : "fp8", H, KV, hd, splits, e);
+                                              ptoff, pages, np, splits, mma, nact, out);
+    int pad_zero = 1;
+    for (size_t i = (size_t)nact * H * hd; i < (size_t)nseq * H * hd; i++)
+        pad_zero &= out[i] == 0.0f;
+    double e = st == TDM_OK ? rel_l2(out, ref, (size_t)nact * H * hd) : INFINITY;
+    double tol = mma ? 1e-2 : 1e-5;
+    ok(e <= tol && pad_zero,
+       "paged attention %s(%s, H=%u KV=%u hd=%u, %u splits, lengths 1..%u): rel L2 %.2e <= %.0e%s",
+       mma ? "tensor-core decode " : "", dt == TDM_DTYPE_BF16 ? "bf16" : "fp8", H, KV, hd, splits,
+       lens[nact - 1], e, tol, pad_zero ? "" : "; padding row NOT zero");
     free(pool), free(qkv), free(out), free(ref), free(sc);
+}
+
+/* The tensor-core prefill attention: spans of consecutive rows of several sequences (a fresh
+ * prompt, a continued chunk, a lone decode row, exactly one tile, a chunk crossing tiles at an
+ * unaligned start), each row over positions [0, pos]; bf16 KV in random page order. The kernel
+ * rounds q and the probabilities to bf16: tolerance 1e-2. */
+static void check_flash_attention(uint32_t H, uint32_t KV, uint32_t hd)
+{
+    kvcase_t c;
+    const uint32_t nseq = 5, layer = 1;
+    const uint32_t pos0[5] = {0, 37, 900, 0, 1000}, cnt[5] = {200, 70, 1, 64, 90};
+    if (!kv_setup(&c, H, KV, hd, TDM_DTYPE_BF16, 16)) {
+        ok(0, "kv setup");
+        return;
+    }
+    const uint32_t ld = (H + 2 * KV) * hd, ps = c.l.page_size, G = H / KV;
+    uint32_t n = 0, np = 0, pages[256];
+    for (uint32_t s = 0; s < nseq; s++)
+        n += cnt[s];
+    uint8_t *pool = xmalloc(c.pool_bytes);
+    uint32_t *pos = xmalloc(n * 4), *ptoff = xmalloc(n * 4);
+    for (uint32_t i = 0; i < c.num_pages; i++)
+        pages[i] = i;
+    for (uint32_t i = c.num_pages - 1; i > 0; i--) {
+        uint32_t j = rnd() % (i + 1), t = pages[i];
+        pages[i] = pages[j];
+        pages[j] = t;
+    }
+    for (size_t i = 0; i < c.pool_bytes / 2; i++)
+        ((uint16_t *)pool)[i] = tdm_f32_to_bf16(rndn(1.0f));
+    for (uint32_t s = 0, r = 0; s < nseq; s++) {
+        for (uint32_t t = 0; t < cnt[s]; t++, r++) {
+            pos[r] = pos0[s] + t;
+            ptoff[r] = np;
+        }
+        np += (pos0[s] + cnt[s] + ps - 1) / ps;
+    }
+    float *qkv = xmalloc((size_t)n * ld * 4), *out = xmalloc((size_t)n * H * hd * 4);
+    double *ref = xmalloc((size_t)n * H * hd * 8), *sc = xmalloc(2048 * 8);
+    for (size_t i = 0; i < (size_t)n * ld; i++)
+        qkv[i] = rndn(1.0f);
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)r * ld + (size_t)h * hd;
+            uint32_t kvh = h / G, len = pos[r] + 1;
+            double mx = -INFINITY, sum = 0;
+            for (uint32_t t = 0; t < len; t++) {
+                uint32_t page = pages[ptoff[r] + t / ps], slot = t % ps;
+                const uint16_t *kr =
+                    (const uint16_t *)slot_of(&c, pool, layer, TDM_KV_SUB_K, page, slot) + kvh * hd;
+                double a = 0;
+                for (uint32_t i = 0; i < hd; i++)
+                    a += q[i] * (double)tdm_bf16_to_f32(kr[i]);
+                sc[t] = a / sqrt((double)hd);
+                if (sc[t] > mx)
+                    mx = sc[t];
+            }
+            double *o = ref + ((size_t)r * H + h) * hd;
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] = 0;
+            for (uint32_t t = 0; t < len; t++) {
+                uint32_t page = pages[ptoff[r] + t / ps], slot = t % ps;
+                const uint16_t *vr =
+                    (const uint16_t *)slot_of(&c, pool, layer, TDM_KV_SUB_V, page, slot) + kvh * hd;
+                double p = exp(sc[t] - mx);
+                sum += p;
+                for (uint32_t i = 0; i < hd; i++)
+                    o[i] += p * (double)tdm_bf16_to_f32(vr[i]);
+            }
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] /= sum;
+        }
+    tdm_status_t st = tdm_cuda_test_flash_attention(&c.l, c.num_pages, pool, layer, qkv, n, H, pos,
+                                                    ptoff, pages, np, out);
+    double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * H * hd) : INFINITY;
+    ok(e <= 1e-2,
+       "flash prefill attention (bf16, H=%u KV=%u hd=%u, %u rows in 5 spans): rel L2 %.2e", H, KV,
+       hd, n, e);
+    free(pool), free(pos), free(ptoff), free(qkv), free(out), free(ref), free(sc);
+}
+
+/* The decode attention with RoPE and the KV write fused in must leave the same cache bits and
+ * give the same output bits as rope_kv_write followed by the unfused kernel (one rotation
+ * arithmetic): rows of different lengths and tables, split 1 and 4, a padding row. */
+static void check_decode_rope(uint32_t H, uint32_t KV, uint32_t hd, uint32_t splits)
+{
+    kvcase_t c;
+    tdm_rope_t rope;
+    const uint32_t n = 6, layer = 1, lens[6] = {1, 2, 40, 333, 1000, 77};
+    if (!kv_setup(&c, H, KV, hd, TDM_DTYPE_BF16, 16) || tdm_rope_init(&c.cfg, &rope) != TDM_OK) {
+        ok(0, "kv setup");
+        return;
+    }
+    const uint32_t ld = (H + 2 * KV) * hd, ps = c.l.page_size;
+    uint32_t pos[6], ptoff[6], pages[256], np = 0;
+    for (uint32_t i = 0; i < c.num_pages; i++)
+        pages[i] = (i * 37u + 11u) % c.num_pages;
+    for (uint32_t s = 0; s < n; s++) {
+        pos[s] = lens[s] - 1;
+        ptoff[s] = np;
+        np += (lens[s] + ps - 1) / ps;
+    }
+    uint8_t *p0 = xmalloc(c.pool_bytes), *p1 = xmalloc(c.pool_bytes);
+    for (size_t i = 0; i < c.pool_bytes / 2; i++)
+        ((uint16_t *)p0)[i] = tdm_f32_to_bf16(rndn(1.0f));
+    memcpy(p1, p0, c.pool_bytes);
+    float *qkv = xmalloc((size_t)n * ld * 4), *o0 = xmalloc((size_t)n * H * hd * 4),
+          *o1 = xmalloc((size_t)n * H * hd * 4);
+    for (size_t i = 0; i < (size_t)n * ld; i++)
+        qkv[i] = rndn(1.0f);
+    tdm_status_t s0 =
+        tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
+                                  ptoff, pages, np, n - 1, splits, 0, o0);
+    tdm_status_t s1 =
+        tdm_cuda_test_decode_rope(&c.l, c.num_pages, p1, layer, qkv, n, H, rope.inv_freq, pos,
+                                  ptoff, pages, np, n - 1, splits, 1, o1);
+    int same_pool = s0 == TDM_OK && s1 == TDM_OK && !memcmp(p0, p1, c.pool_bytes);
+    int same_out = s0 == TDM_OK && s1 == TDM_OK && !memcmp(o0, o1, (size_t)n * H * hd * 4);
+    ok(same_pool && same_out,
+       "decode attention with fused RoPE + KV write (H=%u KV=%u hd=%u, %u splits): cache %s, "
+       "output %s the unfused path's",
+       H, KV, hd, splits, same_pool ? "==" : "!=", same_out ? "==" : "!=");
+    free(p0), free(p1), free(qkv), free(o0), free(o1);
 }
 
 static void bench(void)
@@ -472,14 +608,31 @@ static void bench(void)
              2.0 * (double)bytes / (ms * 1e-3) / 1e9);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (size_t i = 0; i < 4; i++)
-            for (int cb = ns[i] > 32; cb < 2; cb++) {
+            for (int cb = ns[i] > 32; cb < (ns[i] == 1 ? 4 : ns[i] <= 32 ? 3 : 2); cb++) {
                 if (tdm_cuda_bench_gemv(ns[i], shapes[s].K, shapes[s].M, cb, 20, &ms) != TDM_OK)
                     continue;
                 double wb = 2.0 * shapes[s].K * shapes[s].M;
                 diag("bench %s %s n=%u K=%u M=%u: %.1f us = %.0f GB/s of weights",
-                     cb ? "cublas" : "gemv", shapes[s].name, ns[i], shapes[s].K, shapes[s].M,
-                     ms * 1e3, wb / (ms * 1e-3) / 1e9);
+                     cb == 3   ? "gemv-ksplit"
+                     : cb == 2 ? "skinny"
+                     : cb      ? "cublas"
+                               : "gemv",
+                     shapes[s].name, ns[i], shapes[s].K, shapes[s].M, ms * 1e3,
+                     wb / (ms * 1e-3) / 1e9);
             }
+    /* attention: prefill 2048 (one sequence, all rows) flash vs split-K; decode rows at KV 256 */
+    for (int fl = 0; fl < 2; fl++)
+        if (tdm_cuda_bench_attention(1, 2048, 2048, 1, fl, 5, &ms) == TDM_OK)
+            diag("bench attention prefill 2048 %s: %.1f us (%.0f TFLOP/s causal)",
+                 fl ? "flash" : "split-K", ms * 1e3,
+                 32.0 * 2048 * 2049 / 2 * 64 * 4 / (ms * 1e-3) / 1e12);
+    static const uint32_t dbs[] = {1, 8, 32}, dsp[] = {1, 4, 8, 32};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < 4; j++)
+            for (int mm = 0; mm < 2; mm++)
+                if (tdm_cuda_bench_attention(dbs[i], 1, 256, dsp[j], mm ? 2 : 0, 50, &ms) == TDM_OK)
+                    diag("bench attention decode %s bs%u KV 256 splits %u: %.1f us",
+                         mm ? "mma" : "split-K", dbs[i], dsp[j], ms * 1e3);
     ok(1, "micro-benchmarks ran");
 }
 
@@ -510,15 +663,34 @@ int main(void)
     check_gemv(5, 64, 33, TDM_DTYPE_F32, 0, 1, 0);
     check_gemv(37, 1024, 300, TDM_DTYPE_BF16, 0, 0, 1);
     check_gemv(64, 512, 256, TDM_DTYPE_BF16, 4, 0, 1);
+    check_gemv(1, 1024, 777, TDM_DTYPE_BF16, 0, 1, 3);
+    check_gemv(1, 5632, 300, TDM_DTYPE_BF16, 2 | 4, 0, 3);
+    check_gemv(1, 2048, 513, TDM_DTYPE_BF16, 1, 1, 3);
+    check_gemv(1, 136, 50, TDM_DTYPE_F16, 1, 1, 3);
+    check_gemv(1, 64, 33, TDM_DTYPE_F32, 4, 0, 3);
+    check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 0, 0, 2);
+    check_gemv(8, 1024, 301, TDM_DTYPE_BF16, 4, 0, 2);
+    check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
+    check_gemv(32, 5632, 200, TDM_DTYPE_BF16, 2 | 4, 0, 2);
+    check_gemv(17, 352, 64, TDM_DTYPE_BF16, 2, 0, 2);
     check_rope_kv(32, 4, 64, TDM_DTYPE_BF16);
     check_rope_kv(32, 4, 64, TDM_DTYPE_FP8_E4M3);
     check_rope_kv(4, 2, 16, TDM_DTYPE_BF16);
     check_rope_kv(2, 2, 128, TDM_DTYPE_FP8_E4M3);
-    check_attention(32, 4, 64, TDM_DTYPE_BF16, 1);
-    check_attention(32, 4, 64, TDM_DTYPE_BF16, 7);
-    check_attention(32, 4, 64, TDM_DTYPE_FP8_E4M3, 32);
-    check_attention(4, 2, 16, TDM_DTYPE_BF16, 3);
-    check_attention(2, 2, 128, TDM_DTYPE_FP8_E4M3, 5);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 1, 0);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 7, 0);
+    check_attention(32, 4, 64, TDM_DTYPE_FP8_E4M3, 32, 0);
+    check_attention(4, 2, 16, TDM_DTYPE_BF16, 3, 0);
+    check_attention(2, 2, 128, TDM_DTYPE_FP8_E4M3, 5, 0);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 1, 1);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 8, 1);
+    check_attention(8, 2, 128, TDM_DTYPE_BF16, 3, 1);
+    check_attention(6, 3, 64, TDM_DTYPE_BF16, 32, 1);
+    check_decode_rope(32, 4, 64, 1);
+    check_decode_rope(8, 2, 128, 4);
+    check_flash_attention(16, 2, 64);
+    check_flash_attention(4, 2, 128);
+    check_flash_attention(6, 3, 64);
     if (getenv("TDM_UNDER_SANITIZER"))
         skip("micro-benchmarks skipped under compute-sanitizer");
     else

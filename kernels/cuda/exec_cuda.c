@@ -1,0 +1,110 @@
+/*
+ * exec_cuda.c — the executor's CUDA forward (exec_cuda.h): the engine configured from the
+ * serving configuration, tdm_graph_seq_t spans passed through unchanged (the two span types have
+ * the same fields), logits copied back for the host sampler.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <tdm/layout.h>
+#include <tdm/mem.h>
+
+#include "engine.h"
+#include "exec_cuda.h"
+
+struct tdm_exec_cuda {
+    tdm_cuda_engine_t *e;
+    tdm_cuda_seq_t *seqs; /* max_seqs */
+    uint32_t max_seqs;
+};
+
+#define SET_ERR(...) snprintf(err, err_len, __VA_ARGS__)
+
+tdm_status_t tdm_exec_cuda_init(const tdm_exec_cuda_cfg_t *cfg, tdm_exec_cuda_t **ret, char *err,
+                                size_t err_len)
+{
+    tdm_cuda_engine_opts_t o;
+    tdm_exec_cuda_t *x;
+    tdm_status_t st;
+
+    if (!cfg || !ret || !cfg->view || !cfg->view->cfg || cfg->max_seqs == 0 ||
+        cfg->max_tokens < cfg->max_seqs || cfg->page_size == 0 || cfg->max_context == 0 ||
+        !(cfg->mem_fraction_static > 0.0 && cfg->mem_fraction_static <= 1.0)) {
+        SET_ERR("CUDA executor: bad configuration");
+        return TDM_ERR_INVAL;
+    }
+    if (cfg->view->tp_size != 1) {
+        SET_ERR("CUDA executor: tp_size %u (the CUDA engine runs tp_size 1 only)",
+                cfg->view->tp_size);
+        return TDM_ERR_UNSUPPORTED;
+    }
+    tdm_cuda_engine_opts_default(&o);
+    o.mem_fraction_static = cfg->mem_fraction_static;
+    o.max_tokens = cfg->max_tokens;
+    o.max_batch = cfg->max_seqs;
+    o.max_pages_per_seq = (cfg->max_context + cfg->page_size - 1) / cfg->page_size;
+    o.max_pages = cfg->max_pages;
+    o.max_logit_rows = cfg->max_seqs;
+    o.kv_dtype = cfg->kv_dtype;
+    o.page_size = cfg->page_size;
+    x = tdm_calloc(1, sizeof(*x));
+    x->max_seqs = cfg->max_seqs;
+    x->seqs = tdm_calloc(cfg->max_seqs, sizeof(*x->seqs));
+    st = tdm_cuda_engine_init(cfg->view, &o, &x->e);
+    if (st != TDM_OK) {
+        SET_ERR("CUDA engine (%u seqs, %u tokens, kv %s, page %u, mem-fraction %.2f): %s",
+                cfg->max_seqs, cfg->max_tokens, tdm_dtype_name(cfg->kv_dtype), cfg->page_size,
+                cfg->mem_fraction_static, tdm_status_str(st));
+        tdm_exec_cuda_free(x);
+        return st;
+    }
+    *ret = x;
+    return TDM_OK;
+}
+
+void tdm_exec_cuda_free(tdm_exec_cuda_t *x)
+{
+    if (!x)
+        return;
+    tdm_cuda_engine_free(x->e);
+    tdm_free(x->seqs);
+    tdm_free(x);
+}
+
+uint32_t tdm_exec_cuda_num_pages(const tdm_exec_cuda_t *x)
+{
+    return tdm_cuda_engine_num_pages(x->e);
+}
+
+const tdm_kv_layout_t *tdm_exec_cuda_layout(const tdm_exec_cuda_t *x)
+{
+    return tdm_cuda_engine_layout(x->e);
+}
+
+uint64_t tdm_exec_cuda_kv_bytes(const tdm_exec_cuda_t *x)
+{
+    uint64_t b = 0;
+    (void)tdm_kv_layout_pool_bytes(tdm_cuda_engine_layout(x->e), tdm_cuda_engine_num_pages(x->e),
+                                   &b);
+    return b;
+}
+
+uint64_t tdm_exec_cuda_weight_bytes(const tdm_exec_cuda_t *x)
+{
+    return tdm_cuda_engine_weight_bytes(x->e);
+}
+
+tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
+                                   float *logits, uint32_t cap_rows, uint32_t *ret_rows)
+{
+    if (!x || !seqs || !logits || !ret_rows || n_seqs == 0)
+        return TDM_ERR_INVAL;
+    if (n_seqs > x->max_seqs)
+        return TDM_ERR_OVERFLOW;
+    for (uint32_t i = 0; i < n_seqs; i++)
+        x->seqs[i] = (tdm_cuda_seq_t){seqs[i].tokens, seqs[i].n_tokens, seqs[i].pos0,
+                                      seqs[i].pages,  seqs[i].n_pages,  seqs[i].all_logits};
+    return tdm_cuda_engine_forward(x->e, x->seqs, n_seqs, logits, NULL, cap_rows, ret_rows);
+}

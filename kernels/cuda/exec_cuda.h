@@ -1,0 +1,66 @@
+/*
+ * kernels/cuda/exec_cuda.h — the CUDA engine (engine.h) behind the serving executor's forward:
+ * the adapter dataplane/sched/exec.c uses with `--device cuda` in place of tdm_graph_init /
+ * tdm_graph_forward, with the same sequence spans (tdm_graph_seq_t) and the same logits contract.
+ *
+ * Contract:
+ *  - init sizes everything from the executor's configuration: max_seqs sequences and max_tokens
+ *    rows per call (the decode graphs are captured per batch bucket up to max_seqs), page tables
+ *    of up to ceil(max_context / page_size) pages, and a KV pool of mem_fraction_static × the free
+ *    device memory at init, minus weights and scratch, in whole pages (tdm_kv_pool_configure),
+ *    capped at max_pages when non-zero. The pool's page count is tdm_exec_cuda_num_pages: the
+ *    scheduler's page allocator must be built over exactly that many pages (the engine validates
+ *    every page id against it) with tdm_exec_cuda_layout.
+ *  - forward: seqs and logits exactly as tdm_graph_forward (logits of the last token of each
+ *    sequence, or of every token with all_logits; rows in order; cap_rows rows of vocab floats);
+ *    returns once the logits are on the host. Decode calls (one token per sequence) replay CUDA
+ *    graphs, other calls (prefill chunks, mixed) launch eagerly.
+ *  - tp_size 1 only (TDM_ERR_UNSUPPORTED otherwise).
+ * Errors: init writes a one-line reason into err; TDM_ERR_INVAL (configuration), the engine's
+ * codes otherwise (TDM_ERR_NOMEM when the fraction leaves no room for one page, TDM_ERR_CUDA).
+ * Threading: one thread at a time per adapter.
+ */
+#ifndef TDM_KERNELS_CUDA_EXEC_CUDA_H
+#define TDM_KERNELS_CUDA_EXEC_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tdm/kv.h>
+#include <tdm/model.h>
+#include <tdm/status.h>
+
+#include "../../dataplane/model/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdm_exec_cuda_cfg {
+    const tdm_model_view_t *view; /* must outlive init only (weights are copied) */
+    tdm_dtype_t kv_dtype;         /* BF16 or FP8_E4M3 */
+    uint32_t page_size;
+    uint32_t max_seqs, max_tokens, max_context;
+    uint32_t max_pages;         /* cap on the pool (0: as many as fit) */
+    double mem_fraction_static; /* (0, 1] */
+} tdm_exec_cuda_cfg_t;
+
+typedef struct tdm_exec_cuda tdm_exec_cuda_t;
+
+tdm_status_t tdm_exec_cuda_init(const tdm_exec_cuda_cfg_t *cfg, tdm_exec_cuda_t **ret, char *err,
+                                size_t err_len);
+void tdm_exec_cuda_free(tdm_exec_cuda_t *x);
+
+uint32_t tdm_exec_cuda_num_pages(const tdm_exec_cuda_t *x);
+const tdm_kv_layout_t *tdm_exec_cuda_layout(const tdm_exec_cuda_t *x);
+uint64_t tdm_exec_cuda_kv_bytes(const tdm_exec_cuda_t *x);
+uint64_t tdm_exec_cuda_weight_bytes(const tdm_exec_cuda_t *x);
+
+tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
+                                   float *logits, uint32_t cap_rows, uint32_t *ret_rows);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
