@@ -234,9 +234,9 @@ where = {
             'commit_flush_share = the part of the ingest time that synchronous_commit=off removes: '
             'tandemd commits the batches queued together (group commit) in one transaction on its '
             'one ingest connection, sent as one query string (4 round trips: marks + first COPY, two '
-            'more COPYs, marks raised + COMMIT); with 4 clients and one batch in flight each a group '
-            'holds about 2 batches, so every ~160 rows wait for one WAL flush; psql \\copy flushes '
-            'once per table.'}
+            'more COPYs, marks raised + COMMIT), gathering up to 2 ms for the ranks recently seen; '
+            'with 4 clients and one batch in flight each a group holds about 3 batches, so every '
+            '~270 rows wait for one WAL flush; psql \\copy flushes once per table.'}
 doc = {
     'bench': 'controlplane', 'git_sha': sha, 'dirty': dirty == 'true', 'host': platform.node(),
     'nproc': os.cpu_count(), 'loadavg_before': load_before,
