@@ -191,41 +191,51 @@ static size_t lower_bound(const tdm_cp_hist_rank_t *r, int64_t ts)
     return lo;
 }
 
+void tdm_cp_in_coll_json(tdm_cp_buf_t *b, const tdm_tm_in_coll_t *c)
+{
+    tdm_cp_buf_puts(b, "{\"op\": ");
+    tdm_cp_buf_json_str(b, c->op);
+    tdm_cp_buf_puts(b, ", \"seq\": ");
+    tdm_cp_buf_u64(b, c->seq);
+    tdm_cp_buf_puts(b, ", \"since_us\": ");
+    tdm_cp_buf_i64(b, c->since_us);
+    tdm_cp_buf_puts(b, "}");
+}
+
+/* `key` (with its punctuation) then the number; hex ones are quoted. */
+static void kv_u64(tdm_cp_buf_t *b, const char *key, uint64_t v)
+{
+    tdm_cp_buf_puts(b, key);
+    tdm_cp_buf_u64(b, v);
+}
+
+static void kv_hex(tdm_cp_buf_t *b, const char *key, uint64_t v)
+{
+    tdm_cp_buf_puts(b, key);
+    tdm_cp_buf_hex16(b, v);
+    tdm_cp_buf_puts(b, "\"");
+}
+
 static void row_json(tdm_cp_buf_t *b, const tdm_cp_hist_row_t *row)
 {
     const tdm_tm_sample_t *x = &row->s;
     tdm_cp_buf_puts(b, "{\"ts_us\":");
     tdm_cp_buf_i64(b, x->ts_us);
-    tdm_cp_buf_puts(b, ",\"batch_seq\":");
-    tdm_cp_buf_u64(b, row->batch_seq);
-    tdm_cp_buf_puts(b, ",\"iter\":");
-    tdm_cp_buf_u64(b, x->iter);
+    kv_u64(b, ",\"batch_seq\":", row->batch_seq);
+    kv_u64(b, ",\"iter\":", x->iter);
     tdm_cp_buf_puts(b, ",\"path\":");
     tdm_cp_buf_json_str(b, x->path);
-    tdm_cp_buf_puts(b, ",\"plan_hash\":\"");
-    tdm_cp_buf_hex16(b, x->plan_hash);
-    tdm_cp_buf_puts(b, "\",\"coll_seq\":");
-    tdm_cp_buf_u64(b, x->coll_seq);
-    tdm_cp_buf_puts(b, ",\"coll_hash\":\"");
-    tdm_cp_buf_hex16(b, x->coll_hash);
-    tdm_cp_buf_puts(b, "\",\"in_coll\":");
-    if (x->in_coll_valid) { /* as PostgreSQL prints the jsonb the row holds */
-        tdm_cp_buf_puts(b, "{\"op\": ");
-        tdm_cp_buf_json_str(b, x->in_coll.op);
-        tdm_cp_buf_puts(b, ", \"seq\": ");
-        tdm_cp_buf_u64(b, x->in_coll.seq);
-        tdm_cp_buf_puts(b, ", \"since_us\": ");
-        tdm_cp_buf_i64(b, x->in_coll.since_us);
-        tdm_cp_buf_puts(b, "}");
-    } else {
+    kv_hex(b, ",\"plan_hash\":\"", x->plan_hash);
+    kv_u64(b, ",\"coll_seq\":", x->coll_seq);
+    kv_hex(b, ",\"coll_hash\":\"", x->coll_hash);
+    tdm_cp_buf_puts(b, ",\"in_coll\":");
+    if (x->in_coll_valid)
+        tdm_cp_in_coll_json(b, &x->in_coll);
+    else
         tdm_cp_buf_puts(b, "null");
-    }
-    tdm_cp_buf_puts(b, ",\"bs\":");
-    tdm_cp_buf_u64(b, x->bs);
-    tdm_cp_buf_puts(b, ",\"waiting\":");
-    tdm_cp_buf_u64(b, x->waiting);
-    tdm_cp_buf_puts(b, ",\"running\":");
-    tdm_cp_buf_u64(b, x->running);
+    kv_u64(b, ",\"bs\":", x->bs);
+    kv_u64(b, ",\"waiting\":", x->waiting);
+    kv_u64(b, ",\"running\":", x->running);
     tdm_cp_buf_puts(b, "}");
 }
 

@@ -64,6 +64,10 @@ void tdm_cp_hist_duplicate(tdm_cp_hist_t *h, const char *instance_id, uint32_t r
 /* Anything may have reached the database behind the cache: nothing held is a complete answer. */
 void tdm_cp_hist_gap_all(tdm_cp_hist_t *h);
 
+/* A sample's in_coll as PostgreSQL prints jsonb ({"op": "…", "seq": N, "since_us": N}): what
+ * ingest stores and what the cache answers, so both paths give the same bytes. */
+void tdm_cp_in_coll_json(tdm_cp_buf_t *b, const tdm_tm_in_coll_t *c);
+
 /* 1 and the history JSON appended to `out` when the query is covered, else 0 (nothing
  * appended). since/until as the query parameters (until exclusive). */
 int tdm_cp_hist_render(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank, int64_t since_us,

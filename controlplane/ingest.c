@@ -46,13 +46,7 @@ static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const tdm_cp_b
     tdm_cp_buf_append(b, "\t", 1);
     if (s->in_coll_valid) {
         tdm_cp_buf_reset(scratch);
-        tdm_cp_buf_puts(scratch, "{\"op\":");
-        tdm_cp_buf_json_str(scratch, s->in_coll.op);
-        tdm_cp_buf_puts(scratch, ",\"seq\":");
-        tdm_cp_buf_u64(scratch, s->in_coll.seq);
-        tdm_cp_buf_puts(scratch, ",\"since_us\":");
-        tdm_cp_buf_i64(scratch, s->in_coll.since_us);
-        tdm_cp_buf_puts(scratch, "}");
+        tdm_cp_in_coll_json(scratch, &s->in_coll);
         tdm_cp_buf_copy_text(b, scratch->data);
     } else {
         tdm_cp_buf_append(b, "\\N", 2);
