@@ -105,6 +105,18 @@ static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_pa
     return TDM_OK;
 }
 
+/* 1 if a rank has sat inside one collective since before `t` (mono µs). */
+static int in_coll_since(const tdm_progress_page_t *p, uint32_t n, uint64_t t)
+{
+    for (uint32_t r = 0; r < n; r++) {
+        tdm_rank_record_t rec;
+        tdm_progress_read(&p->slot[r], &rec);
+        if (rec.in_coll_op != TDM_COLL_NONE && rec.in_coll_since_us < t)
+            return 1;
+    }
+    return 0;
+}
+
 static pid_t spawn_rank(uint32_t r, int argc, char **argv, const char *prefix,
                         const sigset_t *child_mask)
 {
@@ -153,6 +165,7 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
     uint32_t n_exited = 0;
     int failed = 0, rc = 1;
     uint64_t kill_at = 0; /* SIGKILL whoever is left at this time (0 = not yet) */
+    uint64_t term_at = 0; /* when SIGTERM/SIGINT arrived (0 = not yet) */
     sigset_t mask, old;
 
     char pd_err[512], pd_host[256];
@@ -207,6 +220,16 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
                     kill(pids[r], SIGTERM);
             if (!kill_at)
                 kill_at = now + 10000000; /* a clean shutdown gets 10 s */
+            if (!term_at)
+                term_at = now;
+        }
+        /* A rank still inside a collective it entered before the stop request, 2 s later, cannot
+         * take part in the SHUTDOWN plan (a wedged or diverged group, the remedy's case): abort
+         * the group's collectives so every rank leaves now rather than at the SIGKILL. */
+        if (term_at && now - term_at >= 2000000 && !atomic_load(&page->abort) &&
+            in_coll_since(page, n, term_at)) {
+            fprintf(stderr, "tandem-worker: a rank is stuck in a collective: aborting the group\n");
+            atomic_store(&page->abort, 1);
         }
         int status;
         pid_t p;
