@@ -62,6 +62,9 @@ static tdm_status_t arm_fault(void *ctx, const tdm_api_fault_t *f, char *err, si
                              .count = f->count,
                              .after_iter = f->after_iter,
                              .duration_ms = (uint32_t)f->duration_ms};
+    for (int t = 0; f->thread[0] && t < TDM_HB_MAX; t++)
+        if (!strcmp(tdm_hb_thread_name((tdm_hb_thread_t)t), f->thread))
+            spec.thread = (uint32_t)t;
     return tdm_fault_arm(&sh->faults, sh->n_ranks, p, &spec, err, err_len);
 }
 

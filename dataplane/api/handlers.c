@@ -363,7 +363,8 @@ static tdm_status_t parse_fault(const json_t *o, uint16_t n_ranks, tdm_api_fault
         while (thread && t < TDM_HB_MAX && strcmp(tdm_hb_thread_name((tdm_hb_thread_t)t), thread))
             t++;
         if (!thread || t == TDM_HB_MAX) {
-            snprintf(err, err_len, "thread: kill_thread needs a thread name (loop, http, ...)");
+            snprintf(err, err_len,
+                     "thread: kill_thread needs a thread name (bootstrap, recv, transfer)");
             return TDM_ERR_INVAL;
         }
         snprintf(f->thread, sizeof(f->thread), "%s", thread);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <tdm/progress.h>
+
 #include "dataplane/sched/fault.h"
 
 static const char *const fault_names[] = {
@@ -40,7 +42,7 @@ tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_poi
         snprintf(err, err_len, "unknown fault point");
         return TDM_ERR_INVAL;
     }
-    if (f > TDM_FAULT_STALL_LOOP) {
+    if (f == TDM_FAULT_HOST_LAYOUT_FP8_FORMULA || f == TDM_FAULT_SKIP_LAYER_GATE) {
         snprintf(err, err_len, "fault %s is not implemented by this worker yet", fault_names[f]);
         return TDM_ERR_UNSUPPORTED;
     }
@@ -56,8 +58,22 @@ tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_poi
                  n_ranks - 1);
         return TDM_ERR_INVAL;
     }
+    if (f >= TDM_FAULT_SLOW_HOST_COPY && spec->rank != 0) {
+        snprintf(err, err_len,
+                 "fault %s: rank must be 0 (the transfer engine runs in rank 0 in this build)",
+                 fault_names[f]);
+        return TDM_ERR_INVAL;
+    }
+    if (f == TDM_FAULT_KILL_THREAD && spec->thread != TDM_HB_BOOTSTRAP &&
+        spec->thread != TDM_HB_RECV && spec->thread != TDM_HB_TRANSFER) {
+        snprintf(err, err_len,
+                 "fault kill_thread: thread must be one of the transfer engine's (bootstrap, "
+                 "receive, transfer)");
+        return TDM_ERR_INVAL;
+    }
     tdm_fault_entry_t *e = &t->e[f];
     atomic_store_explicit(&e->armed, 0, memory_order_release);
+    atomic_store_explicit(&e->thread, spec->thread, memory_order_relaxed);
     atomic_store_explicit(&e->rank, spec->rank, memory_order_relaxed);
     atomic_store_explicit(&e->remaining, spec->count ? (int64_t)spec->count : -1,
                           memory_order_relaxed);
@@ -97,6 +113,14 @@ int tdm_fault_fire(tdm_fault_table_t *t, tdm_fault_point_t f, uint32_t rank, uin
     if (ret_duration_ms)
         *ret_duration_ms = atomic_load_explicit(&e->duration_ms, memory_order_relaxed);
     return 1;
+}
+
+int tdm_fault_fire_thread(tdm_fault_table_t *t, uint32_t rank, uint64_t iter, uint32_t thread)
+{
+    if (!t || !atomic_load_explicit(&t->e[TDM_FAULT_KILL_THREAD].armed, memory_order_acquire) ||
+        atomic_load_explicit(&t->e[TDM_FAULT_KILL_THREAD].thread, memory_order_relaxed) != thread)
+        return 0;
+    return tdm_fault_fire(t, TDM_FAULT_KILL_THREAD, rank, iter, NULL);
 }
 
 void tdm_fault_get(const tdm_fault_table_t *t, tdm_fault_point_t f, int *ret_armed,

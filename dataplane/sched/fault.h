@@ -14,6 +14,19 @@
  *   rank_skip_collective  the rank's tensor collectives return at once without communicating
  *                         (through tdm_comm_t.skip_fault).
  *   stall_loop            the rank's executor sleeps duration_ms before the iteration.
+ * The transfer points (PD, rank 0's transfer engine; include/tdm/xfer.h cfg.fault; after_iter
+ * compares with rank 0's loop iteration; rank must be 0 in this build):
+ *   flip_kv_bits          decode: before tdm_xfer_decode_commit verifies a room, flip the top
+ *                         exponent bit of max(1, duration_ms) random K/V values inside the
+ *                         prompt's tokens of the room's pages (after the write completed).
+ *   stall_transfer        the transfer thread stops progressing rooms for duration_ms (fires
+ *                         only while rooms are moving).
+ *   slow_host_copy        prefill: each of the room's puts is issued duration_ms late (the
+ *                         transfer thread waits before issuing a room).
+ *   drop_abort_handler    prefill: an ABORT frame is dropped (no flush, no ABORT_ACK): decode's
+ *                         ACK timeout fires (abort_unacked, corruption_risk).
+ *   kill_thread{thread}   the named engine thread (bootstrap, receive, transfer) exits; its
+ *                         heartbeat goes stale and /health answers 503 naming it.
  * Each entry is {rank, count, after_iter, duration_ms}: it fires on `rank` at iterations >=
  * after_iter, `count` times (0 = until disarmed). Arming replaces the entry; count 0 with
  * disarm clears it.
@@ -55,7 +68,8 @@ typedef struct tdm_fault_entry {
     _Atomic int64_t remaining; /* fires left; < 0 = unlimited */
     _Atomic uint64_t after_iter;
     _Atomic uint32_t duration_ms;
-    _Atomic uint64_t fired; /* times fired since armed (for /admin and tests) */
+    _Atomic uint64_t fired;  /* times fired since armed (for /admin and tests) */
+    _Atomic uint32_t thread; /* kill_thread: a tdm_hb_thread_t */
 } tdm_fault_entry_t;
 
 typedef struct tdm_fault_table {
@@ -67,10 +81,13 @@ typedef struct tdm_fault_spec {
     uint32_t count; /* 0 = until disarmed */
     uint64_t after_iter;
     uint32_t duration_ms;
+    uint32_t thread; /* kill_thread: TDM_HB_BOOTSTRAP, TDM_HB_RECV or TDM_HB_TRANSFER */
 } tdm_fault_spec_t;
 
 /* Arm (replacing any previous arming). TDM_ERR_RANGE for rank >= n_ranks; TDM_ERR_INVAL for
- * rank_idle_path on rank 0; TDM_ERR_UNSUPPORTED for points this build does not implement yet. */
+ * rank_idle_path on rank 0, a transfer point on a rank other than 0, or kill_thread of a thread
+ * that is not the transfer engine's; TDM_ERR_UNSUPPORTED for points this build does not
+ * implement (host_layout_fp8_formula, skip_layer_gate). */
 tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_point_t f,
                            const tdm_fault_spec_t *spec, char *err, size_t err_len);
 void tdm_fault_disarm(tdm_fault_table_t *t, tdm_fault_point_t f);
@@ -78,6 +95,8 @@ void tdm_fault_disarm(tdm_fault_table_t *t, tdm_fault_point_t f);
  * *ret_duration_ms (may be NULL) gets the entry's duration. */
 int tdm_fault_fire(tdm_fault_table_t *t, tdm_fault_point_t f, uint32_t rank, uint64_t iter,
                    uint32_t *ret_duration_ms);
+/* tdm_fault_fire for kill_thread: fires only when the armed thread is `thread`. */
+int tdm_fault_fire_thread(tdm_fault_table_t *t, uint32_t rank, uint64_t iter, uint32_t thread);
 /* Snapshot for /admin: armed, rank, remaining, after_iter, duration_ms, fired. */
 void tdm_fault_get(const tdm_fault_table_t *t, tdm_fault_point_t f, int *ret_armed,
                    tdm_fault_spec_t *ret_spec, uint64_t *ret_fired);

@@ -38,8 +38,10 @@ dist_check_SCRIPTS += tests/integration/test-serving.sh
 # real UCX — bit-identical output, refusals, bad frames at the bootstrap port, drained pages;
 # the abort storm (60 sessions, client killed twice, probes' TTFT, no room or page left); and
 # kill -9 of the prefill under traffic, then a new prefill on the same port; and a decode pool
-# too small for its batch (retraction after commit, local recompute, output unchanged).
+# too small for its batch (retraction after commit, local recompute, output unchanged); the PD
+# fault points and the checksum knob (faults); bit flips caught / changing output (flips).
 PD_TESTS = tests/integration/test-pd.sh tests/integration/test-pd-storm.sh \
-	tests/integration/test-pd-peer.sh tests/integration/test-pd-retract.sh
+	tests/integration/test-pd-peer.sh tests/integration/test-pd-retract.sh \
+	tests/integration/test-pd-faults.sh tests/integration/test-pd-flips.sh
 TESTS += $(PD_TESTS)
 dist_check_SCRIPTS += $(PD_TESTS)

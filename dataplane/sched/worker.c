@@ -439,6 +439,35 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
                 (unsigned long long)m[i].v);
 }
 
+/* The transfer engine's fault points, answered from the group's fault table (fault.h); rank 0's
+ * loop iteration is the clock of after_iter. */
+static int pd_fault(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg)
+{
+    tdm_worker_t *w = ctx;
+    tdm_fault_table_t *t = &w->shared->faults;
+    tdm_rank_record_t rec;
+    tdm_progress_read(&w->page->slot[0], &rec);
+    uint64_t iter = rec.iter;
+    switch (f) {
+    case TDM_XFER_FAULT_FLIP_KV_BITS:
+        return tdm_fault_fire(t, TDM_FAULT_FLIP_KV_BITS, 0, iter, ret_arg);
+    case TDM_XFER_FAULT_STALL_TRANSFER:
+        return tdm_fault_fire(t, TDM_FAULT_STALL_TRANSFER, 0, iter, ret_arg);
+    case TDM_XFER_FAULT_SLOW_HOST_COPY:
+        return tdm_fault_fire(t, TDM_FAULT_SLOW_HOST_COPY, 0, iter, ret_arg);
+    case TDM_XFER_FAULT_DROP_ABORT:
+        return tdm_fault_fire(t, TDM_FAULT_DROP_ABORT_HANDLER, 0, iter, ret_arg);
+    case TDM_XFER_FAULT_KILL_BOOTSTRAP:
+        return tdm_fault_fire_thread(t, 0, iter, TDM_HB_BOOTSTRAP);
+    case TDM_XFER_FAULT_KILL_RECV:
+        return tdm_fault_fire_thread(t, 0, iter, TDM_HB_RECV);
+    case TDM_XFER_FAULT_KILL_TRANSFER:
+        return tdm_fault_fire_thread(t, 0, iter, TDM_HB_TRANSFER);
+    default:
+        return 0;
+    }
+}
+
 static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
 {
     const tdm_worker_config_t *cfg = w->cfg;
@@ -450,8 +479,10 @@ static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
     xc.host = w->pd_host;
     xc.port = w->pd_port;
     xc.bootstrap_timeout_us = (uint64_t)(cfg->disaggregation_bootstrap_timeout * 1e6);
+    xc.disable_checksums = cfg->disaggregation_disable_checksums;
     xc.progress = &w->page->slot[0];
     xc.on_event = pd_event;
+    xc.fault = pd_fault;
     xc.ctx = w;
     tdm_status_t st = tdm_xfer_init(&xc, &w->xfer);
     if (st != TDM_OK) {

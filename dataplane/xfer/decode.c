@@ -287,6 +287,10 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
     r->committed = 1; /* one verification per room; the room's arrays are ours from here */
     pthread_mutex_unlock(&x->mu);
 
+    uint32_t n_flip;
+    if (xfer_fault(x, TDM_XFER_FAULT_FLIP_KV_BITS, &n_flip))
+        xfer_flip_kv_bits(x, r, n_flip ? n_flip : 1);
+
     int bad_sum = 0, bad_aux = 0;
     if (!x->cfg.disable_checksums) {
         if (r->n_sums != x->n_ranks * r->n_pages) {
@@ -354,4 +358,36 @@ tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room)
     xroom_free(r);
     tdm_xfer_room_close(x->rooms, room, xfer_now());
     return TDM_OK;
+}
+
+/* flip_kv_bits (DESIGN §10e): after the room's write completed and before commit verifies it,
+ * flip the top exponent bit of `n` random K or V elements among the prompt's tokens of every
+ * rank's pages — bytes the next decode step reads, so with checksums off the output changes.
+ * The bit is bit 6 of an element's last byte in every KV dtype we hold (little-endian f32 bit
+ * 30, bf16/f16 bit 14, fp8 e4m3 bit 6): a value below 2 in magnitude becomes ~2^64..2^128
+ * times larger (f32/bf16). */
+void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
+{
+    if (!x->flip_rng)
+        x->flip_rng = xfer_now() * 0x9e3779b97f4a7c15ull | 1;
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t v = x->flip_rng;
+        v ^= v << 13;
+        v ^= v >> 7;
+        v ^= v << 17;
+        x->flip_rng = v;
+        uint32_t rank = (uint32_t)(v % x->n_ranks);
+        const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
+        const tdm_kv_layout_t *l = kv->layout;
+        size_t esz = tdm_dtype_size(l->sub[TDM_KV_SUB_K].dtype);
+        uint32_t tok = (uint32_t)((v >> 8) % r->n_prompt);
+        uint32_t layer = (uint32_t)((v >> 24) % l->num_layers);
+        tdm_kv_sub_t sub = (v >> 40) & 1 ? TDM_KV_SUB_V : TDM_KV_SUB_K;
+        uint32_t n_elem = l->sub[sub].bytes_per_token / (uint32_t)(esz ? esz : 1);
+        uint32_t elem = (uint32_t)((v >> 41) % (n_elem ? n_elem : 1));
+        uint8_t *p = tdm_kv_slot(kv, layer, sub, r->pages[tok / x->page_size], tok % x->page_size);
+        p[(size_t)elem * esz + esz - 1] ^= 0x40;
+    }
+    tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: %u value(s) of room %016llx flipped", n,
+             (unsigned long long)r->room);
 }

@@ -37,6 +37,27 @@ static void hb(tdm_xfer_t *x, tdm_hb_thread_t t)
         tdm_progress_heartbeat(x->cfg.progress, t, xfer_now());
 }
 
+int xfer_fault(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg)
+{
+    uint32_t arg = 0;
+    if (!x->cfg.fault || !x->cfg.fault(x->cfg.ctx, f, &arg))
+        return 0;
+    atomic_fetch_add(&x->faults_fired, 1);
+    if (ret_arg)
+        *ret_arg = arg;
+    return 1;
+}
+
+void xfer_thread_killed(tdm_xfer_t *x, const char *thread)
+{
+    char why[96];
+    snprintf(why, sizeof(why), "fault kill_thread: the %s thread exits", thread);
+    tdm_err(TDM_SUB_XFER, "%s (its heartbeat stops; /health reports it)", why);
+    pthread_mutex_lock(&x->mu);
+    xfer_event(x, "thread_exit", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
+    pthread_mutex_unlock(&x->mu);
+}
+
 static void wake(int fd)
 {
     uint64_t one = 1;
@@ -308,6 +329,10 @@ static void *recv_main(void *arg)
     tdm_xfer_t *x = arg;
     while (!atomic_load(&x->stop)) {
         hb(x, TDM_HB_RECV);
+        if (xfer_fault(x, TDM_XFER_FAULT_KILL_RECV, NULL)) {
+            xfer_thread_killed(x, "recv");
+            return NULL;
+        }
         pthread_mutex_lock(&x->mu);
         int fd = x->chan_fd, kill = x->chan_kill;
         int want_out = x->outq_len > x->outq_off;
@@ -381,6 +406,9 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
     pthread_mutex_unlock(&x->mu);
     if (!ok)
         return;
+    uint32_t slow_ms;
+    if (!skip && xfer_fault(x, TDM_XFER_FAULT_SLOW_HOST_COPY, &slow_ms))
+        tdm_time_sleep_us((uint64_t)slow_ms * 1000);
     if (!skip) {
         if (r->sums)
             for (uint32_t rank = 0; rank < x->n_ranks; rank++)
@@ -429,6 +457,20 @@ static void *xfer_main(void *arg)
     }
     while (!atomic_load(&x->stop)) {
         hb(x, TDM_HB_TRANSFER);
+        if (xfer_fault(x, TDM_XFER_FAULT_KILL_TRANSFER, NULL)) {
+            xfer_thread_killed(x, "transfer");
+            break;
+        }
+        pthread_mutex_lock(&x->mu);
+        int moving = x->active || x->cmd_len > 0 || atomic_load(&x->n_transferring) > 0;
+        pthread_mutex_unlock(&x->mu);
+        uint32_t stall_ms;
+        if (moving && xfer_fault(x, TDM_XFER_FAULT_STALL_TRANSFER, &stall_ms)) {
+            tdm_warn(TDM_SUB_XFER, "fault stall_transfer: no progress for %u ms", stall_ms);
+            for (uint64_t end = xfer_now() + (uint64_t)stall_ms * 1000;
+                 !atomic_load(&x->stop) && xfer_now() < end;)
+                tdm_time_sleep_us(10000);
+        }
         xfer_ucx_progress(x);
         for (;;) {
             pthread_mutex_lock(&x->mu);
@@ -602,7 +644,10 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
     x->chan_kill = 0;
     x->last_rx_us = x->last_hb_us = xfer_now();
     x->outq_len = x->outq_off = 0;
-    xfer_out_status(x, 0, TDM_KVPOLL_SUCCESS, "registered", NULL, 0, 0);
+    /* chunk_tokens of the verdict tells decode whether this side computes KV checksums (0 = off,
+     * --disaggregation-disable-checksums); decode refuses a registration that disagrees */
+    xfer_out_status(x, 0, TDM_KVPOLL_SUCCESS, "registered", NULL, 0,
+                    x->cfg.disable_checksums ? 0 : x->page_size);
     xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, "registered");
     tdm_info(TDM_SUB_XFER, "decode group %016llx registered (%u ranks)",
              (unsigned long long)x->reg->instance_id, x->reg->n_ranks);
@@ -758,15 +803,22 @@ static void decode_handshake(tdm_xfer_t *x)
                 tdm_frame_decode_status(body, h.length, &f, NULL, 0) != TDM_OK || f.room != 0)
                 goto out_close;
             snprintf(msg, sizeof(msg), "%.*s", (int)f.message.len, (const char *)f.message.data);
+            if (f.state == TDM_KVPOLL_SUCCESS && !f.chunk_tokens != !!x->cfg.disable_checksums)
+                snprintf(msg, sizeof(msg),
+                         "checksums: prefill %s KV checksums, decode %s them "
+                         "(--disaggregation-disable-checksums must be set on both groups or "
+                         "neither)",
+                         f.chunk_tokens ? "computes" : "does not compute",
+                         x->cfg.disable_checksums ? "does not verify" : "verifies");
             pthread_mutex_lock(&x->mu);
-            if (f.state != TDM_KVPOLL_SUCCESS) {
+            if (f.state != TDM_KVPOLL_SUCCESS || !f.chunk_tokens != !!x->cfg.disable_checksums) {
                 x->refused = 1;
                 snprintf(x->refusal, sizeof(x->refusal), "%s", msg);
                 x->st.register_refused++;
                 xfer_event(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, msg);
                 pthread_cond_broadcast(&x->cv);
                 pthread_mutex_unlock(&x->mu);
-                tdm_err(TDM_SUB_XFER, "prefill refused our REGISTER: %s", msg);
+                tdm_err(TDM_SUB_XFER, "registration with the prefill group refused: %s", msg);
                 x->next_connect_us = xfer_now() + 5000000;
                 goto out_close;
             }
@@ -811,6 +863,10 @@ static void *boot_main(void *arg)
     tdm_xfer_t *x = arg;
     while (!atomic_load(&x->stop)) {
         hb(x, TDM_HB_BOOTSTRAP);
+        if (xfer_fault(x, TDM_XFER_FAULT_KILL_BOOTSTRAP, NULL)) {
+            xfer_thread_killed(x, "bootstrap");
+            return NULL;
+        }
         pthread_mutex_lock(&x->mu);
         /* read the clock under the lock: a stamp taken before it could predate a room opened
          * or a frame received meanwhile, and an unsigned age would wrap into a timeout */
@@ -1114,6 +1170,7 @@ void tdm_xfer_stats(tdm_xfer_t *x, tdm_xfer_stats_t *ret)
     pthread_mutex_lock(&x->mu);
     *ret = x->st;
     pthread_mutex_unlock(&x->mu);
+    ret->faults_fired = atomic_load(&x->faults_fired);
 }
 
 static void count_room(void *ctx, uint64_t room, const tdm_xfer_room_info_t *info)

@@ -175,6 +175,11 @@ static void on_abort(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         return;
     }
     x->st.aborts_received++;
+    if (xfer_fault(x, TDM_XFER_FAULT_DROP_ABORT, NULL)) {
+        tdm_warn(TDM_SUB_XFER, "fault drop_abort_handler: ABORT for room %016llx dropped (no ACK)",
+                 (unsigned long long)f.room);
+        return;
+    }
     int known = tdm_xfer_room_abort(x->rooms, f.room, "abort from decode", xfer_now());
     xroom_t *r = xfer_map_get(x, f.room);
     if (r && (r->phase == XR_PUTTING || r->phase == XR_FLUSHING)) {

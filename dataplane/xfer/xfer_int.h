@@ -134,6 +134,10 @@ struct tdm_xfer {
     uint64_t next_connect_us;
 
     xfer_ucx_t ucx[TDM_XFER_RANKS_MAX];
+
+    /* fault injection (cfg.fault) */
+    _Atomic uint64_t faults_fired;
+    uint64_t flip_rng; /* flip_kv_bits: commit callers only, under their room's ownership */
 };
 
 /* engine.c */
@@ -153,6 +157,12 @@ void xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char
 /* Blocking write of a whole buffer with a deadline (handshake only). */
 tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us);
 uint64_t xfer_now(void);
+/* Whether fault point f fires now (cfg.fault); *ret_arg (may be NULL) gets its argument. */
+int xfer_fault(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg);
+/* A fault killed the calling engine thread: log, count and emit "thread_exit". */
+void xfer_thread_killed(tdm_xfer_t *x, const char *thread);
+/* flip_kv_bits: flip the top exponent bit of n random K/V values in the room's prompt tokens. */
+void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n);
 
 /* checksum.c */
 uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);

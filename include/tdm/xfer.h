@@ -90,7 +90,8 @@ typedef struct tdm_xfer_aux {
  * them). type: "kvpoll" (a room's combined state changed), "register_refused", "peer_lost",
  * "peer_registered", "checksum_mismatch" / "aux_room_mismatch" (commit found the KV or the aux
  * slot corrupt), "abort_sent" (decode sent ABORT; pages quarantined), "abort_acked",
- * "abort_unacked" (ACK timeout). Dropped frames are counted (tdm_xfer_stats), not events. Strings
+ * "abort_unacked" (ACK timeout), "thread_exit" (a fault killed an engine thread; reason names
+ * it). Dropped frames are counted (tdm_xfer_stats), not events. Strings
  * are valid only during the call. Called with engine locks held: do not call back into the engine.
  */
 typedef struct tdm_xfer_event {
@@ -110,6 +111,23 @@ typedef enum tdm_xfer_err_mode {
 } tdm_xfer_err_mode_t;
 
 typedef void (*tdm_xfer_event_fn)(void *ctx, const tdm_xfer_event_t *ev);
+
+/* Fault points the engine asks about (DESIGN §10e; armed by the worker's /admin/faults, see
+ * dataplane/sched/fault.h). cfg.fault answers whether the point fires now and, when it does,
+ * its argument (duration_ms). Called from the engine's threads, possibly with `mu` held: the
+ * callback must only read atomics. */
+typedef enum tdm_xfer_fault {
+    TDM_XFER_FAULT_FLIP_KV_BITS = 0, /* decode commit: arg = values to flip (0 → 1) */
+    TDM_XFER_FAULT_STALL_TRANSFER,   /* transfer thread: arg = ms without progress */
+    TDM_XFER_FAULT_SLOW_HOST_COPY,   /* prefill, per room: arg = ms before its puts */
+    TDM_XFER_FAULT_DROP_ABORT,       /* prefill: drop one ABORT frame */
+    TDM_XFER_FAULT_KILL_BOOTSTRAP,   /* the named thread exits */
+    TDM_XFER_FAULT_KILL_RECV,
+    TDM_XFER_FAULT_KILL_TRANSFER,
+    TDM_XFER_FAULT_MAX
+} tdm_xfer_fault_t;
+
+typedef int (*tdm_xfer_fault_fn)(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg);
 
 typedef struct tdm_xfer_cfg {
     tdm_xfer_role_t role;
@@ -136,6 +154,7 @@ typedef struct tdm_xfer_cfg {
     tdm_progress_slot_t *progress; /* optional: thread heartbeats */
     tdm_xfer_event_fn on_event;    /* optional */
     void *ctx;
+    tdm_xfer_fault_fn fault; /* optional: fault injection (ctx as for on_event) */
 } tdm_xfer_cfg_t;
 
 typedef struct tdm_xfer tdm_xfer_t;
@@ -155,6 +174,7 @@ typedef struct tdm_xfer_stats {
     uint64_t quarantined;     /* rooms quarantined now */
     uint64_t bytes_put, puts;
     uint32_t eps_err_none, eps_err_peer; /* prefill: connected endpoints by error mode */
+    uint64_t faults_fired;               /* fault points that fired in this engine */
 } tdm_xfer_stats_t;
 
 /* A TRANSFER_INFO accepted by prefill, owned by the caller (tdm_xfer_request_clear). */

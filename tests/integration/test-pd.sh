@@ -206,6 +206,231 @@ def finish():
     sys.exit(1 if failed else 0)
 
 
+# ---------------------------------------------------------------- faults and flips (issue 9)
+#   scenario "faults" (test-pd-faults.sh): --disaggregation-disable-checksums on one side only is
+#     refused at registration naming the flag; the PD fault points through POST /admin/faults:
+#     stall_transfer (TTFT grows by the stall, output unchanged), slow_host_copy (likewise),
+#     flip_kv_bits (the request fails cleanly, checksum_mismatch rises, the next one is right),
+#     drop_abort_handler (a client gone mid-transfer: decode's ABORT is never ACKed, so
+#     corruption_risk rises and the pages stay quarantined), kill_thread{bootstrap,recv,transfer}
+#     (the thread exits; /health 503 naming it within the heartbeat timeout).
+#   scenario "flips" (test-pd-flips.sh): TDM_PD_FLIP_TRIALS (default 200) trials of flip_kv_bits
+#     on a checksummed pair: every one caught before the first decode token (request error,
+#     checksum_mismatch_total +1, a checksum_mismatch telemetry event at the control plane); the
+#     same trials on a pair with --disaggregation-disable-checksums change the output in >= 50 %.
+
+import threading
+import http.server
+
+
+def arm(w, body):
+    return request(w, "POST", "/admin/faults", body, ADMIN)
+
+
+def gen(w, ids, max_new=8, timeout=60):
+    st, b = request(w, "POST", "/generate", {"input_ids": ids, "max_new_tokens": max_new,
+                                             "ignore_eos": True}, timeout=timeout)
+    try:
+        return st, json.loads(b).get("output_ids"), b
+    except ValueError:
+        return st, None, b
+
+
+def prompt_ids(seed, n):
+    rnd = random.Random(seed)
+    return [5 + rnd.randrange(1800) for _ in range(n)]
+
+
+def health_names(w, thread, limit=8):
+    def f():
+        st, body = request(w, "GET", "/health")
+        return (st, body) if st == 503 and ("%s thread" % thread) in body else None
+    return wait_until(f, limit)
+
+
+if SCEN == "faults":
+    t_start = time.time()
+    FI = ["--enable-fault-injection", "--health-progress-timeout", "2"]
+    pre = start("prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
+                            "0"] + FI)
+    if not ok(wait_ready(pre), "prefill worker ready", logtail(pre)):
+        finish()
+    addr = ["--disaggregation-prefill-addr", "127.0.0.1:%d" % pre["bootstrap"]]
+    # checksums on one side only: refused at registration, naming the flag
+    bad = start("decode-nosum", ["--disaggregation-mode", "decode",
+                                 "--disaggregation-disable-checksums"] + addr + FI)
+    wait_ready(bad)
+    r = wait_until(lambda: (lambda s: s if s[0] == 503 and "checksums" in s[1] else None)(
+        request(bad, "GET", "/ready")), 15)
+    ok(r and "--disaggregation-disable-checksums" in r[1],
+       "decode with --disaggregation-disable-checksums against a checksumming prefill: /ready "
+       "503 naming the flag", r or logtail(bad))
+    ok(metrics(bad).get("tandem_xfer_register_refused_total", 0) >= 1,
+       "the refusal is counted (register_refused)")
+    # kill_thread: bootstrap of this worker (it is of no further use)
+    st, body = arm(bad, {"name": "kill_thread", "rank": 0, "thread": "loop"})
+    ok(st == 400 or st == 409 or st == 422, "kill_thread of a non-engine thread refused (%d)" % st,
+       body)
+    st, body = arm(bad, {"name": "kill_thread", "rank": 0, "thread": "bootstrap"})
+    ok(st == 200, "kill_thread{bootstrap} armed", body)
+    r = health_names(bad, "bootstrap")
+    ok(r is not None, "kill_thread{bootstrap}: /health 503 naming the bootstrap thread",
+       r or request(bad, "GET", "/health"))
+    bad["proc"].send_signal(signal.SIGTERM)
+    try:
+        bad["proc"].wait(timeout=20)
+        ok(True, "a worker with a killed engine thread still shuts down on SIGTERM")
+    except subprocess.TimeoutExpired:
+        ok(False, "a worker with a killed engine thread still shuts down on SIGTERM",
+           logtail(bad))
+    dec = start("decode", ["--disaggregation-mode", "decode"] + addr + FI)
+    wait_ready(dec)
+    ok(wait_until(lambda: request(dec, "GET", "/ready")[0] == 200, 30),
+       "decode with checksums on both sides registers", logtail(dec))
+    ids = prompt_ids(1, 70)
+    st, ref, b = gen(dec, ids)
+    ok(st == 200 and ref, "reference PD request", b)
+
+    def timed(w, ids):
+        t0 = time.time()
+        st, out, b = gen(w, ids)
+        return time.time() - t0, st, out, b
+
+    for name, ms in (("stall_transfer", 1500), ("slow_host_copy", 1000)):
+        st, body = arm(pre, {"name": name, "rank": 0, "count": 1, "duration_ms": ms})
+        ok(st == 200, "%s armed on prefill" % name, body)
+        dt, st, out, b = timed(dec, ids)
+        ok(st == 200 and out == ref and dt >= ms / 1000.0 * 0.9,
+           "%s %d ms: the request took %.2f s and its output is unchanged" % (name, ms, dt), b)
+        ok(request(pre, "GET", "/health")[0] == 200 and request(dec, "GET", "/health")[0] == 200,
+           "%s: both healthy after it" % name)
+    # flip_kv_bits on decode
+    m0 = metrics(dec)
+    st, body = arm(dec, {"name": "flip_kv_bits", "rank": 0, "count": 1, "duration_ms": 4})
+    ok(st == 200, "flip_kv_bits armed on decode", body)
+    st, out, b = gen(dec, ids)
+    m1 = metrics(dec)
+    ok(st >= 400 and "checksum" in b, "flip_kv_bits: the request fails cleanly (%d)" % st, b)
+    ok(m1["tandem_xfer_checksum_mismatch_total"] == m0["tandem_xfer_checksum_mismatch_total"] + 1,
+       "flip_kv_bits: tandem_xfer_checksum_mismatch_total +1")
+    st, out, b = gen(dec, ids)
+    ok(st == 200 and out == ref, "the next request is served right", b)
+    st, body = arm(pre, {"name": "flip_kv_bits", "rank": 1, "count": 1})
+    ok(st == 400 or st == 409 or st == 422, "a transfer fault on rank 1 is refused (%d)" % st,
+       body)
+    # drop_abort_handler: prefill stalls the transfer and drops the ABORT of a client gone
+    m0 = metrics(dec)
+    ok(arm(pre, {"name": "drop_abort_handler", "rank": 0, "count": 1})[0] == 200 and
+       arm(pre, {"name": "stall_transfer", "rank": 0, "count": 1, "duration_ms": 2500})[0] == 200,
+       "drop_abort_handler + stall_transfer armed on prefill")
+    st, out, b = gen(dec, prompt_ids(2, 40), timeout=0.7)
+    ok(st == -1, "the client gives up mid-transfer", b)
+    r = wait_until(lambda: (lambda m: m if m["tandem_xfer_corruption_risk_total"] >
+                            m0["tandem_xfer_corruption_risk_total"] else None)(metrics(dec)), 12)
+    ok(r is not None and r["tandem_xfer_aborts_acked_total"] == m0["tandem_xfer_aborts_acked_total"]
+       and r["tandem_xfer_aborts_sent_total"] > m0["tandem_xfer_aborts_sent_total"],
+       "drop_abort_handler: ABORT sent, never ACKed: corruption_risk rises, pages quarantined "
+       "(quarantined %s)" % (r or {}).get("tandem_xfer_quarantined"), json.dumps(r)[:400])
+    st, out, b = gen(dec, ids)
+    ok(st == 200 and out == ref, "PD still serves right after the unacked abort", b)
+    # kill_thread on the serving pair: prefill recv, decode transfer
+    ok(arm(pre, {"name": "kill_thread", "rank": 0, "thread": "recv"})[0] == 200 and
+       arm(dec, {"name": "kill_thread", "rank": 0, "thread": "transfer"})[0] == 200,
+       "kill_thread{recv} armed on prefill, kill_thread{transfer} on decode")
+    r = health_names(pre, "recv")
+    ok(r is not None, "prefill /health 503 naming the recv thread", r or logtail(pre))
+    r = health_names(dec, "transfer")
+    ok(r is not None, "decode /health 503 naming the transfer thread", r or logtail(dec))
+    note("scenario faults took %.1f s" % (time.time() - t_start))
+    finish()
+
+if SCEN == "flips":
+    t_start = time.time()
+    TRIALS = int(os.environ.get("TDM_PD_FLIP_TRIALS", "200"))
+    events = []
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            events.extend(e.get("type") for e in body.get("events", []))
+            ack = json.dumps({"acked_seq": body["seq"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(ack)))
+            self.end_headers()
+            self.wfile.write(ack)
+
+        def log_message(self, *a):
+            pass
+
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    CP = ["--control-plane", "http://127.0.0.1:%d" % sink.server_address[1], "--group", "flips"]
+    FI = ["--enable-fault-injection"]
+    pairs = {}
+    for tag, extra in (("on", []), ("off", ["--disaggregation-disable-checksums"])):
+        p = start("prefill-" + tag, ["--disaggregation-mode", "prefill",
+                                     "--disaggregation-bootstrap-port", "0"] + extra)
+        if not ok(wait_ready(p), "prefill (checksums %s) ready" % tag, logtail(p)):
+            finish()
+        d = start("decode-" + tag, ["--disaggregation-mode", "decode",
+                                    "--disaggregation-prefill-addr",
+                                    "127.0.0.1:%d" % p["bootstrap"]] + extra + FI
+                  + (CP if tag == "on" else []))
+        wait_ready(d)
+        ok(wait_until(lambda: request(d, "GET", "/ready")[0] == 200, 30),
+           "decode (checksums %s) registered" % tag, logtail(d))
+        pairs[tag] = d
+    # prompts of 20..100 tokens; each trial's reference is the unflipped output
+    prompts = [prompt_ids(1000 + i, 20 + (i * 13) % 81) for i in range(16)]
+    refs = []
+    for pr in prompts:
+        a, b = gen(pairs["on"], pr)[1], gen(pairs["off"], pr)[1]
+        refs.append(a)
+        if a is None or a != b:
+            ok(False, "references: checksums on == off", "%s\n%s" % (a, b))
+            finish()
+    ok(True, "references: %d prompts, checksums on and off give the same output" % len(prompts))
+    m0 = metrics(pairs["on"])
+    caught = served = changed = errs = 0
+    for t in range(TRIALS):
+        i = t % len(prompts)
+        for tag in ("on", "off"):
+            st, body = arm(pairs[tag], {"name": "flip_kv_bits", "rank": 0, "count": 1})
+            if st != 200:
+                ok(False, "arm flip_kv_bits", body)
+                finish()
+            st, out, b = gen(pairs[tag], prompts[i])
+            if tag == "on":
+                if st >= 400 and "checksum" in b:
+                    caught += 1
+                elif st == 200:
+                    served += 1
+            else:
+                if st != 200:
+                    errs += 1  # a NaN/inf output the engine refuses also counts as changed
+                changed += st != 200 or out != refs[i]
+    m1 = metrics(pairs["on"])
+    dm = m1["tandem_xfer_checksum_mismatch_total"] - m0["tandem_xfer_checksum_mismatch_total"]
+    ok(caught == TRIALS and served == 0 and dm == TRIALS,
+       "checksums on: %d/%d flipped rooms caught before the first decode token "
+       "(checksum_mismatch_total +%d, %d served)" % (caught, TRIALS, dm, served))
+    ok(changed * 2 >= TRIALS,
+       "checksums off: the same flips changed the output in %d/%d trials (%.1f %%, %d errors)"
+       % (changed, TRIALS, 100.0 * changed / max(TRIALS, 1), errs))
+    ok(wait_until(lambda: events.count("checksum_mismatch") >= min(TRIALS, 1), 10),
+       "checksum_mismatch telemetry events reached the control plane (%d)"
+       % events.count("checksum_mismatch"))
+    for tag in ("on", "off"):
+        st, out, b = gen(pairs[tag], prompts[0])
+        ok(st == 200 and out == refs[0], "checksums %s: served right after the trials" % tag, b)
+    note("RESULT flip_trials=%d caught=%d off_changed=%d off_errors=%d" % (
+        TRIALS, caught, changed, errs))
+    note("scenario flips took %.1f s" % (time.time() - t_start))
+    finish()
+
 # ---------------------------------------------------------------- start the pair
 
 t_start = time.time()
