@@ -3,6 +3,7 @@
  *
  * The pool's memory is one aligned allocation of exactly tdm_kv_layout_pool_bytes(), or memory the
  * caller lends (tdm_kv_pool_init_mem: e.g. a region UCX allocated so a same-host peer can map it);
+ * or none at all (tdm_kv_pool_init_pages: page accounting for KV that lives on the GPU);
  * region offsets come from the descriptor. Pages are handed out from a LIFO free list (recently
  * freed pages are still warm in cache) with a refcount per page, so prefix sharing only has to take
  * references. Allocation is all-or-nothing so a failed admission leaves nothing behind.
@@ -25,8 +26,9 @@ struct tdm_kv_pool {
     int owned;           /* buf.base is ours to free */
 };
 
+/* base NULL + pages_only: no memory at all (the KV lives elsewhere, e.g. on the GPU). */
 static tdm_status_t pool_init(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
-                              uint64_t mem_bytes, tdm_kv_pool_t **ret_pool)
+                              uint64_t mem_bytes, int pages_only, tdm_kv_pool_t **ret_pool)
 {
     tdm_status_t st;
     tdm_kv_pool_t *p;
@@ -41,13 +43,15 @@ static tdm_status_t pool_init(const tdm_kv_layout_t *l, uint32_t num_pages, void
     p->layout = *l;
     p->num_pages = num_pages;
     p->bytes = bytes;
-    p->owned = base == NULL;
-    p->buf.base = base ? base : aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
-    if (!p->buf.base) {
-        st = TDM_ERR_NOMEM;
-        goto err_free_pool;
+    p->owned = base == NULL && !pages_only;
+    if (!pages_only) {
+        p->buf.base = base ? base : aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
+        if (!p->buf.base) {
+            st = TDM_ERR_NOMEM;
+            goto err_free_pool;
+        }
+        memset(p->buf.base, 0, bytes);
     }
-    memset(p->buf.base, 0, bytes);
     p->free_list = calloc(num_pages, sizeof(uint32_t));
     p->refcount = calloc(num_pages, sizeof(uint32_t));
     if (!p->free_list || !p->refcount) {
@@ -82,7 +86,13 @@ err_free_pool:
 tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
                               tdm_kv_pool_t **ret_pool)
 {
-    return pool_init(l, num_pages, NULL, 0, ret_pool);
+    return pool_init(l, num_pages, NULL, 0, 0, ret_pool);
+}
+
+tdm_status_t tdm_kv_pool_init_pages(const tdm_kv_layout_t *l, uint32_t num_pages,
+                                    tdm_kv_pool_t **ret_pool)
+{
+    return pool_init(l, num_pages, NULL, 0, 1, ret_pool);
 }
 
 tdm_status_t tdm_kv_pool_init_mem(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
@@ -90,7 +100,7 @@ tdm_status_t tdm_kv_pool_init_mem(const tdm_kv_layout_t *l, uint32_t num_pages, 
 {
     if (!base)
         return TDM_ERR_INVAL;
-    return pool_init(l, num_pages, base, bytes, ret_pool);
+    return pool_init(l, num_pages, base, bytes, 0, ret_pool);
 }
 
 void tdm_kv_pool_free(tdm_kv_pool_t *p)

@@ -117,6 +117,10 @@ tdm_status_t tdm_kv_pool_init(const tdm_kv_layout_t *l, uint32_t num_pages,
  * tdm_kv_pool_free leaves the memory to the caller, who must keep it until then. */
 tdm_status_t tdm_kv_pool_init_mem(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
                                   uint64_t bytes, tdm_kv_pool_t **ret_pool);
+/* Page accounting only (ids, refcounts, the free list) for KV held elsewhere (the CUDA engine's
+ * device pool): no host memory; tdm_kv_pool_buffers()->base is NULL and must not be used. */
+tdm_status_t tdm_kv_pool_init_pages(const tdm_kv_layout_t *l, uint32_t num_pages,
+                                    tdm_kv_pool_t **ret_pool);
 void tdm_kv_pool_free(tdm_kv_pool_t *p);
 const tdm_kv_buffers_t *tdm_kv_pool_buffers(const tdm_kv_pool_t *p);
 const tdm_kv_layout_t *tdm_kv_pool_layout(const tdm_kv_pool_t *p);

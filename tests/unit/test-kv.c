@@ -248,6 +248,29 @@ static void test_init_mem(void)
     free(mem);
 }
 
+/* A pages-only pool: the allocator without host memory (the CUDA engine keeps the KV). */
+static void test_init_pages(void)
+{
+    tdm_model_config_t c = cfg_small();
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *p = NULL;
+    uint32_t ids[5];
+
+    tdm_kv_layout_init(&c, TDM_DTYPE_BF16, 16, 1, 0, &l);
+    is_int(tdm_kv_pool_init_pages(&l, 0, &p), TDM_ERR_INVAL, "pages-only: zero pages refused");
+    ok(p == NULL, "pages-only: no output on failure");
+    /* 2^20 pages of this layout would be gigabytes of host memory: only ids are allocated */
+    is_int(tdm_kv_pool_init_pages(&l, 1u << 20, &p), TDM_OK, "pages-only pool of 2^20 pages");
+    ok(tdm_kv_pool_buffers(p)->base == NULL, "no host memory behind it");
+    is_int(tdm_kv_pool_num_pages(p), 1u << 20, "page count kept");
+    is_int(tdm_kv_page_alloc(p, 5, ids), TDM_OK, "alloc 5 pages");
+    ok(ids[0] == 0 && ids[4] == 4, "ids handed out in order");
+    is_int(tdm_kv_pool_free_pages(p), (1u << 20) - 5, "free count");
+    is_int(tdm_kv_page_unref(p, ids[2]), TDM_OK, "unref one");
+    is_int(tdm_kv_pool_free_pages(p), (1u << 20) - 4, "it is free again");
+    tdm_kv_pool_free(p);
+}
+
 int main(void)
 {
     test_layout();
@@ -255,5 +278,6 @@ int main(void)
     test_alloc();
     test_fp8();
     test_init_mem();
+    test_init_pages();
     return done_testing();
 }
