@@ -4,7 +4,7 @@
 # tests. The objects build wherever nvcc exists (CI included); the tests skip without a device.
 # The GPU decode benchmark (bench/gpu.mk) is included from here.
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/engine.cu \
-	kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh
+	kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h \
 	kernels/cuda/engine.h kernels/cuda/exec_cuda.h
 if HAVE_CUDA
@@ -20,7 +20,7 @@ CUDA_ENGINE_LIBS = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a $(COMMO
 GPU_TESTS = tests/gpu/test-cuda-smoke tests/gpu/test-cuda-ops tests/gpu/test-cuda-forward \
 	tests/gpu/test-cuda-exec
 check_PROGRAMS += $(GPU_TESTS)
-TESTS += $(GPU_TESTS)
+TESTS += $(GPU_TESTS) tests/gpu/test-worker-cuda.sh
 tests_gpu_test_cuda_smoke_SOURCES = tests/gpu/test-cuda-smoke.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_smoke_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_smoke_LDFLAGS = $(AM_LDFLAGS) -Wl,--as-needed
