@@ -618,6 +618,74 @@ static void alerts_cache_put(tdm_cp_server_t *s, const tdm_cp_job_t *job)
                             job->result);
 }
 
+/* A request waiting for a flight's answer (freed with the request; unlinks itself if the client
+ * goes first). */
+typedef struct flight_waiter {
+    h2o_linklist_t link;
+    h2o_req_t *req;
+} flight_waiter_t;
+
+static void waiter_dispose(void *p)
+{
+    flight_waiter_t *w = p;
+    if (h2o_linklist_is_linked(&w->link))
+        h2o_linklist_unlink(&w->link);
+}
+
+/* The one query of a flight is back: cache it and answer everyone who waited. */
+static void on_alerts_flight(tdm_cp_job_t *job)
+{
+    struct tdm_cp_flight *f = job->ctx;
+    alerts_cache_put(f->srv, job);
+    while (!h2o_linklist_is_empty(&f->waiters)) {
+        flight_waiter_t *w = H2O_STRUCT_FROM_MEMBER(flight_waiter_t, link, f->waiters.next);
+        h2o_linklist_unlink(&w->link);
+        if (job->st != TDM_OK)
+            tdm_cp_job_send_error(w->req, job);
+        else if (!job->result)
+            tdm_cp_send_error(w->req, 404, "not_found", "not_found_error", "no such object");
+        else
+            tdm_cp_send_json(w->req, 200, job->result, strlen(job->result));
+    }
+    f->busy = 0;
+    tdm_cp_job_free(job);
+}
+
+/* A cache miss: join the query already fetching `key` at the current write generation, or start
+ * it. 0 when no flight slot is free (the caller queries on its own). */
+static int alerts_flight_join(tdm_cp_server_t *s, h2o_req_t *req, const char *key,
+                              const char *state, unsigned long long limit)
+{
+    uint64_t gen = atomic_load(&tdm_cp_db_stats(s->db)->write_gen);
+    struct tdm_cp_flight *f = NULL, *free_slot = NULL;
+    for (int i = 0; i < TDM_CP_DB_CACHE; i++) {
+        struct tdm_cp_flight *x = &s->flights[i];
+        if (x->busy && x->gen == gen && strcmp(x->key, key) == 0)
+            f = x;
+        else if (!x->busy && !free_slot)
+            free_slot = x;
+    }
+    if (!f) {
+        if (!free_slot)
+            return 0;
+        f = free_slot;
+        f->srv = s;
+        f->busy = 1;
+        f->gen = gen;
+        snprintf(f->key, sizeof(f->key), "%s", key);
+        h2o_linklist_init_anchor(&f->waiters);
+        tdm_cp_job_t *job = tdm_cp_job_new(sql_alerts, on_alerts_flight, f);
+        tdm_cp_job_param(job, state);
+        param_u64(job, limit);
+        alerts_job_finish(s, job, key);
+    }
+    flight_waiter_t *w = h2o_mem_alloc_shared(&req->pool, sizeof(*w), waiter_dispose);
+    memset(w, 0, sizeof(*w));
+    w->req = req;
+    h2o_linklist_insert(&f->waiters, &w->link);
+    return 1;
+}
+
 static void on_alerts(tdm_cp_job_t *job)
 {
     tdm_cp_pending_t *pd = job->ctx;
@@ -672,6 +740,8 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
         }
         return;
     }
+    if (alerts_flight_join(s, req, key, has_state ? state : NULL, limit))
+        return;
     alerts_job_finish(
         s, query_job(s, req, who, sql_alerts, on_alerts, "su", has_state ? state : NULL, limit),
         key);

@@ -84,6 +84,14 @@ struct tdm_cp_server {
     /* the recent persisted samples per rank: history reads it covers skip the database */
     tdm_cp_hist_t hist;
     uint64_t hist_spool_replays; /* stats.spool_replayed when the cache last saw it */
+    /* cached reads being fetched: requests that miss wait on the one query (api.c) */
+    struct tdm_cp_flight {
+        tdm_cp_server_t *srv;
+        int busy;
+        uint64_t gen;
+        char key[TDM_CP_DB_CACHE_KEY];
+        h2o_linklist_t waiters;
+    } flights[TDM_CP_DB_CACHE];
     /* detectors over `rings`, ticked from loop_tick every 100 ms (detect.h, alert.h) */
     tdm_cp_detect_t *detect;
     tdm_cp_alerts_t *alerts;
