@@ -24,6 +24,17 @@ uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page)
     return h;
 }
 
+uint64_t xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages)
+{
+    uint64_t b = 0;
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
+        const tdm_kv_layout_t *l = x->cfg.kv[rank]->layout;
+        for (uint32_t s = 0; s < l->n_sub; s++)
+            b += (uint64_t)l->num_layers * l->sub[s].page_stride * n_pages;
+    }
+    return b;
+}
+
 static void put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)

@@ -14,6 +14,7 @@
 
 #include <tdm/log.h>
 #include <tdm/mem.h>
+#include <tdm/time.h>
 
 #include "dataplane/xfer/xfer_int.h"
 
@@ -292,6 +293,7 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
         xfer_flip_kv_bits(x, r, n_flip ? n_flip : 1);
 
     int bad_sum = 0, bad_aux = 0;
+    uint64_t t0 = tdm_time_mono_ns();
     if (!x->cfg.disable_checksums) {
         if (r->n_sums != x->n_ranks * r->n_pages) {
             bad_sum = 1;
@@ -306,6 +308,13 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
                              rank, i, r->pages[i]);
                     break;
                 }
+    }
+    if (!x->cfg.disable_checksums) {
+        uint64_t dt = tdm_time_mono_ns() - t0;
+        pthread_mutex_lock(&x->mu);
+        x->st.checksum_ns += dt;
+        x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
+        pthread_mutex_unlock(&x->mu);
     }
     if (!bad_sum &&
         (xfer_aux_decode(x->aux[0] + (size_t)r->aux_slot * TDM_XFER_AUX_BYTES, &aux) != TDM_OK ||

@@ -410,12 +410,18 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
     if (!skip && xfer_fault(x, TDM_XFER_FAULT_SLOW_HOST_COPY, &slow_ms))
         tdm_time_sleep_us((uint64_t)slow_ms * 1000);
     if (!skip) {
+        uint64_t t0 = tdm_time_mono_ns();
         if (r->sums)
             for (uint32_t rank = 0; rank < x->n_ranks; rank++)
                 for (uint32_t i = 0; i < r->n_pages; i++)
                     r->sums[(size_t)rank * r->n_pages + i] =
                         xfer_page_sum(x->cfg.kv[rank], r->src_pages[i]);
+        uint64_t dt = tdm_time_mono_ns() - t0;
         pthread_mutex_lock(&x->mu);
+        if (r->sums) {
+            x->st.checksum_ns += dt;
+            x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
+        }
         xfer_ucx_put_room(x, r);
         pthread_mutex_unlock(&x->mu);
     }

@@ -159,6 +159,8 @@ tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t tim
 uint64_t xfer_now(void);
 /* Whether fault point f fires now (cfg.fault); *ret_arg (may be NULL) gets its argument. */
 int xfer_fault(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg);
+/* Bytes the checksums of a room of n_pages cover (every rank, layer and sub-buffer). */
+uint64_t xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages);
 /* A fault killed the calling engine thread: log, count and emit "thread_exit". */
 void xfer_thread_killed(tdm_xfer_t *x, const char *thread);
 /* flip_kv_bits: flip the top exponent bit of n random K/V values in the room's prompt tokens. */

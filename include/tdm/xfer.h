@@ -173,8 +173,9 @@ typedef struct tdm_xfer_stats {
     uint64_t corruption_risk; /* rooms whose ABORT_ACK timed out: pages stay quarantined */
     uint64_t quarantined;     /* rooms quarantined now */
     uint64_t bytes_put, puts;
-    uint32_t eps_err_none, eps_err_peer; /* prefill: connected endpoints by error mode */
-    uint64_t faults_fired;               /* fault points that fired in this engine */
+    uint32_t eps_err_none, eps_err_peer;  /* prefill: connected endpoints by error mode */
+    uint64_t faults_fired;                /* fault points that fired in this engine */
+    uint64_t checksum_ns, checksum_bytes; /* time in and bytes through the KV checksums */
 } tdm_xfer_stats_t;
 
 /* A TRANSFER_INFO accepted by prefill, owned by the caller (tdm_xfer_request_clear). */

@@ -290,6 +290,95 @@ static void test_mismatch(void)
     expect_refused("layers", g, d, "num_layers 3 != 2");
 }
 
+/* --disaggregation-disable-checksums on one side only: decode refuses the verdict, naming it */
+static void test_checksum_knob(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 2, 1, 32, 16};
+    for (int side = 0; side < 2; side++) {
+        xt_side_t pre, dec;
+        char why[512] = "";
+        if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+            ok(0, "checksum knob: pools");
+            return;
+        }
+        pre.cfg.disable_checksums = side == 0;
+        dec.cfg.disable_checksums = side == 1;
+        if (xt_start(&pre, &dec)) {
+            ok(0, "checksum knob: start");
+            return;
+        }
+        tdm_status_t st = tdm_xfer_wait_ready(dec.x, T_S, why, sizeof(why));
+        is_int(st, TDM_ERR_CORRUPT, "checksums off on %s only: registration refused",
+               side ? "decode" : "prefill");
+        ok(strstr(why, "--disaggregation-disable-checksums") && strstr(why, "checksums:"),
+           "the refusal names the flag: '%s'", why);
+        tdm_xfer_stats_t s;
+        tdm_xfer_stats(dec.x, &s);
+        ok(s.register_refused >= 1, "decode counted the refusal");
+        xt_side_free(&dec);
+        xt_side_free(&pre);
+    }
+}
+
+/* cfg.fault: flip_kv_bits on decode turns a good room into TDM_ERR_CORRUPT at commit */
+typedef struct fault_ctl {
+    _Atomic int flips;
+} fault_ctl_t;
+
+static int fault_cb(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg)
+{
+    fault_ctl_t *c = ctx;
+    if (f != TDM_XFER_FAULT_FLIP_KV_BITS || atomic_load(&c->flips) <= 0)
+        return 0;
+    atomic_fetch_sub(&c->flips, 1);
+    *ret_arg = 1;
+    return 1;
+}
+
+static void test_fault_flip(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 4, 2, 1, 16, 64};
+    xt_side_t pre, dec;
+    fault_ctl_t ctl = {0};
+    uint64_t seed = 4242;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "fault flip: pools");
+        return;
+    }
+    dec.cfg.fault = fault_cb;
+    dec.cfg.ctx = &ctl;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "fault flip: start");
+        return;
+    }
+    xt_fill_random(&pre, seed);
+    tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}}, got;
+    int caught = 0, clean = 0;
+    for (int t = 0; t < 40; t++) {
+        uint32_t dp[2] = {(uint32_t)t % 30, 40 + (uint32_t)t % 20}, sp[2] = {1, 2};
+        uint64_t room;
+        atomic_store(&ctl.flips, t % 2);
+        if (one_room(&pre, &dec, 7, dp, sp, &room, &aux) != TDM_KVPOLL_SUCCESS)
+            break;
+        tdm_status_t st = tdm_xfer_decode_commit(dec.x, room, &got);
+        caught += t % 2 && st == TDM_ERR_CORRUPT;
+        clean += !(t % 2) && st == TDM_OK;
+        xt_release(pre.x, room, T_S);
+        xt_release(dec.x, room, T_S);
+    }
+    is_int(caught, 20, "flip_kv_bits through cfg.fault: 20/20 flipped rooms refused at commit");
+    is_int(clean, 20, "rooms without the fault commit cleanly (20/20)");
+    tdm_xfer_stats_t s;
+    tdm_xfer_stats(dec.x, &s);
+    ok(s.faults_fired == 20 && s.checksum_mismatch == 20 && s.checksum_bytes > 0 &&
+           s.checksum_ns > 0,
+       "faults_fired %llu, checksum_mismatch %llu, %llu bytes hashed",
+       (unsigned long long)s.faults_fired, (unsigned long long)s.checksum_mismatch,
+       (unsigned long long)s.checksum_bytes);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
 typedef struct evlog {
     pthread_mutex_t mu;
     int acked, unacked, corruption, peer_lost;
@@ -602,6 +691,8 @@ int main(void)
     test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_NONE, 0);
     test_decode_dies_err_none();
     test_mismatch();
+    test_checksum_knob();
+    test_fault_flip();
     test_abort();
     test_heartbeat_timeout();
     diag("setup/abort tests took %.1f s", (double)(tdm_time_mono_us() - t0) / 1e6);
