@@ -1,9 +1,14 @@
 /*
  * api.c — the route table and the REST handlers of /api/v1, /health and /metrics.
  *
- * Reads of database state build their JSON inside PostgreSQL (json_agg) so the query thread only
- * moves one text value; ids and hashes are rendered as 16-digit lowercase hex there. Reads of live
- * state (/api/v1/ranks, /health, /metrics) come from memory and never wait on the database.
+ * Reads of database state build their JSON inside PostgreSQL (json_agg) so the database thread only
+ * moves one text value; ids and hashes are rendered as 16-digit lowercase hex there. Every plain
+ * read is readonly: the read pool runs it and it leaves the write generation alone. Rank history
+ * is answered from the cache of committed rows when that covers the window (hist.h; header
+ * X-Tandem-Source: memory), else read and rendered on the read pool. /api/v1/alerts is cached per
+ * write generation (1 s at most), refreshed ahead of expiry, and concurrent misses share one query.
+ * Reads of live state (/api/v1/ranks, /health, /metrics) come from memory and never wait on the
+ * database. All database handlers go through query()/query_job() (a parameter spec).
  * Operator actions (token create/revoke) write their audit row in the same statement as the change;
  * a failed action gets its own audit row with outcome "failed".
  */
