@@ -97,6 +97,11 @@ typedef struct tdm_exec_cfg {
     tdm_comm_t *tensor, *plan;
     tdm_progress_page_t *page;
     tdm_fault_table_t *faults; /* may be NULL */
+    /* optional: memory the KV pool lives in (tdm_kv_pool_init_mem) instead of the executor's own
+     * allocation — PD at TP > 1 puts every rank's pool in shared memory that rank 0's transfer
+     * engine maps; NULL = allocate */
+    void *kv_mem;
+    uint64_t kv_mem_bytes;
 } tdm_exec_cfg_t;
 
 typedef struct tdm_exec tdm_exec_t;
