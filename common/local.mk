@@ -46,6 +46,7 @@ COMMON_UNIT_TESTS = \
 	tests/unit/test-json \
 	tests/unit/test-layout \
 	tests/unit/test-telemetry \
+	tests/unit/test-telemetry-diff \
 	tests/unit/test-hash
 check_PROGRAMS += $(COMMON_UNIT_TESTS)
 TESTS += $(COMMON_UNIT_TESTS)
@@ -62,6 +63,9 @@ tests_unit_test_layout_LDADD = $(COMMON_LIBS)
 tests_unit_test_telemetry_SOURCES = tests/unit/test-telemetry.c
 tests_unit_test_telemetry_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_telemetry_LDADD = $(COMMON_LIBS)
+tests_unit_test_telemetry_diff_SOURCES = tests/unit/test-telemetry-diff.c
+tests_unit_test_telemetry_diff_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_telemetry_diff_LDADD = $(COMMON_LIBS)
 tests_unit_test_hash_SOURCES = tests/unit/test-hash.c
 tests_unit_test_hash_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_hash_LDADD = $(COMMON_LIBS)

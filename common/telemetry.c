@@ -355,8 +355,8 @@ err_clear:
     return st;
 }
 
-tdm_status_t tdm_tm_batch_decode(const char *buf, size_t len, const tdm_tm_limits_t *lim,
-                                 tdm_tm_batch_t *ret, char *err, size_t err_len)
+tdm_status_t tdm_tm_batch_decode_jansson(const char *buf, size_t len, const tdm_tm_limits_t *lim,
+                                         tdm_tm_batch_t *ret, char *err, size_t err_len)
 {
     tdm_tm_limits_t dl;
     json_t *root;
@@ -368,6 +368,593 @@ tdm_status_t tdm_tm_batch_decode(const char *buf, size_t len, const tdm_tm_limit
     tdm_status_t st = tdm_tm_batch_from_json(root, lim, ret, err, err_len);
     json_decref(root);
     return st;
+}
+
+/*
+ * The single-pass decoder: one scan over the text straight into the batch, no tree. It accepts
+ * exactly what the jansson path accepts and yields the same batch (test-telemetry-diff checks
+ * this on random batches and mutations of them); on anything else it declines without a
+ * message and tdm_tm_batch_decode() runs the jansson path, whose message names the key path.
+ * So rejected input costs what it always did and gets the same error, word for word.
+ *
+ * What jansson (json_loadb, JSON_REJECT_DUPLICATES) accepts, restated for the members we read:
+ * whitespace is space, tab, CR, LF; strings are UTF-8 without overlongs, surrogates or code
+ * points past U+10FFFF, no raw byte below 0x20, escapes \" \\ \/ \b \f \n \r \t \uXXXX (either
+ * case) with a high surrogate followed by a low one, never \u0000; integers are -?(0|[1-9][0-9]*)
+ * within int64 and a '.', 'e' or 'E' makes a real; no trailing commas, no duplicate keys,
+ * nothing but whitespace after the root. An event's `data` object is handed to json_loadb
+ * itself (its bytes found by a bracket scan), so its tree is exactly jansson's.
+ */
+#define SC_DATA_DEPTH 256 /* deeper data is left to the jansson path (its limit is 2048) */
+
+typedef struct scan {
+    const unsigned char *p, *end;
+} scan_t;
+
+static inline void sc_ws(scan_t *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\t' || *s->p == '\r'))
+        s->p++;
+}
+
+/* Skips whitespace, then consumes `c`; 0 when it is there. */
+static inline int sc_eat(scan_t *s, unsigned char c)
+{
+    sc_ws(s);
+    if (s->p < s->end && *s->p == c) {
+        s->p++;
+        return 0;
+    }
+    return -1;
+}
+
+static int sc_hex4(const unsigned char *p, uint32_t *ret)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = p[i], d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
+        v = (v << 4) | d;
+    }
+    *ret = v;
+    return 0;
+}
+
+/* Length of the UTF-8 sequence at p (1..4) as jansson's utf8_check_first/full judge it; 0 when
+ * invalid or cut off by `end`. */
+static size_t sc_utf8(const unsigned char *p, const unsigned char *end)
+{
+    unsigned u = p[0];
+    size_t n;
+    uint32_t v;
+    if (u < 0x80)
+        return 1;
+    if (u >= 0xC2 && u <= 0xDF)
+        n = 2, v = u & 0x1F;
+    else if (u >= 0xE0 && u <= 0xEF)
+        n = 3, v = u & 0xF;
+    else if (u >= 0xF0 && u <= 0xF4)
+        n = 4, v = u & 0x7;
+    else
+        return 0;
+    if ((size_t)(end - p) < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+        v = (v << 6) | (p[i] & 0x3F);
+    }
+    if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF) || (n == 3 && v < 0x800) ||
+        (n == 4 && v < 0x10000))
+        return 0;
+    return n;
+}
+
+/* A string (whitespace before it skipped) decoded into dst[cap + 1]; -1 when jansson would
+ * refuse it, it holds a NUL, or it is longer than cap bytes. */
+static int sc_str(scan_t *s, char *dst, size_t cap, size_t *ret_len)
+{
+    const unsigned char *p, *end = s->end;
+    size_t n = 0;
+    if (sc_eat(s, '"'))
+        return -1;
+    p = s->p;
+    for (;;) {
+        if (p >= end)
+            return -1;
+        unsigned c = *p;
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return -1;
+        if (c != '\\') {
+            size_t k = sc_utf8(p, end);
+            if (!k || cap - n < k || n > cap)
+                return -1;
+            memcpy(dst + n, p, k);
+            n += k;
+            p += k;
+            continue;
+        }
+        if (end - p < 2)
+            return -1;
+        char out;
+        switch (p[1]) {
+        case '"':
+        case '\\':
+        case '/':
+            out = (char)p[1];
+            break;
+        case 'b':
+            out = '\b';
+            break;
+        case 'f':
+            out = '\f';
+            break;
+        case 'n':
+            out = '\n';
+            break;
+        case 'r':
+            out = '\r';
+            break;
+        case 't':
+            out = '\t';
+            break;
+        case 'u': {
+            uint32_t cp, lo;
+            unsigned char u8[4];
+            size_t k;
+            if (end - p < 6 || sc_hex4(p + 2, &cp))
+                return -1;
+            p += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || sc_hex4(p + 2, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return -1;
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if ((cp >= 0xDC00 && cp <= 0xDFFF) || cp == 0) {
+                return -1;
+            }
+            if (cp < 0x80) {
+                u8[0] = (unsigned char)cp;
+                k = 1;
+            } else if (cp < 0x800) {
+                u8[0] = (unsigned char)(0xC0 | (cp >> 6));
+                u8[1] = (unsigned char)(0x80 | (cp & 0x3F));
+                k = 2;
+            } else if (cp < 0x10000) {
+                u8[0] = (unsigned char)(0xE0 | (cp >> 12));
+                u8[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                u8[2] = (unsigned char)(0x80 | (cp & 0x3F));
+                k = 3;
+            } else {
+                u8[0] = (unsigned char)(0xF0 | (cp >> 18));
+                u8[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                u8[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                u8[3] = (unsigned char)(0x80 | (cp & 0x3F));
+                k = 4;
+            }
+            if (n > cap || cap - n < k)
+                return -1;
+            memcpy(dst + n, u8, k);
+            n += k;
+            continue;
+        }
+        default:
+            return -1;
+        }
+        if (n >= cap)
+            return -1;
+        dst[n++] = out;
+        p += 2;
+    }
+    dst[n] = '\0';
+    s->p = p + 1;
+    *ret_len = n;
+    return 0;
+}
+
+/* A required string member: non-empty, at most cap bytes. */
+static int sc_field(scan_t *s, char *dst, size_t cap)
+{
+    size_t n;
+    return sc_str(s, dst, cap, &n) || n == 0 ? -1 : 0;
+}
+
+static int sc_hex64(scan_t *s, uint64_t *ret)
+{
+    char t[TDM_JSON_HEX64_LEN + 1];
+    size_t n;
+    if (sc_str(s, t, TDM_JSON_HEX64_LEN, &n) || n != TDM_JSON_HEX64_LEN)
+        return -1;
+    return tdm_json_hex64_parse(t, ret) == TDM_OK ? 0 : -1;
+}
+
+/* An integer in [0, max] written as jansson reads an integer ("-0" is 0); -1 for a real, a
+ * leading zero, a value outside int64, a negative one or one above max. */
+static int sc_uint(scan_t *s, uint64_t max, uint64_t *ret)
+{
+    const unsigned char *p, *end = s->end;
+    uint64_t v = 0;
+    int neg = 0;
+    sc_ws(s);
+    p = s->p;
+    if (p < end && *p == '-')
+        neg = 1, p++;
+    if (p >= end || *p < '0' || *p > '9')
+        return -1;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < end && *p >= '0' && *p <= '9') {
+            unsigned d = *p - '0';
+            if (v > (JSON_UINT_MAX - d) / 10)
+                return -1; /* past int64 (jansson: too big) or past every max we use */
+            v = v * 10 + d;
+            p++;
+        }
+    }
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9')))
+        return -1;
+    if ((neg && v != 0) || v > max)
+        return -1;
+    s->p = p;
+    *ret = v;
+    return 0;
+}
+
+static int sc_i64(scan_t *s, int64_t max, int64_t *ret)
+{
+    uint64_t v;
+    if (sc_uint(s, (uint64_t)max, &v))
+        return -1;
+    *ret = (int64_t)v;
+    return 0;
+}
+
+static int sc_u32(scan_t *s, uint32_t *ret)
+{
+    uint64_t v;
+    if (sc_uint(s, UINT32_MAX, &v))
+        return -1;
+    *ret = (uint32_t)v;
+    return 0;
+}
+
+/* 1 and consumes it when the next token is null. */
+static int sc_null(scan_t *s)
+{
+    sc_ws(s);
+    if (s->end - s->p >= 4 && !memcmp(s->p, "null", 4)) {
+        s->p += 4;
+        return 1;
+    }
+    return 0;
+}
+
+/* Steps to the next member of an object whose '{' was consumed: 1 with its index in `keys` (the
+ * ':' consumed), 0 at the closing '}', -1 on a syntax error, an unknown or a repeated key. */
+static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *seen)
+{
+    char key[16];
+    size_t n;
+    sc_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return 0;
+    }
+    if (!*first && sc_eat(s, ','))
+        return -1;
+    *first = 0;
+    if (sc_str(s, key, sizeof(key) - 1, &n) || sc_eat(s, ':'))
+        return -1;
+    for (int i = 0; keys[i]; i++) {
+        if (!strcmp(keys[i], key)) {
+            if (*seen & (1u << i))
+                return -1;
+            *seen |= 1u << i;
+            return i + 1;
+        }
+    }
+    return -1;
+}
+
+/* Steps to the next element of an array whose '[' was consumed: 1 before an element, 0 after
+ * the closing ']', -1 on a syntax error. */
+static int sc_elem(scan_t *s, int *first)
+{
+    sc_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    if (!*first && sc_eat(s, ','))
+        return -1;
+    *first = 0;
+    return 1;
+}
+
+static int sc_in_coll(scan_t *s, tdm_tm_in_coll_t *ic)
+{
+    static const char *const keys[] = {"op", "seq", "since_us", NULL};
+    unsigned seen = 0;
+    int first = 1, k;
+    if (sc_eat(s, '{'))
+        return -1;
+    while ((k = sc_member(s, &first, keys, &seen)) > 0) {
+        int bad = k == 1   ? sc_field(s, ic->op, TDM_TM_PATH_MAX)
+                  : k == 2 ? sc_uint(s, JSON_UINT_MAX, &ic->seq)
+                           : sc_i64(s, INT64_C(1) << 62, &ic->since_us);
+        if (bad)
+            return -1;
+    }
+    return k < 0 || seen != 7u ? -1 : 0;
+}
+
+static int sc_sample(scan_t *s, tdm_tm_sample_t *x)
+{
+    static const char *const keys[] = {"ts_us",    "iter",      "path",    "plan_hash",
+                                       "coll_seq", "coll_hash", "in_coll", "bs",
+                                       "waiting",  "running",   NULL};
+    unsigned seen = 0;
+    int first = 1, k, bad;
+    memset(x, 0, sizeof(*x));
+    if (sc_eat(s, '{'))
+        return -1;
+    while ((k = sc_member(s, &first, keys, &seen)) > 0) {
+        switch (k) {
+        case 1:
+            bad = sc_i64(s, INT64_C(1) << 62, &x->ts_us);
+            break;
+        case 2:
+            bad = sc_uint(s, JSON_UINT_MAX, &x->iter);
+            break;
+        case 3:
+            bad = sc_field(s, x->path, TDM_TM_PATH_MAX);
+            break;
+        case 4:
+            bad = sc_hex64(s, &x->plan_hash);
+            break;
+        case 5:
+            bad = sc_uint(s, JSON_UINT_MAX, &x->coll_seq);
+            break;
+        case 6:
+            bad = sc_hex64(s, &x->coll_hash);
+            break;
+        case 7:
+            x->in_coll_valid = !sc_null(s);
+            bad = x->in_coll_valid ? sc_in_coll(s, &x->in_coll) : 0;
+            break;
+        case 8:
+            bad = sc_u32(s, &x->bs);
+            break;
+        case 9:
+            bad = sc_u32(s, &x->waiting);
+            break;
+        default:
+            bad = sc_u32(s, &x->running);
+            break;
+        }
+        if (bad)
+            return -1;
+    }
+    return k < 0 || seen != 0x3FFu ? -1 : 0;
+}
+
+/* The bytes of the object that starts at s->p: brackets counted outside strings, strings
+ * skipped by their escapes. Validity is json_loadb's to judge. */
+static int sc_object_span(scan_t *s, size_t *ret_len)
+{
+    const unsigned char *p = s->p, *end = s->end;
+    int depth = 0;
+    if (p >= end || *p != '{')
+        return -1;
+    while (p < end) {
+        unsigned c = *p++;
+        if (c == '"') {
+            while (p < end && *p != '"') {
+                if (*p == '\\' && end - p < 2)
+                    return -1;
+                p += *p == '\\' ? 2 : 1;
+            }
+            if (p >= end)
+                return -1;
+            p++;
+        } else if (c == '{' || c == '[') {
+            if (++depth > SC_DATA_DEPTH)
+                return -1;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0) {
+                *ret_len = (size_t)(p - s->p);
+                return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+static int sc_event(scan_t *s, const tdm_tm_limits_t *lim, tdm_tm_event_t *e)
+{
+    static const char *const keys[] = {"ts_us", "type",   "room", "from",
+                                       "to",    "reason", "data", NULL};
+    unsigned seen = 0;
+    int first = 1, k, bad;
+    size_t n;
+    memset(e, 0, sizeof(*e));
+    if (sc_eat(s, '{'))
+        return -1;
+    while ((k = sc_member(s, &first, keys, &seen)) > 0) {
+        switch (k) {
+        case 1:
+            bad = sc_i64(s, INT64_C(1) << 62, &e->ts_us);
+            break;
+        case 2:
+            bad = sc_field(s, e->type, TDM_TM_TYPE_MAX);
+            break;
+        case 3:
+            e->has_room = !sc_null(s);
+            bad = e->has_room ? sc_hex64(s, &e->room) : 0;
+            break;
+        case 4:
+            bad = sc_null(s) ? 0 : sc_str(s, e->from, TDM_TM_STATE_MAX, &n);
+            break;
+        case 5:
+            bad = sc_null(s) ? 0 : sc_str(s, e->to, TDM_TM_STATE_MAX, &n);
+            break;
+        case 6:
+            bad = sc_null(s) ? 0 : sc_str(s, e->reason, TDM_TM_REASON_MAX, &n);
+            break;
+        default:
+            if (sc_null(s)) {
+                bad = 0;
+                break;
+            }
+            bad = -1;
+            if (sc_object_span(s, &n))
+                break;
+            e->data = json_loadb((const char *)s->p, n, JSON_REJECT_DUPLICATES, NULL);
+            if (!e->data)
+                break;
+            if (!json_is_object(e->data) || data_size(e->data) > lim->max_data_bytes) {
+                json_decref(e->data);
+                e->data = NULL;
+                break;
+            }
+            s->p += n;
+            bad = 0;
+            break;
+        }
+        if (bad) {
+            json_decref(e->data);
+            e->data = NULL;
+            return -1;
+        }
+    }
+    if (k < 0 || (seen & 3u) != 3u) {
+        json_decref(e->data);
+        e->data = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Grows a batch array by one element within `max`; the new element's address or NULL. */
+static void *sc_push(void **arr, uint32_t *n, uint32_t *cap, uint32_t max, size_t size)
+{
+    if (*n >= max)
+        return NULL;
+    if (*n == *cap) {
+        uint32_t c = *cap ? *cap * 2 : 64;
+        if (c > max)
+            c = max;
+        *arr = tdm_realloc(*arr, (size_t)c * size);
+        *cap = c;
+    }
+    return (char *)*arr + (size_t)(*n)++ * size;
+}
+
+tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_t *lim,
+                               tdm_tm_batch_t *ret)
+{
+    static const char *const keys[] = {"v",    "worker", "group",   "role",   "instance_id",
+                                       "rank", "seq",    "samples", "events", NULL};
+    tdm_tm_limits_t dl;
+    tdm_tm_batch_t b;
+    scan_t s = {(const unsigned char *)buf, (const unsigned char *)buf + len};
+    unsigned seen = 0;
+    uint32_t cap_s = 0, cap_e = 0;
+    uint64_t u = 0;
+    int first = 1, k = 0, bad = 0;
+
+    if (!lim) {
+        tdm_tm_limits_default(&dl);
+        lim = &dl;
+    }
+    memset(&b, 0, sizeof(b));
+    if (!buf || len > lim->max_body_bytes || sc_eat(&s, '{'))
+        return TDM_ERR_FORMAT;
+    while (!bad && (k = sc_member(&s, &first, keys, &seen)) > 0) {
+        int f = 1;
+        switch (k) {
+        case 1:
+            bad = sc_uint(&s, TDM_TM_VERSION, &u) || u != TDM_TM_VERSION;
+            break;
+        case 2:
+            bad = sc_field(&s, b.worker, TDM_TM_NAME_MAX);
+            break;
+        case 3:
+            bad = sc_field(&s, b.group, TDM_TM_NAME_MAX);
+            break;
+        case 4:
+            bad = sc_field(&s, b.role, TDM_TM_ROLE_MAX) || !role_ok(b.role);
+            break;
+        case 5:
+            bad = sc_hex64(&s, &b.instance_id);
+            break;
+        case 6:
+            bad = sc_uint(&s, UINT16_MAX, &u);
+            b.rank = (uint32_t)u;
+            break;
+        case 7:
+            bad = sc_uint(&s, JSON_UINT_MAX, &b.seq);
+            break;
+        case 8:
+            if ((bad = sc_eat(&s, '[')))
+                break;
+            while (!bad && (bad = sc_elem(&s, &f)) == 1) {
+                tdm_tm_sample_t *x = sc_push((void **)&b.samples, &b.n_samples, &cap_s,
+                                             lim->max_samples, sizeof(*x));
+                bad = !x || sc_sample(&s, x) ? -1 : 0;
+            }
+            break;
+        default:
+            if ((bad = sc_eat(&s, '[')))
+                break;
+            while (!bad && (bad = sc_elem(&s, &f)) == 1) {
+                tdm_tm_event_t *e =
+                    sc_push((void **)&b.events, &b.n_events, &cap_e, lim->max_events, sizeof(*e));
+                bad = 0;
+                if (!e) {
+                    bad = -1;
+                } else if (sc_event(&s, lim, e)) {
+                    b.n_events--; /* nothing of it is held */
+                    bad = -1;
+                }
+            }
+            break;
+        }
+    }
+    sc_ws(&s);
+    if (bad || k < 0 || seen != 0x1FFu || s.p != s.end) {
+        tdm_tm_batch_clear(&b);
+        return TDM_ERR_FORMAT;
+    }
+    if (b.n_samples == 0) {
+        tdm_free(b.samples);
+        b.samples = NULL;
+    }
+    if (b.n_events == 0) {
+        tdm_free(b.events);
+        b.events = NULL;
+    }
+    *ret = b;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_tm_batch_decode(const char *buf, size_t len, const tdm_tm_limits_t *lim,
+                                 tdm_tm_batch_t *ret, char *err, size_t err_len)
+{
+    if (tdm_tm_batch_scan(buf, len, lim, ret) == TDM_OK)
+        return TDM_OK;
+    return tdm_tm_batch_decode_jansson(buf, len, lim, ret, err, err_len);
 }
 
 tdm_status_t tdm_tm_ack_encode(uint64_t acked_seq, char *buf, size_t cap, size_t *ret_len)

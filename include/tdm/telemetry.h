@@ -17,6 +17,9 @@
  * message naming the key path. `role` is the worker's --disaggregation-mode (prefill, decode,
  * null). `seq` counts batches per (instance_id, rank).
  *
+ * Decoding reads the text in one pass straight into the batch; text it does not accept goes
+ * through jansson for the message, so errors are the jansson path's, word for word.
+ *
  * Ownership: a decoded batch owns its arrays and each event's `data` (a jansson reference);
  * release with tdm_tm_batch_clear(). Encoders never take ownership. Thread-safe (no state).
  */
@@ -106,6 +109,17 @@ tdm_status_t tdm_tm_batch_from_json(const json_t *root, const tdm_tm_limits_t *l
                                     tdm_tm_batch_t *ret, char *err, size_t err_len);
 tdm_status_t tdm_tm_batch_decode(const char *buf, size_t len, const tdm_tm_limits_t *lim,
                                  tdm_tm_batch_t *ret, char *err, size_t err_len);
+
+/* The two halves of tdm_tm_batch_decode(), public for the differential test:
+ * tdm_tm_batch_scan() is the single-pass decoder (no tree: text straight into the batch). It
+ * accepts exactly the texts the jansson path accepts, with an identical batch, and returns
+ * TDM_ERR_FORMAT without a message on every other text (nothing allocated); decode then runs
+ * tdm_tm_batch_decode_jansson() (json_loadb + tdm_tm_batch_from_json), the reference, whose
+ * message names the key path. */
+tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_t *lim,
+                               tdm_tm_batch_t *ret);
+tdm_status_t tdm_tm_batch_decode_jansson(const char *buf, size_t len, const tdm_tm_limits_t *lim,
+                                         tdm_tm_batch_t *ret, char *err, size_t err_len);
 
 /* The reply: `{"acked_seq":N}`. encode needs cap >= 40. */
 tdm_status_t tdm_tm_ack_encode(uint64_t acked_seq, char *buf, size_t cap, size_t *ret_len);
