@@ -68,7 +68,7 @@ tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_poi
         spec->thread != TDM_HB_RECV && spec->thread != TDM_HB_TRANSFER) {
         snprintf(err, err_len,
                  "fault kill_thread: thread must be one of the transfer engine's (bootstrap, "
-                 "receive, transfer)");
+                 "recv, transfer)");
         return TDM_ERR_INVAL;
     }
     tdm_fault_entry_t *e = &t->e[f];

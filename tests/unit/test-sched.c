@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <tdm/mem.h>
+#include <tdm/progress.h>
 #include <tdm/time.h>
 
 #include "dataplane/oneshot_engine.h"
@@ -523,6 +524,27 @@ int main(void)
            fp == TDM_FAULT_RANK_SKIP_COLLECTIVE &&
            tdm_fault_point_parse("nope", &fp) == TDM_ERR_NOTFOUND,
        "fault names parse");
+    /* the transfer points (issue 9): rank 0 only; kill_thread only of an engine thread, and it
+     * fires only for the armed thread; the two points not built are refused */
+    tdm_fault_spec_t ts = {1, 1, 0, 5, TDM_HB_TRANSFER};
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_FLIP_KV_BITS, &ts, ferr, sizeof(ferr)) == TDM_ERR_INVAL,
+       "flip_kv_bits on rank 1 is refused: %s", ferr);
+    ts.rank = 0;
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_FLIP_KV_BITS, &ts, ferr, sizeof(ferr)) == TDM_OK &&
+           tdm_fault_fire(&ft, TDM_FAULT_FLIP_KV_BITS, 0, 0, &dur) && dur == 5 &&
+           !tdm_fault_fire(&ft, TDM_FAULT_FLIP_KV_BITS, 0, 1, NULL),
+       "flip_kv_bits on rank 0 fires once with its argument");
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_KILL_THREAD, &ts, ferr, sizeof(ferr)) == TDM_OK &&
+           !tdm_fault_fire_thread(&ft, 0, 0, TDM_HB_RECV) &&
+           tdm_fault_fire_thread(&ft, 0, 0, TDM_HB_TRANSFER) &&
+           !tdm_fault_fire_thread(&ft, 0, 0, TDM_HB_TRANSFER),
+       "kill_thread{transfer} fires for the transfer thread only, once");
+    ts.thread = TDM_HB_LOOP;
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_KILL_THREAD, &ts, ferr, sizeof(ferr)) == TDM_ERR_INVAL,
+       "kill_thread{loop} is refused: %s", ferr);
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_SKIP_LAYER_GATE, &ts, ferr, sizeof(ferr)) ==
+           TDM_ERR_UNSUPPORTED,
+       "skip_layer_gate (not built) is refused: %s", ferr);
 
     /* refusals */
     eng_t e;
