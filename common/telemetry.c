@@ -382,8 +382,10 @@ tdm_status_t tdm_tm_batch_decode_jansson(const char *buf, size_t len, const tdm_
  * points past U+10FFFF, no raw byte below 0x20, escapes \" \\ \/ \b \f \n \r \t \uXXXX (either
  * case) with a high surrogate followed by a low one, never \u0000; integers are -?(0|[1-9][0-9]*)
  * within int64 and a '.', 'e' or 'E' makes a real; no trailing commas, no duplicate keys,
- * nothing but whitespace after the root. An event's `data` object is handed to json_loadb
- * itself (its bytes found by a bracket scan), so its tree is exactly jansson's.
+ * nothing but whitespace after the root; one NUL byte right after a number or a null literal
+ * is skipped (jansson's stream drops the NUL it pushes back after such a token). An event's `data`
+ * object is handed to json_loadb itself (its bytes found by a bracket scan), so its tree is exactly
+ * jansson's.
  */
 #define SC_DATA_DEPTH 256 /* deeper data is left to the jansson path (its limit is 2048) */
 
@@ -606,6 +608,9 @@ static int sc_uint(scan_t *s, uint64_t max, uint64_t *ret)
         return -1;
     if ((neg && v != 0) || v > max)
         return -1;
+    if (p < end && *p == '\0')
+        p++; /* jansson's quirk: the byte that ends a number is pushed back, and a NUL there is
+                dropped by its stream (one NUL; a second is an invalid token) */
     s->p = p;
     *ret = v;
     return 0;
@@ -635,6 +640,8 @@ static int sc_null(scan_t *s)
     sc_ws(s);
     if (s->end - s->p >= 4 && !memcmp(s->p, "null", 4)) {
         s->p += 4;
+        if (s->p < s->end && *s->p == '\0')
+            s->p++; /* as after a number */
         return 1;
     }
     return 0;
