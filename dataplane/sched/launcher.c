@@ -26,6 +26,7 @@
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
+#include <tdm/xfer.h>
 
 #include "dataplane/report/report.h"
 #include "dataplane/sched/worker_int.h"
@@ -74,6 +75,10 @@ static void unlink_all(const char *prefix)
     char path[512];
     for (int i = 0; i < SHM_COUNT; i++) {
         tdm_worker_shm_path(prefix, i, path, sizeof(path));
+        (void)unlink(path);
+    }
+    for (int r = 0; r < TDM_XFER_RANKS_MAX; r++) { /* PD at TP > 1: the ranks' KV pools */
+        snprintf(path, sizeof(path), "%s-kv%d", prefix, r);
         (void)unlink(path);
     }
 }

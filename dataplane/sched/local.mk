@@ -39,9 +39,11 @@ dist_check_SCRIPTS += tests/integration/test-serving.sh
 # the abort storm (60 sessions, client killed twice, probes' TTFT, no room or page left); and
 # kill -9 of the prefill under traffic, then a new prefill on the same port; and a decode pool
 # too small for its batch (retraction after commit, local recompute, output unchanged); the PD
-# fault points and the checksum knob (faults); bit flips caught / changing output (flips).
+# fault points and the checksum knob (faults); bit flips caught / changing output (flips); PD at
+# --tp-size 2 (tp; skips until exec.c places the pool in tdm_exec_cfg_t.kv_mem).
 PD_TESTS = tests/integration/test-pd.sh tests/integration/test-pd-storm.sh \
 	tests/integration/test-pd-peer.sh tests/integration/test-pd-retract.sh \
-	tests/integration/test-pd-faults.sh tests/integration/test-pd-flips.sh
+	tests/integration/test-pd-faults.sh tests/integration/test-pd-flips.sh \
+	tests/integration/test-pd-tp.sh
 TESTS += $(PD_TESTS)
 dist_check_SCRIPTS += $(PD_TESTS)

@@ -63,6 +63,16 @@ struct tdm_worker {
     char pd_host[256];
     uint16_t pd_port;
     _Atomic(tdm_sched_t *) kick; /* what the engine's event callback wakes */
+    /* PD at TP > 1: every rank's KV pool lives in a shared file (<prefix>-kv<rank>) that rank 0
+     * maps, so rank 0's transfer engine moves every rank's pages (docs/serving.md) */
+    char prefix[256];
+    void *kv_mem; /* this rank's pool memory (NULL: the executor allocates) */
+    size_t kv_mem_bytes;
+    tdm_dtype_t kv_dtype;
+    uint32_t page_size, num_pages;
+    void *peer_mem[TDM_XFER_RANKS_MAX]; /* rank 0: ranks 1.. */
+    size_t peer_bytes[TDM_XFER_RANKS_MAX];
+    tdm_kv_pool_t *peer_pool[TDM_XFER_RANKS_MAX];
     pthread_t sig_thread;
     int have_sig_thread;
     volatile int stop;
@@ -293,12 +303,9 @@ tdm_status_t tdm_worker_pd_check(const tdm_worker_config_t *cfg, tdm_sched_pd_t 
                         : !strcmp(mode, "decode") ? TDM_SCHED_PD_DECODE
                                                   : TDM_SCHED_PD_NONE;
     uint16_t port = (uint16_t)cfg->disaggregation_bootstrap_port;
-    if (pd != TDM_SCHED_PD_NONE && cfg->tp_size != 1) {
-        snprintf(err, err_len,
-                 "--disaggregation-mode %s needs --tp-size 1 in this build (the transfer engine "
-                 "runs in rank 0 and owns only rank 0's KV pool; the per-rank relay of "
-                 "docs/serving.md is not implemented), got --tp-size %lld",
-                 mode, (long long)cfg->tp_size);
+    if (pd != TDM_SCHED_PD_NONE && cfg->tp_size > TDM_XFER_RANKS_MAX) {
+        snprintf(err, err_len, "--disaggregation-mode %s supports --tp-size up to %u, got %lld",
+                 mode, TDM_XFER_RANKS_MAX, (long long)cfg->tp_size);
         return TDM_ERR_UNSUPPORTED;
     }
     if (pd == TDM_SCHED_PD_DECODE) {
@@ -473,14 +480,90 @@ static int pd_fault(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg)
     }
 }
 
+static void kv_path(const char *prefix, uint32_t rank, char *out, size_t out_len)
+{
+    snprintf(out, out_len, "%s-kv%u", prefix, rank);
+}
+
+/* This rank's KV pool as a shared file rank 0 maps (PD at TP > 1). */
+static tdm_status_t pd_kv_create(tdm_worker_t *w, const tdm_kv_layout_t *l, char *err,
+                                 size_t err_len)
+{
+    char path[300];
+    uint64_t bytes;
+    if (tdm_kv_layout_pool_bytes(l, w->num_pages, &bytes) != TDM_OK || bytes > SIZE_MAX) {
+        snprintf(err, err_len, "KV pool of %u pages overflows", w->num_pages);
+        return TDM_ERR_RANGE;
+    }
+    kv_path(w->prefix, w->rank, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+        snprintf(err, err_len, "KV pool file %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return TDM_ERR_IO;
+    }
+    void *m = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        snprintf(err, err_len, "KV pool file %s: mmap: %s", path, strerror(errno));
+        return TDM_ERR_NOMEM;
+    }
+    w->kv_mem = m;
+    w->kv_mem_bytes = (size_t)bytes;
+    return TDM_OK;
+}
+
+/* Rank 0: once every rank has loaded (its pool file exists and the executor owns it), map ranks
+ * 1.. and describe each with its own layout (its tp_rank); the files are unlinked then. */
+static tdm_status_t pd_map_peers(tdm_worker_t *w, char *err, size_t err_len)
+{
+    char path[300];
+    const tdm_model_config_t *mc = tdm_model_config(w->model);
+    while (atomic_load(&w->shared->ranks_loaded) < w->tp) {
+        if (atomic_load(&w->page->abort) || w->stop) {
+            snprintf(err, err_len, "a rank failed before its KV pool was mapped");
+            return TDM_ERR_ABORTED;
+        }
+        tdm_time_sleep_us(10000);
+    }
+    for (uint32_t r = 1; r < w->tp; r++) {
+        tdm_kv_layout_t l;
+        tdm_status_t st = tdm_kv_layout_init(mc, w->kv_dtype, w->page_size, w->tp, r, &l);
+        if (st == TDM_OK) {
+            kv_path(w->prefix, r, path, sizeof(path));
+            st = map_file(path, &w->peer_bytes[r], &w->peer_mem[r]);
+        }
+        if (st == TDM_OK)
+            st = tdm_kv_pool_init_mem(&l, w->num_pages, w->peer_mem[r], w->peer_bytes[r],
+                                      &w->peer_pool[r]);
+        if (st != TDM_OK) {
+            snprintf(err, err_len, "rank %u's KV pool (%s): %s", r, path, tdm_status_str(st));
+            return st;
+        }
+    }
+    for (uint32_t r = 0; r < w->tp; r++) {
+        kv_path(w->prefix, r, path, sizeof(path));
+        (void)unlink(path);
+    }
+    return TDM_OK;
+}
+
 static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
 {
     const tdm_worker_config_t *cfg = w->cfg;
     tdm_xfer_cfg_t xc = {0};
     xc.role = w->pd == TDM_SCHED_PD_PREFILL ? TDM_XFER_PREFILL : TDM_XFER_DECODE;
     xc.instance_id = w->page->group_id;
-    xc.n_ranks = 1;
+    xc.n_ranks = w->tp;
     xc.kv[0] = tdm_kv_pool_buffers(tdm_exec_pool(w->x));
+    if (w->tp > 1) {
+        tdm_status_t st = pd_map_peers(w, err, err_len);
+        if (st != TDM_OK)
+            return st;
+        for (uint32_t r = 1; r < w->tp; r++)
+            xc.kv[r] = tdm_kv_pool_buffers(w->peer_pool[r]);
+    }
     xc.host = w->pd_host;
     xc.port = w->pd_port;
     xc.bootstrap_timeout_us = (uint64_t)(cfg->disaggregation_bootstrap_timeout * 1e6);
@@ -511,6 +594,13 @@ static void worker_free(tdm_worker_t *w)
 {
     tdm_sched_free(w->sched);
     tdm_exec_free(w->x);
+    for (uint32_t r = 0; r < TDM_XFER_RANKS_MAX; r++) {
+        tdm_kv_pool_free(w->peer_pool[r]);
+        if (w->peer_mem[r])
+            munmap(w->peer_mem[r], w->peer_bytes[r]);
+    }
+    if (w->kv_mem)
+        munmap(w->kv_mem, w->kv_mem_bytes);
     if (w->have_tensor)
         tdm_comm_destroy(&w->tensor);
     if (w->have_plan)
@@ -643,6 +733,14 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
         snprintf(err, sizeof(err), "KV pool: %" PRIu64 " bytes hold no page", budget);
         goto err_msg;
     }
+    snprintf(w->prefix, sizeof(w->prefix), "%s", prefix);
+    w->kv_dtype = kv_dtype;
+    w->page_size = ps;
+    w->num_pages = num_pages;
+    int pd_shared_kv = w->tp > 1 && (!strcmp(cfg->disaggregation_mode, "prefill") ||
+                                     !strcmp(cfg->disaggregation_mode, "decode"));
+    if (pd_shared_kv && pd_kv_create(w, &layout, err, sizeof(err)) != TDM_OK)
+        goto err_msg;
     tdm_exec_cfg_t xc = {.model = w->model,
                          .tp_size = w->tp,
                          .rank = w->rank,
@@ -656,10 +754,20 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                          .tensor = &w->tensor,
                          .plan = &w->plan,
                          .page = w->page,
-                         .faults = &w->shared->faults};
+                         .faults = &w->shared->faults,
+                         .kv_mem = w->kv_mem,
+                         .kv_mem_bytes = w->kv_mem_bytes};
     st = tdm_exec_init(&xc, &w->x, err, sizeof(err));
     if (st != TDM_OK)
         goto err_msg;
+    if (w->kv_mem && tdm_kv_pool_buffers(tdm_exec_pool(w->x))->base != w->kv_mem) {
+        snprintf(err, sizeof(err),
+                 "--disaggregation-mode %s at --tp-size %u needs an executor that keeps its KV "
+                 "pool in the shared memory it is given (tdm_exec_cfg_t.kv_mem); this build's "
+                 "does not",
+                 cfg->disaggregation_mode, w->tp);
+        goto err_msg;
+    }
     atomic_store(&w->shared->resident_weight_bytes[w->rank], tdm_exec_weight_bytes(w->x));
     atomic_store(&w->shared->kv_pool_bytes[w->rank], tdm_exec_kv_bytes(w->x));
     atomic_fetch_add(&w->shared->ranks_loaded, 1);
