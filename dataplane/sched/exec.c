@@ -94,7 +94,10 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
                 cfg->page_size, cfg->tp_size, tdm_status_str(st));
         goto err_free;
     }
-    st = tdm_kv_pool_init(&layout, cfg->num_pages, &x->pool);
+    /* PD at TP > 1: the pool lives in memory rank 0's transfer engine maps (cfg->kv_mem) */
+    st = cfg->kv_mem ? tdm_kv_pool_init_mem(&layout, cfg->num_pages, cfg->kv_mem, cfg->kv_mem_bytes,
+                                            &x->pool)
+                     : tdm_kv_pool_init(&layout, cfg->num_pages, &x->pool);
     if (st != TDM_OK) {
         SET_ERR("KV pool of %u pages: %s", cfg->num_pages, tdm_status_str(st));
         goto err_free;
