@@ -215,6 +215,7 @@ def finish():
 #     corruption_risk rises and the pages stay quarantined), kill_thread{bootstrap,recv,transfer}
 #     (the thread exits; /health 503 naming it within the heartbeat timeout).
 #   scenario "flips" (test-pd-flips.sh): TDM_PD_FLIP_TRIALS (default 200) trials of flip_kv_bits
+#     (TDM_PD_TP: --tp-size of all four groups, default 1)
 #     on a checksummed pair: every one caught before the first decode token (request error,
 #     checksum_mismatch_total +1, a checksum_mismatch telemetry event at the control plane); the
 #     same trials on a pair with --disaggregation-disable-checksums change the output in >= 50 %.
@@ -369,10 +370,11 @@ if SCEN == "flips":
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     CP = ["--control-plane", "http://127.0.0.1:%d" % sink.server_address[1], "--group", "flips"]
     FI = ["--enable-fault-injection"]
+    FI += ["--tp-size", os.environ.get("TDM_PD_TP", "1")]  # both pairs (TDM_PD_TP=2: 2 ranks)
     pairs = {}
     for tag, extra in (("on", []), ("off", ["--disaggregation-disable-checksums"])):
         p = start("prefill-" + tag, ["--disaggregation-mode", "prefill",
-                                     "--disaggregation-bootstrap-port", "0"] + extra)
+                                     "--disaggregation-bootstrap-port", "0"] + extra + FI[1:])
         if not ok(wait_ready(p), "prefill (checksums %s) ready" % tag, logtail(p)):
             finish()
         d = start("decode-" + tag, ["--disaggregation-mode", "decode",
