@@ -476,6 +476,13 @@ static int sc_str(scan_t *s, char *dst, size_t cap, size_t *ret_len)
             break;
         if (c < 0x20)
             return -1;
+        if (c < 0x80 && c != '\\') {
+            if (n >= cap)
+                return -1;
+            dst[n++] = (char)c;
+            p++;
+            continue;
+        }
         if (c != '\\') {
             size_t k = sc_utf8(p, end);
             if (!k || cap - n < k || n > cap)
@@ -575,6 +582,26 @@ static int sc_hex64(scan_t *s, uint64_t *ret)
 {
     char t[TDM_JSON_HEX64_LEN + 1];
     size_t n;
+    sc_ws(s);
+    if (s->end - s->p > TDM_JSON_HEX64_LEN + 1 && s->p[0] == '"' &&
+        s->p[TDM_JSON_HEX64_LEN + 1] == '"') { /* the usual form: 16 plain digits */
+        uint64_t v = 0;
+        int i;
+        for (i = 1; i <= TDM_JSON_HEX64_LEN; i++) {
+            unsigned c = s->p[i];
+            if (c >= '0' && c <= '9')
+                v = (v << 4) | (c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v = (v << 4) | (c - 'a' + 10);
+            else
+                break;
+        }
+        if (i > TDM_JSON_HEX64_LEN) {
+            s->p += TDM_JSON_HEX64_LEN + 2;
+            *ret = v;
+            return 0;
+        }
+    }
     if (sc_str(s, t, TDM_JSON_HEX64_LEN, &n) || n != TDM_JSON_HEX64_LEN)
         return -1;
     return tdm_json_hex64_parse(t, ret) == TDM_OK ? 0 : -1;
@@ -664,7 +691,7 @@ static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *s
     if (sc_str(s, key, sizeof(key) - 1, &n) || sc_eat(s, ':'))
         return -1;
     for (int i = 0; keys[i]; i++) {
-        if (!strcmp(keys[i], key)) {
+        if (keys[i][0] == key[0] && !strcmp(keys[i], key)) {
             if (*seen & (1u << i))
                 return -1;
             *seen |= 1u << i;

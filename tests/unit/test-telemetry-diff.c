@@ -462,6 +462,14 @@ static int same_batch(const tdm_tm_batch_t *a, const tdm_tm_batch_t *b)
             strcmp(x->reason, y->reason) || !x->data != !y->data ||
             (x->data && !json_equal(x->data, y->data)))
             return 0;
+        if (x->data) { /* members in the same order too (COPY rows are rendered from it) */
+            char *dx = json_dumps(x->data, JSON_COMPACT), *dy = json_dumps(y->data, JSON_COMPACT);
+            int same = dx && dy && !strcmp(dx, dy);
+            free(dx);
+            free(dy);
+            if (!same)
+                return 0;
+        }
     }
     return 1;
 }
