@@ -102,6 +102,8 @@ typedef struct tdm_exec_cfg {
      * engine maps; NULL = allocate */
     void *kv_mem;
     uint64_t kv_mem_bytes;
+    int device_cuda;            /* 1: the forward runs on the CUDA engine (--device cuda, tp 1) */
+    double mem_fraction_static; /* --device cuda: share of free GPU memory for weights + KV */
 } tdm_exec_cfg_t;
 
 typedef struct tdm_exec tdm_exec_t;

@@ -645,9 +645,17 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                         "run tandem-worker without --rank\n");
         return 2;
     }
-    if (strcmp(cfg->device, "cpu") != 0) {
-        fprintf(stderr, "tandem-worker: the serving runtime runs on --device cpu in this build "
-                        "(the CUDA backend is not wired into it yet)\n");
+    const int on_cuda = strcmp(cfg->device, "cuda") == 0;
+    if (on_cuda && cfg->tp_size != 1) {
+        fprintf(stderr, "tandem-worker: --device cuda runs --tp-size 1 only in this build\n");
+        return 2;
+    }
+    if (on_cuda && strcmp(cfg->disaggregation_mode, "null") != 0) {
+        /* the transfer engine moves host KV pages; GPU KV needs CUDA IPC (not built) */
+        fprintf(stderr,
+                "tandem-worker: --disaggregation-mode %s runs on --device cpu only in "
+                "this build (KV transfer from GPU memory is not built)\n",
+                cfg->disaggregation_mode);
         return 2;
     }
     sigemptyset(&set);
@@ -716,7 +724,7 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     uint32_t ps = (uint32_t)cfg->page_size;
     uint32_t chunk =
         cfg->chunked_prefill_size > 0 ? (uint32_t)cfg->chunked_prefill_size : max_context;
-    if (chunk > CPU_CHUNK_CAP)
+    if (!on_cuda && chunk > CPU_CHUNK_CAP)
         chunk = CPU_CHUNK_CAP;
     tdm_kv_layout_t layout;
     st = tdm_kv_layout_init(mc, kv_dtype, ps, w->tp, w->rank, &layout);
@@ -727,8 +735,11 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     uint64_t budget = (uint64_t)cfg->kv_cpu_bytes;
     uint64_t cap = (uint64_t)max_running * ((max_context + ps - 1) / ps);
     uint32_t num_pages;
-    st = tdm_kv_pool_configure(&layout, budget, cap > UINT32_MAX - 1 ? 0 : (uint32_t)cap,
-                               &num_pages);
+    /* --device cuda: the engine sizes its pool from the free GPU memory and
+     * --mem-fraction-static; num_pages is only the cap (every slot at full context) */
+    st = on_cuda ? (cap > UINT32_MAX - 1 ? TDM_ERR_RANGE : (num_pages = (uint32_t)cap, TDM_OK))
+                 : tdm_kv_pool_configure(&layout, budget, cap > UINT32_MAX - 1 ? 0 : (uint32_t)cap,
+                                         &num_pages);
     if (st != TDM_OK) {
         snprintf(err, sizeof(err), "KV pool: %" PRIu64 " bytes hold no page", budget);
         goto err_msg;
@@ -756,10 +767,13 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                          .page = w->page,
                          .faults = &w->shared->faults,
                          .kv_mem = w->kv_mem,
-                         .kv_mem_bytes = w->kv_mem_bytes};
+                         .kv_mem_bytes = w->kv_mem_bytes,
+                         .device_cuda = on_cuda,
+                         .mem_fraction_static = cfg->mem_fraction_static};
     st = tdm_exec_init(&xc, &w->x, err, sizeof(err));
     if (st != TDM_OK)
         goto err_msg;
+    num_pages = tdm_kv_pool_num_pages(tdm_exec_pool(w->x)); /* cuda: what fitted */
     if (w->kv_mem && tdm_kv_pool_buffers(tdm_exec_pool(w->x))->base != w->kv_mem) {
         snprintf(err, sizeof(err),
                  "--disaggregation-mode %s at --tp-size %u needs an executor that keeps its KV "
