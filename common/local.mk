@@ -63,6 +63,16 @@ tests_unit_test_layout_LDADD = $(COMMON_LIBS)
 tests_unit_test_telemetry_SOURCES = tests/unit/test-telemetry.c
 tests_unit_test_telemetry_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_telemetry_LDADD = $(COMMON_LIBS)
+# The telemetry decoders (single-pass scanner vs jansson) on arbitrary bytes: corpus replay in
+# `make check`, libFuzzer binary in `make fuzz` (tests/fuzz/README.md).
+check_PROGRAMS += tests/fuzz/replay-telemetry
+TESTS += tests/fuzz/replay-telemetry
+tests_fuzz_replay_telemetry_SOURCES = tests/fuzz/fuzz-telemetry.c tests/fuzz/replay.c
+tests_fuzz_replay_telemetry_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_fuzz_replay_telemetry_LDADD = $(COMMON_LIBS)
+FUZZ_BINS += fuzz/fuzz-telemetry
+fuzz/fuzz-telemetry: $(top_srcdir)/tests/fuzz/fuzz-telemetry.c $(top_srcdir)/common/telemetry.c $(top_srcdir)/common/json.c $(top_srcdir)/common/mem.c $(top_srcdir)/common/log.c $(top_srcdir)/common/status.c
+	$(TDM_FUZZ_LINK) $^ $(JANSSON_LIBS) -lm
 tests_unit_test_telemetry_diff_SOURCES = tests/unit/test-telemetry-diff.c
 tests_unit_test_telemetry_diff_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_telemetry_diff_LDADD = $(COMMON_LIBS)
