@@ -13,3 +13,5 @@ tests_unit_test_status_LDADD = $(COMMON_LIBS)
 EXTRA_DIST += tests/fuzz/README.md tests/fuzz/corpus
 # fixtures and the bundled demo model ship in the tarball (make distcheck runs the tests)
 EXTRA_DIST += tests/fixtures models/demo
+# the in-test scheduler the api unit tests share (included by test-api.c and openai-fakesched.h)
+EXTRA_DIST += tests/unit/fakesched.h

@@ -1,13 +1,13 @@
 /*
- * tests/unit/openai-fakesched.h — an in-test scheduler implementing dataplane/sched/sched.h for
- * the OpenAI endpoint tests, plus the server fixture (real h2o loop on the main thread, the demo
- * model's real tokenizer and chat template, clients on a second thread).
+ * tests/unit/openai-fakesched.h — the server fixture of the OpenAI endpoint tests: the shared
+ * in-test scheduler (fakesched.h) in its scripted mode, a real h2o loop on the main thread, the
+ * demo model's real tokenizer and chat template, clients on a second thread.
  *
- * The fake plays a script: each submitted request gets the pieces of the current script, one
- * TOKEN event per piece (token id, text, logprob and top logprobs) from its own thread every
- * couple of ms, then FINISH with the script's finish reason (and matched stop token), or ERROR.
- * It honours max_new_tokens (FINISH(LENGTH)) and aborts (FINISH(ABORT)), and records the last
- * submitted parameters so tests can check what the API asked for.
+ * The fake plays a script: each submitted request gets the pieces of the current script
+ * (set_script), one TOKEN event per piece (token id, text, logprob and top logprobs) from its own
+ * thread every couple of ms, then FINISH with the script's finish reason (and matched stop token),
+ * or ERROR. It honours max_new_tokens (FINISH(LENGTH)) and aborts (FINISH(ABORT)), and records the
+ * last submitted parameters so tests can check what the API asked for.
  */
 #ifndef TDM_TESTS_OPENAI_FAKESCHED_H
 #define TDM_TESTS_OPENAI_FAKESCHED_H
@@ -27,200 +27,8 @@
 
 #include "api-testutil.h"
 #include "dataplane/api/api_int.h"
+#include "fakesched.h"
 #include "tap.h"
-
-#define FAKE_MAX 32
-#define SCRIPT_MAX 64
-
-typedef struct fake_piece {
-    int32_t id;
-    const char *text;
-} fake_piece_t;
-
-typedef struct fake_script {
-    fake_piece_t p[SCRIPT_MAX];
-    int n;
-    tdm_finish_reason_t finish;
-    int32_t stop_token; /* -1, or the id of the last piece when it was a stop token */
-    int error;          /* end in ERROR(TIMEOUT) after the pieces */
-    unsigned delay_us;  /* between tokens */
-} fake_script_t;
-
-typedef struct fake_req {
-    int used, aborted;
-    uint64_t id;
-    int next;
-    uint32_t max_new, n_prompt;
-    fake_script_t sc;
-    tdm_req_cb cb;
-    void *ctx;
-} fake_req_t;
-
-struct tdm_sched {
-    pthread_mutex_t mu;
-    pthread_t th;
-    int stop;
-    uint64_t next_id, aborts_seen;
-    fake_req_t r[FAKE_MAX];
-    fake_script_t script; /* what the next request plays */
-    /* the last submit */
-    int32_t last_prompt[4096];
-    uint32_t last_n_prompt, last_max_new, last_n_stop;
-    char last_stop[TDM_SAMPLE_MAX_STOP][TDM_SAMPLE_MAX_STOP_LEN + 1];
-    tdm_sample_params_t last_sp;
-    int last_want_text, last_skip_special, last_ignore_eos, submits;
-};
-
-const char *tdm_finish_reason_name(tdm_finish_reason_t r)
-{
-    static const char *const n[] = {"length", "stop", "abort", "error"};
-    return (unsigned)r < TDM_FINISH_MAX ? n[r] : "?";
-}
-
-tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_t *ret_id,
-                              char *err, size_t err_len)
-{
-    if (p->n_prompt == 0) {
-        snprintf(err, err_len, "empty prompt");
-        return TDM_ERR_RANGE;
-    }
-    pthread_mutex_lock(&s->mu);
-    s->submits++;
-    s->last_n_prompt = p->n_prompt;
-    memcpy(s->last_prompt, p->prompt, (p->n_prompt < 4096 ? p->n_prompt : 4096) * sizeof(int32_t));
-    s->last_max_new = p->max_new_tokens;
-    s->last_sp = p->sampling;
-    s->last_n_stop = p->n_stop_strs;
-    for (uint32_t i = 0; i < p->n_stop_strs && i < TDM_SAMPLE_MAX_STOP; i++)
-        snprintf(s->last_stop[i], sizeof(s->last_stop[i]), "%s", p->stop_strs[i]);
-    s->last_want_text = p->want_text;
-    s->last_skip_special = p->skip_special;
-    s->last_ignore_eos = p->ignore_eos;
-    for (int i = 0; i < FAKE_MAX; i++) {
-        fake_req_t *f = &s->r[i];
-        if (f->used)
-            continue;
-        memset(f, 0, sizeof(*f));
-        f->used = 1;
-        f->id = ++s->next_id;
-        f->max_new = p->max_new_tokens;
-        f->n_prompt = p->n_prompt;
-        f->sc = s->script;
-        f->cb = p->cb;
-        f->ctx = p->ctx;
-        *ret_id = f->id;
-        pthread_mutex_unlock(&s->mu);
-        return TDM_OK;
-    }
-    pthread_mutex_unlock(&s->mu);
-    snprintf(err, err_len, "fake full");
-    return TDM_ERR_AGAIN;
-}
-
-void tdm_sched_abort(tdm_sched_t *s, uint64_t id)
-{
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < FAKE_MAX; i++)
-        if (s->r[i].used && s->r[i].id == id) {
-            s->r[i].aborted = 1;
-            s->aborts_seen++;
-        }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void tdm_sched_drain(tdm_sched_t *s)
-{
-    (void)s;
-}
-
-void tdm_sched_stats(tdm_sched_t *s, tdm_sched_stats_t *ret)
-{
-    memset(ret, 0, sizeof(*ret));
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < FAKE_MAX; i++)
-        ret->running += (uint32_t)s->r[i].used;
-    ret->pages_total = 64;
-    ret->pages_free = 64 - ret->running;
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void fake_end(fake_req_t *f, tdm_req_event_kind_t kind, tdm_finish_reason_t fin,
-                     int32_t stop_tok)
-{
-    tdm_req_event_t ev = {0};
-    ev.kind = kind;
-    ev.req_id = f->id;
-    ev.finish = fin;
-    ev.matched_stop_token = stop_tok;
-    ev.status = kind == TDM_REQ_ERROR ? TDM_ERR_TIMEOUT : TDM_OK;
-    ev.message = kind == TDM_REQ_ERROR ? "deadline passed" : NULL;
-    ev.prompt_tokens = f->n_prompt;
-    ev.completion_tokens = (uint32_t)f->next;
-    ev.text = "";
-    f->cb(f->ctx, &ev);
-    f->used = 0;
-}
-
-static void *fake_loop(void *arg)
-{
-    tdm_sched_t *s = arg;
-    for (;;) {
-        unsigned d = 2000;
-        pthread_mutex_lock(&s->mu);
-        if (s->stop) {
-            pthread_mutex_unlock(&s->mu);
-            return NULL;
-        }
-        for (int i = 0; i < FAKE_MAX; i++) {
-            fake_req_t *f = &s->r[i];
-            if (!f->used)
-                continue;
-            if (f->sc.delay_us)
-                d = f->sc.delay_us;
-            if (f->aborted) {
-                fake_end(f, TDM_REQ_FINISH, TDM_FINISH_ABORT, -1);
-                continue;
-            }
-            if (f->next < f->sc.n && (uint32_t)f->next < f->max_new) {
-                const fake_piece_t *p = &f->sc.p[f->next++];
-                tdm_req_event_t ev = {0};
-                ev.kind = TDM_REQ_TOKEN;
-                ev.req_id = f->id;
-                ev.token = p->id;
-                ev.text = p->text;
-                ev.text_len = strlen(p->text);
-                ev.matched_stop_token = -1;
-                ev.sample.id = p->id;
-                ev.sample.logprob = -0.25f * (float)f->next;
-                ev.sample.n_top = 3;
-                for (int k = 0; k < 3; k++) {
-                    ev.sample.top_ids[k] = p->id + k;
-                    ev.sample.top_logprobs[k] = -0.25f * (float)f->next - (float)k;
-                }
-                f->cb(f->ctx, &ev);
-                continue;
-            }
-            if (f->sc.error)
-                fake_end(f, TDM_REQ_ERROR, TDM_FINISH_ERROR, -1);
-            else if ((uint32_t)f->next >= f->max_new && f->next < f->sc.n)
-                fake_end(f, TDM_REQ_FINISH, TDM_FINISH_LENGTH, -1);
-            else
-                fake_end(f, TDM_REQ_FINISH, f->sc.finish, f->sc.stop_token);
-        }
-        pthread_mutex_unlock(&s->mu);
-        tdm_time_sleep_us(d);
-    }
-}
-
-static inline int fake_active(tdm_sched_t *s)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < FAKE_MAX; i++)
-        n += s->r[i].used;
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
 
 /* ---- fixture -------------------------------------------------------------------------------- */
 
@@ -308,8 +116,7 @@ static int fixture_main(void)
         printf("Bail out! params: %s\n", err);
         return 1;
     }
-    pthread_mutex_init(&sched.mu, NULL);
-    pthread_create(&sched.th, NULL, fake_loop, &sched);
+    fake_start(&sched, 1, 2000);
     tdm_progress_create_anon(1, 7, &page);
     tdm_api_opts_t o = {.cfg = &cfg,
                         .params = params,
@@ -324,16 +131,7 @@ static int fixture_main(void)
         return 1;
     }
     port = tdm_api_server_port(api);
-    pthread_t th;
-    pthread_create(&th, NULL, run_tests, NULL);
-    tdm_api_server_run(api);
-    pthread_join(th, NULL);
-    tdm_api_server_free(api);
-    pthread_mutex_lock(&sched.mu);
-    sched.stop = 1;
-    pthread_mutex_unlock(&sched.mu);
-    pthread_join(sched.th, NULL);
-    ok(fake_active(&sched) == 0, "no request left behind");
+    fake_serve(&sched, api, run_tests);
     tdm_progress_close(page);
     tdm_params_free(params);
     tdm_chat_template_free(chat);

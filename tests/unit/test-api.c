@@ -1,6 +1,6 @@
 /*
  * test-api.c — the worker's HTTP surface (dataplane/api) on a real h2o loop, driven by raw-socket
- * clients, against an in-test scheduler that implements dataplane/sched/sched.h: a thread that
+ * clients, against the in-test scheduler of fakesched.h in its generated mode: a thread that
  * emits one deterministic token per request every few ms from its own thread (so callbacks really
  * cross threads), honours aborts with FINISH(ABORT), and can be told to fail or refuse.
  *
@@ -21,179 +21,8 @@
 
 #include "api-testutil.h"
 #include "dataplane/api/api_int.h"
+#include "fakesched.h"
 #include "tap.h"
-
-/* ---- the fake scheduler --------------------------------------------------------------------- */
-
-#define FAKE_MAX 128
-#define PROMPT_FAIL 999999   /* first prompt id: the request ends in ERROR(TIMEOUT) */
-#define PROMPT_REFUSE 999998 /* submit answers TDM_ERR_AGAIN (queue full) */
-
-typedef struct fake_req {
-    int used, aborted;
-    uint64_t id;
-    int32_t seed_tok;
-    uint32_t n_prompt, max_new, emitted;
-    int fail;
-    tdm_req_cb cb;
-    void *ctx;
-} fake_req_t;
-
-struct tdm_sched {
-    pthread_mutex_t mu;
-    pthread_t th;
-    int stop, draining;
-    uint64_t next_id, aborts_seen, finished, aborted_finished;
-    unsigned token_delay_us;
-    fake_req_t r[FAKE_MAX];
-};
-
-static int32_t fake_token(int32_t seed, uint32_t i)
-{
-    return (int32_t)((seed * 31 + (int32_t)i * 7) % 1000);
-}
-
-const char *tdm_finish_reason_name(tdm_finish_reason_t r)
-{
-    static const char *const n[] = {"length", "stop", "abort", "error"};
-    return (unsigned)r < TDM_FINISH_MAX ? n[r] : "?";
-}
-
-tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_t *ret_id,
-                              char *err, size_t err_len)
-{
-    if (p->n_prompt == 0) {
-        snprintf(err, err_len, "empty prompt");
-        return TDM_ERR_RANGE;
-    }
-    if (p->prompt[0] == PROMPT_REFUSE) {
-        snprintf(err, err_len, "queue full");
-        return TDM_ERR_AGAIN;
-    }
-    pthread_mutex_lock(&s->mu);
-    if (s->draining) {
-        pthread_mutex_unlock(&s->mu);
-        snprintf(err, err_len, "draining");
-        return TDM_ERR_BUSY;
-    }
-    for (int i = 0; i < FAKE_MAX; i++) {
-        fake_req_t *f = &s->r[i];
-        if (f->used)
-            continue;
-        memset(f, 0, sizeof(*f));
-        f->used = 1;
-        f->id = ++s->next_id;
-        int32_t sum = 0;
-        for (uint32_t k = 0; k < p->n_prompt; k++)
-            sum = (sum + p->prompt[k]) % 100003;
-        f->seed_tok = sum;
-        f->n_prompt = p->n_prompt;
-        f->max_new = p->max_new_tokens;
-        f->fail = p->prompt[0] == PROMPT_FAIL;
-        f->cb = p->cb;
-        f->ctx = p->ctx;
-        *ret_id = f->id;
-        pthread_mutex_unlock(&s->mu);
-        return TDM_OK;
-    }
-    pthread_mutex_unlock(&s->mu);
-    snprintf(err, err_len, "fake full");
-    return TDM_ERR_AGAIN;
-}
-
-void tdm_sched_abort(tdm_sched_t *s, uint64_t id)
-{
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < FAKE_MAX; i++)
-        if (s->r[i].used && s->r[i].id == id) {
-            s->r[i].aborted = 1;
-            s->aborts_seen++;
-        }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void tdm_sched_drain(tdm_sched_t *s)
-{
-    pthread_mutex_lock(&s->mu);
-    s->draining = 1;
-    pthread_mutex_unlock(&s->mu);
-}
-
-void tdm_sched_stats(tdm_sched_t *s, tdm_sched_stats_t *ret)
-{
-    memset(ret, 0, sizeof(*ret));
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < FAKE_MAX; i++)
-        ret->running += (uint32_t)s->r[i].used;
-    ret->pages_total = 64;
-    ret->pages_free = 64 - ret->running;
-    ret->requests_finished = s->finished;
-    ret->requests_aborted = s->aborted_finished;
-    ret->draining = s->draining;
-    ret->drained = s->draining && ret->running == 0;
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void *fake_loop(void *arg)
-{
-    tdm_sched_t *s = arg;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        if (s->stop) {
-            pthread_mutex_unlock(&s->mu);
-            return NULL;
-        }
-        for (int i = 0; i < FAKE_MAX; i++) {
-            fake_req_t *f = &s->r[i];
-            if (!f->used)
-                continue;
-            tdm_req_event_t ev = {0};
-            ev.req_id = f->id;
-            ev.matched_stop_token = -1;
-            ev.prompt_tokens = f->n_prompt;
-            ev.completion_tokens = f->emitted;
-            if (f->aborted || f->fail) {
-                ev.kind = f->aborted ? TDM_REQ_FINISH : TDM_REQ_ERROR;
-                ev.finish = f->aborted ? TDM_FINISH_ABORT : TDM_FINISH_ERROR;
-                ev.status = f->aborted ? TDM_OK : TDM_ERR_TIMEOUT;
-                ev.message = f->aborted ? NULL : "deadline passed";
-                s->aborted_finished += (uint64_t)f->aborted;
-                f->cb(f->ctx, &ev);
-                f->used = 0;
-                continue;
-            }
-            ev.kind = TDM_REQ_TOKEN;
-            ev.token = fake_token(f->seed_tok, f->emitted++);
-            f->cb(f->ctx, &ev);
-            if (f->emitted == f->max_new) {
-                memset(&ev, 0, sizeof(ev));
-                ev.kind = TDM_REQ_FINISH;
-                ev.req_id = f->id;
-                ev.finish = TDM_FINISH_LENGTH;
-                ev.matched_stop_token = -1;
-                ev.prompt_tokens = f->n_prompt;
-                ev.completion_tokens = f->emitted;
-                ev.ttft_us = 1234;
-                f->cb(f->ctx, &ev);
-                f->used = 0;
-                s->finished++;
-            }
-        }
-        unsigned d = s->token_delay_us;
-        pthread_mutex_unlock(&s->mu);
-        tdm_time_sleep_us(d);
-    }
-}
-
-static int fake_active(tdm_sched_t *s)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < FAKE_MAX; i++)
-        n += s->r[i].used;
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
 
 /* ---- fixture -------------------------------------------------------------------------------- */
 
@@ -702,9 +531,7 @@ int main(void)
         printf("Bail out! params: %s\n", err);
         return 1;
     }
-    pthread_mutex_init(&sched.mu, NULL);
-    sched.token_delay_us = 1000;
-    pthread_create(&sched.th, NULL, fake_loop, &sched);
+    fake_start(&sched, 0, 1000);
     tdm_progress_create_anon(2, 7, &page);
 
     test_routes();
@@ -743,16 +570,7 @@ int main(void)
 
     /* The loop runs on the main thread (h2o's per-thread recyclers stay reachable at exit);
      * the tests are the clients. */
-    pthread_t th;
-    pthread_create(&th, NULL, run_tests, NULL);
-    tdm_api_server_run(api);
-    pthread_join(th, NULL);
-    tdm_api_server_free(api);
-    pthread_mutex_lock(&sched.mu);
-    sched.stop = 1;
-    pthread_mutex_unlock(&sched.mu);
-    pthread_join(sched.th, NULL);
-    ok(fake_active(&sched) == 0, "no request left behind");
+    fake_serve(&sched, api, run_tests);
     tdm_progress_close(page);
     tdm_params_free(params);
     unlink(ready);
