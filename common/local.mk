@@ -14,7 +14,8 @@ libtdmcommon_a_SOURCES = \
 	common/json.c \
 	common/layout.c \
 	common/telemetry.c \
-	common/hash.c
+	common/hash.c \
+	common/net.c
 noinst_HEADERS += \
 	include/tdm/status.h \
 	include/tdm/log.h \
@@ -26,7 +27,8 @@ noinst_HEADERS += \
 	include/tdm/config.h \
 	include/tdm/json.h \
 	include/tdm/telemetry.h \
-	include/tdm/hash.h
+	include/tdm/hash.h \
+	include/tdm/net.h
 
 # docs/params.md is generated from include/tdm/config.h; test-params fails when it is stale.
 noinst_PROGRAMS += tools/gen-params-doc

@@ -24,6 +24,7 @@
 #include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
+#include <tdm/net.h>
 #include <tdm/time.h>
 
 #include "controlplane/server.h"
@@ -309,32 +310,12 @@ static tdm_status_t listen_on(tdm_cp_server_t *s, const char *spec, char *err, s
         memmove(host, host + 1, strlen(host));
         host[strlen(host) - 1] = '\0';
     }
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int gai = getaddrinfo(host, colon + 1, &hints, &ai);
-    if (gai != 0) {
-        snprintf(err, err_len, "--listen %s: %s", spec, gai_strerror(gai));
-        return TDM_ERR_INVAL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
-        snprintf(err, err_len, "--listen %s: %s", spec, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
-        return TDM_ERR_IO;
-    }
-    freeaddrinfo(ai);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                             : ((struct sockaddr_in *)&ss)->sin_port);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
+    char what[300];
+    snprintf(what, sizeof(what), "--listen %s", spec);
+    int fd;
+    tdm_status_t st = tdm_net_listen(host, colon + 1, what, &fd, &s->port, err, err_len);
+    if (st != TDM_OK)
+        return st;
     s->listener = h2o_evloop_socket_create(s->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     s->listener->data = s;
     h2o_socket_read_start(s->listener, on_accept);

@@ -20,6 +20,7 @@
 #include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
+#include <tdm/net.h>
 #include <tdm/time.h>
 
 #include "dataplane/api/api_int.h"
@@ -237,38 +238,14 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 
 static tdm_status_t listen_on(tdm_api_t *a, const char *host, int port, char *err, size_t err_len)
 {
-    char portstr[16];
+    char portstr[16], what[320];
     snprintf(portstr, sizeof(portstr), "%d", port);
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int gai = getaddrinfo(*host ? host : NULL, portstr, &hints, &ai);
-    if (gai != 0) {
-        snprintf(err, err_len, "--host %s --port %d: %s", host, port, gai_strerror(gai));
-        return TDM_ERR_INVAL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
-        fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
-        snprintf(err, err_len, "--host %s --port %d: %s", host, port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
-        return TDM_ERR_IO;
-    }
-    freeaddrinfo(ai);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        snprintf(err, err_len, "getsockname: %s", strerror(errno));
-        close(fd);
-        return TDM_ERR_IO;
-    }
-    a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(what, sizeof(what), "--host %s --port %d", host, port);
+    int fd;
+    tdm_status_t st =
+        tdm_net_listen(*host ? host : NULL, portstr, what, &fd, &a->port, err, err_len);
+    if (st != TDM_OK)
+        return st;
     a->listener = h2o_evloop_socket_create(a->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     a->listener->data = a;
     h2o_socket_read_start(a->listener, on_accept);
