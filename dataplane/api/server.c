@@ -308,6 +308,21 @@ static void free_queue(h2o_multithread_queue_t *q)
 #endif
 }
 
+/* Tear down the receiver, context, loop and config that tdm_api_server_init set up (the
+ * listener already closed). */
+static void loop_dispose(tdm_api_t *a)
+{
+    h2o_multithread_unregister_receiver(a->mq, &a->gen_rx);
+    h2o_multithread_destroy_queue(a->mq);
+    h2o_context_dispose(&a->ctx); /* destroys ctx.queue */
+    /* socket closes are deferred to the loop: let them happen before it goes */
+    h2o_evloop_run(a->loop, 0);
+    free_queue(a->mq);
+    free_queue(a->ctx.queue);
+    h2o_evloop_destroy(a->loop);
+    h2o_config_dispose(&a->config);
+}
+
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
 static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -378,15 +393,7 @@ err_loop:
         h2o_socket_read_stop(a->listener);
         h2o_socket_close(a->listener);
     }
-    h2o_multithread_unregister_receiver(a->mq, &a->gen_rx);
-    h2o_multithread_destroy_queue(a->mq);
-    h2o_context_dispose(&a->ctx); /* destroys ctx.queue */
-    /* socket closes are deferred to the loop: let them happen before it goes */
-    h2o_evloop_run(a->loop, 0);
-    free_queue(a->mq);
-    free_queue(a->ctx.queue);
-    h2o_evloop_destroy(a->loop);
-    h2o_config_dispose(&a->config);
+    loop_dispose(a);
 err_free:
     tdm_free(a);
     return st;
@@ -431,15 +438,7 @@ void tdm_api_server_free(tdm_api_t *a)
         h2o_evloop_run(a->loop, 0);
     /* clear the heartbeat: the thread is gone on purpose, not stale */
     atomic_store(&a->o.page->slot[a->o.rank].heartbeat_us[TDM_HB_HTTP], 0);
-    h2o_multithread_unregister_receiver(a->mq, &a->gen_rx);
-    h2o_multithread_destroy_queue(a->mq);
-    h2o_context_dispose(&a->ctx); /* destroys ctx.queue */
-    /* socket closes are deferred to the loop: let them happen before it goes */
-    h2o_evloop_run(a->loop, 0);
-    free_queue(a->mq);
-    free_queue(a->ctx.queue);
-    h2o_evloop_destroy(a->loop);
-    h2o_config_dispose(&a->config);
+    loop_dispose(a);
     tdm_api_openai_fini(a);
     tdm_free(a);
 }
