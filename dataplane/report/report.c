@@ -147,6 +147,10 @@ static void take_sample(tdm_report_t *r, tdm_tm_sample_t *s)
     s->bs = rec.bs;
     s->waiting = rec.waiting;
     s->running = rec.running;
+    /* rank 0 carries the queues: requests its loop has not taken yet wait too (WEDGE sees work
+     * sent to a loop that hung between iterations) */
+    if (r->o.rank == 0)
+        s->waiting += tdm_progress_queued(r->o.page, &rec);
 }
 
 /* Encode a batch; nothing is consumed on failure. */

@@ -8,7 +8,9 @@
  *   5. on rank 0, one sample per LOGITS entry with the request's (seed, step);
  *   6. the iteration record (iter, path, plan_hash, counters) in the rank's progress slot (I2).
  * Rank 0 also publishes the iteration's queue counters at its start (before step 3's stall point
- * and the collectives), so a loop stuck inside its first busy iteration reads as holding work.
+ * and the collectives), so a loop stuck inside its first busy iteration reads as holding work;
+ * with them how many requests the scheduler had taken from its inbox, so requests that arrive
+ * while the loop hangs between iterations count too (tdm_progress_queued).
  * Followers keep no sequence state; the collective sequence of an iteration is a pure function
  * of its plan (I1). Fault points (fault.h) are checked here: stall_loop before the iteration,
  * rank_idle_path for the forward, rank_skip_collective through the tensor comm's skip hook.
@@ -238,7 +240,7 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
     x->iter_seen = h->iter;
     /* the queues this iteration serves are visible before anything in it can hang */
     if (lead && it)
-        tdm_comm_record_pending(x->cfg.tensor, it->waiting, it->running);
+        tdm_comm_record_pending(x->cfg.tensor, it->waiting, it->running, it->taken);
     if (tdm_fault_fire(x->cfg.faults, TDM_FAULT_STALL_LOOP, x->cfg.rank, h->iter, &dur))
         sleep_ms(dur);
     if (h->kind == TDM_PLAN_BATCH &&

@@ -40,6 +40,11 @@ tests_unit_test_sched_LDADD = libtdmoneshot.a $(SCHED_LIBS) $(COMMON_LIBS)
 TESTS += tests/integration/test-serving.sh
 dist_check_SCRIPTS += tests/integration/test-serving.sh
 
+# A loop hung while idle (stall_loop on rank 0), a request sent after: /health 503 naming rank 0
+# and the queued request, rank 0's telemetry shows it waiting (WEDGE's input), both loops.
+TESTS += tests/integration/test-idle-hang.sh
+dist_check_SCRIPTS += tests/integration/test-idle-hang.sh
+
 # PD in the serving worker (issue 9): prefill + decode + colocated workers on models/demo over
 # real UCX — bit-identical output, refusals, bad frames at the bootstrap port, drained pages;
 # the abort storm (60 sessions, client killed twice, probes' TTFT, no room or page left); and

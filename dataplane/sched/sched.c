@@ -2,14 +2,16 @@
  * sched.c — the leader's scheduler (docs/serving.md "Scheduler"; contract in sched.h).
  *
  * Requests enter through a locked inbox (submit, any thread) and a locked abort list; the
- * scheduler thread owns everything else. Each iteration it applies aborts and deadlines, releases
- * requests that have ended once no in-flight iteration uses their pages, batches every running
- * request's next step (one decode token, or a prefill chunk within --chunked-prefill-size),
- * admits waiting requests FIFO while pages suffice (sharing the longest cached prefix), and
- * writes the plan. Pages are reserved for exactly the positions the plan writes; when the pool is
- * short the prefix cache is evicted LRU, then the most recently admitted request is retracted
- * (pages back, request at the head of the queue with its generated tokens; recomputed later,
- * bit-identically since the CPU path is chunk-invariant).
+ * scheduler thread owns everything else. Each accepted request is also counted in the progress
+ * page (tdm_progress_note_submitted) and each one taken from the inbox in `taken`, published with
+ * the iteration's queue counters: work the loop has not seen yet still reads as pending. Each
+ * iteration it applies aborts and deadlines, releases requests that have ended once no in-flight
+ * iteration uses their pages, batches every running request's next step (one decode token, or a
+ * prefill chunk within --chunked-prefill-size), admits waiting requests FIFO while pages suffice
+ * (sharing the longest cached prefix), and writes the plan. Pages are reserved for exactly the
+ * positions the plan writes; when the pool is short the prefix cache is evicted LRU, then the most
+ * recently admitted request is retracted (pages back, request at the head of the queue with its
+ * generated tokens; recomputed later, bit-identically since the CPU path is chunk-invariant).
  *
  * Bookkeeping that makes the overlap loop safe: n_gen_sched / n_computed_sched count what the
  * planned iterations will have produced, n_gen what the scheduler has seen; a decode whose input
@@ -56,8 +58,10 @@ struct tdm_sched {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    rlist_t inbox;    /* under mu */
-    uint64_t *aborts; /* under mu */
+    rlist_t inbox;             /* under mu */
+    uint64_t taken;            /* under mu: requests moved from the inbox to the queues, ever */
+    tdm_progress_page_t *page; /* the group's page (may be NULL): submissions counted there */
+    uint64_t *aborts;          /* under mu */
     uint32_t n_aborts, cap_aborts;
     uint64_t next_id;      /* under mu */
     int draining, stop;    /* under mu */
@@ -273,6 +277,8 @@ tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_
     }
     r->id = ++s->next_id;
     rl_append(&s->inbox, r);
+    /* visible to /health and the reporter before the loop looks (it may be hung) */
+    tdm_progress_note_submitted(s->page);
     uint64_t id = r->id;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -754,6 +760,7 @@ static void intake(tdm_sched_t *s)
         r->state = SREQ_WAITING;
         r->slot = UINT32_MAX;
         rl_append(&s->waiting, r);
+        s->taken++;
     }
     if (s->n_aborts) {
         ab = tdm_malloc(s->n_aborts * sizeof(uint64_t));
@@ -965,6 +972,7 @@ static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
     tdm_plan_finish(&ib->pb, iter, TDM_PLAN_IDLE, &ib->it.plan, &ib->it.plan_len, &ib->it.hdr);
     ib->it.waiting = s->waiting.n;
     ib->it.running = s->running.n;
+    ib->it.taken = s->taken; /* the scheduler thread is the only writer: no lock to read it */
     return (tdm_plan_kind_t)ib->it.hdr.kind;
 }
 
@@ -1243,6 +1251,7 @@ tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched
     s->cfg = *cfg;
     s->x = x;
     s->pool = tdm_exec_pool(x);
+    s->page = xc->page;
     s->ps = xc->page_size;
     s->num_pages = xc->num_pages;
     s->max_tokens = xc->max_tokens;

@@ -123,6 +123,7 @@ typedef struct tdm_exec_iter {
     tdm_sreq_t **reqs; /* one per entry (rank 0) */
     uint32_t n_reqs;
     uint32_t waiting, running;  /* recorded with the iteration */
+    uint64_t taken;             /* requests taken from the inbox when they were counted */
     tdm_exec_result_t *results; /* out: one per LOGITS entry, in entry order */
     uint32_t n_results;
     tdm_status_t status;

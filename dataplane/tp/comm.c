@@ -120,7 +120,7 @@ void tdm_comm_record_iter(tdm_comm_t *c, uint64_t iter, tdm_path_t path, uint64_
     tdm_progress_heartbeat(s, TDM_HB_LOOP, now_us);
 }
 
-void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running)
+void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running, uint64_t taken)
 {
     if (!c->page)
         return;
@@ -129,5 +129,6 @@ void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running)
     s->rec.waiting = waiting;
     s->rec.running = running;
     s->rec.pending = waiting + running;
+    s->rec.taken = taken;
     tdm_progress_write_end(s);
 }

@@ -59,8 +59,11 @@ void tdm_comm_record_iter(tdm_comm_t *c, uint64_t iter, tdm_path_t path, uint64_
 /* Publish the queue counters of the iteration that starts now (rank 0, before its stall points
  * and collectives), leaving iter, path, plan_hash and progress_us at the last completed one. So
  * a loop stuck in the first busy iteration after idle ones still shows the work it holds: WEDGE
- * (DESIGN §4) and /health (I8) judge "no progress with work pending" from these counters. */
-void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running);
+ * (DESIGN §4) and /health (I8) judge "no progress with work pending" from these counters.
+ * `taken`: requests the scheduler had taken from its inbox when it counted them, published in
+ * the same write, so that requests still in the inbox are counted exactly once
+ * (tdm_progress_queued) — also while the loop hangs between iterations. */
+void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running, uint64_t taken);
 
 /*
  * Shared-memory backend for CPU ranks (separate processes or threads on one host).

@@ -1,7 +1,9 @@
 /*
  * progress.c — the shared progress page: creation/mapping, the per-slot seqlock, and the /health
  * verdict of invariant I8. The verdict is computed from the page on every call; nothing is
- * cached, and nothing here waits on the loop that writes the page.
+ * cached, and nothing here waits on the loop that writes the page. Work pending is rank 0's
+ * waiting + running plus the requests the scheduler accepted that its loop has not taken yet
+ * (`submitted` - `taken`), so a loop hung between iterations is judged with the work sent to it.
  */
 #include "config.h"
 
@@ -158,6 +160,21 @@ void tdm_progress_read(const tdm_progress_slot_t *s, tdm_rank_record_t *ret)
     }
 }
 
+void tdm_progress_note_submitted(tdm_progress_page_t *p)
+{
+    if (p)
+        atomic_fetch_add_explicit(&p->submitted, 1, memory_order_seq_cst);
+}
+
+uint32_t tdm_progress_queued(const tdm_progress_page_t *p, const tdm_rank_record_t *leader)
+{
+    tdm_progress_page_t *mp = (tdm_progress_page_t *)p;
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t sub = atomic_load_explicit(&mp->submitted, memory_order_seq_cst);
+    uint64_t q = sub > leader->taken ? sub - leader->taken : 0;
+    return q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+}
+
 static int pid_dead(int32_t pid)
 {
     return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
@@ -175,7 +192,8 @@ int tdm_progress_healthy(const tdm_progress_page_t *p, uint64_t now_us,
     }
     tdm_rank_record_t leader;
     tdm_progress_read(&p->slot[0], &leader);
-    int pending = leader.pending > 0;
+    uint32_t queued = tdm_progress_queued(p, &leader);
+    int pending = leader.pending > 0 || queued > 0;
     for (uint16_t r = 0; r < p->n_ranks; r++) {
         tdm_rank_record_t rec;
         tdm_progress_read(&p->slot[r], &rec);
@@ -212,7 +230,13 @@ int tdm_progress_healthy(const tdm_progress_page_t *p, uint64_t now_us,
                              (unsigned long long)(o.in_coll_op ? o.in_coll_seq : o.coll_seq));
                     break;
                 }
-            } else
+            } else if (queued)
+                snprintf(why, why_len,
+                         "rank %u no progress for %.1f s (iter %llu, %s path; %u request(s) queued "
+                         "that the loop has not taken)",
+                         r, age, (unsigned long long)rec.iter, tdm_path_name((tdm_path_t)rec.path),
+                         queued);
+            else
                 snprintf(why, why_len, "rank %u no progress for %.1f s (iter %llu, %s path)", r,
                          age, (unsigned long long)rec.iter, tdm_path_name((tdm_path_t)rec.path));
             return 0;

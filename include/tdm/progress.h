@@ -8,6 +8,13 @@
  * heartbeats. Readers (/health, the telemetry reporter) never block the writer: a slot is read
  * under a seqlock and retried if it changed mid-read.
  *
+ * Work the loop has not seen yet: the leader's scheduler counts every request it accepts into its
+ * inbox in the page's `submitted` (an atomic add by the submitting thread, the one word of the
+ * page not owned by a rank's loop), and rank 0's loop publishes with each iteration's queue
+ * counters how many requests it had taken from the inbox by then (`taken`). So
+ * `submitted - taken` (tdm_progress_queued) is the work queued but not yet in `waiting`: a loop
+ * that hangs while idle, with requests arriving after, still reads as holding work (I8, WEDGE).
+ *
  * Times are CLOCK_MONOTONIC µs (tdm_time_mono_us), comparable across processes of one host.
  */
 #ifndef TDM_PROGRESS_H
@@ -19,7 +26,7 @@
 #include <tdm/status.h>
 
 #define TDM_PROGRESS_MAGIC 0x47525054u /* "TPRG" */
-#define TDM_PROGRESS_VERSION 1
+#define TDM_PROGRESS_VERSION 2
 #define TDM_PROGRESS_MAX_RANKS 64
 
 typedef enum tdm_path {
@@ -67,6 +74,8 @@ typedef struct tdm_rank_record {
     uint32_t pending;     /* requests waiting + running (rank 0's view is authoritative) */
     uint32_t bs;
     uint32_t waiting, running;
+    uint64_t taken; /* rank 0: requests taken from the scheduler's inbox, ever, when the queue
+                     * counters above were counted (0 on other ranks) */
     int32_t pid;
     uint32_t alive; /* 1 while the rank runs; 0 after a clean exit */
 } tdm_rank_record_t;
@@ -87,6 +96,7 @@ typedef struct tdm_progress_page {
     _Atomic uint32_t draining;        /* drain requested: /ready is 503 */
     _Atomic uint32_t abort;           /* group is shutting down: collectives return ABORTED */
     _Atomic uint32_t dead_rank_plus1; /* first rank seen dead, +1; 0 = none */
+    _Atomic uint64_t submitted;       /* requests accepted into the leader scheduler's inbox */
     tdm_progress_slot_t slot[];
 } tdm_progress_page_t;
 
@@ -109,10 +119,17 @@ void tdm_progress_heartbeat(tdm_progress_slot_t *s, tdm_hb_thread_t t, uint64_t 
 /* Reader side: consistent snapshot of a slot's record (spins briefly; never blocks). */
 void tdm_progress_read(const tdm_progress_slot_t *s, tdm_rank_record_t *ret);
 
+/* The leader's submit path: one more request in the scheduler's inbox (any thread; lock-free). */
+void tdm_progress_note_submitted(tdm_progress_page_t *p);
+/* Requests accepted but not yet taken by rank 0's loop, given `leader`, a record of slot 0 read
+ * *before* this call (so every request it counts as taken is in `submitted` too). */
+uint32_t tdm_progress_queued(const tdm_progress_page_t *p, const tdm_rank_record_t *leader);
+
 /* The /health verdict of invariant I8, computed from the page at `now_us`: healthy when every
- * rank advanced within `progress_timeout_us` or no work is pending, every running control thread's
- * heartbeat is within `hb_timeout_us`, and no rank is dead. On unhealthy, `why` names the rank and
- * the reason (e.g. "rank 1 no progress for 3.2 s (iter 812, in allreduce seq 4410 for 3.1 s)"). */
+ * rank advanced within `progress_timeout_us` or no work is pending (rank 0's waiting + running +
+ * tdm_progress_queued), every running control thread's heartbeat is within `hb_timeout_us`, and
+ * no rank is dead. On unhealthy, `why` names the rank and the reason (e.g. "rank 1 no progress
+ * for 3.2 s (iter 812, in allreduce seq 4410 for 3.1 s)"). */
 int tdm_progress_healthy(const tdm_progress_page_t *p, uint64_t now_us,
                          uint64_t progress_timeout_us, uint64_t hb_timeout_us, char *why,
                          size_t why_len);
