@@ -344,12 +344,13 @@ int main(void)
         int pdl, skinny, mma, ksplit;
         uint32_t gemv_rows;
         int ablate;
-    } var[] = {{"pdl-off", 0, 1, 1, 1, 1, 0},
-               {"cublas", 1, 0, 1, 1, 1, 0},
-               {"split-K-attention", 1, 1, 0, 1, 1, 0},
+    } var[] = {{"pdl-off", 0, 1, 1, 2, 1, 0},
+               {"cublas", 1, 0, 1, 2, 1, 0},
+               {"split-K-attention", 1, 1, 0, 2, 1, 0},
+               {"gemv-run4-ksplit (old one-row GEMV)", 1, 1, 1, 1, 1, 0},
                {"gemv-ksplit-off", 1, 1, 1, 0, 1, 0},
-               {"ablate-attn (WRONG results: timing only)", 1, 1, 1, 1, 1, TDM_CUDA_ABLATE_ATTN},
-               {"ablate-mlp+o (WRONG results: timing only)", 1, 1, 1, 1, 1, TDM_CUDA_ABLATE_GEMM}};
+               {"ablate-attn (WRONG results: timing only)", 1, 1, 1, 2, 1, TDM_CUDA_ABLATE_ATTN},
+               {"ablate-mlp+o (WRONG results: timing only)", 1, 1, 1, 2, 1, TDM_CUDA_ABLATE_GEMM}};
     int vruns = runs < 3 ? runs : 3;
     for (size_t v = 0; v < sizeof(var) / sizeof(var[0]); v++) {
         tdm_cuda_engine_opts_default(&o);
@@ -370,7 +371,7 @@ int main(void)
                 continue;
             if (!var[v].skinny && bs == 1)
                 continue;
-            if (!var[v].ksplit && bs != 1)
+            if (var[v].ksplit != 2 && bs != 1)
                 continue;
             double sec = 0;
             int r;

@@ -87,7 +87,9 @@ typedef struct tdm_cuda_gemv {
     int flags;
     float *y; /* (n, ldy) */
     uint32_t ldy;
-    int ksplit; /* 1: n == 1 rows split K over a block's warps (4x the warps; small M) */
+    int ksplit; /* n == 1 only. 1: K split over a block's warps (4x the warps; small M); 2: the
+                 * streaming form (rows in contiguous runs per warp over ~2 blocks per SM, x in
+                 * shared memory; falls back to 1's kernel when K % (32 * 16 B) != 0) */
 } tdm_cuda_gemv_t;
 
 /* Memory-bound y = x·Wᵀ for small n; any n works (rows are processed NR at a time). */

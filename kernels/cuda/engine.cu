@@ -91,7 +91,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->use_pdl = 1;
     o->use_skinny = 1;
     o->use_mma_attn = 1;
-    o->gemv_ksplit = 1;
+    o->gemv_ksplit = 2;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -110,8 +110,8 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     if (s && *s == '0')
         o->use_mma_attn = 0;
     s = getenv("TDM_CUDA_GEMV_KSPLIT");
-    if (s && *s == '0')
-        o->gemv_ksplit = 0;
+    if (s && (*s == '0' || *s == '1' || *s == '2') && s[1] == 0)
+        o->gemv_ksplit = *s - '0';
 }
 
 static size_t dtype_size(int dt)
@@ -518,9 +518,10 @@ static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, con
                          uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
                          const float *norm_w, int flags, float *y, uint32_t ldy)
 {
-    /* K split over the block's warps for one row and the small matrices (run 3: o and down at
-     * bs1 had ~8 us of fixed cost each, too few warps with long serial weight streams) */
-    const int ksplit = e->o.gemv_ksplit && n == 1 && M <= 4096;
+    /* one row: the streaming form (2), or (1, run 4) K split over the block's warps for the
+     * small matrices (run 3: o and down at bs1 had ~8 us of fixed cost each, too few warps with
+     * long serial weight streams) */
+    const int ksplit = n != 1 ? 0 : e->o.gemv_ksplit == 2 ? 2 : (e->o.gemv_ksplit && M <= 4096);
     tdm_cuda_gemv_t a = {
         x, ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps, flags, y, ldy, ksplit};
     return tdm_cuda_gemv(&a, e->stream);

@@ -57,8 +57,9 @@ typedef struct tdm_cuda_engine_opts {
     int use_mma_attn;           /* 1 (default): decode attention on the tensor cores (bf16 KV,
                                    hd 64/128, G <= 8), else the CUDA-core split-K kernel; env
                                    TDM_CUDA_MMA_ATTN=0 */
-    int gemv_ksplit;            /* 1 (default): one-row GEMVs of <= 4096 outputs split K over
-                                   the block's warps; env TDM_CUDA_GEMV_KSPLIT=0 */
+    int gemv_ksplit;            /* one-row GEMVs: 2 (default) the streaming form (ops.cu
+                                   gemv1_kernel); 1: <= 4096 outputs split K over the block's
+                                   warps (run 4); 0: neither; env TDM_CUDA_GEMV_KSPLIT */
     int ablate;                 /* benchmark diagnostics only, results are WRONG when set: 0
                                    (default), or TDM_CUDA_ABLATE_* bits of launches left out */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */

@@ -582,9 +582,153 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* One-row streaming GEMV (ksplit 2): the rows are split over every warp of the grid in contiguous
+ * runs, and since the rows of W are contiguous a warp's weights are one contiguous span read at
+ * lane-consecutive 16-byte steps; with K % (32 * E) == 0 each step lies in one row for the whole
+ * warp, so a row ends on a warp-uniform step and is reduced by shuffles with no second pass.
+ * G1_U loads per lane are issued before the PDL wait and every batch of G1_U is in flight while
+ * the previous one is multiplied (8..16 16-byte loads per lane). x, after the fused RMSNorm or
+ * SiLU·mul, is staged once per block in shared memory. Grid: about 2 blocks per SM (the rows
+ * per warp rounded up first so every warp has the same number of rows). */
+#define G1_WARPS 8
+#define G1_U 8
+template <typename T, int FLAGS>
+__global__ void __launch_bounds__(G1_WARPS * 32, 2)
+    gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
+                 uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
+                 const float *__restrict__ norm_w, float eps, float *__restrict__ y)
+{
+    constexpr int E = wvec<T>::N;
+    extern __shared__ float s_x[]; /* K floats */
+    __shared__ float s_part[G1_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t gw = blockIdx.x * G1_WARPS + warp, nw = gridDim.x * G1_WARPS;
+    const uint32_t ra = (uint32_t)((uint64_t)M * gw / nw);
+    const uint32_t rb = (uint32_t)((uint64_t)M * (gw + 1) / nw);
+    const uint32_t vpl = K / (32u * E); /* steps per row */
+    const uint32_t nsteps = (rb - ra) * vpl;
+    const T *wp = W + (size_t)ra * K + (uint32_t)lane * E;
+    uint4 cur[G1_U];
+#pragma unroll
+    for (int u = 0; u < G1_U; u++)
+        if ((uint32_t)u < nsteps)
+            cur[u] = ld_stream(wp + (size_t)u * 32u * E);
+    pdl_wait();
+    pdl_trigger();
+    const float *xr = x + (size_t)(xrow ? xrow[0] : 0) * ldx;
+    float ss = 0.0f;
+#pragma unroll 4
+    for (uint32_t k = threadIdx.x * 4; k < K; k += G1_WARPS * 32 * 4) {
+        float4 v = __ldg(reinterpret_cast<const float4 *>(xr + k));
+        if (FLAGS & TDM_GEMV_SILU) {
+            float4 u = __ldg(reinterpret_cast<const float4 *>(xr + K + k));
+            v.x = silu(v.x) * u.x;
+            v.y = silu(v.y) * u.y;
+            v.z = silu(v.z) * u.z;
+            v.w = silu(v.w) * u.w;
+        }
+        if (FLAGS & TDM_GEMV_NORM)
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        *reinterpret_cast<float4 *>(s_x + k) = v;
+    }
+    if (FLAGS & TDM_GEMV_NORM) {
+        __shared__ float s_rs;
+        float t = warp_sum(ss);
+        if (lane == 0)
+            s_part[warp] = t;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float a = 0.0f;
+            for (int w = 0; w < G1_WARPS; w++)
+                a += s_part[w];
+            s_rs = rsqrtf(a / (float)K + eps);
+        }
+        __syncthreads();
+        const float rs = s_rs;
+        for (uint32_t k = threadIdx.x; k < K; k += G1_WARPS * 32)
+            s_x[k] = s_x[k] * rs * norm_w[k];
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    uint32_t row = ra, jr = 0;
+    for (uint32_t j0 = 0; j0 < nsteps; j0 += G1_U) {
+        uint4 nx[G1_U];
+#pragma unroll
+        for (int u = 0; u < G1_U; u++)
+            if (j0 + G1_U + u < nsteps)
+                nx[u] = ld_stream(wp + (size_t)(j0 + G1_U + u) * 32u * E);
+#pragma unroll
+        for (int u = 0; u < G1_U; u++) {
+            if (j0 + u < nsteps) {
+                float f[E];
+                wvec<T>::get(cur[u], f);
+                const float *xs = s_x + jr * 32u * E + (uint32_t)lane * E;
+#pragma unroll
+                for (int e = 0; e < E; e += 4) {
+                    float4 xv = *reinterpret_cast<const float4 *>(xs + e);
+                    acc = fmaf(f[e], xv.x, acc);
+                    acc = fmaf(f[e + 1], xv.y, acc);
+                    acc = fmaf(f[e + 2], xv.z, acc);
+                    acc = fmaf(f[e + 3], xv.w, acc);
+                }
+                if (++jr == vpl) { /* warp-uniform: the row is complete */
+                    float s = warp_sum(acc);
+                    if (lane == 0) {
+                        if (FLAGS & TDM_GEMV_ACCUM)
+                            y[row] += s;
+                        else
+                            y[row] = s + (bias ? bias[row] : 0.0f);
+                    }
+                    acc = 0.0f;
+                    jr = 0;
+                    row++;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < G1_U; u++)
+            cur[u] = nx[u];
+    }
+}
+
+/* The streaming form applies: one row, K a multiple of one warp step, x fits in shared memory. */
+template <typename T> static bool gemv1_ok(const tdm_cuda_gemv_t *a)
+{
+    return a->n == 1 && a->ksplit == 2 && a->K % (32u * wvec<T>::N) == 0 &&
+           (size_t)a->K * 4 <= 48u * 1024;
+}
+
+static int sm_count(void)
+{
+    static int n;
+    if (n == 0) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+            n = v;
+        else
+            return 132;
+    }
+    return n;
+}
+
+template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
+{
+    const uint32_t maxw = (uint32_t)sm_count() * 2u * G1_WARPS;
+    const uint32_t rpw = (a->M + maxw - 1) / maxw;
+    const uint32_t warps = (a->M + rpw - 1) / rpw;
+    const uint32_t blocks = (warps + G1_WARPS - 1) / G1_WARPS;
+    launch(gemv1_kernel<T, FLAGS>, dim3(blocks), G1_WARPS * 32, (size_t)a->K * 4, s, a->x, a->ldx,
+           a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y);
+}
+
 template <typename T, int NR, int FLAGS>
 static void gemv_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
 {
+    if (NR == 1 && gemv1_ok<T>(a)) {
+        gemv1_launch<T, FLAGS>(a, s);
+        return;
+    }
     if (NR == 1 && a->ksplit) {
         dim3 grid((a->M + GEMV_RPW - 1) / GEMV_RPW, a->n);
         launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx,

@@ -22,7 +22,8 @@ extern "C" {
  * use_cublas 1: cuBLAS; bf16 weights, flags 0 or ACCUM only; x is rounded to bf16 first (the
  * prefill path). use_cublas 2: the tensor-core skinny GEMM (n <= 32, K % 32 == 0; flags 0, ACCUM,
  * SILU, SILU|ACCUM; bias without ACCUM), x rounded to bf16 (SILU: silu(gate) * up rounded).
- * use_cublas 3: the fp32 GEMV with K split over the block's warps (n == 1 only; else as 0). */
+ * use_cublas 3: the fp32 GEMV with K split over the block's warps (n == 1 only; else as 0).
+ * use_cublas 4: the streaming one-row GEMV (n == 1 only, K % (32 * 16 B) == 0; else as 3). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
@@ -66,7 +67,9 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
 tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids);
 
 /* Micro-benchmarks on device-resident random data, median of reps (CUDA events). */
-/* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1) */
+/* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1), 4 the
+ * streaming one-row GEMV. The weights rotate over >= 22 copies (>= 160 MB, past the 50 MB L2):
+ * the time is one pass over every copy back to back divided by the copies, HBM-bound. */
 tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cublas, int reps,
                                  double *ret_ms);
 /* attention on the TinyLlama heads (H 32, KV 4, hd 64, bf16 KV): nseq sequences of KV length

@@ -138,7 +138,8 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
     double tol = cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas == 3   ? "GEMV K-split"
+       cublas == 4   ? "GEMV streaming"
+       : cublas == 3 ? "GEMV K-split"
        : cublas == 2 ? "skinny mma"
        : cublas      ? "cuBLAS"
                      : "GEMV",
@@ -608,12 +609,13 @@ static void bench(void)
              2.0 * (double)bytes / (ms * 1e-3) / 1e9);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (size_t i = 0; i < 4; i++)
-            for (int cb = ns[i] > 32; cb < (ns[i] == 1 ? 4 : ns[i] <= 32 ? 3 : 2); cb++) {
+            for (int cb = ns[i] > 32; cb < (ns[i] == 1 ? 5 : ns[i] <= 32 ? 3 : 2); cb++) {
                 if (tdm_cuda_bench_gemv(ns[i], shapes[s].K, shapes[s].M, cb, 20, &ms) != TDM_OK)
                     continue;
                 double wb = 2.0 * shapes[s].K * shapes[s].M;
                 diag("bench %s %s n=%u K=%u M=%u: %.1f us = %.0f GB/s of weights",
-                     cb == 3   ? "gemv-ksplit"
+                     cb == 4   ? "gemv-stream"
+                     : cb == 3 ? "gemv-ksplit"
                      : cb == 2 ? "skinny"
                      : cb      ? "cublas"
                                : "gemv",
@@ -668,6 +670,15 @@ int main(void)
     check_gemv(1, 2048, 513, TDM_DTYPE_BF16, 1, 1, 3);
     check_gemv(1, 136, 50, TDM_DTYPE_F16, 1, 1, 3);
     check_gemv(1, 64, 33, TDM_DTYPE_F32, 4, 0, 3);
+    check_gemv(1, 2048, 777, TDM_DTYPE_BF16, 0, 1, 4);
+    check_gemv(1, 5632, 300, TDM_DTYPE_BF16, 2 | 4, 0, 4);
+    check_gemv(1, 5632, 2048, TDM_DTYPE_BF16, 2 | 4, 0, 4);
+    check_gemv(1, 2048, 11264, TDM_DTYPE_BF16, 1, 0, 4);
+    check_gemv(1, 2048, 2048, TDM_DTYPE_BF16, 4, 0, 4);
+    check_gemv(1, 256, 3, TDM_DTYPE_BF16, 1, 1, 4);
+    check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, 4);
+    check_gemv(1, 128, 33, TDM_DTYPE_F32, 4, 0, 4);
+    check_gemv(1, 136, 50, TDM_DTYPE_BF16, 1, 1, 4);
     check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 0, 0, 2);
     check_gemv(8, 1024, 301, TDM_DTYPE_BF16, 4, 0, 2);
     check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
