@@ -7,32 +7,19 @@
 # that, /admin/drain, and a clean exit on SIGTERM. TAP; python3 standard library only.
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${TDM_BUILDDIR:-.}
-BIN="$BUILD/tandem-worker"
-if [ ! -x "$BIN" ]; then
-    echo "1..0 # SKIP $BIN not built"
-    exit 0
-fi
-export TDM_API_BIN="$BIN" TDM_FIXTURES="$SRC/tests/fixtures"
+. "$SRC/tests/integration/tap-lib.sh"
+tap_need_exec "$BIN"
+export TDM_API_BIN="$BIN" TDM_FIXTURES="$SRC/tests/fixtures" \
+    TDM_TAPLIB="$SRC/tests/integration"
 exec python3 - <<'PY'
 import json, os, signal, socket, subprocess, sys, tempfile, time, urllib.request, urllib.error
 
 BIN = os.environ["TDM_API_BIN"]
 FX = os.environ["TDM_FIXTURES"]
 MODEL = "tiny-llama-gqa"
-n = failed = 0
-
-
-def ok(cond, msg, diag=None):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, msg))
-    if not cond:
-        failed += 1
-        for line in str(diag or "").splitlines()[:20]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.environ["TDM_TAPLIB"])
+from taplib import ok, done  # noqa: E402
 
 
 tmp = tempfile.mkdtemp(prefix="test-api-")
@@ -200,6 +187,5 @@ except subprocess.TimeoutExpired:
     rc = "hung"
 errlog.seek(0)
 ok(rc == 0, "worker exits 0 on SIGTERM (%s)" % rc, errlog.read()[-2000:])
-print("1..%d" % n)
-sys.exit(1 if failed else 0)
+done()
 PY

@@ -9,12 +9,8 @@
 # TAP; timing and checks by python3 (standard library only).
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${TDM_BUILDDIR:-.}
-BIN="$BUILD/tandem-worker"
-if [ ! -x "$BIN" ]; then
-    echo "1..0 # SKIP $BIN not built"
-    exit 0
-fi
+. "$SRC/tests/integration/tap-lib.sh"
+tap_need_exec "$BIN"
 export TDM_ONESHOT_BIN="$BIN" TDM_SRC="$SRC"
 exec python3 - <<'PY'
 import json, os, resource, subprocess, sys, time

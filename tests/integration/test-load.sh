@@ -9,7 +9,8 @@
 # The client is tests/integration/test-load (load subcommand).
 set -u
 B=${TDM_BUILDDIR:-.}
-S=${TDM_SRCDIR:-.}
+S=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$S/tests/integration/tap-lib.sh"
 W="$B/tandem-worker"
 L="$B/tests/integration/test-load"
 M="$S/tests/fixtures/models/tiny-llama3"
@@ -22,9 +23,6 @@ lp=""
 trap '[ -n "$lp" ] && kill -9 $lp 2>/dev/null; rm -rf "$T"' EXIT
 export TDM_CPU_THREADS=1
 echo "l0ad-t0ken" > "$T/token"
-n=0
-fail=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fail=1; fi; }
 kv() { sed -n "/^requests=/s/.* $1=\([^ ]*\).*/\1/p" "$2"; } # key file → value (summary line)
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 
@@ -78,5 +76,4 @@ for loop in overlap lockstep; do
     ok $rc "$loop: SIGTERM after the load: the group exits 0"
     [ $rc != 0 ] && sed 's/^/# /' "$T/log-$loop" | tail -20
 done
-echo "1..$n"
-exit $fail
+tap_done

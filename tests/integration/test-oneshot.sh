@@ -10,33 +10,18 @@
 # TAP; the checks are done by python3 (standard library only).
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BUILD=${TDM_BUILDDIR:-.}
-BIN="$BUILD/tandem-worker"
-if [ ! -x "$BIN" ]; then
-    echo "1..0 # SKIP $BIN not built"
-    exit 0
-fi
-export TDM_ONESHOT_BIN="$BIN" TDM_FIXTURES="$SRC/tests/fixtures"
+. "$SRC/tests/integration/tap-lib.sh"
+tap_need_exec "$BIN"
+export TDM_ONESHOT_BIN="$BIN" TDM_FIXTURES="$SRC/tests/fixtures" \
+    TDM_TAPLIB="$SRC/tests/integration"
 exec python3 - <<'PY'
 import json, os, subprocess, sys, tempfile, shutil
 
 BIN = os.environ["TDM_ONESHOT_BIN"]
 FX = os.environ["TDM_FIXTURES"]
-n = 0
-failed = 0
-
-
-def ok(cond, msg, diag=None):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, msg))
-    if not cond:
-        failed += 1
-        if diag:
-            for line in str(diag).splitlines()[:20]:
-                print("#   " + line)
-    sys.stdout.flush()
-    return cond
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.environ["TDM_TAPLIB"])
+from taplib import ok, done  # noqa: E402
 
 
 def run(args, timeout=300):
@@ -195,6 +180,5 @@ try:
 finally:
     shutil.rmtree(tmp)
 
-print("1..%d" % n)
-sys.exit(1 if failed else 0)
+done()
 PY
