@@ -73,6 +73,16 @@ static void is_error(const http_resp_t *r, int status, const char *code, const c
     json_decref(j);
 }
 
+/* One request, answered with this status and error object. */
+static void req_is_error(const char *method, const char *path, const char *extra, const char *body,
+                         int status, const char *code, const char *what)
+{
+    http_resp_t r;
+    http_do(port, method, path, extra, body, &r);
+    is_error(&r, status, code, what);
+    http_resp_free(&r);
+}
+
 static void test_routes(void)
 {
     int dup = 0, admin_ok = 1, open_ok = 1;
@@ -138,9 +148,7 @@ static void test_health(void)
     s0->rec.pending = 0;
     tdm_progress_write_end(s0);
 
-    http_do(port, "GET", "/ready", "", NULL, &r);
-    is_error(&r, 503, "not_loaded", "/ready before the model is loaded");
-    http_resp_free(&r);
+    req_is_error("GET", "/ready", "", NULL, 503, "not_loaded", "/ready before the model is loaded");
     atomic_store(&page->loaded, 1);
     http_do(port, "GET", "/ready", "", NULL, &r);
     ok(r.status == 200, "/ready 200 when loaded, healthy, not draining");
@@ -151,55 +159,41 @@ static void test_errors(void)
 {
     http_resp_t r;
     char buf[128];
-    http_do(port, "GET", "/nope", "", NULL, &r);
-    is_error(&r, 404, "not_found", "unknown route");
-    http_resp_free(&r);
+    req_is_error("GET", "/nope", "", NULL, 404, "not_found", "unknown route");
     http_do(port, "GET", "/generate", AUTH_KEY, NULL, &r);
     is_error(&r, 405, "method_not_allowed", "GET /generate");
     ok(http_header(&r, "allow", buf, sizeof(buf)) && strcmp(buf, "POST") == 0,
        "405 carries Allow: POST");
     http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[1,2", &r);
-    is_error(&r, 400, "invalid_json", "truncated JSON");
-    http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "[1,2,3]", &r);
-    is_error(&r, 400, "invalid_json", "a JSON array body");
-    http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "", &r);
-    is_error(&r, 400, "empty_body", "no body");
-    http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[]}", &r);
-    is_error(&r, 400, "invalid_request", "empty input_ids");
-    http_resp_free(&r);
+    req_is_error("POST", "/generate", AUTH_KEY, "{\"input_ids\":[1,2", 400, "invalid_json",
+                 "truncated JSON");
+    req_is_error("POST", "/generate", AUTH_KEY, "[1,2,3]", 400, "invalid_json",
+                 "a JSON array body");
+    req_is_error("POST", "/generate", AUTH_KEY, "", 400, "empty_body", "no body");
+    req_is_error("POST", "/generate", AUTH_KEY, "{\"input_ids\":[]}", 400, "invalid_request",
+                 "empty input_ids");
     http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[1,-3]}", &r);
     is_error(&r, 400, "invalid_request", "negative token id");
     ok(strstr(r.body, "input_ids[1]") != NULL, "the message names input_ids[1]");
     http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[1],\"bogus\":1}", &r);
-    is_error(&r, 400, "invalid_request", "unknown member");
-    http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[1],\"sampling\":{\"top_p\":1.5}}",
-            &r);
-    is_error(&r, 400, "invalid_request", "top_p out of range");
-    http_resp_free(&r);
+    req_is_error("POST", "/generate", AUTH_KEY, "{\"input_ids\":[1],\"bogus\":1}", 400,
+                 "invalid_request", "unknown member");
+    req_is_error("POST", "/generate", AUTH_KEY, "{\"input_ids\":[1],\"sampling\":{\"top_p\":1.5}}",
+                 400, "invalid_request", "top_p out of range");
     http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[999998]}", &r);
     is_error(&r, 429, "TDM_ERR_AGAIN", "queue full");
     ok(http_header(&r, "retry-after", buf, sizeof(buf)), "429 carries Retry-After");
     http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[999999]}", &r);
-    is_error(&r, 504, "TDM_ERR_TIMEOUT", "a request ending in ERROR(TIMEOUT)");
-    http_resp_free(&r);
+    req_is_error("POST", "/generate", AUTH_KEY, "{\"input_ids\":[999999]}", 504, "TDM_ERR_TIMEOUT",
+                 "a request ending in ERROR(TIMEOUT)");
 
     /* credentials */
-    http_do(port, "POST", "/generate", "", "{\"input_ids\":[1]}", &r);
-    is_error(&r, 401, "unauthorized", "/generate without the api key");
-    http_resp_free(&r);
-    http_do(port, "POST", "/admin/drain", "Authorization: Bearer s3cret-admim\r\n", "", &r);
-    is_error(&r, 401, "unauthorized", "/admin with a wrong token");
-    http_resp_free(&r);
-    http_do(port, "POST", "/admin/drain", AUTH_KEY, "", &r);
-    is_error(&r, 401, "unauthorized", "/admin with the api key instead of the admin token");
-    http_resp_free(&r);
+    req_is_error("POST", "/generate", "", "{\"input_ids\":[1]}", 401, "unauthorized",
+                 "/generate without the api key");
+    req_is_error("POST", "/admin/drain", "Authorization: Bearer s3cret-admim\r\n", "", 401,
+                 "unauthorized", "/admin with a wrong token");
+    req_is_error("POST", "/admin/drain", AUTH_KEY, "", 401, "unauthorized",
+                 "/admin with the api key instead of the admin token");
 
     /* body limit: ours answers in JSON just over it; h2o's own limit is far above */
     size_t lim = 4096;
@@ -207,9 +201,8 @@ static void test_errors(void)
     int n = snprintf(big, 64, "{\"input_ids\":[1],\"pad\":\"");
     memset(big + n, 'x', lim);
     strcpy(big + n + lim, "\"}");
-    http_do(port, "POST", "/generate", AUTH_KEY, big, &r);
-    is_error(&r, 413, "body_too_large", "body just over --max-request-bytes");
-    http_resp_free(&r);
+    req_is_error("POST", "/generate", AUTH_KEY, big, 413, "body_too_large",
+                 "body just over --max-request-bytes");
     memset(big + n, 'x', 3 * lim);
     strcpy(big + n + 3 * lim, "\"}");
     http_do(port, "POST", "/generate", AUTH_KEY, big, &r);
@@ -341,15 +334,12 @@ static void test_admin(void)
     ok(r.status == 200 && atomic_load(&api->health_timeout_us) == 500000,
        "POST /admin/config changes health_progress_timeout at run time");
     http_resp_free(&r);
-    http_do(port, "POST", "/admin/config", AUTH_ADMIN, "{\"disable_overlap_schedule\":true}", &r);
-    is_error(&r, 409, "restart_required", "overlap is restart-time");
-    http_resp_free(&r);
-    http_do(port, "POST", "/admin/config", AUTH_ADMIN, "{\"no_such\":1}", &r);
-    is_error(&r, 400, "unknown_key", "unknown tunable");
-    http_resp_free(&r);
-    http_do(port, "POST", "/admin/config", AUTH_ADMIN, "{\"health_progress_timeout\":-1}", &r);
-    is_error(&r, 400, "invalid_value", "timeout out of range");
-    http_resp_free(&r);
+    req_is_error("POST", "/admin/config", AUTH_ADMIN, "{\"disable_overlap_schedule\":true}", 409,
+                 "restart_required", "overlap is restart-time");
+    req_is_error("POST", "/admin/config", AUTH_ADMIN, "{\"no_such\":1}", 400, "unknown_key",
+                 "unknown tunable");
+    req_is_error("POST", "/admin/config", AUTH_ADMIN, "{\"health_progress_timeout\":-1}", 400,
+                 "invalid_value", "timeout out of range");
     http_do(port, "POST", "/admin/config", AUTH_ADMIN, "{\"health_progress_timeout\":3}", &r);
     http_resp_free(&r);
 
@@ -367,20 +357,15 @@ static void test_admin(void)
     ok(r.status == 200 && strcmp(last_fault.thread, "reporter") == 0 && last_fault.count == 1,
        "kill_thread{thread} parsed, count defaults to 1");
     http_resp_free(&r);
-    http_do(port, "POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"melt\",\"rank\":0}", &r);
-    is_error(&r, 400, "invalid_fault", "unknown fault point");
-    http_resp_free(&r);
-    http_do(port, "POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"stall_loop\",\"rank\":2}", &r);
-    is_error(&r, 400, "invalid_fault", "rank beyond the group");
-    http_resp_free(&r);
-    http_do(port, "POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"flip_kv_bits\",\"rank\":0}",
-            &r);
-    is_error(&r, 501, "TDM_ERR_UNSUPPORTED", "fault table refuses");
-    http_resp_free(&r);
+    req_is_error("POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"melt\",\"rank\":0}", 400,
+                 "invalid_fault", "unknown fault point");
+    req_is_error("POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"stall_loop\",\"rank\":2}", 400,
+                 "invalid_fault", "rank beyond the group");
+    req_is_error("POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"flip_kv_bits\",\"rank\":0}", 501,
+                 "TDM_ERR_UNSUPPORTED", "fault table refuses");
     ((tdm_worker_config_t *)api->o.cfg)->enable_fault_injection = 0;
-    http_do(port, "POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"stall_loop\",\"rank\":0}", &r);
-    is_error(&r, 403, "faults_disabled", "faults without --enable-fault-injection");
-    http_resp_free(&r);
+    req_is_error("POST", "/admin/faults", AUTH_ADMIN, "{\"name\":\"stall_loop\",\"rank\":0}", 403,
+                 "faults_disabled", "faults without --enable-fault-injection");
     ok(faults_armed == 2, "refused faults were not armed");
 }
 
@@ -462,15 +447,12 @@ static void test_drain(void)
        "POST /admin/drain drains the scheduler and marks the page");
     json_decref(j);
     http_resp_free(&r);
-    http_do(port, "GET", "/ready", "", NULL, &r);
-    is_error(&r, 503, "draining", "/ready while draining");
-    http_resp_free(&r);
+    req_is_error("GET", "/ready", "", NULL, 503, "draining", "/ready while draining");
     http_do(port, "GET", "/health", "", NULL, &r);
     ok(r.status == 200, "/health stays 200 while draining");
     http_resp_free(&r);
-    http_do(port, "POST", "/generate", AUTH_KEY, "{\"input_ids\":[1]}", &r);
-    is_error(&r, 503, "TDM_ERR_BUSY", "/generate while draining");
-    http_resp_free(&r);
+    req_is_error("POST", "/generate", AUTH_KEY, "{\"input_ids\":[1]}", 503, "TDM_ERR_BUSY",
+                 "/generate while draining");
 }
 
 static void test_heartbeat(void)
