@@ -47,6 +47,13 @@ for r in 0 1; do
         -d "{\"v\":1,\"worker\":\"w0\",\"group\":\"demo-decode\",\"role\":\"decode\",\"instance_id\":\"00000000000000ab\",\"rank\":$r,\"seq\":1,\"samples\":[{\"ts_us\":$now,\"iter\":812,\"path\":\"batch\",\"plan_hash\":\"00000000000000ab\",\"coll_seq\":40,\"coll_hash\":\"0000000000000abc\",\"in_coll\":$ic,\"bs\":2,\"waiting\":1,\"running\":2}],\"events\":[]}" \
         "http://127.0.0.1:$port/api/v1/telemetry"
 done
+# WORKER_LOST opens after the ranks' silence passes the detector's window (real time); wait for
+# tandemd to list it before the browser starts, so what the page shows does not race the clock
+# (Chromium's virtual time budget runs the page's timers, not tandemd's detectors).
+i=0
+until curl -s -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/v1/alerts?source=live" |
+    grep -q WORKER_LOST || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
+echo "# WORKER_LOST listed by tandemd after $((i / 10)).$((i % 10)) s of polling"
 timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage \
     --user-data-dir="$tmp/chrome" --virtual-time-budget=4000 --dump-dom \
