@@ -1,0 +1,371 @@
+/*
+ * test-xfer-cuda.c — the GPU side of the PD transfer (dataplane/xfer/cuda_ipc.h,
+ * kernels/cuda/xfer_ops.h) against the CPU:
+ *  - XXH64 on the GPU == libxxhash's (tdm_hash_xxh64) for every length 0..300 and larger ones,
+ *    at every misalignment 0..7 and several seeds;
+ *  - per-page checksums of a device pool == xfer_page_sum (checksum.c) of the same bytes on the
+ *    host, for bf16 and fp8 layouts (fp8 at page size 3: 24-byte scale segments, the
+ *    short-input path of XXH64), and a one-byte flip on the device changes exactly that page's
+ * checksum and flipping it back restores it;
+ *  - CUDA IPC across two processes: a child (forked before either touches CUDA) owns a "decode"
+ *    pool and exports its record; the parent opens it, copies pages (runs and scattered) device
+ *    to device (runs of pages coalesced), fences, and the child's checksums over its own pool equal
+ * the parent's CPU ones for the destinations while a page not written stays zero;
+ *  - malformed records are refused naming the field.
+ * Without a device it skips with the reason.
+ */
+#include "config.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include <tdm/hash.h>
+#include <tdm/kv.h>
+#include <tdm/model.h>
+
+#include "dataplane/xfer/xfer_int.h"
+#include "kernels/cuda/xfer_ops.h"
+#include "tap.h"
+
+#define NPAGES 40u
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(next_rand() >> 24);
+}
+
+static int make_layout(tdm_dtype_t dt, uint32_t page_size, tdm_kv_layout_t *l)
+{
+    tdm_model_config_t mc;
+    memset(&mc, 0, sizeof(mc));
+    mc.num_layers = 3;
+    mc.num_kv_heads = 2;
+    mc.head_dim = 64;
+    return tdm_kv_layout_init(&mc, dt, page_size, 1, 0, l) == TDM_OK ? 0 : -1;
+}
+
+/* A device pool (cudaMalloc) laid out by l; *ret_dev describes it with a device base. */
+static int dev_pool(const tdm_kv_layout_t *l, uint32_t num_pages, const tdm_kv_buffers_t *host,
+                    tdm_kv_buffers_t *ret_dev, uint64_t *ret_bytes)
+{
+    uint64_t bytes;
+    void *d = NULL;
+    if (tdm_kv_layout_pool_bytes(l, num_pages, &bytes) != TDM_OK ||
+        cudaMalloc(&d, bytes) != cudaSuccess)
+        return -1;
+    if ((host ? cudaMemcpy(d, host->base, bytes, cudaMemcpyHostToDevice)
+              : cudaMemset(d, 0, bytes)) != cudaSuccess)
+        return -1;
+    if (host) {
+        *ret_dev = *host;
+    } else {
+        tdm_kv_pool_t *p = NULL;
+        if (tdm_kv_pool_init_pages(l, num_pages, &p) != TDM_OK)
+            return -1;
+        *ret_dev = *tdm_kv_pool_buffers(p); /* offsets only; the layout pointer is l's copy */
+        ret_dev->layout = l;
+        tdm_kv_pool_free(p);
+    }
+    ret_dev->base = d;
+    *ret_bytes = bytes;
+    return 0;
+}
+
+static void test_xxh64(void)
+{
+    uint8_t buf[5000];
+    const size_t lens[] = {1000, 1024, 4095, 4096, 4097, 5000};
+    int bad = 0, tried = 0;
+    fill_random(buf, sizeof(buf));
+    for (size_t len = 0; len <= 300 && bad < 3; len++)
+        for (size_t mis = 0; mis < 8; mis++) {
+            uint64_t seed = len % 3 == 0 ? 0 : next_rand(), g = 0;
+            tried++;
+            if (tdm_cuda_xxh64_host(buf + mis, len, mis, seed, &g) != TDM_OK ||
+                g != tdm_hash_xxh64(buf + mis, len, seed)) {
+                if (bad++ < 3)
+                    diag("xxh64 differs: len %zu misalign %zu", len, mis);
+            }
+        }
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+        for (size_t mis = 0; mis < 8; mis += 3) {
+            uint64_t g = 0;
+            tried++;
+            if (tdm_cuda_xxh64_host(buf, lens[i], mis, 0, &g) != TDM_OK ||
+                g != tdm_hash_xxh64(buf, lens[i], 0))
+                bad++;
+        }
+    ok(bad == 0,
+       "GPU XXH64 == libxxhash on %d inputs (lengths 0..300 and 1000..5000, "
+       "misalignment 0..7, random seeds)",
+       tried);
+}
+
+static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
+{
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *hp = NULL;
+    tdm_kv_buffers_t db;
+    uint64_t bytes, cpu[NPAGES], gpu[NPAGES], again[NPAGES];
+    uint32_t pages[NPAGES];
+    if (make_layout(dt, page_size, &l) != 0 || tdm_kv_pool_init(&l, NPAGES, &hp) != TDM_OK) {
+        ok(0, "%s layout at page %u", tdm_dtype_name(dt), page_size);
+        return;
+    }
+    const tdm_kv_buffers_t *hb = tdm_kv_pool_buffers(hp);
+    uint64_t pool_bytes;
+    tdm_kv_layout_pool_bytes(&l, NPAGES, &pool_bytes);
+    fill_random(hb->base, pool_bytes);
+    if (dev_pool(&l, NPAGES, hb, &db, &bytes) != 0) {
+        ok(0, "device pool");
+        tdm_kv_pool_free(hp);
+        return;
+    }
+    for (uint32_t i = 0; i < NPAGES; i++) {
+        pages[i] = (i * 7u) % NPAGES; /* every page, out of order */
+        cpu[i] = xfer_page_sum(hb, pages[i]);
+    }
+    tdm_status_t st = xfer_cuda_page_sums(c, &db, pages, NPAGES, gpu);
+    ok(st == TDM_OK && memcmp(cpu, gpu, sizeof(cpu)) == 0,
+       "%s page %u (%u sub-buffers, strides %llu/%llu): GPU page checksums == xfer_page_sum on "
+       "%u pages",
+       tdm_dtype_name(dt), page_size, l.n_sub, (unsigned long long)l.sub[0].page_stride,
+       (unsigned long long)l.sub[l.n_sub - 1].page_stride, NPAGES);
+    /* flip one byte of page pages[5]'s last layer V */
+    uint8_t *p = tdm_kv_slot(&db, l.num_layers - 1, TDM_KV_SUB_V, pages[5], page_size - 1) + 1;
+    st = xfer_cuda_flip(c, p, 0x40);
+    tdm_status_t st2 = xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
+    int only5 = st == TDM_OK && st2 == TDM_OK;
+    for (uint32_t i = 0; i < NPAGES && only5; i++)
+        if ((again[i] != cpu[i]) != (i == 5))
+            only5 = 0;
+    ok(only5, "%s: a flipped device byte changes exactly its page's checksum", tdm_dtype_name(dt));
+    st = xfer_cuda_flip(c, p, 0x40);
+    st2 = xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
+    ok(st == TDM_OK && st2 == TDM_OK && memcmp(cpu, again, sizeof(cpu)) == 0,
+       "%s: flipped back, the checksums are the CPU's again", tdm_dtype_name(dt));
+    cudaFree(db.base);
+    tdm_kv_pool_free(hp);
+}
+
+static void test_record_check(xfer_cuda_t *c)
+{
+    tdm_kv_layout_t l;
+    tdm_kv_buffers_t db;
+    uint64_t bytes;
+    uint8_t rec[XFER_CUDA_REC_BYTES], bad[XFER_CUDA_REC_BYTES];
+    char why[128] = "";
+    if (make_layout(TDM_DTYPE_BF16, 16, &l) != 0 || dev_pool(&l, 8, NULL, &db, &bytes) != 0) {
+        ok(0, "record pool");
+        return;
+    }
+    ok(xfer_cuda_export(c, &db, rec) == TDM_OK &&
+           xfer_cuda_record_check(rec, sizeof(rec), bytes, why, sizeof(why)) == 0,
+       "exported record passes the check");
+    memcpy(bad, rec, sizeof(bad));
+    bad[0] ^= 1;
+    ok(xfer_cuda_record_check(bad, sizeof(bad), bytes, why, sizeof(why)) == 1 &&
+           strstr(why, "magic"),
+       "bad magic refused: '%s'", why);
+    memcpy(bad, rec, sizeof(bad));
+    bad[4] = 2;
+    ok(xfer_cuda_record_check(bad, sizeof(bad), bytes, why, sizeof(why)) == 1 &&
+           strstr(why, "version"),
+       "version 2 refused: '%s'", why);
+    ok(xfer_cuda_record_check(rec, sizeof(rec) - 1, bytes, why, sizeof(why)) == 1 &&
+           strstr(why, "length"),
+       "short record refused: '%s'", why);
+    ok(xfer_cuda_record_check(rec, sizeof(rec), bytes + 4096, why, sizeof(why)) == 1 &&
+           strstr(why, "pool_bytes"),
+       "pool_bytes disagreeing with the layout refused: '%s'", why);
+    cudaFree(db.base);
+}
+
+/* ---- two processes ---- */
+
+static int rd_all(int fd, void *p, size_t n)
+{
+    for (size_t o = 0; o < n;) {
+        ssize_t r = read(fd, (uint8_t *)p + o, n - o);
+        if (r <= 0)
+            return -1;
+        o += (size_t)r;
+    }
+    return 0;
+}
+
+static int wr_all(int fd, const void *p, size_t n)
+{
+    for (size_t o = 0; o < n;) {
+        ssize_t w = write(fd, (const uint8_t *)p + o, n - o);
+        if (w <= 0)
+            return -1;
+        o += (size_t)w;
+    }
+    return 0;
+}
+
+#define DEC_PAGES 64u
+#define N_COPY 12u
+
+/* The decode side: a zeroed pool, its record out, then checksums of the pages it is told. */
+static int child_main(int rfd, int wfd)
+{
+    int n = 0;
+    uint8_t ok_b = 0;
+    tdm_kv_layout_t l;
+    tdm_kv_buffers_t db;
+    uint64_t bytes;
+    xfer_cuda_t *c = NULL;
+    uint8_t rec[XFER_CUDA_REC_BYTES];
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || make_layout(TDM_DTYPE_BF16, 16, &l) ||
+        dev_pool(&l, DEC_PAGES, NULL, &db, &bytes) || xfer_cuda_init(1, &c) != TDM_OK ||
+        xfer_cuda_export(c, &db, rec) != TDM_OK) {
+        wr_all(wfd, &ok_b, 1);
+        return 0;
+    }
+    ok_b = 1;
+    if (wr_all(wfd, &ok_b, 1) || wr_all(wfd, rec, sizeof(rec)))
+        return 1;
+    uint32_t pages[N_COPY + 1];
+    uint64_t sums[N_COPY + 1];
+    if (rd_all(rfd, pages, sizeof(pages)))
+        return 1;
+    if (xfer_cuda_page_sums(c, &db, pages, N_COPY + 1, sums) != TDM_OK)
+        memset(sums, 0, sizeof(sums));
+    if (wr_all(wfd, sums, sizeof(sums)))
+        return 1;
+    rd_all(rfd, &ok_b, 1); /* the parent closed its mapping */
+    xfer_cuda_free(c);
+    cudaFree(db.base);
+    return 0;
+}
+
+static void test_ipc(int rfd, int wfd)
+{
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *hp = NULL;
+    tdm_kv_buffers_t sb;
+    uint64_t bytes, rbytes;
+    uint8_t rec[XFER_CUDA_REC_BYTES], one = 1;
+    xfer_cuda_t *c = NULL;
+    /* sources: a run of 5 onto a run, then scattered; the last page id is never written */
+    const uint32_t src[N_COPY] = {3, 4, 5, 6, 7, 20, 9, 31, 0, 15, 16, 2};
+    const uint32_t dst[N_COPY + 1] = {10, 11, 12, 13, 14, 40, 2, 63, 1, 50, 51, 30, 33};
+    if (rd_all(rfd, rec, sizeof(rec)) || make_layout(TDM_DTYPE_BF16, 16, &l) ||
+        tdm_kv_pool_init(&l, NPAGES, &hp) != TDM_OK || xfer_cuda_init(1, &c) != TDM_OK) {
+        ok(0, "IPC setup");
+        return;
+    }
+    const tdm_kv_buffers_t *hb = tdm_kv_pool_buffers(hp);
+    tdm_kv_layout_pool_bytes(&l, NPAGES, &bytes);
+    fill_random(hb->base, bytes);
+    if (dev_pool(&l, NPAGES, hb, &sb, &bytes) != 0) {
+        ok(0, "source pool");
+        return;
+    }
+    tdm_kv_layout_pool_bytes(&l, DEC_PAGES, &rbytes);
+    ok(xfer_cuda_record_check(rec, sizeof(rec), rbytes, NULL, 0) == 0,
+       "the other process's record checks for its %u pages", DEC_PAGES);
+    tdm_status_t st = xfer_cuda_open(c, 0, rec, sizeof(rec), DEC_PAGES);
+    ok(st == TDM_OK, "cudaIpcOpenMemHandle of the other process's pool: %s", tdm_status_str(st));
+    uint64_t moved = 0, copies = 0;
+    uint32_t far[1] = {DEC_PAGES};
+    ok(xfer_cuda_copy(c, 0, &sb, src, far, 1, &moved, &copies) == TDM_ERR_RANGE && moved == 0,
+       "a destination page past decode's pool is refused before any copy");
+    st = xfer_cuda_copy(c, 0, &sb, src, dst, N_COPY, &moved, &copies);
+    /* per (layer, sub) 7 runs: 3..7 → 10..14 and 15..16 → 50..51 coalesce, 5 single pages */
+    ok(st == TDM_OK && copies == (uint64_t)l.num_layers * l.n_sub * 7 &&
+           moved == (uint64_t)N_COPY * l.num_layers * (l.sub[0].page_stride + l.sub[1].page_stride),
+       "copies queued: %llu (runs coalesced), %llu bytes", (unsigned long long)copies,
+       (unsigned long long)moved);
+    void *ev = NULL;
+    int done = -2;
+    if (xfer_cuda_fence(c, -1, &ev) == TDM_OK)
+        for (int spin = 0; spin < 100000 && (done = xfer_cuda_fence_poll(c, ev)) == 0; spin++)
+            usleep(100);
+    ok(done == 1, "the fence event completes");
+    xfer_cuda_fence_free(c, ev);
+    uint64_t want[N_COPY + 1], got[N_COPY + 1];
+    for (uint32_t i = 0; i < N_COPY; i++)
+        want[i] = xfer_page_sum(hb, src[i]);
+    {
+        /* a zero page's checksum */
+        uint8_t *save = malloc(bytes);
+        memcpy(save, hb->base, bytes);
+        memset(hb->base, 0, bytes);
+        want[N_COPY] = xfer_page_sum(hb, 0);
+        memcpy(hb->base, save, bytes);
+        free(save);
+    }
+    int io = wr_all(wfd, dst, sizeof(dst)) || rd_all(rfd, got, sizeof(got));
+    ok(!io && memcmp(want, got, sizeof(uint64_t) * N_COPY) == 0,
+       "the other process's GPU checksums of the %u destination pages == the CPU's of the sources",
+       N_COPY);
+    ok(!io && got[N_COPY] == want[N_COPY], "a page not written stays zero");
+    xfer_cuda_close(c, 0);
+    wr_all(wfd, &one, 1);
+    xfer_cuda_free(c);
+    cudaFree(sb.base);
+    tdm_kv_pool_free(hp);
+}
+
+int main(void)
+{
+    int p2c[2], c2p[2];
+    uint8_t have = 0;
+    if (pipe(p2c) || pipe(c2p)) {
+        printf("Bail out! pipe\n");
+        return 1;
+    }
+    pid_t pid = fork(); /* before either process touches CUDA */
+    if (pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        _exit(child_main(p2c[0], c2p[1]));
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+    if (pid < 0 || rd_all(c2p[0], &have, 1) || !have) {
+        if (pid > 0)
+            waitpid(pid, NULL, 0);
+        skip_all("no CUDA device (or the device pool could not be exported)");
+    }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        skip_all("built for sm_90a only");
+    }
+    xfer_cuda_t *c = NULL;
+    tdm_status_t st = xfer_cuda_init(1, &c);
+    ok(st == TDM_OK, "context on %s", prop.name);
+    if (st == TDM_OK) {
+        test_xxh64();
+        test_page_sums(c, TDM_DTYPE_BF16, 16);
+        test_page_sums(c, TDM_DTYPE_FP8_E4M3, 3);
+        test_record_check(c);
+        xfer_cuda_free(c);
+    }
+    test_ipc(c2p[0], p2c[1]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the decode process exited cleanly");
+    return done_testing();
+}
