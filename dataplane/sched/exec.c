@@ -215,6 +215,16 @@ uint64_t tdm_exec_kv_bytes(const tdm_exec_t *x)
     return b;
 }
 
+const tdm_kv_buffers_t *tdm_exec_kv_device(const tdm_exec_t *x)
+{
+#ifdef TDM_HAVE_CUDA_RT
+    if (x->cuda)
+        return tdm_exec_cuda_kv(x->cuda);
+#endif
+    (void)x;
+    return NULL;
+}
+
 const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x)
 {
     return &x->cfg;

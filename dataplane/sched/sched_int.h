@@ -134,6 +134,9 @@ void tdm_exec_free(tdm_exec_t *x);
 tdm_kv_pool_t *tdm_exec_pool(tdm_exec_t *x);
 uint64_t tdm_exec_weight_bytes(const tdm_exec_t *x);
 uint64_t tdm_exec_kv_bytes(const tdm_exec_t *x);
+/* --device cuda: the KV pool's device memory (base = the cudaMalloc; same layout and page count
+ * as tdm_exec_pool's page ids), what the PD transfer engine moves by CUDA IPC; NULL otherwise. */
+const tdm_kv_buffers_t *tdm_exec_kv_device(const tdm_exec_t *x);
 const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x);
 /* Rank 0: send the plan and run it; results in it->results. */
 tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it);

@@ -557,6 +557,11 @@ static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
     xc.instance_id = w->page->group_id;
     xc.n_ranks = w->tp;
     xc.kv[0] = tdm_kv_pool_buffers(tdm_exec_pool(w->x));
+    if (tdm_exec_kv_device(w->x)) {
+        /* --device cuda (tp 1): the pages live in the GPU pool, moved by CUDA IPC */
+        xc.kv[0] = tdm_exec_kv_device(w->x);
+        xc.kv_cuda = 1;
+    }
     if (w->tp > 1) {
         tdm_status_t st = pd_map_peers(w, err, err_len);
         if (st != TDM_OK)
@@ -650,14 +655,16 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
         fprintf(stderr, "tandem-worker: --device cuda runs --tp-size 1 only in this build\n");
         return 2;
     }
+#ifndef TDM_HAVE_CUDA_RT
     if (on_cuda && strcmp(cfg->disaggregation_mode, "null") != 0) {
-        /* the transfer engine moves host KV pages; GPU KV needs CUDA IPC (not built) */
+        /* GPU KV moves by CUDA IPC (dataplane/xfer/cuda_ipc.c), built only with the runtime */
         fprintf(stderr,
-                "tandem-worker: --disaggregation-mode %s runs on --device cpu only in "
-                "this build (KV transfer from GPU memory is not built)\n",
+                "tandem-worker: --disaggregation-mode %s with --device cuda needs the CUDA "
+                "runtime (KV transfer by CUDA IPC); this build has none\n",
                 cfg->disaggregation_mode);
         return 2;
     }
+#endif
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);

@@ -32,16 +32,19 @@ tdm_status_t xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t
     for (uint32_t i = 0; i < x->n_ranks; i++) {
         xfer_ucx_t *u = &x->ucx[i];
         tdm_frame_rank_t *r = &f->ranks[i];
-        size_t n = 4 + u->kv_rkey_len + u->aux_rkey_len;
+        /* the kv part: UCX's packed rkey, or the CUDA IPC record of a device pool */
+        const void *kv_part = x->cuda ? (const void *)x->cuda_rec[i] : u->kv_rkey;
+        size_t kv_len = x->cuda ? XFER_CUDA_REC_BYTES : u->kv_rkey_len;
+        size_t n = 4 + kv_len + u->aux_rkey_len;
         uint64_t pool_bytes;
         tdm_kv_layout_pool_bytes(x->cfg.kv[i]->layout, x->cfg.kv[i]->num_pages, &pool_bytes);
         blobs[i] = tdm_malloc(n);
         for (int b = 0; b < 4; b++)
-            blobs[i][b] = (uint8_t)(u->kv_rkey_len >> (8 * b));
-        memcpy(blobs[i] + 4, u->kv_rkey, u->kv_rkey_len);
-        memcpy(blobs[i] + 4 + u->kv_rkey_len, u->aux_rkey, u->aux_rkey_len);
+            blobs[i][b] = (uint8_t)(kv_len >> (8 * b));
+        memcpy(blobs[i] + 4, kv_part, kv_len);
+        memcpy(blobs[i] + 4 + kv_len, u->aux_rkey, u->aux_rkey_len);
         r->rank = (uint16_t)i;
-        r->mem_kind = TDM_XFER_MEM_HOST;
+        r->mem_kind = x->cuda ? TDM_XFER_MEM_CUDA_IPC : TDM_XFER_MEM_HOST;
         r->base_addr = (uint64_t)(uintptr_t)x->cfg.kv[i]->base;
         r->pool_bytes = pool_bytes;
         r->aux_addr = (uint64_t)(uintptr_t)x->aux[i];
@@ -299,15 +302,22 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
             bad_sum = 1;
             snprintf(why, sizeof(why), "no checksums in STATUS");
         }
-        for (uint32_t rank = 0; rank < x->n_ranks && !bad_sum; rank++)
+        uint64_t *mine = tdm_calloc(r->n_pages ? r->n_pages : 1, sizeof(uint64_t));
+        for (uint32_t rank = 0; rank < x->n_ranks && !bad_sum; rank++) {
+            if (xfer_kv_sums(x, rank, r->pages, r->n_pages, mine) != TDM_OK) {
+                bad_sum = 1;
+                snprintf(why, sizeof(why), "checksums of rank %u not computed", rank);
+                break;
+            }
             for (uint32_t i = 0; i < r->n_pages; i++)
-                if (xfer_page_sum(x->cfg.kv[rank], r->pages[i]) !=
-                    r->sums[(size_t)rank * r->n_pages + i]) {
+                if (mine[i] != r->sums[(size_t)rank * r->n_pages + i]) {
                     bad_sum = 1;
                     snprintf(why, sizeof(why), "checksum mismatch: rank %u chunk %u (page %u)",
                              rank, i, r->pages[i]);
                     break;
                 }
+        }
+        free(mine);
     }
     if (!x->cfg.disable_checksums) {
         uint64_t dt = tdm_time_mono_ns() - t0;
@@ -395,7 +405,7 @@ void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
         uint32_t n_elem = l->sub[sub].bytes_per_token / (uint32_t)(esz ? esz : 1);
         uint32_t elem = (uint32_t)((v >> 41) % (n_elem ? n_elem : 1));
         uint8_t *p = tdm_kv_slot(kv, layer, sub, r->pages[tok / x->page_size], tok % x->page_size);
-        p[(size_t)elem * esz + esz - 1] ^= 0x40;
+        xfer_kv_flip_byte(x, p + (size_t)elem * esz + esz - 1, 0x40); /* host or device */
     }
     tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: %u value(s) of room %016llx flipped", n,
              (unsigned long long)r->room);

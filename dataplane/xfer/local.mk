@@ -6,11 +6,30 @@ libtdmxfer_a_SOURCES = \
 	dataplane/xfer/prefill.c \
 	dataplane/xfer/decode.c \
 	dataplane/xfer/ucx.c \
-	dataplane/xfer/checksum.c
-noinst_HEADERS += dataplane/xfer/room.h dataplane/xfer/xfer_int.h include/tdm/xfer.h
+	dataplane/xfer/checksum.c \
+	dataplane/xfer/kvmem.c
+noinst_HEADERS += dataplane/xfer/room.h dataplane/xfer/xfer_int.h include/tdm/xfer.h \
+	dataplane/xfer/cuda_ipc.h kernels/cuda/xfer_ops.h
 libtdmxfer_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
 # what a program that runs the engine links (the KV pool comes from libtdmkv)
 XFER_LIBS = libtdmxfer.a libtdmkv.a libtdmtp.a $(UCX_LIBS) $(COMMON_LIBS)
+# GPU KV pools (cfg.kv_cuda) move by CUDA IPC: the mover and its checksum kernel are built only
+# with a linkable CUDA runtime; without one the engine refuses a device pool (cuda_ipc.h).
+EXTRA_DIST += kernels/cuda/xfer_ops.cu
+if HAVE_CUDA_RT
+libtdmxfer_a_SOURCES += dataplane/xfer/cuda_ipc.c kernels/cuda/xfer_ops.cu
+libtdmxfer_a_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1 $(CUDA_CFLAGS)
+XFER_LIBS += $(CUDA_LIBS) -lstdc++
+# GPU tests (skip without a device): the hash kernel vs the CPU, CUDA IPC across two processes;
+# PD between two --device cuda workers on one GPU.
+check_PROGRAMS += tests/gpu/test-xfer-cuda
+TESTS += tests/gpu/test-xfer-cuda tests/gpu/test-pd-cuda.sh
+tests_gpu_test_xfer_cuda_SOURCES = tests/gpu/test-xfer-cuda.c
+tests_gpu_test_xfer_cuda_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS) $(CUDA_CFLAGS) \
+	-DTDM_HAVE_CUDA_RT=1
+tests_gpu_test_xfer_cuda_LDADD = $(XFER_LIBS)
+endif
+EXTRA_DIST += tests/gpu/test-pd-cuda.sh
 
 check_PROGRAMS += tests/unit/test-xfer-room
 TESTS += tests/unit/test-xfer-room

@@ -57,9 +57,11 @@ int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, ch
             snprintf(why, why_len, "rank %u: rank %u (ranks must be listed in order)", i, r->rank);
             return 1;
         }
-        if (r->mem_kind != TDM_XFER_MEM_HOST) {
-            snprintf(why, why_len, "rank %u: mem_kind %s not supported (host memory only)", i,
-                     mem_kind_name(r->mem_kind));
+        const uint16_t own = x->cuda ? TDM_XFER_MEM_CUDA_IPC : TDM_XFER_MEM_HOST;
+        if (r->mem_kind != own) {
+            snprintf(why, why_len, "rank %u: mem_kind %s != %s (prefill's KV is %s)", i,
+                     mem_kind_name(r->mem_kind), mem_kind_name(own),
+                     own == TDM_XFER_MEM_HOST ? "in host memory" : "on the GPU");
             return 1;
         }
         if (r->worker_addr.len == 0) {
@@ -68,6 +70,10 @@ int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, ch
         }
         if (r->rkey.len < 4 || kv_len == 0 || (uint64_t)kv_len + 4 >= r->rkey.len) {
             snprintf(why, why_len, "rank %u: rkey blob malformed", i);
+            return 1;
+        }
+        if (x->cuda && xfer_cuda_record_check(r->rkey.data + 4, kv_len, expect, w, sizeof(w))) {
+            snprintf(why, why_len, "rank %u: %s", i, w);
             return 1;
         }
         if (r->pool_bytes != expect) {

@@ -41,8 +41,13 @@
  * otherwise. Without UCX error handling a dead peer is found by the channel (EOF or 3 s of
  * silence): its rooms become FAILED and decode pages stay quarantined as with PEER.
  *
- * Memory kinds: REGISTER carries a mem_kind per rank (0 host/UCX rkey, 1 CUDA IPC handle); this
- * version moves host memory over UCX and refuses mem_kind 1 by name.
+ * Memory kinds: REGISTER carries a mem_kind per rank (0 host/UCX rkey, 1 CUDA IPC handle). Host
+ * pools move over UCX. Device pools (cfg.kv_cuda, same host only) move by CUDA IPC: decode sends
+ * its pool's cudaIpcMemHandle_t record in the kv part of the rkey blob, prefill opens it and
+ * copies device to device on its own stream; the room is delivered (STATUS SUCCESS, ABORT_ACK)
+ * only after the event recorded behind its copies completed, and the UCX flush of its aux slot
+ * (the aux region stays in host memory). Checksums are computed on the GPU, equal to the CPU's.
+ * A mem_kind that differs from prefill's own is refused by name.
  *
  * Threads: each engine runs a bootstrap thread (listen/connect, REGISTER, heartbeats, timeouts;
  * TDM_HB_BOOTSTRAP), a receive thread (frames of the registered channel; TDM_HB_RECV) and a
@@ -73,7 +78,7 @@ typedef enum tdm_xfer_role {
 /* REGISTER's per-rank memory kind. */
 typedef enum tdm_xfer_mem_kind {
     TDM_XFER_MEM_HOST = 0,     /* UCX rkey of host memory */
-    TDM_XFER_MEM_CUDA_IPC = 1, /* cudaIpcMemHandle_t of a device pool (later) */
+    TDM_XFER_MEM_CUDA_IPC = 1, /* cudaIpcMemHandle_t record of a device pool (cfg.kv_cuda) */
     TDM_XFER_MEM_KIND_MAX
 } tdm_xfer_mem_kind_t;
 
@@ -140,6 +145,11 @@ typedef struct tdm_xfer_cfg {
     int ucx_alloc;
     const tdm_kv_layout_t *kv_layout[TDM_XFER_RANKS_MAX];
     uint32_t kv_num_pages;
+    /* kv[r]->base is device memory (one cudaMalloc per rank, on the calling thread's current
+     * device) moved by CUDA IPC (mem_kind 1; dataplane/xfer/cuda_ipc.h): both groups must agree,
+     * prefill refuses a registration whose mem_kind differs from its own naming it. Needs a
+     * build with the CUDA runtime (else TDM_ERR_UNSUPPORTED); not with ucx_alloc. */
+    int kv_cuda;
     tdm_xfer_err_mode_t ep_err_mode; /* prefill; default AUTO */
     const char *host;      /* prefill: bind address (default 127.0.0.1); decode: prefill leader */
     uint16_t port;         /* prefill: 0 = any; decode: the prefill bootstrap port */

@@ -91,6 +91,11 @@ uint64_t tdm_exec_cuda_kv_bytes(const tdm_exec_cuda_t *x)
     return b;
 }
 
+const tdm_kv_buffers_t *tdm_exec_cuda_kv(const tdm_exec_cuda_t *x)
+{
+    return tdm_cuda_engine_kv(x->e);
+}
+
 uint64_t tdm_exec_cuda_weight_bytes(const tdm_exec_cuda_t *x)
 {
     return tdm_cuda_engine_weight_bytes(x->e);

@@ -54,6 +54,8 @@ void tdm_exec_cuda_free(tdm_exec_cuda_t *x);
 uint32_t tdm_exec_cuda_num_pages(const tdm_exec_cuda_t *x);
 const tdm_kv_layout_t *tdm_exec_cuda_layout(const tdm_exec_cuda_t *x);
 uint64_t tdm_exec_cuda_kv_bytes(const tdm_exec_cuda_t *x);
+/* The pool's device memory (base: the start of one cudaMalloc), for the PD transfer engine. */
+const tdm_kv_buffers_t *tdm_exec_cuda_kv(const tdm_exec_cuda_t *x);
 uint64_t tdm_exec_cuda_weight_bytes(const tdm_exec_cuda_t *x);
 
 tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
