@@ -28,6 +28,13 @@ tests_gpu_test_xfer_cuda_SOURCES = tests/gpu/test-xfer-cuda.c
 tests_gpu_test_xfer_cuda_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS) $(CUDA_CFLAGS) \
 	-DTDM_HAVE_CUDA_RT=1
 tests_gpu_test_xfer_cuda_LDADD = $(XFER_LIBS)
+# The engine's GPU path on any host: over a CUDA runtime test double (no device, no cudart).
+check_PROGRAMS += tests/unit/test-xfer-cudaipc
+TESTS += tests/unit/test-xfer-cudaipc
+tests_unit_test_xfer_cudaipc_SOURCES = tests/unit/test-xfer-cudaipc.c tests/unit/cudart-fake.c
+tests_unit_test_xfer_cudaipc_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS) \
+	$(CUDA_CFLAGS) -DTDM_HAVE_CUDA_RT=1
+tests_unit_test_xfer_cudaipc_LDADD = libtdmxfer.a libtdmkv.a libtdmtp.a $(UCX_LIBS) $(COMMON_LIBS)
 endif
 EXTRA_DIST += tests/gpu/test-pd-cuda.sh
 

@@ -12,7 +12,8 @@
  *    to device (runs of pages coalesced), fences, and the child's checksums over its own pool equal
  * the parent's CPU ones for the destinations while a page not written stays zero;
  *  - malformed records are refused naming the field.
- * Without a device it skips with the reason.
+ * Without a device it skips with the reason; under compute-sanitizer (TDM_UNDER_SANITIZER) the
+ * two-process IPC part is left out.
  */
 #include "config.h"
 
@@ -245,8 +246,12 @@ static int child_main(int rfd, int wfd)
         return 1;
     uint32_t pages[N_COPY + 1];
     uint64_t sums[N_COPY + 1];
-    if (rd_all(rfd, pages, sizeof(pages)))
-        return 1;
+    if (rd_all(rfd, pages, sizeof(pages))) {
+        /* the parent leaves IPC out (under compute-sanitizer): nothing more to do */
+        xfer_cuda_free(c);
+        cudaFree(db.base);
+        return 0;
+    }
     if (xfer_cuda_page_sums(c, &db, pages, N_COPY + 1, sums) != TDM_OK)
         memset(sums, 0, sizeof(sums));
     if (wr_all(wfd, sums, sizeof(sums)))
@@ -363,7 +368,12 @@ int main(void)
         test_record_check(c);
         xfer_cuda_free(c);
     }
-    test_ipc(c2p[0], p2c[1]);
+    /* compute-sanitizer (tools/device-run.sh) and CUDA IPC between two processes do not mix:
+     * memcheck covers the kernels and copies above; the IPC part runs in the plain run */
+    if (getenv("TDM_UNDER_SANITIZER"))
+        close(p2c[1]);
+    else
+        test_ipc(c2p[0], p2c[1]);
     int status = 0;
     waitpid(pid, &status, 0);
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the decode process exited cleanly");
