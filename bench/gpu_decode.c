@@ -7,7 +7,10 @@
  * median of 5 runs; prefill of one 2048-token prompt, median of 5; the device-to-device copy
  * bandwidth and the bs1 roofline (weight bytes read per token / copy bandwidth). Then the first
  * 32 greedy tokens of bs1 against the CPU backend's forward (dataplane/model graph) on the same
- * weights, with the DESIGN §9 margin rule on the CPU's top-1 margins.
+ * weights, with the DESIGN §9 margin rule on the CPU's top-1 margins. A/B variants of the engine
+ * options (PDL off, cuBLAS, ..., the L2 prefetch of upcoming weights at several budgets) run in
+ * the same process, each a row of "variants" in the JSON; the L2 prefetch variants must give the
+ * default's first 32 greedy tokens of bs1 exactly (the prefetch only touches the cache).
  * Prints TAP (for tools/device-run.sh) and writes $TDM_BENCH_OUT/gpu_decode_tandem.json.
  * Env: TDM_BENCH_RUNS (5), TDM_BENCH_NEW (256), TDM_BENCH_CPU=0 skips the CPU comparison.
  */
@@ -258,7 +261,7 @@ int main(void)
         printf("1..0 # SKIP no CUDA device (%s)\n", line);
         return 0;
     }
-    printf("1..6\n");
+    printf("1..7\n");
     double t0 = now_s();
     if (!model_init(&m)) {
         tap(0, "random TinyLlama-shape weights", NULL);
@@ -337,22 +340,43 @@ int main(void)
     tdm_cuda_engine_free(e);
     e = NULL;
 
-    /* variants, each against the defaults (A/B in the same run; printed, never reported):
-     * PDL off; cuBLAS instead of the skinny kernel; the fp32 GEMV up to 8 rows */
+    /* variants, each against the defaults (A/B in the same run; printed and written as rows of
+     * "variants", never as the headline figures): PDL off; cuBLAS instead of the skinny kernel;
+     * the split-K attention; the older one-row GEMVs; ablations; the L2 prefetch of upcoming
+     * weights (engine.h l2pf_*: MiB from each decode attention grid, MiB from each one-row GEMV's
+     * tail, op, early) */
     static const struct {
-        const char *name;
+        const char *name, *key;
         int pdl, skinny, mma, ksplit;
         uint32_t gemv_rows;
         int ablate;
-    } var[] = {{"pdl-off", 0, 1, 1, 2, 1, 0},
-               {"cublas", 1, 0, 1, 2, 1, 0},
-               {"split-K-attention", 1, 1, 0, 2, 1, 0},
-               {"gemv-run4-ksplit (old one-row GEMV)", 1, 1, 1, 1, 1, 0},
-               {"gemv-ksplit-off", 1, 1, 1, 0, 1, 0},
-               {"ablate-attn (WRONG results: timing only)", 1, 1, 1, 2, 1, TDM_CUDA_ABLATE_ATTN},
-               {"ablate-mlp+o (WRONG results: timing only)", 1, 1, 1, 2, 1, TDM_CUDA_ABLATE_GEMM}};
-    int vruns = runs < 3 ? runs : 3;
-    for (size_t v = 0; v < sizeof(var) / sizeof(var[0]); v++) {
+        uint32_t l2pf, l2tail;
+        int l2op, l2early, bs1_only;
+    } var[] = {
+        {"pdl-off", "pdl_off", 0, 1, 1, 2, 1, 0, 0, 0, 0, 0, 0},
+        {"cublas", "cublas", 1, 0, 1, 2, 1, 0, 0, 0, 0, 0, 0},
+        {"split-K-attention", "split_k_attention", 1, 1, 0, 2, 1, 0, 0, 0, 0, 0, 0},
+        {"gemv-run4-ksplit (old one-row GEMV)", "gemv_run4_ksplit", 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
+         0},
+        {"gemv-ksplit-off", "gemv_ksplit_off", 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"ablate-attn (WRONG results: timing only)", "ablate_attn", 1, 1, 1, 2, 1,
+         TDM_CUDA_ABLATE_ATTN, 0, 0, 0, 0, 0},
+        {"ablate-mlp+o (WRONG results: timing only)", "ablate_mlp_o", 1, 1, 1, 2, 1,
+         TDM_CUDA_ABLATE_GEMM, 0, 0, 0, 0, 0},
+        {"l2pf-16 (L2 prefetch 16 MiB per attention)", "l2pf_16", 1, 1, 1, 2, 1, 0, 16, 0, 0, 0, 0},
+        {"l2pf-24", "l2pf_24", 1, 1, 1, 2, 1, 0, 24, 0, 0, 0, 0},
+        {"l2pf-32", "l2pf_32", 1, 1, 1, 2, 1, 0, 32, 0, 0, 0, 0},
+        {"l2pf-24-evict-last", "l2pf_24_evict_last", 1, 1, 1, 2, 1, 0, 24, 0, 1, 0, 1},
+        {"l2pf-24-per-line", "l2pf_24_line", 1, 1, 1, 2, 1, 0, 24, 0, 2, 0, 1},
+        {"l2pf-24-early (before the PDL wait)", "l2pf_24_early", 1, 1, 1, 2, 1, 0, 24, 0, 0, 1, 1},
+        {"l2pf-tail-8 (GEMV tails only)", "l2pf_tail_8", 1, 1, 1, 2, 1, 0, 0, 8, 0, 0, 1},
+        {"l2pf-24+tail-8", "l2pf_24_tail_8", 1, 1, 1, 2, 1, 0, 24, 8, 0, 0, 1}};
+    enum { NVAR = sizeof(var) / sizeof(var[0]) };
+    double vtok[NVAR][3] = {{0}};
+    int vsame[NVAR]; /* L2 prefetch variants: bs1 tokens == the default's (1), != (0); -1 n/a */
+    int vruns = runs < 3 ? runs : 3, l2pf_same = 1;
+    for (size_t v = 0; v < NVAR; v++) {
+        vsame[v] = -1;
         tdm_cuda_engine_opts_default(&o);
         o.max_tokens = 4096;
         o.max_batch = MAXBS;
@@ -363,8 +387,16 @@ int main(void)
         o.gemv_ksplit = var[v].ksplit;
         o.gemv_max_rows = var[v].gemv_rows;
         o.ablate = var[v].ablate;
-        if (tdm_cuda_engine_init(&m.view, &o, &e) != TDM_OK)
+        o.l2pf_mb = var[v].l2pf;
+        o.l2pf_tail_mb = var[v].l2tail;
+        o.l2pf_op = var[v].l2op;
+        o.l2pf_early = var[v].l2early;
+        const int is_l2pf = var[v].l2pf || var[v].l2tail;
+        if (tdm_cuda_engine_init(&m.view, &o, &e) != TDM_OK) {
+            if (is_l2pf)
+                l2pf_same = 0;
             continue;
+        }
         for (int b = 0; b < 3; b++) {
             uint32_t bs = bss[b], per = (PROMPT + steps + 15) / 16;
             if (var[v].gemv_rows > 1 && bs != 8)
@@ -373,13 +405,23 @@ int main(void)
                 continue;
             if (var[v].ksplit != 2 && bs != 1)
                 continue;
+            if (var[v].bs1_only && bs != 1)
+                continue;
             double sec = 0;
             int r;
-            for (r = 0; r < vruns && decode_run(e, bs, prompt, steps, per, NULL, &sec) == TDM_OK;
+            int32_t vfirst[CMP_TOKENS];
+            int32_t *want_first = is_l2pf && bs == 1 ? vfirst : NULL;
+            for (r = 0; r < vruns && decode_run(e, bs, prompt, steps, per,
+                                                r == 0 ? want_first : NULL, &sec) == TDM_OK;
                  r++)
                 times[r] = sec;
+            if (want_first) {
+                vsame[v] = r == vruns && dec_ok && !memcmp(vfirst, gpu_first, sizeof(vfirst));
+                l2pf_same &= vsame[v];
+            }
             if (r == vruns) {
                 double vt = (double)bs * steps / median(times, vruns);
+                vtok[v][b] = vt;
                 printf("# bench variant %s decode bs%u: %.0f tok/s (%.1f us/step; default %.1f)\n",
                        var[v].name, bs, vt, 1e6 * bs / vt, tok_s[b] > 0 ? 1e6 * bs / tok_s[b] : 0);
             }
@@ -427,6 +469,7 @@ int main(void)
         tap(1, "CPU comparison skipped (TDM_BENCH_CPU=0)", NULL);
         first_div = -2;
     }
+    tap(l2pf_same, "L2 prefetch variants: first 32 greedy tokens of bs1 equal the default's", NULL);
     tap(roofline > 0, "copy bandwidth measured", NULL);
     tap(tok_s[0] > 0 && prefill_tok_s > 0, "all figures measured", NULL);
 
@@ -440,10 +483,29 @@ int main(void)
                 "\"decode_bs32_tok_s\": %.1f, \"prefill_2048_tok_s\": %.1f, \"copy_GBps\": %.1f, "
                 "\"roofline_bs1_tok_s\": %.1f, \"weight_bytes_per_token\": %llu, "
                 "\"runs\": %d, \"new_tokens\": %u, \"prompt\": %u, "
-                "\"cpu_match_32\": %s, \"cpu_first_divergence\": %d}\n",
+                "\"cpu_match_32\": %s, \"cpu_first_divergence\": %d, \"variant_runs\": %d, "
+                "\"variants\": {",
                 tok_s[0], tok_s[1], tok_s[2], prefill_tok_s, copy_gbps, roofline,
                 (unsigned long long)m.view.resident_bytes, runs, steps, PROMPT,
-                cmp_ok ? "true" : "false", first_div);
+                cmp_ok ? "true" : "false", first_div, vruns);
+        /* one row per variant, the headline row's decode keys (null: not run at that size) */
+        for (size_t v = 0; v < NVAR; v++) {
+            fprintf(f, "%s\n  \"%s\": {", v ? "," : "", var[v].key);
+            for (int b = 0; b < 3; b++) {
+                if (vtok[v][b] > 0)
+                    fprintf(f, "\"decode_bs%u_tok_s\": %.1f, ", bss[b], vtok[v][b]);
+                else
+                    fprintf(f, "\"decode_bs%u_tok_s\": null, ", bss[b]);
+            }
+            fprintf(f,
+                    "\"l2pf_mb\": %u, \"l2pf_tail_mb\": %u, \"l2pf_op\": %d, "
+                    "\"l2pf_early\": %d, \"tokens_equal_default\": %s}",
+                    var[v].l2pf, var[v].l2tail, var[v].l2op, var[v].l2early,
+                    vsame[v] < 0 ? "null"
+                    : vsame[v]   ? "true"
+                                 : "false");
+        }
+        fprintf(f, "}}\n");
         fclose(f);
     }
     free(m.mem);

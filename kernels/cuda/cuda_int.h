@@ -74,6 +74,23 @@ enum {
     TDM_GEMV_ACCUM = 4, /* y += result (residual add fused); else y = result + bias */
 };
 
+/* An L2 prefetch of weights the next kernels will read, issued from inside a latency-bound
+ * kernel (extra blocks of the decode attention grid or of argmax) or from the tail of a one-row
+ * streaming GEMV (each warp, once its rows are done, its slice of the range). It only warms the
+ * cache: results never depend on it, and nothing waits for it (no register result, no
+ * completion). bytes == 0: none. p 16-byte aligned, bytes a multiple of 16.
+ * op bit 0: L2 evict_last priority (else evict_normal); bit 1: one prefetch.global.L2 per
+ * 128-byte line (else cp.async.bulk.prefetch.L2, the TMA bulk form, 8 KiB per instruction).
+ * early (attention / argmax blocks only): issue before the PDL wait, i.e. while the previous
+ * kernel still streams (else after it, in the HBM-idle window of the latency-bound kernel). */
+typedef struct tdm_cuda_l2pf {
+    const void *p;
+    uint64_t bytes;
+    int op;
+    int early;
+} tdm_cuda_l2pf_t;
+#define TDM_CUDA_L2PF_BLOCKS 128u /* prefetch blocks added to a latency-bound grid (about) */
+
 typedef struct tdm_cuda_gemv {
     const float *x;       /* (n, ldx) */
     uint32_t ldx;         /* row stride of x in floats */
@@ -90,6 +107,9 @@ typedef struct tdm_cuda_gemv {
     int ksplit; /* n == 1 only. 1: K split over a block's warps (4x the warps; small M); 2: the
                  * streaming form (rows in contiguous runs per warp over ~2 blocks per SM, x in
                  * shared memory; falls back to 1's kernel when K % (32 * 16 B) != 0) */
+    tdm_cuda_l2pf_t tail; /* the streaming form only (ignored by the others): each warp, when its
+                           * rows are done, prefetches its slice of this range (the next
+                           * kernel's weights) while the slower warps still stream */
 } tdm_cuda_gemv_t;
 
 /* Memory-bound y = x·Wᵀ for small n; any n works (rows are processed NR at a time). */
@@ -157,12 +177,15 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
  * first): q and the row's k/v are read unrotated from qkv (left as they are), q is rotated on
  * the fly, and k (rotated) and v of each active row are written to the cache at pos as
  * rope_kv_write would (bf16 RNE) by the one split that reads position pos. */
+/* pf (NULL or bytes 0: none): about TDM_CUDA_L2PF_BLOCKS extra blocks in the same grid whose
+ * only work is an L2 prefetch of pf's range (rounded up to whole (KV, splits) planes). */
 int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H);
 tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
                                        const tdm_cuda_kv_t *kv, uint32_t layer,
                                        const tdm_cuda_rows_t *rows, const float *inv_freq,
                                        uint32_t splits, float *part_o, float *part_ml, float *out,
-                                       uint16_t *out_bf16, cudaStream_t stream);
+                                       uint16_t *out_bf16, const tdm_cuda_l2pf_t *pf,
+                                       cudaStream_t stream);
 
 /* Causal paged prefill attention on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation,
  * flash-attention-2 online softmax, K/V tiles of 64 positions through shared memory, two stages of
@@ -187,8 +210,12 @@ tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
  * the GEMV streams its first weights before the wait. Off by default; process-wide. */
 void tdm_cuda_set_pdl(int on);
 
-/* ret_ids[j] = first index of the max of logits row j (m, V); NaN never wins. */
+/* ret_ids[j] = first index of the max of logits row j (m, V); NaN never wins. pf (NULL or bytes
+ * 0: none): extra blocks prefetch its range into L2 (the next step's first weights, warmed
+ * during the host round trip between decode steps). */
 tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids,
-                             cudaStream_t stream);
+                             const tdm_cuda_l2pf_t *pf, cudaStream_t stream);
+/* pf is usable: none (NULL, bytes 0), or p 16-byte aligned, bytes % 16 == 0, op 0..3. */
+int tdm_cuda_l2pf_ok(const tdm_cuda_l2pf_t *pf);
 
 #endif

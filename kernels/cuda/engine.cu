@@ -112,6 +112,19 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_GEMV_KSPLIT");
     if (s && (*s == '0' || *s == '1' || *s == '2') && s[1] == 0)
         o->gemv_ksplit = *s - '0';
+    /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
+    s = getenv("TDM_CUDA_L2_PREFETCH");
+    if (s && *s)
+        o->l2pf_mb = (uint32_t)strtoul(s, NULL, 10);
+    s = getenv("TDM_CUDA_L2_PREFETCH_TAIL");
+    if (s && *s)
+        o->l2pf_tail_mb = (uint32_t)strtoul(s, NULL, 10);
+    s = getenv("TDM_CUDA_L2_PREFETCH_OP");
+    if (s && *s)
+        o->l2pf_op = atoi(s);
+    s = getenv("TDM_CUDA_L2_PREFETCH_EARLY");
+    if (s && *s == '1')
+        o->l2pf_early = 1;
 }
 
 static size_t dtype_size(int dt)
@@ -314,7 +327,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     else
         tdm_cuda_engine_opts_default(&e->o);
     if (e->o.max_tokens == 0 || e->o.max_batch == 0 || e->o.max_batch > 1024 ||
-        e->o.max_pages_per_seq == 0 || e->o.max_logit_rows == 0 ||
+        e->o.max_pages_per_seq == 0 || e->o.max_logit_rows == 0 || e->o.l2pf_mb > 4096 ||
+        e->o.l2pf_tail_mb > 4096 || e->o.l2pf_op < 0 || e->o.l2pf_op > 3 ||
         !(e->o.mem_fraction_static > 0.0 && e->o.mem_fraction_static <= 1.0)) {
         st = TDM_ERR_INVAL;
         goto err;
@@ -516,7 +530,8 @@ static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const voi
 
 static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, const uint32_t *xrow,
                          uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
-                         const float *norm_w, int flags, float *y, uint32_t ldy)
+                         const float *norm_w, int flags, float *y, uint32_t ldy,
+                         tdm_cuda_l2pf_t tail)
 {
     /* one row: the streaming form (2), or (1, run 4) K split over the block's warps for the
      * small matrices (run 3: o and down at bs1 had ~8 us of fixed cost each, too few warps with
@@ -524,7 +539,20 @@ static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, con
     const int ksplit = n != 1 ? 0 : e->o.gemv_ksplit == 2 ? 2 : (e->o.gemv_ksplit && M <= 4096);
     tdm_cuda_gemv_t a = {
         x, ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps, flags, y, ldy, ksplit};
+    a.tail = tail;
     return tdm_cuda_gemv(&a, e->stream);
+}
+
+/* L2 prefetch of want bytes from p, clamped to lim (the end of the weights it belongs to) and
+ * to whole 256-byte units; bytes 0 (none) when want is 0 or p is at or past lim. */
+static tdm_cuda_l2pf_t l2pf_at(const tdm_cuda_engine_t *e, const void *p, uint64_t want,
+                               const void *lim)
+{
+    const uint8_t *a = (const uint8_t *)p, *b = (const uint8_t *)lim;
+    const uint64_t room = b > a ? (uint64_t)(b - a) : 0;
+    tdm_cuda_l2pf_t r = {p, (want < room ? want : room) & ~(uint64_t)255, e->o.l2pf_op,
+                         e->o.l2pf_early};
+    return r;
 }
 
 /* Every launch of one forward over n rows (m logit rows), from the device plan: capturable. */
@@ -540,13 +568,30 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     const int small = use_gemv(e, n);
     const int mma_attn = e->o.use_mma_attn && tdm_cuda_decode_mma_supported(&e->kv, e->H);
     cudaStream_t s = e->stream;
+    /* L2 prefetch (docs/cuda.md): apf bytes of o|gate_up from each decode attention grid, tpf
+     * bytes of the next GEMV's weights from each one-row GEMV's tail */
+    const uint64_t apf = (uint64_t)e->o.l2pf_mb << 20, tpf = (uint64_t)e->o.l2pf_tail_mb << 20;
+    const uint64_t wdown = (uint64_t)d * I * e->wes, wlm = (uint64_t)e->V * d * e->wes;
+    const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0};
 
     TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
     for (uint32_t l = 0; l < e->L; l++) {
         const layer_dev_t *w = &e->layers[l];
+        const uint8_t *o_b = (const uint8_t *)w->o, *gu_b = (const uint8_t *)w->gu;
+        const uint8_t *down_b = (const uint8_t *)w->down; /* o|gate_up is [o_b, down_b) */
+        const tdm_cuda_l2pf_t pf_attn = l2pf_at(e, o_b, apf, down_b);
+        /* each GEMV's tail: o (when the attention does not), the rest of gate_up, down, and the
+         * next layer's qkv (lm_head after the last layer) */
+        const tdm_cuda_l2pf_t t_qkv = apf ? none : l2pf_at(e, o_b, tpf, down_b);
+        const tdm_cuda_l2pf_t t_o = l2pf_at(
+            e, o_b + (apf > (uint64_t)(gu_b - o_b) ? apf : (uint64_t)(gu_b - o_b)), tpf, down_b);
+        const tdm_cuda_l2pf_t t_gu = l2pf_at(e, down_b, tpf, down_b + wdown);
+        const tdm_cuda_l2pf_t t_down =
+            l + 1 < e->L ? l2pf_at(e, e->layers[l + 1].qkv, tpf, e->layers[l + 1].o)
+                         : l2pf_at(e, e->lm_head, tpf, (const uint8_t *)e->lm_head + wlm);
         if (small) {
             TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->qkv, e->qkvd, w->qkv_bias, w->attn_norm,
-                         TDM_GEMV_NORM, e->qkv, e->qkvd));
+                         TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv));
         } else {
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->attn_norm, eps, n, d, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, d, w->qkv, e->qkvd, 0, e->qkv));
@@ -563,7 +608,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         } else if (mma_attn) { /* RoPE and the KV write fused in */
             TDM_TRY(tdm_cuda_attention_decode(e->qkv, n, e->H, &e->kv, l, &rows, e->inv_freq,
                                               decode_splits(e, n), e->part_o, e->part_ml, e->attn,
-                                              small ? NULL : e->xb, s));
+                                              small ? NULL : e->xb, &pf_attn, s));
         } else {
             TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
             TDM_TRY(tdm_cuda_attention(e->qkv, n, e->H, &e->kv, l, &rows, S, e->part_o, e->part_ml,
@@ -573,12 +618,12 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (e->o.ablate & TDM_CUDA_ABLATE_GEMM)
             continue;
         if (small) {
-            TDM_TRY(
-                gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d));
+            TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d,
+                         t_o));
             TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm, TDM_GEMV_NORM,
-                         e->gu, 2 * I));
+                         e->gu, 2 * I, t_gu));
             TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
-                         TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d));
+                         TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d, t_down));
         } else {
             TDM_TRY(gemm(e, n, qd, w->o, d, 1, e->x));
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->mlp_norm, eps, n, d, NULL, e->xb, s));
@@ -591,12 +636,16 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     }
     if (use_gemv(e, m)) {
         TDM_TRY(gemv(e, e->x, d, outrows, m, d, e->lm_head, e->V, NULL, e->final_norm,
-                     TDM_GEMV_NORM, e->logits, e->V));
+                     TDM_GEMV_NORM, e->logits, e->V, none));
     } else {
         TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, outrows, e->final_norm, eps, m, d, NULL, e->xb, s));
         TDM_TRY(gemm(e, m, d, e->lm_head, e->V, 0, e->logits));
     }
-    TDM_TRY(tdm_cuda_argmax(e->logits, m, e->V, e->d_ids_out, s));
+    /* the next step's first weights (layer 0's qkv, then apf more) during the host round trip */
+    const uint8_t *qkv0 = (const uint8_t *)e->layers[0].qkv, *o0 = (const uint8_t *)e->layers[0].o;
+    const tdm_cuda_l2pf_t pf_next =
+        apf ? l2pf_at(e, qkv0, (uint64_t)(o0 - qkv0) + apf, e->layers[0].down) : none;
+    TDM_TRY(tdm_cuda_argmax(e->logits, m, e->V, e->d_ids_out, &pf_next, s));
     return TDM_OK;
 }
 

@@ -60,6 +60,21 @@ typedef struct tdm_cuda_engine_opts {
     int gemv_ksplit;            /* one-row GEMVs: 2 (default) the streaming form (ops.cu
                                    gemv1_kernel); 1: <= 4096 outputs split K over the block's
                                    warps (run 4); 0: neither; env TDM_CUDA_GEMV_KSPLIT */
+    uint32_t l2pf_mb;           /* L2 prefetch of upcoming weights in decode (docs/cuda.md,
+                                   "L2 prefetch"): 0 (default) off; else the decode attention
+                                   grid of each layer carries extra blocks that prefetch the
+                                   first l2pf_mb MiB of the layer's o|gate_up weights into L2
+                                   while the attention is latency-bound, and argmax's grid the
+                                   next step's layer-0 qkv and as much again; results never
+                                   change. Env TDM_CUDA_L2_PREFETCH (MiB, <= 4096) */
+    uint32_t l2pf_tail_mb;      /* 0 (default) off; else each one-row streaming GEMV prefetches
+                                   from its tail the first MiB of the next GEMV's weights (past
+                                   what l2pf_mb covers). Env TDM_CUDA_L2_PREFETCH_TAIL */
+    int l2pf_op;                /* 0..3, tdm_cuda_l2pf_t op (0 default: TMA bulk prefetch,
+                                   evict_normal; bit 0 evict_last; bit 1 per-line prefetch);
+                                   env TDM_CUDA_L2_PREFETCH_OP */
+    int l2pf_early;             /* 1: the attention/argmax prefetch blocks issue before the PDL
+                                   wait (0 default: after); env TDM_CUDA_L2_PREFETCH_EARLY */
     int ablate;                 /* benchmark diagnostics only, results are WRONG when set: 0
                                    (default), or TDM_CUDA_ABLATE_* bits of launches left out */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */

@@ -85,6 +85,76 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
     (void)cudaLaunchKernelEx(&cfg, k, args...); /* errors surface through cudaGetLastError */
 }
 
+/* ---------------------------------------------------------------- L2 prefetch (cuda_int.h) */
+
+#define L2PF_CHUNK 8192u /* bytes per cp.async.bulk.prefetch instruction */
+
+int tdm_cuda_l2pf_ok(const tdm_cuda_l2pf_t *pf)
+{
+    return !pf || pf->bytes == 0 ||
+           (pf->p && (uintptr_t)pf->p % 16 == 0 && pf->bytes % 16 == 0 && pf->op >= 0 &&
+            pf->op <= 3);
+}
+
+static int l2pf_on(const tdm_cuda_l2pf_t *pf)
+{
+    return pf && pf->bytes != 0;
+}
+
+/* Bytes [beg, end) of p (both multiples of 16, beg of 256) into L2 from thread tid of nthr:
+ * fire and forget (no result, nothing waits for the lines). */
+static __device__ __forceinline__ void l2pf_range(const uint8_t *p, uint64_t beg, uint64_t end,
+                                                  uint32_t tid, uint32_t nthr, int op)
+{
+    const uint64_t g = (uint64_t)__cvta_generic_to_global(p);
+    if (op & 2) {
+        for (uint64_t o = beg + (uint64_t)tid * 128; o < end; o += (uint64_t)nthr * 128) {
+            if (op & 1)
+                asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(g + o) : "memory");
+            else
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(g + o) : "memory");
+        }
+        return;
+    }
+    uint64_t pol = 0;
+    if (op & 1)
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    for (uint64_t o = beg + (uint64_t)tid * L2PF_CHUNK; o < end; o += (uint64_t)nthr * L2PF_CHUNK) {
+        const uint32_t sz = (uint32_t)min((uint64_t)L2PF_CHUNK, end - o);
+        if (op & 1)
+            asm volatile(
+                "cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(g + o),
+                "r"(sz), "l"(pol)
+                : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + o), "r"(sz)
+                         : "memory");
+    }
+}
+
+/* Part `part` of `parts` equal 256-byte-aligned slices of pf's range, from thread tid of nthr. */
+static __device__ __forceinline__ void l2pf_part(const tdm_cuda_l2pf_t &pf, uint32_t part,
+                                                 uint32_t parts, uint32_t tid, uint32_t nthr)
+{
+    const uint64_t per = ((pf.bytes + parts - 1) / parts + 255) & ~(uint64_t)255;
+    const uint64_t beg = (uint64_t)part * per;
+    if (beg < pf.bytes)
+        l2pf_range(static_cast<const uint8_t *>(pf.p), beg, min(pf.bytes, beg + per), tid, nthr,
+                   pf.op);
+}
+
+/* A prefetch block of a latency-bound grid: early, before the PDL wait (the previous kernel may
+ * still stream), or after it (the HBM is idle while this grid's own blocks run). */
+static __device__ __forceinline__ void l2pf_block(const tdm_cuda_l2pf_t &pf, uint32_t part,
+                                                  uint32_t parts)
+{
+    if (!pf.early) {
+        pdl_wait();
+        pdl_trigger();
+    }
+    l2pf_part(pf, part, parts, threadIdx.x, blockDim.x);
+}
+
 /* fp8 e4m3 "fn" encode, the same bit manipulation as tdm_kv_fp8_encode (include/tdm/kv.h). */
 static __device__ uint8_t fp8_encode(float x)
 {
@@ -596,7 +666,8 @@ template <typename T, int FLAGS>
 __global__ void __launch_bounds__(G1_WARPS * 32, 2)
     gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
-                 const float *__restrict__ norm_w, float eps, float *__restrict__ y)
+                 const float *__restrict__ norm_w, float eps, float *__restrict__ y,
+                 tdm_cuda_l2pf_t tail)
 {
     constexpr int E = wvec<T>::N;
     extern __shared__ float s_x[]; /* K floats */
@@ -689,6 +760,10 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
         for (int u = 0; u < G1_U; u++)
             cur[u] = nx[u];
     }
+    /* this warp's rows are done: its slice of the next kernel's weights into L2 while the
+     * slower warps still stream (the kernel's tail) */
+    if (tail.bytes)
+        l2pf_part(tail, gw, nw, (uint32_t)lane, 32u);
 }
 
 /* The streaming form applies: one row, K a multiple of one warp step, x fits in shared memory. */
@@ -719,7 +794,7 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
     const uint32_t warps = (a->M + rpw - 1) / rpw;
     const uint32_t blocks = (warps + G1_WARPS - 1) / G1_WARPS;
     launch(gemv1_kernel<T, FLAGS>, dim3(blocks), G1_WARPS * 32, (size_t)a->K * 4, s, a->x, a->ldx,
-           a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y);
+           a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->tail);
 }
 
 template <typename T, int NR, int FLAGS>
@@ -780,7 +855,7 @@ tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream)
     int ok;
     if (!a || !a->x || !a->w || !a->y || a->K % 8 != 0 || a->K == 0 || a->M == 0 ||
         ((a->flags & TDM_GEMV_NORM) && !a->norm_w) ||
-        ((a->flags & TDM_GEMV_SILU) && (a->flags & TDM_GEMV_NORM)))
+        ((a->flags & TDM_GEMV_SILU) && (a->flags & TDM_GEMV_NORM)) || !tdm_cuda_l2pf_ok(&a->tail))
         return TDM_ERR_INVAL;
     if (a->n == 0)
         return TDM_OK;
@@ -1614,14 +1689,21 @@ __global__ void __launch_bounds__(128)
  * permutation of d (the dot product does not care), V goes through the warp's own shared-memory
  * tile (cp.async) to ldmatrix.trans. Online softmax in log2 units per warp, then the warps merge
  * in shared memory; S == 1 writes out (and bf16), else the partials of tdm_cuda_attention's
- * combine (m in natural-log units). */
+ * combine (m in natural-log units). Blocks with blockIdx.x >= nrows only prefetch their part of
+ * pf into L2 (l2pf_block) and exit. */
 template <int HD, bool ROPE>
 __global__ void __launch_bounds__(DA_WARPS * 32)
     attn_decode_mma_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
                            uint32_t layer, tdm_cuda_rows_t rows, const float *__restrict__ inv_freq,
                            float *__restrict__ part_o, float *__restrict__ part_ml,
-                           float *__restrict__ out, uint16_t *__restrict__ out_bf16)
+                           float *__restrict__ out, uint16_t *__restrict__ out_bf16, uint32_t nrows,
+                           tdm_cuda_l2pf_t pf)
 {
+    if (blockIdx.x >= nrows) {
+        l2pf_block(pf, ((blockIdx.x - nrows) * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z,
+                   (gridDim.x - nrows) * gridDim.y * gridDim.z);
+        return;
+    }
     constexpr int LDS = HD + 8, NC = HD / 32, NDN = HD / 8, NSN = DA_KT / 8;
     __shared__ __align__(16) uint16_t vsm[DA_WARPS][DA_KT * LDS];
     __shared__ float smm[DA_WARPS][8], sml[DA_WARPS][8];
@@ -1875,26 +1957,33 @@ tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
                                        const tdm_cuda_kv_t *kv, uint32_t layer,
                                        const tdm_cuda_rows_t *rows, const float *inv_freq,
                                        uint32_t splits, float *part_o, float *part_ml, float *out,
-                                       uint16_t *out_bf16, cudaStream_t stream)
+                                       uint16_t *out_bf16, const tdm_cuda_l2pf_t *pf,
+                                       cudaStream_t stream)
 {
     if (!tdm_cuda_decode_mma_supported(kv, H) || splits == 0 || splits > TDM_CUDA_MAX_SPLITS)
         return TDM_ERR_UNSUPPORTED;
+    if (!tdm_cuda_l2pf_ok(pf))
+        return TDM_ERR_INVAL;
     if (n == 0)
         return TDM_OK;
-    dim3 grid(n, kv->kv_heads, splits);
+    /* prefetch blocks: whole (KV, splits) planes past the n rows, about TDM_CUDA_L2PF_BLOCKS */
+    const uint32_t plane = kv->kv_heads * splits;
+    const uint32_t px = l2pf_on(pf) ? (TDM_CUDA_L2PF_BLOCKS + plane - 1) / plane : 0;
+    const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0}, p = l2pf_on(pf) ? *pf : none;
+    dim3 grid(n + px, kv->kv_heads, splits);
     const dim3 block(DA_WARPS * 32);
     if (kv->hd == 64 && inv_freq)
         launch(attn_decode_mma_kernel<64, true>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
-               inv_freq, part_o, part_ml, out, out_bf16);
+               inv_freq, part_o, part_ml, out, out_bf16, n, p);
     else if (kv->hd == 64)
         launch(attn_decode_mma_kernel<64, false>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
-               inv_freq, part_o, part_ml, out, out_bf16);
+               inv_freq, part_o, part_ml, out, out_bf16, n, p);
     else if (inv_freq)
         launch(attn_decode_mma_kernel<128, true>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
-               inv_freq, part_o, part_ml, out, out_bf16);
+               inv_freq, part_o, part_ml, out, out_bf16, n, p);
     else
         launch(attn_decode_mma_kernel<128, false>, grid, block, 0, stream, qkv, H, *kv, layer,
-               *rows, inv_freq, part_o, part_ml, out, out_bf16);
+               *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);
     if (splits > 1)
         launch(attn_combine_kernel, dim3(n, H), (kv->hd + 31) / 32 * 32, 0, stream, H, kv->hd,
                splits, part_o, part_ml, out, out_bf16);
@@ -1962,11 +2051,17 @@ tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
 
 /* ---------------------------------------------------------------- argmax */
 
-/* one block (1024 threads) per row; ties and NaN: the first index of the largest non-NaN value */
-__global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret)
+/* one block (1024 threads) per row; ties and NaN: the first index of the largest non-NaN value.
+ * Blocks past the m rows only prefetch their part of pf into L2. */
+__global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret, uint32_t m,
+                              tdm_cuda_l2pf_t pf)
 {
     __shared__ float sv[32];
     __shared__ int32_t si[32];
+    if (blockIdx.x >= m) {
+        l2pf_block(pf, blockIdx.x - m, gridDim.x - m);
+        return;
+    }
     pdl_wait();
     pdl_trigger();
     const float *x = logits + (size_t)blockIdx.x * V;
@@ -2004,11 +2099,16 @@ __global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret)
 }
 
 tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids,
-                             cudaStream_t stream)
+                             const tdm_cuda_l2pf_t *pf, cudaStream_t stream)
 {
+    if (!tdm_cuda_l2pf_ok(pf))
+        return TDM_ERR_INVAL;
     if (m == 0)
         return TDM_OK;
-    launch(argmax_kernel, m, 1024, 0, stream, logits, V, ret_ids);
+    /* prefetch blocks of 1024 threads: a quarter as many as the attention's 128-thread ones */
+    const uint32_t px = l2pf_on(pf) ? TDM_CUDA_L2PF_BLOCKS / 4 : 0;
+    const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0}, p = l2pf_on(pf) ? *pf : none;
+    launch(argmax_kernel, m + px, 1024, 0, stream, logits, V, ret_ids, m, p);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 

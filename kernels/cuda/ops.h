@@ -23,7 +23,9 @@ extern "C" {
  * prefill path). use_cublas 2: the tensor-core skinny GEMM (n <= 32, K % 32 == 0; flags 0, ACCUM,
  * SILU, SILU|ACCUM; bias without ACCUM), x rounded to bf16 (SILU: silu(gate) * up rounded).
  * use_cublas 3: the fp32 GEMV with K split over the block's warps (n == 1 only; else as 0).
- * use_cublas 4: the streaming one-row GEMV (n == 1 only, K % (32 * 16 B) == 0; else as 3). */
+ * use_cublas 4: the streaming one-row GEMV (n == 1 only, K % (32 * 16 B) == 0; else as 3).
+ * use_cublas 5..8: as 4 with the L2 tail prefetch (cuda_int.h tdm_cuda_l2pf_t) of the weights
+ * themselves, op use_cublas - 5: must give 4's result bit for bit. */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
@@ -50,13 +52,15 @@ tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_page
                                      uint32_t n_pages_total, uint32_t splits, int mma,
                                      uint32_t nactive, float *out);
 /* The tensor-core decode attention with RoPE and the KV write fused in (fused 1), or after
- * rope_kv_write (fused 0); pool in/out (the cache it leaves), qkv unrotated, out (n, H, hd). */
+ * rope_kv_write (fused 0); pool in/out (the cache it leaves), qkv unrotated, out (n, H, hd).
+ * l2pf -1: no prefetch; 0..7: the grid carries L2 prefetch blocks over the pool image (op
+ * l2pf & 3, early l2pf & 4), which must change nothing. */
 tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *pool,
                                        uint32_t layer, const float *qkv, uint32_t n, uint32_t H,
                                        const float *inv_freq, const uint32_t *pos,
                                        const uint32_t *ptoff, const uint32_t *pages,
                                        uint32_t n_pages_total, uint32_t nactive, uint32_t splits,
-                                       int fused, float *out);
+                                       int fused, int l2pf, float *out);
 /* The same through the tensor-core prefill kernel (bf16 KV, hd 64/128); rows are tiled by
  * tdm_cuda_flash_tiles (runs of consecutive positions of one page table). */
 tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
@@ -64,7 +68,9 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
                                            uint32_t n, uint32_t H, const uint32_t *pos,
                                            const uint32_t *ptoff, const uint32_t *pages,
                                            uint32_t n_pages_total, float *out);
-tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids);
+/* l2pf as for tdm_cuda_test_decode_rope (prefetch blocks over the logits). */
+tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int l2pf,
+                                  int32_t *ret_ids);
 
 /* Micro-benchmarks on device-resident random data, median of reps (CUDA events). */
 /* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1), 4 the

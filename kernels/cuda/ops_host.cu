@@ -136,7 +136,11 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
     } else {
         tdm_cuda_gemv_t a = {dx,  ldx,    NULL, n,  K,
                              M,   wdtype, dw,   db, dn,
-                             eps, flags,  dy,   M,  use_cublas == 3 ? 1 : use_cublas == 4 ? 2 : 0};
+                             eps, flags,  dy,   M,  use_cublas == 3 ? 1 : use_cublas >= 4 ? 2 : 0};
+        const tdm_cuda_l2pf_t own = {dw, (uint64_t)M * K * dsize(wdtype) / 16 * 16, use_cublas - 5,
+                                     0};
+        if (use_cublas >= 5) /* the tail prefetch of its own weights (op use_cublas - 5) */
+            a.tail = own;
         TDM_TRY(tdm_cuda_gemv(&a, 0));
     }
     return sync_back(y, dy, (size_t)n * M * 4);
@@ -252,7 +256,7 @@ tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_page
     TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
     if (mma)
         TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, NULL, splits, dpo, dpm,
-                                          dout, NULL, 0));
+                                          dout, NULL, NULL, 0));
     else
         TDM_TRY(tdm_cuda_attention(dq, n, H, &kd.k, layer, &rows, splits, dpo, dpm, dout, NULL, 0));
     return sync_back(out, dout, (size_t)n * H * hd * 4);
@@ -263,7 +267,7 @@ tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pa
                                        const float *inv_freq, const uint32_t *pos,
                                        const uint32_t *ptoff, const uint32_t *pages,
                                        uint32_t n_pages_total, uint32_t nactive, uint32_t splits,
-                                       int fused, float *out)
+                                       int fused, int l2pf, float *out)
 {
     dev dv;
     uint64_t pool_bytes = 0;
@@ -283,8 +287,10 @@ tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pa
     TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
     if (!fused)
         TDM_TRY(tdm_cuda_rope_kv_write(dq, n, H, df, &kd.k, layer, &rows, 0));
+    /* l2pf >= 0: prefetch blocks over the pool image (op l2pf & 3, early l2pf & 4) */
+    const tdm_cuda_l2pf_t pf = {dpool, pool_bytes / 16 * 16, l2pf & 3, (l2pf & 4) != 0};
     TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, fused ? df : NULL, splits, dpo,
-                                      dpm, dout, NULL, 0));
+                                      dpm, dout, NULL, l2pf >= 0 ? &pf : NULL, 0));
     TDM_TRY(sync_back(out, dout, (size_t)n * H * hd * 4));
     return sync_back(pool, dpool, pool_bytes);
 }
@@ -318,14 +324,16 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
     return sync_back(out, dout, (size_t)n * H * hd * 4);
 }
 
-tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids)
+tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int l2pf,
+                                  int32_t *ret_ids)
 {
     dev dv;
     float *dl;
     int32_t *di;
     TDM_TRY(dv.alloc(&dl, (size_t)m * V * 4, logits));
     TDM_TRY(dv.alloc(&di, (size_t)m * 4, NULL));
-    TDM_TRY(tdm_cuda_argmax(dl, m, V, di, 0));
+    const tdm_cuda_l2pf_t pf = {dl, (uint64_t)m * V * 4 / 16 * 16, l2pf & 3, (l2pf & 4) != 0};
+    TDM_TRY(tdm_cuda_argmax(dl, m, V, di, l2pf >= 0 ? &pf : NULL, 0));
     return sync_back(ret_ids, di, (size_t)m * 4);
 }
 
@@ -489,7 +497,7 @@ static tdm_status_t attn_once(void *arg)
     attn_bench *b = (attn_bench *)arg;
     if (b->mma)
         return tdm_cuda_attention_decode(b->q, b->n, b->H, &b->kv, 0, &b->rows, NULL, b->splits,
-                                         b->po, b->pm, b->out, NULL, 0);
+                                         b->po, b->pm, b->out, NULL, NULL, 0);
     if (b->tiles)
         return tdm_cuda_flash_attention(b->q, b->n, b->H, &b->kv, 0, &b->rows, b->tiles, b->nt,
                                         b->out, NULL, 0);

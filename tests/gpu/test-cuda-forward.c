@@ -6,7 +6,10 @@
  * divergence, and a divergence is allowed only at a step whose reference top-1 margin is <= 1e-2
  * (reported). The same for all prompts decoded together in one batch (a padded graph bucket,
  * several page tables), with fp8 e4m3 KV (reported, first token required), and graph replay must
- * equal eager launches bit for bit. Without a device it skips with the reason.
+ * equal eager launches bit for bit. With the L2 prefetch of upcoming weights on (engine.h
+ * l2pf_*: attention and argmax prefetch blocks, GEMV tail prefetches; two op/timing settings),
+ * graph replay (one sequence and the batch) and eager launches must give the tokens of the runs
+ * without it bit for bit. Without a device it skips with the reason.
  */
 #include "config.h"
 
@@ -122,7 +125,7 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     tdm_cuda_engine_opts_t o;
     char path[1200], err[256] = "";
     prompt_t *p = calloc(MAXP, sizeof(prompt_t));
-    int32_t got[MAXP][STEPS], got2[MAXP][STEPS];
+    int32_t got[MAXP][STEPS], got2[MAXP][STEPS], got3[MAXP][STEPS];
     uint32_t np = load_prompts(gold, p), per = 40;
 
     snprintf(path, sizeof(path), "%.1000s/models/%.64s", dir, name);
@@ -187,6 +190,40 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     ok(conform, "%s: %u sequences decoded as one batch follow the golden (margin rule)", name, np);
     tdm_cuda_engine_free(e);
     e = NULL;
+
+    /* L2 prefetch on (budgets beyond these small weights are clamped to them): bucket 1, the
+     * batch bucket and eager launches give the tokens of the runs without it, bit for bit;
+     * setting 0: TMA bulk prefetch after the PDL wait; 1: per-line evict_last, before it */
+    for (int set = 0; set < 2; set++) {
+        tdm_cuda_engine_opts_t po = o;
+        po.l2pf_mb = 24;
+        po.l2pf_tail_mb = 8;
+        po.l2pf_op = set ? 3 : 0;
+        po.l2pf_early = set;
+        int same1 = 1, sameb = 0, samee = 0;
+        st = tdm_cuda_engine_init(&view, &po, &e);
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
+            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
+            same1 &= st == TDM_OK && !memcmp(got3[i], got[i], sizeof(got3[i]));
+        }
+        if (st == TDM_OK)
+            st = run_greedy(e, p, np, per, V, got3, NULL);
+        sameb = st == TDM_OK && !memcmp(got3, got2, sizeof(int32_t) * STEPS * np);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        po.use_graphs = 0;
+        st = tdm_cuda_engine_init(&view, &po, &e);
+        if (st == TDM_OK)
+            st = run_greedy(e, p, np, per, V, got3, NULL);
+        samee = st == TDM_OK && !memcmp(got3, got2, sizeof(int32_t) * STEPS * np);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(same1 && sameb && samee,
+           "%s: L2 prefetch on (op %d%s): one sequence %s, the batch %s, eager %s the tokens "
+           "without it (%s)",
+           name, set ? 3 : 0, set ? ", early" : "",
+           same1 ? "==" : "!=", sameb ? "==" : "!=", samee ? "==" : "!=", tdm_status_str(st));
+    }
 
     /* eager launches == graph replay, bit for bit */
     o.use_graphs = 0;

@@ -227,8 +227,16 @@ static void check_small_ops(void)
         lg[(size_t)3 * vv + i] = NAN;
     lg[(size_t)3 * vv + 77] = -1.0f;
     want[3] = 77;
-    st = tdm_cuda_test_argmax(lg, m, vv, got);
+    st = tdm_cuda_test_argmax(lg, m, vv, -1, got);
     ok(st == TDM_OK && !memcmp(got, want, sizeof(got)), "argmax: first max, NaN never wins");
+    /* with L2 prefetch blocks in the grid (over the logits): the same ids */
+    int pf_same = 1;
+    for (int pf = 0; pf < 8 && pf_same; pf += 3) {
+        memset(got, 0xff, sizeof(got));
+        pf_same =
+            tdm_cuda_test_argmax(lg, m, vv, pf, got) == TDM_OK && !memcmp(got, want, sizeof(got));
+    }
+    ok(pf_same, "argmax with L2 prefetch blocks (ops 0 and 3, op 2 early, op 1 early): same ids");
     free(tv), free(out), free(te), free(ref), free(table), free(resid), free(add), free(w);
     free(r2), free(rref), free(gu), free(lg);
 }
@@ -547,6 +555,43 @@ static void check_flash_attention(uint32_t H, uint32_t KV, uint32_t hd)
     free(pool), free(pos), free(ptoff), free(qkv), free(out), free(ref), free(sc);
 }
 
+/* The streaming GEMV with the L2 tail prefetch (every op) gives the result of the plain streaming
+ * GEMV bit for bit: the prefetch only touches the cache. */
+static void check_gemv_l2pf(uint32_t K, uint32_t M, int flags)
+{
+    const uint32_t ldx = (flags & 2) ? 2 * K : K;
+    float *x = xmalloc((size_t)ldx * 4), *wv = xmalloc((size_t)M * K * 4);
+    float *nw = xmalloc((size_t)K * 4), *y0 = xmalloc((size_t)M * 4);
+    float *ya = xmalloc((size_t)M * 4), *yb = xmalloc((size_t)M * 4);
+    double *we = xmalloc((size_t)M * K * 8);
+    for (uint32_t i = 0; i < ldx; i++)
+        x[i] = rndn(1.0f);
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        wv[i] = rndn(0.05f);
+    for (uint32_t i = 0; i < K; i++)
+        nw[i] = 1.0f + rndn(0.1f);
+    for (uint32_t i = 0; i < M; i++)
+        y0[i] = rndn(1.0f);
+    void *w = make_w(wv, (size_t)M * K, TDM_DTYPE_BF16, we);
+    memcpy(ya, y0, (size_t)M * 4);
+    tdm_status_t st = tdm_cuda_test_gemv(x, 1, K, M, TDM_DTYPE_BF16, w, NULL,
+                                         (flags & 1) ? nw : NULL, 1e-5f, flags, 4, ya);
+    int same = st == TDM_OK;
+    for (int op = 0; op < 4 && same; op++) {
+        memcpy(yb, y0, (size_t)M * 4);
+        st = tdm_cuda_test_gemv(x, 1, K, M, TDM_DTYPE_BF16, w, NULL, (flags & 1) ? nw : NULL, 1e-5f,
+                                flags, 5 + op, yb);
+        same = st == TDM_OK && !memcmp(ya, yb, (size_t)M * 4);
+        if (!same)
+            diag("L2 tail prefetch op %d: %s", op, tdm_status_str(st));
+    }
+    ok(same,
+       "GEMV streaming K=%u M=%u flags=%d with the L2 tail prefetch (ops 0-3): bit for bit "
+       "the plain streaming result",
+       K, M, flags);
+    free(x), free(wv), free(nw), free(y0), free(ya), free(yb), free(we), free(w);
+}
+
 /* The decode attention with RoPE and the KV write fused in must leave the same cache bits and
  * give the same output bits as rope_kv_write followed by the unfused kernel (one rotation
  * arithmetic): rows of different lengths and tables, split 1 and 4, a padding row. */
@@ -578,16 +623,35 @@ static void check_decode_rope(uint32_t H, uint32_t KV, uint32_t hd, uint32_t spl
         qkv[i] = rndn(1.0f);
     tdm_status_t s0 =
         tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
-                                  ptoff, pages, np, n - 1, splits, 0, o0);
+                                  ptoff, pages, np, n - 1, splits, 0, -1, o0);
     tdm_status_t s1 =
         tdm_cuda_test_decode_rope(&c.l, c.num_pages, p1, layer, qkv, n, H, rope.inv_freq, pos,
-                                  ptoff, pages, np, n - 1, splits, 1, o1);
+                                  ptoff, pages, np, n - 1, splits, 1, -1, o1);
     int same_pool = s0 == TDM_OK && s1 == TDM_OK && !memcmp(p0, p1, c.pool_bytes);
     int same_out = s0 == TDM_OK && s1 == TDM_OK && !memcmp(o0, o1, (size_t)n * H * hd * 4);
     ok(same_pool && same_out,
        "decode attention with fused RoPE + KV write (H=%u KV=%u hd=%u, %u splits): cache %s, "
        "output %s the unfused path's",
        H, KV, hd, splits, same_pool ? "==" : "!=", same_out ? "==" : "!=");
+    /* the same grid with L2 prefetch blocks (over the pool image) after the rows: every op,
+     * after and before the PDL wait, leaves the same cache and output bits */
+    int pf_same = s1 == TDM_OK;
+    for (int pf = 0; pf < 8 && pf_same; pf++) {
+        memcpy(p0, p1, c.pool_bytes); /* the fused run's cache, written again at the same slots */
+        memset(o0, 0xff, (size_t)n * H * hd * 4);
+        tdm_status_t s2 =
+            tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
+                                      ptoff, pages, np, n - 1, splits, 1, pf, o0);
+        pf_same = s2 == TDM_OK && !memcmp(p0, p1, c.pool_bytes) &&
+                  !memcmp(o0, o1, (size_t)n * H * hd * 4);
+        if (!pf_same)
+            diag("L2 prefetch blocks op %d%s: %s", pf & 3, pf & 4 ? " early" : "",
+                 tdm_status_str(s2));
+    }
+    ok(pf_same,
+       "decode attention with L2 prefetch blocks in the grid (H=%u KV=%u hd=%u, %u splits; ops "
+       "0-3, after and before the PDL wait): cache and output bits unchanged",
+       H, KV, hd, splits);
     free(p0), free(p1), free(qkv), free(o0), free(o1);
 }
 
@@ -684,6 +748,9 @@ int main(void)
     check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
     check_gemv(32, 5632, 200, TDM_DTYPE_BF16, 2 | 4, 0, 2);
     check_gemv(17, 352, 64, TDM_DTYPE_BF16, 2, 0, 2);
+    check_gemv_l2pf(2048, 2048, 4);
+    check_gemv_l2pf(5632, 300, 2 | 4);
+    check_gemv_l2pf(2048, 777, 1);
     check_rope_kv(32, 4, 64, TDM_DTYPE_BF16);
     check_rope_kv(32, 4, 64, TDM_DTYPE_FP8_E4M3);
     check_rope_kv(4, 2, 16, TDM_DTYPE_BF16);
