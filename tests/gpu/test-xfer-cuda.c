@@ -29,6 +29,7 @@
 #include <tdm/hash.h>
 #include <tdm/kv.h>
 #include <tdm/model.h>
+#include <tdm/time.h>
 
 #include "dataplane/xfer/xfer_int.h"
 #include "kernels/cuda/xfer_ops.h"
@@ -222,7 +223,8 @@ static int wr_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-#define DEC_PAGES 64u
+#define DEC_PAGES 1024u /* 24 MiB: room for the timing below */
+#define BENCH_PAGES 512u
 #define N_COPY 12u
 
 /* The decode side: a zeroed pool, its record out, then checksums of the pages it is told. */
@@ -260,6 +262,77 @@ static int child_main(int rfd, int wfd)
     xfer_cuda_free(c);
     cudaFree(db.base);
     return 0;
+}
+
+/* Seconds per room of n pages copied into the peer pool and fenced (median-free mean of reps). */
+static double time_room(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint32_t *sp,
+                        const uint32_t *dp, uint32_t n, int reps, uint64_t *ret_copies)
+{
+    uint64_t bytes = 0, copies = 0;
+    double t0 = 0;
+    for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
+        void *ev = NULL;
+        if (i == 0)
+            t0 = (double)tdm_time_mono_ns();
+        if (xfer_cuda_copy(c, 0, src, sp, dp, n, &bytes, &copies) != TDM_OK ||
+            xfer_cuda_fence(c, -1, &ev) != TDM_OK)
+            return -1;
+        while (xfer_cuda_fence_poll(c, ev) == 0)
+            ;
+        xfer_cuda_fence_free(c, ev);
+    }
+    *ret_copies = copies / (uint64_t)(reps + 1);
+    return ((double)tdm_time_mono_ns() - t0) / 1e9 / reps;
+}
+
+/* Timing (notes only, read from the device run): a 512-page room into the other process's pool,
+ * contiguous (one copy per layer and sub-buffer) and every other page (one per page), against
+ * the anchor: one local device-to-device copy of the same bytes. */
+static void bench_ipc(xfer_cuda_t *c, const tdm_kv_layout_t *l)
+{
+    tdm_kv_buffers_t src;
+    uint64_t bytes, copies_c = 0, copies_s = 0;
+    static uint32_t sp[BENCH_PAGES], dc[BENCH_PAGES], ds[BENCH_PAGES];
+    void *anchor = NULL;
+    cudaStream_t s = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = 0;
+    if (dev_pool(l, BENCH_PAGES, NULL, &src, &bytes) != 0) {
+        ok(0, "bench pool");
+        return;
+    }
+    for (uint32_t i = 0; i < BENCH_PAGES; i++) {
+        sp[i] = i;
+        dc[i] = i;
+        ds[i] = 2 * i; /* < DEC_PAGES */
+    }
+    double tc = time_room(c, &src, sp, dc, BENCH_PAGES, 20, &copies_c);
+    double ts = time_room(c, &src, sp, ds, BENCH_PAGES, 5, &copies_s);
+    uint64_t room = (uint64_t)BENCH_PAGES * l->num_layers * (l->sub[0].page_stride * l->n_sub);
+    int anchor_ok = cudaMalloc(&anchor, room) == cudaSuccess &&
+                    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+                    cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
+    for (int i = 0; anchor_ok && i < 2; i++) /* warm-up, then timed */
+        anchor_ok =
+            cudaEventRecord(e0, s) == cudaSuccess &&
+            cudaMemcpyAsync(anchor, src.base, room, cudaMemcpyDeviceToDevice, s) == cudaSuccess &&
+            cudaEventRecord(e1, s) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    ok(tc > 0 && ts > 0 && anchor_ok, "timed a %u-page room over CUDA IPC", BENCH_PAGES);
+    diag("bench cuda_ipc room %u pages (%.1f MiB): contiguous %.1f us (%llu copies, %.1f GB/s); "
+         "every other page %.1f us (%llu copies, %.1f GB/s); anchor one local D2D copy %.1f us "
+         "(%.1f GB/s)",
+         BENCH_PAGES, room / 1048576.0, tc * 1e6, (unsigned long long)copies_c, room / tc / 1e9,
+         ts * 1e6, (unsigned long long)copies_s, room / ts / 1e9, ms * 1e3,
+         ms > 0 ? room / (ms / 1e3) / 1e9 : 0.0);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaFree(anchor);
+    cudaFree(src.base);
 }
 
 static void test_ipc(int rfd, int wfd)
@@ -324,6 +397,7 @@ static void test_ipc(int rfd, int wfd)
        "the other process's GPU checksums of the %u destination pages == the CPU's of the sources",
        N_COPY);
     ok(!io && got[N_COPY] == want[N_COPY], "a page not written stays zero");
+    bench_ipc(c, &l);
     xfer_cuda_close(c, 0);
     wr_all(wfd, &one, 1);
     xfer_cuda_free(c);
