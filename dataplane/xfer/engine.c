@@ -175,6 +175,11 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
 {
     if (x->chan_fd < 0 || !x->ready)
         return TDM_ERR_PEER;
+    /* The receive thread sends everything queued whenever it runs: it needs a wake only when
+     * the queue goes from empty to not (its send and this append are both under `mu`; a
+     * partial send leaves bytes that make it poll for POLLOUT). One eventfd write per burst of
+     * frames, not per frame. */
+    int was_empty = x->outq_len == x->outq_off;
     if (x->outq_off > 0 && x->outq_off == x->outq_len)
         x->outq_off = x->outq_len = 0;
     if (x->outq_len - x->outq_off + len > XFER_OUTQ_MAX) {
@@ -199,7 +204,8 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
     memcpy(x->outq + x->outq_len, frame, len);
     x->outq_len += len;
     x->st.frames_tx++;
-    wake(x->wake_recv);
+    if (was_empty && !x->out_nowake)
+        wake(x->wake_recv);
     return TDM_OK;
 }
 
@@ -248,8 +254,10 @@ void xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room)
         x->cmd_cap *= 2;
     }
     x->cmds[(x->cmd_head + x->cmd_len) % x->cmd_cap] = (xfer_cmd_t){kind, room};
-    x->cmd_len++;
-    wake(x->wake_xfer);
+    /* the transfer thread takes commands until the ring is empty and looks again under `mu`
+     * before it sleeps: only the first command of a burst needs the eventfd */
+    if (x->cmd_len++ == 0)
+        wake(x->wake_xfer);
 }
 
 tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us)
@@ -351,10 +359,14 @@ static void *recv_main(void *arg)
             drain(x->wake_recv);
         if (fd < 0)
             continue;
-        if (p[1].revents & POLLOUT) {
+        if ((p[1].revents & POLLOUT) || p[0].revents) {
+            /* a wake means frames were queued: try the send now rather than after another
+             * poll (EAGAIN leaves them for POLLOUT) */
             pthread_mutex_lock(&x->mu);
-            ssize_t w = send(fd, x->outq + x->outq_off, x->outq_len - x->outq_off,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t w = x->outq_len == x->outq_off
+                            ? 0
+                            : send(fd, x->outq + x->outq_off, x->outq_len - x->outq_off,
+                                   MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w > 0)
                 x->outq_off += (size_t)w;
             else if (w < 0 && errno != EAGAIN && errno != EINTR)
@@ -397,6 +409,45 @@ static void *recv_main(void *arg)
 
 /* ---- transfer thread: UCX ---- */
 
+/* Send the queued frames from the transfer thread, without waking the receive thread unless the
+ * socket takes only part (it then polls for POLLOUT). Under `mu` the channel cannot close. */
+static void xfer_out_push(tdm_xfer_t *x)
+{
+    x->out_held_us = 0;
+    pthread_mutex_lock(&x->mu);
+    if (x->chan_fd >= 0 && x->outq_len > x->outq_off) {
+        ssize_t w = send(x->chan_fd, x->outq + x->outq_off, x->outq_len - x->outq_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0)
+            x->outq_off += (size_t)w;
+        else if (w < 0 && errno != EAGAIN && errno != EINTR)
+            x->chan_kill = 1;
+        if (x->outq_off < x->outq_len || x->chan_kill)
+            wake(x->wake_recv);
+    }
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* Move a room on once its writes completed: flush, then (flush completed) finalize. Returns 1 when
+ * the room was finalized: from then on another thread may release it. */
+static int xfer_room_step(tdm_xfer_t *x, xroom_t *r)
+{
+    if (r->phase == XR_PUTTING && r->ops_pending == 0) {
+        r->phase = XR_FLUSHING;
+        xfer_ucx_flush_room(x, r);
+    }
+    if (r->phase != XR_FLUSHING || r->flush_pending != 0)
+        return 0;
+    pthread_mutex_lock(&x->mu);
+    x->out_nowake = 1; /* its STATUS waits for xfer_out_push */
+    xfer_prefill_finalize(x, r);
+    x->out_nowake = 0;
+    pthread_mutex_unlock(&x->mu);
+    if (!x->out_held_us)
+        x->out_held_us = xfer_now();
+    return 1;
+}
+
 static void xfer_issue(tdm_xfer_t *x, uint64_t room)
 {
     pthread_mutex_lock(&x->mu);
@@ -406,32 +457,40 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
     pthread_mutex_unlock(&x->mu);
     if (!ok)
         return;
-    uint32_t slow_ms;
-    if (!skip && xfer_fault(x, TDM_XFER_FAULT_SLOW_HOST_COPY, &slow_ms))
+    uint32_t slow_ms = 0;
+    int slow = !skip && xfer_fault(x, TDM_XFER_FAULT_SLOW_HOST_COPY, &slow_ms);
+    /* held STATUS frames do not wait through a long copy (or an injected delay) */
+    if (x->out_held_us && (slow || xfer_now() - x->out_held_us >= XFER_HOLD_US ||
+                           xfer_room_sum_bytes(x, r->n_pages) > XFER_HOLD_MAX_BYTES))
+        xfer_out_push(x);
+    if (slow)
         tdm_time_sleep_us((uint64_t)slow_ms * 1000);
     if (!skip) {
         uint64_t t0 = tdm_time_mono_ns();
-        for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++)
-            if (xfer_kv_sums(x, rank, r->src_pages, r->n_pages,
-                             r->sums + (size_t)rank * r->n_pages) != TDM_OK)
-                r->put_error = 1;
-        uint64_t dt = tdm_time_mono_ns() - t0;
+        if (r->sums)
+            for (uint32_t rank = 0; rank < x->n_ranks; rank++)
+                for (uint32_t i = 0; i < r->n_pages; i++)
+                    r->sums[(size_t)rank * r->n_pages + i] =
+                        xfer_page_sum(x->cfg.kv[rank], r->src_pages[i]);
+        uint64_t dt = tdm_time_mono_ns() - t0, puts, bytes;
+        /* the copies (or puts) run without `mu`: the API callers and the receive thread keep
+         * going meanwhile */
+        xfer_ucx_put_room(x, r, &puts, &bytes);
         pthread_mutex_lock(&x->mu);
         if (r->sums) {
             x->st.checksum_ns += dt;
             x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
         }
-        xfer_ucx_put_room(x, r);
-        pthread_mutex_unlock(&x->mu);
-        uint64_t puts = 0, bytes = 0;
-        xfer_cuda_put_room(x, r, &puts, &bytes); /* device pool: KV copies + event */
-        pthread_mutex_lock(&x->mu);
         x->st.puts += puts;
         x->st.bytes_put += bytes;
         pthread_mutex_unlock(&x->mu);
     }
-    r->next_active = x->active;
-    x->active = r;
+    /* Written by copies into mapped memory the room is delivered already: it is finalized now,
+     * not after the rooms queued behind it (its STATUS frame joins theirs, xfer_out_push). */
+    if (!xfer_room_step(x, r)) {
+        r->next_active = x->active;
+        x->active = r;
+    }
 }
 
 static void xfer_advance(tdm_xfer_t *x)
@@ -439,17 +498,9 @@ static void xfer_advance(tdm_xfer_t *x)
     xroom_t **pp = &x->active;
     while (*pp) {
         xroom_t *r = *pp;
-        if (r->phase == XR_PUTTING && r->ops_pending == 0) {
-            r->phase = XR_FLUSHING;
-            xfer_ucx_flush_room(x, r);
-        }
-        /* a device pool's room is delivered when its copies' event completed too (I5) */
-        if (r->phase == XR_FLUSHING && r->flush_pending == 0 && xfer_cuda_room_done(x, r)) {
-            *pp = r->next_active;
-            r->next_active = NULL;
-            pthread_mutex_lock(&x->mu);
-            xfer_prefill_finalize(x, r);
-            pthread_mutex_unlock(&x->mu);
+        xroom_t *next = r->next_active;
+        if (xfer_room_step(x, r)) {
+            *pp = next; /* finalized: r may be released by now, not touched again */
             continue;
         }
         pp = &r->next_active;
@@ -510,6 +561,8 @@ static void *xfer_main(void *arg)
         }
         xfer_ucx_progress(x);
         xfer_advance(x);
+        if (x->out_held_us)
+            xfer_out_push(x); /* the ring is empty: the held STATUS frames go now */
         if (x->disconnect_pending && !x->active) {
             for (uint32_t r = 0; r < x->n_ranks; r++)
                 xfer_ucx_disconnect(x, r);
@@ -977,8 +1030,6 @@ static tdm_status_t check_cfg(const tdm_xfer_cfg_t *c)
     }
     if (c->role == TDM_XFER_DECODE && (!c->host || c->port == 0))
         return TDM_ERR_INVAL;
-    if (c->kv_cuda && c->ucx_alloc)
-        return TDM_ERR_INVAL;
     return TDM_OK;
 }
 
@@ -1063,7 +1114,6 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
     } else {
         TDM_CHECK_GOTO(listen_on(x), st, err_free);
     }
-    TDM_CHECK_GOTO(xfer_kvmem_init(x), st, err_free);
     for (uint32_t r = 0; r < x->n_ranks; r++)
         TDM_CHECK_GOTO(xfer_ucx_init(x, r), st, err_free);
     if (pthread_create(&x->xfer_th, NULL, xfer_main, x) != 0) {
@@ -1113,7 +1163,6 @@ void tdm_xfer_free(tdm_xfer_t *x)
     for (uint32_t r = 0; r < x->n_ranks; r++)
         if (x->ucx[r].ctx)
             xfer_ucx_fini(x, r);
-    xfer_kvmem_fini(x); /* before the eventfds close: its stream may still write wake_xfer */
     if (x->chan_fd >= 0)
         close(x->chan_fd);
     if (x->listen_fd >= 0)

@@ -6,8 +6,11 @@
  * allocated here by ucp_mem_map(ALLOCATE) (shared memory a same-host prefill maps: a put is one
  * memcpy) and the KV pools are built over them with tdm_kv_pool_init_mem. Endpoints use
  * UCP_ERR_HANDLING_MODE_NONE for a same-host peer (PEER would leave only tcp, emulated puts) and
- * PEER otherwise. Workers are used only by the transfer thread
- * (UCS_THREAD_MODE_SINGLE) and are progressed from its epoll loop via ucp_worker_arm.
+ * PEER otherwise. For a same-host peer whose regions came from ALLOCATE, prefill maps them with
+ * ucp_rkey_ptr and writes a room with plain copies: a one-page room is 64 regions of 8 KiB, and
+ * 64 ucp_put_nbx calls plus a flush request cost more than the copies themselves. Workers are
+ * used only by the transfer thread (UCS_THREAD_MODE_SINGLE) and are progressed from its epoll
+ * loop via ucp_worker_arm.
  */
 #include "config.h"
 
@@ -110,12 +113,10 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
         st = ucs_fail("ucp_worker_get_address", s);
         goto err_cleanup;
     }
-    /* Prefill registers its pool too: zero-copy puts need the source registered. A device
-     * pool (cfg.kv_cuda) is not UCX's: it moves by CUDA IPC (kvmem.c, cuda_ipc.c). */
-    if (!x->cuda)
-        TDM_CHECK_GOTO(
-            map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
-            err_cleanup);
+    /* Prefill registers its pool too: zero-copy puts need the source registered. */
+    TDM_CHECK_GOTO(
+        map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
+        err_cleanup);
     if (x->cfg.ucx_alloc) {
         /* the pool zeroes the region; buffers point at UCX's memory from here on */
         TDM_CHECK_GOTO(tdm_kv_pool_init_mem(lay, num_pages, kv_base, pool_bytes, &x->pool[rank]),
@@ -167,6 +168,18 @@ void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank)
     u->efd = -1;
 }
 
+/* Decode's region [raddr, raddr+len) mapped into this process, or NULL. ucp_rkey_ptr succeeds only
+ * for memory a shared-memory transport can attach (decode's ucp_mem_map(ALLOCATE) regions); both
+ * ends are checked so a copy never runs past the mapping. */
+static uint8_t *map_remote(ucp_rkey_h rkey, uint64_t raddr, uint64_t len)
+{
+    void *p = NULL, *q = NULL;
+    if (!rkey || len == 0 || raddr + len < raddr || ucp_rkey_ptr(rkey, raddr, &p) != UCS_OK ||
+        ucp_rkey_ptr(rkey, raddr + len - 1, &q) != UCS_OK || (uint8_t *)q != (uint8_t *)p + len - 1)
+        return NULL;
+    return p;
+}
+
 static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
@@ -209,12 +222,8 @@ tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank
     const uint8_t *b = fr->rkey.data;
     uint32_t kv_len =
         (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-    if (x->cuda) {
-        /* the kv part is decode's CUDA IPC record (checked at REGISTER) */
-        st = xfer_cuda_open(x->cuda, rank, b + 4, kv_len, remote_num_pages);
-        if (st != TDM_OK)
-            goto err_disconnect;
-    } else if ((s = ucp_ep_rkey_unpack(u->ep, b + 4, &u->r_kv)) != UCS_OK) {
+    s = ucp_ep_rkey_unpack(u->ep, b + 4, &u->r_kv);
+    if (s != UCS_OK) {
         st = ucs_fail("ucp_ep_rkey_unpack (kv)", s);
         goto err_disconnect;
     }
@@ -227,6 +236,14 @@ tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank
     u->r_num_pages = remote_num_pages;
     u->r_aux_base = fr->aux_addr;
     u->r_aux_bytes = fr->aux_bytes;
+    if (!peer) {
+        u->r_kv_ptr = map_remote(u->r_kv, fr->base_addr, fr->pool_bytes);
+        u->r_aux_ptr = map_remote(u->r_aux, fr->aux_addr, fr->aux_bytes);
+    }
+    tdm_info(TDM_SUB_XFER, "rank %u writes: %s", rank,
+             u->r_kv_ptr && u->r_aux_ptr ? "copies into decode's mapped shared memory"
+             : u->r_kv_ptr               ? "KV copied into mapped memory, aux by ucp_put_nbx"
+                                         : "ucp_put_nbx");
     return TDM_OK;
 
 err_disconnect:
@@ -237,7 +254,7 @@ err_disconnect:
 void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
-    xfer_cuda_close(x->cuda, rank);
+    u->r_kv_ptr = u->r_aux_ptr = NULL; /* the mappings go with the rkeys */
     if (u->r_aux)
         ucp_rkey_destroy(u->r_aux);
     if (u->r_kv)
@@ -288,32 +305,38 @@ static int track(xroom_t *r, ucs_status_ptr_t sp, uint32_t *pending)
     return 0;
 }
 
-static void put_one(tdm_xfer_t *x, xfer_ucx_t *u, xroom_t *r, const void *src, size_t len,
+/* One write of len bytes to decode's raddr: a copy when the region is mapped here (`mapped` is
+ * raddr's address in this process), else a put. */
+static void put_one(xfer_ucx_t *u, xroom_t *r, const void *src, size_t len, uint8_t *mapped,
                     uint64_t raddr, ucp_rkey_h rkey)
 {
+    if (mapped) {
+        memcpy(mapped, src, len);
+        return;
+    }
     ucp_request_param_t rp;
     memset(&rp, 0, sizeof(rp));
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.send = put_cb;
     rp.user_data = r;
     track(r, ucp_put_nbx(u->ep, src, len, raddr, rkey, &rp), &r->ops_pending);
-    x->st.puts++;
-    x->st.bytes_put += len;
 }
 
-/* For each rank, layer and sub-buffer: one put per run of pages contiguous on both sides. */
-tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r)
+/* For each rank, layer and sub-buffer: one write per run of pages contiguous on both sides.
+ * Transfer thread, without `mu`: the room's arrays are fixed while it is XR_PUTTING, and the
+ * UCX objects are this thread's. ret_puts/ret_bytes: writes issued, for the stats. */
+tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, uint64_t *ret_bytes)
 {
+    uint64_t puts = 0, bytes = 0;
     for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
         xfer_ucx_t *u = &x->ucx[rank];
         const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
         const tdm_kv_layout_t *l = kv->layout;
-        if (!u->ep || (!u->r_kv && !x->cuda)) {
+        if (!u->ep || !u->r_kv) {
             r->put_error = 1;
-            return TDM_ERR_PEER;
+            break;
         }
-        /* a device pool's pages are copied by xfer_cuda_put_room; only the aux slot is UCX's */
-        for (uint32_t layer = 0; !x->cuda && layer < l->num_layers; layer++)
+        for (uint32_t layer = 0; layer < l->num_layers; layer++)
             for (uint32_t s = 0; s < l->n_sub; s++) {
                 uint64_t stride = l->sub[s].page_stride;
                 uint64_t roff =
@@ -325,15 +348,24 @@ tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r)
                         n++;
                     const uint8_t *src =
                         tdm_kv_slot(kv, layer, (tdm_kv_sub_t)s, r->src_pages[i], 0);
-                    put_one(x, u, r, src, (size_t)(n * stride),
-                            u->r_base + roff + (uint64_t)r->pages[i] * stride, u->r_kv);
+                    uint64_t off = roff + (uint64_t)r->pages[i] * stride;
+                    put_one(u, r, src, (size_t)(n * stride), u->r_kv_ptr ? u->r_kv_ptr + off : NULL,
+                            u->r_base + off, u->r_kv);
+                    puts++;
+                    bytes += n * stride;
                     i += n;
                 }
             }
-        if (rank == 0)
-            put_one(x, u, r, r->aux_wire, TDM_XFER_AUX_BYTES,
-                    u->r_aux_base + (uint64_t)r->aux_slot * TDM_XFER_AUX_BYTES, u->r_aux);
+        if (rank == 0) {
+            uint64_t off = (uint64_t)r->aux_slot * TDM_XFER_AUX_BYTES;
+            put_one(u, r, r->aux_wire, TDM_XFER_AUX_BYTES, u->r_aux_ptr ? u->r_aux_ptr + off : NULL,
+                    u->r_aux_base + off, u->r_aux);
+            puts++;
+            bytes += TDM_XFER_AUX_BYTES;
+        }
     }
+    *ret_puts = puts;
+    *ret_bytes = bytes;
     return r->put_error ? TDM_ERR_UCX : TDM_OK;
 }
 
@@ -344,6 +376,14 @@ tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r)
         ucp_request_param_t rp;
         if (!u->ep)
             continue; /* never connected: nothing of this room can be in flight */
+        /* A copy by this thread into decode's mapped memory is delivered once it returned and
+         * the fence orders its stores (glibc's large copies use non-temporal ones) before
+         * anything this thread does next: the STATUS or ABORT_ACK it queues. For a rank written
+         * only by copies that fence is the flush (I5); puts still need ucp_ep_flush_nbx. */
+        if (u->r_kv_ptr || u->r_aux_ptr)
+            atomic_thread_fence(memory_order_seq_cst);
+        if (u->r_kv_ptr && u->r_aux_ptr)
+            continue;
         memset(&rp, 0, sizeof(rp));
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         rp.cb.send = flush_cb;

@@ -17,11 +17,15 @@
 
 #include <tdm/xfer.h>
 
-#include "dataplane/xfer/cuda_ipc.h"
 #include "dataplane/xfer/room.h"
 
 #define XFER_MAX_PENDING_CONNS 16
 #define XFER_OUTQ_MAX (64u << 20)
+/* The transfer thread holds the STATUS frames of finished rooms while more rooms wait in its
+ * ring, and sends them itself in one write: at most this long, and never across a room of more
+ * than XFER_HOLD_MAX_BYTES (whose copy would delay them further). */
+#define XFER_HOLD_US 200
+#define XFER_HOLD_MAX_BYTES (2u << 20)
 
 /* One rank's UCX side. */
 typedef struct xfer_ucx {
@@ -38,6 +42,10 @@ typedef struct xfer_ucx {
     ucp_rkey_h r_kv, r_aux;
     uint64_t r_base, r_aux_base, r_aux_bytes;
     uint32_t r_num_pages;
+    /* prefill, same-host peer: decode's pool and aux region mapped into this process
+     * (ucp_rkey_ptr over the shared memory ucp_mem_map(ALLOCATE) gave decode): a room is written
+     * with plain copies, no UCX request. NULL when writes go through ucp_put_nbx. */
+    uint8_t *r_kv_ptr, *r_aux_ptr;
 } xfer_ucx_t;
 
 typedef enum xr_phase { XR_NEW = 0, XR_PUTTING, XR_FLUSHING, XR_DONE } xr_phase_t;
@@ -61,7 +69,6 @@ typedef struct xroom {
     uint8_t aux_wire[TDM_XFER_AUX_BYTES];
     uint64_t *sums;
     uint32_t n_sums;
-    void *cuda_ev; /* prefill, GPU pool: the event after the room's copies (cuda_ipc.h) */
     struct xroom *next_active;
     /* decode */
     int info_sent, final_rx, quarantined, risk_counted, committed;
@@ -96,6 +103,8 @@ struct tdm_xfer {
     /* the registered leader<->leader channel */
     int chan_fd; /* -1 when none; closed only by the receive thread */
     int chan_kill;
+    int out_nowake;       /* set (under mu) by the transfer thread: xfer_out queues, no wake */
+    uint64_t out_held_us; /* transfer thread: since when it holds queued frames, 0 if none */
     tdm_frame_reader_t chan_rd;
     uint8_t *outq;
     size_t outq_len, outq_off, outq_cap;
@@ -136,8 +145,6 @@ struct tdm_xfer {
     uint64_t next_connect_us;
 
     xfer_ucx_t ucx[TDM_XFER_RANKS_MAX];
-    xfer_cuda_t *cuda; /* cfg.kv_cuda: the GPU data mover (CUDA IPC), else NULL */
-    uint8_t cuda_rec[TDM_XFER_RANKS_MAX][XFER_CUDA_REC_BYTES]; /* decode: what REGISTER sends */
 
     /* fault injection (cfg.fault) */
     _Atomic uint64_t faults_fired;
@@ -170,18 +177,6 @@ void xfer_thread_killed(tdm_xfer_t *x, const char *thread);
 /* flip_kv_bits: flip the top exponent bit of n random K/V values in the room's prompt tokens. */
 void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n);
 
-/* kvmem.c: KV bytes in host or device memory (cfg.kv_cuda) */
-tdm_status_t xfer_kvmem_init(tdm_xfer_t *x);
-void xfer_kvmem_fini(tdm_xfer_t *x);
-/* One checksum per page of rank's pool (xfer_page_sum's value, on the GPU for a device pool). */
-tdm_status_t xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
-                          uint64_t *ret_sums);
-void xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask);
-/* Device pool: queue the room's KV copies and the event behind them (no-op for host pools). */
-void xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes);
-/* 1 when the room's copies completed (or it has none), 0 while they run. */
-int xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r);
-
 /* checksum.c */
 uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);
 void xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES]);
@@ -193,8 +188,8 @@ void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank);
 tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
                               uint32_t remote_num_pages);
 void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank);
-/* Issue every put of a room (transfer thread). */
-tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r);
+/* Issue every write of a room (transfer thread, without mu); out: writes issued, bytes. */
+tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, uint64_t *ret_bytes);
 tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r);
 int xfer_ucx_progress(tdm_xfer_t *x);
 
