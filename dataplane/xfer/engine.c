@@ -436,7 +436,8 @@ static int xfer_room_step(tdm_xfer_t *x, xroom_t *r)
         r->phase = XR_FLUSHING;
         xfer_ucx_flush_room(x, r);
     }
-    if (r->phase != XR_FLUSHING || r->flush_pending != 0)
+    /* a device pool's room is delivered when its copies' event completed too (I5) */
+    if (r->phase != XR_FLUSHING || r->flush_pending != 0 || !xfer_cuda_room_done(x, r))
         return 0;
     pthread_mutex_lock(&x->mu);
     x->out_nowake = 1; /* its STATUS waits for xfer_out_push */
@@ -467,15 +468,15 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
         tdm_time_sleep_us((uint64_t)slow_ms * 1000);
     if (!skip) {
         uint64_t t0 = tdm_time_mono_ns();
-        if (r->sums)
-            for (uint32_t rank = 0; rank < x->n_ranks; rank++)
-                for (uint32_t i = 0; i < r->n_pages; i++)
-                    r->sums[(size_t)rank * r->n_pages + i] =
-                        xfer_page_sum(x->cfg.kv[rank], r->src_pages[i]);
+        for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++)
+            if (xfer_kv_sums(x, rank, r->src_pages, r->n_pages,
+                             r->sums + (size_t)rank * r->n_pages) != TDM_OK)
+                r->put_error = 1;
         uint64_t dt = tdm_time_mono_ns() - t0, puts, bytes;
         /* the copies (or puts) run without `mu`: the API callers and the receive thread keep
          * going meanwhile */
         xfer_ucx_put_room(x, r, &puts, &bytes);
+        xfer_cuda_put_room(x, r, &puts, &bytes); /* device pool: KV copies + event */
         pthread_mutex_lock(&x->mu);
         if (r->sums) {
             x->st.checksum_ns += dt;
@@ -1030,6 +1031,8 @@ static tdm_status_t check_cfg(const tdm_xfer_cfg_t *c)
     }
     if (c->role == TDM_XFER_DECODE && (!c->host || c->port == 0))
         return TDM_ERR_INVAL;
+    if (c->kv_cuda && c->ucx_alloc)
+        return TDM_ERR_INVAL;
     return TDM_OK;
 }
 
@@ -1114,6 +1117,7 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
     } else {
         TDM_CHECK_GOTO(listen_on(x), st, err_free);
     }
+    TDM_CHECK_GOTO(xfer_kvmem_init(x), st, err_free);
     for (uint32_t r = 0; r < x->n_ranks; r++)
         TDM_CHECK_GOTO(xfer_ucx_init(x, r), st, err_free);
     if (pthread_create(&x->xfer_th, NULL, xfer_main, x) != 0) {
@@ -1163,6 +1167,7 @@ void tdm_xfer_free(tdm_xfer_t *x)
     for (uint32_t r = 0; r < x->n_ranks; r++)
         if (x->ucx[r].ctx)
             xfer_ucx_fini(x, r);
+    xfer_kvmem_fini(x); /* before the eventfds close: its stream may still write wake_xfer */
     if (x->chan_fd >= 0)
         close(x->chan_fd);
     if (x->listen_fd >= 0)

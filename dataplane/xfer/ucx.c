@@ -113,10 +113,12 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
         st = ucs_fail("ucp_worker_get_address", s);
         goto err_cleanup;
     }
-    /* Prefill registers its pool too: zero-copy puts need the source registered. */
-    TDM_CHECK_GOTO(
-        map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
-        err_cleanup);
+    /* Prefill registers its pool too: zero-copy puts need the source registered. A device
+     * pool (cfg.kv_cuda) is not UCX's: it moves by CUDA IPC (kvmem.c, cuda_ipc.c). */
+    if (!x->cuda)
+        TDM_CHECK_GOTO(map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey,
+                                  &u->kv_rkey_len),
+                       st, err_cleanup);
     if (x->cfg.ucx_alloc) {
         /* the pool zeroes the region; buffers point at UCX's memory from here on */
         TDM_CHECK_GOTO(tdm_kv_pool_init_mem(lay, num_pages, kv_base, pool_bytes, &x->pool[rank]),
@@ -222,8 +224,12 @@ tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank
     const uint8_t *b = fr->rkey.data;
     uint32_t kv_len =
         (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-    s = ucp_ep_rkey_unpack(u->ep, b + 4, &u->r_kv);
-    if (s != UCS_OK) {
+    if (x->cuda) {
+        /* the kv part is decode's CUDA IPC record (checked at REGISTER) */
+        st = xfer_cuda_open(x->cuda, rank, b + 4, kv_len, remote_num_pages);
+        if (st != TDM_OK)
+            goto err_disconnect;
+    } else if ((s = ucp_ep_rkey_unpack(u->ep, b + 4, &u->r_kv)) != UCS_OK) {
         st = ucs_fail("ucp_ep_rkey_unpack (kv)", s);
         goto err_disconnect;
     }
@@ -254,6 +260,7 @@ err_disconnect:
 void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
+    xfer_cuda_close(x->cuda, rank);
     u->r_kv_ptr = u->r_aux_ptr = NULL; /* the mappings go with the rkeys */
     if (u->r_aux)
         ucp_rkey_destroy(u->r_aux);
@@ -332,11 +339,12 @@ tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, ui
         xfer_ucx_t *u = &x->ucx[rank];
         const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
         const tdm_kv_layout_t *l = kv->layout;
-        if (!u->ep || !u->r_kv) {
+        if (!u->ep || (!u->r_kv && !x->cuda)) {
             r->put_error = 1;
             break;
         }
-        for (uint32_t layer = 0; layer < l->num_layers; layer++)
+        /* a device pool's pages are copied by xfer_cuda_put_room; only the aux slot is UCX's */
+        for (uint32_t layer = 0; !x->cuda && layer < l->num_layers; layer++)
             for (uint32_t s = 0; s < l->n_sub; s++) {
                 uint64_t stride = l->sub[s].page_stride;
                 uint64_t roff =

@@ -17,6 +17,7 @@
 
 #include <tdm/xfer.h>
 
+#include "dataplane/xfer/cuda_ipc.h"
 #include "dataplane/xfer/room.h"
 
 #define XFER_MAX_PENDING_CONNS 16
@@ -69,6 +70,7 @@ typedef struct xroom {
     uint8_t aux_wire[TDM_XFER_AUX_BYTES];
     uint64_t *sums;
     uint32_t n_sums;
+    void *cuda_ev; /* prefill, GPU pool: the event after the room's copies (cuda_ipc.h) */
     struct xroom *next_active;
     /* decode */
     int info_sent, final_rx, quarantined, risk_counted, committed;
@@ -145,6 +147,8 @@ struct tdm_xfer {
     uint64_t next_connect_us;
 
     xfer_ucx_t ucx[TDM_XFER_RANKS_MAX];
+    xfer_cuda_t *cuda; /* cfg.kv_cuda: the GPU data mover (CUDA IPC), else NULL */
+    uint8_t cuda_rec[TDM_XFER_RANKS_MAX][XFER_CUDA_REC_BYTES]; /* decode: what REGISTER sends */
 
     /* fault injection (cfg.fault) */
     _Atomic uint64_t faults_fired;
@@ -176,6 +180,18 @@ uint64_t xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages);
 void xfer_thread_killed(tdm_xfer_t *x, const char *thread);
 /* flip_kv_bits: flip the top exponent bit of n random K/V values in the room's prompt tokens. */
 void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n);
+
+/* kvmem.c: KV bytes in host or device memory (cfg.kv_cuda) */
+tdm_status_t xfer_kvmem_init(tdm_xfer_t *x);
+void xfer_kvmem_fini(tdm_xfer_t *x);
+/* One checksum per page of rank's pool (xfer_page_sum's value, on the GPU for a device pool). */
+tdm_status_t xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
+                          uint64_t *ret_sums);
+void xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask);
+/* Device pool: queue the room's KV copies and the event behind them (no-op for host pools). */
+void xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes);
+/* 1 when the room's copies completed (or it has none), 0 while they run. */
+int xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r);
 
 /* checksum.c */
 uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);
