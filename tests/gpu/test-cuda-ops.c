@@ -5,7 +5,9 @@
  * <= 1e-2 where it rounds to bf16; the bf16 and fp8 KV writes bit for bit against the CPU's
  * encoders (tdm_f32_to_bf16, tdm_kv_fp8_encode); argmax exactly (ties, NaN). Shapes cover odd
  * sizes (partial warps, a last output row without its pair), GQA groups of 1, 2 and 8, split-K
- * of 1, 7 and 32 partitions, pages in random order, llama3 RoPE scaling. Then micro-benchmarks
+ * of 1, 7 and 32 partitions, pages in random order, llama3 RoPE scaling. The L2 prefetch forms
+ * (the streaming GEMV's tail, prefetch blocks in the decode attention and argmax grids; every op,
+ * before and after the PDL wait) must change no output bit. Then micro-benchmarks
  * (GEMV vs cuBLAS at TinyLlama shapes, the device copy), skipped under compute-sanitizer.
  * Without a device it skips with the reason.
  */
