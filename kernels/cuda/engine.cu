@@ -326,9 +326,16 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         e->o = *opts;
     else
         tdm_cuda_engine_opts_default(&e->o);
+    if (e->o.l2pf_mb > 4096 || e->o.l2pf_tail_mb > 4096 || e->o.l2pf_op < 0 || e->o.l2pf_op > 3) {
+        tdm_err(TDM_SUB_CUDA,
+                "msg=\"L2 prefetch options out of range (TDM_CUDA_L2_PREFETCH and _TAIL: MiB <= "
+                "4096; _OP: 0..3)\" mb=%u tail_mb=%u op=%d",
+                e->o.l2pf_mb, e->o.l2pf_tail_mb, e->o.l2pf_op);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
     if (e->o.max_tokens == 0 || e->o.max_batch == 0 || e->o.max_batch > 1024 ||
-        e->o.max_pages_per_seq == 0 || e->o.max_logit_rows == 0 || e->o.l2pf_mb > 4096 ||
-        e->o.l2pf_tail_mb > 4096 || e->o.l2pf_op < 0 || e->o.l2pf_op > 3 ||
+        e->o.max_pages_per_seq == 0 || e->o.max_logit_rows == 0 ||
         !(e->o.mem_fraction_static > 0.0 && e->o.mem_fraction_static <= 1.0)) {
         st = TDM_ERR_INVAL;
         goto err;

@@ -194,6 +194,21 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     /* L2 prefetch on (budgets beyond these small weights are clamped to them): bucket 1, the
      * batch bucket and eager launches give the tokens of the runs without it, bit for bit;
      * setting 0: TMA bulk prefetch after the PDL wait; 1: per-line evict_last, before it */
+    {
+        tdm_cuda_engine_opts_t bad = o;
+        bad.l2pf_op = 4;
+        tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        bad.l2pf_op = 0;
+        bad.l2pf_mb = 4097;
+        tdm_status_t sm = tdm_cuda_engine_init(&view, &bad, &e);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(sb == TDM_ERR_INVAL && sm == TDM_ERR_INVAL,
+           "%s: L2 prefetch op 4 and 4097 MiB refused (%s, %s)", name, tdm_status_str(sb),
+           tdm_status_str(sm));
+    }
     for (int set = 0; set < 2; set++) {
         tdm_cuda_engine_opts_t po = o;
         po.l2pf_mb = 24;
