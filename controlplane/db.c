@@ -1,11 +1,12 @@
 /*
- * db.c — the query and ingest threads (see db.h for the contract).
+ * db.c — the query, read and ingest threads (see db.h for the contract).
  *
- * Each thread owns its PGconn outright; the only shared state is the two job queues (one mutex,
- * one condition variable each) and the atomic counters. The spool file belongs to the ingest
- * thread alone. A batch is removed from the memory queue only once it is committed, counted as a
- * duplicate or made durable in the spool, so a connection lost mid-transaction just retries it: the
- * high-water mark decides whether a commit whose reply was lost already happened.
+ * Each thread owns its PGconn outright; the only shared state is the job queues (one mutex, one
+ * condition variable each) and the atomic counters. The spool file belongs to ingest worker 0
+ * alone. A batch stays in the memory queue (claimed by the worker whose group holds it) until it
+ * is committed, counted as a duplicate or made durable in the spool, so a connection lost
+ * mid-transaction just gives the group back to be retried: the high-water mark decides whether a
+ * commit whose reply was lost already happened.
  */
 #include "config.h"
 
@@ -62,8 +63,18 @@ struct tdm_cp_db {
     uint64_t mem_bytes; /* under ingest.mu */
     int spool_full;     /* under ingest.mu: the last spill found the spool full */
     tdm_cp_spool_t *spool;
-    pthread_t ingest_tid;
-    int query_up, ingest_up;
+    struct iworker {
+        struct tdm_cp_db *db;
+        int idx; /* 0 also owns the spool: spills to it and replays it */
+        pthread_t tid;
+    } iw[TDM_CP_DB_INGEST_CONNS];
+    int niw;
+    atomic_int ingest_up;  /* ingest connections connected */
+    size_t claimed_n;      /* under ingest.mu: queued jobs some worker's group holds */
+    int spool_unreadable;  /* under ingest.mu: a spool read failed; its records are given up */
+    struct recent *recent; /* under ingest.mu: per worker, the keys of recent commits */
+    struct keymap *keymap; /* under ingest.mu: which worker each (instance_id, rank) goes to */
+    int query_up;
     struct {
         char key[TDM_CP_DB_CACHE_KEY];
         uint64_t gen, at_us;
@@ -184,7 +195,8 @@ static PGconn *db_connect(tdm_cp_db_t *db, const char *app)
 
 static void update_up(tdm_cp_db_t *db)
 {
-    atomic_store(&db->stats.up, db->query_up && db->ingest_up);
+    atomic_store(&db->stats.up,
+                 db->query_up && atomic_load(&db->ingest_up) == TDM_CP_DB_INGEST_CONNS);
 }
 
 /* ---- query thread --------------------------------------------------------------------------- */
@@ -750,12 +762,20 @@ static void pending_stats_locked(tdm_cp_db_t *db)
     atomic_store(&db->stats.spool_bytes, tdm_cp_spool_bytes(db->spool));
 }
 
+static int key_in_flight_locked(const tdm_cp_db_t *db, uint64_t key, int except);
+
 /* Move the oldest in-memory batches to the spool while memory is over its bound (or all of them
- * when `all`). Spilled jobs are returned: the batch is durable. Under ingest.mu. */
+ * when `all`). Spilled jobs are returned: the batch is durable. Spilling stops at a batch that an
+ * ingest worker has taken, or whose (instance_id, rank) one has in flight: the spool replays
+ * before memory, so only batches older than everything in flight for their key go there (a group
+ * that then fails is retried after them without reordering its key). Under ingest.mu, by ingest
+ * worker 0 (or by stop, once the workers are joined). */
 static void spill_locked(tdm_cp_db_t *db, int all)
 {
     while (db->ingest.head && (all || db->mem_bytes > db->opts.mem_bound_bytes)) {
         tdm_cp_job_t *job = db->ingest.head;
+        if (job->claimed || key_in_flight_locked(db, job->key, 0))
+            break;
         tdm_status_t st = tdm_cp_spool_append(db->spool, SPOOL_TYPE_BATCH, job->batch->blob,
                                               job->batch->blob_len);
         if (st != TDM_OK) {
@@ -782,13 +802,35 @@ static void count_rows(tdm_cp_db_t *db, const tdm_cp_batch_t *b)
     atomic_fetch_add(&db->stats.rows_events, b->n_events);
 }
 
-/* Pop `job` (the head of the memory queue) and reply with the outcome of its batch. */
+/* Unlink `job` from the memory queue. Under ingest.mu. */
+static void jobq_remove_locked(jobq_t *q, tdm_cp_job_t *job)
+{
+    tdm_cp_job_t *prev = NULL;
+    for (tdm_cp_job_t *j = q->head; j; prev = j, j = j->next) {
+        if (j != job)
+            continue;
+        if (prev)
+            prev->next = j->next;
+        else
+            q->head = j->next;
+        if (q->tail == j)
+            q->tail = prev;
+        j->next = NULL;
+        return;
+    }
+}
+
+/* Remove `job` (claimed by the calling worker) from the memory queue and reply with the outcome
+ * of its batch. */
 static void finish_job(tdm_cp_db_t *db, tdm_cp_job_t *job, ingest_rc_t rc, const char *err)
 {
     pthread_mutex_lock(&db->ingest.mu);
-    jobq_pop_locked(&db->ingest);
+    jobq_remove_locked(&db->ingest, job);
+    job->claimed = 0;
+    db->claimed_n--;
     db->mem_bytes -= job->cost;
     pending_stats_locked(db);
+    pthread_cond_broadcast(&db->ingest.cv); /* another worker may wait for this key */
     pthread_mutex_unlock(&db->ingest.mu);
     job->acked_seq = job->batch->seq;
     if (rc == INGEST_OK) {
@@ -818,8 +860,13 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
     tdm_status_t st = tdm_cp_spool_peek(db->spool, &type, &body, &len);
     if (st == TDM_ERR_NOTFOUND)
         return 0;
-    if (st != TDM_OK)
-        return 0; /* logged by the spool; nothing more can be read from it */
+    if (st != TDM_OK) {
+        /* logged by the spool; nothing more can be read from it: stop holding memory back */
+        pthread_mutex_lock(&db->ingest.mu);
+        db->spool_unreadable = 1;
+        pthread_mutex_unlock(&db->ingest.mu);
+        return 0;
+    }
     tdm_cp_batch_t *b = NULL;
     if (type != SPOOL_TYPE_BATCH || tdm_cp_batch_decode(body, len, &b) != TDM_OK) {
         if (type != SPOOL_TYPE_BATCH)
@@ -855,8 +902,9 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
 
 /* ---- gathering a group --------------------------------------------------------------------
  * Like PostgreSQL's commit_delay: when fewer ranks have a batch queued than sent one in the last
- * GATHER_WINDOW_US, the thread waits up to GATHER_MAX_US for the others before it commits, so one
- * WAL flush serves more batches. The wait ends as soon as that many ranks are queued. */
+ * GATHER_WINDOW_US, a worker waits up to GATHER_MAX_US for the others before it commits, so one
+ * WAL flush serves more batches. The wait ends as soon as that many ranks are queued (counting
+ * those another connection has in flight). */
 
 #define GATHER_WINDOW_US 20000u
 #define GATHER_MAX_US 2000u
@@ -875,79 +923,163 @@ static uint64_t batch_key(const tdm_cp_batch_t *b)
     return (h ^ b->rank) * 1099511628211ull;
 }
 
-/* Distinct keys among `keys` (at most RECENT_KEYS of them). */
-static size_t distinct(const uint64_t *keys, size_t n)
-{
+/* A small open-addressing set of keys (at most RECENT_KEYS of them). */
+typedef struct keyset {
     uint64_t set[2 * RECENT_KEYS];
-    uint8_t used[2 * RECENT_KEYS] = {0};
-    size_t d = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = (size_t)(keys[i] % (2 * RECENT_KEYS));
-        while (used[k] && set[k] != keys[i])
-            k = (k + 1) % (2 * RECENT_KEYS);
-        if (!used[k]) {
-            used[k] = 1;
-            set[k] = keys[i];
-            d++;
-        }
-    }
-    return d;
+    uint8_t used[2 * RECENT_KEYS];
+    size_t n;
+} keyset_t;
+
+/* 1 if added, 0 if already there, -1 if full. */
+static int keyset_add(keyset_t *ks, uint64_t key)
+{
+    size_t k = (size_t)(key % (2 * RECENT_KEYS));
+    while (ks->used[k] && ks->set[k] != key)
+        k = (k + 1) % (2 * RECENT_KEYS);
+    if (ks->used[k])
+        return 0;
+    if (ks->n >= RECENT_KEYS)
+        return -1;
+    ks->used[k] = 1;
+    ks->set[k] = key;
+    ks->n++;
+    return 1;
 }
 
-/* Ranks that committed a batch in the last GATHER_WINDOW_US. */
+/* Ranks that committed a batch in the last GATHER_WINDOW_US. Under ingest.mu. */
 static size_t recent_ranks(const recent_t *r, uint64_t now)
 {
-    uint64_t keys[RECENT_KEYS];
-    size_t n = 0;
+    keyset_t ks = {.n = 0};
     for (size_t i = 0; i < RECENT_KEYS; i++)
         if (r->at_us[i] && now - r->at_us[i] < GATHER_WINDOW_US)
-            keys[n++] = r->hash[i];
-    return distinct(keys, n);
+            keyset_add(&ks, r->hash[i]);
+    return ks.n;
 }
 
 static void recent_note(recent_t *r, tdm_cp_job_t *const *group, size_t n, uint64_t now)
 {
     for (size_t i = 0; i < n; i++) {
-        r->hash[r->next] = batch_key(group[i]->batch);
+        r->hash[r->next] = group[i]->key;
         r->at_us[r->next] = now;
         r->next = (r->next + 1) % RECENT_KEYS;
     }
 }
 
-/* Ranks with a batch queued (counting at most RECENT_KEYS batches). Under ingest.mu. */
-static size_t queued_ranks_locked(const tdm_cp_db_t *db)
+/* Ranks of worker `me` with a batch queued (counting at most RECENT_KEYS batches). Under
+ * ingest.mu. */
+static size_t queued_ranks_locked(const tdm_cp_db_t *db, int me)
 {
-    uint64_t keys[RECENT_KEYS];
-    size_t n = 0;
-    for (const tdm_cp_job_t *j = db->ingest.head; j && n < RECENT_KEYS; j = j->next)
-        keys[n++] = batch_key(j->batch);
-    return distinct(keys, n);
+    keyset_t ks = {.n = 0};
+    size_t seen = 0;
+    for (const tdm_cp_job_t *j = db->ingest.head; j && seen < RECENT_KEYS; j = j->next, seen++)
+        if (j->worker == me && !j->claimed)
+            keyset_add(&ks, j->key);
+    return ks.n;
+}
+
+/* Whether a worker other than `except` (1-based; 0: any) has a batch of `key` in flight (only
+ * its owner can). Under ingest.mu. */
+static int key_in_flight_locked(const tdm_cp_db_t *db, uint64_t key, int except)
+{
+    if (!db->claimed_n)
+        return 0;
+    for (const tdm_cp_job_t *j = db->ingest.head; j; j = j->next)
+        if (j->claimed && j->claimed != except && j->key == key)
+            return 1;
+    return 0;
+}
+
+/* ---- taking a group -----------------------------------------------------------------------
+ * TDM_CP_DB_INGEST_CONNS workers, each with its own connection, take groups from the one memory
+ * queue. Every (instance_id, rank) belongs to one worker for the life of the process (assigned in
+ * turn when first seen, so the ranks spread evenly): its batches commit one transaction after
+ * another, in arrival order, on one connection — as with a single worker, and the rows of a rank
+ * keep their insertion order on disk — and two groups in flight never contend for a mark (no lock
+ * waits, no deadlock). While one worker's group waits for its WAL flush, the other's copies. */
+
+#define KEYMAP_SLOTS 65536u /* a full map sends a new key to a worker by its hash */
+
+typedef struct keymap {
+    uint64_t key[KEYMAP_SLOTS];
+    uint8_t worker[KEYMAP_SLOTS]; /* 1-based; 0 = free */
+    size_t n;
+    unsigned next; /* the worker the next new key goes to (0-based) */
+} keymap_t;
+
+/* The worker (1-based) that owns `key`, assigning one on first sight. Under ingest.mu. */
+static int keymap_worker_locked(keymap_t *m, uint64_t key)
+{
+    size_t k = (size_t)(key % KEYMAP_SLOTS);
+    for (size_t probes = 0; probes < KEYMAP_SLOTS && m->worker[k]; probes++) {
+        if (m->key[k] == key)
+            return m->worker[k];
+        k = (k + 1) % KEYMAP_SLOTS;
+    }
+    if (m->n >= KEYMAP_SLOTS * 3 / 4)
+        return 1 + (int)((key >> 17) % TDM_CP_DB_INGEST_CONNS);
+    int w = 1 + (int)(m->next++ % TDM_CP_DB_INGEST_CONNS);
+    m->key[k] = key;
+    m->worker[k] = (uint8_t)w;
+    m->n++;
+    return w;
+}
+
+/* Claim worker `me`'s group (at most GROUP_MAX_BATCHES / GROUP_MAX_BYTES of its batches) in
+ * arrival order. Under ingest.mu. */
+static size_t take_group_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t **group)
+{
+    size_t n = 0, bytes = 0;
+    for (tdm_cp_job_t *j = db->ingest.head; j && n < GROUP_MAX_BATCHES; j = j->next) {
+        if (j->worker != me || j->claimed)
+            continue;
+        if (n && bytes + j->batch->blob_len > GROUP_MAX_BYTES)
+            break;
+        j->claimed = me;
+        db->claimed_n++;
+        group[n++] = j;
+        bytes += j->batch->blob_len;
+    }
+    return n;
+}
+
+/* Give a group back to the queue unfinished (its connection was lost). */
+static void release_group(tdm_cp_db_t *db, tdm_cp_job_t *const *group, size_t n)
+{
+    pthread_mutex_lock(&db->ingest.mu);
+    for (size_t i = 0; i < n; i++)
+        group[i]->claimed = 0;
+    db->claimed_n -= n;
+    pthread_cond_broadcast(&db->ingest.cv);
+    pthread_mutex_unlock(&db->ingest.mu);
 }
 
 static void *ingest_main(void *arg)
 {
-    tdm_cp_db_t *db = arg;
+    struct iworker *iw = arg;
+    tdm_cp_db_t *db = iw->db;
+    int me = iw->idx + 1;
     PGconn *conn = NULL;
     uint64_t backoff = BACKOFF_MIN_US, next_try = 0;
     tdm_cp_job_t **group = tdm_calloc(GROUP_MAX_BATCHES, sizeof(*group));
     int *accepted = tdm_calloc(GROUP_MAX_BATCHES, sizeof(*accepted));
-    recent_t *recent = tdm_calloc(1, sizeof(*recent));
+    char app[32];
+    snprintf(app, sizeof(app), iw->idx ? "tandemd-ingest-%d" : "tandemd-ingest", iw->idx + 1);
 
     while (!atomic_load(&db->stop)) {
         uint64_t now = tdm_time_mono_us();
         if (!conn && now >= next_try && atomic_load(&db->stats.schema_ready)) {
-            conn = db_connect(db, "tandemd-ingest");
+            conn = db_connect(db, app);
             if (conn) {
                 backoff = BACKOFF_MIN_US;
-                db->ingest_up = 1;
-                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=ingest");
+                atomic_fetch_add(&db->ingest_up, 1);
+                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=%s", app);
             } else {
                 next_try = now + backoff;
                 backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
             }
             update_up(db);
         }
-        if (conn) {
+        if (conn && iw->idx == 0) {
             int r = ingest_from_spool(db, conn);
             if (r == 1)
                 continue;
@@ -956,24 +1088,25 @@ static void *ingest_main(void *arg)
         }
 
         pthread_mutex_lock(&db->ingest.mu);
-        spill_locked(db, 0);
-        if (conn && db->ingest.head) {
-            uint64_t t0 = tdm_time_mono_us(), want = recent_ranks(recent, t0), t;
-            while (!atomic_load(&db->stop) && queued_ranks_locked(db) < want &&
+        if (iw->idx == 0)
+            spill_locked(db, 0);
+        /* Memory is taken only while the spool is empty: what the spool holds is older (a batch
+         * spilled just now, or during the gathering wait, may have its successor in memory
+         * already), and worker 0 replays it first. */
+        int older = tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable;
+        if (conn && db->ingest.head && !older) {
+            uint64_t t0 = tdm_time_mono_us(), want = recent_ranks(&db->recent[iw->idx], t0), t;
+            while (!atomic_load(&db->stop) && queued_ranks_locked(db, me) < want &&
                    (t = tdm_time_mono_us()) - t0 < GATHER_MAX_US &&
                    db->mem_bytes <= db->opts.mem_bound_bytes)
                 cond_wait_us(&db->ingest, GATHER_MAX_US - (t - t0));
         }
-        /* The group stays at the head of the queue until it is done: only this thread pops. */
-        size_t n = 0, bytes = 0;
-        for (tdm_cp_job_t *j = conn ? db->ingest.head : NULL; j && n < GROUP_MAX_BATCHES;
-             j = j->next) {
-            if (n && bytes + j->batch->blob_len > GROUP_MAX_BYTES)
-                break;
-            group[n++] = j;
-            bytes += j->batch->blob_len;
-        }
-        if (!n && !atomic_load(&db->stop))
+        /* The group stays in the queue, claimed, until it is done. */
+        older = tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable;
+        size_t n = conn && !older ? take_group_locked(db, me, group) : 0;
+        /* (worker 0 goes straight back to the spool it just filled) */
+        int replay = iw->idx == 0 && conn && older;
+        if (!n && !replay && !atomic_load(&db->stop))
             cond_wait_us(&db->ingest, conn ? 200000u : 50000u);
         pthread_mutex_unlock(&db->ingest.mu);
         if (!n)
@@ -982,12 +1115,16 @@ static void *ingest_main(void *arg)
         char err[512];
         int committed = 0;
         ingest_rc_t rc = ingest_group(conn, group, n, accepted, &committed, err, sizeof(err));
-        if (rc == INGEST_CONN)
+        if (rc == INGEST_CONN) {
+            release_group(db, group, n);
             goto conn_lost;
+        }
         if (rc == INGEST_OK) {
             if (committed)
                 atomic_fetch_add(&db->stats.ingest_txns, 1);
-            recent_note(recent, group, n, tdm_time_mono_us());
+            pthread_mutex_lock(&db->ingest.mu);
+            recent_note(&db->recent[iw->idx], group, n, tdm_time_mono_us());
+            pthread_mutex_unlock(&db->ingest.mu);
             for (size_t i = 0; i < n; i++)
                 finish_job(db, group[i], accepted[i] ? INGEST_OK : INGEST_DUP, "");
             continue;
@@ -996,8 +1133,10 @@ static void *ingest_main(void *arg)
          * batch it refuses is rejected. */
         for (size_t i = 0; i < n; i++) {
             rc = ingest_batch(conn, group[i]->batch, err, sizeof(err));
-            if (rc == INGEST_CONN)
+            if (rc == INGEST_CONN) {
+                release_group(db, group + i, n - i);
                 goto conn_lost;
+            }
             if (rc == INGEST_OK)
                 atomic_fetch_add(&db->stats.ingest_txns, 1);
             finish_job(db, group[i], rc, err);
@@ -1005,17 +1144,28 @@ static void *ingest_main(void *arg)
         continue;
 
     conn_lost:
-        tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=ingest");
+        tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=%s", app);
         PQfinish(conn);
         conn = NULL;
-        db->ingest_up = 0;
+        atomic_fetch_sub(&db->ingest_up, 1);
         update_up(db);
         atomic_fetch_add(&db->stats.reconnects, 1);
         next_try = tdm_time_mono_us() + BACKOFF_MIN_US;
     }
 
-    /* Shutdown: what is still in memory becomes durable in the spool; its senders get no reply
-     * and will replay, which the marks absorb. */
+    if (conn) {
+        atomic_fetch_sub(&db->ingest_up, 1);
+        PQfinish(conn);
+    }
+    tdm_free(group);
+    tdm_free(accepted);
+    return NULL;
+}
+
+/* Shutdown, after the ingest workers are joined: what is still in memory becomes durable in the
+ * spool; its senders get no reply and will replay, which the marks absorb. */
+static void ingest_shutdown(tdm_cp_db_t *db)
+{
     pthread_mutex_lock(&db->ingest.mu);
     spill_locked(db, 1);
     tdm_cp_job_t *j;
@@ -1026,11 +1176,6 @@ static void *ingest_main(void *arg)
     }
     pending_stats_locked(db);
     pthread_mutex_unlock(&db->ingest.mu);
-    PQfinish(conn);
-    tdm_free(group);
-    tdm_free(accepted);
-    tdm_free(recent);
-    return NULL;
 }
 
 static void wake_all(tdm_cp_db_t *db)
@@ -1064,6 +1209,8 @@ tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db,
                  "is up\" records=%llu",
                  (unsigned long long)tdm_cp_spool_records(db->spool));
     pending_stats_locked(db);
+    db->recent = tdm_calloc(TDM_CP_DB_INGEST_CONNS, sizeof(*db->recent));
+    db->keymap = tdm_calloc(1, sizeof(*db->keymap));
     for (int i = 0; i < 1 + TDM_CP_DB_READERS; i++) {
         qworker_t *w = &db->qw[i];
         w->db = db;
@@ -1077,10 +1224,16 @@ tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db,
         }
         db->nqw++;
     }
-    if (pthread_create(&db->ingest_tid, NULL, ingest_main, db) != 0) {
-        snprintf(err, err_len, "pthread_create: %s", strerror(errno));
-        st = TDM_ERR_IO;
-        goto err_join;
+    for (int i = 0; i < TDM_CP_DB_INGEST_CONNS; i++) {
+        struct iworker *iw = &db->iw[i];
+        iw->db = db;
+        iw->idx = i;
+        if (pthread_create(&iw->tid, NULL, ingest_main, iw) != 0) {
+            snprintf(err, err_len, "pthread_create: %s", strerror(errno));
+            st = TDM_ERR_IO;
+            goto err_join;
+        }
+        db->niw++;
     }
     *ret_db = db;
     return TDM_OK;
@@ -1090,7 +1243,12 @@ err_join:
     wake_all(db);
     for (int i = 0; i < db->nqw; i++)
         pthread_join(db->qw[i].tid, NULL);
+    for (int i = 0; i < db->niw; i++)
+        pthread_join(db->iw[i].tid, NULL);
+    ingest_shutdown(db);
     tdm_cp_spool_close(db->spool);
+    tdm_free(db->recent);
+    tdm_free(db->keymap);
 err_free:
     jobq_destroy(&db->queries);
     jobq_destroy(&db->reads);
@@ -1108,8 +1266,12 @@ void tdm_cp_db_stop(tdm_cp_db_t *db)
     wake_all(db);
     for (int i = 0; i < db->nqw; i++)
         pthread_join(db->qw[i].tid, NULL);
-    pthread_join(db->ingest_tid, NULL);
+    for (int i = 0; i < db->niw; i++)
+        pthread_join(db->iw[i].tid, NULL);
+    ingest_shutdown(db);
     tdm_cp_spool_close(db->spool);
+    tdm_free(db->recent);
+    tdm_free(db->keymap);
     jobq_destroy(&db->queries);
     jobq_destroy(&db->reads);
     jobq_destroy(&db->ingest);
@@ -1132,7 +1294,10 @@ tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job)
 {
     job->cost = job->batch->blob_len + sizeof(*job) + sizeof(*job->batch);
     job->batch->enq_mono_us = tdm_time_mono_us();
+    job->key = batch_key(job->batch);
+    job->claimed = 0;
     pthread_mutex_lock(&db->ingest.mu);
+    job->worker = keymap_worker_locked(db->keymap, job->key);
     if (db->spool_full && db->mem_bytes + job->cost > db->opts.mem_bound_bytes) {
         pthread_mutex_unlock(&db->ingest.mu);
         return TDM_ERR_AGAIN;
@@ -1143,7 +1308,7 @@ tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job)
     atomic_fetch_add(&db->stats.mem_batches, 1);
     if (db->ingest.head == job)
         atomic_store(&db->stats.oldest_pending_mono_us, job->batch->enq_mono_us);
-    pthread_cond_signal(&db->ingest.cv);
+    pthread_cond_broadcast(&db->ingest.cv); /* its worker may be gathering */
     pthread_mutex_unlock(&db->ingest.mu);
     return TDM_OK;
 }

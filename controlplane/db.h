@@ -16,20 +16,25 @@
  *   statement prepared once per connection. Same down behaviour. stats.write_gen counts the jobs
  *   the query thread finished that were not readonly: a loop-side cache of a read is good only
  *   while it is unchanged.
- * - Ingest thread (connection "tandemd-ingest", the one COPY runs on): takes telemetry batches in
- *   arrival order, all those queued (up to 256 / 16 MiB) into one transaction (group commit; when
- *   fewer ranks are queued than committed in the last 20 ms it first waits up to 2 ms for them, as
- *   PostgreSQL's commit_delay does): lock
- *   or create the (instance_id, rank) high-water marks, COPY the rows of every batch whose seq is
- *   above its rank's mark (raised batch by batch, in order), raise the marks, COMMIT — all sent as
- *   one query string, four round trips; only then are
- *   the jobs returned (acked_seq). A batch at or below the mark is returned as a duplicate without
- *   inserting (exactly once, DESIGN §10c). If the database refuses the group's rows, its batches
- *   are retried one transaction each so only the offending one is rejected. stats.ingest_txns
- *   counts the committed transactions. Batches waiting in memory are bounded by
- *   mem_bound_bytes; past it the oldest are appended to the spool file (durable, so their jobs are
- *   returned as acknowledged) and replayed from it, before anything newer, when the database is
- *   back. Order per (instance_id, rank) is arrival order throughout.
+ * - Ingest workers (TDM_CP_DB_INGEST_CONNS threads, connections "tandemd-ingest",
+ *   "tandemd-ingest-2", …; COPY runs on them): take telemetry batches in arrival order, those
+ *   queued (up to 256 / 16 MiB) into one transaction (group commit; when fewer ranks are queued
+ *   than committed in the last 20 ms a worker first waits up to 2 ms for them, as PostgreSQL's
+ *   commit_delay does): lock or create the (instance_id, rank) high-water marks, COPY the rows of
+ *   every batch whose seq is above its rank's mark (raised batch by batch, in order), raise the
+ *   marks, COMMIT — all sent as one query string, four round trips; only then are the jobs
+ *   returned (acked_seq). Each (instance_id, rank) belongs to one worker for the life of the
+ *   process (assigned in turn when first seen), so its batches commit one transaction after
+ *   another in arrival order on one connection, two groups in flight never share a mark, and
+ *   while one worker's group waits for its WAL flush another's copies. A batch at or below the
+ *   mark is returned as a duplicate without inserting (exactly once, DESIGN §10c). If the
+ *   database refuses a group's rows, its batches are retried one transaction each so only the
+ *   offending one is rejected. stats.ingest_txns counts the committed transactions. Batches
+ *   waiting in memory are bounded by mem_bound_bytes; past it worker 0 appends the oldest to the
+ *   spool file (durable, so their jobs are returned as acknowledged; never a batch a group holds,
+ *   nor one whose rank has a batch in flight) and replays it, before any worker takes anything
+ *   newer from memory, when the database is back. Order per (instance_id, rank) is arrival order
+ *   throughout.
  * Reconnects back off from 100 ms to 2 s. Counters for /metrics are atomics in tdm_cp_db_stats_t.
  */
 #ifndef TDM_CP_DB_H
@@ -47,6 +52,12 @@
 
 #define TDM_CP_JOB_MAX_PARAMS 12
 #define TDM_CP_DB_READERS 3 /* read pool connections, beside the query and ingest ones */
+/* Ingest workers, one connection each. 1: on this 2-core host a second connection made the same
+ * throughput cost twice the PostgreSQL CPU (bench/results/controlplane.json); build with
+ * -DTDM_CP_DB_INGEST_CONNS=2 to measure it again (the contract below holds for any number). */
+#ifndef TDM_CP_DB_INGEST_CONNS
+#define TDM_CP_DB_INGEST_CONNS 1
+#endif
 
 typedef struct tdm_cp_job tdm_cp_job_t;
 typedef void (*tdm_cp_job_done_fn)(tdm_cp_job_t *job);
@@ -79,12 +90,15 @@ struct tdm_cp_job {
     char sqlstate[6];
     char err[256];
     uint64_t acked_seq;
+    uint64_t key;  /* ingest: hash of (instance_id, rank) */
+    int worker;    /* ingest: the worker (1-based) its (instance_id, rank) belongs to */
+    int claimed;   /* ingest: the worker (1-based) whose group holds it; under the queue's mutex */
     int duplicate; /* ingest: seq was at or below the mark */
     int spooled;   /* ingest: durable in the spool, not yet in the database */
 };
 
 typedef struct tdm_cp_db_stats {
-    atomic_int up;           /* both connections usable */
+    atomic_int up;           /* the query and every ingest connection usable */
     atomic_int schema_ready; /* migrations applied this run */
     atomic_uint_fast64_t mem_batches, mem_bytes;
     atomic_uint_fast64_t spool_records, spool_bytes;

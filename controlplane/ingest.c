@@ -65,10 +65,124 @@ static const char *nz(const char *s)
     return s && *s ? s : NULL;
 }
 
+/* A JSON string literal (as jansson writes it: ", \ and control characters escaped, other bytes
+ * verbatim), COPY-escaped: every backslash doubled. */
+static void copy_json_str(tdm_cp_buf_t *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    tdm_cp_buf_reserve(b, n * 7 + 2);
+    char *o = b->data + b->len;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *o++ = '\\';
+            *o++ = '\\';
+            if (c == '\\') {
+                *o++ = '\\';
+                *o++ = '\\';
+            } else {
+                *o++ = '"';
+            }
+        } else if (c < 0x20) {
+            const char *esc = c == '\n'   ? "n"
+                              : c == '\t' ? "t"
+                              : c == '\r' ? "r"
+                              : c == '\b' ? "b"
+                              : c == '\f' ? "f"
+                                          : NULL;
+            *o++ = '\\';
+            *o++ = '\\';
+            if (esc) {
+                *o++ = *esc;
+            } else {
+                *o++ = 'u';
+                *o++ = '0';
+                *o++ = '0';
+                *o++ = hex[c >> 4];
+                *o++ = hex[c & 15];
+            }
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    *o++ = '"';
+    b->len = (size_t)(o - b->data);
+    b->data[b->len] = '\0';
+}
+
+/* `v` as compact JSON, escaped for COPY text, straight into b (the events' `data` column; what
+ * json_dumps(JSON_COMPACT) + tdm_cp_buf_copy_text gave, without the intermediate string). JSON
+ * output never holds a raw tab, newline or CR (control characters are escaped), so the only COPY
+ * escape needed is the backslash of a JSON escape, written doubled. */
+static void copy_json(tdm_cp_buf_t *b, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *x;
+        int first = 1;
+        tdm_cp_buf_append(b, "{", 1);
+        json_object_foreach((json_t *)v, k, x)
+        {
+            if (!first)
+                tdm_cp_buf_append(b, ",", 1);
+            first = 0;
+            copy_json_str(b, k, strlen(k));
+            tdm_cp_buf_append(b, ":", 1);
+            copy_json(b, x);
+        }
+        tdm_cp_buf_append(b, "}", 1);
+        break;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *x;
+        tdm_cp_buf_append(b, "[", 1);
+        json_array_foreach((json_t *)v, i, x)
+        {
+            if (i)
+                tdm_cp_buf_append(b, ",", 1);
+            copy_json(b, x);
+        }
+        tdm_cp_buf_append(b, "]", 1);
+        break;
+    }
+    case JSON_STRING:
+        copy_json_str(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        tdm_cp_buf_i64(b, (int64_t)json_integer_value(v));
+        break;
+    case JSON_REAL: {
+        /* what jansson writes: %.17g, with ".0" when that looks like an integer */
+        char tmp[64];
+        int n = snprintf(tmp, sizeof(tmp), "%.17g", json_real_value(v));
+        tdm_cp_buf_append(b, tmp, (size_t)n);
+        if (!strpbrk(tmp, ".eE") &&
+            strspn(tmp + (tmp[0] == '-'), "0123456789") == (size_t)n - (tmp[0] == '-'))
+            tdm_cp_buf_append(b, ".0", 2);
+        break;
+    }
+    case JSON_TRUE:
+        tdm_cp_buf_append(b, "true", 4);
+        break;
+    case JSON_FALSE:
+        tdm_cp_buf_append(b, "false", 5);
+        break;
+    case JSON_NULL:
+    default:
+        tdm_cp_buf_append(b, "null", 4);
+        break;
+    }
+}
+
 /* One event → a transfer_events row (it names a room) or an events row (from/to kept in data,
- * since events has no state columns). */
+ * since events has no state columns). `prefix` is the row's constant
+ * "instance_id\trank\tgroup\tseq\t" (COPY text, escaped once per batch); numbers are rendered
+ * without printf and `data` without an intermediate string. */
 static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t *e, uint32_t idx,
-                      const char *inst, uint32_t rank, const char *group, uint64_t seq)
+                      const tdm_cp_buf_t *prefix)
 {
     json_t *data = e->data;
     json_t *owned = NULL;
@@ -80,27 +194,30 @@ static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t 
             json_object_set_new(owned, "to", json_string(e->to));
         data = owned;
     }
-    char *dtext = data ? json_dumps(data, JSON_COMPACT) : NULL;
-    json_decref(owned);
     tdm_cp_buf_t *b = e->has_room ? tev : ev;
-    tdm_cp_buf_printf(b, "%" PRId64 "\t%s%s\t%u\t", e->ts_us, e->has_room ? "" : "worker\t", inst,
-                      rank);
-    tdm_cp_buf_copy_text(b, group);
-    tdm_cp_buf_printf(b, "\t%" PRIu64 "\t%u\t", seq, idx);
+    tdm_cp_buf_i64(b, e->ts_us);
+    tdm_cp_buf_append(b, e->has_room ? "\t" : "\tworker\t", e->has_room ? 1 : 8);
+    tdm_cp_buf_append(b, prefix->data, prefix->len);
+    tdm_cp_buf_u64(b, idx);
+    tdm_cp_buf_append(b, "\t", 1);
     tdm_cp_buf_copy_text(b, e->type);
-    tdm_cp_buf_puts(b, "\t");
+    tdm_cp_buf_append(b, "\t", 1);
     if (e->has_room) {
-        tdm_cp_buf_printf(b, "%" PRId64 "\t", (int64_t)e->room);
+        tdm_cp_buf_i64(b, (int64_t)e->room);
+        tdm_cp_buf_append(b, "\t", 1);
         tdm_cp_buf_copy_text(b, nz(e->from));
-        tdm_cp_buf_puts(b, "\t");
+        tdm_cp_buf_append(b, "\t", 1);
         tdm_cp_buf_copy_text(b, nz(e->to));
-        tdm_cp_buf_puts(b, "\t");
+        tdm_cp_buf_append(b, "\t", 1);
     }
     tdm_cp_buf_copy_text(b, nz(e->reason));
-    tdm_cp_buf_puts(b, "\t");
-    tdm_cp_buf_copy_text(b, dtext);
-    tdm_cp_buf_puts(b, "\n");
-    free(dtext);
+    tdm_cp_buf_append(b, "\t", 1);
+    if (data)
+        copy_json(b, data);
+    else
+        tdm_cp_buf_append(b, "\\N", 2);
+    tdm_cp_buf_append(b, "\n", 1);
+    json_decref(owned);
 }
 
 /* The persisted samples of a batch, kept with its job for the history cache. */
@@ -252,8 +369,14 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     s->events_received += tb.n_events;
 
     uint32_t n_tev = 0, n_ev = 0;
+    /* the events' constant part: the samples' prefix and the batch seq */
+    tdm_cp_buf_u64(&prefix, tb.seq);
+    tdm_cp_buf_append(&prefix, "\t", 1);
+    if (tb.n_events) {
+        tdm_cp_buf_reserve(&tvb, (size_t)tb.n_events * 160);
+    }
     for (uint32_t i = 0; i < tb.n_events; i++) {
-        event_row(&tvb, &eb, &tb.events[i], i, inst, tb.rank, tb.group, tb.seq);
+        event_row(&tvb, &eb, &tb.events[i], i, &prefix);
         if (tb.events[i].has_room)
             n_tev++;
         else
