@@ -17,10 +17,17 @@ export UCX_TLS UCX_NET_DEVICES
 runs=$(mktemp)
 perf=$(mktemp)
 perfe=$(mktemp)
-trap 'rm -f "$runs" "$perf" "$perfe"' EXIT
+elog=$(mktemp)
+trap 'rm -f "$runs" "$perf" "$perfe" "$elog"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 echo "transfer: engine" >&2
-"$BUILD/bench/transfer" "$N" >"$runs"
+"$BUILD/bench/transfer" "$N" >"$runs" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+# how prefill wrote decode's pool (ucx.c logs it per rank at connect)
+if grep -q "writes: copies into decode's mapped shared memory" "$elog"; then
+    path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region"
+else
+    path="ucp_put_nbx per region, ucp_ep_flush_nbx per room"
+fi
 echo "transfer: ucx_perftest" >&2
 # perftest at every engine size, and at each round's bytes (size x rooms in flight) for the sizes
 # timed with several rooms in flight: the same working set as the engine's round
@@ -53,9 +60,9 @@ done
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 dirty=false
 [ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
-python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" <<'PY'
+python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" <<'PY'
 import json, sys, platform, os
-runs_p, perf_p, perfe_p, out, sha, dirty, tls, load = sys.argv[1:]
+runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_p)]
 def final(path):
     d = {}
@@ -98,10 +105,20 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'processes': 'prefill and decode in two processes (forked before UCX init)',
        'rooms_in_flight': 'sizes up to 1 MiB are timed with `inflight` rooms issued back to back per round (serving moves many small rooms at once; throughput = bytes of the round / its wall time, as perftest streams puts); larger rooms one at a time; room_latency_us = mean send to SUCCESS of one room in the round',
        'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer, so at 512 KiB source and target stay in cache, while the engine writes distinct decode pages per room; this anchor moves the same bytes per round as the engine',
+       'engine_write_path': path,
        'sizes': sizes,
        'ratio_vs_ucx_perftest': min(ratios) if ratios else None,
        'ratio_vs_ucx_perftest_checksums_on': min(rc) if rc else None,
        'ratio_vs_ucx_perftest_same_working_set': min(rw) if rw else None}
+# checksum_ttft_overhead is measured by bench/pd.sh (PD pairs over HTTP); carried here with its
+# provenance so the issue's two transfer numbers sit in one file
+try:
+    pd = json.load(open(pd_p))
+    doc['checksum_ttft_overhead'] = pd['checksum_ttft_overhead']
+    doc['checksum_ttft_overhead_direct'] = pd.get('checksum_ttft_overhead_direct')
+    doc['checksum_ttft_overhead_source'] = 'bench/results/pd.json (bench/pd.sh, git sha %s)' % pd.get('git_sha')
+except (OSError, ValueError, KeyError):
+    pass
 json.dump(doc, open(out, 'w'), indent=1)
 open(out, 'a').write('\n')
 print(json.dumps({k: doc[k] for k in ('ratio_vs_ucx_perftest', 'ratio_vs_ucx_perftest_checksums_on',
