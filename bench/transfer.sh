@@ -5,7 +5,8 @@
 # git sha. ratio_vs_ucx_perftest = min over sizes of engine (checksums off) / perftest; the
 # checksummed default path is reported beside it, and perftest with -e (peer error handling, the
 # engine's endpoint mode) up to 16 MiB. Use a build without sanitizers for numbers.
-# Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_GIT_SHA.
+# Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_GIT_SHA,
+# TDM_BENCH_NOTE (the operator's remark on this run, stored as "note").
 set -eu
 BUILD=${1:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
 SRC=${2:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
@@ -60,9 +61,10 @@ done
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 dirty=false
 [ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
-python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" <<'PY'
+load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" <<'PY'
 import json, sys, platform, os
-runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p = sys.argv[1:]
+runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_p)]
 def final(path):
     d = {}
@@ -97,6 +99,7 @@ rw = [s['ratio_same_working_set'] for s in sizes if s['ratio_same_working_set'] 
 rc = [s['ratio_checksums'] for s in sizes if s['ratio_checksums'] is not None]
 doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'host': platform.node(), 'cpus': os.cpu_count(), 'loadavg_before': load,
+       'loadavg_after': load_after,
        'ucx_tls': tls, 'memory': 'host',
        'geometry': 'bf16, 32 layers, 2 kv heads x 128, page 16 tokens: page chunk 512 KiB = 64 regions',
        'page_chunk_bytes': sizes[0]['bytes'] if sizes else None,
@@ -119,6 +122,8 @@ try:
     doc['checksum_ttft_overhead_source'] = 'bench/results/pd.json (bench/pd.sh, git sha %s)' % pd.get('git_sha')
 except (OSError, ValueError, KeyError):
     pass
+if note:
+    doc['note'] = note
 json.dump(doc, open(out, 'w'), indent=1)
 open(out, 'a').write('\n')
 print(json.dumps({k: doc[k] for k in ('ratio_vs_ucx_perftest', 'ratio_vs_ucx_perftest_checksums_on',
