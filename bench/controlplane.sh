@@ -238,10 +238,9 @@ where = {
             'commit_flush_share = the part of the ingest time that synchronous_commit=off removes: '
             'tandemd commits the batches queued together (group commit) in one transaction on its '
             'ingest connection, sent as one query string (4 round trips: marks + first COPY, two '
-            'more COPYs, marks raised + COMMIT); without a backlog a group is half of the ranks '
-            'recently seen (gathered up to 2 ms), so with 4 clients two groups of 2 batches (~1000 '
-            'rows per WAL flush with the default shape) alternate: one commits while tandemd '
-            'decodes the other half\'s next batches; psql \\copy flushes once per table. A second '
+            'more COPYs, marks raised + COMMIT), gathering up to 2 ms for the ranks recently seen; '
+            'with 4 clients and one batch in flight each a group holds up to 4 batches (~2000 rows '
+            'per WAL flush with the default shape); psql \\copy flushes once per table. A second '
             'ingest connection (TDM_CP_DB_INGEST_CONNS=2: each rank bound to one, so one group '
             'copies while the other waits for its flush) was measured outside this run on this '
             'host: the same throughput for about twice the PostgreSQL CPU, so tandemd uses one.'}

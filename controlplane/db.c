@@ -901,10 +901,10 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
 }
 
 /* ---- gathering a group --------------------------------------------------------------------
- * Like PostgreSQL's commit_delay: when fewer of its ranks have a batch queued than half of those
- * that sent one in the last GATHER_WINDOW_US, a worker waits up to GATHER_MAX_US for them before
- * it commits, so one WAL flush serves more batches, and takes that many (all that is queued when
- * there is a backlog). */
+ * Like PostgreSQL's commit_delay: when fewer ranks have a batch queued than sent one in the last
+ * GATHER_WINDOW_US, a worker waits up to GATHER_MAX_US for the others before it commits, so one
+ * WAL flush serves more batches. The wait ends as soon as that many ranks are queued (counting
+ * those another connection has in flight). */
 
 #define GATHER_WINDOW_US 20000u
 #define GATHER_MAX_US 2000u
@@ -977,15 +977,6 @@ static size_t queued_ranks_locked(const tdm_cp_db_t *db, int me)
     return ks.n;
 }
 
-/* Batches of worker `me` queued and not yet in a group (counting up to `cap`). Under ingest.mu. */
-static size_t queued_batches_locked(const tdm_cp_db_t *db, int me, size_t cap)
-{
-    size_t n = 0;
-    for (const tdm_cp_job_t *j = db->ingest.head; j && n < cap; j = j->next)
-        n += j->worker == me && !j->claimed;
-    return n;
-}
-
 /* Whether a worker other than `except` (1-based; 0: any) has a batch of `key` in flight (only
  * its owner can). Under ingest.mu. */
 static int key_in_flight_locked(const tdm_cp_db_t *db, uint64_t key, int except)
@@ -1035,10 +1026,10 @@ static int keymap_worker_locked(keymap_t *m, uint64_t key)
 
 /* Claim worker `me`'s group (at most GROUP_MAX_BATCHES / GROUP_MAX_BYTES of its batches) in
  * arrival order. Under ingest.mu. */
-static size_t take_group_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t **group, size_t limit)
+static size_t take_group_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t **group)
 {
     size_t n = 0, bytes = 0;
-    for (tdm_cp_job_t *j = db->ingest.head; j && n < limit; j = j->next) {
+    for (tdm_cp_job_t *j = db->ingest.head; j && n < GROUP_MAX_BATCHES; j = j->next) {
         if (j->worker != me || j->claimed)
             continue;
         if (n && bytes + j->batch->blob_len > GROUP_MAX_BYTES)
@@ -1103,17 +1094,8 @@ static void *ingest_main(void *arg)
          * spilled just now, or during the gathering wait, may have its successor in memory
          * already), and worker 0 replays it first. */
         int older = tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable;
-        size_t limit = GROUP_MAX_BATCHES;
         if (conn && db->ingest.head && !older) {
             uint64_t t0 = tdm_time_mono_us(), want = recent_ranks(&db->recent[iw->idx], t0), t;
-            /* Half groups: with no backlog, gather and take half of the recently seen ranks, so
-             * two groups alternate — one in PostgreSQL while the loop decodes the next batches of
-             * the other half's ranks (acknowledged by the previous commit) — instead of one group
-             * and the loop idle while it commits. */
-            if (want >= 2 && queued_batches_locked(db, me, want + 1) <= want) {
-                want = (want + 1) / 2;
-                limit = want;
-            }
             while (!atomic_load(&db->stop) && queued_ranks_locked(db, me) < want &&
                    (t = tdm_time_mono_us()) - t0 < GATHER_MAX_US &&
                    db->mem_bytes <= db->opts.mem_bound_bytes)
@@ -1121,7 +1103,7 @@ static void *ingest_main(void *arg)
         }
         /* The group stays in the queue, claimed, until it is done. */
         older = tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable;
-        size_t n = conn && !older ? take_group_locked(db, me, group, limit) : 0;
+        size_t n = conn && !older ? take_group_locked(db, me, group) : 0;
         /* (worker 0 goes straight back to the spool it just filled) */
         int replay = iw->idx == 0 && conn && older;
         if (!n && !replay && !atomic_load(&db->stop))

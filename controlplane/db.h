@@ -18,13 +18,12 @@
  *   while it is unchanged.
  * - Ingest workers (TDM_CP_DB_INGEST_CONNS threads, connections "tandemd-ingest",
  *   "tandemd-ingest-2", …; COPY runs on them): take telemetry batches in arrival order, those
- *   queued (up to 256 / 16 MiB) into one transaction (group commit; without a backlog a group
- *   is half of the ranks that committed in the last 20 ms — a worker waits up to 2 ms for them,
- *   as PostgreSQL's commit_delay does — so two half groups alternate: one commits while the loop
- *   decodes the other half's next batches): lock or create the (instance_id, rank) high-water
- * marks, COPY the rows of every batch whose seq is above its rank's mark (raised batch by batch, in
- * order), raise the marks, COMMIT — all sent as one query string, four round trips; only then are
- * the jobs returned (acked_seq). Each (instance_id, rank) belongs to one worker for the life of the
+ *   queued (up to 256 / 16 MiB) into one transaction (group commit; when fewer ranks are queued
+ *   than committed in the last 20 ms a worker first waits up to 2 ms for them, as PostgreSQL's
+ *   commit_delay does): lock or create the (instance_id, rank) high-water marks, COPY the rows of
+ *   every batch whose seq is above its rank's mark (raised batch by batch, in order), raise the
+ *   marks, COMMIT — all sent as one query string, four round trips; only then are the jobs
+ *   returned (acked_seq). Each (instance_id, rank) belongs to one worker for the life of the
  *   process (assigned in turn when first seen), so its batches commit one transaction after
  *   another in arrival order on one connection, two groups in flight never share a mark, and
  *   while one worker's group waits for its WAL flush another's copies. A batch at or below the
