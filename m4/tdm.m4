@@ -79,8 +79,33 @@ int cublasLtCreate(void **);]],
         [AC_MSG_ERROR([--with-cuda=$with_cuda: libcudart/libcublas/libcublasLt not found or not linkable])])
     ])
   ])
+  # The runtime headers, for host C code that calls cudart (the CUDA IPC mover): the same layout
+  # spread as the libraries, so search the candidates and nvcc's own -I list, then prove a compile.
+  # Without them the GPU binaries are left out too (HAVE_CUDA_RT), never a build that fails later.
+  CUDA_INCDIR=""
   AS_IF([test "x$have_cuda" = xyes], [
-    CUDA_CFLAGS="-I$CUDA_HOME/include"
+    cuda_dry_inc=`"$NVCC" --dryrun -x cu -o conftest.nvcc /dev/null 2>&1 | tr ' "' '\n\n' | sed -n 's/^-I//p'`
+    for d in "$CUDA_HOME/include" "$CUDA_HOME/targets/x86_64-linux/include" "$cuda_real/include" \
+             "$cuda_real/targets/x86_64-linux/include" $cuda_dry_inc; do
+      AS_IF([test -z "$CUDA_INCDIR" && test -e "$d/cuda_runtime_api.h"], [CUDA_INCDIR=`cd "$d" && pwd -P`])
+    done
+    AS_IF([test "x$have_cuda_rt" = xyes], [
+      AC_MSG_CHECKING([for the CUDA runtime headers])
+      tdm_save_CPPFLAGS=$CPPFLAGS
+      CPPFLAGS="${CUDA_INCDIR:+-I$CUDA_INCDIR} $CPPFLAGS"
+      AC_COMPILE_IFELSE([AC_LANG_PROGRAM([[#include <cuda_runtime_api.h>]],
+        [[cudaIpcMemHandle_t h; (void)h; return 0;]])], [], [have_cuda_rt=no])
+      CPPFLAGS=$tdm_save_CPPFLAGS
+      AC_MSG_RESULT([${have_cuda_rt}${CUDA_INCDIR:+ ($CUDA_INCDIR)}])
+      AS_IF([test "x$have_cuda_rt" = xno], [
+        AS_IF([test "x$with_cuda" = xcheck],
+          [AC_MSG_WARN([cuda_runtime_api.h not found or not compilable: the GPU tests and benchmarks are not built])],
+          [AC_MSG_ERROR([--with-cuda=$with_cuda: cuda_runtime_api.h not found])])
+      ])
+    ])
+  ])
+  AS_IF([test "x$have_cuda" = xyes], [
+    CUDA_CFLAGS="-I${CUDA_INCDIR:-$CUDA_HOME/include}"
     CUDA_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lcudart -lcublas -lcublasLt"
     NVCC_FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Xcompiler -Wall"
     AS_IF([test "x$enable_werror" = xyes], [NVCC_FLAGS="$NVCC_FLAGS -Werror all-warnings"])

@@ -19,7 +19,7 @@ stage() {
 stage deps sh "$top/tools/install-deps.sh"
 stage autoreconf sh -c "cd '$top' && autoreconf -fi >/dev/null"
 mkdir -p "$build"
-stage configure sh -c "cd '$build' && '$top/configure' --enable-werror --enable-sanitizers=address,undefined >configure.out || { tail -40 configure.out; exit 1; }"
+stage configure sh -c "cd '$build' && '$top/configure' --enable-werror --enable-sanitizers=address,undefined >configure.out || { tail -40 configure.out; exit 1; }; grep -A6 '^  tandem ' configure.out || true"
 stage build make -C "$build" -j"$jobs"
 stage format-check make -C "$build" format-check
 stage check make -C "$build" -j"$jobs" check
