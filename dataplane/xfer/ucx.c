@@ -116,9 +116,9 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
     /* Prefill registers its pool too: zero-copy puts need the source registered. A device
      * pool (cfg.kv_cuda) is not UCX's: it moves by CUDA IPC (kvmem.c, cuda_ipc.c). */
     if (!x->cuda)
-        TDM_CHECK_GOTO(map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey,
-                                  &u->kv_rkey_len),
-                       st, err_cleanup);
+        TDM_CHECK_GOTO(
+            map_region(u->ctx, &kv_base, pool_bytes, &u->kv_memh, &u->kv_rkey, &u->kv_rkey_len), st,
+            err_cleanup);
     if (x->cfg.ucx_alloc) {
         /* the pool zeroes the region; buffers point at UCX's memory from here on */
         TDM_CHECK_GOTO(tdm_kv_pool_init_mem(lay, num_pages, kv_base, pool_bytes, &x->pool[rank]),
