@@ -394,6 +394,9 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
             act_bytes += sizes[i];
         act_bytes += align256((uint64_t)e->o.max_logit_rows * 4);
         TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->abuf, act_bytes), st, err);
+        /* zeroed once: a read of scratch that no launch of this call wrote (padding rows, a
+         * bucket's unused tail) then gives the same bits in every engine instance */
+        TDM_CUDA_CHECK_GOTO(cudaMemset(e->abuf, 0, act_bytes), st, err);
         uint8_t *p = e->abuf;
         float **fp[8] = {&e->x,    &e->qkv,    &e->attn,   &e->gu,
                          &e->hsel, &e->logits, &e->part_o, &e->part_ml};
