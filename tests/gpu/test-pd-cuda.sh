@@ -32,125 +32,38 @@ if [ ! -f "$SRC/models/demo/model.safetensors" ]; then
     echo "1..0 # SKIP models/demo is not in this checkout"
     exit 0
 fi
-export TDM_PD_BIN="$BIN" TDM_PD_MODEL="$SRC/models/demo"
+export TDM_PD_BIN="$BIN" TDM_PD_MODEL="$SRC/models/demo" TDM_TAPLIB="$SRC/tests/integration"
 # the aux slot still moves by UCX (host memory)
 export UCX_TLS=tcp,sm,self UCX_NET_DEVICES=lo
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 exec python3 - <<'PY'
-import json, os, random, signal, subprocess, sys, tempfile, threading, time
-import http.client
+import json, os, random, signal, subprocess, sys, threading, time
+
+sys.path.insert(0, os.environ["TDM_TAPLIB"])
+import pdlib
+from pdlib import (arm, drain_all_free, init, kill_all, logtail, metrics, note, ok, prompt_ids,
+                   request, wait_until)
 
 BIN, MODEL = os.environ["TDM_PD_BIN"], os.environ["TDM_PD_MODEL"]
-n = failed = 0
-procs = []
-
-
-def ok(cond, msg, diag=None):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, msg))
-    if not cond:
-        failed += 1
-        for line in str(diag or "").splitlines()[:20]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
-def note(msg):
-    print("# " + msg)
-    sys.stdout.flush()
-
-
-tmp = tempfile.mkdtemp(prefix="test-pd-cuda-")
-tokf = os.path.join(tmp, "admin.token")
-with open(tokf, "w") as f:
-    f.write("pd-adm1n\n")
-ADMIN = {"Authorization": "Bearer pd-adm1n"}
+_, tokf = init(BIN, MODEL, "test-pd-cuda-", ["--max-running-requests", "16"])
 FI = ["--enable-fault-injection", "--admin-token-file", tokf]
+GPU = ["--mem-fraction-static", "0.2"]
 
 
 def start(name, extra, device="cuda"):
-    ready = os.path.join(tmp, name + ".ready")
-    log = open(os.path.join(tmp, name + ".log"), "w+")
-    args = [BIN, "--device", device, "--model-path", MODEL, "--port", "0", "--ready-file", ready,
-            "--max-running-requests", "16"]
-    if device == "cuda":
-        args += ["--mem-fraction-static", "0.2"]
-    p = subprocess.Popen(args + extra, stdout=subprocess.DEVNULL, stderr=log,
-                         start_new_session=True)
-    procs.append(p)
-    return {"name": name, "proc": p, "ready": ready, "log": log}
+    return pdlib.start(name, extra, device, GPU if device == "cuda" else ())
 
 
 def wait_ready(w, limit=120):
-    deadline = time.time() + limit
-    while time.time() < deadline and w["proc"].poll() is None:
-        if os.path.exists(w["ready"]):
-            try:
-                j = json.load(open(w["ready"]))
-                w["port"], w["bootstrap"] = j["http"], j.get("bootstrap")
-                return True
-            except ValueError:
-                pass
-        time.sleep(0.05)
-    return False
-
-
-def logtail(w):
-    w["log"].seek(0)
-    return "\n".join(w["log"].read().splitlines()[-15:])
-
-
-def request(w, method, path, body=None, headers=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=timeout)
-    try:
-        data = json.dumps(body) if body is not None else None
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        return r.status, r.read().decode()
-    except (OSError, http.client.HTTPException) as e:
-        return -1, str(e)
-    finally:
-        c.close()
-
-
-def metrics(w):
-    m = {}
-    for line in request(w, "GET", "/metrics")[1].splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        k, v = line.rsplit(" ", 1)
-        try:
-            m[k] = float(v)
-        except ValueError:
-            pass
-    return m
-
-
-def wait_until(fn, limit):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    return fn()
-
-
-def arm(w, body):
-    return request(w, "POST", "/admin/faults", body, ADMIN)
+    return pdlib.wait_ready(w, limit)
 
 
 def gen(w, ids, max_new=12, timeout=60):
-    st, b = request(w, "POST", "/generate", {"input_ids": ids, "max_new_tokens": max_new,
-                                             "ignore_eos": True}, timeout=timeout)
-    try:
-        return st, json.loads(b).get("output_ids"), b
-    except ValueError:
-        return st, None, b
+    return pdlib.gen(w, ids, max_new, timeout)
+
+
+def finish():
+    pdlib.finish(20)
 
 
 def complete(w, prompt, max_tokens=16):
@@ -160,37 +73,6 @@ def complete(w, prompt, max_tokens=16):
     return (st, json.loads(txt)["choices"][0]["text"]) if st == 200 else (st, txt)
 
 
-def prompt_ids(seed, k):
-    rnd = random.Random(seed)
-    return [5 + rnd.randrange(1800) for _ in range(k)]
-
-
-def drain_all_free(w):
-    st, _ = request(w, "POST", "/admin/drain", {}, ADMIN)
-    m = wait_until(lambda: (lambda m: m if m.get("tandem_drained") == 1 else None)(metrics(w)), 30)
-    if not m:
-        return False, "not drained: %s" % st
-    return (m["tandem_kv_pages_free"] == m["tandem_kv_pages_total"],
-            "free %s of %s" % (m["tandem_kv_pages_free"], m["tandem_kv_pages_total"]))
-
-
-def finish():
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-    print("1..%d" % n)
-    sys.exit(1 if failed else 0)
-
-
 t_start = time.time()
 pre = start("prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
                         "0"] + FI)
@@ -198,11 +80,7 @@ if not wait_ready(pre):
     tail = logtail(pre)
     if "needs the CUDA runtime" in tail or "no CUDA runtime" in tail:
         print("1..0 # SKIP this build has no CUDA runtime: %s" % tail.splitlines()[-1])
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all()
         sys.exit(0)
     ok(False, "a --device cuda prefill worker starts", tail)
     finish()

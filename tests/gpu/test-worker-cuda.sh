@@ -24,83 +24,27 @@ if [ ! -f "$SRC/models/demo/model.safetensors" ]; then
     echo "1..0 # SKIP models/demo is not in this checkout"
     exit 0
 fi
-export TDM_W_BIN="$BIN" TDM_W_MODEL="$SRC/models/demo"
+export TDM_W_BIN="$BIN" TDM_W_MODEL="$SRC/models/demo" TDM_TAPLIB="$SRC/tests/integration"
 exec python3 - <<'PY'
-import json, os, signal, subprocess, sys, tempfile, threading, time
-import http.client
+import json, os, signal, sys, threading, time
+
+sys.path.insert(0, os.environ["TDM_TAPLIB"])
+import pdlib
+import taplib
+from pdlib import kill_all, logtail, metrics, ok
 
 BIN, MODEL = os.environ["TDM_W_BIN"], os.environ["TDM_W_MODEL"]
-n = failed = 0
-procs = []
-
-
-def ok(cond, msg, diag=None):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, msg))
-    if not cond:
-        failed += 1
-        for line in str(diag or "").splitlines()[:20]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
-tmp = tempfile.mkdtemp(prefix="test-worker-cuda-")
+pdlib.init(BIN, MODEL, "test-worker-cuda-", ["--max-running-requests", "16"])
 
 
 def start(name, device, extra=()):
-    ready = os.path.join(tmp, name + ".ready")
-    log = open(os.path.join(tmp, name + ".log"), "w+")
-    p = subprocess.Popen([BIN, "--device", device, "--model-path", MODEL, "--port", "0",
-                          "--ready-file", ready, "--max-running-requests", "16"] + list(extra),
-                         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-    procs.append(p)
-    w = {"name": name, "proc": p, "ready": ready, "log": log}
-    deadline = time.time() + 120
-    while time.time() < deadline and p.poll() is None:
-        if os.path.exists(ready):
-            try:
-                w["port"] = json.load(open(ready))["http"]
-                return w
-            except ValueError:
-                pass
-        time.sleep(0.05)
+    w = pdlib.start(name, extra, device)
+    pdlib.wait_ready(w, 120)
     return w
 
 
-def logtail(w):
-    w["log"].seek(0)
-    return "\n".join(w["log"].read().splitlines()[-20:])
-
-
 def request(w, path, body=None, timeout=120):
-    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=timeout)
-    try:
-        if body is None:
-            c.request("GET", path)
-        else:
-            c.request("POST", path, body=json.dumps(body),
-                      headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read().decode()
-    except (OSError, http.client.HTTPException) as e:
-        return -1, str(e)
-    finally:
-        c.close()
-
-
-def metrics(w):
-    m = {}
-    for line in request(w, "/metrics")[1].splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        k, v = line.rsplit(" ", 1)
-        try:
-            m[k] = float(v)
-        except ValueError:
-            pass
-    return m
+    return pdlib.request(w, "GET" if body is None else "POST", path, body, timeout=timeout)
 
 
 def complete(w, prompt, max_tokens=16, stream=False):
@@ -175,8 +119,6 @@ try:
     cpu["proc"].wait(timeout=30)
     ok(rc == 0, "SIGTERM: the GPU worker exits 0 (rc %s)" % rc, logtail(gpu))
 finally:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-sys.exit(1 if failed else 0)
+    kill_all()
+sys.exit(1 if taplib.failed else 0)
 PY

@@ -39,110 +39,22 @@ if [ ! -f "$SRC/models/demo/model.safetensors" ]; then
     exit 0
 fi
 export TDM_PD_BIN="$BIN" TDM_PD_MODEL="$SRC/models/demo" TDM_PD_SCENARIO="${TDM_PD_SCENARIO:-equiv}"
+export TDM_TAPLIB="$SRC/tests/integration"
 export UCX_TLS=tcp,sm,self UCX_NET_DEVICES=lo
 # ASan builds: UCX's memory hooks fight the sanitizer's allocator
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 exec python3 - <<'PY'
-import json, os, random, signal, socket, struct, subprocess, sys, tempfile, time
+import json, os, random, signal, socket, struct, subprocess, sys, time
 import http.client
+
+sys.path.insert(0, os.environ["TDM_TAPLIB"])
+from pdlib import (ADMIN, arm, drain_all_free, finish, gen, init, kill_all, logtail, metrics,
+                   note, ok, procs, prompt_ids, request, start, wait_ready, wait_until)
 
 BIN = os.environ["TDM_PD_BIN"]
 MODEL = os.environ["TDM_PD_MODEL"]
 SCEN = os.environ["TDM_PD_SCENARIO"]
-n = failed = 0
-procs = []
-
-
-def ok(cond, msg, diag=None):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, msg))
-    if not cond:
-        failed += 1
-        for line in str(diag or "").splitlines()[:20]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
-def note(msg):
-    print("# " + msg)
-    sys.stdout.flush()
-
-
-tmp = tempfile.mkdtemp(prefix="test-pd-")
-tokf = os.path.join(tmp, "admin.token")
-with open(tokf, "w") as f:
-    f.write("pd-adm1n\n")
-ADMIN = {"Authorization": "Bearer pd-adm1n"}
-
-
-def start(name, extra):
-    ready = os.path.join(tmp, name + ".ready")
-    log = open(os.path.join(tmp, name + ".log"), "w+")
-    p = subprocess.Popen([BIN, "--device", "cpu", "--model-path", MODEL, "--port", "0",
-                          "--ready-file", ready, "--admin-token-file", tokf] + extra,
-                         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-    procs.append(p)
-    return {"name": name, "proc": p, "ready": ready, "log": log}
-
-
-def wait_ready(w, limit=60):
-    deadline = time.time() + limit
-    while time.time() < deadline and w["proc"].poll() is None:
-        if os.path.exists(w["ready"]):
-            try:
-                j = json.load(open(w["ready"]))
-                w["port"], w["bootstrap"] = j["http"], j["bootstrap"]
-                return True
-            except ValueError:
-                pass
-        time.sleep(0.05)
-    return False
-
-
-def logtail(w):
-    w["log"].seek(0)
-    return "\n".join(w["log"].read().splitlines()[-15:])
-
-
-def request(w, method, path, body=None, headers=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=timeout)
-    try:
-        data = json.dumps(body) if body is not None else None
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        return r.status, r.read().decode()
-    except (OSError, http.client.HTTPException) as e:
-        return -1, str(e)
-    finally:
-        c.close()
-
-
-def metrics(w):
-    st, body = request(w, "GET", "/metrics")
-    m = {}
-    for line in body.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        k, v = line.rsplit(" ", 1)
-        try:
-            m[k] = float(v)
-        except ValueError:
-            pass
-    return m
-
-
-def wait_until(fn, limit):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    return fn()
+init(BIN, MODEL, "test-pd-", token_file_arg=True)
 
 
 def stream_ttft(w, body, timeout=60):
@@ -180,32 +92,6 @@ def heartbeats_fresh(w):
     return all(0 <= a < 2.0 for a in ages), ages
 
 
-def drain_all_free(w):
-    st, _ = request(w, "POST", "/admin/drain", {}, ADMIN)
-    m = wait_until(lambda: (lambda m: m if m.get("tandem_drained") == 1 else None)(metrics(w)), 30)
-    if not m:
-        return False, "not drained: %s" % st
-    return (m["tandem_kv_pages_free"] == m["tandem_kv_pages_total"],
-            "free %s of %s" % (m["tandem_kv_pages_free"], m["tandem_kv_pages_total"]))
-
-
-def finish():
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-        try:
-            os.killpg(p.pid, signal.SIGKILL)  # nothing of the group may outlive the test
-        except OSError:
-            pass
-    print("1..%d" % n)
-    sys.exit(1 if failed else 0)
-
-
 # ---------------------------------------------------------------- faults and flips (issue 9)
 #   scenario "faults" (test-pd-faults.sh): --disaggregation-disable-checksums on one side only is
 #     refused at registration naming the flag; the PD fault points through POST /admin/faults:
@@ -222,24 +108,6 @@ def finish():
 
 import threading
 import http.server
-
-
-def arm(w, body):
-    return request(w, "POST", "/admin/faults", body, ADMIN)
-
-
-def gen(w, ids, max_new=8, timeout=60):
-    st, b = request(w, "POST", "/generate", {"input_ids": ids, "max_new_tokens": max_new,
-                                             "ignore_eos": True}, timeout=timeout)
-    try:
-        return st, json.loads(b).get("output_ids"), b
-    except ValueError:
-        return st, None, b
-
-
-def prompt_ids(seed, n):
-    rnd = random.Random(seed)
-    return [5 + rnd.randrange(1800) for _ in range(n)]
 
 
 def health_names(w, thread, limit=8):
@@ -448,11 +316,7 @@ if SCEN == "tp":
     if not wait_ready(pre):
         if "tdm_exec_cfg_t.kv_mem" in logtail(pre):
             print("1..0 # SKIP this build's executor ignores tdm_exec_cfg_t.kv_mem (exec.c)")
-            for p in procs:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            kill_all()
             sys.exit(0)
         ok(False, "prefill tp 2 ready", logtail(pre))
         finish()
