@@ -346,6 +346,35 @@ int main(void)
         }
         tap(st == TDM_OK, "prefill 2048", NULL);
     }
+    /* diagnostics for the second-engine finding (docs/cuda.md run 6): the first engine's bs1
+     * tokens again after everything it ran; a second engine alive beside it with a small pool;
+     * after the first is freed, a small-pool engine (the controls below have a full one) */
+    int diag_again = -1, diag_beside = -1, diag_small = -1;
+    if (dec_ok) {
+        const uint32_t per1 = (PROMPT + steps + 15) / 16;
+        int32_t tk[CMP_TOKENS];
+        double sec;
+        if (decode_run(e, 1, prompt, steps, per1, tk, &sec) == TDM_OK)
+            diag_again = !memcmp(tk, gpu_first, sizeof(tk));
+        tdm_cuda_engine_opts_t o2 = o;
+        o2.mem_fraction_static = 0.5; /* of what the first engine left free */
+        tdm_cuda_engine_t *e2 = NULL;
+        if (tdm_cuda_engine_init(&m.view, &o2, &e2) == TDM_OK &&
+            decode_run(e2, 1, prompt, steps, per1, tk, &sec) == TDM_OK)
+            diag_beside = !memcmp(tk, gpu_first, sizeof(tk));
+        tdm_cuda_engine_free(e2);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        o2.mem_fraction_static = 0.03;
+        if (tdm_cuda_engine_init(&m.view, &o2, &e2) == TDM_OK &&
+            decode_run(e2, 1, prompt, steps, per1, tk, &sec) == TDM_OK)
+            diag_small = !memcmp(tk, gpu_first, sizeof(tk));
+        tdm_cuda_engine_free(e2);
+        printf("# diagnostic bs1 tokens == the first engine's: the same engine again %s, a second "
+               "engine beside it (half of what it left free) %s, a small-pool engine after it "
+               "(0.03) %s\n",
+               tf_null(diag_again), tf_null(diag_beside), tf_null(diag_small));
+    }
     tdm_cuda_engine_free(e);
     e = NULL;
 
@@ -523,10 +552,13 @@ int main(void)
                 "\"roofline_bs1_tok_s\": %.1f, \"weight_bytes_per_token\": %llu, "
                 "\"runs\": %d, \"new_tokens\": %u, \"prompt\": %u, "
                 "\"cpu_match_32\": %s, \"cpu_first_divergence\": %d, \"variant_runs\": %d, "
+                "\"tokens_equal_first\": {\"same_engine_again\": %s, \"second_beside\": %s, "
+                "\"small_pool_after\": %s}, "
                 "\"variants\": {",
                 tok_s[0], tok_s[1], tok_s[2], prefill_tok_s, copy_gbps, roofline,
                 (unsigned long long)m.view.resident_bytes, runs, steps, PROMPT,
-                cmp_ok ? "true" : "false", first_div, vruns);
+                cmp_ok ? "true" : "false", first_div, vruns, tf_null(diag_again),
+                tf_null(diag_beside), tf_null(diag_small));
         /* one row per variant, the headline row's decode keys (null: not run at that size) */
         for (size_t v = 0; v < NVAR; v++) {
             fprintf(f, "%s\n  \"%s\": {", v ? "," : "", var[v].key);
