@@ -209,8 +209,9 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
         goto out;
     }
 #define PUT(dst_off, bytes)                                                                        \
-    TDM_CUDA_CHECK_GOTO(cudaMemcpy(e->wbuf + (dst_off), stage, (bytes), cudaMemcpyHostToDevice),   \
-                        st, out)
+    TDM_CUDA_CHECK_GOTO(                                                                           \
+        cudaMemcpyAsync(e->wbuf + (dst_off), stage, (bytes), cudaMemcpyHostToDevice, e->stream),   \
+        st, out)
     for (uint32_t l = 0; l < e->L; l++) {
         const tdm_layer_weights_t *w = &v->layers[l];
         uint64_t b = lbytes * l;
@@ -266,6 +267,8 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
     PUT(o_freq, (size_t)e->hd / 2 * 4);
     e->inv_freq = (const float *)(e->wbuf + o_freq);
 #undef PUT
+    /* the copies read `stage` (pageable: staged by the driver, but wait before freeing it) */
+    TDM_CUDA_CHECK_GOTO(cudaStreamSynchronize(e->stream), st, out);
 out:
     free(stage);
     return st;
@@ -365,6 +368,10 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     e->layers = (layer_dev_t *)tdm_calloc(e->L, sizeof(layer_dev_t));
 
     TDM_CUDA_CHECK_GOTO(cudaMemGetInfo(&free_b, &total_b), st, err);
+    /* Every initialising copy and memset goes to e->stream, never the legacy default stream: a
+     * non-blocking stream does not wait for the legacy stream, and cudaMemset of device memory
+     * returns before it has run, so the first forward raced the zeroing of a large pool (120 GB:
+     * ~40 ms) and of the plan block queued behind it (docs/cuda.md, the second-engine finding) */
     TDM_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking), st, err);
     if ((st = upload_weights(e, view)) != TDM_OK)
         goto err;
@@ -396,7 +403,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->abuf, act_bytes), st, err);
         /* zeroed once: a read of scratch that no launch of this call wrote (padding rows, a
          * bucket's unused tail) then gives the same bits in every engine instance */
-        TDM_CUDA_CHECK_GOTO(cudaMemset(e->abuf, 0, act_bytes), st, err);
+        TDM_CUDA_CHECK_GOTO(cudaMemsetAsync(e->abuf, 0, act_bytes, e->stream), st, err);
         uint8_t *p = e->abuf;
         float **fp[8] = {&e->x,    &e->qkv,    &e->attn,   &e->gu,
                          &e->hsel, &e->logits, &e->part_o, &e->part_ml};
@@ -426,7 +433,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     if ((st = tdm_kv_layout_pool_bytes(&e->layout, num_pages, &pool_bytes)) != TDM_OK)
         goto err;
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->kv_base, pool_bytes), st, err);
-    TDM_CUDA_CHECK_GOTO(cudaMemset(e->kv_base, 0, pool_bytes), st, err);
+    TDM_CUDA_CHECK_GOTO(cudaMemsetAsync(e->kv_base, 0, pool_bytes, e->stream), st, err);
     e->kvb.layout = &e->layout;
     e->kvb.base = e->kv_base;
     e->kvb.num_pages = num_pages;
@@ -443,7 +450,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     e->tiles_cap = (T + 63) / 64 + e->o.max_batch + 1;
     e->plan_bytes = (plan_off(e, P_PAGES) + e->pages_cap) * 4;
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->d_plan, e->plan_bytes), st, err);
-    TDM_CUDA_CHECK_GOTO(cudaMemset(e->d_plan, 0, e->plan_bytes), st, err);
+    TDM_CUDA_CHECK_GOTO(cudaMemsetAsync(e->d_plan, 0, e->plan_bytes, e->stream), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_plan, e->plan_bytes), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_ids_out, (size_t)e->o.max_logit_rows * 4), st, err);
     memset(e->h_plan, 0, e->plan_bytes);
