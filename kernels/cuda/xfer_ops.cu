@@ -5,6 +5,11 @@
  * the parallelism is across segments. The algorithm is XXH64 as specified by xxHash (the
  * reference libxxhash implements): four lanes over 32-byte stripes, merge, tail of 8/4/1-byte
  * steps, avalanche; inputs read little-endian like the CPU on x86-64.
+ *
+ * The gather copy: one block per segment (a run of pages of one region, split by the caller to at
+ * most TDM_CUDA_GATHER_SEG_MAX bytes), 16-byte vectors, four loads in flight per thread before
+ * their stores; a segment whose source and destination differ in alignment mod 16 falls back to
+ * bytes (KV page strides are multiples of 16 and the pools 256-aligned, so that is the odd case).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -130,6 +135,68 @@ __global__ void seg_hash_kernel(seg_args a, const uint32_t *pages, uint64_t *out
 __global__ void one_hash_kernel(const uint8_t *p, uint64_t len, uint64_t seed, uint64_t *out)
 {
     *out = dev_xxh64(p, len, seed);
+}
+
+#define GATHER_THREADS 256
+#define GATHER_UNROLL 4
+static_assert(TDM_CUDA_GATHER_SEG_MAX == GATHER_THREADS * GATHER_UNROLL * 16,
+              "a split segment is one unrolled pass of a block");
+
+/* segs: (gridDim.x); block b copies segment b */
+__global__ void __launch_bounds__(GATHER_THREADS)
+    gather_kernel(const uint8_t *__restrict__ src, uint8_t *__restrict__ dst,
+                  const tdm_cuda_seg_t *__restrict__ segs)
+{
+    const tdm_cuda_seg_t sg = segs[blockIdx.x];
+    const uint8_t *s = src + sg.src_off;
+    uint8_t *d = dst + sg.dst_off;
+    const uint64_t n = sg.bytes, bd = blockDim.x;
+    uint64_t head = n, nvec = 0;
+    if ((((uintptr_t)s ^ (uintptr_t)d) & 15) == 0) {
+        head = (16 - ((uintptr_t)s & 15)) & 15;
+        if (head > n)
+            head = n;
+        nvec = (n - head) / 16;
+    }
+    const uint4 *__restrict__ vs = (const uint4 *)(s + head);
+    uint4 *__restrict__ vd = (uint4 *)(d + head);
+    uint64_t i = threadIdx.x;
+    for (; i + (GATHER_UNROLL - 1) * bd < nvec; i += GATHER_UNROLL * bd) {
+        uint4 v[GATHER_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GATHER_UNROLL; u++)
+            v[u] = vs[i + u * bd];
+#pragma unroll
+        for (int u = 0; u < GATHER_UNROLL; u++)
+            vd[i + u * bd] = v[u];
+    }
+    for (; i < nvec; i += bd)
+        vd[i] = vs[i];
+    /* the unaligned head (or the whole segment) and the tail after the vectors */
+    for (uint64_t j = threadIdx.x; j < head; j += bd)
+        d[j] = s[j];
+    for (uint64_t j = head + nvec * 16 + threadIdx.x; j < n; j += bd)
+        d[j] = s[j];
+}
+
+extern "C" tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *dst_base,
+                                             const tdm_cuda_seg_t *d_segs, uint32_t n_segs,
+                                             cudaStream_t stream)
+{
+    if (n_segs && (!src_base || !dst_base || !d_segs))
+        return TDM_ERR_INVAL;
+    if (n_segs > 0x7fffffffu)
+        return TDM_ERR_RANGE;
+    if (n_segs == 0)
+        return TDM_OK;
+    gather_kernel<<<n_segs, GATHER_THREADS, 0, stream>>>(src_base, dst_base, d_segs);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"gather copy launch failed\" err=\"%s\"",
+                cudaGetErrorString(e));
+        return TDM_ERR_CUDA;
+    }
+    return TDM_OK;
 }
 
 extern "C" tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv,

@@ -11,6 +11,9 @@
  *    pool and exports its record; the parent opens it, copies pages (runs and scattered) device
  *    to device (runs of pages coalesced), fences, and the child's checksums over its own pool equal
  * the parent's CPU ones for the destinations while a page not written stays zero;
+ *  - the gather kernel copies a list of segments byte-exact: page-sized and longer ones, equally
+ *    misaligned source and destination (vector body, byte head and tail), differently misaligned
+ *    ones (bytes), odd and zero lengths, nothing outside the segments written;
  *  - malformed records are refused naming the field.
  * Without a device it skips with the reason; under compute-sanitizer (TDM_UNDER_SANITIZER) the
  * two-process IPC part is left out.
@@ -36,6 +39,8 @@
 #include "tap.h"
 
 #define NPAGES 40u
+
+extern uint32_t xfer_cuda_gather_min_runs; /* cuda_ipc.c's seam: force one path */
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint64_t next_rand(void)
@@ -166,6 +171,60 @@ static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
     tdm_kv_pool_free(hp);
 }
 
+/* Segments (src_off, dst_off, bytes) through the kernel == the same memcpys on the host. */
+static void test_gather(void)
+{
+    enum { SRC = 1u << 20, DST = 1u << 20 };
+    static const tdm_cuda_seg_t segs[] = {
+        {0, 65536, 4096},         /* a page, 16-aligned both */
+        {8192, 4096, 4096},       /* scattered pages, backwards */
+        {4096, 131072, 4096},     /* */
+        {200000, 300000, 100000}, /* longer than one block's pass, 16-aligned */
+        {500003, 600003, 40001},  /* equally misaligned: byte head, vectors, byte tail */
+        {700001, 700002, 33333},  /* differently misaligned: bytes */
+        {12345, 12, 15},          /* shorter than a vector */
+        {777, 999, 1},            /* one byte */
+        {1000, 2000, 0},          /* nothing */
+        {SRC - 17, DST - 17, 17}, /* the very end of both buffers */
+        {4096 * 3 + 8, 4096 * 5 + 8, 4096 + 8}, /* 8-aligned, not 16 */
+    };
+    const uint32_t n = sizeof(segs) / sizeof(segs[0]);
+    uint8_t *h_src = malloc(SRC), *want = calloc(1, DST), *got = malloc(DST);
+    uint8_t *d_src = NULL, *d_dst = NULL;
+    tdm_cuda_seg_t *d_segs = NULL;
+    int ok_cuda = h_src && want && got && cudaMalloc((void **)&d_src, SRC) == cudaSuccess &&
+                  cudaMalloc((void **)&d_dst, DST) == cudaSuccess &&
+                  cudaMalloc((void **)&d_segs, sizeof(segs)) == cudaSuccess;
+    if (ok_cuda) {
+        fill_random(h_src, SRC);
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(want + segs[i].dst_off, h_src + segs[i].src_off, segs[i].bytes);
+        ok_cuda = cudaMemcpy(d_src, h_src, SRC, cudaMemcpyHostToDevice) == cudaSuccess &&
+                  cudaMemset(d_dst, 0, DST) == cudaSuccess &&
+                  cudaMemcpy(d_segs, segs, sizeof(segs), cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    tdm_status_t st = ok_cuda ? tdm_cuda_gather_copy(d_src, d_dst, d_segs, n, 0) : TDM_ERR_CUDA;
+    ok_cuda = st == TDM_OK && cudaDeviceSynchronize() == cudaSuccess &&
+              cudaMemcpy(got, d_dst, DST, cudaMemcpyDeviceToHost) == cudaSuccess;
+    size_t first_bad = DST;
+    for (size_t i = 0; ok_cuda && i < DST && first_bad == DST; i++)
+        if (got[i] != want[i])
+            first_bad = i;
+    ok(ok_cuda && first_bad == DST,
+       "gather kernel: %u segments (pages, 100 KB, misaligned equally and not, 15/1/0/17 bytes) "
+       "byte-exact over the whole 1 MiB destination (%s; first difference at %zu)",
+       n, tdm_status_str(st), first_bad);
+    ok(tdm_cuda_gather_copy(NULL, d_dst, d_segs, 1, 0) == TDM_ERR_INVAL &&
+           tdm_cuda_gather_copy(NULL, NULL, NULL, 0, 0) == TDM_OK,
+       "gather: a missing pointer refused, an empty list a no-op");
+    cudaFree(d_segs);
+    cudaFree(d_dst);
+    cudaFree(d_src);
+    free(got);
+    free(want);
+    free(h_src);
+}
+
 static void test_record_check(xfer_cuda_t *c)
 {
     tdm_kv_layout_t l;
@@ -285,18 +344,33 @@ static double time_room(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint3
     return ((double)tdm_time_mono_ns() - t0) / 1e9 / reps;
 }
 
+/* A room by the copies (one per run) or by the gather kernel: xfer_cuda_copy with its threshold
+ * forced. */
+static double time_path(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint32_t *sp,
+                        const uint32_t *dp, uint32_t n, int reps, int gather, uint64_t *ret_runs)
+{
+    uint32_t keep = xfer_cuda_gather_min_runs;
+    xfer_cuda_gather_min_runs = gather ? 0 : UINT32_MAX;
+    double t = time_room(c, src, sp, dp, n, reps, ret_runs);
+    xfer_cuda_gather_min_runs = keep;
+    return t;
+}
+
 /* Timing (notes only, read from the device run): a 512-page room into the other process's pool,
- * contiguous (one copy per layer and sub-buffer) and every other page (one per page), against
- * the anchor: one local device-to-device copy of the same bytes. */
+ * contiguous (one copy per layer and sub-buffer) and every other page (one per page) by copies,
+ * every other page and contiguous by the gather kernel, against the anchor: one local
+ * device-to-device copy of the same bytes. Then small rooms of every other page both ways: where
+ * the gather starts to win (xfer_cuda_gather_min_runs). */
 static void bench_ipc(xfer_cuda_t *c, const tdm_kv_layout_t *l)
 {
     tdm_kv_buffers_t src;
-    uint64_t bytes, copies_c = 0, copies_s = 0;
+    uint64_t bytes, copies_c = 0, copies_s = 0, runs_g = 0, runs_gc = 0, r1 = 0;
     static uint32_t sp[BENCH_PAGES], dc[BENCH_PAGES], ds[BENCH_PAGES];
     void *anchor = NULL;
     cudaStream_t s = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     float ms = 0;
+    char sweep[256] = "";
     if (dev_pool(l, BENCH_PAGES, NULL, &src, &bytes) != 0) {
         ok(0, "bench pool");
         return;
@@ -306,8 +380,20 @@ static void bench_ipc(xfer_cuda_t *c, const tdm_kv_layout_t *l)
         dc[i] = i;
         ds[i] = 2 * i; /* < DEC_PAGES */
     }
-    double tc = time_room(c, &src, sp, dc, BENCH_PAGES, 20, &copies_c);
-    double ts = time_room(c, &src, sp, ds, BENCH_PAGES, 5, &copies_s);
+    double tc = time_path(c, &src, sp, dc, BENCH_PAGES, 20, 0, &copies_c);
+    double ts = time_path(c, &src, sp, ds, BENCH_PAGES, 5, 0, &copies_s);
+    double tg = time_path(c, &src, sp, ds, BENCH_PAGES, 20, 1, &runs_g);
+    double tgc = time_path(c, &src, sp, dc, BENCH_PAGES, 20, 1, &runs_gc);
+    static const uint32_t small[] = {1, 2, 4, 8, 32};
+    int sweep_ok = 1;
+    for (size_t k = 0; k < sizeof(small) / sizeof(small[0]); k++) {
+        double a = time_path(c, &src, sp, ds, small[k], 50, 0, &r1);
+        double b = time_path(c, &src, sp, ds, small[k], 50, 1, &r1);
+        size_t o = strlen(sweep);
+        sweep_ok &= a > 0 && b > 0;
+        snprintf(sweep + o, sizeof(sweep) - o, "%s%llu runs %.1f/%.1f", k ? ", " : "",
+                 (unsigned long long)r1, a * 1e6, b * 1e6);
+    }
     uint64_t room = (uint64_t)BENCH_PAGES * l->num_layers * (l->sub[0].page_stride * l->n_sub);
     int anchor_ok = cudaMalloc(&anchor, room) == cudaSuccess &&
                     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
@@ -318,13 +404,18 @@ static void bench_ipc(xfer_cuda_t *c, const tdm_kv_layout_t *l)
             cudaMemcpyAsync(anchor, src.base, room, cudaMemcpyDeviceToDevice, s) == cudaSuccess &&
             cudaEventRecord(e1, s) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-    ok(tc > 0 && ts > 0 && anchor_ok, "timed a %u-page room over CUDA IPC", BENCH_PAGES);
+    ok(tc > 0 && ts > 0 && tg > 0 && tgc > 0 && sweep_ok && anchor_ok,
+       "timed a %u-page room over CUDA IPC (copies and gather)", BENCH_PAGES);
     diag("bench cuda_ipc room %u pages (%.1f MiB): contiguous %.1f us (%llu copies, %.1f GB/s); "
-         "every other page %.1f us (%llu copies, %.1f GB/s); anchor one local D2D copy %.1f us "
-         "(%.1f GB/s)",
+         "every other page %.1f us (%llu copies, %.1f GB/s); gather every other page %.1f us "
+         "(%llu runs, %.1f GB/s, %.2f of the anchor), contiguous %.1f us (%llu runs, %.1f GB/s); "
+         "anchor one local D2D copy %.1f us (%.1f GB/s)",
          BENCH_PAGES, room / 1048576.0, tc * 1e6, (unsigned long long)copies_c, room / tc / 1e9,
-         ts * 1e6, (unsigned long long)copies_s, room / ts / 1e9, ms * 1e3,
+         ts * 1e6, (unsigned long long)copies_s, room / ts / 1e9, tg * 1e6,
+         (unsigned long long)runs_g, room / tg / 1e9, ms > 0 ? ms / 1e3 / tg : 0.0, tgc * 1e6,
+         (unsigned long long)runs_gc, room / tgc / 1e9, ms * 1e3,
          ms > 0 ? room / (ms / 1e3) / 1e9 : 0.0);
+    diag("bench cuda_ipc small rooms of every other page, copies/gather us: %s", sweep);
     if (e0)
         cudaEventDestroy(e0);
     if (e1)
@@ -368,7 +459,8 @@ static void test_ipc(int rfd, int wfd)
     ok(xfer_cuda_copy(c, 0, &sb, src, far, 1, &moved, &copies) == TDM_ERR_RANGE && moved == 0,
        "a destination page past decode's pool is refused before any copy");
     st = xfer_cuda_copy(c, 0, &sb, src, dst, N_COPY, &moved, &copies);
-    /* per (layer, sub) 7 runs: 3..7 → 10..14 and 15..16 → 50..51 coalesce, 5 single pages */
+    /* per (layer, sub) 7 runs: 3..7 → 10..14 and 15..16 → 50..51 coalesce, 5 single pages; 42
+     * runs in all, over xfer_cuda_gather_min_runs: one gather kernel into the IPC mapping */
     ok(st == TDM_OK && copies == (uint64_t)l.num_layers * l.n_sub * 7 &&
            moved == (uint64_t)N_COPY * l.num_layers * (l.sub[0].page_stride + l.sub[1].page_stride),
        "copies queued: %llu (runs coalesced), %llu bytes", (unsigned long long)copies,
@@ -440,6 +532,7 @@ int main(void)
         test_page_sums(c, TDM_DTYPE_BF16, 16);
         test_page_sums(c, TDM_DTYPE_FP8_E4M3, 3);
         test_record_check(c);
+        test_gather();
         xfer_cuda_free(c);
     }
     /* compute-sanitizer (tools/device-run.sh) and CUDA IPC between two processes do not mix:

@@ -1,15 +1,19 @@
 /*
  * tests/unit/cudart-fake.c — a test double of the slice of the CUDA runtime that
- * dataplane/xfer/cuda_ipc.c calls, plus the checksum kernel's launcher, so the transfer engine's
- * GPU path (cfg.kv_cuda) runs end to end on a host without a GPU (test-xfer-cudaipc.c). It is
- * linked into that test only; the real runtime is exercised by tests/gpu/.
+ * dataplane/xfer/cuda_ipc.c calls, plus the launchers of the checksum and gather kernels, so the
+ * transfer engine's GPU path (cfg.kv_cuda) runs end to end on a host without a GPU
+ * (test-xfer-cudaipc.c). It is linked into that test only; the real runtime is exercised by
+ * tests/gpu/.
  *
  * Model: "device memory" is host memory from mmap; an IPC handle names an allocation and opening
  * it (in this process: real CUDA refuses that, the double allows it) returns the same address.
  * Streams are FIFO queues. A device-to-device copy lands only `tdm_fake_cuda_copy_latency_us`
  * after it was queued (and after everything queued before it on its stream); an event completes
- * when everything before it landed; a host function runs when reached. Work advances whenever
- * the engine queries an event or synchronises a stream, so a STATUS sent before its event
+ * when everything before it landed; a host function runs when reached. A gather launch lands like
+ * a copy, reading its segment list when it runs; a host-to-device copy from pinned memory
+ * (cudaMallocHost) reads its source when reached too, so staging rewritten too early would land
+ * the wrong bytes, while one from pageable memory is staged before the call returns. Work advances
+ * whenever the engine queries an event or synchronises a stream, so a STATUS sent before its event
  * completed would let decode read pages that were not written yet — which the test detects.
  */
 #include "config.h"
@@ -30,8 +34,10 @@
 
 uint64_t tdm_fake_cuda_copy_latency_us = 20000;
 uint64_t tdm_fake_cuda_d2d_bytes;
+uint64_t tdm_fake_cuda_gathers, tdm_fake_cuda_gather_segs; /* launches; segments copied */
 
 #define MAX_ALLOCS 64
+#define MAX_PINNED 64
 #define FAKE_MAGIC 0x454b4146u /* "FAKE" */
 
 typedef struct falloc {
@@ -44,7 +50,7 @@ typedef struct fevent {
     int done;
 } fevent_t;
 
-enum { OP_COPY, OP_HOSTFN, OP_EVENT };
+enum { OP_COPY, OP_GATHER, OP_HOSTFN, OP_EVENT };
 
 typedef struct fop {
     int kind;
@@ -55,6 +61,7 @@ typedef struct fop {
     cudaHostFn_t fn;
     void *arg;
     fevent_t *ev;
+    const tdm_cuda_seg_t *segs; /* OP_GATHER: (len) segments, dst/src the bases */
     struct fop *next;
 } fop_t;
 
@@ -67,6 +74,29 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static falloc_t allocs[MAX_ALLOCS];
 static uint32_t next_id = 1;
 static fstream_t *streams;
+static struct {
+    uint8_t *p;
+    size_t n;
+} pinned[MAX_PINNED];
+
+static int is_pinned(const void *p)
+{
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (pinned[i].p && (const uint8_t *)p >= pinned[i].p &&
+            (const uint8_t *)p < pinned[i].p + pinned[i].n)
+            return 1;
+    return 0;
+}
+
+static void run_gather(const fop_t *o)
+{
+    for (size_t i = 0; i < o->len; i++) {
+        memcpy((uint8_t *)o->dst + o->segs[i].dst_off, (const uint8_t *)o->src + o->segs[i].src_off,
+               o->segs[i].bytes);
+        tdm_fake_cuda_d2d_bytes += o->segs[i].bytes;
+    }
+    tdm_fake_cuda_gather_segs += o->len;
+}
 
 /* Run the stream's ready ops in order (mu held); force: everything. Host functions run unlocked
  * in real CUDA's thread; here they only write an eventfd, so under mu is fine. */
@@ -75,10 +105,12 @@ static void advance(fstream_t *s, int force)
     uint64_t now = tdm_time_mono_us();
     while (s->head) {
         fop_t *o = s->head;
-        if (!force && o->kind == OP_COPY && now < o->ready_us)
+        if (!force && (o->kind == OP_COPY || o->kind == OP_GATHER) && now < o->ready_us)
             return;
         if (o->kind == OP_COPY)
             memcpy(o->dst, o->src, o->len);
+        else if (o->kind == OP_GATHER)
+            run_gather(o);
         else if (o->kind == OP_HOSTFN)
             o->fn(o->arg);
         else
@@ -164,11 +196,31 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaMallocHost(void **p, size_t n)
 {
     *p = malloc(n ? n : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (!pinned[i].p) {
+            pinned[i].p = *p;
+            pinned[i].n = n ? n : 1;
+            pthread_mutex_unlock(&mu);
+            return cudaSuccess;
+        }
+    pthread_mutex_unlock(&mu);
+    free(*p);
+    *p = NULL;
+    return cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
+    if (!p)
+        return cudaSuccess;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (pinned[i].p == p)
+            memset(&pinned[i], 0, sizeof(pinned[i]));
+    pthread_mutex_unlock(&mu);
     free(p);
     return cudaSuccess;
 }
@@ -262,7 +314,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         tdm_fake_cuda_d2d_bytes += n;
     }
     push((fstream_t *)s, o);
-    if (k == cudaMemcpyHostToDevice)
+    if (k == cudaMemcpyHostToDevice && !is_pinned(src))
         advance((fstream_t *)s, 1); /* pageable host memory: staged before the call returns */
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
@@ -309,6 +361,20 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
     return done ? cudaSuccess : cudaErrorNotReady;
 }
 
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        for (fstream_t *f = streams; f; f = f->next_all)
+            advance(f, 0);
+        int done = ((fevent_t *)e)->done;
+        pthread_mutex_unlock(&mu);
+        if (done)
+            return cudaSuccess;
+        tdm_time_sleep_us(200);
+    }
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     free(e);
@@ -329,5 +395,29 @@ tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv, const uint32
             for (uint32_t s = 0; s < l->n_sub; s++)
                 d_out[k++] = tdm_hash_xxh64(tdm_kv_slot(kv, layer, (tdm_kv_sub_t)s, d_pages[i], 0),
                                             l->sub[s].page_stride, 0);
+    return TDM_OK;
+}
+
+/* The gather kernel on the host: queued like a copy (lands after the latency), its segment list
+ * read when it runs. */
+tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *dst_base,
+                                  const tdm_cuda_seg_t *d_segs, uint32_t n_segs,
+                                  cudaStream_t stream)
+{
+    if (n_segs && (!src_base || !dst_base || !d_segs))
+        return TDM_ERR_INVAL;
+    if (n_segs == 0)
+        return TDM_OK;
+    fop_t *o = calloc(1, sizeof(*o));
+    o->kind = OP_GATHER;
+    o->dst = dst_base;
+    o->src = src_base;
+    o->segs = d_segs;
+    o->len = n_segs;
+    pthread_mutex_lock(&mu);
+    o->ready_us = tdm_time_mono_us() + tdm_fake_cuda_copy_latency_us;
+    tdm_fake_cuda_gathers++;
+    push((fstream_t *)stream, o);
+    pthread_mutex_unlock(&mu);
     return TDM_OK;
 }

@@ -6,7 +6,10 @@
  * were queued. So: pages arrive bit-identical and the room reaches SUCCESS only after the copies
  * landed (right after prefill_send nothing has); ABORT while copies run is acknowledged only after
  * they landed (decode's pages stay quarantined meanwhile); a flipped device byte is caught at
- * commit; a host-memory peer is refused naming mem_kind, both ways; TP 2. The real runtime and
+ * commit; a host-memory peer is refused naming mem_kind, both ways; TP 2. A room of more runs
+ * than xfer_cuda_gather_min_runs moves by the gather kernel (the double's launcher copies on the
+ * host, reading its segment list when it lands): scattered rooms queued back to back, more than
+ * the staging ring holds, each arrive byte-exact. The real runtime and
  * kernel are tested by tests/gpu/test-xfer-cuda and tests/gpu/test-pd-cuda.sh.
  */
 #include "config.h"
@@ -24,6 +27,8 @@
 
 extern uint64_t tdm_fake_cuda_copy_latency_us;
 extern uint64_t tdm_fake_cuda_d2d_bytes;
+extern uint64_t tdm_fake_cuda_gathers, tdm_fake_cuda_gather_segs;
+extern uint32_t xfer_cuda_gather_min_runs;
 
 typedef struct gside {
     xt_side_t s;
@@ -126,7 +131,7 @@ static void test_transfer(uint32_t n_ranks)
     const uint32_t sps[2][5] = {{0, 1, 2, 3, 4}, {9, 8, 30, 31, 7}};
     uint64_t d2d0 = tdm_fake_cuda_d2d_bytes;
     for (int k = 0; k < 2; k++) {
-        uint64_t t0 = tdm_time_mono_us();
+        uint64_t t0 = tdm_time_mono_us(), g0 = tdm_fake_cuda_gathers;
         uint64_t room = start_room(&pre, &dec, 18, dps[k], sps[k], &aux);
         int early = room && pages_equal(&pre.s, &dec.s, sps[k], dps[k], 5);
         tdm_kvpoll_t s = room ? xt_wait(dec.s.x, room, TDM_KVPOLL_SUCCESS, T_S) : 0;
@@ -136,10 +141,13 @@ static void test_transfer(uint32_t n_ranks)
            "right after prefill_send)",
            n_ranks, k ? "scattered" : "contiguous", dt / 1e3);
         tdm_status_t st = tdm_xfer_decode_commit(dec.s.x, room, &got);
+        /* contiguous: 4 runs (2 layers x 2 sub-buffers), scattered 20: one gather per rank */
+        uint64_t gathers = tdm_fake_cuda_gathers - g0;
         ok(st == TDM_OK && got.room == room && got.first_token == 42 &&
-               pages_equal(&pre.s, &dec.s, sps[k], dps[k], 5),
-           "tp %u: commit verifies the GPU checksums (%s); pages bit-identical, aux right", n_ranks,
-           tdm_status_name(st));
+               pages_equal(&pre.s, &dec.s, sps[k], dps[k], 5) && gathers == n_ranks,
+           "tp %u: commit verifies the GPU checksums (%s); pages bit-identical, aux right (%llu "
+           "gather launches)",
+           n_ranks, tdm_status_name(st), (unsigned long long)gathers);
         xt_release(pre.s.x, room, T_S);
         xt_release(dec.s.x, room, T_S);
     }
@@ -166,6 +174,66 @@ static void test_mixed(int pre_gpu)
     const char *want = pre_gpu ? "mem_kind host != cuda_ipc" : "mem_kind cuda_ipc != host";
     ok(st == TDM_ERR_CORRUPT && strstr(why, want), "%s prefill, %s decode: refused naming it: '%s'",
        pre_gpu ? "GPU" : "host", pre_gpu ? "host" : "GPU", why);
+    gfree(&dec);
+    gfree(&pre);
+}
+
+/* Six rooms of every other decode page queued back to back while the copies take 30 ms: more
+ * gathers in flight than the staging ring's 4 slots, so a slot is rewritten only after the kernel
+ * that read it landed (else an earlier room's list would be another's). Then one more with the
+ * gather disabled: the same bytes by one copy per run. */
+static void test_gather_rooms(void)
+{
+    enum { ROOMS = 6, NP = 5 };
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 4, 2, 1, 16, 64};
+    gside_t pre, dec;
+    tdm_xfer_aux_t aux = {0, 7, 0, 0, {{0, 0}}}, got;
+    uint32_t sp[ROOMS + 1][NP], dp[ROOMS + 1][NP];
+    uint64_t room[ROOMS + 1] = {0};
+    tdm_fake_cuda_copy_latency_us = 30000;
+    if (start_pair(&pre, &dec, &g, 1, 1) || tdm_xfer_wait_ready(dec.s.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "gather: start");
+        gfree(&dec);
+        gfree(&pre);
+        return;
+    }
+    xt_fill_random(&pre.s, 1234);
+    for (uint32_t t = 0; t <= ROOMS; t++)
+        for (uint32_t i = 0; i < NP; i++) {
+            sp[t][i] = NP * t + i;                            /* a run on prefill */
+            dp[t][i] = t < ROOMS ? 2 * (NP * t + i) : 61 - i; /* every other page; then down */
+        }
+    uint64_t g0 = tdm_fake_cuda_gathers, s0 = tdm_fake_cuda_gather_segs;
+    int all = 1, same = 1;
+    for (uint32_t t = 0; t < ROOMS; t++)
+        all &= (room[t] = start_room(&pre, &dec, 18, dp[t], sp[t], &aux)) != 0;
+    for (uint32_t t = 0; t < ROOMS && all; t++) {
+        all &= xt_wait(dec.s.x, room[t], TDM_KVPOLL_SUCCESS, T_S) == TDM_KVPOLL_SUCCESS &&
+               tdm_xfer_decode_commit(dec.s.x, room[t], &got) == TDM_OK;
+        same &= pages_equal(&pre.s, &dec.s, sp[t], dp[t], NP);
+    }
+    uint64_t gathers = tdm_fake_cuda_gathers - g0, segs = tdm_fake_cuda_gather_segs - s0;
+    ok(all && same && gathers == ROOMS && segs == (uint64_t)ROOMS * NP * 4,
+       "%d scattered rooms in flight at once: each by one gather launch (%llu, %llu segments), "
+       "committed, pages byte-exact",
+       ROOMS, (unsigned long long)gathers, (unsigned long long)segs);
+    for (uint32_t t = 0; t < ROOMS; t++) {
+        xt_release(pre.s.x, room[t], T_S);
+        xt_release(dec.s.x, room[t], T_S);
+    }
+    uint32_t keep = xfer_cuda_gather_min_runs;
+    xfer_cuda_gather_min_runs = UINT32_MAX;
+    g0 = tdm_fake_cuda_gathers;
+    room[ROOMS] = start_room(&pre, &dec, 18, dp[ROOMS], sp[ROOMS], &aux);
+    tdm_kvpoll_t s =
+        room[ROOMS] ? xt_wait(dec.s.x, room[ROOMS], TDM_KVPOLL_SUCCESS, T_S) : TDM_KVPOLL_FAILED;
+    tdm_status_t st = tdm_xfer_decode_commit(dec.s.x, room[ROOMS], &got);
+    xfer_cuda_gather_min_runs = keep;
+    ok(s == TDM_KVPOLL_SUCCESS && st == TDM_OK && tdm_fake_cuda_gathers == g0 &&
+           pages_equal(&pre.s, &dec.s, sp[ROOMS], dp[ROOMS], NP),
+       "the gather disabled: the scattered room by one copy per run, byte-exact");
+    xt_release(pre.s.x, room[ROOMS], T_S);
+    xt_release(dec.s.x, room[ROOMS], T_S);
     gfree(&dec);
     gfree(&pre);
 }
@@ -276,6 +344,7 @@ int main(void)
     test_transfer(2);
     test_mixed(1);
     test_mixed(0);
+    test_gather_rooms();
     test_abort_and_flips();
     return done_testing();
 }
