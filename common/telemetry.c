@@ -388,6 +388,7 @@ tdm_status_t tdm_tm_batch_decode_jansson(const char *buf, size_t len, const tdm_
  * jansson's.
  */
 #define SC_DATA_DEPTH 256 /* deeper data is left to the jansson path (its limit is 2048) */
+#define SC_EVENT_MIN 22   /* {"ts_us":0,"type":"a"} */
 
 typedef struct scan {
     const unsigned char *p, *end;
@@ -688,7 +689,24 @@ static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *s
     if (!*first && sc_eat(s, ','))
         return -1;
     *first = 0;
-    if (sc_str(s, key, sizeof(key) - 1, &n) || sc_eat(s, ':'))
+    sc_ws(s);
+    /* The usual key: plain ASCII letters up to the closing quote, compared in place; anything
+     * else (escapes, other bytes) is decoded by sc_str first. */
+    const unsigned char *q = s->p, *lim = s->end - s->p > 17 ? s->p + 17 : s->end;
+    if (q < lim && *q == '"') {
+        q++;
+        while (q < lim && ((*q >= 'a' && *q <= 'z') || *q == '_'))
+            q++;
+    }
+    if (q > s->p && q < lim && *q == '"') {
+        n = (size_t)(q - s->p - 1);
+        memcpy(key, s->p + 1, n);
+        key[n] = '\0';
+        s->p = q + 1;
+    } else if (sc_str(s, key, sizeof(key) - 1, &n)) {
+        return -1;
+    }
+    if (sc_eat(s, ':'))
         return -1;
     for (int i = 0; keys[i]; i++) {
         if (keys[i][0] == key[0] && !strcmp(keys[i], key)) {
@@ -952,6 +970,14 @@ tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_
         default:
             if ((bad = sc_eat(&s, '[')))
                 break;
+            if (!cap_e) {
+                /* Room for as many events as the rest of the text can hold (the shortest is
+                 * SC_EVENT_MIN bytes), within the limit: one allocation, never a copy on growth. */
+                size_t room = (size_t)(s.end - s.p) / SC_EVENT_MIN + 1;
+                cap_e = room < lim->max_events ? (uint32_t)room : lim->max_events;
+                if (cap_e)
+                    b.events = tdm_malloc((size_t)cap_e * sizeof(*b.events));
+            }
             while (!bad && (bad = sc_elem(&s, &f)) == 1) {
                 tdm_tm_event_t *e =
                     sc_push((void **)&b.events, &b.n_events, &cap_e, lim->max_events, sizeof(*e));

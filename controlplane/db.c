@@ -17,7 +17,11 @@
 #include <string.h>
 
 #include <libpq-fe.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
@@ -518,6 +522,9 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
 
 #define GROUP_MAX_BATCHES 256
 #define GROUP_MAX_BYTES (16u << 20)
+#define GATHER_WINDOW_US 20000u
+#define GATHER_MAX_US 2000u
+#define RECENT_KEYS 256
 
 static const char *const copy_sql[3] = {
     "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
@@ -526,6 +533,8 @@ static const char *const copy_sql[3] = {
     "from_state, to_state, reason, data) FROM STDIN",
     "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
     "data) FROM STDIN"};
+/* transfer_events, the bulk of a batch, first: joiners add their rows to it (ingest_group) */
+static const int copy_order[3] = {1, 0, 2};
 
 typedef struct gmark {
     const char *inst;
@@ -541,10 +550,8 @@ static ingest_rc_t conn_rc(PGconn *conn)
 }
 
 /* Inside the group's query: take results (the previous statement's completion) until the server
- * asks for COPY data (PGRES_COPY_IN), then send the pieces (or, when `cancel`, end the COPY with an
- * error so the transaction aborts). */
-static ingest_rc_t copy_in(PGconn *conn, const char *const *p, const size_t *len, size_t n,
-                           const char *cancel, char *err, size_t err_len)
+ * asks for COPY data (PGRES_COPY_IN). */
+static ingest_rc_t copy_start(PGconn *conn, char *err, size_t err_len)
 {
     PGresult *res;
     ExecStatusType st;
@@ -562,16 +569,6 @@ static ingest_rc_t copy_in(PGconn *conn, const char *const *p, const size_t *len
         return conn_rc(conn);
     }
     PQclear(res);
-    for (size_t i = 0; !cancel && i < n; i++) {
-        if (len[i] && PQputCopyData(conn, p[i], (int)len[i]) != 1) {
-            snprintf(err, err_len, "%s", PQerrorMessage(conn));
-            return INGEST_CONN;
-        }
-    }
-    if (PQputCopyEnd(conn, cancel) != 1) {
-        snprintf(err, err_len, "%s", PQerrorMessage(conn));
-        return INGEST_CONN;
-    }
     return INGEST_OK;
 }
 
@@ -594,46 +591,104 @@ static ingest_rc_t drain(PGconn *conn, ingest_rc_t rc, char *err, size_t err_len
     return rc;
 }
 
-/* One transaction for jobs[0..n), sent as ONE query string so the whole group costs four round
- * trips (marks + first COPY start, two more COPY starts, marks raised + COMMIT) instead of one per
- * statement:
- *   BEGIN; INSERT INTO ingest_marks … ON CONFLICT … RETURNING (locks every key's mark);
- *   COPY samples; COPY transfer_events; COPY events; UPDATE ingest_marks (raise to the group's
- *   highest seq per key, never lower); COMMIT
+/* Late joiners (see ingest_group): the marks of worker `me`'s recently committed ranks that have no
+ * batch in the group are locked with it, so their next batches can still join while the
+ * transfer_events COPY is open. Defined with the gathering code below. */
+#define JOIN_MAX_KEYS 32
+typedef struct join_key {
+    char inst[TDM_JSON_HEX64_LEN + 1];
+    uint32_t rank;
+} join_key_t;
+static size_t join_keys_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t *const *jobs, size_t n,
+                               join_key_t *ret_keys, size_t *ret_want);
+static size_t join_locked(tdm_cp_db_t *db, int me, gmark_t *marks, size_t nm, uint8_t *has,
+                          tdm_cp_job_t **jobs, size_t n);
+
+static size_t mark_find(const gmark_t *marks, size_t nm, const tdm_cp_batch_t *b)
+{
+    size_t k = 0;
+    while (k < nm && !(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
+        k++;
+    return k;
+}
+
+/* Decide batch i on the locked marks (in arrival order, each accepted batch raising its key's mark
+ * for the next) and note the group's highest seq per key. */
+static void decide(gmark_t *marks, size_t nm, uint8_t *has, tdm_cp_job_t *const *jobs, size_t i,
+                   int *accepted)
+{
+    const tdm_cp_batch_t *b = jobs[i]->batch;
+    size_t k = mark_find(marks, nm, b);
+    has[k] = 1;
+    if (b->seq > marks[k].high)
+        marks[k].high = b->seq;
+    accepted[i] = b->seq > marks[k].seq;
+    if (accepted[i])
+        marks[k].seq = b->seq;
+}
+
+static ingest_rc_t put_rows(PGconn *conn, tdm_cp_job_t *const *jobs, size_t from, size_t n,
+                            const int *accepted, int t, char *err, size_t err_len)
+{
+    for (size_t i = from; i < n; i++) {
+        if (!accepted[i])
+            continue;
+        const tdm_cp_batch_t *b = jobs[i]->batch;
+        const char *p = t == 0 ? b->samples : t == 1 ? b->tevents : b->events;
+        size_t len = t == 0 ? b->samples_len : t == 1 ? b->tevents_len : b->events_len;
+        if (len && PQputCopyData(conn, p, (int)len) != 1) {
+            snprintf(err, err_len, "%s", PQerrorMessage(conn));
+            return INGEST_CONN;
+        }
+    }
+    return INGEST_OK;
+}
+
+/* One transaction for the group, sent as two query strings (five round trips in all):
+ *   BEGIN; INSERT INTO ingest_marks … ON CONFLICT … RETURNING (locks the marks of the group's keys
+ *   and of up to JOIN_MAX_KEYS recently committed ranks); COPY transfer_events; COPY samples;
+ *   COPY events
+ *   UPDATE ingest_marks (raise to the group's highest seq per key, never lower); COMMIT
  * The locked marks arrive before the first COPY asks for data, so which batches are above their
  * mark (in arrival order, each accepted batch raising it for the next) is decided on the locked
- * values and only their rows are sent. When every batch is a duplicate the first COPY is ended
+ * values and only their rows are sent. While the transfer_events COPY is open (PostgreSQL already
+ * inserting the first batches' rows), batches of the other locked ranks that arrive join the
+ * group (claimed like the rest, the first queued batch of a key that has none in the group, the
+ * spool empty), until as many ranks as committed in the last GATHER_WINDOW_US are in or
+ * GATHER_MAX_US has passed since the group was taken — the gathering wait of commit_delay, spent
+ * while the database works. When every batch first taken is a duplicate the first COPY is ended
  * with an error, which aborts the transaction (nothing written) and is then rolled back.
- * On INGEST_OK, accepted[i] says whether batch i was inserted (else it is a duplicate).
- * INGEST_DATA: rolled back, nothing decided (the caller retries the batches one by one to find the
- * one the database refuses). */
-static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t n, int *accepted,
-                                int *ret_committed, char *err, size_t err_len)
+ * *np may grow (the joiners are appended to jobs). On INGEST_OK, accepted[i] says whether batch i
+ * was inserted (else it is a duplicate). INGEST_DATA: rolled back, nothing decided (the caller
+ * retries the batches one by one to find the one the database refuses). */
+static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_job_t **jobs,
+                                size_t *np, int *accepted, int *ret_committed, char *err,
+                                size_t err_len)
 {
-    gmark_t *marks = tdm_calloc(n, sizeof(*marks));
-    size_t nm = 0;
-    const char **pieces = tdm_calloc(n, sizeof(*pieces));
-    size_t *plen = tdm_calloc(n, sizeof(*plen));
+    size_t n = *np, cap = n + JOIN_MAX_KEYS, nm = 0, nj, want = 0;
+    gmark_t *marks = tdm_calloc(cap, sizeof(*marks));
+    uint8_t *has = tdm_calloc(cap, 1);
+    join_key_t *jk = tdm_calloc(JOIN_MAX_KEYS, sizeof(*jk));
     tdm_cp_buf_t sql = TDM_CP_BUF_INIT;
     ingest_rc_t rc = INGEST_OK;
     int sent = 0, all_dup = 0;
-    uint64_t now = tdm_time_wall_us();
+    uint64_t now = tdm_time_wall_us(), t0 = tdm_time_mono_us();
     *ret_committed = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        const tdm_cp_batch_t *b = jobs[i]->batch;
+    pthread_mutex_lock(&db->ingest.mu);
+    nj = join_keys_locked(db, me, jobs, n, jk, &want);
+    pthread_mutex_unlock(&db->ingest.mu);
+    for (size_t i = 0; i < n + nj; i++) {
+        const char *inst = i < n ? jobs[i]->batch->instance_id : jk[i - n].inst;
+        uint32_t rank = i < n ? jobs[i]->batch->rank : jk[i - n].rank;
         size_t k = 0;
-        while (k < nm && !(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
+        while (k < nm && !(marks[k].rank == rank && strcmp(marks[k].inst, inst) == 0))
             k++;
-        if (k < nm) {
-            if (b->seq > marks[k].high)
-                marks[k].high = b->seq; /* here: the group's highest seq for the key */
+        if (k < nm)
             continue;
-        }
-        marks[nm].inst = b->instance_id;
-        marks[nm].rank = b->rank;
-        marks[nm].high = b->seq;
-        marks[nm].lit = PQescapeLiteral(conn, b->instance_id, strlen(b->instance_id));
+        marks[nm].inst = inst;
+        marks[nm].rank = rank;
+        marks[nm].lit = PQescapeLiteral(conn, inst, strlen(inst));
         if (!marks[nm].lit) {
             snprintf(err, err_len, "%s", PQerrorMessage(conn));
             rc = conn_rc(conn);
@@ -646,19 +701,11 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
         tdm_cp_buf_printf(&sql, "%s(%s, %u, 0, %llu)", k ? ", " : "", marks[k].lit, marks[k].rank,
                           (unsigned long long)now);
     tdm_cp_buf_puts(&sql, " ON CONFLICT (instance_id, rank) DO UPDATE SET seq = ingest_marks.seq "
-                          "RETURNING instance_id, rank, seq; ");
+                          "RETURNING instance_id, rank, seq");
     for (int t = 0; t < 3; t++) {
-        tdm_cp_buf_puts(&sql, copy_sql[t]);
         tdm_cp_buf_puts(&sql, "; ");
+        tdm_cp_buf_puts(&sql, copy_sql[copy_order[t]]);
     }
-    tdm_cp_buf_puts(&sql,
-                    "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
-    for (size_t k = 0; k < nm; k++)
-        tdm_cp_buf_printf(&sql, "%s(%s, %u, %llu::bigint, %llu::bigint)", k ? ", " : "",
-                          marks[k].lit, marks[k].rank, (unsigned long long)marks[k].high,
-                          (unsigned long long)now);
-    tdm_cp_buf_puts(&sql, ") AS v (instance_id, rank, seq, u) WHERE m.instance_id = v.instance_id "
-                          "AND m.rank = v.rank AND v.seq > m.seq; COMMIT");
     if (!PQsendQuery(conn, sql.data)) {
         snprintf(err, err_len, "%s", PQerrorMessage(conn));
         rc = conn_rc(conn);
@@ -698,34 +745,69 @@ static ingest_rc_t ingest_group(PGconn *conn, tdm_cp_job_t *const *jobs, size_t 
             goto out;
         }
     }
-    /* Decide in arrival order on the locked marks (`seq` now runs as the key's current mark). */
+    /* `seq` now runs as the key's current mark, `high` as the group's highest seq of the key. */
     size_t nacc = 0;
     for (size_t i = 0; i < n; i++) {
-        const tdm_cp_batch_t *b = jobs[i]->batch;
-        size_t k = 0;
-        while (!(marks[k].rank == b->rank && strcmp(marks[k].inst, b->instance_id) == 0))
-            k++;
-        accepted[i] = b->seq > marks[k].seq;
-        if (accepted[i]) {
-            marks[k].seq = b->seq;
-            nacc++;
-        }
+        decide(marks, nm, has, jobs, i, accepted);
+        nacc += (size_t)accepted[i];
     }
     all_dup = nacc == 0;
     for (int t = 0; t < 3 && rc == INGEST_OK; t++) {
-        size_t np = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!accepted[i])
-                continue;
-            const tdm_cp_batch_t *b = jobs[i]->batch;
-            pieces[np] = t == 0 ? b->samples : t == 1 ? b->tevents : b->events;
-            plen[np++] = t == 0 ? b->samples_len : t == 1 ? b->tevents_len : b->events_len;
-        }
-        rc = copy_in(conn, pieces, plen, np,
-                     all_dup ? "every batch of the group is a duplicate" : NULL, err, err_len);
-        if (all_dup)
+        rc = copy_start(conn, err, err_len);
+        if (rc != INGEST_OK || all_dup) {
+            if (rc == INGEST_OK &&
+                PQputCopyEnd(conn, "every batch of the group is a duplicate") != 1)
+                rc = INGEST_CONN;
             break;
+        }
+        rc = put_rows(conn, jobs, 0, n, accepted, copy_order[t], err, err_len);
+        /* transfer_events (the bulk) first: the joiners' rows follow the first batches' there */
+        while (t == 0 && rc == INGEST_OK && n < GROUP_MAX_BATCHES) {
+            size_t have = 0, from = n;
+            for (size_t k = 0; k < nm; k++)
+                have += has[k];
+            uint64_t t1 = tdm_time_mono_us();
+            if (have >= want || t1 - t0 >= GATHER_MAX_US)
+                break;
+            pthread_mutex_lock(&db->ingest.mu);
+            n = join_locked(db, me, marks, nm, has, jobs, n);
+            if (n == from && !atomic_load(&db->stop))
+                cond_wait_us(&db->ingest, GATHER_MAX_US - (t1 - t0));
+            pthread_mutex_unlock(&db->ingest.mu);
+            *np = n;
+            for (size_t i = from; i < n; i++)
+                decide(marks, nm, has, jobs, i, accepted);
+            rc = put_rows(conn, jobs, from, n, accepted, 1, err, err_len);
+        }
+        if (rc == INGEST_OK && PQputCopyEnd(conn, NULL) != 1) {
+            snprintf(err, err_len, "%s", PQerrorMessage(conn));
+            rc = INGEST_CONN;
+        }
     }
+    if (rc != INGEST_OK || all_dup)
+        goto out;
+    rc = drain(conn, rc, err, err_len);
+    if (rc != INGEST_OK)
+        goto out;
+    sent = 0;
+    tdm_cp_buf_reset(&sql);
+    tdm_cp_buf_puts(&sql,
+                    "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
+    for (size_t k = 0, c = 0; k < nm; k++) {
+        if (!has[k])
+            continue;
+        tdm_cp_buf_printf(&sql, "%s(%s, %u, %llu::bigint, %llu::bigint)", c++ ? ", " : "",
+                          marks[k].lit, marks[k].rank, (unsigned long long)marks[k].high,
+                          (unsigned long long)now);
+    }
+    tdm_cp_buf_puts(&sql, ") AS v (instance_id, rank, seq, u) WHERE m.instance_id = v.instance_id "
+                          "AND m.rank = v.rank AND v.seq > m.seq; COMMIT");
+    if (!PQsendQuery(conn, sql.data)) {
+        snprintf(err, err_len, "%s", PQerrorMessage(conn));
+        rc = conn_rc(conn);
+        goto out;
+    }
+    sent = 1;
 
 out:
     if (sent && all_dup) {
@@ -737,14 +819,15 @@ out:
         rc = drain(conn, rc, err, err_len);
         if (rc == INGEST_OK)
             *ret_committed = 1;
-        else if (rc == INGEST_DATA && PQtransactionStatus(conn) != PQTRANS_IDLE)
-            PQclear(PQexec(conn, "ROLLBACK"));
     }
+    if (rc == INGEST_DATA && PQstatus(conn) != CONNECTION_BAD &&
+        PQtransactionStatus(conn) != PQTRANS_IDLE)
+        PQclear(PQexec(conn, "ROLLBACK"));
     for (size_t k = 0; k < nm; k++)
         PQfreemem(marks[k].lit);
     tdm_free(marks);
-    tdm_free(pieces);
-    tdm_free(plen);
+    tdm_free(has);
+    tdm_free(jk);
     tdm_cp_buf_free(&sql);
     return rc;
 }
@@ -901,17 +984,16 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
 }
 
 /* ---- gathering a group --------------------------------------------------------------------
- * Like PostgreSQL's commit_delay: when fewer ranks have a batch queued than sent one in the last
- * GATHER_WINDOW_US, a worker waits up to GATHER_MAX_US for the others before it commits, so one
- * WAL flush serves more batches. The wait ends as soon as that many ranks are queued (counting
- * those another connection has in flight). */
-
-#define GATHER_WINDOW_US 20000u
-#define GATHER_MAX_US 2000u
-#define RECENT_KEYS 256
+ * Like PostgreSQL's commit_delay: when fewer ranks have a batch in the group than sent one in the
+ * last GATHER_WINDOW_US, the group waits up to GATHER_MAX_US (from when it was taken) for the
+ * others — but with its transaction open and the first batches' transfer_events rows already sent,
+ * so the database inserts while the stragglers are received and decoded (ingest_group), and one
+ * WAL flush serves them all. */
 
 typedef struct recent {
     uint64_t hash[RECENT_KEYS], at_us[RECENT_KEYS];
+    char inst[RECENT_KEYS][TDM_JSON_HEX64_LEN + 1]; /* "" when the id does not fit */
+    uint32_t rank[RECENT_KEYS];
     size_t next;
 } recent_t;
 
@@ -959,22 +1041,16 @@ static size_t recent_ranks(const recent_t *r, uint64_t now)
 static void recent_note(recent_t *r, tdm_cp_job_t *const *group, size_t n, uint64_t now)
 {
     for (size_t i = 0; i < n; i++) {
+        const tdm_cp_batch_t *b = group[i]->batch;
         r->hash[r->next] = group[i]->key;
         r->at_us[r->next] = now;
+        r->rank[r->next] = b->rank;
+        if (strlen(b->instance_id) < sizeof(r->inst[0]))
+            memcpy(r->inst[r->next], b->instance_id, strlen(b->instance_id) + 1);
+        else
+            r->inst[r->next][0] = '\0';
         r->next = (r->next + 1) % RECENT_KEYS;
     }
-}
-
-/* Ranks of worker `me` with a batch queued (counting at most RECENT_KEYS batches). Under
- * ingest.mu. */
-static size_t queued_ranks_locked(const tdm_cp_db_t *db, int me)
-{
-    keyset_t ks = {.n = 0};
-    size_t seen = 0;
-    for (const tdm_cp_job_t *j = db->ingest.head; j && seen < RECENT_KEYS; j = j->next, seen++)
-        if (j->worker == me && !j->claimed)
-            keyset_add(&ks, j->key);
-    return ks.n;
 }
 
 /* Whether a worker other than `except` (1-based; 0: any) has a batch of `key` in flight (only
@@ -1042,6 +1118,61 @@ static size_t take_group_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t **group)
     return n;
 }
 
+/* The recently committed ranks of worker `me` (those of recent_ranks) with no batch in jobs[0..n),
+ * at most JOIN_MAX_KEYS, into ret_keys; *ret_want: how many ranks committed in the last
+ * GATHER_WINDOW_US. None when the group already holds that many. Under ingest.mu. */
+static size_t join_keys_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t *const *jobs, size_t n,
+                               join_key_t *ret_keys, size_t *ret_want)
+{
+    const recent_t *r = &db->recent[me - 1];
+    uint64_t now = tdm_time_mono_us();
+    keyset_t ks = {.n = 0};
+    size_t nk = 0;
+    *ret_want = recent_ranks(r, now);
+    for (size_t i = 0; i < n; i++)
+        keyset_add(&ks, jobs[i]->key);
+    if (ks.n >= *ret_want)
+        return 0;
+    for (size_t i = 0; i < RECENT_KEYS && nk < JOIN_MAX_KEYS; i++) {
+        if (!r->at_us[i] || now - r->at_us[i] >= GATHER_WINDOW_US || !r->inst[i][0])
+            continue;
+        if (keyset_add(&ks, r->hash[i]) != 1)
+            continue;
+        memcpy(ret_keys[nk].inst, r->inst[i], sizeof(ret_keys[nk].inst));
+        ret_keys[nk].rank = r->rank[i];
+        nk++;
+    }
+    return nk;
+}
+
+/* Claim, in arrival order, the first queued batch of each locked key that has none in the group
+ * (has[k] == 0), within GROUP_MAX_BATCHES / GROUP_MAX_BYTES, appending them to jobs; nothing while
+ * the spool holds batches (they are older). Returns the new count. Under ingest.mu. */
+static size_t join_locked(tdm_cp_db_t *db, int me, gmark_t *marks, size_t nm, uint8_t *has,
+                          tdm_cp_job_t **jobs, size_t n)
+{
+    size_t bytes = 0;
+    if (tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable)
+        return n;
+    for (size_t i = 0; i < n; i++)
+        bytes += jobs[i]->batch->blob_len;
+    for (tdm_cp_job_t *j = db->ingest.head; j && n < GROUP_MAX_BATCHES; j = j->next) {
+        if (j->worker != me || j->claimed)
+            continue;
+        size_t k = mark_find(marks, nm, j->batch);
+        if (k == nm || has[k])
+            continue;
+        if (bytes + j->batch->blob_len > GROUP_MAX_BYTES)
+            break;
+        has[k] = 1;
+        j->claimed = me;
+        db->claimed_n++;
+        jobs[n++] = j;
+        bytes += j->batch->blob_len;
+    }
+    return n;
+}
+
 /* Give a group back to the queue unfinished (its connection was lost). */
 static void release_group(tdm_cp_db_t *db, tdm_cp_job_t *const *group, size_t n)
 {
@@ -1091,18 +1222,11 @@ static void *ingest_main(void *arg)
         if (iw->idx == 0)
             spill_locked(db, 0);
         /* Memory is taken only while the spool is empty: what the spool holds is older (a batch
-         * spilled just now, or during the gathering wait, may have its successor in memory
-         * already), and worker 0 replays it first. */
+         * spilled just now may have its successor in memory already), and worker 0 replays it
+         * first. The group stays in the queue, claimed, until it is done; the other recent ranks'
+         * batches may still join it (ingest_group) — the gathering wait happens there, while the
+         * database inserts the first batches. */
         int older = tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable;
-        if (conn && db->ingest.head && !older) {
-            uint64_t t0 = tdm_time_mono_us(), want = recent_ranks(&db->recent[iw->idx], t0), t;
-            while (!atomic_load(&db->stop) && queued_ranks_locked(db, me) < want &&
-                   (t = tdm_time_mono_us()) - t0 < GATHER_MAX_US &&
-                   db->mem_bytes <= db->opts.mem_bound_bytes)
-                cond_wait_us(&db->ingest, GATHER_MAX_US - (t - t0));
-        }
-        /* The group stays in the queue, claimed, until it is done. */
-        older = tdm_cp_spool_records(db->spool) > 0 && !db->spool_unreadable;
         size_t n = conn && !older ? take_group_locked(db, me, group) : 0;
         /* (worker 0 goes straight back to the spool it just filled) */
         int replay = iw->idx == 0 && conn && older;
@@ -1114,7 +1238,8 @@ static void *ingest_main(void *arg)
 
         char err[512];
         int committed = 0;
-        ingest_rc_t rc = ingest_group(conn, group, n, accepted, &committed, err, sizeof(err));
+        ingest_rc_t rc =
+            ingest_group(db, me, conn, group, &n, accepted, &committed, err, sizeof(err));
         if (rc == INGEST_CONN) {
             release_group(db, group, n);
             goto conn_lost;
@@ -1190,9 +1315,27 @@ static void wake_all(tdm_cp_db_t *db)
 
 /* ---- public --------------------------------------------------------------------------------- */
 
+/* An ingest batch costs about half a MiB of short-lived buffers (the request body, the decoded
+ * events, the COPY text, the queued batch, freed on the ingest thread). With glibc's dynamic
+ * thresholds those come from mmap or from the top of the heap, and are handed back to the kernel
+ * when freed, so every batch faulted its pages in again: ~9,000 page faults and a quarter of
+ * tandemd's CPU over a 400-batch bench run (bench/results/controlplane.json). Fixed thresholds keep
+ * freed memory for reuse (up to TRIM_KEEP per arena) and serve anything up to a whole group
+ * (GROUP_MAX_BYTES) from the heap. Process-wide, set once, before the threads start. */
+#define TRIM_KEEP (64u << 20)
+
+static void malloc_tune(void)
+{
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, (int)GROUP_MAX_BYTES);
+    mallopt(M_TRIM_THRESHOLD, (int)TRIM_KEEP);
+#endif
+}
+
 tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db, char *err,
                              size_t err_len)
 {
+    malloc_tune();
     tdm_cp_db_t *db = tdm_calloc(1, sizeof(*db));
     db->opts = *opts;
     db->dsn = tdm_strdup(opts->dsn);

@@ -18,23 +18,25 @@
  *   while it is unchanged.
  * - Ingest workers (TDM_CP_DB_INGEST_CONNS threads, connections "tandemd-ingest",
  *   "tandemd-ingest-2", …; COPY runs on them): take telemetry batches in arrival order, those
- *   queued (up to 256 / 16 MiB) into one transaction (group commit; when fewer ranks are queued
- *   than committed in the last 20 ms a worker first waits up to 2 ms for them, as PostgreSQL's
- *   commit_delay does): lock or create the (instance_id, rank) high-water marks, COPY the rows of
- *   every batch whose seq is above its rank's mark (raised batch by batch, in order), raise the
- *   marks, COMMIT — all sent as one query string, four round trips; only then are the jobs
- *   returned (acked_seq). Each (instance_id, rank) belongs to one worker for the life of the
- *   process (assigned in turn when first seen), so its batches commit one transaction after
- *   another in arrival order on one connection, two groups in flight never share a mark, and
- *   while one worker's group waits for its WAL flush another's copies. A batch at or below the
- *   mark is returned as a duplicate without inserting (exactly once, DESIGN §10c). If the
- *   database refuses a group's rows, its batches are retried one transaction each so only the
- *   offending one is rejected. stats.ingest_txns counts the committed transactions. Batches
- *   waiting in memory are bounded by mem_bound_bytes; past it worker 0 appends the oldest to the
- *   spool file (durable, so their jobs are returned as acknowledged; never a batch a group holds,
- *   nor one whose rank has a batch in flight) and replays it, before any worker takes anything
- *   newer from memory, when the database is back. Order per (instance_id, rank) is arrival order
- *   throughout.
+ *   queued (up to 256 / 16 MiB) into one transaction (group commit): lock or create the
+ *   (instance_id, rank) high-water marks (of the group's ranks, and of up to 32 ranks committed in
+ *   the last 20 ms that have no batch in it yet), COPY the rows of every batch whose seq is above
+ *   its rank's mark (raised batch by batch, in order) — transfer_events first, and while that COPY
+ *   is open, for up to 2 ms from the start, the first queued batch of each locked rank joins the
+ *   group until as many ranks as committed in the last 20 ms are in (PostgreSQL's commit_delay,
+ *   spent while the database inserts) — then samples and events, raise the marks, COMMIT: two
+ *   query strings, five round trips; only then are the jobs returned (acked_seq).
+ *   Each (instance_id, rank) belongs to one worker for the life of the process (assigned in
+ *   turn when first seen), so its batches commit one transaction after another in arrival order
+ *   on one connection, two groups in flight never share a mark, and while one worker's group
+ *   waits for its WAL flush another's copies. A batch at or below the mark is returned as a
+ *   duplicate without inserting (exactly once, DESIGN §10c). If the database refuses a group's
+ *   rows, its batches are retried one transaction each so only the offending one is rejected.
+ *   stats.ingest_txns counts the committed transactions. Batches waiting in memory are bounded by
+ *   mem_bound_bytes; past it worker 0 appends the oldest to the spool file (durable, so their jobs
+ *   are returned as acknowledged; never a batch a group holds, nor one whose rank has a batch in
+ *   flight) and replays it, before any worker takes anything newer from memory, when the database
+ *   is back. Order per (instance_id, rank) is arrival order throughout.
  * Reconnects back off from 100 ms to 2 s. Counters for /metrics are atomics in tdm_cp_db_stats_t.
  */
 #ifndef TDM_CP_DB_H
