@@ -28,7 +28,7 @@
 # Writes OUT (default SRCDIR/bench/results/controlplane.json) with git_sha, nproc and load
 # averages. Use a build without sanitizers. Env: TDM_BENCH_REPS (5), TDM_BENCH_BATCHES (100 per
 # client), TDM_BENCH_SAMPLES (1), TDM_BENCH_ROOMS (127), TDM_BENCH_READ_S (15),
-# TDM_BENCH_BG_RATE (50), TDM_BENCH_GIT_SHA.
+# TDM_BENCH_BG_RATE (50), TDM_BENCH_GIT_SHA, TDM_BENCH_NOTE (a `note` kept in the JSON).
 set -eu
 BUILD=${1:?usage: controlplane.sh BUILDDIR SRCDIR [OUT]}
 SRC=${2:?usage: controlplane.sh BUILDDIR SRCDIR [OUT]}
@@ -236,16 +236,20 @@ where = {
     'note': 'ingest_cpu_busy_cores = (tandemd + postgres + client CPU seconds) / wall seconds of the '
             'ingest side (2 cores exist): below 1 means the path waits, not computes. '
             'commit_flush_share = the part of the ingest time that synchronous_commit=off removes: '
-            'tandemd commits the batches queued together (group commit) in one transaction on its '
-            'ingest connection, sent as one query string (4 round trips: marks + first COPY, two '
-            'more COPYs, marks raised + COMMIT), gathering up to 2 ms for the ranks recently seen; '
-            'with 4 clients and one batch in flight each a group holds up to 4 batches (~2000 rows '
-            'per WAL flush with the default shape); psql \\copy flushes once per table. A second '
-            'ingest connection (TDM_CP_DB_INGEST_CONNS=2: each rank bound to one, so one group '
-            'copies while the other waits for its flush) was measured outside this run on this '
-            'host: the same throughput for about twice the PostgreSQL CPU, so tandemd uses one.'}
+            'tandemd commits the batches queued together (group commit) in one transaction per ingest '
+            'connection, two query strings (5 round trips: marks + transfer_events COPY, samples '
+            'and events COPYs, marks raised + COMMIT); the group starts with the batches queued and, '
+            'while its transfer_events COPY is open (up to 2 ms), the other ranks seen in the last '
+            '20 ms join it as they arrive, so PostgreSQL inserts while tandemd still receives and '
+            'decodes; psql \\copy flushes once per table. Two ingest connections '
+            '(TDM_CP_DB_INGEST_CONNS=2, the default; each rank bound to one): one group copies while '
+            'the other waits for its WAL flush. Before the joiners a second connection gave the same '
+            'throughput for twice the PostgreSQL CPU; with them it measured ~15% more rows/s than one '
+            'connection on this host (alternating runs, outside this run).'}
 doc = {
-    'bench': 'controlplane', 'git_sha': sha, 'dirty': dirty == 'true', 'host': platform.node(),
+    'bench': 'controlplane', 'git_sha': sha,
+    **({'note': os.environ['TDM_BENCH_NOTE']} if os.environ.get('TDM_BENCH_NOTE') else {}),
+    'dirty': dirty == 'true', 'host': platform.node(),
     'nproc': os.cpu_count(), 'loadavg_before': load_before,
     'loadavg_after': open('/proc/loadavg').read().split()[:3],
     'postgres': pgver + ', private cluster, durable (fsync on, synchronous_commit on)',

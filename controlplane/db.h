@@ -54,11 +54,12 @@
 
 #define TDM_CP_JOB_MAX_PARAMS 12
 #define TDM_CP_DB_READERS 3 /* read pool connections, beside the query and ingest ones */
-/* Ingest workers, one connection each. 1: on this 2-core host a second connection made the same
- * throughput cost twice the PostgreSQL CPU (bench/results/controlplane.json); build with
- * -DTDM_CP_DB_INGEST_CONNS=2 to measure it again (the contract below holds for any number). */
+/* Ingest workers, one connection each. 2: while one connection's group waits for its WAL flush,
+ * the other's copies (bench/results/controlplane.json: with late joiners this beat one connection
+ * on the 2-core host; before them it did not). Build with -DTDM_CP_DB_INGEST_CONNS=N to measure
+ * another number (the contract below holds for any). */
 #ifndef TDM_CP_DB_INGEST_CONNS
-#define TDM_CP_DB_INGEST_CONNS 1
+#define TDM_CP_DB_INGEST_CONNS 2
 #endif
 
 typedef struct tdm_cp_job tdm_cp_job_t;
