@@ -241,11 +241,12 @@ where = {
             'and events COPYs, marks raised + COMMIT); the group starts with the batches queued and, '
             'while its transfer_events COPY is open (up to 2 ms), the other ranks seen in the last '
             '20 ms join it as they arrive, so PostgreSQL inserts while tandemd still receives and '
-            'decodes; psql \\copy flushes once per table. Two ingest connections '
-            '(TDM_CP_DB_INGEST_CONNS=2, the default; each rank bound to one): one group copies while '
-            'the other waits for its WAL flush. Before the joiners a second connection gave the same '
-            'throughput for twice the PostgreSQL CPU; with them it measured ~15% more rows/s than one '
-            'connection on this host (alternating runs, outside this run).'}
+            'decodes; psql \\copy flushes once per table. A second ingest connection '
+            '(TDM_CP_DB_INGEST_CONNS=2: each rank bound to one, so one group copies while the other '
+            'waits for its WAL flush) was measured on this host in full runs of this bench: median '
+            'ratio 0.815, 0.770, 0.774 against 0.72-0.74 with one, but twice the tandemd and '
+            'PostgreSQL CPU per batch for small batches (quiet_rank 11-12k rows/s against 20k) and '
+            'read p99 at 100 req/s 1.3-1.7 ms against 0.5-0.7, so tandemd uses one.'}
 doc = {
     'bench': 'controlplane', 'git_sha': sha,
     **({'note': os.environ['TDM_BENCH_NOTE']} if os.environ.get('TDM_BENCH_NOTE') else {}),

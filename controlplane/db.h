@@ -54,12 +54,14 @@
 
 #define TDM_CP_JOB_MAX_PARAMS 12
 #define TDM_CP_DB_READERS 3 /* read pool connections, beside the query and ingest ones */
-/* Ingest workers, one connection each. 2: while one connection's group waits for its WAL flush,
- * the other's copies (bench/results/controlplane.json: with late joiners this beat one connection
- * on the 2-core host; before them it did not). Build with -DTDM_CP_DB_INGEST_CONNS=N to measure
- * another number (the contract below holds for any). */
+/* Ingest workers, one connection each. 1. With late joiners a second connection (one group copies
+ * while the other waits for its WAL flush) gave ~10% more rows/s on the main bench shape on this
+ * 2-core host (ratio 0.77-0.82 against 0.72), but twice the tandemd and PostgreSQL CPU per batch
+ * for small batches (quiet_rank 11-12k rows/s against 20k) and a 3x read p99 at 100 req/s
+ * (bench/results/controlplane.json, note). Build with -DTDM_CP_DB_INGEST_CONNS=2 to measure it
+ * again (the contract below holds for any number). */
 #ifndef TDM_CP_DB_INGEST_CONNS
-#define TDM_CP_DB_INGEST_CONNS 2
+#define TDM_CP_DB_INGEST_CONNS 1
 #endif
 
 typedef struct tdm_cp_job tdm_cp_job_t;
