@@ -244,9 +244,9 @@ where = {
             'decodes; psql \\copy flushes once per table. A second ingest connection '
             '(TDM_CP_DB_INGEST_CONNS=2: each rank bound to one, so one group copies while the other '
             'waits for its WAL flush) was measured on this host in full runs of this bench: median '
-            'ratio 0.815, 0.770, 0.774 against 0.72-0.74 with one, but twice the tandemd and '
-            'PostgreSQL CPU per batch for small batches (quiet_rank 11-12k rows/s against 20k) and '
-            'read p99 at 100 req/s 1.3-1.7 ms against 0.5-0.7, so tandemd uses one.'}
+            'ratio 0.815, 0.770, 0.774 against 0.706-0.743 with one, but about twice the tandemd '
+            'and PostgreSQL CPU per batch for small batches (quiet_rank 11-12k rows/s against '
+            '15-20k; smaller groups, a transaction each), so tandemd uses one.'}
 doc = {
     'bench': 'controlplane', 'git_sha': sha,
     **({'note': os.environ['TDM_BENCH_NOTE']} if os.environ.get('TDM_BENCH_NOTE') else {}),

@@ -56,10 +56,10 @@
 #define TDM_CP_DB_READERS 3 /* read pool connections, beside the query and ingest ones */
 /* Ingest workers, one connection each. 1. With late joiners a second connection (one group copies
  * while the other waits for its WAL flush) gave ~10% more rows/s on the main bench shape on this
- * 2-core host (ratio 0.77-0.82 against 0.72), but twice the tandemd and PostgreSQL CPU per batch
- * for small batches (quiet_rank 11-12k rows/s against 20k) and a 3x read p99 at 100 req/s
- * (bench/results/controlplane.json, note). Build with -DTDM_CP_DB_INGEST_CONNS=2 to measure it
- * again (the contract below holds for any number). */
+ * 2-core host (ratio 0.77-0.82 against 0.71-0.74), but about twice the tandemd and PostgreSQL
+ * CPU per batch for small batches (quiet_rank 11-12k rows/s against 15-20k): smaller groups, a
+ * transaction each (bench/results/controlplane.json, note). Build with
+ * -DTDM_CP_DB_INGEST_CONNS=2 to measure it again (the contract below holds for any number). */
 #ifndef TDM_CP_DB_INGEST_CONNS
 #define TDM_CP_DB_INGEST_CONNS 1
 #endif
