@@ -139,7 +139,10 @@ kill -9 "$rank"
 sleep 0.5
 for _ in $(seq 1 100); do api "$url/api/v1/alerts?source=live" | grep -q WORKER_LOST && break; sleep 0.1; done
 check "api '$url/api/v1/alerts?source=live' | grep -q '\"WORKER_LOST\"'" "kill -9 of rank → WORKER_LOST alert"
-check "wait_ready b && [ \$(sql \"SELECT count(*) FROM actions WHERE actor='supervisor' AND action='restart' AND target='b' AND outcome='ok' AND finished_us >= ts_us\") -ge 1 ]" \
+# the audit row commits on tandemd's DB thread after the worker is ready again: poll it (≤ 10 s)
+sup_rows() { sql "SELECT count(*) FROM actions WHERE actor='supervisor' AND action='restart' AND target='b' AND outcome='ok' AND finished_us >= ts_us"; }
+wait_ready b && for _ in $(seq 1 100); do [ "$(sup_rows)" -ge 1 ] 2>/dev/null && break; sleep 0.1; done
+check "wait_ready b && [ \$(sup_rows) -ge 1 ]" \
     "the supervisor restarted group b (audit row) and it serves again"
 check "[ \"\$(complete)\" = 200 ]" "serving after the restart"
 
