@@ -179,6 +179,17 @@ __global__ void __launch_bounds__(GATHER_THREADS)
         d[j] = s[j];
 }
 
+/* The status of the launch just queued: TDM_ERR_CUDA (logged, naming what) when it failed. */
+static tdm_status_t launch_status(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"%s launch failed\" err=\"%s\"", what, cudaGetErrorString(e));
+        return TDM_ERR_CUDA;
+    }
+    return TDM_OK;
+}
+
 extern "C" tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *dst_base,
                                              const tdm_cuda_seg_t *d_segs, uint32_t n_segs,
                                              cudaStream_t stream)
@@ -190,13 +201,7 @@ extern "C" tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *d
     if (n_segs == 0)
         return TDM_OK;
     gather_kernel<<<n_segs, GATHER_THREADS, 0, stream>>>(src_base, dst_base, d_segs);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"gather copy launch failed\" err=\"%s\"",
-                cudaGetErrorString(e));
-        return TDM_ERR_CUDA;
-    }
-    return TDM_OK;
+    return launch_status("gather copy");
 }
 
 extern "C" tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv,
@@ -225,13 +230,7 @@ extern "C" tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv,
     if (blocks == 0 || blocks > 0x7fffffffull)
         return TDM_ERR_RANGE;
     seg_hash_kernel<<<(unsigned)blocks, threads, 0, stream>>>(a, d_pages, d_out);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"segment hash launch failed\" err=\"%s\"",
-                cudaGetErrorString(e));
-        return TDM_ERR_CUDA;
-    }
-    return TDM_OK;
+    return launch_status("segment hash");
 }
 
 extern "C" tdm_status_t tdm_cuda_xxh64_host(const void *buf, size_t len, size_t misalign,
