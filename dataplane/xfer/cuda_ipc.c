@@ -6,11 +6,12 @@
  * were written by a forward that returned (the engine waits for its stream) before the scheduler
  * hands them over, and decode does not touch a room's pages before it commits the room.
  *
- * A room moves as its runs of pages (per layer and sub-buffer, contiguous runs coalesced): a few
- * runs by one cudaMemcpyAsync each, more by one gather kernel (xfer_ops.h) over the run list,
- * uploaded from pinned staging on the copy stream just before the launch; the room's event comes
- * after either, so its STATUS and ABORT_ACK still wait for every byte (I5). The staging is a ring
- * whose slot is rewritten only after the kernel that read it completed (its own event).
+ * A room moves as its runs of pages (pages contiguous on both sides coalesced), in every layer and
+ * sub-buffer: a few such region runs by one cudaMemcpyAsync each, more by the KV gather kernel
+ * (xfer_ops.h), whose run list travels in its launch parameters: nothing is uploaded or staged,
+ * so a room's list is the room's whatever is queued behind it. The room's event comes after
+ * either, so its STATUS and ABORT_ACK still wait for every byte (I5). Fence events are kept for
+ * reuse (creating one costs about a microsecond on the transfer thread).
  */
 #include "config.h"
 
@@ -30,14 +31,15 @@
 #include "kernels/cuda/xfer_ops.h"
 
 #define XFER_CUDA_RANKS_MAX 64
-#define XFER_CUDA_GATHER_SLOTS 4
 
-/* A room of more runs than this moves by the gather kernel, others by one cudaMemcpyAsync per run.
- * H200 (tests/gpu/test-xfer-cuda, rooms of every other 4 KiB page, wall time to the fence):
- * copies ~4.4 + 3.9 us per run (6/12/24/48 runs: 27.8/51.1/96.8/184.2 us), the gather 12.6 to
- * 17.6 us whatever the count (6 runs of 2 MiB: 20.3 us against 35.0 by copies): even at 3 runs.
- * Not a knob: a seam for tests/gpu/test-xfer-cuda.c (times both paths) and the unit test. */
+/* A room of more region runs than this moves by the gather kernel, others by one cudaMemcpyAsync
+ * per run. H200 (tests/gpu/test-xfer-cuda, bench/results/transfer_cuda.json "threshold"): one
+ * copy costs ~4 us of host time and the kernel about as much whatever the run count, so the copies
+ * win only for one or two runs. Not a knob: a seam for tests/gpu/test-xfer-cuda.c (times both
+ * paths) and the unit test. */
 uint32_t xfer_cuda_gather_min_runs = 2;
+
+#define XFER_CUDA_EVENTS_KEPT 64
 
 typedef struct xfer_cuda_peer {
     uint8_t *alloc; /* what cudaIpcOpenMemHandle returned; NULL when closed */
@@ -52,15 +54,10 @@ struct xfer_cuda {
     cudaStream_t copy_stream, sum_stream;
     xfer_cuda_peer_t peer[XFER_CUDA_RANKS_MAX];
     /* the copy path: transfer thread only */
-    tdm_cuda_seg_t *runs; /* (n_runs) of the room being queued, host */
+    tdm_cuda_page_run_t *runs; /* (runs_cap) the room being queued, host */
     size_t runs_cap;
-    struct {
-        tdm_cuda_seg_t *h, *d; /* pinned staging and its device copy, cap segments each */
-        size_t cap;
-        cudaEvent_t done; /* recorded after the kernel that read them */
-        int pending;
-    } gs[XFER_CUDA_GATHER_SLOTS];
-    unsigned gs_next;
+    cudaEvent_t ev_free[XFER_CUDA_EVENTS_KEPT]; /* completed fence events for reuse */
+    unsigned n_ev_free;
     /* checksum scratch, grown on demand; under mu */
     pthread_mutex_t mu;
     uint32_t *d_pages;
@@ -126,12 +123,8 @@ void xfer_cuda_free(xfer_cuda_t *c)
         xfer_cuda_close(c, r);
     if (c->copy_stream)
         cudaStreamSynchronize(c->copy_stream); /* host wakes queued behind the last copies */
-    for (int i = 0; i < XFER_CUDA_GATHER_SLOTS; i++) {
-        cudaFree(c->gs[i].d);
-        cudaFreeHost(c->gs[i].h);
-        if (c->gs[i].done)
-            cudaEventDestroy(c->gs[i].done);
-    }
+    for (unsigned i = 0; i < c->n_ev_free; i++)
+        cudaEventDestroy(c->ev_free[i]);
     free(c->runs);
     if (c->copy_stream)
         cudaStreamDestroy(c->copy_stream);
@@ -228,67 +221,6 @@ void xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
     memset(&c->peer[rank], 0, sizeof(c->peer[rank]));
 }
 
-/* The next staging slot, free for at least n segments: waits for the kernel that last read it
- * (XFER_CUDA_GATHER_SLOTS launches ago, normally long done). */
-static tdm_status_t gather_slot(xfer_cuda_t *c, size_t n, unsigned *ret_slot)
-{
-    unsigned k = c->gs_next;
-    if (c->gs[k].pending) {
-        CU_TRY(cudaEventSynchronize(c->gs[k].done), "cudaEventSynchronize (gather staging)");
-        c->gs[k].pending = 0;
-    }
-    if (!c->gs[k].done)
-        CU_TRY(cudaEventCreateWithFlags(&c->gs[k].done, cudaEventDisableTiming),
-               "cudaEventCreateWithFlags");
-    if (n > c->gs[k].cap) {
-        size_t cap = n < 1024 ? 1024 : n + n / 2;
-        cudaFree(c->gs[k].d);
-        cudaFreeHost(c->gs[k].h);
-        c->gs[k].d = c->gs[k].h = NULL;
-        c->gs[k].cap = 0;
-        CU_TRY(cudaMalloc((void **)&c->gs[k].d, cap * sizeof(tdm_cuda_seg_t)),
-               "cudaMalloc (gather segments)");
-        CU_TRY(cudaMallocHost((void **)&c->gs[k].h, cap * sizeof(tdm_cuda_seg_t)),
-               "cudaMallocHost (gather segments)");
-        c->gs[k].cap = cap;
-    }
-    c->gs_next = (k + 1) % XFER_CUDA_GATHER_SLOTS;
-    *ret_slot = k;
-    return TDM_OK;
-}
-
-/* The runs (split to TDM_CUDA_GATHER_SEG_MAX) uploaded and copied by one kernel launch. */
-static tdm_status_t gather_runs(xfer_cuda_t *c, const uint8_t *src, uint8_t *dst, size_t n_runs)
-{
-    size_t n = 0;
-    unsigned k;
-    for (size_t i = 0; i < n_runs; i++)
-        n += (c->runs[i].bytes + TDM_CUDA_GATHER_SEG_MAX - 1) / TDM_CUDA_GATHER_SEG_MAX;
-    if (n > 0x7fffffffu)
-        return TDM_ERR_RANGE;
-    TDM_TRY(gather_slot(c, n, &k));
-    tdm_cuda_seg_t *h = c->gs[k].h;
-    n = 0;
-    for (size_t i = 0; i < n_runs; i++)
-        for (uint64_t o = 0; o < c->runs[i].bytes; o += TDM_CUDA_GATHER_SEG_MAX) {
-            uint64_t left = c->runs[i].bytes - o;
-            h[n++] =
-                (tdm_cuda_seg_t){c->runs[i].src_off + o, c->runs[i].dst_off + o,
-                                 left < TDM_CUDA_GATHER_SEG_MAX ? left : TDM_CUDA_GATHER_SEG_MAX};
-        }
-    CU_TRY(cudaMemcpyAsync(c->gs[k].d, h, n * sizeof(*h), cudaMemcpyHostToDevice, c->copy_stream),
-           "cudaMemcpyAsync (gather segments)");
-    /* from here the upload reads h: the slot is pending whatever the launch does */
-    tdm_status_t st = tdm_cuda_gather_copy(src, dst, c->gs[k].d, (uint32_t)n, c->copy_stream);
-    cudaError_t e = cudaEventRecord(c->gs[k].done, c->copy_stream);
-    if (e != cudaSuccess) {
-        cudaStreamSynchronize(c->copy_stream); /* nothing may read the slot when it is reused */
-        return cu_fail("cudaEventRecord (gather staging)", e);
-    }
-    c->gs[k].pending = 1;
-    return st;
-}
-
 tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_t *kv,
                             const uint32_t *src_pages, const uint32_t *dst_pages, uint32_t n,
                             uint64_t *ret_bytes, uint64_t *ret_copies)
@@ -308,39 +240,53 @@ tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_
     if (rpool > pe->pool_bytes)
         return TDM_ERR_RANGE; /* the record's size does not hold the registered page count */
     CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
-    /* the runs, as offsets from the two pools' bases */
-    for (uint32_t layer = 0; layer < l->num_layers; layer++)
-        for (uint32_t s = 0; s < l->n_sub; s++) {
-            uint64_t stride = l->sub[s].page_stride;
-            uint64_t roff = tdm_kv_layout_region_offset(l, pe->num_pages, layer, (tdm_kv_sub_t)s);
-            for (uint32_t i = 0; i < n;) {
-                uint32_t k = 1;
-                while (i + k < n && src_pages[i + k] == src_pages[i] + k &&
-                       dst_pages[i + k] == dst_pages[i] + k)
-                    k++;
-                if (n_runs == c->runs_cap) {
-                    c->runs_cap = c->runs_cap ? 2 * c->runs_cap : 256;
-                    c->runs = tdm_realloc(c->runs, c->runs_cap * sizeof(*c->runs));
-                }
-                c->runs[n_runs++] = (tdm_cuda_seg_t){
-                    (uint64_t)(tdm_kv_slot(kv, layer, (tdm_kv_sub_t)s, src_pages[i], 0) - kv->base),
-                    roff + (uint64_t)dst_pages[i] * stride, (uint64_t)k * stride};
-                bytes += (uint64_t)k * stride;
-                i += k;
-            }
+    /* the page runs: pages contiguous on both sides coalesced */
+    for (uint32_t i = 0; i < n;) {
+        uint32_t k = 1;
+        while (i + k < n && src_pages[i + k] == src_pages[i] + k &&
+               dst_pages[i + k] == dst_pages[i] + k)
+            k++;
+        if (n_runs == c->runs_cap) {
+            c->runs_cap = c->runs_cap ? 2 * c->runs_cap : 256;
+            c->runs = tdm_realloc(c->runs, c->runs_cap * sizeof(*c->runs));
         }
-    if (n_runs > xfer_cuda_gather_min_runs) {
-        TDM_TRY(gather_runs(c, kv->base, pe->base, n_runs));
+        c->runs[n_runs++] = (tdm_cuda_page_run_t){src_pages[i], dst_pages[i], k};
+        i += k;
+    }
+    tdm_cuda_kv_map_t m;
+    memset(&m, 0, sizeof(m));
+    m.num_layers = l->num_layers;
+    m.n_sub = l->n_sub;
+    m.src_layer_bytes = kv->layer_bytes;
+    m.dst_layer_bytes = l->num_layers > 1 ? tdm_kv_layout_region_offset(l, pe->num_pages, 1, 0) : 0;
+    for (uint32_t s = 0; s < l->n_sub; s++) {
+        m.src_sub_offset[s] = kv->sub_offset[s];
+        m.dst_sub_offset[s] = tdm_kv_layout_region_offset(l, pe->num_pages, 0, (tdm_kv_sub_t)s);
+        m.page_stride[s] = l->sub[s].page_stride;
+        bytes += (uint64_t)n * l->num_layers * m.page_stride[s];
+    }
+    const uint64_t region_runs = (uint64_t)n_runs * l->num_layers * l->n_sub;
+    if (region_runs > xfer_cuda_gather_min_runs) {
+        TDM_TRY(tdm_cuda_kv_gather(kv->base, pe->base, &m, c->runs, (uint32_t)n_runs,
+                                   c->copy_stream, NULL));
     } else {
-        for (size_t i = 0; i < n_runs; i++)
-            CU_TRY(cudaMemcpyAsync(pe->base + c->runs[i].dst_off, kv->base + c->runs[i].src_off,
-                                   c->runs[i].bytes, cudaMemcpyDeviceToDevice, c->copy_stream),
-                   "cudaMemcpyAsync (KV pages to decode)");
+        for (uint32_t layer = 0; layer < l->num_layers; layer++)
+            for (uint32_t s = 0; s < l->n_sub; s++)
+                for (size_t i = 0; i < n_runs; i++) {
+                    const uint64_t st = m.page_stride[s];
+                    CU_TRY(cudaMemcpyAsync(pe->base + layer * m.dst_layer_bytes +
+                                               m.dst_sub_offset[s] + c->runs[i].dst_page * st,
+                                           kv->base + layer * m.src_layer_bytes +
+                                               m.src_sub_offset[s] + c->runs[i].src_page * st,
+                                           c->runs[i].n_pages * st, cudaMemcpyDeviceToDevice,
+                                           c->copy_stream),
+                           "cudaMemcpyAsync (KV pages to decode)");
+                }
     }
     if (ret_bytes)
         *ret_bytes += bytes;
     if (ret_copies)
-        *ret_copies += n_runs; /* runs, whichever way they moved */
+        *ret_copies += region_runs; /* runs, whichever way they moved */
     return TDM_OK;
 }
 
@@ -359,7 +305,10 @@ tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
     if (!c || !ret_ev)
         return TDM_ERR_INVAL;
     CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
-    CU_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    if (c->n_ev_free)
+        ev = c->ev_free[--c->n_ev_free];
+    else
+        CU_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     if ((e = cudaEventRecord(ev, c->copy_stream)) != cudaSuccess) {
         cudaEventDestroy(ev);
         return cu_fail("cudaEventRecord", e);
@@ -399,7 +348,16 @@ void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
     if (!c || !ev)
         return;
     cudaSetDevice(c->device);
-    cudaEventDestroy((cudaEvent_t)ev);
+    /* kept only once completed: a pending one may still be recorded for an aborted room */
+    if (c->n_ev_free < XFER_CUDA_EVENTS_KEPT && cudaEventQuery((cudaEvent_t)ev) == cudaSuccess)
+        c->ev_free[c->n_ev_free++] = (cudaEvent_t)ev;
+    else
+        cudaEventDestroy((cudaEvent_t)ev);
+}
+
+void *xfer_cuda_stream(xfer_cuda_t *c)
+{
+    return c ? (void *)c->copy_stream : NULL;
 }
 
 /* Grow the checksum scratch (mu held). */

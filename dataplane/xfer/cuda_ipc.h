@@ -3,8 +3,9 @@
  * group's KV pool on the GPU (one cudaMalloc laid out by the layout descriptor) is exported with
  * cudaIpcGetMemHandle; the handle travels in REGISTER (the rank's rkey blob, mem_kind 1, as a
  * versioned record: docs/contracts.md); prefill opens it with cudaIpcOpenMemHandle
- * (cudaIpcMemLazyEnablePeerAccess) and copies its pages into decode's with cudaMemcpyAsync
- * device→device on a dedicated non-blocking stream, then records an event: a room is delivered
+ * (cudaIpcMemLazyEnablePeerAccess) and copies its pages into decode's device→device on a dedicated
+ * non-blocking stream (one kernel over the room's page runs, or one cudaMemcpyAsync per run when
+ * there are only one or two), then records an event: a room is delivered
  * (the UCX flush of the host path, I5) only once that event completed. Checksums are computed on
  * the GPU (kernels/cuda/xfer_ops.cu: XXH64 per segment, folded on the host with
  * tdm_hash_combine), equal to xfer_page_sum over the same bytes.
@@ -65,6 +66,8 @@ tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_
 tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev);
 int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev);
 void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev);
+/* Benches and tests: the copy stream (a cudaStream_t), to time the room's work on it. */
+void *xfer_cuda_stream(xfer_cuda_t *c);
 /* Wait until every queued copy finished (error paths). */
 void xfer_cuda_drain(xfer_cuda_t *c);
 /* One checksum per page over device pool `kv` (== xfer_page_sum of the same bytes). */
@@ -134,6 +137,11 @@ static inline int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
 static inline void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
 {
     (void)c, (void)ev;
+}
+static inline void *xfer_cuda_stream(xfer_cuda_t *c)
+{
+    (void)c;
+    return NULL;
 }
 static inline tdm_status_t xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
                                                const uint32_t *pages, uint32_t n,

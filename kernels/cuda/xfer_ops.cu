@@ -6,10 +6,12 @@
  * reference libxxhash implements): four lanes over 32-byte stripes, merge, tail of 8/4/1-byte
  * steps, avalanche; inputs read little-endian like the CPU on x86-64.
  *
- * The gather copy: one block per segment (a run of pages of one region, split by the caller to at
- * most TDM_CUDA_GATHER_SEG_MAX bytes), 16-byte vectors, four loads in flight per thread before
- * their stores; a segment whose source and destination differ in alignment mod 16 falls back to
- * bytes (KV page strides are multiples of 16 and the pools 256-aligned, so that is the odd case).
+ * The KV gather (xfer_ops.h): units of up to 4 KiB (one page of one region, or a 4 KiB piece of a
+ * larger page), one warp each: every lane issues its 8 16-byte loads before the stores, so a warp
+ * has the whole 4 KiB in flight; the grid is sized to what stays resident on the SMs and strides
+ * over the units, consecutive warps on consecutive bytes. The runs come as __grid_constant__
+ * parameters (read from the constant bank, no upload); a unit finds its run by a warp-uniform
+ * binary search over the runs' first room pages.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -137,46 +139,110 @@ __global__ void one_hash_kernel(const uint8_t *p, uint64_t len, uint64_t seed, u
     *out = dev_xxh64(p, len, seed);
 }
 
-#define GATHER_THREADS 256
-#define GATHER_UNROLL 4
-static_assert(TDM_CUDA_GATHER_SEG_MAX == GATHER_THREADS * GATHER_UNROLL * 16,
-              "a split segment is one unrolled pass of a block");
+#define KVG_THREADS 128
+#define KVG_WARPS (KVG_THREADS / 32)
+#define KVG_UNROLL 8
+#define KVG_CHUNK (32 * KVG_UNROLL * 16) /* bytes of a unit: one pass of a warp's 16-byte loads */
 
-/* segs: (gridDim.x); block b copies segment b */
-__global__ void __launch_bounds__(GATHER_THREADS)
-    gather_kernel(const uint8_t *__restrict__ src, uint8_t *__restrict__ dst,
-                  const tdm_cuda_seg_t *__restrict__ segs)
+int tdm_cuda_kv_gather_variant = 0;
+
+/* The runs of one launch: first[r] is run r's first page in the room (room pages 0..n_pages-1). */
+template <int CAP> struct kvg_args {
+    const uint8_t *src;
+    uint8_t *dst;
+    tdm_cuda_kv_map_t m;
+    uint32_t n_runs, n_pages, chunks_per_page, n_units; /* n_units < 2^31: the host splits */
+    int streaming;
+    uint32_t first[CAP], sp[CAP], dp[CAP];
+};
+
+template <typename V> __device__ __forceinline__ V kvg_ld(const V *p, int streaming)
 {
-    const tdm_cuda_seg_t sg = segs[blockIdx.x];
-    const uint8_t *s = src + sg.src_off;
-    uint8_t *d = dst + sg.dst_off;
-    const uint64_t n = sg.bytes, bd = blockDim.x;
-    uint64_t head = n, nvec = 0;
-    if ((((uintptr_t)s ^ (uintptr_t)d) & 15) == 0) {
-        head = (16 - ((uintptr_t)s & 15)) & 15;
-        if (head > n)
-            head = n;
-        nvec = (n - head) / 16;
-    }
-    const uint4 *__restrict__ vs = (const uint4 *)(s + head);
-    uint4 *__restrict__ vd = (uint4 *)(d + head);
-    uint64_t i = threadIdx.x;
-    for (; i + (GATHER_UNROLL - 1) * bd < nvec; i += GATHER_UNROLL * bd) {
-        uint4 v[GATHER_UNROLL];
+    return streaming ? __ldcs(p) : __ldg(p);
+}
+
+template <typename V> __device__ __forceinline__ void kvg_st(V *p, V v, int streaming)
+{
+    if (streaming)
+        __stcs(p, v);
+    else
+        *p = v;
+}
+
+/* One warp copies n bytes s -> d with loads of V where both are equally aligned mod sizeof(V):
+ * a byte head to V's alignment, the vectors (KVG_UNROLL per lane in flight), a byte tail. */
+template <typename V>
+__device__ __forceinline__ void kvg_warp_copy(uint32_t lane, const uint8_t *__restrict__ s,
+                                              uint8_t *__restrict__ d, uint32_t n, int streaming)
+{
+    uint32_t head = (uint32_t)(-(uintptr_t)s) & (sizeof(V) - 1);
+    if (head > n)
+        head = n;
+    if (lane < head)
+        d[lane] = s[lane];
+    const uint32_t nv = (n - head) / sizeof(V);
+    const V *__restrict__ vs = (const V *)(s + head);
+    V *__restrict__ vd = (V *)(d + head);
+    for (uint32_t b = 0; b < nv; b += 32 * KVG_UNROLL) {
+        V v[KVG_UNROLL];
 #pragma unroll
-        for (int u = 0; u < GATHER_UNROLL; u++)
-            v[u] = vs[i + u * bd];
+        for (int u = 0; u < KVG_UNROLL; u++) {
+            uint32_t i = b + u * 32 + lane;
+            if (i < nv)
+                v[u] = kvg_ld(vs + i, streaming);
+        }
 #pragma unroll
-        for (int u = 0; u < GATHER_UNROLL; u++)
-            vd[i + u * bd] = v[u];
+        for (int u = 0; u < KVG_UNROLL; u++) {
+            uint32_t i = b + u * 32 + lane;
+            if (i < nv)
+                kvg_st(vd + i, v[u], streaming);
+        }
     }
-    for (; i < nvec; i += bd)
-        vd[i] = vs[i];
-    /* the unaligned head (or the whole segment) and the tail after the vectors */
-    for (uint64_t j = threadIdx.x; j < head; j += bd)
-        d[j] = s[j];
-    for (uint64_t j = head + nvec * 16 + threadIdx.x; j < n; j += bd)
-        d[j] = s[j];
+    const uint32_t done = head + nv * (uint32_t)sizeof(V);
+    if (lane < n - done)
+        d[done + lane] = s[done + lane];
+}
+
+/* units: (num_layers, n_sub, n_pages, chunks_per_page), one warp each; a chunk past its
+ * sub-buffer's page_stride (short scale pages) is empty. */
+template <int CAP>
+__global__ void __launch_bounds__(KVG_THREADS)
+    kv_gather_kernel(const __grid_constant__ kvg_args<CAP> a)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t warps = gridDim.x * KVG_WARPS;
+    const uint32_t per_region = a.n_pages * a.chunks_per_page;
+    for (uint32_t u = blockIdx.x * KVG_WARPS + threadIdx.x / 32; u < a.n_units; u += warps) {
+        const uint32_t region = u / per_region, rem = u % per_region;
+        const uint32_t p = rem / a.chunks_per_page, c = rem % a.chunks_per_page;
+        const uint32_t layer = region / a.m.n_sub, sub = region % a.m.n_sub;
+        const uint64_t stride = a.m.page_stride[sub], off = (uint64_t)c * KVG_CHUNK;
+        if (off >= stride)
+            continue;
+        const uint32_t n = (uint32_t)(stride - off < KVG_CHUNK ? stride - off : KVG_CHUNK);
+        uint32_t lo = 0, hi = a.n_runs - 1; /* the last run whose first page <= p */
+        while (lo < hi) {
+            uint32_t mid = (lo + hi + 1) / 2;
+            if (a.first[mid] <= p)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const uint32_t k = p - a.first[lo];
+        const uint8_t *s = a.src + layer * a.m.src_layer_bytes + a.m.src_sub_offset[sub] +
+                           (uint64_t)(a.sp[lo] + k) * stride + off;
+        uint8_t *d = a.dst + layer * a.m.dst_layer_bytes + a.m.dst_sub_offset[sub] +
+                     (uint64_t)(a.dp[lo] + k) * stride + off;
+        const uintptr_t x = (uintptr_t)s ^ (uintptr_t)d;
+        if ((x & 15) == 0)
+            kvg_warp_copy<uint4>(lane, s, d, n, a.streaming);
+        else if ((x & 7) == 0)
+            kvg_warp_copy<uint2>(lane, s, d, n, a.streaming);
+        else if ((x & 3) == 0)
+            kvg_warp_copy<unsigned int>(lane, s, d, n, a.streaming);
+        else
+            kvg_warp_copy<unsigned char>(lane, s, d, n, a.streaming);
+    }
 }
 
 /* The status of the launch just queued: TDM_ERR_CUDA (logged, naming what) when it failed. */
@@ -190,18 +256,107 @@ static tdm_status_t launch_status(const char *what)
     return TDM_OK;
 }
 
-extern "C" tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *dst_base,
-                                             const tdm_cuda_seg_t *d_segs, uint32_t n_segs,
-                                             cudaStream_t stream)
+/* Resident blocks of one instance on this device: the grid's size (SMs x blocks per SM). */
+template <int CAP> static tdm_status_t kvg_grid(uint32_t *ret_blocks)
 {
-    if (n_segs && (!src_base || !dst_base || !d_segs))
-        return TDM_ERR_INVAL;
-    if (n_segs > 0x7fffffffu)
-        return TDM_ERR_RANGE;
-    if (n_segs == 0)
+    static int per_sm; /* the kernel's occupancy: the same on every call, racing writers agree */
+    int dev, sms, occ = per_sm;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return launch_status("kv gather (device attributes)");
+    if (occ == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kv_gather_kernel<CAP>, KVG_THREADS,
+                                                          0) != cudaSuccess ||
+            occ < 1)
+            return launch_status("kv gather (occupancy)");
+        per_sm = occ;
+    }
+    *ret_blocks = (uint32_t)sms * (uint32_t)occ;
+    return TDM_OK;
+}
+
+/* One launch of the runs from runs[*io_i] less its first *io_skip pages on: up to CAP runs and
+ * max_pages room pages (a run that does not fit is cut, the rest left for the next launch). */
+template <int CAP>
+static tdm_status_t kvg_launch(const uint8_t *src, uint8_t *dst, const tdm_cuda_kv_map_t *m,
+                               const tdm_cuda_page_run_t *runs, uint32_t n_runs, uint32_t *io_i,
+                               uint32_t *io_skip, uint32_t max_pages, uint32_t chunks_per_page,
+                               cudaStream_t stream, uint32_t *io_launches)
+{
+    kvg_args<CAP> a; /* 12 bytes a run, on the stack: 24 KiB at most */
+    uint32_t i = *io_i, skip = *io_skip, n = 0, pages = 0, grid = 0;
+    while (i < n_runs && n < CAP && pages < max_pages) {
+        const uint32_t left = runs[i].n_pages - skip;
+        const uint32_t take = left < max_pages - pages ? left : max_pages - pages;
+        if (take) {
+            a.first[n] = pages;
+            a.sp[n] = runs[i].src_page + skip;
+            a.dp[n] = runs[i].dst_page + skip;
+            n++;
+            pages += take;
+        }
+        if (take == left) {
+            i++;
+            skip = 0;
+        } else {
+            skip += take;
+        }
+    }
+    *io_i = i;
+    *io_skip = skip;
+    if (n == 0)
         return TDM_OK;
-    gather_kernel<<<n_segs, GATHER_THREADS, 0, stream>>>(src_base, dst_base, d_segs);
-    return launch_status("gather copy");
+    TDM_TRY(kvg_grid<CAP>(&grid));
+    a.src = src;
+    a.dst = dst;
+    a.m = *m;
+    a.n_runs = n;
+    a.n_pages = pages;
+    a.chunks_per_page = chunks_per_page;
+    a.n_units = pages * chunks_per_page * m->num_layers * m->n_sub;
+    a.streaming = tdm_cuda_kv_gather_variant == 1;
+    uint32_t blocks = (a.n_units + KVG_WARPS - 1) / KVG_WARPS;
+    if (blocks > grid)
+        blocks = grid;
+    kv_gather_kernel<CAP><<<blocks, KVG_THREADS, 0, stream>>>(a);
+    TDM_TRY(launch_status("kv gather"));
+    (*io_launches)++;
+    return TDM_OK;
+}
+
+extern "C" tdm_status_t tdm_cuda_kv_gather(const uint8_t *src_base, uint8_t *dst_base,
+                                           const tdm_cuda_kv_map_t *map,
+                                           const tdm_cuda_page_run_t *runs, uint32_t n_runs,
+                                           cudaStream_t stream, uint32_t *ret_launches)
+{
+    uint64_t max_stride = 0;
+    uint32_t launches = 0, i = 0, skip = 0;
+    if (!map || map->n_sub > TDM_KV_SUB_MAX || (n_runs && (!src_base || !dst_base || !runs)))
+        return TDM_ERR_INVAL;
+    for (uint32_t s = 0; s < map->n_sub; s++)
+        max_stride = map->page_stride[s] > max_stride ? map->page_stride[s] : max_stride;
+    const uint64_t cpp = (max_stride + KVG_CHUNK - 1) / KVG_CHUNK;
+    const uint64_t per_page = cpp * map->num_layers * map->n_sub;
+    if (per_page > 0x7fffffffull)
+        return TDM_ERR_RANGE;
+    /* a launch's units (room pages x per_page) stay below 2^31: 32-bit index arithmetic */
+    const uint32_t max_pages = per_page ? (uint32_t)(0x7fffffffull / per_page) : 0;
+    static_assert(TDM_CUDA_KV_GATHER_RUNS == 2048, "the largest instance below");
+    while (per_page && i < n_runs) {
+        const uint32_t left = n_runs - i;
+        tdm_status_t st =
+            left <= 16 ? kvg_launch<16>(src_base, dst_base, map, runs, n_runs, &i, &skip, max_pages,
+                                        (uint32_t)cpp, stream, &launches)
+            : left <= 256 ? kvg_launch<256>(src_base, dst_base, map, runs, n_runs, &i, &skip,
+                                            max_pages, (uint32_t)cpp, stream, &launches)
+                          : kvg_launch<2048>(src_base, dst_base, map, runs, n_runs, &i, &skip,
+                                             max_pages, (uint32_t)cpp, stream, &launches);
+        if (st != TDM_OK)
+            return st;
+    }
+    if (ret_launches)
+        *ret_launches = launches;
+    return TDM_OK;
 }
 
 extern "C" tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv,

@@ -11,10 +11,15 @@
  * caller folds them on the host with the same function. Any alignment and length is handled
  * (8-byte loads when the segment is 8-byte aligned, byte loads otherwise).
  *
- * The gather copy moves a list of segments (one run of pages of one region) from one pool into
- * another in a single launch, one block per segment with 16-byte loads and stores where source
- * and destination are equally aligned (bytes otherwise): a room of pages scattered over the pool
- * costs one kernel instead of one cudaMemcpyAsync per run (~5 us each into a CUDA IPC mapping).
+ * The KV gather copies a room's pages from one pool into another of the same layout (page counts
+ * may differ, so region offsets differ) in one launch per TDM_CUDA_KV_GATHER_RUNS runs: the runs
+ * of pages (contiguous on both sides) travel as kernel parameters, so nothing is uploaded before
+ * the launch and the caller may reuse its list as soon as the call returns. The kernel's unit is
+ * 4 KiB of one page of one (layer, sub-buffer) region, moved by one warp with 16-byte loads (8
+ * per lane in flight before their stores; 8-, 4- or 1-byte ones where source and destination
+ * differ in alignment); a grid sized to the SMs walks the units. A room of pages scattered over
+ * the pool costs one kernel instead of one cudaMemcpyAsync per run (~4 us each into a CUDA IPC
+ * mapping).
  *
  * Threading: launches go to the given stream and never synchronise (except the test helper).
  * Errors: TDM_ERR_INVAL (bad arguments), TDM_ERR_CUDA (launch failed; logged once).
@@ -39,22 +44,38 @@ extern "C" {
 tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv, const uint32_t *d_pages,
                                         uint32_t n_pages, uint64_t *d_out, cudaStream_t stream);
 
-/* One piece of a gather copy: `bytes` from src_base + src_off to dst_base + dst_off. */
-typedef struct tdm_cuda_seg {
-    uint64_t src_off, dst_off, bytes;
-} tdm_cuda_seg_t;
+/* Where the regions of the two pools lie, both laid out by one descriptor:
+ * region(layer, sub) = base + layer * layer_bytes + sub_offset[sub], page p of it at
+ * + p * page_stride[sub] (tdm_kv_buffers_t's fields; the destination's from
+ * tdm_kv_layout_region_offset for its own page count). */
+typedef struct tdm_cuda_kv_map {
+    uint64_t src_layer_bytes, dst_layer_bytes;
+    uint64_t src_sub_offset[TDM_KV_SUB_MAX], dst_sub_offset[TDM_KV_SUB_MAX];
+    uint64_t page_stride[TDM_KV_SUB_MAX];
+    uint32_t num_layers, n_sub;
+} tdm_cuda_kv_map_t;
 
-/* A segment's bytes are copied by one block; longer runs are split by the caller into pieces of
- * at most this many bytes (one pass of the block) so that a few long runs still fill the GPU. */
-#define TDM_CUDA_GATHER_SEG_MAX (16u << 10)
+/* n_pages pages from src_page on into dst_page on, in every region. */
+typedef struct tdm_cuda_page_run {
+    uint32_t src_page, dst_page, n_pages;
+} tdm_cuda_page_run_t;
 
-/* d_segs: (n_segs) segments, device memory, read when the kernel runs (the caller keeps them
- * until the stream passed the launch). src_base, dst_base: device pointers (dst may be a CUDA
- * IPC mapping of the same device). Destinations must not overlap each other or the sources.
- * Any alignment and length; n_segs <= INT32_MAX. */
-tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *dst_base,
-                                  const tdm_cuda_seg_t *d_segs, uint32_t n_segs,
-                                  cudaStream_t stream);
+/* Runs one launch carries in its parameters (12 bytes each; kernel parameters hold 32 KB on
+ * sm_70+ since CUDA 12.1); more runs take more launches, queued back to back. */
+#define TDM_CUDA_KV_GATHER_RUNS 2048u
+
+/* Queue the copy of every run in every (layer, sub) region from src_base into dst_base on
+ * `stream`. runs: host memory, read during the call. src_base, dst_base: device pointers (dst may
+ * be a CUDA IPC mapping of the same device); destinations must not overlap each other or the
+ * sources. Any alignment and stride. *ret_launches (may be NULL) is set to the kernels queued.
+ * TDM_ERR_INVAL: bad arguments (n_sub > TDM_KV_SUB_MAX, a NULL with runs); TDM_ERR_CUDA: a launch
+ * failed (logged; the launches before it stay queued). */
+tdm_status_t tdm_cuda_kv_gather(const uint8_t *src_base, uint8_t *dst_base,
+                                const tdm_cuda_kv_map_t *map, const tdm_cuda_page_run_t *runs,
+                                uint32_t n_runs, cudaStream_t stream, uint32_t *ret_launches);
+
+/* Bench seam: 0 plain loads and stores (default), 1 streaming ones (ld.cs / st.cs: evict first). */
+extern int tdm_cuda_kv_gather_variant;
 
 /* Test helper: XXH64(buf, len, seed) on the GPU, with buf (host, len bytes) copied to device
  * memory at byte offset `misalign` (0..7) from an aligned allocation. Synchronous. */

@@ -6,21 +6,32 @@
  *  - per-page checksums of a device pool == xfer_page_sum (checksum.c) of the same bytes on the
  *    host, for bf16 and fp8 layouts (fp8 at page size 3: 24-byte scale segments, the
  *    short-input path of XXH64), and a one-byte flip on the device changes exactly that page's
- * checksum and flipping it back restores it;
+ *    checksum and flipping it back restores it;
+ *  - the KV gather kernel byte-exact over the whole destination (every byte outside the room
+ *    keeps its poison): pools of different page counts, runs and scattered pages, fp8's 24-byte
+ *    scale pages, pages longer than a warp's 4 KiB pass, misaligned bases (16-, 8-, 4-byte and
+ *    byte paths, heads and tails), more runs than one launch carries;
  *  - CUDA IPC across two processes: a child (forked before either touches CUDA) owns a "decode"
- *    pool and exports its record; the parent opens it, copies pages (runs and scattered) device
- *    to device (runs of pages coalesced), fences, and the child's checksums over its own pool equal
- * the parent's CPU ones for the destinations while a page not written stays zero;
- *  - the gather kernel copies a list of segments byte-exact: page-sized and longer ones, equally
- *    misaligned source and destination (vector body, byte head and tail), differently misaligned
- *    ones (bytes), odd and zero lengths, nothing outside the segments written;
+ *    pool (the serving geometry: 32 layers, page chunk 512 KiB) and exports its record; the
+ *    parent opens it and moves rooms by the gather kernel and by one copy per run; the child's
+ *    GPU checksums of every destination page equal the sources' while pages not written stay
+ *    zero; six rooms in flight at once each land; a fence behind 2 GiB of rooms is pending right
+ *    after the call and every page is there once it completed (what STATUS and ABORT_ACK wait
+ *    for);
  *  - malformed records are refused naming the field.
+ * Then the benchmark (its "# bench" lines; bench/results/transfer_cuda.json): rooms of 512 KiB
+ * to 256 MiB, contiguous and every other page, against one local cudaMemcpyAsync D2D of the same
+ * bytes, both timed the same two ways: GPU events around the work on its stream (the stream held
+ * by a host function while the reps are queued, so only the device's time counts) and host wall
+ * time from the call to the completed event; medians of 25, source and destination rotated over
+ * 512 MiB (ten times the L2) so neither side is cache-hot; every page of every timed room checked.
  * Without a device it skips with the reason; under compute-sanitizer (TDM_UNDER_SANITIZER) the
- * two-process IPC part is left out.
+ * two-process IPC part and the benchmark are left out.
  */
 #include "config.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,14 +68,33 @@ static void fill_random(uint8_t *p, size_t n)
         p[i] = (uint8_t)(next_rand() >> 24);
 }
 
-static int make_layout(tdm_dtype_t dt, uint32_t page_size, tdm_kv_layout_t *l)
+static void fill_random64(uint8_t *p, size_t n) /* n a multiple of 8, p 8-aligned */
+{
+    for (size_t i = 0; i < n; i += 8)
+        *(uint64_t *)(p + i) = next_rand();
+}
+
+static int layout_of(tdm_dtype_t dt, uint32_t page_size, uint32_t layers, uint32_t heads,
+                     uint32_t head_dim, tdm_kv_layout_t *l)
 {
     tdm_model_config_t mc;
     memset(&mc, 0, sizeof(mc));
-    mc.num_layers = 3;
-    mc.num_kv_heads = 2;
-    mc.head_dim = 64;
+    mc.num_layers = layers;
+    mc.num_kv_heads = heads;
+    mc.head_dim = head_dim;
     return tdm_kv_layout_init(&mc, dt, page_size, 1, 0, l) == TDM_OK ? 0 : -1;
+}
+
+static int make_layout(tdm_dtype_t dt, uint32_t page_size, tdm_kv_layout_t *l)
+{
+    return layout_of(dt, page_size, 3, 2, 64, l);
+}
+
+/* The serving geometry of bench/results/transfer.json: bf16, 32 layers, 2 KV heads x 128, page
+ * 16 tokens: a page is 64 regions of 8 KiB, the 512 KiB page chunk. */
+static int serving_layout(tdm_kv_layout_t *l)
+{
+    return layout_of(TDM_DTYPE_BF16, 16, 32, 2, 128, l);
 }
 
 /* A device pool (cudaMalloc) laid out by l; *ret_dev describes it with a device base. */
@@ -171,58 +201,172 @@ static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
     tdm_kv_pool_free(hp);
 }
 
-/* Segments (src_off, dst_off, bytes) through the kernel == the same memcpys on the host. */
-static void test_gather(void)
+/* The map of two pools of one layout (page counts may differ). */
+static tdm_cuda_kv_map_t map_of(const tdm_kv_buffers_t *src, const tdm_kv_buffers_t *dst)
 {
-    enum { SRC = 1u << 20, DST = 1u << 20 };
-    static const tdm_cuda_seg_t segs[] = {
-        {0, 65536, 4096},         /* a page, 16-aligned both */
-        {8192, 4096, 4096},       /* scattered pages, backwards */
-        {4096, 131072, 4096},     /* */
-        {200000, 300000, 100000}, /* longer than one block's pass, 16-aligned */
-        {500003, 600003, 40001},  /* equally misaligned: byte head, vectors, byte tail */
-        {700001, 700002, 33333},  /* differently misaligned: bytes */
-        {12345, 12, 15},          /* shorter than a vector */
-        {777, 999, 1},            /* one byte */
-        {1000, 2000, 0},          /* nothing */
-        {SRC - 17, DST - 17, 17}, /* the very end of both buffers */
-        {4096 * 3 + 8, 4096 * 5 + 8, 4096 + 8}, /* 8-aligned, not 16 */
-    };
-    const uint32_t n = sizeof(segs) / sizeof(segs[0]);
-    uint8_t *h_src = malloc(SRC), *want = calloc(1, DST), *got = malloc(DST);
-    uint8_t *d_src = NULL, *d_dst = NULL;
-    tdm_cuda_seg_t *d_segs = NULL;
-    int ok_cuda = h_src && want && got && cudaMalloc((void **)&d_src, SRC) == cudaSuccess &&
-                  cudaMalloc((void **)&d_dst, DST) == cudaSuccess &&
-                  cudaMalloc((void **)&d_segs, sizeof(segs)) == cudaSuccess;
-    if (ok_cuda) {
-        fill_random(h_src, SRC);
-        for (uint32_t i = 0; i < n; i++)
-            memcpy(want + segs[i].dst_off, h_src + segs[i].src_off, segs[i].bytes);
-        ok_cuda = cudaMemcpy(d_src, h_src, SRC, cudaMemcpyHostToDevice) == cudaSuccess &&
-                  cudaMemset(d_dst, 0, DST) == cudaSuccess &&
-                  cudaMemcpy(d_segs, segs, sizeof(segs), cudaMemcpyHostToDevice) == cudaSuccess;
+    tdm_cuda_kv_map_t m;
+    memset(&m, 0, sizeof(m));
+    m.num_layers = src->layout->num_layers;
+    m.n_sub = src->layout->n_sub;
+    m.src_layer_bytes = src->layer_bytes;
+    m.dst_layer_bytes = dst->layer_bytes;
+    for (uint32_t s = 0; s < m.n_sub; s++) {
+        m.src_sub_offset[s] = src->sub_offset[s];
+        m.dst_sub_offset[s] = dst->sub_offset[s];
+        m.page_stride[s] = src->layout->sub[s].page_stride;
     }
-    tdm_status_t st = ok_cuda ? tdm_cuda_gather_copy(d_src, d_dst, d_segs, n, 0) : TDM_ERR_CUDA;
-    ok_cuda = st == TDM_OK && cudaDeviceSynchronize() == cudaSuccess &&
-              cudaMemcpy(got, d_dst, DST, cudaMemcpyDeviceToHost) == cudaSuccess;
-    size_t first_bad = DST;
-    for (size_t i = 0; ok_cuda && i < DST && first_bad == DST; i++)
-        if (got[i] != want[i])
-            first_bad = i;
-    ok(ok_cuda && first_bad == DST,
-       "gather kernel: %u segments (pages, 100 KB, misaligned equally and not, 15/1/0/17 bytes) "
-       "byte-exact over the whole 1 MiB destination (%s; first difference at %zu)",
-       n, tdm_status_str(st), first_bad);
-    ok(tdm_cuda_gather_copy(NULL, d_dst, d_segs, 1, 0) == TDM_ERR_INVAL &&
-           tdm_cuda_gather_copy(NULL, NULL, NULL, 0, 0) == TDM_OK,
-       "gather: a missing pointer refused, an empty list a no-op");
-    cudaFree(d_segs);
+    return m;
+}
+
+/* The kernel over (map, runs) from src + src_mis into dst + dst_mis (buffers of src_bytes and
+ * dst_bytes past the misalignment) == the same memcpys on the host, over the whole destination:
+ * random sources, a poisoned destination. Returns 1 when equal; *ret_launches. */
+static int gather_case(const tdm_cuda_kv_map_t *m, const tdm_cuda_page_run_t *runs, uint32_t n,
+                       size_t src_mis, size_t dst_mis, size_t src_bytes, size_t dst_bytes,
+                       uint32_t *ret_launches, size_t *ret_first_bad)
+{
+    uint8_t *h_src = malloc(src_bytes + src_mis), *want = malloc(dst_bytes + dst_mis);
+    uint8_t *got = malloc(dst_bytes + dst_mis), *d_src = NULL, *d_dst = NULL;
+    int same = 0;
+    *ret_first_bad = SIZE_MAX;
+    if (h_src && want && got && cudaMalloc((void **)&d_src, src_bytes + src_mis) == cudaSuccess &&
+        cudaMalloc((void **)&d_dst, dst_bytes + dst_mis) == cudaSuccess) {
+        fill_random(h_src, src_bytes + src_mis);
+        memset(want, 0xa5, dst_bytes + dst_mis);
+        for (uint32_t l = 0; l < m->num_layers; l++)
+            for (uint32_t s = 0; s < m->n_sub; s++)
+                for (uint32_t i = 0; i < n; i++) {
+                    uint64_t st = m->page_stride[s];
+                    memcpy(want + dst_mis + l * m->dst_layer_bytes + m->dst_sub_offset[s] +
+                               runs[i].dst_page * st,
+                           h_src + src_mis + l * m->src_layer_bytes + m->src_sub_offset[s] +
+                               runs[i].src_page * st,
+                           runs[i].n_pages * st);
+                }
+        if (cudaMemcpy(d_src, h_src, src_bytes + src_mis, cudaMemcpyHostToDevice) == cudaSuccess &&
+            cudaMemset(d_dst, 0xa5, dst_bytes + dst_mis) == cudaSuccess &&
+            tdm_cuda_kv_gather(d_src + src_mis, d_dst + dst_mis, m, runs, n, 0, ret_launches) ==
+                TDM_OK &&
+            cudaDeviceSynchronize() == cudaSuccess &&
+            cudaMemcpy(got, d_dst, dst_bytes + dst_mis, cudaMemcpyDeviceToHost) == cudaSuccess) {
+            same = 1;
+            for (size_t i = 0; i < dst_bytes + dst_mis && same; i++)
+                if (got[i] != want[i]) {
+                    same = 0;
+                    *ret_first_bad = i;
+                }
+        }
+    }
     cudaFree(d_dst);
     cudaFree(d_src);
     free(got);
     free(want);
     free(h_src);
+    return same;
+}
+
+/* A pool's buffers (offsets only, no memory) for num_pages pages of l. */
+static int pool_shape(const tdm_kv_layout_t *l, uint32_t num_pages, tdm_kv_buffers_t *ret,
+                      uint64_t *ret_bytes)
+{
+    tdm_kv_pool_t *p = NULL;
+    if (tdm_kv_pool_init_pages(l, num_pages, &p) != TDM_OK ||
+        tdm_kv_layout_pool_bytes(l, num_pages, ret_bytes) != TDM_OK)
+        return -1;
+    *ret = *tdm_kv_pool_buffers(p);
+    ret->layout = l;
+    ret->base = NULL;
+    tdm_kv_pool_free(p);
+    return 0;
+}
+
+/* Pools of the test layouts: 40 source pages into 64 destination pages (different region
+ * offsets), a run of 5, a run of 2, single pages forwards and backwards, a page onto its own id. */
+static void gather_pools(tdm_dtype_t dt, uint32_t page_size)
+{
+    static const tdm_cuda_page_run_t runs[] = {{3, 10, 5}, {20, 40, 1}, {9, 2, 1},   {31, 63, 1},
+                                               {0, 1, 1},  {15, 50, 2}, {39, 39, 1}, {2, 30, 1}};
+    tdm_kv_layout_t l;
+    tdm_kv_buffers_t sb, db;
+    uint64_t sbytes, dbytes;
+    uint32_t launches = 0;
+    size_t bad = 0;
+    if (make_layout(dt, page_size, &l) || pool_shape(&l, NPAGES, &sb, &sbytes) ||
+        pool_shape(&l, 64, &db, &dbytes)) {
+        ok(0, "gather pools");
+        return;
+    }
+    tdm_cuda_kv_map_t m = map_of(&sb, &db);
+    int same = gather_case(&m, runs, sizeof(runs) / sizeof(runs[0]), 0, 0, sbytes, dbytes,
+                           &launches, &bad);
+    ok(same && launches == 1,
+       "kv gather %s page %u (%u sub-buffers, strides %llu/%llu): %zu runs from a %u-page pool "
+       "into a 64-page one byte-exact over the whole destination (first difference %zd)",
+       tdm_dtype_name(dt), page_size, l.n_sub, (unsigned long long)l.sub[0].page_stride,
+       (unsigned long long)l.sub[l.n_sub - 1].page_stride, sizeof(runs) / sizeof(runs[0]), NPAGES,
+       same ? (ssize_t)-1 : (ssize_t)bad);
+}
+
+static void test_kv_gather(void)
+{
+    gather_pools(TDM_DTYPE_BF16, 16);
+    gather_pools(TDM_DTYPE_FP8_E4M3, 3); /* 24-byte scale pages: 8-byte vectors */
+    /* crafted maps: 2 layers of 2 regions, strides and bases of every alignment */
+    static const struct {
+        uint64_t stride0, stride1;
+        size_t src_mis, dst_mis;
+        const char *what;
+    } cases[] = {
+        {9000, 4096, 0, 0, "pages of 9000 bytes (three warp passes, the last short)"},
+        {4097, 13, 1, 3, "odd strides, bases misaligned differently (bytes)"},
+        {100, 36, 4, 8, "4-aligned strides and bases (4-byte vectors)"},
+        {333, 4099, 5, 5, "equally misaligned bases (byte head, vectors, byte tail)"},
+        {24, 8200, 8, 0, "8 bytes apart (8-byte vectors)"},
+    };
+    static const tdm_cuda_page_run_t runs[] = {{0, 7, 3}, {5, 1, 1}, {9, 12, 2}, {3, 5, 1}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        tdm_cuda_kv_map_t m;
+        memset(&m, 0, sizeof(m));
+        m.num_layers = 2;
+        m.n_sub = 2;
+        m.page_stride[0] = cases[k].stride0;
+        m.page_stride[1] = cases[k].stride1;
+        m.src_sub_offset[1] = 12 * cases[k].stride0 + 7; /* 12 source pages, 16 destination */
+        m.src_layer_bytes = m.src_sub_offset[1] + 12 * cases[k].stride1 + 5;
+        m.dst_sub_offset[1] = 16 * cases[k].stride0 + 3;
+        m.dst_layer_bytes = m.dst_sub_offset[1] + 16 * cases[k].stride1 + 11;
+        uint32_t launches = 0;
+        size_t bad = 0;
+        int same = gather_case(&m, runs, 4, cases[k].src_mis, cases[k].dst_mis,
+                               2 * m.src_layer_bytes, 2 * m.dst_layer_bytes, &launches, &bad);
+        ok(same && launches == 1, "kv gather: %s, byte-exact (first difference %zd)", cases[k].what,
+           same ? (ssize_t)-1 : (ssize_t)bad);
+    }
+    /* more runs than one launch carries: 5000 single pages, reversed, zero-page runs between */
+    enum { NR = 5000 };
+    tdm_cuda_page_run_t *many = calloc(NR + 2, sizeof(*many));
+    tdm_cuda_kv_map_t m;
+    memset(&m, 0, sizeof(m));
+    m.num_layers = 1;
+    m.n_sub = 1;
+    m.page_stride[0] = 48;
+    m.src_layer_bytes = m.dst_layer_bytes = 48ull * NR;
+    for (uint32_t i = 0; i < NR; i++)
+        many[i] = (tdm_cuda_page_run_t){i, NR - 1 - i, 1};
+    many[NR] = many[NR + 1] = (tdm_cuda_page_run_t){0, 0, 0};
+    uint32_t launches = 0;
+    size_t bad = 0;
+    int same = gather_case(&m, many, NR + 2, 0, 0, 48ull * NR, 48ull * NR, &launches, &bad);
+    uint32_t want = (NR + 2 + TDM_CUDA_KV_GATHER_RUNS - 1) / TDM_CUDA_KV_GATHER_RUNS;
+    ok(same && launches == want,
+       "kv gather: %u runs (two of no page) in %u launches of at most %u, byte-exact (first "
+       "difference %zd)",
+       NR + 2, launches, TDM_CUDA_KV_GATHER_RUNS, same ? (ssize_t)-1 : (ssize_t)bad);
+    ok(tdm_cuda_kv_gather(NULL, NULL, &m, many, 1, 0, NULL) == TDM_ERR_INVAL &&
+           tdm_cuda_kv_gather(NULL, NULL, NULL, NULL, 0, 0, NULL) == TDM_ERR_INVAL &&
+           tdm_cuda_kv_gather(NULL, NULL, &m, NULL, 0, 0, &launches) == TDM_OK && launches == 0,
+       "kv gather: missing pointers refused, no runs a no-op");
+    free(many);
 }
 
 static void test_record_check(xfer_cuda_t *c)
@@ -282,21 +426,22 @@ static int wr_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-#define DEC_PAGES 1024u /* 24 MiB: room for the timing below */
-#define BENCH_PAGES 512u
+#define SRC_PAGES 1024u /* serving pages of 512 KiB: 512 MiB */
+#define DEC_PAGES 2048u /* 1 GiB: a 256 MiB room of every other page, rotated */
 #define N_COPY 12u
 
-/* The decode side: a zeroed pool, its record out, then checksums of the pages it is told. */
+/* The decode side: a zeroed pool in the serving geometry, its record out, then commands: 'S' n
+ * pages → their checksums; 'Z' zero the pool → one byte; end of input → exit. */
 static int child_main(int rfd, int wfd)
 {
     int n = 0;
-    uint8_t ok_b = 0;
+    uint8_t ok_b = 0, cmd;
     tdm_kv_layout_t l;
     tdm_kv_buffers_t db;
     uint64_t bytes;
     xfer_cuda_t *c = NULL;
     uint8_t rec[XFER_CUDA_REC_BYTES];
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || make_layout(TDM_DTYPE_BF16, 16, &l) ||
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || serving_layout(&l) ||
         dev_pool(&l, DEC_PAGES, NULL, &db, &bytes) || xfer_cuda_init(1, &c) != TDM_OK ||
         xfer_cuda_export(c, &db, rec) != TDM_OK) {
         wr_all(wfd, &ok_b, 1);
@@ -305,146 +450,414 @@ static int child_main(int rfd, int wfd)
     ok_b = 1;
     if (wr_all(wfd, &ok_b, 1) || wr_all(wfd, rec, sizeof(rec)))
         return 1;
-    uint32_t pages[N_COPY + 1];
-    uint64_t sums[N_COPY + 1];
-    if (rd_all(rfd, pages, sizeof(pages))) {
-        /* the parent leaves IPC out (under compute-sanitizer): nothing more to do */
-        xfer_cuda_free(c);
-        cudaFree(db.base);
-        return 0;
+    uint32_t *pages = malloc(DEC_PAGES * sizeof(uint32_t));
+    uint64_t *sums = malloc(DEC_PAGES * sizeof(uint64_t));
+    int rc = 0;
+    while (rc == 0 && rd_all(rfd, &cmd, 1) == 0) {
+        uint32_t k = 0;
+        if (cmd == 'Z') {
+            ok_b = cudaMemset(db.base, 0, bytes) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess;
+            rc = wr_all(wfd, &ok_b, 1);
+        } else if (cmd == 'S' && rd_all(rfd, &k, 4) == 0 && k <= DEC_PAGES &&
+                   rd_all(rfd, pages, k * sizeof(uint32_t)) == 0) {
+            if (xfer_cuda_page_sums(c, &db, pages, k, sums) != TDM_OK)
+                memset(sums, 0, k * sizeof(uint64_t));
+            rc = wr_all(wfd, sums, k * sizeof(uint64_t));
+        } else {
+            rc = 1;
+        }
     }
-    if (xfer_cuda_page_sums(c, &db, pages, N_COPY + 1, sums) != TDM_OK)
-        memset(sums, 0, sizeof(sums));
-    if (wr_all(wfd, sums, sizeof(sums)))
-        return 1;
-    rd_all(rfd, &ok_b, 1); /* the parent closed its mapping */
+    free(sums);
+    free(pages);
     xfer_cuda_free(c);
     cudaFree(db.base);
-    return 0;
+    return rc;
 }
 
-/* Seconds per room of n pages copied into the peer pool and fenced (median-free mean of reps). */
-static double time_room(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint32_t *sp,
-                        const uint32_t *dp, uint32_t n, int reps, uint64_t *ret_copies)
+/* The parent's end of the child's commands, and what it compares with. */
+typedef struct peer {
+    int rfd, wfd;
+    xfer_cuda_t *c;
+    tdm_kv_buffers_t src; /* the device source pool */
+    uint64_t zero_sum;    /* a zero page's checksum */
+} peer_t;
+
+static int peer_zero(peer_t *p)
 {
-    uint64_t bytes = 0, copies = 0;
-    double t0 = 0;
-    for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
-        void *ev = NULL;
-        if (i == 0)
-            t0 = (double)tdm_time_mono_ns();
-        if (xfer_cuda_copy(c, 0, src, sp, dp, n, &bytes, &copies) != TDM_OK ||
-            xfer_cuda_fence(c, -1, &ev) != TDM_OK)
-            return -1;
-        while (xfer_cuda_fence_poll(c, ev) == 0)
-            ;
-        xfer_cuda_fence_free(c, ev);
+    uint8_t cmd = 'Z', r = 0;
+    return wr_all(p->wfd, &cmd, 1) || rd_all(p->rfd, &r, 1) || !r ? -1 : 0;
+}
+
+static int peer_sums(peer_t *p, const uint32_t *pages, uint32_t n, uint64_t *ret)
+{
+    uint8_t cmd = 'S';
+    return wr_all(p->wfd, &cmd, 1) || wr_all(p->wfd, &n, 4) ||
+                   wr_all(p->wfd, pages, n * sizeof(uint32_t)) ||
+                   rd_all(p->rfd, ret, n * sizeof(uint64_t))
+               ? -1
+               : 0;
+}
+
+/* Every destination page (checksums on decode's GPU) == its source page's (on ours), and the
+ * pages in `untouched` still zero. Returns the pages that differ (-1: could not ask). */
+static int peer_check(peer_t *p, const uint32_t *sp, const uint32_t *dp, uint32_t n,
+                      const uint32_t *untouched, uint32_t n_untouched)
+{
+    uint64_t *want = malloc((n + n_untouched) * sizeof(uint64_t));
+    uint64_t *got = malloc((n + n_untouched) * sizeof(uint64_t));
+    uint32_t *pages = malloc((n + n_untouched) * sizeof(uint32_t));
+    int bad = -1;
+    memcpy(pages, dp, n * sizeof(uint32_t));
+    memcpy(pages + n, untouched, n_untouched * sizeof(uint32_t));
+    if (xfer_cuda_page_sums(p->c, &p->src, sp, n, want) == TDM_OK &&
+        peer_sums(p, pages, n + n_untouched, got) == 0) {
+        bad = 0;
+        for (uint32_t i = 0; i < n + n_untouched; i++)
+            bad += got[i] != (i < n ? want[i] : p->zero_sum);
     }
-    *ret_copies = copies / (uint64_t)(reps + 1);
-    return ((double)tdm_time_mono_ns() - t0) / 1e9 / reps;
+    free(pages);
+    free(got);
+    free(want);
+    return bad;
 }
 
-/* A room by the copies (one per run) or by the gather kernel: xfer_cuda_copy with its threshold
- * forced. */
-static double time_path(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint32_t *sp,
-                        const uint32_t *dp, uint32_t n, int reps, int gather, uint64_t *ret_runs)
+/* Queue, fence, wait. */
+static int room_sync(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint32_t *sp,
+                     const uint32_t *dp, uint32_t n)
 {
-    uint32_t keep = xfer_cuda_gather_min_runs;
-    xfer_cuda_gather_min_runs = gather ? 0 : UINT32_MAX;
-    double t = time_room(c, src, sp, dp, n, reps, ret_runs);
-    xfer_cuda_gather_min_runs = keep;
-    return t;
+    void *ev = NULL;
+    int done = 0;
+    if (xfer_cuda_copy(c, 0, src, sp, dp, n, NULL, NULL) != TDM_OK ||
+        xfer_cuda_fence(c, -1, &ev) != TDM_OK)
+        return -1;
+    while ((done = xfer_cuda_fence_poll(c, ev)) == 0)
+        ;
+    xfer_cuda_fence_free(c, ev);
+    return done == 1 ? 0 : -1;
 }
 
-/* Timing (notes only, read from the device run): a 512-page room into the other process's pool,
- * contiguous (one copy per layer and sub-buffer) and every other page (one per page) by copies,
- * every other page and contiguous by the gather kernel, against the anchor: one local
- * device-to-device copy of the same bytes. Then small rooms of every other page both ways: where
- * the gather starts to win (xfer_cuda_gather_min_runs). */
-static void bench_ipc(xfer_cuda_t *c, const tdm_kv_layout_t *l)
+/* ---- the benchmark ---- */
+
+#define BENCH_REPS 25
+
+/* One timed operation: the anchor (a local cudaMemcpyAsync D2D of the room's bytes) or a room of
+ * n pages, contiguous or every other page, rep k in rotation slot k % nslots: rep after rep
+ * reads and writes other memory, 512 MiB around before a slot comes back. */
+typedef struct bop {
+    peer_t *p;
+    int kind; /* 0 anchor, 1 contiguous room, 2 every other page */
+    uint32_t n, nslots;
+    uint64_t bytes;
+    uint8_t *a_dst;
+    cudaStream_t s; /* the anchor's stream, or the copy stream of the rooms */
+    const uint32_t *sp, *dc, *ds;
+} bop_t;
+
+static int bop_queue(const bop_t *o, int k)
 {
-    tdm_kv_buffers_t src;
-    uint64_t bytes, copies_c = 0, copies_s = 0, runs_g = 0, runs_gc = 0, r1 = 0;
-    static uint32_t sp[BENCH_PAGES], dc[BENCH_PAGES], ds[BENCH_PAGES];
-    void *anchor = NULL;
-    cudaStream_t s = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
+    uint32_t slot = (uint32_t)k % o->nslots, first = slot * o->n;
+    if (o->kind == 0)
+        return cudaMemcpyAsync(o->a_dst + slot * o->bytes, o->p->src.base + slot * o->bytes,
+                               o->bytes, cudaMemcpyDeviceToDevice, o->s) == cudaSuccess
+                   ? 0
+                   : -1;
+    return xfer_cuda_copy(o->p->c, 0, &o->p->src, o->sp + first,
+                          (o->kind == 1 ? o->dc : o->ds) + first, o->n, NULL, NULL) == TDM_OK
+               ? 0
+               : -1;
+}
+
+static atomic_int gate;
+
+/* Holds its stream until the gate opens (5 s at most): the reps queue up behind it. */
+static void CUDART_CB hold_stream(void *arg)
+{
+    (void)arg;
+    uint64_t t0 = tdm_time_mono_ns();
+    while (!atomic_load(&gate) && tdm_time_mono_ns() - t0 < 5000000000ull)
+        ;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return v[n / 2];
+}
+
+/* Median µs between the GPU events around each rep, all queued behind a held stream. */
+static double time_events(const bop_t *o, cudaEvent_t *ev)
+{
+    double d[BENCH_REPS];
     float ms = 0;
-    char sweep[256] = "";
-    if (dev_pool(l, BENCH_PAGES, NULL, &src, &bytes) != 0) {
-        ok(0, "bench pool");
-        return;
+    int rc = 0;
+    atomic_store(&gate, 0);
+    rc = cudaLaunchHostFunc(o->s, hold_stream, NULL) != cudaSuccess ||
+         cudaEventRecord(ev[0], o->s) != cudaSuccess;
+    for (int k = 0; k < BENCH_REPS && rc == 0; k++)
+        rc = bop_queue(o, k) || cudaEventRecord(ev[k + 1], o->s) != cudaSuccess;
+    atomic_store(&gate, 1);
+    if (cudaStreamSynchronize(o->s) != cudaSuccess || rc)
+        return -1;
+    for (int k = 0; k < BENCH_REPS; k++) {
+        if (cudaEventElapsedTime(&ms, ev[k], ev[k + 1]) != cudaSuccess)
+            return -1;
+        d[k] = ms * 1e3;
     }
-    for (uint32_t i = 0; i < BENCH_PAGES; i++) {
+    return median(d, BENCH_REPS);
+}
+
+/* Median µs of host wall time from the call to its completed event (the room's fence). */
+static double time_wall(const bop_t *o, cudaEvent_t done)
+{
+    double d[BENCH_REPS];
+    for (int k = 0; k < BENCH_REPS; k++) {
+        uint64_t t0 = tdm_time_mono_ns();
+        int good = bop_queue(o, k) == 0, r = 0;
+        if (o->kind == 0) {
+            cudaError_t e = cudaErrorNotReady;
+            good = good && cudaEventRecord(done, o->s) == cudaSuccess;
+            while (good && (e = cudaEventQuery(done)) == cudaErrorNotReady)
+                ;
+            good = good && e == cudaSuccess;
+        } else {
+            void *ev = NULL;
+            good = good && xfer_cuda_fence(o->p->c, -1, &ev) == TDM_OK;
+            while (good && (r = xfer_cuda_fence_poll(o->p->c, ev)) == 0)
+                ;
+            good = good && r == 1;
+            xfer_cuda_fence_free(o->p->c, ev);
+        }
+        if (!good)
+            return -1;
+        d[k] = (double)(tdm_time_mono_ns() - t0) / 1e3;
+    }
+    return median(d, BENCH_REPS);
+}
+
+/* Both timings of one operation after a warm-up rep. */
+static int time_both(const bop_t *o, cudaEvent_t *ev, cudaEvent_t done, double *ret_ev,
+                     double *ret_wall)
+{
+    if (bop_queue(o, 0) || cudaStreamSynchronize(o->s) != cudaSuccess)
+        return -1;
+    *ret_ev = time_events(o, ev);
+    *ret_wall = time_wall(o, done);
+    return *ret_ev > 0 && *ret_wall > 0 ? 0 : -1;
+}
+
+/* One cudaMemcpyAsync per run against one kernel for 1..8 runs of 8 KiB and 1 MiB (local
+ * buffers, host wall time to the completed event): where xfer_cuda_gather_min_runs belongs. */
+static void bench_threshold(uint8_t *src, uint8_t *dst, cudaStream_t s, cudaEvent_t done)
+{
+    static const uint32_t nr[] = {1, 2, 3, 4, 8};
+    static const uint64_t sz[] = {8192, 1u << 20};
+    for (size_t z = 0; z < 2; z++)
+        for (size_t r = 0; r < sizeof(nr) / sizeof(nr[0]); r++) {
+            tdm_cuda_kv_map_t m;
+            tdm_cuda_page_run_t runs[8];
+            double t[2][BENCH_REPS];
+            memset(&m, 0, sizeof(m));
+            m.num_layers = m.n_sub = 1;
+            m.page_stride[0] = sz[z];
+            for (uint32_t i = 0; i < nr[r]; i++)
+                runs[i] = (tdm_cuda_page_run_t){i, 2 * i, 1};
+            int good = 1;
+            for (int way = 0; way < 2; way++)
+                for (int k = -1; k < BENCH_REPS && good; k++) {
+                    uint64_t t0 = tdm_time_mono_ns();
+                    cudaError_t e = cudaErrorNotReady;
+                    for (uint32_t i = 0; way == 0 && i < nr[r]; i++)
+                        good &= cudaMemcpyAsync(dst + 2 * i * sz[z], src + i * sz[z], sz[z],
+                                                cudaMemcpyDeviceToDevice, s) == cudaSuccess;
+                    if (way == 1)
+                        good &= tdm_cuda_kv_gather(src, dst, &m, runs, nr[r], s, NULL) == TDM_OK;
+                    good &= cudaEventRecord(done, s) == cudaSuccess;
+                    while (good && (e = cudaEventQuery(done)) == cudaErrorNotReady)
+                        ;
+                    good &= e == cudaSuccess;
+                    if (k >= 0)
+                        t[way][k] = (double)(tdm_time_mono_ns() - t0) / 1e3;
+                }
+            if (good)
+                diag("bench threshold runs=%u run_bytes=%llu copies_wall_us=%.2f "
+                     "kernel_wall_us=%.2f",
+                     nr[r], (unsigned long long)sz[z], median(t[0], BENCH_REPS),
+                     median(t[1], BENCH_REPS));
+        }
+}
+
+/* Rooms of 1..512 pages (512 KiB..256 MiB), contiguous and every other page, against the anchor;
+ * both timings; every page of every timed room checked. Variant 0 and 1 of the kernel. */
+static void bench_ipc(peer_t *p)
+{
+    static uint32_t sp[SRC_PAGES], dc[SRC_PAGES], ds[SRC_PAGES];
+    const tdm_kv_layout_t *l = p->src.layout;
+    const uint64_t page = (uint64_t)l->num_layers * (l->sub[0].page_stride + l->sub[1].page_stride);
+    uint8_t *a_dst = NULL;
+    cudaStream_t as = NULL;
+    cudaEvent_t ev[BENCH_REPS + 1] = {0}, done = NULL;
+    struct cudaDeviceProp prop;
+    int good = cudaMalloc((void **)&a_dst, SRC_PAGES * page) == cudaSuccess &&
+               cudaStreamCreateWithFlags(&as, cudaStreamNonBlocking) == cudaSuccess &&
+               cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess &&
+               cudaGetDeviceProperties(&prop, 0) == cudaSuccess;
+    for (int k = 0; k <= BENCH_REPS; k++)
+        good = good && cudaEventCreate(&ev[k]) == cudaSuccess;
+    for (uint32_t i = 0; i < SRC_PAGES; i++) {
+        sp[i] = dc[i] = i;
+        ds[i] = 2 * i;
+    }
+    int timed = 0, checked = 0, verified = 0;
+    if (good)
+        diag(
+            "bench gpu=\"%s\" sms=%d l2_bytes=%d page_chunk_bytes=%llu reps=%d rotation_bytes=%llu",
+            prop.name, prop.multiProcessorCount, prop.l2CacheSize, (unsigned long long)page,
+            BENCH_REPS, (unsigned long long)(SRC_PAGES * page));
+    for (int variant = 0; good && variant < 2; variant++) {
+        tdm_cuda_kv_gather_variant = variant;
+        for (uint32_t n = 1; n <= 512; n *= 2) {
+            double t[3][2] = {{0}};
+            bop_t o = {p, 0, n, SRC_PAGES / n, n * page, a_dst, as, sp, dc, ds};
+            timed += time_both(&o, ev, done, &t[0][0], &t[0][1]) == 0;
+            for (int kind = 1; kind <= 2; kind++) {
+                o.kind = kind;
+                o.s = (cudaStream_t)xfer_cuda_stream(p->c);
+                int zero = peer_zero(p);
+                timed += time_both(&o, ev, done, &t[kind][0], &t[kind][1]) == 0;
+                uint32_t used = (o.nslots < BENCH_REPS ? o.nslots : BENCH_REPS) * n;
+                uint32_t untouched[2] = {used, 2 * used - 1};
+                if (kind == 2)
+                    untouched[0] = 1;
+                int bad = peer_check(p, sp, kind == 1 ? dc : ds, used, untouched,
+                                     kind == 1 && used >= DEC_PAGES ? 0 : (kind == 1 ? 1 : 2));
+                checked++;
+                verified += zero == 0 && bad == 0;
+            }
+            diag("bench kvg variant=%d bytes=%llu pages=%u anchor_ev_us=%.2f anchor_wall_us=%.2f "
+                 "contiguous_ev_us=%.2f contiguous_wall_us=%.2f scattered_ev_us=%.2f "
+                 "scattered_wall_us=%.2f",
+                 variant, (unsigned long long)(n * page), n, t[0][0], t[0][1], t[1][0], t[1][1],
+                 t[2][0], t[2][1]);
+        }
+    }
+    tdm_cuda_kv_gather_variant = 0;
+    if (good)
+        bench_threshold(p->src.base, a_dst, as, done);
+    ok(good && timed == 2 * 10 * 3 && verified == checked,
+       "benchmark: %d of 60 timings, %d of %d timed rooms with every page checked", timed, verified,
+       checked);
+    for (int k = 0; k <= BENCH_REPS; k++)
+        if (ev[k])
+            cudaEventDestroy(ev[k]);
+    if (done)
+        cudaEventDestroy(done);
+    if (as)
+        cudaStreamDestroy(as);
+    cudaFree(a_dst);
+}
+
+/* Rooms through xfer_cuda_copy into the other process's pool, checked page by page. */
+static void test_ipc_rooms(peer_t *p)
+{
+    static uint32_t sp[SRC_PAGES], dp[SRC_PAGES];
+    uint32_t untouched[4];
+    /* six rooms in flight: 20 pages each, scattered differently, queued back to back */
+    int zero = peer_zero(p), queued = 0, bad = 0;
+    for (uint32_t t = 0; t < 6; t++)
+        for (uint32_t i = 0; i < 20; i++) {
+            sp[20 * t + i] = 37 * t + i;
+            dp[20 * t + i] = DEC_PAGES - 1 - 3 * (20 * t + i); /* downwards, every third */
+        }
+    for (uint32_t t = 0; t < 6; t++)
+        queued +=
+            xfer_cuda_copy(p->c, 0, &p->src, sp + 20 * t, dp + 20 * t, 20, NULL, NULL) == TDM_OK;
+    void *ev = NULL;
+    int done = -1;
+    if (xfer_cuda_fence(p->c, -1, &ev) == TDM_OK) {
+        while ((done = xfer_cuda_fence_poll(p->c, ev)) == 0)
+            ;
+        xfer_cuda_fence_free(p->c, ev);
+    }
+    untouched[0] = DEC_PAGES - 2;
+    untouched[1] = DEC_PAGES - 3;
+    bad = peer_check(p, sp, dp, 120, untouched, 2);
+    ok(zero == 0 && queued == 6 && done == 1 && bad == 0,
+       "6 rooms of 20 scattered pages in flight at once (one run list reused for each): all 120 "
+       "pages land (%d differ), the pages between them stay zero",
+       bad);
+
+    /* the fence behind 2 GiB of rooms: pending right after the call, then every page there */
+    for (uint32_t i = 0; i < 512; i++) {
         sp[i] = i;
-        dc[i] = i;
-        ds[i] = 2 * i; /* < DEC_PAGES */
+        dp[i] = 2 * i;
     }
-    double tc = time_path(c, &src, sp, dc, BENCH_PAGES, 20, 0, &copies_c);
-    double ts = time_path(c, &src, sp, ds, BENCH_PAGES, 5, 0, &copies_s);
-    double tg = time_path(c, &src, sp, ds, BENCH_PAGES, 20, 1, &runs_g);
-    double tgc = time_path(c, &src, sp, dc, BENCH_PAGES, 20, 1, &runs_gc);
-    static const uint32_t small[] = {1, 2, 4, 8, 32};
-    int sweep_ok = 1;
-    for (size_t k = 0; k < sizeof(small) / sizeof(small[0]); k++) {
-        double a = time_path(c, &src, sp, ds, small[k], 50, 0, &r1);
-        double b = time_path(c, &src, sp, ds, small[k], 50, 1, &r1);
-        size_t o = strlen(sweep);
-        sweep_ok &= a > 0 && b > 0;
-        snprintf(sweep + o, sizeof(sweep) - o, "%s%llu runs %.1f/%.1f", k ? ", " : "",
-                 (unsigned long long)r1, a * 1e6, b * 1e6);
+    zero = peer_zero(p);
+    queued = 0;
+    uint64_t t0 = tdm_time_mono_ns();
+    for (int k = 0; k < 8; k++)
+        queued += xfer_cuda_copy(p->c, 0, &p->src, sp, dp, 512, NULL, NULL) == TDM_OK;
+    int first = -2;
+    if (xfer_cuda_fence(p->c, -1, &ev) == TDM_OK) {
+        first = xfer_cuda_fence_poll(p->c, ev);
+        while ((done = xfer_cuda_fence_poll(p->c, ev)) == 0)
+            ;
+        xfer_cuda_fence_free(p->c, ev);
     }
-    uint64_t room = (uint64_t)BENCH_PAGES * l->num_layers * (l->sub[0].page_stride * l->n_sub);
-    int anchor_ok = cudaMalloc(&anchor, room) == cudaSuccess &&
-                    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-                    cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
-    for (int i = 0; anchor_ok && i < 2; i++) /* warm-up, then timed */
-        anchor_ok =
-            cudaEventRecord(e0, s) == cudaSuccess &&
-            cudaMemcpyAsync(anchor, src.base, room, cudaMemcpyDeviceToDevice, s) == cudaSuccess &&
-            cudaEventRecord(e1, s) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-    ok(tc > 0 && ts > 0 && tg > 0 && tgc > 0 && sweep_ok && anchor_ok,
-       "timed a %u-page room over CUDA IPC (copies and gather)", BENCH_PAGES);
-    diag("bench cuda_ipc room %u pages (%.1f MiB): contiguous %.1f us (%llu copies, %.1f GB/s); "
-         "every other page %.1f us (%llu copies, %.1f GB/s); gather every other page %.1f us "
-         "(%llu runs, %.1f GB/s, %.2f of the anchor), contiguous %.1f us (%llu runs, %.1f GB/s); "
-         "anchor one local D2D copy %.1f us (%.1f GB/s)",
-         BENCH_PAGES, room / 1048576.0, tc * 1e6, (unsigned long long)copies_c, room / tc / 1e9,
-         ts * 1e6, (unsigned long long)copies_s, room / ts / 1e9, tg * 1e6,
-         (unsigned long long)runs_g, room / tg / 1e9, ms > 0 ? ms / 1e3 / tg : 0.0, tgc * 1e6,
-         (unsigned long long)runs_gc, room / tgc / 1e9, ms * 1e3,
-         ms > 0 ? room / (ms / 1e3) / 1e9 : 0.0);
-    diag("bench cuda_ipc small rooms of every other page, copies/gather us: %s", sweep);
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    if (s)
-        cudaStreamDestroy(s);
-    cudaFree(anchor);
-    cudaFree(src.base);
+    double ms = (tdm_time_mono_ns() - t0) / 1e6;
+    untouched[0] = 1;
+    untouched[1] = 1023;
+    bad = peer_check(p, sp, dp, 512, untouched, 2);
+    ok(zero == 0 && queued == 8 && first == 0 && done == 1 && bad == 0,
+       "8 rooms of 256 MiB (every other page) queued: the fence is pending right after the call "
+       "(%d), completes after %.2f ms, and then all 512 pages are there (%d differ), odd pages "
+       "zero",
+       first, ms, bad);
+
+    /* the per-run copies (the gather disabled) */
+    uint32_t keep = xfer_cuda_gather_min_runs;
+    xfer_cuda_gather_min_runs = UINT32_MAX;
+    zero = peer_zero(p);
+    for (uint32_t i = 0; i < 8; i++) {
+        sp[i] = 100 + (i < 4 ? i : 2 * i); /* a run of 4, then every other */
+        dp[i] = 500 + (i < 4 ? i : 3 * i);
+    }
+    int r = room_sync(p->c, &p->src, sp, dp, 8);
+    xfer_cuda_gather_min_runs = keep;
+    untouched[0] = 504;
+    bad = peer_check(p, sp, dp, 8, untouched, 1);
+    ok(zero == 0 && r == 0 && bad == 0,
+       "the gather disabled: 8 pages by one cudaMemcpyAsync per run, every page there (%d "
+       "differ)",
+       bad);
 }
 
 static void test_ipc(int rfd, int wfd)
 {
     tdm_kv_layout_t l;
-    tdm_kv_pool_t *hp = NULL;
+    tdm_kv_pool_t *hp = NULL, *zp = NULL;
     tdm_kv_buffers_t sb;
     uint64_t bytes, rbytes;
-    uint8_t rec[XFER_CUDA_REC_BYTES], one = 1;
+    uint8_t rec[XFER_CUDA_REC_BYTES];
     xfer_cuda_t *c = NULL;
     /* sources: a run of 5 onto a run, then scattered; the last page id is never written */
     const uint32_t src[N_COPY] = {3, 4, 5, 6, 7, 20, 9, 31, 0, 15, 16, 2};
     const uint32_t dst[N_COPY + 1] = {10, 11, 12, 13, 14, 40, 2, 63, 1, 50, 51, 30, 33};
-    if (rd_all(rfd, rec, sizeof(rec)) || make_layout(TDM_DTYPE_BF16, 16, &l) ||
-        tdm_kv_pool_init(&l, NPAGES, &hp) != TDM_OK || xfer_cuda_init(1, &c) != TDM_OK) {
+    if (rd_all(rfd, rec, sizeof(rec)) || serving_layout(&l) ||
+        tdm_kv_pool_init(&l, NPAGES, &hp) != TDM_OK || tdm_kv_pool_init(&l, 1, &zp) != TDM_OK ||
+        xfer_cuda_init(1, &c) != TDM_OK) {
         ok(0, "IPC setup");
         return;
     }
     const tdm_kv_buffers_t *hb = tdm_kv_pool_buffers(hp);
     tdm_kv_layout_pool_bytes(&l, NPAGES, &bytes);
-    fill_random(hb->base, bytes);
+    fill_random64(hb->base, bytes);
     if (dev_pool(&l, NPAGES, hb, &sb, &bytes) != 0) {
         ok(0, "source pool");
         return;
@@ -459,11 +872,11 @@ static void test_ipc(int rfd, int wfd)
     ok(xfer_cuda_copy(c, 0, &sb, src, far, 1, &moved, &copies) == TDM_ERR_RANGE && moved == 0,
        "a destination page past decode's pool is refused before any copy");
     st = xfer_cuda_copy(c, 0, &sb, src, dst, N_COPY, &moved, &copies);
-    /* per (layer, sub) 7 runs: 3..7 → 10..14 and 15..16 → 50..51 coalesce, 5 single pages; 42
-     * runs in all, over xfer_cuda_gather_min_runs: one gather kernel into the IPC mapping */
+    /* per (layer, sub) 7 runs: 3..7 → 10..14 and 15..16 → 50..51 coalesce, 5 single pages; over
+     * xfer_cuda_gather_min_runs: one gather kernel into the IPC mapping */
     ok(st == TDM_OK && copies == (uint64_t)l.num_layers * l.n_sub * 7 &&
            moved == (uint64_t)N_COPY * l.num_layers * (l.sub[0].page_stride + l.sub[1].page_stride),
-       "copies queued: %llu (runs coalesced), %llu bytes", (unsigned long long)copies,
+       "copies queued: %llu region runs (pages coalesced), %llu bytes", (unsigned long long)copies,
        (unsigned long long)moved);
     void *ev = NULL;
     int done = -2;
@@ -475,26 +888,34 @@ static void test_ipc(int rfd, int wfd)
     uint64_t want[N_COPY + 1], got[N_COPY + 1];
     for (uint32_t i = 0; i < N_COPY; i++)
         want[i] = xfer_page_sum(hb, src[i]);
-    {
-        /* a zero page's checksum */
-        uint8_t *save = malloc(bytes);
-        memcpy(save, hb->base, bytes);
-        memset(hb->base, 0, bytes);
-        want[N_COPY] = xfer_page_sum(hb, 0);
-        memcpy(hb->base, save, bytes);
-        free(save);
-    }
-    int io = wr_all(wfd, dst, sizeof(dst)) || rd_all(rfd, got, sizeof(got));
+    want[N_COPY] = xfer_page_sum(tdm_kv_pool_buffers(zp), 0);
+    peer_t p = {rfd, wfd, c, sb, want[N_COPY]};
+    int io = peer_sums(&p, dst, N_COPY + 1, got);
     ok(!io && memcmp(want, got, sizeof(uint64_t) * N_COPY) == 0,
        "the other process's GPU checksums of the %u destination pages == the CPU's of the sources",
        N_COPY);
     ok(!io && got[N_COPY] == want[N_COPY], "a page not written stays zero");
-    bench_ipc(c, &l);
-    xfer_cuda_close(c, 0);
-    wr_all(wfd, &one, 1);
-    xfer_cuda_free(c);
     cudaFree(sb.base);
     tdm_kv_pool_free(hp);
+    tdm_kv_pool_free(zp);
+    /* the 512 MiB source of the rooms below and the benchmark: random, 64 MiB at a time */
+    uint8_t *chunk = malloc(64u << 20);
+    int filled = chunk && dev_pool(&l, SRC_PAGES, NULL, &p.src, &bytes) == 0;
+    for (uint64_t o = 0; filled && o < bytes; o += 64u << 20) {
+        size_t k = bytes - o < (64u << 20) ? (size_t)(bytes - o) : (64u << 20);
+        fill_random64(chunk, (k + 7) & ~(size_t)7);
+        filled = cudaMemcpy(p.src.base + o, chunk, k, cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    free(chunk);
+    if (!filled) {
+        ok(0, "the %u-page source pool", SRC_PAGES);
+    } else {
+        test_ipc_rooms(&p);
+        bench_ipc(&p);
+    }
+    cudaFree(p.src.base);
+    xfer_cuda_close(c, 0);
+    xfer_cuda_free(c);
 }
 
 int main(void)
@@ -532,15 +953,14 @@ int main(void)
         test_page_sums(c, TDM_DTYPE_BF16, 16);
         test_page_sums(c, TDM_DTYPE_FP8_E4M3, 3);
         test_record_check(c);
-        test_gather();
+        test_kv_gather();
         xfer_cuda_free(c);
     }
     /* compute-sanitizer (tools/device-run.sh) and CUDA IPC between two processes do not mix:
      * memcheck covers the kernels and copies above; the IPC part runs in the plain run */
-    if (getenv("TDM_UNDER_SANITIZER"))
-        close(p2c[1]);
-    else
+    if (!getenv("TDM_UNDER_SANITIZER"))
         test_ipc(c2p[0], p2c[1]);
+    close(p2c[1]); /* the child's end of input: it exits */
     int status = 0;
     waitpid(pid, &status, 0);
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the decode process exited cleanly");

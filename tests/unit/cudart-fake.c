@@ -9,10 +9,11 @@
  * it (in this process: real CUDA refuses that, the double allows it) returns the same address.
  * Streams are FIFO queues. A device-to-device copy lands only `tdm_fake_cuda_copy_latency_us`
  * after it was queued (and after everything queued before it on its stream); an event completes
- * when everything before it landed; a host function runs when reached. A gather launch lands like
- * a copy, reading its segment list when it runs; a host-to-device copy from pinned memory
- * (cudaMallocHost) reads its source when reached too, so staging rewritten too early would land
- * the wrong bytes, while one from pageable memory is staged before the call returns. Work advances
+ * when everything before it landed; a host function runs when reached. A KV gather launch lands
+ * like a copy; its run list is taken during the call, as the kernel's parameters are, so the
+ * caller may reuse it at once. A host-to-device copy from pinned memory (cudaMallocHost) reads
+ * its source when reached, while one from pageable memory is staged before the call returns. Work
+ * advances
  * whenever the engine queries an event or synchronises a stream, so a STATUS sent before its event
  * completed would let decode read pages that were not written yet — which the test detects.
  */
@@ -34,7 +35,7 @@
 
 uint64_t tdm_fake_cuda_copy_latency_us = 20000;
 uint64_t tdm_fake_cuda_d2d_bytes;
-uint64_t tdm_fake_cuda_gathers, tdm_fake_cuda_gather_segs; /* launches; segments copied */
+uint64_t tdm_fake_cuda_gathers, tdm_fake_cuda_gather_segs; /* launches; region runs copied */
 
 #define MAX_ALLOCS 64
 #define MAX_PINNED 64
@@ -61,7 +62,8 @@ typedef struct fop {
     cudaHostFn_t fn;
     void *arg;
     fevent_t *ev;
-    const tdm_cuda_seg_t *segs; /* OP_GATHER: (len) segments, dst/src the bases */
+    tdm_cuda_kv_map_t map;     /* OP_GATHER: the regions, */
+    tdm_cuda_page_run_t *runs; /* (len) runs, owned; dst/src the bases */
     struct fop *next;
 } fop_t;
 
@@ -90,12 +92,19 @@ static int is_pinned(const void *p)
 
 static void run_gather(const fop_t *o)
 {
-    for (size_t i = 0; i < o->len; i++) {
-        memcpy((uint8_t *)o->dst + o->segs[i].dst_off, (const uint8_t *)o->src + o->segs[i].src_off,
-               o->segs[i].bytes);
-        tdm_fake_cuda_d2d_bytes += o->segs[i].bytes;
-    }
-    tdm_fake_cuda_gather_segs += o->len;
+    const tdm_cuda_kv_map_t *m = &o->map;
+    for (uint32_t l = 0; l < m->num_layers; l++)
+        for (uint32_t s = 0; s < m->n_sub; s++)
+            for (size_t i = 0; i < o->len; i++) {
+                const uint64_t st = m->page_stride[s], n = o->runs[i].n_pages * st;
+                memcpy((uint8_t *)o->dst + l * m->dst_layer_bytes + m->dst_sub_offset[s] +
+                           o->runs[i].dst_page * st,
+                       (const uint8_t *)o->src + l * m->src_layer_bytes + m->src_sub_offset[s] +
+                           o->runs[i].src_page * st,
+                       n);
+                tdm_fake_cuda_d2d_bytes += n;
+            }
+    tdm_fake_cuda_gather_segs += o->len * m->num_layers * m->n_sub;
 }
 
 /* Run the stream's ready ops in order (mu held); force: everything. Host functions run unlocked
@@ -118,6 +127,7 @@ static void advance(fstream_t *s, int force)
         s->head = o->next;
         if (!s->head)
             s->tail = NULL;
+        free(o->runs);
         free(o);
     }
 }
@@ -398,22 +408,26 @@ tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv, const uint32
     return TDM_OK;
 }
 
-/* The gather kernel on the host: queued like a copy (lands after the latency), its segment list
- * read when it runs. */
-tdm_status_t tdm_cuda_gather_copy(const uint8_t *src_base, uint8_t *dst_base,
-                                  const tdm_cuda_seg_t *d_segs, uint32_t n_segs,
-                                  cudaStream_t stream)
+/* The KV gather kernel on the host: queued like a copy (lands after the latency), its runs taken
+ * now (the real ones travel as launch parameters). */
+tdm_status_t tdm_cuda_kv_gather(const uint8_t *src_base, uint8_t *dst_base,
+                                const tdm_cuda_kv_map_t *map, const tdm_cuda_page_run_t *runs,
+                                uint32_t n_runs, cudaStream_t stream, uint32_t *ret_launches)
 {
-    if (n_segs && (!src_base || !dst_base || !d_segs))
+    if (!map || map->n_sub > TDM_KV_SUB_MAX || (n_runs && (!src_base || !dst_base || !runs)))
         return TDM_ERR_INVAL;
-    if (n_segs == 0)
+    if (ret_launches)
+        *ret_launches = n_runs ? 1 : 0;
+    if (n_runs == 0)
         return TDM_OK;
     fop_t *o = calloc(1, sizeof(*o));
     o->kind = OP_GATHER;
     o->dst = dst_base;
     o->src = src_base;
-    o->segs = d_segs;
-    o->len = n_segs;
+    o->map = *map;
+    o->runs = malloc(n_runs * sizeof(*runs));
+    memcpy(o->runs, runs, n_runs * sizeof(*runs));
+    o->len = n_runs;
     pthread_mutex_lock(&mu);
     o->ready_us = tdm_time_mono_us() + tdm_fake_cuda_copy_latency_us;
     tdm_fake_cuda_gathers++;

@@ -7,9 +7,10 @@
  * landed (right after prefill_send nothing has); ABORT while copies run is acknowledged only after
  * they landed (decode's pages stay quarantined meanwhile); a flipped device byte is caught at
  * commit; a host-memory peer is refused naming mem_kind, both ways; TP 2. A room of more runs
- * than xfer_cuda_gather_min_runs moves by the gather kernel (the double's launcher copies on the
- * host, reading its segment list when it lands): scattered rooms queued back to back, more than
- * the staging ring holds, each arrive byte-exact. The real runtime and
+ * than xfer_cuda_gather_min_runs moves by the KV gather kernel (the double's launcher copies on the
+ * host when it lands, with the runs it took at the call, as the kernel's parameters): scattered
+ * rooms queued back to back while the engine reuses its run list each arrive byte-exact. The
+ * real runtime and
  * kernel are tested by tests/gpu/test-xfer-cuda and tests/gpu/test-pd-cuda.sh.
  */
 #include "config.h"
@@ -178,10 +179,10 @@ static void test_mixed(int pre_gpu)
     gfree(&pre);
 }
 
-/* Six rooms of every other decode page queued back to back while the copies take 30 ms: more
- * gathers in flight than the staging ring's 4 slots, so a slot is rewritten only after the kernel
- * that read it landed (else an earlier room's list would be another's). Then one more with the
- * gather disabled: the same bytes by one copy per run. */
+/* Six rooms of every other decode page queued back to back while the copies take 30 ms: six
+ * gathers in flight while cuda_ipc.c rewrites its one run list for each room, so each launch must
+ * own its list (kernel parameters; else an earlier room's pages would be another's). Then one
+ * more with the gather disabled: the same bytes by one copy per run. */
 static void test_gather_rooms(void)
 {
     enum { ROOMS = 6, NP = 5 };
@@ -214,7 +215,7 @@ static void test_gather_rooms(void)
     }
     uint64_t gathers = tdm_fake_cuda_gathers - g0, segs = tdm_fake_cuda_gather_segs - s0;
     ok(all && same && gathers == ROOMS && segs == (uint64_t)ROOMS * NP * 4,
-       "%d scattered rooms in flight at once: each by one gather launch (%llu, %llu segments), "
+       "%d scattered rooms in flight at once: each by one gather launch (%llu, %llu region runs), "
        "committed, pages byte-exact",
        ROOMS, (unsigned long long)gathers, (unsigned long long)segs);
     for (uint32_t t = 0; t < ROOMS; t++) {
