@@ -364,6 +364,90 @@ static void test_group_commit(cph_t *h)
            0, "rows of each rank stored in seq order");
 }
 
+/* First column of the first row as text ("" when NULL or on error). */
+static void value_of(const char *sql, char *out, size_t cap)
+{
+    PGresult *r = PQexec(db, sql);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+        snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    else
+        snprintf(out, cap, "(%s)", PQresultErrorMessage(r));
+    PQclear(r);
+}
+
+/* Rows reach PostgreSQL in the binary COPY format: edge values (64-bit extremes, hashes with the
+ * top bit set, the largest integer the int columns take, escapes in text and jsonb, NULLs) must
+ * read back from the database exactly as the text format stored them, and a value an int column
+ * cannot hold is refused as the database refused it (422, nothing stored). */
+static void test_binary_rows(cph_t *h)
+{
+    const char *inst = "00000000000000cc";
+    char req[4096], got[1024], *body = NULL;
+    long long t0 = now_us();
+    snprintf(req, sizeof(req),
+             "{\"v\":1,\"worker\":\"w\\\"x\",\"group\":\"g\\\\1\\t\",\"role\":\"decode\","
+             "\"instance_id\":\"%s\",\"rank\":65535,\"seq\":9223372036854775807,\"samples\":["
+             "{\"ts_us\":%lld,\"iter\":9223372036854775807,\"path\":\"a\\tb\\\\c\\nd\","
+             "\"plan_hash\":\"ffffffffffffffff\",\"coll_seq\":0,\"coll_hash\":\"8000000000000000\","
+             "\"in_coll\":{\"op\":\"all\\\"re\\\\duce\",\"seq\":5,\"since_us\":%lld},"
+             "\"bs\":2147483647,\"waiting\":0,\"running\":1}],\"events\":["
+             "{\"ts_us\":%lld,\"type\":\"kvpoll\",\"room\":\"ffffffffffffffff\",\"from\":\"A\","
+             "\"to\":null,\"reason\":\"r\\\\n\\t\",\"data\":{\"s\":\"\\u00e9\\\"\\\\\\u0001\","
+             "\"n\":-5,\"f\":1.5,\"a\":[true,false,null],\"o\":{}}},"
+             "{\"ts_us\":%lld,\"type\":\"moved\",\"from\":\"X\",\"to\":\"Y\",\"data\":null},"
+             "{\"ts_us\":%lld,\"type\":\"t\",\"reason\":\"\"}]}",
+             inst, t0, t0 - 7, t0 + 1, t0 + 2, t0 + 3);
+    long st = cph_http(h, "POST", "/api/v1/telemetry", h->admin, req, &body);
+    ok(st == 200 && acked(body) == 9223372036854775807LL, "edge-value batch acked: %ld %s", st,
+       body);
+    free(body);
+    char q[512], want[1024];
+    snprintf(q, sizeof(q),
+             "SELECT concat_ws('|', ts_us - %lld, rank, group_name, batch_seq, iter, path, "
+             "plan_hash, coll_seq, coll_hash, in_coll::text, bs, waiting, running) FROM samples "
+             "WHERE instance_id = '%s'",
+             t0, inst);
+    value_of(q, got, sizeof(got));
+    snprintf(want, sizeof(want),
+             "0|65535|g\\1\t|9223372036854775807|9223372036854775807|a\tb\\c\nd|-1|0|"
+             "-9223372036854775808|{\"op\": \"all\\\"re\\\\duce\", \"seq\": 5, \"since_us\": "
+             "%lld}|2147483647|0|1",
+             t0 - 7);
+    is_str(got, want, "sample row reads back with every value");
+    snprintf(q, sizeof(q),
+             "SELECT concat_ws('|', ts_us - %lld, idx, type, room, from_state, "
+             "to_state IS NULL, reason, data::text) FROM transfer_events WHERE instance_id = '%s'",
+             t0, inst);
+    value_of(q, got, sizeof(got));
+    is_str(got,
+           "1|0|kvpoll|-1|A|t|r\\n\t|{\"a\": [true, false, null], \"f\": 1.5, \"n\": -5, \"o\": "
+           "{}, \"s\": \"\xc3\xa9\\\"\\\\\\u0001\"}",
+           "transfer event row reads back with every value");
+    snprintf(q, sizeof(q),
+             "SELECT string_agg(concat_ws('|', ts_us - %lld, source, idx, type, "
+             "coalesce(reason, 'NULL'), coalesce(data::text, 'NULL')), ';' ORDER BY idx) "
+             "FROM events WHERE instance_id = '%s'",
+             t0, inst);
+    value_of(q, got, sizeof(got));
+    is_str(got, "2|worker|1|moved|NULL|{\"to\": \"Y\", \"from\": \"X\"};3|worker|2|t|NULL|NULL",
+           "event rows read back (from/to in data, empty reason as NULL)");
+
+    /* bs above the integer column: refused before the database, as the database refused it */
+    snprintf(req, sizeof(req),
+             "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"decode\",\"instance_id\":"
+             "\"%s\",\"rank\":1,\"seq\":1,\"samples\":[{\"ts_us\":%lld,\"iter\":1,\"path\":\"b\","
+             "\"plan_hash\":\"0000000000000001\",\"coll_seq\":1,\"coll_hash\":\"0000000000000001\","
+             "\"in_coll\":null,\"bs\":2147483648,\"waiting\":0,\"running\":0}],\"events\":[]}",
+             inst, t0);
+    st = cph_http(h, "POST", "/api/v1/telemetry", h->admin, req, &body);
+    ok(st == 422 && is_error_body(body, "rejected") && strstr(body, "samples[0].bs"),
+       "bs 2147483648 refused with 422: %ld %s", st, body);
+    free(body);
+    snprintf(q, sizeof(q), "SELECT count(*) FROM samples WHERE instance_id = '%s' AND rank = 1",
+             inst);
+    is_int(count(q), 0, "nothing of the refused batch stored");
+}
+
 /* Every route: no token → 401, read token → 403 on admin routes, admin → neither. */
 static void test_auth(cph_t *h)
 {
@@ -494,6 +578,7 @@ int main(void)
     test_ingest(&h);
     test_group_commit(&h);
     test_auth(&h);
+    test_binary_rows(&h);
 
     is_int(cph_stop(&h), 0, "SIGTERM: clean exit");
     if (exit_status())
