@@ -380,38 +380,41 @@ int main(void)
 
     /* variants, each against the defaults (A/B in the same run; printed and written as rows of
      * "variants", never as the headline figures): PDL off; cuBLAS instead of the skinny kernel;
-     * the split-K attention; the older one-row GEMVs; ablations; the L2 prefetch of upcoming
-     * weights (engine.h l2pf_*: MiB from each decode attention grid, MiB from each one-row GEMV's
-     * tail, op, early) */
+     * the split-K attention; the older one-row GEMVs and run 7's decode attention (combine
+     * kernel); ablations; the L2 prefetch of upcoming weights (engine.h l2pf_*: MiB from each
+     * decode attention grid, MiB from each one-row GEMV's tail, op, early; run 6 measured the
+     * other budgets and ops slower, their rows are gone, the knobs stay) */
     static const struct {
         const char *name, *key;
-        int pdl, skinny, mma, ksplit;
+        int pdl, skinny, mma, ksplit, cluster;
         uint32_t gemv_rows;
         int ablate;
         uint32_t l2pf, l2tail;
         int l2op, l2early, bs1_only;
-    } var[] = {
-        {"control (the defaults again, a second engine)", "control", 1, 1, 1, 2, 1, 0, 0, 0, 0, 0,
-         1},
-        {"pdl-off", "pdl_off", 0, 1, 1, 2, 1, 0, 0, 0, 0, 0, 0},
-        {"cublas", "cublas", 1, 0, 1, 2, 1, 0, 0, 0, 0, 0, 0},
-        {"split-K-attention", "split_k_attention", 1, 1, 0, 2, 1, 0, 0, 0, 0, 0, 0},
-        {"gemv-run4-ksplit (old one-row GEMV)", "gemv_run4_ksplit", 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
-         0},
-        {"gemv-ksplit-off", "gemv_ksplit_off", 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
-        {"ablate-attn (WRONG results: timing only)", "ablate_attn", 1, 1, 1, 2, 1,
-         TDM_CUDA_ABLATE_ATTN, 0, 0, 0, 0, 0},
-        {"ablate-mlp+o (WRONG results: timing only)", "ablate_mlp_o", 1, 1, 1, 2, 1,
-         TDM_CUDA_ABLATE_GEMM, 0, 0, 0, 0, 0},
-        {"l2pf-16 (L2 prefetch 16 MiB per attention)", "l2pf_16", 1, 1, 1, 2, 1, 0, 16, 0, 0, 0, 0},
-        {"l2pf-24", "l2pf_24", 1, 1, 1, 2, 1, 0, 24, 0, 0, 0, 0},
-        {"l2pf-32", "l2pf_32", 1, 1, 1, 2, 1, 0, 32, 0, 0, 0, 0},
-        {"l2pf-40", "l2pf_40", 1, 1, 1, 2, 1, 0, 40, 0, 0, 0, 1},
-        {"l2pf-24-evict-last", "l2pf_24_evict_last", 1, 1, 1, 2, 1, 0, 24, 0, 1, 0, 1},
-        {"l2pf-24-per-line", "l2pf_24_line", 1, 1, 1, 2, 1, 0, 24, 0, 2, 0, 1},
-        {"l2pf-24-early (before the PDL wait)", "l2pf_24_early", 1, 1, 1, 2, 1, 0, 24, 0, 0, 1, 1},
-        {"l2pf-tail-8 (GEMV tails only)", "l2pf_tail_8", 1, 1, 1, 2, 1, 0, 0, 8, 0, 0, 1},
-        {"l2pf-24+tail-8", "l2pf_24_tail_8", 1, 1, 1, 2, 1, 0, 24, 8, 0, 0, 1}};
+    } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 5, 1, 1, 0, 0,
+                0, 0, 0, 1},
+               {"attn-combine-kernel (cluster form off: run 7's decode attention)",
+                "attn_combine_kernel", 1, 1, 1, 5, 0, 1, 0, 0, 0, 0, 0, 0},
+               {"gemv-v2 (staged RMSNorm weight, one batch before the wait)", "gemv_v2", 1, 1, 1, 3,
+                1, 1, 0, 0, 0, 0, 0, 1},
+               {"gemv-run5-stream (run 5-7's one-row GEMV)", "gemv_run5_stream", 1, 1, 1, 2, 1, 1,
+                0, 0, 0, 0, 0, 1},
+               {"gemv-v2-1bps (V2 on one block per SM)", "gemv_v2_1bps", 1, 1, 1, 4, 1, 1, 0, 0, 0,
+                0, 0, 1},
+               {"run7 (combine kernel + run 5 GEMV)", "run7", 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1},
+               {"pdl-off", "pdl_off", 0, 1, 1, 5, 1, 1, 0, 0, 0, 0, 0, 0},
+               {"cublas", "cublas", 1, 0, 1, 5, 1, 1, 0, 0, 0, 0, 0, 0},
+               {"split-K-attention", "split_k_attention", 1, 1, 0, 5, 1, 1, 0, 0, 0, 0, 0, 0},
+               {"gemv-run4-ksplit (old one-row GEMV)", "gemv_run4_ksplit", 1, 1, 1, 1, 1, 1, 0, 0,
+                0, 0, 0, 1},
+               {"gemv-ksplit-off", "gemv_ksplit_off", 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1},
+               {"ablate-attn (WRONG results: timing only)", "ablate_attn", 1, 1, 1, 5, 1, 1,
+                TDM_CUDA_ABLATE_ATTN, 0, 0, 0, 0, 0},
+               {"ablate-mlp+o (WRONG results: timing only)", "ablate_mlp_o", 1, 1, 1, 5, 1, 1,
+                TDM_CUDA_ABLATE_GEMM, 0, 0, 0, 0, 1},
+               {"l2pf-24 (L2 prefetch 24 MiB per attention)", "l2pf_24", 1, 1, 1, 5, 1, 1, 0, 24, 0,
+                0, 0, 1},
+               {"l2pf-24+tail-8", "l2pf_24_tail_8", 1, 1, 1, 5, 1, 1, 0, 24, 8, 0, 0, 1}};
     enum { NVAR = sizeof(var) / sizeof(var[0]) };
     double vtok[NVAR][3] = {{0}};
     /* bs1 tokens == the first engine's (1), != (0), -1 n/a; L2 prefetch variants also against
@@ -429,6 +432,7 @@ int main(void)
         o.use_skinny = var[v].skinny;
         o.use_mma_attn = var[v].mma;
         o.gemv_ksplit = var[v].ksplit;
+        o.attn_cluster = var[v].cluster;
         o.gemv_max_rows = var[v].gemv_rows;
         o.ablate = var[v].ablate;
         o.l2pf_mb = var[v].l2pf;
@@ -448,7 +452,7 @@ int main(void)
                 continue;
             if (!var[v].skinny && bs == 1)
                 continue;
-            if (var[v].ksplit != 2 && bs != 1)
+            if (var[v].ksplit < 2 && bs != 1)
                 continue;
             if (var[v].bs1_only && bs != 1)
                 continue;
@@ -569,11 +573,11 @@ int main(void)
                     fprintf(f, "\"decode_bs%u_tok_s\": null, ", bss[b]);
             }
             fprintf(f,
-                    "\"l2pf_mb\": %u, \"l2pf_tail_mb\": %u, \"l2pf_op\": %d, "
-                    "\"l2pf_early\": %d, \"tokens_equal_default\": %s, "
-                    "\"tokens_equal_control\": %s}",
-                    var[v].l2pf, var[v].l2tail, var[v].l2op, var[v].l2early, tf_null(vsame[v]),
-                    tf_null(vsame_ctl[v]));
+                    "\"gemv_ksplit\": %d, \"attn_cluster\": %d, \"l2pf_mb\": %u, "
+                    "\"l2pf_tail_mb\": %u, \"l2pf_op\": %d, \"l2pf_early\": %d, "
+                    "\"tokens_equal_default\": %s, \"tokens_equal_control\": %s}",
+                    var[v].ksplit, var[v].cluster, var[v].l2pf, var[v].l2tail, var[v].l2op,
+                    var[v].l2early, tf_null(vsame[v]), tf_null(vsame_ctl[v]));
         }
         fprintf(f, "}}\n");
         fclose(f);

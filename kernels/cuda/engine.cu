@@ -91,7 +91,8 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->use_pdl = 1;
     o->use_skinny = 1;
     o->use_mma_attn = 1;
-    o->gemv_ksplit = 2;
+    o->gemv_ksplit = 5;
+    o->attn_cluster = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -110,8 +111,11 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     if (s && *s == '0')
         o->use_mma_attn = 0;
     s = getenv("TDM_CUDA_GEMV_KSPLIT");
-    if (s && (*s == '0' || *s == '1' || *s == '2') && s[1] == 0)
+    if (s && *s >= '0' && *s <= '5' && s[1] == 0)
         o->gemv_ksplit = *s - '0';
+    s = getenv("TDM_CUDA_ATTN_CLUSTER");
+    if (s && *s == '0')
+        o->attn_cluster = 0;
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -337,6 +341,12 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
+    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 5) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..5)\" ksplit=%d",
+                e->o.gemv_ksplit);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
     if (e->o.max_tokens == 0 || e->o.max_batch == 0 || e->o.max_batch > 1024 ||
         e->o.max_pages_per_seq == 0 || e->o.max_logit_rows == 0 ||
         !(e->o.mem_fraction_static > 0.0 && e->o.mem_fraction_static <= 1.0)) {
@@ -553,7 +563,9 @@ static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, con
     /* one row: the streaming form (2), or (1, run 4) K split over the block's warps for the
      * small matrices (run 3: o and down at bs1 had ~8 us of fixed cost each, too few warps with
      * long serial weight streams) */
-    const int ksplit = n != 1 ? 0 : e->o.gemv_ksplit == 2 ? 2 : (e->o.gemv_ksplit && M <= 4096);
+    const int ksplit = n != 1                  ? 0
+                       : e->o.gemv_ksplit >= 2 ? e->o.gemv_ksplit
+                                               : (e->o.gemv_ksplit && M <= 4096);
     tdm_cuda_gemv_t a = {
         x, ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps, flags, y, ldy, ksplit};
     a.tail = tail;
@@ -623,9 +635,12 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
                                              plan + plan_off(e, P_TILES), e->ntiles, e->attn,
                                              small ? NULL : e->xb, s));
         } else if (mma_attn) { /* RoPE and the KV write fused in */
+            /* the cluster form (part_o NULL) merges its splits in the kernel: no combine node */
+            const int cl = e->o.attn_cluster;
             TDM_TRY(tdm_cuda_attention_decode(e->qkv, n, e->H, &e->kv, l, &rows, e->inv_freq,
-                                              decode_splits(e, n), e->part_o, e->part_ml, e->attn,
-                                              small ? NULL : e->xb, &pf_attn, s));
+                                              decode_splits(e, n), cl ? NULL : e->part_o,
+                                              cl ? NULL : e->part_ml, e->attn, small ? NULL : e->xb,
+                                              &pf_attn, s));
         } else {
             TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
             TDM_TRY(tdm_cuda_attention(e->qkv, n, e->H, &e->kv, l, &rows, S, e->part_o, e->part_ml,

@@ -14,11 +14,14 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include <cooperative_groups.h>
 #include <utility>
 
 #include "cuda_int.h"
 
 #define WARP 32
+
+namespace cg = cooperative_groups;
 
 static __device__ __forceinline__ float bf16_bits_to_f32(uint32_t b)
 {
@@ -83,6 +86,32 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
     cfg.attrs = at;
     cfg.numAttrs = g_pdl ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, k, args...); /* errors surface through cudaGetLastError */
+}
+
+/* launch() with thread-block clusters of (1, 1, clz) blocks (clz 1: none). */
+template <typename... KArgs, typename... Args>
+static void launch_cl(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, cudaStream_t s,
+                      Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    unsigned na = 0;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    if (g_pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (clz > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = 1;
+        at[na++].val.clusterDim.z = clz;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    (void)cudaLaunchKernelEx(&cfg, k, args...);
 }
 
 /* ---------------------------------------------------------------- L2 prefetch (cuda_int.h) */
@@ -656,13 +685,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * runs, and since the rows of W are contiguous a warp's weights are one contiguous span read at
  * lane-consecutive 16-byte steps; with K % (32 * E) == 0 each step lies in one row for the whole
  * warp, so a row ends on a warp-uniform step and is reduced by shuffles with no second pass.
- * G1_U loads per lane are issued before the PDL wait and every batch of G1_U is in flight while
- * the previous one is multiplied (8..16 16-byte loads per lane). x, after the fused RMSNorm or
- * SiLU·mul, is staged once per block in shared memory. Grid: about 2 blocks per SM (the rows
- * per warp rounded up first so every warp has the same number of rows). */
+ * G1_U loads per lane (DEEP: 2 G1_U) are issued before the PDL wait and every batch of G1_U is
+ * in flight while the previous one is multiplied (8..16 16-byte loads per lane). x, after the fused
+ * RMSNorm or SiLU·mul, is staged once per block in shared memory. Grid: about 2 blocks per SM (the
+ * rows per warp rounded up first so every warp has the same number of rows). */
 #define G1_WARPS 8
-#define G1_U 8
-template <typename T, int FLAGS>
+template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP>
 __global__ void __launch_bounds__(G1_WARPS * 32, 2)
     gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
@@ -670,7 +698,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
                  tdm_cuda_l2pf_t tail)
 {
     constexpr int E = wvec<T>::N;
-    extern __shared__ float s_x[]; /* K floats */
+    extern __shared__ float s_x[]; /* K floats (V2 with NORM: then norm_w, K more) */
     __shared__ float s_part[G1_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t gw = blockIdx.x * G1_WARPS + warp, nw = gridDim.x * G1_WARPS;
@@ -679,15 +707,26 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
     const uint32_t vpl = K / (32u * E); /* steps per row */
     const uint32_t nsteps = (rb - ra) * vpl;
     const T *wp = W + (size_t)ra * K + (uint32_t)lane * E;
-    uint4 cur[G1_U];
+    uint4 cur[G1_U], nx[G1_U];
 #pragma unroll
     for (int u = 0; u < G1_U; u++)
         if ((uint32_t)u < nsteps)
             cur[u] = ld_stream(wp + (size_t)u * 32u * E);
+    if (DEEP) { /* the second batch too: HBM stays busy while x is staged after the wait */
+#pragma unroll
+        for (int u = 0; u < G1_U; u++)
+            if ((uint32_t)(G1_U + u) < nsteps)
+                nx[u] = ld_stream(wp + (size_t)(G1_U + u) * 32u * E);
+    }
+    constexpr bool NORM2 = V2 && (FLAGS & TDM_GEMV_NORM);
+    if (NORM2) /* a weight too: staged before the wait, by the thread that uses it below */
+        for (uint32_t k = threadIdx.x * 4; k < K; k += G1_WARPS * 32 * 4)
+            *reinterpret_cast<float4 *>(s_x + K + k) =
+                __ldg(reinterpret_cast<const float4 *>(norm_w + k));
     pdl_wait();
     pdl_trigger();
     const float *xr = x + (size_t)(xrow ? xrow[0] : 0) * ldx;
-    float ss = 0.0f;
+    float ss = 0.0f, rs = 1.0f;
 #pragma unroll 4
     for (uint32_t k = threadIdx.x * 4; k < K; k += G1_WARPS * 32 * 4) {
         float4 v = __ldg(reinterpret_cast<const float4 *>(xr + k));
@@ -700,9 +739,27 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
         }
         if (FLAGS & TDM_GEMV_NORM)
             ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        if (NORM2) {
+            const float4 w = *reinterpret_cast<const float4 *>(s_x + K + k);
+            v.x *= w.x;
+            v.y *= w.y;
+            v.z *= w.z;
+            v.w *= w.w;
+        }
         *reinterpret_cast<float4 *>(s_x + k) = v;
     }
-    if (FLAGS & TDM_GEMV_NORM) {
+    if (NORM2) {
+        /* one barrier: every thread sums the warps' parts; rs scales each row's sum */
+        float t = warp_sum(ss);
+        if (lane == 0)
+            s_part[warp] = t;
+        __syncthreads();
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < G1_WARPS; w++)
+            a += s_part[w];
+        rs = rsqrtf(a / (float)K + eps);
+    } else if (FLAGS & TDM_GEMV_NORM) {
         __shared__ float s_rs;
         float t = warp_sum(ss);
         if (lane == 0)
@@ -715,19 +772,22 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
             s_rs = rsqrtf(a / (float)K + eps);
         }
         __syncthreads();
-        const float rs = s_rs;
+        rs = s_rs;
         for (uint32_t k = threadIdx.x; k < K; k += G1_WARPS * 32)
             s_x[k] = s_x[k] * rs * norm_w[k];
+        rs = 1.0f;
     }
-    __syncthreads();
+    if (!NORM2)
+        __syncthreads();
     float acc = 0.0f;
     uint32_t row = ra, jr = 0;
     for (uint32_t j0 = 0; j0 < nsteps; j0 += G1_U) {
-        uint4 nx[G1_U];
+        if (!DEEP) {
 #pragma unroll
-        for (int u = 0; u < G1_U; u++)
-            if (j0 + G1_U + u < nsteps)
-                nx[u] = ld_stream(wp + (size_t)(j0 + G1_U + u) * 32u * E);
+            for (int u = 0; u < G1_U; u++)
+                if (j0 + G1_U + u < nsteps)
+                    nx[u] = ld_stream(wp + (size_t)(j0 + G1_U + u) * 32u * E);
+        }
 #pragma unroll
         for (int u = 0; u < G1_U; u++) {
             if (j0 + u < nsteps) {
@@ -743,7 +803,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
                     acc = fmaf(f[e + 3], xv.w, acc);
                 }
                 if (++jr == vpl) { /* warp-uniform: the row is complete */
-                    float s = warp_sum(acc);
+                    float s = NORM2 ? warp_sum(acc) * rs : warp_sum(acc);
                     if (lane == 0) {
                         if (FLAGS & TDM_GEMV_ACCUM)
                             y[row] += s;
@@ -759,6 +819,12 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
 #pragma unroll
         for (int u = 0; u < G1_U; u++)
             cur[u] = nx[u];
+        if (DEEP) { /* batch j0 + 2 U in flight while j0 + U is multiplied */
+#pragma unroll
+            for (int u = 0; u < G1_U; u++)
+                if (j0 + 2 * G1_U + u < nsteps)
+                    nx[u] = ld_stream(wp + (size_t)(j0 + 2 * G1_U + u) * 32u * E);
+        }
     }
     /* this warp's rows are done: its slice of the next kernel's weights into L2 while the
      * slower warps still stream (the kernel's tail) */
@@ -769,8 +835,8 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
 /* The streaming form applies: one row, K a multiple of one warp step, x fits in shared memory. */
 template <typename T> static bool gemv1_ok(const tdm_cuda_gemv_t *a)
 {
-    return a->n == 1 && a->ksplit == 2 && a->K % (32u * wvec<T>::N) == 0 &&
-           (size_t)a->K * 4 <= 48u * 1024;
+    return a->n == 1 && a->ksplit >= 2 && a->K % (32u * wvec<T>::N) == 0 &&
+           (size_t)a->K * 4 * (a->ksplit >= 3 && (a->flags & TDM_GEMV_NORM) ? 2 : 1) <= 48u * 1024;
 }
 
 static int sm_count(void)
@@ -787,14 +853,33 @@ static int sm_count(void)
     return n;
 }
 
+/* ksplit 2: run 5's kernel; 3: V2 (norm_w staged before the PDL wait, rs applied to each row's
+ * sum, one barrier); 4: V2 on one block per SM, so that the next kernel's blocks fit beside this
+ * one's and issue their first weight loads during its tail (run 8: slower); 5: V3 = V2 with two
+ * batches of weight loads (16 per lane) issued before the PDL wait. */
 template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
 {
-    const uint32_t maxw = (uint32_t)sm_count() * 2u * G1_WARPS;
+    const uint32_t maxw = (uint32_t)sm_count() * (a->ksplit == 4 ? 1u : 2u) * G1_WARPS;
     const uint32_t rpw = (a->M + maxw - 1) / maxw;
     const uint32_t warps = (a->M + rpw - 1) / rpw;
     const uint32_t blocks = (warps + G1_WARPS - 1) / G1_WARPS;
-    launch(gemv1_kernel<T, FLAGS>, dim3(blocks), G1_WARPS * 32, (size_t)a->K * 4, s, a->x, a->ldx,
-           a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->tail);
+    const size_t smem = (size_t)a->K * 4 * (a->ksplit >= 3 && (FLAGS & TDM_GEMV_NORM) ? 2 : 1);
+    if (a->ksplit == 2)
+        launch(gemv1_kernel<T, FLAGS, false, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
+               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+               a->tail);
+    else if (a->ksplit == 3)
+        launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
+               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+               a->tail);
+    else if (a->ksplit == 4) /* one block per SM: 12 loads per lane, about two blocks' 8 */
+        launch(gemv1_kernel<T, FLAGS, true, 12, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
+               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+               a->tail);
+    else
+        launch(gemv1_kernel<T, FLAGS, true, 8, true>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
+               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+               a->tail);
 }
 
 template <typename T, int NR, int FLAGS>
@@ -1681,6 +1766,77 @@ __global__ void __launch_bounds__(128)
 
 #define DA_WARPS 4
 #define DA_KT 32 /* positions per warp tile */
+/* splits of the cluster form (part_o NULL): a portable cluster size */
+#define TDM_CUDA_DECODE_CLUSTER_MAX 8u
+
+/* The first (pre-wait) or a later tile of a warp: the page of each position p0 + lane, the V rows
+ * into the warp's shared-memory tile by cp.async (zeros past end) and the K rows p0 + 8 sn + g as
+ * B fragments. Position `skip` (the row's own, written by this kernel after the PDL wait) is left
+ * out; da_tile_fix loads it once it is in the cache. */
+template <int HD>
+static __device__ __forceinline__ void
+da_tile(const tdm_cuda_kv_t &kv, uint32_t layer, const uint32_t *pt, uint32_t kvh, uint32_t p0,
+        uint32_t end, uint32_t skip, int lane, uint16_t *vs, uint4 (&kf)[DA_KT / 8][HD / 32])
+{
+    constexpr int LDS = HD + 8, NC = HD / 32, NSN = DA_KT / 8;
+    const int g = lane >> 2, t = lane & 3;
+    uint32_t mypage = 0;
+    if (p0 + lane < end)
+        mypage = pt[(p0 + lane) / kv.page_size];
+    for (int i = lane; i < DA_KT * (HD / 8); i += 32) {
+        const int rr = i / (HD / 8), cc = i % (HD / 8);
+        const uint32_t tp = p0 + rr;
+        const uint32_t pg = __shfl_sync(0xffffffffu, mypage, rr);
+        if (tp == skip)
+            continue;
+        const uint8_t *src = kv.base;
+        uint32_t bytes = 0;
+        if (tp < end) {
+            src = kv_slot(kv, layer, TDM_KV_SUB_V, pg, tp % kv.page_size) +
+                  ((size_t)kvh * HD + cc * 8) * 2;
+            bytes = 16;
+        }
+        cp_async16(vs + rr * LDS + cc * 8, src, bytes);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#pragma unroll
+    for (int sn = 0; sn < NSN; sn++) {
+        const uint32_t tp = p0 + sn * 8 + g;
+        const uint32_t pg = __shfl_sync(0xffffffffu, mypage, sn * 8 + g);
+        const uint16_t *kr = reinterpret_cast<const uint16_t *>(
+                                 kv_slot(kv, layer, TDM_KV_SUB_K, pg, tp % kv.page_size)) +
+                             (size_t)kvh * HD + 8 * t;
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            kf[sn][c] = tp < end && tp != skip ? *reinterpret_cast<const uint4 *>(kr + 32 * c)
+                                               : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* Position `skip` of a tile that da_tile issued without it: its K fragments and V row from the
+ * block's shared-memory copy of what it has just written to the cache (sk, sv: hd bf16 each,
+ * the same bits; read after the block barrier). */
+template <int HD>
+static __device__ __forceinline__ void da_tile_fix(const uint16_t *sk, const uint16_t *sv,
+                                                   uint32_t p0, uint32_t skip, int lane,
+                                                   uint16_t *vs, uint4 (&kf)[DA_KT / 8][HD / 32])
+{
+    constexpr int LDS = HD + 8, NC = HD / 32, NSN = DA_KT / 8;
+    if (skip < p0 || skip >= p0 + DA_KT)
+        return;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t rr = skip - p0;
+    for (int cc = lane; cc < HD / 8; cc += 32)
+        *reinterpret_cast<uint4 *>(vs + rr * LDS + cc * 8) =
+            *reinterpret_cast<const uint4 *>(sv + cc * 8);
+#pragma unroll
+    for (int sn = 0; sn < NSN; sn++)
+        if (p0 + sn * 8 + g == skip) {
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+                kf[sn][c] = *reinterpret_cast<const uint4 *>(sk + 32 * c + 8 * t);
+        }
+}
 
 /* grid (n, KV, S), block DA_WARPS warps: row r, KV head kvh, split sp of positions [0, pos]. The
  * G <= 8 query heads of the group are the rows of an m16n8k16 tile (rows 8..15 stay zero); each
@@ -1688,11 +1844,22 @@ __global__ void __launch_bounds__(128)
  * fragments: a lane loads 16 contiguous bytes of a K row and the q fragments use the same
  * permutation of d (the dot product does not care), V goes through the warp's own shared-memory
  * tile (cp.async) to ldmatrix.trans. Online softmax in log2 units per warp, then the warps merge
- * in shared memory; S == 1 writes out (and bf16), else the partials of tdm_cuda_attention's
- * combine (m in natural-log units). Blocks with blockIdx.x >= nrows only prefetch their part of
- * pf into L2 (l2pf_block) and exit. */
-template <int HD, bool ROPE>
-__global__ void __launch_bounds__(DA_WARPS * 32)
+ * in shared memory; S == 1 writes out (and bf16). S > 1 without CL: the partials of
+ * tdm_cuda_attention's combine (m in natural-log units). Blocks with blockIdx.x >= nrows only
+ * prefetch their part of pf into L2 (l2pf_block) and exit.
+ *
+ * CL (the cluster form, run 8): the S blocks of a (row, KV head) are one thread-block cluster
+ * (cluster dims (1, 1, S), S <= 8). Each block leaves its merged (m, l, o) in its own shared
+ * memory; after a cluster barrier, block sp merges output elements sp, sp + S, ... of all S
+ * partials through distributed shared memory (fixed split order: deterministic) and writes out;
+ * a second barrier keeps every block's shared memory alive until the others have read it. No
+ * combine launch, no global partials. With ROPE too, everything that does not depend on the
+ * previous kernel is issued before the PDL wait: the row's plan entries, the page table, and
+ * each warp's first tile of K (registers) and V (cp.async) for the positions before pos, which
+ * earlier calls wrote (so in this form the cache at positions < pos must not be written by the
+ * immediately preceding launch: one row per sequence, as in decode). */
+template <int HD, bool ROPE, bool CL>
+__global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
     attn_decode_mma_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
                            uint32_t layer, tdm_cuda_rows_t rows, const float *__restrict__ inv_freq,
                            float *__restrict__ part_o, float *__restrict__ part_ml,
@@ -1704,20 +1871,49 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
                    (gridDim.x - nrows) * gridDim.y * gridDim.z);
         return;
     }
+    constexpr bool EARLY = CL && ROPE; /* tiles issued before the PDL wait */
     constexpr int LDS = HD + 8, NC = HD / 32, NDN = HD / 8, NSN = DA_KT / 8;
     __shared__ __align__(16) uint16_t vsm[DA_WARPS][DA_KT * LDS];
     __shared__ float smm[DA_WARPS][8], sml[DA_WARPS][8];
+    __shared__ __align__(16) float sqr[EARLY ? 8 * HD : 1]; /* rotated q (EARLY) */
+    __shared__ __align__(16) uint16_t skv[2 * HD];          /* the k, v row written (EARLY) */
+    __shared__ float sbm[CL ? 8 : 1], sbl[CL ? 8 : 1];      /* the block's merged m, l (CL) */
     const uint32_t r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, S = gridDim.z;
     const uint32_t KV = kv.kv_heads, G = H / KV;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t pidx = ((size_t)r * H + kvh * G) * S + sp; /* head g: + g * S */
-    pdl_wait();
-    pdl_trigger();
-    if (r >= *rows.nactive) {
-        /* padding row of a graph bucket: never reads the cache */
+    uint16_t *vs = vsm[warp];
+    uint4 kf[NSN][NC];
+    uint32_t len = 0, beg = 0, end = 0;
+    const uint32_t *pt = NULL;
+    bool pad;
+    if (EARLY) {
+        pad = r >= *rows.nactive;
+        if (!pad) {
+            len = rows.pos[r] + 1;
+            uint32_t chunk = (len + S - 1) / S;
+            chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
+            beg = sp * chunk;
+            end = min(len, beg + chunk);
+            pt = rows.pages + rows.ptoff[r];
+            const uint32_t p0 = beg + (uint32_t)warp * DA_KT;
+            if (p0 < end)
+                da_tile<HD>(kv, layer, pt, kvh, p0, end, len - 1, lane, vs, kf);
+        }
+        pdl_wait();
+        pdl_trigger();
+    } else {
+        pdl_wait();
+        pdl_trigger();
+        pad = r >= *rows.nactive;
+    }
+    if (pad) {
+        /* padding row of a graph bucket: never reads the cache (uniform over a cluster) */
         for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
             const uint32_t gg = i / HD, d = i % HD;
-            if (S == 1) {
+            if (S == 1 || CL) {
+                if (sp != 0)
+                    continue;
                 size_t oi = ((size_t)r * H + kvh * G + gg) * HD + d;
                 out[oi] = 0.0f;
                 if (out_bf16)
@@ -1732,21 +1928,24 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
         }
         return;
     }
-    const uint32_t len = rows.pos[r] + 1;
-    uint32_t chunk = (len + S - 1) / S;
-    chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
-    const uint32_t beg = sp * chunk, end = min(len, beg + chunk);
-    const uint32_t *pt = rows.pages + rows.ptoff[r];
+    if (!EARLY) {
+        len = rows.pos[r] + 1;
+        uint32_t chunk = (len + S - 1) / S;
+        chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
+        beg = sp * chunk;
+        end = min(len, beg + chunk);
+        pt = rows.pages + rows.ptoff[r];
+    }
     const float sl2 = rsqrtf((float)HD) * 1.4426950408889634f;
     const float *qrow = qkv + (size_t)r * (H + 2 * KV) * HD;
     if (ROPE) {
         /* RoPE of the group's q heads into shared memory (the V tiles' space, free until the
-         * loop), the same arithmetic as rope_kv_kernel; the split that holds position pos also
-         * rotates this row's k of head kvh and writes k and v to the cache (bf16, RNE) before
-         * any warp reads them */
+         * loop, or sqr when the tiles are already in flight), the same arithmetic as
+         * rope_kv_kernel; the split that holds position pos also rotates this row's k of head
+         * kvh and writes k and v to the cache (bf16, RNE) before any warp reads them */
         constexpr uint32_t half = HD / 2;
         const uint32_t pos = len - 1;
-        float *sq = reinterpret_cast<float *>(&vsm[0][0]);
+        float *sq = EARLY ? sqr : reinterpret_cast<float *>(&vsm[0][0]);
         for (uint32_t i = threadIdx.x; i < G * half; i += blockDim.x) {
             const uint32_t gg = i / half, j = i % half;
             const float *x = qrow + (size_t)(kvh * G + gg) * HD;
@@ -1767,10 +1966,18 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
                 if (j < half) {
                     float o0, o1;
                     rope_pair(kx[j], kx[j + half], (float)pos, inv_freq[j], &o0, &o1);
-                    kd[j] = f32_to_bf16_rne(o0);
-                    kd[j + half] = f32_to_bf16_rne(o1);
+                    const uint16_t b0 = f32_to_bf16_rne(o0), b1 = f32_to_bf16_rne(o1);
+                    kd[j] = b0;
+                    kd[j + half] = b1;
+                    if (EARLY) {
+                        skv[j] = b0;
+                        skv[j + half] = b1;
+                    }
                 }
-                vd[j] = f32_to_bf16_rne(vx[j]);
+                const uint16_t bv = f32_to_bf16_rne(vx[j]);
+                vd[j] = bv;
+                if (EARLY)
+                    skv[HD + j] = bv;
             }
             __threadfence_block();
         }
@@ -1781,8 +1988,9 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
      * 4 half + {0, 1} (a0) and + {2, 3} (a2) */
     uint32_t qf[NC][2][4];
     {
-        const float *q = ROPE ? reinterpret_cast<const float *>(&vsm[0][0]) + (size_t)g * HD
-                              : qrow + (size_t)(kvh * G + g) * HD;
+        const float *q =
+            ROPE ? (EARLY ? sqr : reinterpret_cast<const float *>(&vsm[0][0])) + (size_t)g * HD
+                 : qrow + (size_t)(kvh * G + g) * HD;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             float4 lo = make_float4(0, 0, 0, 0), hi = lo;
@@ -1797,49 +2005,19 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
             qf[c][0][1] = qf[c][0][3] = qf[c][1][1] = qf[c][1][3] = 0u;
         }
     }
-    if (ROPE)
+    if (ROPE && !EARLY)
         __syncthreads(); /* q is in registers; the V tiles may overwrite it */
     float o[NDN][4];
 #pragma unroll
     for (int dn = 0; dn < NDN; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    uint16_t *vs = vsm[warp];
 
     for (uint32_t p0 = beg + (uint32_t)warp * DA_KT; p0 < end; p0 += DA_WARPS * DA_KT) {
-        /* the page of position p0 + lane, shared by shuffles */
-        uint32_t mypage = 0;
-        if (p0 + lane < end)
-            mypage = pt[(p0 + lane) / kv.page_size];
-        /* V rows into the warp's tile (zero past end) */
-        for (int i = lane; i < DA_KT * (HD / 8); i += 32) {
-            const int rr = i / (HD / 8), cc = i % (HD / 8);
-            const uint32_t tp = p0 + rr;
-            const uint32_t pg = __shfl_sync(0xffffffffu, mypage, rr);
-            const uint8_t *src = kv.base;
-            uint32_t bytes = 0;
-            if (tp < end) {
-                src = kv_slot(kv, layer, TDM_KV_SUB_V, pg, tp % kv.page_size) +
-                      ((size_t)kvh * HD + cc * 8) * 2;
-                bytes = 16;
-            }
-            cp_async16(vs + rr * LDS + cc * 8, src, bytes);
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        /* K rows p0 + 8 sn + g as B fragments */
-        uint4 kf[NSN][NC];
-#pragma unroll
-        for (int sn = 0; sn < NSN; sn++) {
-            const uint32_t tp = p0 + sn * 8 + g;
-            const uint32_t pg = __shfl_sync(0xffffffffu, mypage, sn * 8 + g);
-            const uint16_t *kr = reinterpret_cast<const uint16_t *>(
-                                     kv_slot(kv, layer, TDM_KV_SUB_K, pg, tp % kv.page_size)) +
-                                 (size_t)kvh * HD + 8 * t;
-#pragma unroll
-            for (int c = 0; c < NC; c++)
-                kf[sn][c] = tp < end ? *reinterpret_cast<const uint4 *>(kr + 32 * c)
-                                     : make_uint4(0, 0, 0, 0);
-        }
+        if (EARLY && p0 == beg + (uint32_t)warp * DA_KT)
+            da_tile_fix<HD>(skv, skv + HD, p0, len - 1, lane, vs, kf);
+        else
+            da_tile<HD>(kv, layer, pt, kvh, p0, end, UINT32_MAX, lane, vs, kf);
         float sc[NSN][4];
 #pragma unroll
         for (int sn = 0; sn < NSN; sn++) {
@@ -1908,6 +2086,7 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
      * (the V tiles are free now) */
     __syncthreads();
     float *so = reinterpret_cast<float *>(&vsm[0][0]); /* [DA_WARPS][8][HD] */
+    float *sbo = so + DA_WARPS * 8 * HD;               /* CL: the block's merged o [8][HD] */
     if (t == 0) {
         smm[warp][g] = m;
         sml[warp][g] = l;
@@ -1937,6 +2116,12 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
             out[oi] = v;
             if (out_bf16)
                 out_bf16[oi] = f32_to_bf16_rne(v);
+        } else if (CL) {
+            sbo[i] = O;
+            if (d == 0) {
+                sbm[gg] = M;
+                sbl[gg] = L;
+            }
         } else {
             part_o[(pidx + (size_t)gg * S) * HD + d] = O;
             if (d == 0) {
@@ -1945,6 +2130,39 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
             }
         }
     }
+    if (!CL || S == 1)
+        return;
+    /* the cluster's S partials (block rank == split), merged in split order */
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    for (uint32_t i = sp * blockDim.x + threadIdx.x; i < G * HD; i += S * blockDim.x) {
+        const uint32_t gg = i / HD, d = i % HD;
+        float ms[8], ls[8], os[8], M = -INFINITY;
+#pragma unroll
+        for (uint32_t s = 0; s < 8; s++) {
+            ms[s] = -INFINITY;
+            ls[s] = os[s] = 0.0f;
+            if (s < S) {
+                ms[s] = *cl.map_shared_rank(&sbm[gg], s);
+                ls[s] = *cl.map_shared_rank(&sbl[gg], s);
+                os[s] = *cl.map_shared_rank(&sbo[i], s);
+                M = fmaxf(M, ms[s]);
+            }
+        }
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (uint32_t s = 0; s < 8; s++) {
+            const float f = ms[s] == -INFINITY ? 0.0f : exp2f(ms[s] - M);
+            L += ls[s] * f;
+            O += os[s] * f;
+        }
+        const float v = L > 0.0f ? O / L : 0.0f;
+        const size_t oi = ((size_t)r * H + kvh * G + gg) * HD + d;
+        out[oi] = v;
+        if (out_bf16)
+            out_bf16[oi] = f32_to_bf16_rne(v);
+    }
+    cl.sync(); /* the others' shared memory stays until every block has read it */
 }
 
 int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H)
@@ -1966,25 +2184,36 @@ tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
         return TDM_ERR_INVAL;
     if (n == 0)
         return TDM_OK;
+    /* part_o NULL: the cluster form (splits merged in the kernel, <= 8 of them) */
+    const bool cl = part_o == NULL;
+    if (cl ? splits > TDM_CUDA_DECODE_CLUSTER_MAX : !part_ml)
+        return TDM_ERR_INVAL;
     /* prefetch blocks: whole (KV, splits) planes past the n rows, about TDM_CUDA_L2PF_BLOCKS */
     const uint32_t plane = kv->kv_heads * splits;
     const uint32_t px = l2pf_on(pf) ? (TDM_CUDA_L2PF_BLOCKS + plane - 1) / plane : 0;
     const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0}, p = l2pf_on(pf) ? *pf : none;
     dim3 grid(n + px, kv->kv_heads, splits);
     const dim3 block(DA_WARPS * 32);
+    const unsigned clz = cl ? splits : 1;
+#define DA_LAUNCH(HD, ROPE)                                                                        \
+    do {                                                                                           \
+        if (cl)                                                                                    \
+            launch_cl(attn_decode_mma_kernel<HD, ROPE, true>, grid, block, clz, stream, qkv, H,    \
+                      *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);          \
+        else                                                                                       \
+            launch_cl(attn_decode_mma_kernel<HD, ROPE, false>, grid, block, 1u, stream, qkv, H,    \
+                      *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);          \
+    } while (0)
     if (kv->hd == 64 && inv_freq)
-        launch(attn_decode_mma_kernel<64, true>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
-               inv_freq, part_o, part_ml, out, out_bf16, n, p);
+        DA_LAUNCH(64, true);
     else if (kv->hd == 64)
-        launch(attn_decode_mma_kernel<64, false>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
-               inv_freq, part_o, part_ml, out, out_bf16, n, p);
+        DA_LAUNCH(64, false);
     else if (inv_freq)
-        launch(attn_decode_mma_kernel<128, true>, grid, block, 0, stream, qkv, H, *kv, layer, *rows,
-               inv_freq, part_o, part_ml, out, out_bf16, n, p);
+        DA_LAUNCH(128, true);
     else
-        launch(attn_decode_mma_kernel<128, false>, grid, block, 0, stream, qkv, H, *kv, layer,
-               *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);
-    if (splits > 1)
+        DA_LAUNCH(128, false);
+#undef DA_LAUNCH
+    if (splits > 1 && !cl)
         launch(attn_combine_kernel, dim3(n, H), (kv->hd + 31) / 32 * 32, 0, stream, H, kv->hd,
                splits, part_o, part_ml, out, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;

@@ -25,7 +25,10 @@ extern "C" {
  * use_cublas 3: the fp32 GEMV with K split over the block's warps (n == 1 only; else as 0).
  * use_cublas 4: the streaming one-row GEMV (n == 1 only, K % (32 * 16 B) == 0; else as 3).
  * use_cublas 5..8: as 4 with the L2 tail prefetch (cuda_int.h tdm_cuda_l2pf_t) of the weights
- * themselves, op use_cublas - 5: must give 4's result bit for bit. */
+ * themselves, op use_cublas - 5: must give 4's result bit for bit.
+ * use_cublas 9: the streaming GEMV V2 (run 8: norm_w staged before the PDL wait, the RMSNorm
+ * scale applied to each row's sum); 10: V2 on one block per SM; 11: V3 (V2 with two batches of
+ * weight loads before the PDL wait) (n == 1; else as 3). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
@@ -44,15 +47,18 @@ tdm_status_t tdm_cuda_test_rope_kv(const tdm_kv_layout_t *l, uint32_t num_pages,
                                    const uint32_t *ptoff, const uint32_t *pages,
                                    uint32_t n_pages_total, uint32_t nactive);
 /* out (n, H, hd) from q in qkv over the pool image: split-K (mma 0) or the tensor-core decode
- * kernel (mma 1); rows at or past nactive are padding (zeros). */
+ * kernel (mma 1: the splits merged by the combine kernel; 2: the cluster form, splits <= 8
+ * merged inside the kernel); rows at or past nactive are padding (zeros). */
 tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
                                      const uint8_t *pool, uint32_t layer, const float *qkv,
                                      uint32_t n, uint32_t H, const uint32_t *pos,
                                      const uint32_t *ptoff, const uint32_t *pages,
                                      uint32_t n_pages_total, uint32_t splits, int mma,
                                      uint32_t nactive, float *out);
-/* The tensor-core decode attention with RoPE and the KV write fused in (fused 1), or after
- * rope_kv_write (fused 0); pool in/out (the cache it leaves), qkv unrotated, out (n, H, hd).
+/* The tensor-core decode attention with RoPE and the KV write fused in (fused bit 0), or after
+ * rope_kv_write (bit 0 clear); bit 1: the cluster form (splits <= 8 merged inside the kernel;
+ * fused, its first K/V tiles issued before the PDL wait); pool in/out (the cache it leaves), qkv
+ * unrotated, out (n, H, hd).
  * l2pf -1: no prefetch; 0..7: the grid carries L2 prefetch blocks over the pool image (op
  * l2pf & 3, early l2pf & 4), which must change nothing. */
 tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *pool,

@@ -88,6 +88,18 @@ tdm_status_t make_kv(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *dbas
 
 } // namespace
 
+/* ops.h use_cublas -> tdm_cuda_gemv_t ksplit: 3 K-split, 4..8 streaming, 9 streaming V2, 10 V2
+ * on one block per SM, 11 V3 */
+static int gemv_ksplit_of(int use_cublas)
+{
+    return use_cublas == 3    ? 1
+           : use_cublas == 9  ? 3
+           : use_cublas == 10 ? 4
+           : use_cublas == 11 ? 5
+           : use_cublas >= 4  ? 2
+                              : 0;
+}
+
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y)
@@ -136,10 +148,10 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
     } else {
         tdm_cuda_gemv_t a = {dx,  ldx,    NULL, n,  K,
                              M,   wdtype, dw,   db, dn,
-                             eps, flags,  dy,   M,  use_cublas == 3 ? 1 : use_cublas >= 4 ? 2 : 0};
+                             eps, flags,  dy,   M,  gemv_ksplit_of(use_cublas)};
         const tdm_cuda_l2pf_t own = {dw, (uint64_t)M * K * dsize(wdtype) / 16 * 16, use_cublas - 5,
                                      0};
-        if (use_cublas >= 5) /* the tail prefetch of its own weights (op use_cublas - 5) */
+        if (use_cublas >= 5 && use_cublas <= 8) /* the tail prefetch of its own weights */
             a.tail = own;
         TDM_TRY(tdm_cuda_gemv(&a, 0));
     }
@@ -254,9 +266,10 @@ tdm_status_t tdm_cuda_test_attention(const tdm_kv_layout_t *l, uint32_t num_page
     TDM_TRY(dv.alloc(&dout, (size_t)n * H * hd * 4, NULL));
     TDM_TRY(make_kv(l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
-    if (mma)
-        TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, NULL, splits, dpo, dpm,
-                                          dout, NULL, NULL, 0));
+    if (mma) /* 2: the cluster form (part_o NULL) */
+        TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, NULL, splits,
+                                          mma == 2 ? NULL : dpo, mma == 2 ? NULL : dpm, dout, NULL,
+                                          NULL, 0));
     else
         TDM_TRY(tdm_cuda_attention(dq, n, H, &kd.k, layer, &rows, splits, dpo, dpm, dout, NULL, 0));
     return sync_back(out, dout, (size_t)n * H * hd * 4);
@@ -285,12 +298,14 @@ tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pa
     TDM_TRY(dv.alloc(&dout, (size_t)n * H * hd * 4, NULL));
     TDM_TRY(make_kv(l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, nactive, &rows));
-    if (!fused)
+    if (!(fused & 1))
         TDM_TRY(tdm_cuda_rope_kv_write(dq, n, H, df, &kd.k, layer, &rows, 0));
     /* l2pf >= 0: prefetch blocks over the pool image (op l2pf & 3, early l2pf & 4) */
     const tdm_cuda_l2pf_t pf = {dpool, pool_bytes / 16 * 16, l2pf & 3, (l2pf & 4) != 0};
-    TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, fused ? df : NULL, splits, dpo,
-                                      dpm, dout, NULL, l2pf >= 0 ? &pf : NULL, 0));
+    const int cl = (fused & 2) != 0; /* the cluster form: part_o NULL */
+    TDM_TRY(tdm_cuda_attention_decode(dq, n, H, &kd.k, layer, &rows, (fused & 1) ? df : NULL,
+                                      splits, cl ? NULL : dpo, cl ? NULL : dpm, dout, NULL,
+                                      l2pf >= 0 ? &pf : NULL, 0));
     TDM_TRY(sync_back(out, dout, (size_t)n * H * hd * 4));
     return sync_back(pool, dpool, pool_bytes);
 }
@@ -445,9 +460,7 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
            0,
            dy,
            M,
-           use_cublas == 3   ? 1
-           : use_cublas == 4 ? 2
-                             : 0};
+           gemv_ksplit_of(use_cublas)};
     b.use_cublas = use_cublas;
     if (use_cublas == 1 && cublasCreate(&b.h) != CUBLAS_STATUS_SUCCESS)
         return TDM_ERR_CUDA;

@@ -294,6 +294,41 @@ static void check_model(const char *dir, const char *name, json_t *gold)
            same1 ? "==" : "!=", sameb ? "==" : "!=", samee ? "==" : "!=", tdm_status_str(st));
     }
 
+    /* run 7's paths (the decode attention's combine kernel, run 5's streaming GEMV), the V2 GEMV
+     * and V2 on one block per SM still follow the golden, one sequence and the batch; a GEMV
+     * form out of range is refused */
+    {
+        tdm_cuda_engine_opts_t bad = o;
+        bad.gemv_ksplit = 6;
+        tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 6 refused (%s)", name, tdm_status_str(sb));
+    }
+    for (int set = 0; set < 3; set++) {
+        tdm_cuda_engine_opts_t po = o;
+        po.attn_cluster = set != 0;
+        po.gemv_ksplit = set + 2;
+        int c1 = 1, cb = 1, first;
+        st = tdm_cuda_engine_init(&view, &po, &e);
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
+            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
+            c1 &= st == TDM_OK && margin_rule(&p[i], got3[i], &first);
+        }
+        if (st == TDM_OK)
+            st = run_greedy(e, p, np, per, V, got3, NULL);
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++)
+            cb &= margin_rule(&p[i], got3[i], &first);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(st == TDM_OK && c1 && cb,
+           "%s: %s: one sequence and the batch follow the golden (margin rule; %s)", name,
+           set == 2   ? "GEMV V2 on one block per SM"
+           : set == 1 ? "GEMV V2"
+                      : "run 7's combine kernel and streaming GEMV",
+           tdm_status_str(st));
+    }
+
     /* eager launches == graph replay, bit for bit */
     o.use_graphs = 0;
     st = tdm_cuda_engine_init(&view, &o, &e);

@@ -140,11 +140,14 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
     double tol = cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas == 4   ? "GEMV streaming"
-       : cublas == 3 ? "GEMV K-split"
-       : cublas == 2 ? "skinny mma"
-       : cublas      ? "cuBLAS"
-                     : "GEMV",
+       cublas == 11   ? "GEMV streaming V3"
+       : cublas == 10 ? "GEMV streaming V2, 1 block/SM"
+       : cublas == 9  ? "GEMV streaming V2"
+       : cublas == 4  ? "GEMV streaming"
+       : cublas == 3  ? "GEMV K-split"
+       : cublas == 2  ? "skinny mma"
+       : cublas       ? "cuBLAS"
+                      : "GEMV",
        n, K, M,
        dt == TDM_DTYPE_BF16  ? "bf16"
        : dt == TDM_DTYPE_F16 ? "f16"
@@ -473,8 +476,11 @@ static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt
     double tol = mma ? 1e-2 : 1e-5;
     ok(e <= tol && pad_zero,
        "paged attention %s(%s, H=%u KV=%u hd=%u, %u splits, lengths 1..%u): rel L2 %.2e <= %.0e%s",
-       mma ? "tensor-core decode " : "", dt == TDM_DTYPE_BF16 ? "bf16" : "fp8", H, KV, hd, splits,
-       lens[nact - 1], e, tol, pad_zero ? "" : "; padding row NOT zero");
+       mma == 2 ? "tensor-core decode, cluster merge "
+       : mma    ? "tensor-core decode "
+                : "",
+       dt == TDM_DTYPE_BF16 ? "bf16" : "fp8", H, KV, hd, splits, lens[nact - 1], e, tol,
+       pad_zero ? "" : "; padding row NOT zero");
     free(pool), free(qkv), free(out), free(ref), free(sc);
 }
 
@@ -654,6 +660,31 @@ static void check_decode_rope(uint32_t H, uint32_t KV, uint32_t hd, uint32_t spl
        "decode attention with L2 prefetch blocks in the grid (H=%u KV=%u hd=%u, %u splits; ops "
        "0-3, after and before the PDL wait): cache and output bits unchanged",
        H, KV, hd, splits);
+    /* the cluster form (splits <= 8 merged in the kernel): fused (first tiles issued before the
+     * PDL wait) against unfused, the same cache and output bits; with one split its output is
+     * the combine-kernel form's too (no merge) */
+    if (splits <= 8) {
+        memcpy(p0, p1, c.pool_bytes); /* the fused run's cache: the same K/V as the fresh one */
+        float *o2 = xmalloc((size_t)n * H * hd * 4), *o3 = xmalloc((size_t)n * H * hd * 4);
+        uint8_t *p2 = xmalloc(c.pool_bytes);
+        memcpy(p2, p0, c.pool_bytes);
+        tdm_status_t s2 =
+            tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
+                                      ptoff, pages, np, n - 1, splits, 2, -1, o2);
+        tdm_status_t s3 =
+            tdm_cuda_test_decode_rope(&c.l, c.num_pages, p2, layer, qkv, n, H, rope.inv_freq, pos,
+                                      ptoff, pages, np, n - 1, splits, 3, -1, o3);
+        int cp = s2 == TDM_OK && s3 == TDM_OK && !memcmp(p0, p2, c.pool_bytes);
+        int co = s2 == TDM_OK && s3 == TDM_OK && !memcmp(o2, o3, (size_t)n * H * hd * 4);
+        int c1 = splits != 1 || (co && !memcmp(o3, o1, (size_t)n * H * hd * 4));
+        ok(cp && co && c1,
+           "decode attention, cluster form (H=%u KV=%u hd=%u, %u splits): fused cache %s, output "
+           "%s the unfused path's%s",
+           H, KV, hd, splits, cp ? "==" : "!=", co ? "==" : "!=",
+           splits == 1 ? (c1 ? "; == the combine form's (1 split)" : "; != the combine form's")
+                       : "");
+        free(o2), free(o3), free(p2);
+    }
     free(p0), free(p1), free(qkv), free(o0), free(o1);
 }
 
@@ -745,6 +776,15 @@ int main(void)
     check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, 4);
     check_gemv(1, 128, 33, TDM_DTYPE_F32, 4, 0, 4);
     check_gemv(1, 136, 50, TDM_DTYPE_BF16, 1, 1, 4);
+    for (int v = 9; v <= 11; v++) {
+        check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 1, 1, v);
+        check_gemv(1, 2048, 11264, TDM_DTYPE_BF16, 1, 0, v);
+        check_gemv(1, 5632, 2048, TDM_DTYPE_BF16, 2 | 4, 0, v);
+        check_gemv(1, 2048, 2048, TDM_DTYPE_BF16, 4, 0, v);
+        check_gemv(1, 256, 3, TDM_DTYPE_BF16, 1, 1, v);
+        check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, v);
+        check_gemv(1, 128, 33, TDM_DTYPE_F32, 1, 0, v);
+    }
     check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 0, 0, 2);
     check_gemv(8, 1024, 301, TDM_DTYPE_BF16, 4, 0, 2);
     check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
@@ -766,8 +806,15 @@ int main(void)
     check_attention(32, 4, 64, TDM_DTYPE_BF16, 8, 1);
     check_attention(8, 2, 128, TDM_DTYPE_BF16, 3, 1);
     check_attention(6, 3, 64, TDM_DTYPE_BF16, 32, 1);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 8, 2);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 2, 2);
+    check_attention(32, 4, 64, TDM_DTYPE_BF16, 1, 2);
+    check_attention(8, 2, 128, TDM_DTYPE_BF16, 3, 2);
+    check_attention(6, 3, 64, TDM_DTYPE_BF16, 8, 2);
     check_decode_rope(32, 4, 64, 1);
     check_decode_rope(8, 2, 128, 4);
+    check_decode_rope(32, 4, 64, 8);
+    check_decode_rope(6, 3, 64, 5);
     check_flash_attention(16, 2, 64);
     check_flash_attention(4, 2, 128);
     check_flash_attention(6, 3, 64);
