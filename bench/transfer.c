@@ -12,15 +12,23 @@
  * engine through UCX (cfg.ucx_alloc) and prefill's endpoint runs without UCX error handling (same
  * host), as in serving; argv[2] = "aligned" keeps an aligned_alloc decode pool for comparison.
  * Geometry: bf16, 32 layers, 2 KV heads × 128, page 16 tokens → one page chunk = 512 KiB, moved
- * as 64 contiguous regions (layer × K/V) per room. Prints one JSON object per line:
+ * as 64 contiguous regions (layer × K/V) per room. Every size is timed the same way: rounds of
+ * `inflight` rooms issued back to back (as a busy prefill sends them and as ucx_perftest streams
+ * its puts), each room into its own decode pages; throughput = the round's bytes / its wall time.
+ * The harness polls with a 1 µs timer slack (set after the engine's threads exist, so only the
+ * harness's threads have it): the default 50 µs slack would add up to 70 µs per poll of the
+ * harness's own to every round. argv: [N sizes [aligned]]; env TDM_BENCH_FROM=i starts at size
+ * i (0-based), TDM_BENCH_INFLIGHT sets the rooms per round. Prints one JSON object per line:
  *   {"bytes":N,"checksums":0|1,"reps":R,"inflight":K,"gbps":G,"room_latency_us":L,
  *    "verify_gbps":V}
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,17 +47,125 @@ static int reps_for(uint64_t bytes)
     return bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
 }
 
-/* Rooms in flight per round: serving moves many small rooms at once (one per admitted request), so
- * the page chunk and 1 MiB are timed with INFLIGHT_SMALL rooms issued back to back (throughput =
- * bytes of the round / its wall time, like perftest's stream of puts); larger rooms one at a time.
+/* Rooms in flight per round, the same for every size: serving moves many rooms at once (one per
+ * admitted request) and the transfer thread copies them back to back, as perftest streams puts.
  * Each line also carries the mean send→SUCCESS latency of one room. TDM_BENCH_INFLIGHT overrides.
  */
 #define INFLIGHT_MAX 32
-static uint32_t inflight_small = 16;
+static uint32_t inflight = 4;
 
 static uint32_t inflight_for(uint32_t np)
 {
-    return np <= 2 ? inflight_small : 1;
+    (void)np;
+    return inflight;
+}
+
+/* The harness's sleeps (its polls) last what they ask for; engine threads keep the default. */
+static void harness_timer_slack(void)
+{
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+}
+
+/* One round's rooms and when each became final (SUCCESS or FAILED), filled by the engine's event
+ * callback (cfg.on_event, called by the engine thread that makes the transition): the harness
+ * blocks instead of polling, so it neither takes a core from the transfer thread on a 2-vCPU
+ * host nor adds a poll interval, and a room's end is the moment its state changed. */
+typedef struct round_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t k, done;
+    uint64_t room[INFLIGHT_MAX], t_ns[INFLIGHT_MAX];
+    tdm_kvpoll_t st[INFLIGHT_MAX];
+} round_wait_t;
+
+static void round_init(round_wait_t *w)
+{
+    pthread_condattr_t a;
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+static void round_fini(round_wait_t *w)
+{
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+static void round_final(round_wait_t *w, uint32_t q, tdm_kvpoll_t st, uint64_t now)
+{
+    w->t_ns[q] = now;
+    w->st[q] = st;
+    if (++w->done == w->k)
+        pthread_cond_signal(&w->cv);
+}
+
+static void round_event(void *ctx, const tdm_xfer_event_t *ev)
+{
+    round_wait_t *w = ctx;
+    if (strcmp(ev->type, "kvpoll") || (ev->to != TDM_KVPOLL_SUCCESS && ev->to != TDM_KVPOLL_FAILED))
+        return;
+    uint64_t now = tdm_time_mono_ns();
+    pthread_mutex_lock(&w->mu);
+    for (uint32_t q = 0; q < w->k; q++)
+        if (w->room[q] == ev->room && !w->t_ns[q]) {
+            round_final(w, q, ev->to, now);
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Rooms are added before they can finish (prefill) or right after send_info (decode: a final
+ * event that came first is caught by the poll in round_wait_all). */
+static void round_add(round_wait_t *w, uint32_t q, uint64_t room)
+{
+    pthread_mutex_lock(&w->mu);
+    if (q == 0)
+        w->done = 0;
+    w->k = q + 1;
+    w->room[q] = room;
+    w->t_ns[q] = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Block until every room of the round is final; 0 when all succeeded. */
+static int round_wait_all(round_wait_t *w, tdm_xfer_t *x, uint64_t timeout_us)
+{
+    uint64_t end = tdm_time_mono_us() + timeout_us;
+    int bad = 0;
+    pthread_mutex_lock(&w->mu);
+    while (w->done < w->k) {
+        for (uint32_t q = 0; q < w->k; q++) {
+            tdm_kvpoll_t st;
+            if (w->t_ns[q])
+                continue;
+            /* never into the engine with w->mu held: its threads call round_event under `mu` */
+            uint64_t room = w->room[q];
+            pthread_mutex_unlock(&w->mu);
+            tdm_status_t ps = tdm_xfer_poll(x, room, &st);
+            pthread_mutex_lock(&w->mu);
+            if (!w->t_ns[q] && ps == TDM_OK &&
+                (st == TDM_KVPOLL_SUCCESS || st == TDM_KVPOLL_FAILED))
+                round_final(w, q, st, tdm_time_mono_ns());
+        }
+        if (w->done == w->k || tdm_time_mono_us() > end)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 2000000; /* a lost race with round_add costs at most this */
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    for (uint32_t q = 0; q < w->k; q++)
+        bad |= !w->t_ns[q] || w->st[q] != TDM_KVPOLL_SUCCESS;
+    pthread_mutex_unlock(&w->mu);
+    return bad;
 }
 
 static int bench_aligned; /* argv[2] "aligned": decode pool from aligned_alloc (the old path) */
@@ -86,11 +202,15 @@ static int write_full(int fd, const void *buf, size_t n)
 static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_pages,
                        uint16_t port, int out)
 {
-    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages * inflight};
     xt_side_t dec;
     tdm_kv_layout_t lay;
+    round_wait_t w;
     if (xt_pools(&dec, &g))
         return 1;
+    round_init(&w);
+    dec.cfg.on_event = round_event;
+    dec.cfg.ctx = &w;
     dec.cfg.disable_checksums = !checksums;
     dec.cfg.role = TDM_XFER_DECODE;
     dec.cfg.instance_id = 0x2222;
@@ -104,15 +224,16 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
         dec.cfg.kv[0] = NULL;
         dec.cfg.ucx_alloc = 1;
         dec.cfg.kv_layout[0] = &lay;
-        dec.cfg.kv_num_pages = max_pages;
+        dec.cfg.kv_num_pages = g.num_pages;
     }
     if (tdm_xfer_init(&dec.cfg, &dec.x) != TDM_OK ||
         tdm_xfer_wait_ready(dec.x, 10000000, NULL, 0) != TDM_OK) {
         fprintf(stderr, "transfer bench: decode did not start\n");
         return 1;
     }
-    uint32_t *pages = calloc(max_pages, 4), *prompt = calloc((size_t)max_pages * 16, 4);
-    for (uint32_t i = 0; i < max_pages; i++)
+    harness_timer_slack();
+    uint32_t *pages = calloc(g.num_pages, 4), *prompt = calloc((size_t)max_pages * 16, 4);
+    for (uint32_t i = 0; i < g.num_pages; i++)
         pages[i] = i;
     for (int si = 0; si < n_sizes; si++) {
         uint32_t np = sizes[si], k = inflight_for(np);
@@ -120,17 +241,21 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
         for (int r = 0; r < reps + 1; r++) {
             uint64_t room[INFLIGHT_MAX], tv = 0;
             tdm_xfer_aux_t got;
-            for (uint32_t q = 0; q < k; q++) /* k rooms in flight, disjoint decode pages */
+            for (uint32_t q = 0; q < k; q++) { /* k rooms in flight, disjoint decode pages */
                 if (tdm_xfer_decode_send_info(dec.x, prompt, np * 16, pages + q * np, np, NULL,
                                               &room[q])) {
                     fprintf(stderr, "transfer bench: TRANSFER_INFO failed (decode)\n");
                     return 1;
                 }
+                round_add(&w, q, room[q]);
+            }
+            /* the whole round lands before decode verifies it: decode's commits do not compete
+             * with prefill's copies for the two cores inside the timed window */
+            if (round_wait_all(&w, dec.x, 30000000)) {
+                fprintf(stderr, "transfer bench: room failed (decode)\n");
+                return 1;
+            }
             for (uint32_t q = 0; q < k; q++) {
-                if (xt_wait(dec.x, room[q], TDM_KVPOLL_SUCCESS, 30000000) != TDM_KVPOLL_SUCCESS) {
-                    fprintf(stderr, "transfer bench: room failed (decode)\n");
-                    return 1;
-                }
                 uint64_t t1 = tdm_time_mono_ns();
                 if (tdm_xfer_decode_commit(dec.x, room[q], &got) != TDM_OK) {
                     fprintf(stderr, "transfer bench: commit failed\n");
@@ -147,6 +272,7 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
     free(pages);
     free(prompt);
     xt_side_free(&dec);
+    round_fini(&w);
     return 0;
 }
 
@@ -171,9 +297,13 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
     close(from_child[1]);
     xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
     xt_side_t pre;
+    round_wait_t w;
     int rc = 1;
+    round_init(&w);
     if (xt_pools(&pre, &g))
         goto out;
+    pre.cfg.on_event = round_event;
+    pre.cfg.ctx = &w;
     pre.cfg.disable_checksums = !checksums;
     pre.cfg.role = TDM_XFER_PREFILL;
     pre.cfg.instance_id = 0x1111;
@@ -184,6 +314,7 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
     uint16_t port = tdm_xfer_port(pre.x);
     if (write_full(to_child[1], &port, sizeof(port)))
         goto out;
+    harness_timer_slack();
     xt_fill_random(&pre, 1);
     uint32_t *pages = calloc(max_pages, 4);
     for (uint32_t i = 0; i < max_pages; i++)
@@ -195,7 +326,7 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
         uint64_t t[REPS_MAX], tv[REPS_MAX], tr[REPS_MAX];
         uint32_t k = inflight_for(np);
         for (int r = 0; r < reps + 1; r++) {
-            uint64_t room[INFLIGHT_MAX], t0[INFLIGHT_MAX], t1[INFLIGHT_MAX], v, lat = 0;
+            uint64_t room[INFLIGHT_MAX], t0[INFLIGHT_MAX], v, lat = 0, end = 0;
             tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}};
             for (uint32_t q = 0; q < k; q++) {
                 tdm_xfer_request_t req;
@@ -206,33 +337,26 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
                 }
                 room[q] = req.room;
                 tdm_xfer_request_clear(&req);
+                round_add(&w, q, room[q]);
             }
             uint64_t start = tdm_time_mono_ns();
             for (uint32_t q = 0; q < k; q++) { /* issued back to back, as a busy prefill does */
                 t0[q] = tdm_time_mono_ns();
                 tdm_xfer_prefill_send(pre.x, room[q], pages, np, &aux);
             }
-            for (uint32_t q = 0; q < k; q++) {
-                tdm_kvpoll_t st;
-                do {
-                    if (tdm_xfer_poll(pre.x, room[q], &st) != TDM_OK)
-                        st = TDM_KVPOLL_FAILED;
-                    if (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED)
-                        tdm_time_sleep_us(20); /* leave the cores to the engine's threads */
-                } while (st != TDM_KVPOLL_SUCCESS && st != TDM_KVPOLL_FAILED);
-                t1[q] = tdm_time_mono_ns();
-                if (st != TDM_KVPOLL_SUCCESS) {
-                    fprintf(stderr, "transfer bench: room failed (prefill)\n");
-                    goto out_pages;
-                }
+            /* a room ends when it became SUCCESS on prefill: after its flush (the fence for
+             * mapped copies, ucp_ep_flush_nbx for puts), with its STATUS queued (I5) */
+            if (round_wait_all(&w, pre.x, 30000000)) {
+                fprintf(stderr, "transfer bench: room failed (prefill)\n");
+                goto out_pages;
             }
-            uint64_t end = tdm_time_mono_ns();
             if (read_full(from_child[0], &v, sizeof(v))) {
                 fprintf(stderr, "transfer bench: decode side failed\n");
                 goto out_pages;
             }
             for (uint32_t q = 0; q < k; q++) {
-                lat += t1[q] - t0[q];
+                lat += w.t_ns[q] - t0[q];
+                end = w.t_ns[q] > end ? w.t_ns[q] : end;
                 xt_release(pre.x, room[q], 10000000);
             }
             if (r > 0) { /* the first round warms up endpoints and page mappings */
@@ -262,6 +386,7 @@ out:
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         rc = 1;
     xt_side_free(&pre);
+    round_fini(&w);
     return rc;
 }
 
@@ -269,15 +394,19 @@ int main(int argc, char **argv)
 {
     /* page chunk (512 KiB), then 1, 4, 16, 64, 256 MiB */
     uint32_t sizes[] = {1, 2, 8, 32, 128, 512};
-    int n = argc > 1 ? atoi(argv[1]) : 6;
+    int n = argc > 1 ? atoi(argv[1]) : 6, from = 0;
     bench_aligned = argc > 2 && !strcmp(argv[2], "aligned");
-    const char *inf = getenv("TDM_BENCH_INFLIGHT");
+    const char *inf = getenv("TDM_BENCH_INFLIGHT"), *fr = getenv("TDM_BENCH_FROM");
     if (inf && atoi(inf) >= 1 && atoi(inf) <= INFLIGHT_MAX)
-        inflight_small = (uint32_t)atoi(inf);
+        inflight = (uint32_t)atoi(inf);
     if (n < 1 || n > 6)
         n = 6;
-    uint32_t max_pages = sizes[n - 1] > 2 * inflight_small ? sizes[n - 1] : 2 * inflight_small;
-    if (run(0, sizes, n, max_pages) || run(1, sizes, n, max_pages))
+    if (fr && atoi(fr) >= 0 && atoi(fr) < n)
+        from = atoi(fr);
+    /* prefill's pool holds the largest room (every room reads the same source pages); decode's,
+     * `inflight` of them (disjoint pages per room of a round) */
+    uint32_t max_pages = sizes[n - 1];
+    if (run(0, sizes + from, n - from, max_pages) || run(1, sizes + from, n - from, max_pages))
         return 1;
     return 0;
 }

@@ -19,25 +19,32 @@ runs=$(mktemp)
 perf=$(mktemp)
 perfe=$(mktemp)
 elog=$(mktemp)
-trap 'rm -f "$runs" "$perf" "$perfe" "$elog"' EXIT
+loads=$(mktemp)
+trap 'rm -f "$runs" "$perf" "$perfe" "$elog" "$loads"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-echo "transfer: engine" >&2
-"$BUILD/bench/transfer" "$N" >"$runs" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+# Size by size, the engine and then ucx_perftest at that size, so that both see the same load on
+# a shared host (the whole engine sweep first and perftest after measured them minutes apart).
+i=0
+while [ "$i" -lt "$N" ]; do
+echo "transfer: engine, size $((i + 1)) of $N" >&2
+echo "$i $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)" >>"$loads"
+TDM_BENCH_FROM=$i "$BUILD/bench/transfer" "$((i + 1))" >>"$runs" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+i=$((i + 1))
 # how prefill wrote decode's pool (ucx.c logs it per rank at connect)
 if grep -q "writes: copies into decode's mapped shared memory" "$elog"; then
-    path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region"
+    path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region; rooms of 8 MiB and more with non-temporal stores"
 else
     path="ucp_put_nbx per region, ucp_ep_flush_nbx per room"
 fi
-echo "transfer: ucx_perftest" >&2
-# perftest at every engine size, and at each round's bytes (size x rooms in flight) for the sizes
-# timed with several rooms in flight: the same working set as the engine's round
+echo "transfer: ucx_perftest, size $i of $N" >&2
+# perftest at this engine size, and at the round's bytes (size x rooms in flight): the same
+# working set as the engine's round
 for bytes in $(python3 -c "import json,sys
 s=set()
 for l in open('$runs'):
     r=json.loads(l)
-    if r['checksums']==0: s.add(r['bytes']); s.add(r['bytes']*r.get('inflight',1))
-print(' '.join(str(b) for b in sorted(s)))"); do
+    if r['checksums']==0: s=set([r['bytes'], r['bytes']*r.get('inflight',1)])
+print(' '.join(str(b) for b in sorted(s) if b not in set(int(x.split()[0]) for x in open('$perf'))))"); do
     port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
     iters=$((2147483648 / bytes)); [ "$iters" -gt 2000 ] && iters=2000; [ "$iters" -lt 8 ] && iters=8
     ucx_perftest -p "$port" >/dev/null 2>&1 &
@@ -58,14 +65,16 @@ print(' '.join(str(b) for b in sorted(s)))"); do
         echo "$bytes $line" >>"$perfe"
     fi
 done
+done
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 dirty=false
 [ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" <<'PY'
+python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" "$loads" <<'PY'
 import json, sys, platform, os
-runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note = sys.argv[1:]
+runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note, loads_p = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_p)]
+loads = [float(l.split()[1]) for l in open(loads_p)]
 def final(path):
     d = {}
     for l in open(path):
@@ -84,7 +93,8 @@ for r in runs:
     p = perf.get(b)
     k = r.get('inflight', 1)
     pw = perf.get(b * k)
-    sizes.append({'bytes': b, 'inflight': k, 'room_latency_us': r.get('room_latency_us'),
+    sizes.append({'bytes': b, 'inflight': k, 'loadavg_1m': loads[len(sizes)] if len(sizes) < len(loads) else None,
+                  'room_latency_us': r.get('room_latency_us'),
                   'engine_gbps': round(r['gbps'], 3),
                   'engine_checksums_gbps': round(on['gbps'], 3),
                   'decode_verify_gbps': round(on['verify_gbps'], 3),
@@ -106,8 +116,9 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run (its buffers come from ucp_mem_map ALLOCATE: shared memory the peer maps, so a put is one memcpy)',
        'anchor_err_peer': 'the same with -e (UCP_ERR_HANDLING_MODE_PEER, as the engine), up to 16 MiB',
        'processes': 'prefill and decode in two processes (forked before UCX init)',
-       'rooms_in_flight': 'sizes up to 1 MiB are timed with `inflight` rooms issued back to back per round (serving moves many small rooms at once; throughput = bytes of the round / its wall time, as perftest streams puts); larger rooms one at a time; room_latency_us = mean send to SUCCESS of one room in the round',
-       'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer, so at 512 KiB source and target stay in cache, while the engine writes distinct decode pages per room; this anchor moves the same bytes per round as the engine',
+       'rooms_in_flight': 'every size is timed the same way: rounds of `inflight` rooms issued back to back (serving moves many rooms at once and the transfer thread copies them one after another, as perftest streams puts), each room into its own decode pages; throughput = bytes of the round / wall time from the first send to the last room becoming SUCCESS on prefill (after its flush, STATUS queued); the harness blocks on the engine event callback for the SUCCESS transitions instead of polling; decode verifies a round after it landed; room_latency_us = mean send to SUCCESS of one room in the round',
+       'order': 'size by size: the engine (checksums off, then on) and right after it ucx_perftest at that size, so both see the same load on the shared host',
+       'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer (source and target stay in cache up to a few MiB), while the engine writes distinct decode pages per room of a round; this anchor moves the same bytes per put as the engine per round',
        'engine_write_path': path,
        'sizes': sizes,
        'ratio_vs_ucx_perftest': min(ratios) if ratios else None,

@@ -178,8 +178,10 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
     /* The receive thread sends everything queued whenever it runs: it needs a wake only when
      * the queue goes from empty to not (its send and this append are both under `mu`; a
      * partial send leaves bytes that make it poll for POLLOUT). One eventfd write per burst of
-     * frames, not per frame. */
-    int was_empty = x->outq_len == x->outq_off;
+     * frames, not per frame. Frames queued without a wake (out_nowake: the transfer thread
+     * sends them itself, xfer_out_push) leave the queue "quiet": the next frame queued with a
+     * wake wakes the receive thread, which sends them all, in order. */
+    int was_empty = x->outq_len == x->outq_off || x->out_quiet;
     if (x->outq_off > 0 && x->outq_off == x->outq_len)
         x->outq_off = x->outq_len = 0;
     if (x->outq_len - x->outq_off + len > XFER_OUTQ_MAX) {
@@ -204,8 +206,12 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
     memcpy(x->outq + x->outq_len, frame, len);
     x->outq_len += len;
     x->st.frames_tx++;
-    if (was_empty && !x->out_nowake)
+    if (x->out_nowake) {
+        x->out_quiet |= was_empty;
+    } else if (was_empty) {
+        x->out_quiet = 0;
         wake(x->wake_recv);
+    }
     return TDM_OK;
 }
 
@@ -293,6 +299,7 @@ static void close_channel(tdm_xfer_t *x, const char *why)
         x->ready = 0;
         x->chan_kill = 0;
         x->outq_len = x->outq_off = 0;
+        x->out_quiet = 0;
         tdm_frame_reader_free(&x->chan_rd);
         tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
         if (was_ready) {
@@ -371,6 +378,7 @@ static void *recv_main(void *arg)
                 x->outq_off += (size_t)w;
             else if (w < 0 && errno != EAGAIN && errno != EINTR)
                 x->chan_kill = 1;
+            x->out_quiet = 0; /* what is left, this thread sends on POLLOUT */
             pthread_mutex_unlock(&x->mu);
         }
         if (!(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -415,6 +423,7 @@ static void xfer_out_push(tdm_xfer_t *x)
 {
     x->out_held_us = 0;
     pthread_mutex_lock(&x->mu);
+    x->out_quiet = 0;
     if (x->chan_fd >= 0 && x->outq_len > x->outq_off) {
         ssize_t w = send(x->chan_fd, x->outq + x->outq_off, x->outq_len - x->outq_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -455,6 +464,8 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
     xroom_t *r = xfer_map_get(x, room);
     int ok = r && r->phase == XR_PUTTING;
     int skip = ok && r->abort_req;
+    if (x->out_quiet && !x->out_held_us)
+        x->out_held_us = xfer_now(); /* the room's TRANSFERRING frame (tdm_xfer_prefill_send) */
     pthread_mutex_unlock(&x->mu);
     if (!ok)
         return;
@@ -531,6 +542,7 @@ static void *xfer_main(void *arg)
         uint32_t stall_ms;
         if (moving && xfer_fault(x, TDM_XFER_FAULT_STALL_TRANSFER, &stall_ms)) {
             tdm_warn(TDM_SUB_XFER, "fault stall_transfer: no progress for %u ms", stall_ms);
+            xfer_out_push(x); /* frames held for this thread do not wait through the stall */
             for (uint64_t end = xfer_now() + (uint64_t)stall_ms * 1000;
                  !atomic_load(&x->stop) && xfer_now() < end;)
                 tdm_time_sleep_us(10000);
@@ -710,6 +722,7 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
     x->chan_kill = 0;
     x->last_rx_us = x->last_hb_us = xfer_now();
     x->outq_len = x->outq_off = 0;
+    x->out_quiet = 0;
     /* chunk_tokens of the verdict tells decode whether this side computes KV checksums (0 = off,
      * --disaggregation-disable-checksums); decode refuses a registration that disagrees */
     xfer_out_status(x, 0, TDM_KVPOLL_SUCCESS, "registered", NULL, 0,
@@ -895,6 +908,7 @@ static void decode_handshake(tdm_xfer_t *x)
             x->chan_kill = 0;
             x->last_rx_us = x->last_hb_us = xfer_now();
             x->outq_len = x->outq_off = 0;
+            x->out_quiet = 0;
             xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, msg);
             pthread_cond_broadcast(&x->cv);
             pthread_mutex_unlock(&x->mu);

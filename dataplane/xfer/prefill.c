@@ -337,7 +337,12 @@ tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t 
     }
     r->phase = XR_PUTTING;
     xfer_room_set_all(x, room, TDM_KVPOLL_TRANSFERRING, "send");
+    /* The transfer thread, woken for the ISSUE below, sends this frame itself (before a long
+     * copy, else with the room's STATUS SUCCESS in one write): no wake of the receive thread,
+     * whose send would compete with the copy for the cores. */
+    x->out_nowake = 1;
     xfer_out_status(x, room, TDM_KVPOLL_TRANSFERRING, NULL, NULL, 0, 0);
+    x->out_nowake = 0;
     xfer_cmd_push(x, XCMD_ISSUE, room);
 out:
     pthread_mutex_unlock(&x->mu);

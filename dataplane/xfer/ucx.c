@@ -16,6 +16,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <tdm/log.h>
 
@@ -312,13 +315,48 @@ static int track(xroom_t *r, ucs_status_ptr_t sp, uint32_t *pending)
     return 0;
 }
 
+/* A copy whose stores bypass the cache (non-temporal), for rooms larger than the cache holds:
+ * the destination is not read before it is written (no read-for-ownership) and the room does not
+ * evict the source of the copies after it. The stores are weakly ordered: the room's fence
+ * (xfer_ucx_flush_room) orders them before its STATUS/ABORT_ACK. */
+static void copy_stream(uint8_t *dst, const uint8_t *src, size_t len)
+{
+#if defined(__x86_64__) && defined(__SSE2__)
+    size_t head = (size_t)(-(uintptr_t)dst & 63);
+    if (len < 256 + head) {
+        memcpy(dst, src, len);
+        return;
+    }
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    len -= head;
+    for (; len >= 64; dst += 64, src += 64, len -= 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+    }
+    memcpy(dst, src, len);
+#else
+    memcpy(dst, src, len);
+#endif
+}
+
 /* One write of len bytes to decode's raddr: a copy when the region is mapped here (`mapped` is
  * raddr's address in this process), else a put. */
 static void put_one(xfer_ucx_t *u, xroom_t *r, const void *src, size_t len, uint8_t *mapped,
-                    uint64_t raddr, ucp_rkey_h rkey)
+                    uint64_t raddr, ucp_rkey_h rkey, int stream)
 {
     if (mapped) {
-        memcpy(mapped, src, len);
+        if (stream)
+            copy_stream(mapped, src, len);
+        else
+            memcpy(mapped, src, len);
         return;
     }
     ucp_request_param_t rp;
@@ -335,6 +373,7 @@ static void put_one(xfer_ucx_t *u, xroom_t *r, const void *src, size_t len, uint
 tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, uint64_t *ret_bytes)
 {
     uint64_t puts = 0, bytes = 0;
+    const int stream = xfer_room_sum_bytes(x, r->n_pages) >= XFER_STREAM_MIN_BYTES;
     for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
         xfer_ucx_t *u = &x->ucx[rank];
         const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
@@ -358,7 +397,7 @@ tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, ui
                         tdm_kv_slot(kv, layer, (tdm_kv_sub_t)s, r->src_pages[i], 0);
                     uint64_t off = roff + (uint64_t)r->pages[i] * stride;
                     put_one(u, r, src, (size_t)(n * stride), u->r_kv_ptr ? u->r_kv_ptr + off : NULL,
-                            u->r_base + off, u->r_kv);
+                            u->r_base + off, u->r_kv, stream);
                     puts++;
                     bytes += n * stride;
                     i += n;
@@ -367,7 +406,7 @@ tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, ui
         if (rank == 0) {
             uint64_t off = (uint64_t)r->aux_slot * TDM_XFER_AUX_BYTES;
             put_one(u, r, r->aux_wire, TDM_XFER_AUX_BYTES, u->r_aux_ptr ? u->r_aux_ptr + off : NULL,
-                    u->r_aux_base + off, u->r_aux);
+                    u->r_aux_base + off, u->r_aux, 0);
             puts++;
             bytes += TDM_XFER_AUX_BYTES;
         }
@@ -388,8 +427,12 @@ tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r)
          * the fence orders its stores (glibc's large copies use non-temporal ones) before
          * anything this thread does next: the STATUS or ABORT_ACK it queues. For a rank written
          * only by copies that fence is the flush (I5); puts still need ucp_ep_flush_nbx. */
-        if (u->r_kv_ptr || u->r_aux_ptr)
+        if (u->r_kv_ptr || u->r_aux_ptr) {
+#if defined(__x86_64__) && defined(__SSE2__)
+            _mm_sfence(); /* the non-temporal stores of copy_stream */
+#endif
             atomic_thread_fence(memory_order_seq_cst);
+        }
         if (u->r_kv_ptr && u->r_aux_ptr)
             continue;
         memset(&rp, 0, sizeof(rp));
