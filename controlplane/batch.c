@@ -41,7 +41,7 @@ static uint64_t get_u64(const uint8_t *p)
 static int batch_bind(tdm_cp_batch_t *b)
 {
     const uint8_t *p = b->blob;
-    if (b->blob_len < TDM_CP_BATCH_HDR || (unsigned)b->format >= TDM_CP_BATCH_FORMAT_MAX)
+    if (b->blob_len < TDM_CP_BATCH_HDR)
         return -1;
     b->seq = get_u64(p);
     b->rank = get_u32(p + 8);
@@ -58,7 +58,7 @@ static int batch_bind(tdm_cp_batch_t *b)
         if (tdm_size_add(off, lens[i], &end) != TDM_OK || end >= b->blob_len || p[end] != 0)
             return -1;
         views[i] = (const char *)p + off;
-        if ((i < 2 || b->format == TDM_CP_BATCH_TEXT) && memchr(views[i], 0, lens[i]) != NULL)
+        if (memchr(views[i], 0, lens[i]) != NULL)
             return -1;
         off = end + 1;
     }
@@ -104,7 +104,6 @@ tdm_status_t tdm_cp_batch_encode(const tdm_cp_batch_parts_t *parts, tdm_cp_batch
     tdm_cp_batch_t *b = tdm_calloc(1, sizeof(*b));
     b->blob = blob;
     b->blob_len = total;
-    b->format = parts->format;
     if (batch_bind(b) != 0) {
         tdm_cp_batch_free(b);
         return TDM_ERR_INVAL; /* an instance_id that is empty or holds NUL */
@@ -113,13 +112,11 @@ tdm_status_t tdm_cp_batch_encode(const tdm_cp_batch_parts_t *parts, tdm_cp_batch
     return TDM_OK;
 }
 
-tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_format_t format,
-                                 tdm_cp_batch_t **ret_batch)
+tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_t **ret_batch)
 {
     tdm_cp_batch_t *b = tdm_calloc(1, sizeof(*b));
     b->blob = blob;
     b->blob_len = len;
-    b->format = format;
     if (batch_bind(b) != 0) {
         tdm_cp_batch_free(b);
         return TDM_ERR_FORMAT;

@@ -3,7 +3,7 @@
  *
  * The loop thread decodes a telemetry v1 POST (DESIGN §10c), pushes its samples into the ring and
  * encodes what is to be persisted into one self-contained blob: the (instance_id, rank, seq) key
- * and the rows for samples, transfer_events and events already in a COPY form. The DB ingest
+ * and the rows for samples, transfer_events and events already in COPY text form. The DB ingest
  * thread COPYs those rows verbatim; during a database outage the same blob is what goes into the
  * spool file, so a batch read back from disk is byte-for-byte the batch that was received.
  *
@@ -11,12 +11,6 @@
  * u32 instance_len, u32 group_len, u32 samples_len, u32 tevents_len, u32 events_len, then
  * instance_id, group, samples, tevents, events, each followed by one NUL byte.
  * tdm_cp_batch_decode() checks every length against the blob size and every terminator.
- *
- * The rows' format is not in the blob but beside it (the spool's record type): TEXT, COPY text
- * lines (what tandemd wrote before binary rows; a spool file may still hold such batches), or
- * BINARY, the tuples of PostgreSQL's binary COPY format without the stream header and trailer
- * (buf.h), which the ingest thread adds around the rows of one COPY. Text rows hold no NUL byte
- * (checked); binary rows may.
  */
 #ifndef TDM_CP_BATCH_H
 #define TDM_CP_BATCH_H
@@ -28,18 +22,11 @@
 
 #define TDM_CP_BATCH_HDR 44
 
-typedef enum tdm_cp_batch_format {
-    TDM_CP_BATCH_TEXT,
-    TDM_CP_BATCH_BINARY,
-    TDM_CP_BATCH_FORMAT_MAX
-} tdm_cp_batch_format_t;
-
 typedef struct tdm_cp_batch {
     struct tdm_cp_batch *next; /* queue link (DB thread) */
     uint64_t seq;
     uint32_t rank;
     uint32_t n_samples, n_tevents, n_events;
-    tdm_cp_batch_format_t format;
     const char *instance_id, *group; /* point into blob */
     const char *samples, *tevents, *events;
     size_t samples_len, tevents_len, events_len;
@@ -56,15 +43,13 @@ typedef struct tdm_cp_batch_parts {
     const char *samples, *tevents, *events;
     size_t samples_len, tevents_len, events_len;
     uint32_t n_samples, n_tevents, n_events;
-    tdm_cp_batch_format_t format;
 } tdm_cp_batch_parts_t;
 
 /* Build a batch (one allocation for the blob). TDM_ERR_OVERFLOW if a part exceeds 4 GiB. */
 tdm_status_t tdm_cp_batch_encode(const tdm_cp_batch_parts_t *parts, tdm_cp_batch_t **ret_batch);
-/* Take ownership of `blob` (malloc'd, rows in `format`) and validate it; on failure blob is freed
- * and TDM_ERR_FORMAT returned. */
-tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_format_t format,
-                                 tdm_cp_batch_t **ret_batch);
+/* Take ownership of `blob` (malloc'd) and validate it; on failure blob is freed and
+ * TDM_ERR_FORMAT returned. */
+tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_t **ret_batch);
 void tdm_cp_batch_free(tdm_cp_batch_t *b);
 
 #endif

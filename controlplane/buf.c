@@ -1,6 +1,6 @@
 /*
- * buf.c — growable byte buffer with the two escapers the control plane needs (PostgreSQL COPY text
- * and JSON string literals) and the field writers of PostgreSQL's binary COPY format.
+ * buf.c — growable byte buffer with the two escapers the control plane needs: PostgreSQL COPY text
+ * and JSON string literals.
  */
 #include "config.h"
 
@@ -155,72 +155,6 @@ void tdm_cp_buf_json_str(tdm_cp_buf_t *b, const char *s)
     *o++ = '"';
     b->len = (size_t)(o - b->data);
     b->data[b->len] = '\0';
-}
-
-/* "PGCOPY\n\377\r\n\0", flags 0 (no OIDs), header extension length 0 */
-const char tdm_cp_bin_header[TDM_CP_BIN_HEADER_LEN] = {
-    'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\377', '\r', '\n', 0, 0, 0, 0, 0, 0, 0, 0, 0};
-const char tdm_cp_bin_trailer[2] = {'\377', '\377'}; /* int16 -1 */
-
-static void put_be(tdm_cp_buf_t *b, uint64_t v, int n)
-{
-    tdm_cp_buf_reserve(b, (size_t)n);
-    unsigned char *o = (unsigned char *)b->data + b->len;
-    for (int i = n - 1; i >= 0; i--) {
-        o[i] = (unsigned char)(v & 0xffu);
-        v >>= 8;
-    }
-    b->len += (size_t)n;
-    b->data[b->len] = '\0';
-}
-
-void tdm_cp_bin_tuple(tdm_cp_buf_t *b, uint16_t nfields)
-{
-    put_be(b, nfields, 2);
-}
-
-void tdm_cp_bin_null(tdm_cp_buf_t *b)
-{
-    put_be(b, 0xffffffffu, 4);
-}
-
-void tdm_cp_bin_i32(tdm_cp_buf_t *b, int32_t v)
-{
-    put_be(b, 4, 4);
-    put_be(b, (uint32_t)v, 4);
-}
-
-void tdm_cp_bin_i64(tdm_cp_buf_t *b, int64_t v)
-{
-    put_be(b, 8, 4);
-    put_be(b, (uint64_t)v, 8);
-}
-
-void tdm_cp_bin_text(tdm_cp_buf_t *b, const char *s, size_t n)
-{
-    if (!s) {
-        tdm_cp_bin_null(b);
-        return;
-    }
-    /* the request body bounds n far below 2 GiB */
-    put_be(b, (uint32_t)n, 4);
-    tdm_cp_buf_append(b, s, n);
-}
-
-size_t tdm_cp_bin_open(tdm_cp_buf_t *b)
-{
-    put_be(b, 0, 4);
-    return b->len;
-}
-
-void tdm_cp_bin_close(tdm_cp_buf_t *b, size_t at)
-{
-    uint32_t n = (uint32_t)(b->len - at);
-    unsigned char *o = (unsigned char *)b->data + at - 4;
-    o[0] = (unsigned char)(n >> 24);
-    o[1] = (unsigned char)(n >> 16);
-    o[2] = (unsigned char)(n >> 8);
-    o[3] = (unsigned char)n;
 }
 
 char *tdm_cp_buf_steal(tdm_cp_buf_t *b, size_t *ret_len)

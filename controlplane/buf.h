@@ -35,23 +35,6 @@ void tdm_cp_buf_hex16(tdm_cp_buf_t *b, uint64_t v);
 void tdm_cp_buf_copy_text(tdm_cp_buf_t *b, const char *s);
 /* Append `s` as a JSON string literal with quotes. */
 void tdm_cp_buf_json_str(tdm_cp_buf_t *b, const char *s);
-/* PostgreSQL's binary COPY format (COPY ... FROM STDIN (FORMAT binary)): the stream's 19-byte
- * header and 2-byte trailer, a tuple's field count, and fields, each a network-order int32 length
- * (-1 for NULL) and the value in the type's binary send form: int4/int8 big-endian, text as its
- * bytes, jsonb as the version byte 1 and the JSON text. A field whose length is only known once
- * written (jsonb) is opened (a placeholder length) and closed (the length patched in). */
-#define TDM_CP_BIN_HEADER_LEN 19
-extern const char tdm_cp_bin_header[TDM_CP_BIN_HEADER_LEN];
-extern const char tdm_cp_bin_trailer[2];
-void tdm_cp_bin_tuple(tdm_cp_buf_t *b, uint16_t nfields);
-void tdm_cp_bin_null(tdm_cp_buf_t *b);
-void tdm_cp_bin_i32(tdm_cp_buf_t *b, int32_t v);
-void tdm_cp_bin_i64(tdm_cp_buf_t *b, int64_t v);
-/* `s` (n bytes) as a text field; NULL → a NULL field. */
-void tdm_cp_bin_text(tdm_cp_buf_t *b, const char *s, size_t n);
-/* Start a field of unknown length; returns what tdm_cp_bin_close() needs. */
-size_t tdm_cp_bin_open(tdm_cp_buf_t *b);
-void tdm_cp_bin_close(tdm_cp_buf_t *b, size_t at);
 /* Take ownership of the bytes (NUL-terminated); the buffer is left empty. */
 char *tdm_cp_buf_steal(tdm_cp_buf_t *b, size_t *ret_len);
 void tdm_cp_buf_reset(tdm_cp_buf_t *b);

@@ -33,8 +33,7 @@
 
 #define BACKOFF_MIN_US 100000u
 #define BACKOFF_MAX_US 2000000u
-#define SPOOL_TYPE_BATCH 1     /* a batch blob with COPY text rows (spools of older tandemds) */
-#define SPOOL_TYPE_BATCH_BIN 2 /* a batch blob with binary COPY rows */
+#define SPOOL_TYPE_BATCH 1
 
 typedef struct jobq {
     pthread_mutex_t mu;
@@ -426,9 +425,8 @@ static ingest_rc_t exec_cmd(PGconn *conn, const char *sql, char *err, size_t err
     return rc;
 }
 
-/* COPY one table's rows of one batch; binary rows get the stream's header and trailer. */
-static ingest_rc_t copy_rows(PGconn *conn, const char *sql, int binary, const char *rows,
-                             size_t len, char *err, size_t err_len)
+static ingest_rc_t copy_rows(PGconn *conn, const char *sql, const char *rows, size_t len, char *err,
+                             size_t err_len)
 {
     if (len == 0)
         return INGEST_OK;
@@ -439,10 +437,7 @@ static ingest_rc_t copy_rows(PGconn *conn, const char *sql, int binary, const ch
         return PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
     }
     PQclear(res);
-    if ((binary && PQputCopyData(conn, tdm_cp_bin_header, TDM_CP_BIN_HEADER_LEN) != 1) ||
-        PQputCopyData(conn, rows, (int)len) != 1 ||
-        (binary && PQputCopyData(conn, tdm_cp_bin_trailer, sizeof(tdm_cp_bin_trailer)) != 1) ||
-        PQputCopyEnd(conn, NULL) != 1) {
+    if (PQputCopyData(conn, rows, (int)len) != 1 || PQputCopyEnd(conn, NULL) != 1) {
         snprintf(err, err_len, "%s", PQerrorMessage(conn));
         return INGEST_CONN;
     }
@@ -456,21 +451,6 @@ static ingest_rc_t copy_rows(PGconn *conn, const char *sql, int binary, const ch
     }
     return rc;
 }
-
-#define S_COLS                                                                                     \
-    "samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, coll_seq, "  \
-    "coll_hash, in_coll, bs, waiting, running) FROM STDIN"
-#define T_COLS                                                                                     \
-    "transfer_events (ts_us, instance_id, rank, group_name, batch_seq, idx, type, room, "          \
-    "from_state, to_state, reason, data) FROM STDIN"
-#define E_COLS                                                                                     \
-    "events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, data) "   \
-    "FROM STDIN"
-/* [text, binary][samples, transfer_events, events] */
-static const char *const copy_sql[2][3] = {{"COPY " S_COLS, "COPY " T_COLS, "COPY " E_COLS},
-                                           {"COPY " S_COLS " (FORMAT binary)",
-                                            "COPY " T_COLS " (FORMAT binary)",
-                                            "COPY " E_COLS " (FORMAT binary)"}};
 
 static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err, size_t err_len)
 {
@@ -503,13 +483,21 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
         ingest_rc_t rc = exec_cmd(conn, "ROLLBACK", err, err_len);
         return rc == INGEST_OK ? INGEST_DUP : rc;
     }
-    int bin = b->format == TDM_CP_BATCH_BINARY;
-    ingest_rc_t rc =
-        copy_rows(conn, copy_sql[bin][0], bin, b->samples, b->samples_len, err, err_len);
+    ingest_rc_t rc = copy_rows(conn,
+                               "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, "
+                               "iter, path, plan_hash, coll_seq, coll_hash, in_coll, bs, waiting, "
+                               "running) FROM STDIN",
+                               b->samples, b->samples_len, err, err_len);
     if (rc == INGEST_OK)
-        rc = copy_rows(conn, copy_sql[bin][1], bin, b->tevents, b->tevents_len, err, err_len);
+        rc = copy_rows(conn,
+                       "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, "
+                       "idx, type, room, from_state, to_state, reason, data) FROM STDIN",
+                       b->tevents, b->tevents_len, err, err_len);
     if (rc == INGEST_OK)
-        rc = copy_rows(conn, copy_sql[bin][2], bin, b->events, b->events_len, err, err_len);
+        rc = copy_rows(conn,
+                       "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, "
+                       "idx, type, reason, data) FROM STDIN",
+                       b->events, b->events_len, err, err_len);
     if (rc == INGEST_OK) {
         snprintf(sql, sizeof(sql),
                  "UPDATE ingest_marks SET seq = %llu, updated_us = %llu "
@@ -538,6 +526,13 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
 #define GATHER_MAX_US 2000u
 #define RECENT_KEYS 256
 
+static const char *const copy_sql[3] = {
+    "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
+    "coll_seq, coll_hash, in_coll, bs, waiting, running) FROM STDIN",
+    "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, idx, type, room, "
+    "from_state, to_state, reason, data) FROM STDIN",
+    "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
+    "data) FROM STDIN"};
 /* transfer_events, the bulk of a batch, first: joiners add their rows to it (ingest_group) */
 static const int copy_order[3] = {1, 0, 2};
 
@@ -671,7 +666,6 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
                                 size_t err_len)
 {
     size_t n = *np, cap = n + JOIN_MAX_KEYS, nm = 0, nj, want = 0;
-    int bin = jobs[0]->batch->format == TDM_CP_BATCH_BINARY; /* one format per group */
     gmark_t *marks = tdm_calloc(cap, sizeof(*marks));
     uint8_t *has = tdm_calloc(cap, 1);
     join_key_t *jk = tdm_calloc(JOIN_MAX_KEYS, sizeof(*jk));
@@ -710,7 +704,7 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
                           "RETURNING instance_id, rank, seq");
     for (int t = 0; t < 3; t++) {
         tdm_cp_buf_puts(&sql, "; ");
-        tdm_cp_buf_puts(&sql, copy_sql[bin][copy_order[t]]);
+        tdm_cp_buf_puts(&sql, copy_sql[copy_order[t]]);
     }
     if (!PQsendQuery(conn, sql.data)) {
         snprintf(err, err_len, "%s", PQerrorMessage(conn));
@@ -766,11 +760,6 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
                 rc = INGEST_CONN;
             break;
         }
-        if (bin && PQputCopyData(conn, tdm_cp_bin_header, TDM_CP_BIN_HEADER_LEN) != 1) {
-            snprintf(err, err_len, "%s", PQerrorMessage(conn));
-            rc = INGEST_CONN;
-            break;
-        }
         rc = put_rows(conn, jobs, 0, n, accepted, copy_order[t], err, err_len);
         /* transfer_events (the bulk) first: the joiners' rows follow the first batches' there */
         while (t == 0 && rc == INGEST_OK && n < GROUP_MAX_BATCHES) {
@@ -790,9 +779,7 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
                 decide(marks, nm, has, jobs, i, accepted);
             rc = put_rows(conn, jobs, from, n, accepted, 1, err, err_len);
         }
-        if (rc == INGEST_OK &&
-            ((bin && PQputCopyData(conn, tdm_cp_bin_trailer, sizeof(tdm_cp_bin_trailer)) != 1) ||
-             PQputCopyEnd(conn, NULL) != 1)) {
+        if (rc == INGEST_OK && PQputCopyEnd(conn, NULL) != 1) {
             snprintf(err, err_len, "%s", PQerrorMessage(conn));
             rc = INGEST_CONN;
         }
@@ -872,10 +859,8 @@ static void spill_locked(tdm_cp_db_t *db, int all)
         tdm_cp_job_t *job = db->ingest.head;
         if (job->claimed || key_in_flight_locked(db, job->key, 0))
             break;
-        tdm_status_t st = tdm_cp_spool_append(
-            db->spool,
-            job->batch->format == TDM_CP_BATCH_BINARY ? SPOOL_TYPE_BATCH_BIN : SPOOL_TYPE_BATCH,
-            job->batch->blob, job->batch->blob_len);
+        tdm_status_t st = tdm_cp_spool_append(db->spool, SPOOL_TYPE_BATCH, job->batch->blob,
+                                              job->batch->blob_len);
         if (st != TDM_OK) {
             db->spool_full = 1;
             break;
@@ -966,12 +951,8 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
         return 0;
     }
     tdm_cp_batch_t *b = NULL;
-    int known = type == SPOOL_TYPE_BATCH || type == SPOOL_TYPE_BATCH_BIN;
-    if (!known ||
-        tdm_cp_batch_decode(body, len,
-                            type == SPOOL_TYPE_BATCH_BIN ? TDM_CP_BATCH_BINARY : TDM_CP_BATCH_TEXT,
-                            &b) != TDM_OK) {
-        if (!known)
+    if (type != SPOOL_TYPE_BATCH || tdm_cp_batch_decode(body, len, &b) != TDM_OK) {
+        if (type != SPOOL_TYPE_BATCH)
             tdm_free(body);
         tdm_err(TDM_SUB_DB, "msg=\"spool record skipped: not a telemetry batch\" type=%u", type);
         tdm_cp_spool_advance(db->spool);
@@ -1127,8 +1108,7 @@ static size_t take_group_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t **group)
     for (tdm_cp_job_t *j = db->ingest.head; j && n < GROUP_MAX_BATCHES; j = j->next) {
         if (j->worker != me || j->claimed)
             continue;
-        if (n && (bytes + j->batch->blob_len > GROUP_MAX_BYTES ||
-                  j->batch->format != group[0]->batch->format))
+        if (n && bytes + j->batch->blob_len > GROUP_MAX_BYTES)
             break;
         j->claimed = me;
         db->claimed_n++;
@@ -1182,8 +1162,7 @@ static size_t join_locked(tdm_cp_db_t *db, int me, gmark_t *marks, size_t nm, ui
         size_t k = mark_find(marks, nm, j->batch);
         if (k == nm || has[k])
             continue;
-        if (bytes + j->batch->blob_len > GROUP_MAX_BYTES ||
-            j->batch->format != jobs[0]->batch->format)
+        if (bytes + j->batch->blob_len > GROUP_MAX_BYTES)
             break;
         has[k] = 1;
         j->claimed = me;

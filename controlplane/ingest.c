@@ -4,8 +4,7 @@
  * Decode and validate the whole batch first with the shared strict decoder (tdm/telemetry.h;
  * nothing is kept from a batch with one bad field), then: push every sample into its rank's ring
  * (unless the batch is a replay the ring already holds), select the samples to persist (10 Hz per
- * rank), render rows in PostgreSQL's binary COPY format, and queue the batch for the ingest thread.
- * The reply
+ * rank), render rows as COPY text, and queue the batch for the ingest thread. The reply
  * {"acked_seq":N} is sent when the batch is committed, found to be a duplicate, or made durable in
  * the spool — never before.
  */
@@ -26,62 +25,39 @@
 
 #define PERSIST_PERIOD_US 100000u /* 10 Hz per rank */
 
-/* Rows go to PostgreSQL in the binary COPY format (buf.h): the database converts no numbers from
- * text and unescapes nothing. Text COPY rejected a bs/waiting/running/rank above the integer
- * columns' range; binary would store it wrapped, so such a value is refused here instead. */
-#define SAMPLE_FIELDS 14
-#define TEVENT_FIELDS 12
-#define EVENT_FIELDS 10
-
-/* An unsigned telemetry value for an integer column; 0, or -1 when it does not fit. */
-static int i32_field(tdm_cp_buf_t *b, uint64_t v)
+/* `prefix` is the row's constant "instance_id\trank\tgroup\t" (COPY text, escaped once). */
+static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const tdm_cp_buf_t *prefix,
+                       uint64_t seq, tdm_cp_buf_t *scratch)
 {
-    if (v > INT32_MAX)
-        return -1;
-    tdm_cp_bin_i32(b, (int32_t)v);
-    return 0;
-}
-
-static void text_field(tdm_cp_buf_t *b, const char *s)
-{
-    tdm_cp_bin_text(b, s, s ? strlen(s) : 0);
-}
-
-/* `prefix` is the row's constant instance_id, rank and group_name fields (encoded once). -1 (and
- * the column in `err`) when a value does not fit its column; b then holds a partial row. */
-static int sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const tdm_cp_buf_t *prefix,
-                      uint64_t seq, tdm_cp_buf_t *scratch, const char **err)
-{
-    tdm_cp_bin_tuple(b, SAMPLE_FIELDS);
-    tdm_cp_bin_i64(b, s->ts_us);
+    tdm_cp_buf_i64(b, s->ts_us);
+    tdm_cp_buf_append(b, "\t", 1);
     tdm_cp_buf_append(b, prefix->data, prefix->len);
-    tdm_cp_bin_i64(b, (int64_t)seq); /* seq, iter, coll_seq: at most INT64_MAX (telemetry.h) */
-    tdm_cp_bin_i64(b, (int64_t)s->iter);
-    text_field(b, s->path);
-    tdm_cp_bin_i64(b, (int64_t)s->plan_hash);
-    tdm_cp_bin_i64(b, (int64_t)s->coll_seq);
-    tdm_cp_bin_i64(b, (int64_t)s->coll_hash);
+    tdm_cp_buf_u64(b, seq);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->iter);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_copy_text(b, s->path);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_i64(b, (int64_t)s->plan_hash);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->coll_seq);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_i64(b, (int64_t)s->coll_hash);
+    tdm_cp_buf_append(b, "\t", 1);
     if (s->in_coll_valid) {
         tdm_cp_buf_reset(scratch);
-        tdm_cp_buf_append(scratch, "\1", 1); /* jsonb version */
         tdm_cp_in_coll_json(scratch, &s->in_coll);
-        tdm_cp_bin_text(b, scratch->data, scratch->len);
+        tdm_cp_buf_copy_text(b, scratch->data);
     } else {
-        tdm_cp_bin_null(b);
+        tdm_cp_buf_append(b, "\\N", 2);
     }
-    if (i32_field(b, s->bs) != 0) {
-        *err = "bs";
-        return -1;
-    }
-    if (i32_field(b, s->waiting) != 0) {
-        *err = "waiting";
-        return -1;
-    }
-    if (i32_field(b, s->running) != 0) {
-        *err = "running";
-        return -1;
-    }
-    return 0;
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->bs);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->waiting);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_u64(b, s->running);
+    tdm_cp_buf_append(b, "\n", 1);
 }
 
 static const char *nz(const char *s)
@@ -89,19 +65,25 @@ static const char *nz(const char *s)
     return s && *s ? s : NULL;
 }
 
-/* A JSON string literal as jansson writes it: ", \ and control characters escaped, other bytes
- * verbatim. */
-static void json_str(tdm_cp_buf_t *b, const char *s, size_t n)
+/* A JSON string literal (as jansson writes it: ", \ and control characters escaped, other bytes
+ * verbatim), COPY-escaped: every backslash doubled. */
+static void copy_json_str(tdm_cp_buf_t *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    tdm_cp_buf_reserve(b, n * 6 + 2);
+    tdm_cp_buf_reserve(b, n * 7 + 2);
     char *o = b->data + b->len;
     *o++ = '"';
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             *o++ = '\\';
-            *o++ = (char)c;
+            *o++ = '\\';
+            if (c == '\\') {
+                *o++ = '\\';
+                *o++ = '\\';
+            } else {
+                *o++ = '"';
+            }
         } else if (c < 0x20) {
             const char *esc = c == '\n'   ? "n"
                               : c == '\t' ? "t"
@@ -109,6 +91,7 @@ static void json_str(tdm_cp_buf_t *b, const char *s, size_t n)
                               : c == '\b' ? "b"
                               : c == '\f' ? "f"
                                           : NULL;
+            *o++ = '\\';
             *o++ = '\\';
             if (esc) {
                 *o++ = *esc;
@@ -128,9 +111,11 @@ static void json_str(tdm_cp_buf_t *b, const char *s, size_t n)
     b->data[b->len] = '\0';
 }
 
-/* `v` as compact JSON straight into b (the events' `data` column; what json_dumps(JSON_COMPACT)
- * gives, without the intermediate string). */
-static void json_compact(tdm_cp_buf_t *b, const json_t *v)
+/* `v` as compact JSON, escaped for COPY text, straight into b (the events' `data` column; what
+ * json_dumps(JSON_COMPACT) + tdm_cp_buf_copy_text gave, without the intermediate string). JSON
+ * output never holds a raw tab, newline or CR (control characters are escaped), so the only COPY
+ * escape needed is the backslash of a JSON escape, written doubled. */
+static void copy_json(tdm_cp_buf_t *b, const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -143,9 +128,9 @@ static void json_compact(tdm_cp_buf_t *b, const json_t *v)
             if (!first)
                 tdm_cp_buf_append(b, ",", 1);
             first = 0;
-            json_str(b, k, strlen(k));
+            copy_json_str(b, k, strlen(k));
             tdm_cp_buf_append(b, ":", 1);
-            json_compact(b, x);
+            copy_json(b, x);
         }
         tdm_cp_buf_append(b, "}", 1);
         break;
@@ -158,13 +143,13 @@ static void json_compact(tdm_cp_buf_t *b, const json_t *v)
         {
             if (i)
                 tdm_cp_buf_append(b, ",", 1);
-            json_compact(b, x);
+            copy_json(b, x);
         }
         tdm_cp_buf_append(b, "]", 1);
         break;
     }
     case JSON_STRING:
-        json_str(b, json_string_value(v), json_string_length(v));
+        copy_json_str(b, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         tdm_cp_buf_i64(b, (int64_t)json_integer_value(v));
@@ -193,9 +178,9 @@ static void json_compact(tdm_cp_buf_t *b, const json_t *v)
 }
 
 /* One event → a transfer_events row (it names a room) or an events row (from/to kept in data,
- * since events has no state columns). `prefix` is the row's constant instance_id, rank,
- * group_name and batch_seq fields (encoded once per batch); `data` is written without an
- * intermediate string. */
+ * since events has no state columns). `prefix` is the row's constant
+ * "instance_id\trank\tgroup\tseq\t" (COPY text, escaped once per batch); numbers are rendered
+ * without printf and `data` without an intermediate string. */
 static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t *e, uint32_t idx,
                       const tdm_cp_buf_t *prefix)
 {
@@ -210,27 +195,28 @@ static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t 
         data = owned;
     }
     tdm_cp_buf_t *b = e->has_room ? tev : ev;
-    tdm_cp_bin_tuple(b, e->has_room ? TEVENT_FIELDS : EVENT_FIELDS);
-    tdm_cp_bin_i64(b, e->ts_us);
-    if (!e->has_room)
-        tdm_cp_bin_text(b, "worker", 6);
+    tdm_cp_buf_i64(b, e->ts_us);
+    tdm_cp_buf_append(b, e->has_room ? "\t" : "\tworker\t", e->has_room ? 1 : 8);
     tdm_cp_buf_append(b, prefix->data, prefix->len);
-    tdm_cp_bin_i32(b, (int32_t)idx); /* < the events of one bounded body */
-    text_field(b, e->type);
+    tdm_cp_buf_u64(b, idx);
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_copy_text(b, e->type);
+    tdm_cp_buf_append(b, "\t", 1);
     if (e->has_room) {
-        tdm_cp_bin_i64(b, (int64_t)e->room);
-        text_field(b, nz(e->from));
-        text_field(b, nz(e->to));
+        tdm_cp_buf_i64(b, (int64_t)e->room);
+        tdm_cp_buf_append(b, "\t", 1);
+        tdm_cp_buf_copy_text(b, nz(e->from));
+        tdm_cp_buf_append(b, "\t", 1);
+        tdm_cp_buf_copy_text(b, nz(e->to));
+        tdm_cp_buf_append(b, "\t", 1);
     }
-    text_field(b, nz(e->reason));
-    if (data) {
-        size_t at = tdm_cp_bin_open(b);
-        tdm_cp_buf_append(b, "\1", 1); /* jsonb version */
-        json_compact(b, data);
-        tdm_cp_bin_close(b, at);
-    } else {
-        tdm_cp_bin_null(b);
-    }
+    tdm_cp_buf_copy_text(b, nz(e->reason));
+    tdm_cp_buf_append(b, "\t", 1);
+    if (data)
+        copy_json(b, data);
+    else
+        tdm_cp_buf_append(b, "\\N", 2);
+    tdm_cp_buf_append(b, "\n", 1);
     json_decref(owned);
 }
 
@@ -336,11 +322,13 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
      * database (the mark decides), thinned on their own. */
     int replay = tb.seq <= rk->last_seq;
     uint64_t replay_last = 0;
-    uint32_t persisted = 0, bad_idx = 0;
-    const char *bad_col = NULL; /* a value that does not fit its column */
-    text_field(&prefix, inst);
-    tdm_cp_bin_i32(&prefix, (int32_t)tb.rank); /* at most UINT16_MAX (telemetry.h) */
-    text_field(&prefix, tb.group);
+    uint32_t persisted = 0;
+    tdm_cp_buf_puts(&prefix, inst);
+    tdm_cp_buf_append(&prefix, "\t", 1);
+    tdm_cp_buf_u64(&prefix, tb.rank);
+    tdm_cp_buf_append(&prefix, "\t", 1);
+    tdm_cp_buf_copy_text(&prefix, tb.group);
+    tdm_cp_buf_append(&prefix, "\t", 1);
     /* a batch's rows are about 200 bytes each: one allocation up front */
     tdm_cp_buf_reserve(&sb, (size_t)tb.n_samples * 224);
     hr = tdm_malloc(sizeof(*hr) + (size_t)tb.n_samples * sizeof(hr->rows[0]));
@@ -362,9 +350,8 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
             tdm_cp_rank_push(rk, x);
             due = tdm_cp_rank_persist_due(rk, ts, PERSIST_PERIOD_US);
         }
-        if (due && !bad_col) {
-            if (sample_row(&sb, x, &prefix, tb.seq, &scratch, &bad_col) != 0)
-                bad_idx = i;
+        if (due) {
+            sample_row(&sb, x, &prefix, tb.seq, &scratch);
             persisted++;
             hr->rows[hr->n++] = *x;
             if (x->ts_us > hr->newest_ts)
@@ -382,21 +369,9 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     s->events_received += tb.n_events;
 
     uint32_t n_tev = 0, n_ev = 0;
-    if (bad_col) {
-        /* as the database refused such a batch before rows went in binary: nothing persisted,
-         * and the history cache no longer covers the rank (hist_note on a rejection) */
-        tdm_cp_hist_sync(s);
-        if (hr->n)
-            tdm_cp_hist_gap(&s->hist, inst, tb.rank, hr->newest_ts);
-        s->ingest_rejected++;
-        tdm_cp_send_error(req, 422, "rejected", "invalid_request_error",
-                          "the database rejected the batch: samples[%u].%s is out of range for "
-                          "type integer",
-                          bad_idx, bad_col);
-        goto out;
-    }
     /* the events' constant part: the samples' prefix and the batch seq */
-    tdm_cp_bin_i64(&prefix, (int64_t)tb.seq);
+    tdm_cp_buf_u64(&prefix, tb.seq);
+    tdm_cp_buf_append(&prefix, "\t", 1);
     if (tb.n_events) {
         tdm_cp_buf_reserve(&tvb, (size_t)tb.n_events * 160);
     }
@@ -421,7 +396,6 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
         .n_samples = persisted,
         .n_tevents = n_tev,
         .n_events = n_ev,
-        .format = TDM_CP_BATCH_BINARY,
     };
     tdm_cp_batch_t *batch;
     if (tdm_cp_batch_encode(&parts, &batch) != TDM_OK) {

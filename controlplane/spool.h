@@ -3,8 +3,7 @@
  * survives a database outage (and a tandemd restart during one).
  *
  * File: header magic "TDSP" (u32 LE 0x50534454), u16 version (1), u16 header length (16), u64
- * reserved; then records, each magic "TDSR" (u32), u16 version (1), u16 type (1 = telemetry batch
- * with COPY text rows, 2 = telemetry batch with binary COPY rows: batch.h),
+ * reserved; then records, each magic "TDSR" (u32), u16 version (1), u16 type (1 = telemetry batch),
  * u32 body length, u32 XXH32 of the body, body. The reader rejects a wrong file magic or version
  * with TDM_ERR_FORMAT and a precise message; a torn record at the tail (a crash mid-append) is cut
  * off at open and logged. Appends are fdatasync'ed before returning: a record in the spool is

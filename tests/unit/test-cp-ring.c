@@ -1,5 +1,5 @@
-/* test-cp-ring.c — per-rank rings (wrap, order, lookup bounds, thinning), the batch blob (text and
- * binary rows), the COPY/JSON escapers and the binary COPY field writers of the control plane. */
+/* test-cp-ring.c — per-rank rings (wrap, order, lookup bounds, thinning), the batch blob and the
+ * COPY/JSON escapers of the control plane. */
 #include "config.h"
 
 #include <string.h>
@@ -67,7 +67,7 @@ static void test_batch(void)
     uint8_t *copy = tdm_malloc(b->blob_len);
     memcpy(copy, b->blob, b->blob_len);
     tdm_cp_batch_t *d;
-    is_int(tdm_cp_batch_decode(copy, b->blob_len, TDM_CP_BATCH_TEXT, &d), TDM_OK, "decode");
+    is_int(tdm_cp_batch_decode(copy, b->blob_len, &d), TDM_OK, "decode");
     is_u64(d->seq, 42, "seq round-trips");
     is_int(d->rank, 3, "rank round-trips");
     is_str(d->instance_id, "00000000000000aa", "instance round-trips");
@@ -80,7 +80,7 @@ static void test_batch(void)
     for (size_t n = 0; n < b->blob_len; n++) {
         uint8_t *t = tdm_malloc(n ? n : 1);
         memcpy(t, b->blob, n);
-        if (tdm_cp_batch_decode(t, n, TDM_CP_BATCH_TEXT, &d) == TDM_OK) {
+        if (tdm_cp_batch_decode(t, n, &d) == TDM_OK) {
             all_refused = 0;
             tdm_cp_batch_free(d);
         }
@@ -89,74 +89,8 @@ static void test_batch(void)
     uint8_t *t = tdm_malloc(b->blob_len);
     memcpy(t, b->blob, b->blob_len);
     t[32] = 0xff; /* samples_len */
-    is_int(tdm_cp_batch_decode(t, b->blob_len, TDM_CP_BATCH_TEXT, &d), TDM_ERR_FORMAT,
-           "bad length refused");
+    is_int(tdm_cp_batch_decode(t, b->blob_len, &d), TDM_ERR_FORMAT, "bad length refused");
     tdm_cp_batch_free(b);
-}
-
-/* The binary COPY field writers against bytes worked out by hand from PostgreSQL's format
- * (test-cp-api checks what the database reads back). */
-static void test_bin(void)
-{
-    ok(memcmp(tdm_cp_bin_header, "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0", TDM_CP_BIN_HEADER_LEN) == 0,
-       "binary COPY header: signature, flags 0, no extension");
-    ok(memcmp(tdm_cp_bin_trailer, "\377\377", 2) == 0, "trailer is int16 -1");
-    tdm_cp_buf_t b = TDM_CP_BUF_INIT;
-    tdm_cp_bin_tuple(&b, 3);
-    tdm_cp_bin_i64(&b, -2);
-    tdm_cp_bin_i32(&b, INT32_MIN);
-    tdm_cp_bin_text(&b, "a\0b", 3);
-    tdm_cp_bin_text(&b, NULL, 5);
-    tdm_cp_bin_null(&b);
-    size_t at = tdm_cp_bin_open(&b);
-    tdm_cp_buf_append(&b, "\1{}", 3);
-    tdm_cp_bin_close(&b, at);
-    static const unsigned char want[] = {
-        0,    3,                                                                /* fields */
-        0,    0,    0,    8,    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe, /* int8 -2 */
-        0,    0,    0,    4,    0x80, 0,    0,    0,                            /* int4 INT32_MIN */
-        0,    0,    0,    3,    'a',  0,    'b',  /* text, bytes verbatim */
-        0xff, 0xff, 0xff, 0xff,                   /* NULL text */
-        0xff, 0xff, 0xff, 0xff,                   /* NULL */
-        0,    0,    0,    3,    1,    '{',  '}'}; /* jsonb: version 1 + text */
-    ok(b.len == sizeof(want) && memcmp(b.data, want, sizeof(want)) == 0,
-       "fields encode as PostgreSQL's binary COPY (%zu bytes)", b.len);
-    tdm_cp_buf_reset(&b);
-    tdm_cp_bin_i64(&b, INT64_MAX);
-    tdm_cp_bin_i32(&b, 0x01020304);
-    static const unsigned char want2[] = {0,    0,    0, 8, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                          0xff, 0xff, 0, 0, 0,    4,    1,    2,    3,    4};
-    ok(b.len == sizeof(want2) && memcmp(b.data, want2, sizeof(want2)) == 0,
-       "big-endian: INT64_MAX and 0x01020304");
-
-    /* a blob of binary rows (NUL bytes inside) round-trips as BINARY, is refused as TEXT */
-    tdm_cp_batch_parts_t p = {.seq = 7,
-                              .rank = 1,
-                              .instance_id = "00000000000000aa",
-                              .group = "g",
-                              .samples = b.data,
-                              .samples_len = b.len,
-                              .tevents = "",
-                              .events = "",
-                              .n_samples = 1,
-                              .format = TDM_CP_BATCH_BINARY};
-    tdm_cp_batch_t *e, *d;
-    is_int(tdm_cp_batch_encode(&p, &e), TDM_OK, "binary batch encodes");
-    uint8_t *c1 = tdm_malloc(e->blob_len), *c2 = tdm_malloc(e->blob_len);
-    memcpy(c1, e->blob, e->blob_len);
-    memcpy(c2, e->blob, e->blob_len);
-    is_int(tdm_cp_batch_decode(c1, e->blob_len, TDM_CP_BATCH_BINARY, &d), TDM_OK,
-           "binary batch decodes");
-    ok(d->format == TDM_CP_BATCH_BINARY && d->samples_len == b.len &&
-           memcmp(d->samples, b.data, b.len) == 0,
-       "binary rows round-trip byte for byte");
-    tdm_cp_batch_free(d);
-    is_int(tdm_cp_batch_decode(c2, e->blob_len, TDM_CP_BATCH_TEXT, &d), TDM_ERR_FORMAT,
-           "the same blob read as text rows is refused (NUL in text)");
-    p.format = TDM_CP_BATCH_TEXT;
-    is_int(tdm_cp_batch_encode(&p, &d), TDM_ERR_INVAL, "text rows holding NUL are refused");
-    tdm_cp_batch_free(e);
-    tdm_cp_buf_free(&b);
 }
 
 static void test_buf(void)
@@ -178,6 +112,5 @@ int main(void)
     test_ring();
     test_batch();
     test_buf();
-    test_bin();
     return done_testing();
 }
