@@ -13,8 +13,8 @@
  * host), as in serving; argv[2] = "aligned" keeps an aligned_alloc decode pool for comparison.
  * Geometry: bf16, 32 layers, 2 KV heads × 128, page 16 tokens → one page chunk = 512 KiB, moved
  * as 64 contiguous regions (layer × K/V) per room. Every size is timed the same way: rounds of
- * `inflight` rooms issued back to back (as a busy prefill sends them and as ucx_perftest streams
- * its puts), each room into its own decode pages; throughput = the round's bytes / its wall time.
+ * `inflight` rooms issued back to back, each room into its own decode pages; throughput = the
+ * round's bytes / its wall time (first send to the last room's SUCCESS on prefill).
  * The harness polls with a 1 µs timer slack (set after the engine's threads exist, so only the
  * harness's threads have it): the default 50 µs slack would add up to 70 µs per poll of the
  * harness's own to every round. argv: [N sizes [aligned]]; env TDM_BENCH_FROM=i starts at size
@@ -47,12 +47,14 @@ static int reps_for(uint64_t bytes)
     return bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
 }
 
-/* Rooms in flight per round, the same for every size: serving moves many rooms at once (one per
- * admitted request) and the transfer thread copies them back to back, as perftest streams puts.
- * Each line also carries the mean send→SUCCESS latency of one room. TDM_BENCH_INFLIGHT overrides.
- */
+/* Rooms per round, the same for every size. Default 1: same-host rooms up to 16 MiB are copied
+ * by the sending thread itself (engine: xfer_inline_ok), so the rooms of a round are written one
+ * after another anyway, and one room per round writes the same decode pages every round (freed
+ * and taken again, as a LIFO page pool does) as perftest re-puts one buffer. More rooms per round
+ * (TDM_BENCH_INFLIGHT) write distinct decode pages: a larger working set. Each line also carries
+ * the mean send→SUCCESS latency of one room. */
 #define INFLIGHT_MAX 32
-static uint32_t inflight = 4;
+static uint32_t inflight = 1;
 
 static uint32_t inflight_for(uint32_t np)
 {

@@ -32,7 +32,7 @@ TDM_BENCH_FROM=$i "$BUILD/bench/transfer" "$((i + 1))" >>"$runs" 2>"$elog" || { 
 i=$((i + 1))
 # how prefill wrote decode's pool (ucx.c logs it per rank at connect)
 if grep -q "writes: copies into decode's mapped shared memory" "$elog"; then
-    path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region; rooms of 8 MiB and more with non-temporal stores"
+    path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region; rooms up to 16 MiB copied by the sending thread, larger by the transfer thread; rooms of 8 MiB and more with non-temporal stores"
 else
     path="ucp_put_nbx per region, ucp_ep_flush_nbx per room"
 fi
@@ -116,7 +116,7 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run (its buffers come from ucp_mem_map ALLOCATE: shared memory the peer maps, so a put is one memcpy)',
        'anchor_err_peer': 'the same with -e (UCP_ERR_HANDLING_MODE_PEER, as the engine), up to 16 MiB',
        'processes': 'prefill and decode in two processes (forked before UCX init)',
-       'rooms_in_flight': 'every size is timed the same way: rounds of `inflight` rooms issued back to back (serving moves many rooms at once and the transfer thread copies them one after another, as perftest streams puts), each room into its own decode pages; throughput = bytes of the round / wall time from the first send to the last room becoming SUCCESS on prefill (after its flush, STATUS queued); the harness blocks on the engine event callback for the SUCCESS transitions instead of polling; decode verifies a round after it landed; room_latency_us = mean send to SUCCESS of one room in the round',
+       'rooms_in_flight': 'every size is timed the same way: rounds of `inflight` rooms (default 1) issued back to back, each room into its own decode pages (with 1, the same decode pages every round, freed and taken again, as perftest re-puts one buffer); throughput = bytes of the round / wall time from the first send to the last room becoming SUCCESS on prefill (after its fence/flush, STATUS queued: I5); same-host rooms up to 16 MiB are copied by the sending thread (xfer_inline_ok), larger ones by the transfer thread; the harness blocks on the engine event callback for the SUCCESS transitions instead of polling; decode verifies a round after it landed; room_latency_us = mean send to SUCCESS of one room',
        'order': 'size by size: the engine (checksums off, then on) and right after it ucx_perftest at that size, so both see the same load on the shared host',
        'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer (source and target stay in cache up to a few MiB), while the engine writes distinct decode pages per room of a round; this anchor moves the same bytes per put as the engine per round',
        'engine_write_path': path,

@@ -458,6 +458,29 @@ static int xfer_room_step(tdm_xfer_t *x, xroom_t *r)
     return 1;
 }
 
+/* Hash (checksums on) and write a room: its copies or puts, without `mu` (the API callers and
+ * the receive thread keep going meanwhile). The transfer thread, or tdm_xfer_prefill_send's
+ * caller for a room xfer_inline_ok accepted. */
+static void room_write(tdm_xfer_t *x, xroom_t *r)
+{
+    uint64_t t0 = tdm_time_mono_ns();
+    for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++)
+        if (xfer_kv_sums(x, rank, r->src_pages, r->n_pages, r->sums + (size_t)rank * r->n_pages) !=
+            TDM_OK)
+            r->put_error = 1;
+    uint64_t dt = tdm_time_mono_ns() - t0, puts, bytes;
+    xfer_ucx_put_room(x, r, &puts, &bytes);
+    xfer_cuda_put_room(x, r, &puts, &bytes); /* device pool: KV copies + event */
+    pthread_mutex_lock(&x->mu);
+    if (r->sums) {
+        x->st.checksum_ns += dt;
+        x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
+    }
+    x->st.puts += puts;
+    x->st.bytes_put += bytes;
+    pthread_mutex_unlock(&x->mu);
+}
+
 static void xfer_issue(tdm_xfer_t *x, uint64_t room)
 {
     pthread_mutex_lock(&x->mu);
@@ -477,32 +500,40 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
         xfer_out_push(x);
     if (slow)
         tdm_time_sleep_us((uint64_t)slow_ms * 1000);
-    if (!skip) {
-        uint64_t t0 = tdm_time_mono_ns();
-        for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++)
-            if (xfer_kv_sums(x, rank, r->src_pages, r->n_pages,
-                             r->sums + (size_t)rank * r->n_pages) != TDM_OK)
-                r->put_error = 1;
-        uint64_t dt = tdm_time_mono_ns() - t0, puts, bytes;
-        /* the copies (or puts) run without `mu`: the API callers and the receive thread keep
-         * going meanwhile */
-        xfer_ucx_put_room(x, r, &puts, &bytes);
-        xfer_cuda_put_room(x, r, &puts, &bytes); /* device pool: KV copies + event */
-        pthread_mutex_lock(&x->mu);
-        if (r->sums) {
-            x->st.checksum_ns += dt;
-            x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
-        }
-        x->st.puts += puts;
-        x->st.bytes_put += bytes;
-        pthread_mutex_unlock(&x->mu);
-    }
+    if (!skip)
+        room_write(x, r);
     /* Written by copies into mapped memory the room is delivered already: it is finalized now,
      * not after the rooms queued behind it (its STATUS frame joins theirs, xfer_out_push). */
     if (!xfer_room_step(x, r)) {
         r->next_active = x->active;
         x->active = r;
     }
+}
+
+int xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r)
+{
+    /* fault hooks act on the transfer thread (slow_host_copy, stall_transfer, kill_thread):
+     * with them configured every room takes that path */
+    if (x->cuda || x->cfg.fault || x->disconnect_pending ||
+        xfer_room_sum_bytes(x, r->n_pages) > XFER_INLINE_MAX_BYTES)
+        return 0;
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
+        const xfer_ucx_t *u = &x->ucx[rank];
+        if (!u->ep || !u->r_kv_ptr || !u->r_aux_ptr)
+            return 0; /* a put would need the transfer thread's UCX worker */
+    }
+    return 1;
+}
+
+void xfer_issue_inline(tdm_xfer_t *x, xroom_t *r)
+{
+    room_write(x, r);
+    r->phase = XR_FLUSHING;
+    xfer_ucx_flush_room(x, r); /* every rank mapped: the fences, no UCX call */
+    pthread_mutex_lock(&x->mu);
+    xfer_prefill_finalize(x, r);
+    x->inline_copies--;
+    pthread_mutex_unlock(&x->mu);
 }
 
 static void xfer_advance(tdm_xfer_t *x)
@@ -576,7 +607,10 @@ static void *xfer_main(void *arg)
         xfer_advance(x);
         if (x->out_held_us)
             xfer_out_push(x); /* the ring is empty: the held STATUS frames go now */
-        if (x->disconnect_pending && !x->active) {
+        pthread_mutex_lock(&x->mu);
+        int inline_busy = x->inline_copies > 0; /* callers still copying through the mappings */
+        pthread_mutex_unlock(&x->mu);
+        if (x->disconnect_pending && !x->active && !inline_busy) {
             for (uint32_t r = 0; r < x->n_ranks; r++)
                 xfer_ucx_disconnect(x, r);
             pthread_mutex_lock(&x->mu);
