@@ -725,6 +725,12 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
                 __ldg(reinterpret_cast<const float4 *>(norm_w + k));
     pdl_wait();
     pdl_trigger();
+    /* DEEP: what each row's sum is added to (y with ACCUM, else the bias), read once per warp
+     * right after the wait (lane i: row ra + i) instead of by a dependent load in the tail */
+    const bool pre = DEEP && rb - ra <= 32u;
+    float yo = 0.0f;
+    if (pre && (uint32_t)lane < rb - ra)
+        yo = (FLAGS & TDM_GEMV_ACCUM) ? y[ra + lane] : bias ? bias[ra + lane] : 0.0f;
     const float *xr = x + (size_t)(xrow ? xrow[0] : 0) * ldx;
     float ss = 0.0f, rs = 1.0f;
 #pragma unroll 4
@@ -804,7 +810,11 @@ __global__ void __launch_bounds__(G1_WARPS * 32, 2)
                 }
                 if (++jr == vpl) { /* warp-uniform: the row is complete */
                     float s = NORM2 ? warp_sum(acc) * rs : warp_sum(acc);
-                    if (lane == 0) {
+                    if (pre) {
+                        const float yv = __shfl_sync(0xffffffffu, yo, row - ra);
+                        if (lane == 0)
+                            y[row] = (FLAGS & TDM_GEMV_ACCUM) ? yv + s : s + yv;
+                    } else if (lane == 0) {
                         if (FLAGS & TDM_GEMV_ACCUM)
                             y[row] += s;
                         else

@@ -785,6 +785,8 @@ int main(void)
         check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, v);
         check_gemv(1, 128, 33, TDM_DTYPE_F32, 1, 0, v);
     }
+    check_gemv(1, 128, 70001, TDM_DTYPE_BF16, 1, 1, 11); /* > 32 rows per warp */
+    check_gemv(1, 128, 70001, TDM_DTYPE_BF16, 4, 0, 11);
     check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 0, 0, 2);
     check_gemv(8, 1024, 301, TDM_DTYPE_BF16, 4, 0, 2);
     check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
