@@ -27,7 +27,9 @@
  *     Open loop: request i is due at t0 + i/rps whatever happened before; its latency is measured
  *     from that due time (so a slow server cannot hide queueing by slowing the client), over a
  *     pool of keep-alive connections (a new one opened when all are busy, up to --conns; past that
- *     due requests wait, their clock running). Even requests read one rank's history
+ *     due requests wait, their clock running; a request whose idle connection the server closed
+ *     as it was sent, before any byte of an answer, is sent again on a new one, its clock still
+ *     running: resent_after_idle_close). Even requests read one rank's history
  *     (/api/v1/ranks/<inst>/0/history?since_us=A&until_us=B, instance T+k for a pseudo-random k <
  *     N), odd ones /api/v1/alerts. Prints one JSON line with percentiles per route; requests still
  *     unanswered 10 s after the last was due count as errors with their latency so far (a lower
@@ -564,6 +566,7 @@ static int run_seed(const opts_t *o, int64_t now_us, int from_s, int to_s)
 
 typedef struct rconn {
     int fd, busy, kind, closed; /* closed: the server ended it while idle (keep-alive timeout) */
+    uint64_t idx;               /* the request in flight */
     double due;
     size_t len;
     char *buf;
@@ -624,7 +627,8 @@ static int run_reads(const opts_t *o)
     rconn_t cs[MAX_CONNS];
     int nconns = 0, max_open = 0;
     lat_t lat[3] = {{0}}; /* history, alerts, all */
-    uint64_t total = (uint64_t)(o->rps * o->seconds), sent = 0, done = 0, waited = 0, reopened = 0;
+    uint64_t total = (uint64_t)(o->rps * o->seconds), sent = 0, done = 0, waited = 0, reopened = 0,
+             resent = 0;
     double t0 = now_s() + 0.05, interval = 1.0 / o->rps;
     char req[1024];
     while (done < total) {
@@ -659,6 +663,7 @@ static int run_reads(const opts_t *o)
             size_t n = read_req(o, sent, req, sizeof(req), &kind);
             c->busy = 1;
             c->kind = kind;
+            c->idx = sent;
             c->len = 0;
             c->due = t0 + (double)sent * interval;
             write_all(c->fd, req, n);
@@ -683,6 +688,22 @@ static int run_reads(const opts_t *o)
                 epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
                 close(c->fd);
                 c->closed = 1;
+                continue;
+            }
+            if (r <= 0 && c->busy && c->len == 0) {
+                /* The server timed the idle connection out as the request went: nothing of it
+                 * was answered, so (a GET) it goes again on a new connection, its clock still
+                 * running from its due time. */
+                epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                close(c->fd);
+                c->fd = tcp_connect(o->port);
+                reopened++;
+                resent++;
+                struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)(c - cs)};
+                epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+                int kind;
+                size_t n = read_req(o, c->idx, req, sizeof(req), &kind);
+                write_all(c->fd, req, n);
                 continue;
             }
             if (r <= 0)
@@ -730,8 +751,10 @@ static int run_reads(const opts_t *o)
     }
     printf("{\"rps_target\":%.0f,\"sent\":%" PRIu64 ",\"done\":%" PRIu64 ",\"unanswered\":%" PRIu64
            ",\"achieved_rps\":%.1f,\"conns_opened\":%d,"
-           "\"max_in_flight\":%d,\"waits_for_conn\":%" PRIu64 ",\"conns_reopened\":%" PRIu64,
-           o->rps, sent, done, unanswered, (double)done / el, nconns, max_open, waited, reopened);
+           "\"max_in_flight\":%d,\"waits_for_conn\":%" PRIu64 ",\"conns_reopened\":%" PRIu64
+           ",\"resent_after_idle_close\":%" PRIu64,
+           o->rps, sent, done, unanswered, (double)done / el, nconns, max_open, waited, reopened,
+           resent);
     lat_json("history", &lat[0], 1);
     lat_json("alerts", &lat[1], 1);
     lat_json("all", &lat[2], 1);
