@@ -18,7 +18,8 @@
  * The harness polls with a 1 µs timer slack (set after the engine's threads exist, so only the
  * harness's threads have it): the default 50 µs slack would add up to 70 µs per poll of the
  * harness's own to every round. argv: [N sizes [aligned]]; env TDM_BENCH_FROM=i starts at size
- * i (0-based), TDM_BENCH_INFLIGHT sets the rooms per round. Prints one JSON object per line:
+ * i (0-based), TDM_BENCH_INFLIGHT sets the rooms per round, TDM_BENCH_REPS the rounds per size
+ * (profiling). Prints one JSON object per line:
  *   {"bytes":N,"checksums":0|1,"reps":R,"inflight":K,"gbps":G,"room_latency_us":L,
  *    "verify_gbps":V}
  */
@@ -34,7 +35,7 @@
 
 #include "../tests/unit/xfer-testutil.h"
 
-#define REPS_MAX 31
+#define REPS_MAX 2001
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -42,8 +43,12 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int reps_env; /* TDM_BENCH_REPS: rounds per size (profiling), else by size */
+
 static int reps_for(uint64_t bytes)
 {
+    if (reps_env)
+        return reps_env;
     return bytes <= (4u << 20) ? 30 : bytes <= (64u << 20) ? 10 : 5;
 }
 
@@ -405,6 +410,9 @@ int main(int argc, char **argv)
         n = 6;
     if (fr && atoi(fr) >= 0 && atoi(fr) < n)
         from = atoi(fr);
+    const char *rp = getenv("TDM_BENCH_REPS");
+    if (rp && atoi(rp) >= 1 && atoi(rp) < REPS_MAX)
+        reps_env = atoi(rp);
     /* prefill's pool holds the largest room (every room reads the same source pages); decode's,
      * `inflight` of them (disjoint pages per room of a round) */
     uint32_t max_pages = sizes[n - 1];
