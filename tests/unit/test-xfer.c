@@ -1,6 +1,7 @@
 /*
  * test-xfer.c — the transfer engine end to end over real UCX on loopback: random pages between
- * two pools arrive bit-identical (bf16 and fp8, TP 1 and 2, contiguous and scattered pages);
+ * two pools arrive bit-identical (bf16 and fp8, TP 1 and 2, contiguous and scattered pages;
+ * rooms up to 20 MiB through the sender's-thread and transfer-thread copies, streaming stores);
  * REGISTER mismatches are refused naming the field; ABORT in every state (unknown room, waiting,
  * taken by the scheduler, transferring, after success, from prefill) with decode pages
  * quarantined until ABORT_ACK; a lost peer and an unanswered ABORT raise corruption_risk; the
@@ -150,6 +151,54 @@ static void test_transfer_mode(tdm_dtype_t dt, uint32_t n_ranks, tdm_xfer_err_mo
            tdm_xfer_kv_pool(pre.x, 0) == NULL && tdm_xfer_kv_pool(dec.x, n_ranks) == NULL,
        "%s tp %u: engine-owned decode pools exactly with ucx_alloc (%d)", tdm_dtype_name(dt),
        n_ranks, ucx_alloc);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+/* Rooms of 2, 10 and 20 MiB (bf16, 32 layers: 512 KiB a page), contiguous and scattered: copied
+ * by the sender's thread with cached stores, by it with streaming stores (>= 8 MiB), and by the
+ * transfer thread with streaming stores (> 16 MiB). Checksums on: commit verifies every page. */
+static void test_large_rooms(void)
+{
+    xt_geom_t gp = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, 48}, gd = gp;
+    xt_side_t pre, dec;
+    uint64_t seed = 0x5eed;
+    gd.num_pages = 96;
+    if (xt_pools(&pre, &gp) || xt_pools(&dec, &gd) || xt_start(&pre, &dec) ||
+        tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "large rooms: start");
+        return;
+    }
+    xt_fill_random(&pre, seed);
+    const uint32_t sizes[] = {4, 20, 40};
+    for (int k = 0; k < 6; k++) {
+        uint32_t n = sizes[k / 2], dp[40], sp[40];
+        for (uint32_t i = 0; i < n; i++) {
+            dp[i] = k % 2 ? (i * 7 + 3) % gd.num_pages : 50 + i;
+            sp[i] = k % 2 ? n - 1 - i : 8 + i % 40;
+        }
+        if (k % 2 == 0)
+            for (uint32_t i = 0; i < n; i++)
+                sp[i] = i + (48 - n) / 2;
+        xroom_t probe;
+        memset(&probe, 0, sizeof(probe));
+        probe.n_pages = n;
+        pthread_mutex_lock(&pre.x->mu);
+        int inl = xfer_inline_ok(pre.x, &probe);
+        pthread_mutex_unlock(&pre.x->mu);
+        tdm_xfer_aux_t aux = {0, 77u + (uint32_t)k, -1.f, 0, {{0, 0}}}, got;
+        uint64_t room;
+        tdm_kvpoll_t st = one_room(&pre, &dec, n * 16, dp, sp, &room, &aux);
+        int good = st == TDM_KVPOLL_SUCCESS &&
+                   tdm_xfer_decode_commit(dec.x, room, &got) == TDM_OK &&
+                   got.first_token == aux.first_token && pages_equal(&pre, &dec, sp, dp, n);
+        ok(good && inl == (n * 512 <= 16 * 1024),
+           "large rooms: %u MiB %s, written by the %s: bit-identical, checksums verified", n / 2,
+           k % 2 ? "scattered" : "contiguous", inl ? "sender's thread" : "transfer thread");
+        xt_wait(pre.x, room, TDM_KVPOLL_SUCCESS, T_S);
+        xt_release(pre.x, room, T_S);
+        xt_release(dec.x, room, T_S);
+    }
     xt_side_free(&dec);
     xt_side_free(&pre);
 }
@@ -689,6 +738,7 @@ int main(void)
     test_transfer_mode(TDM_DTYPE_BF16, 2, TDM_XFER_ERR_PEER, 0); /* the remote-host path */
     test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_PEER, 1);
     test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_NONE, 0);
+    test_large_rooms();
     test_decode_dies_err_none();
     test_mismatch();
     test_checksum_knob();
