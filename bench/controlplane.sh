@@ -246,7 +246,7 @@ where = {
             'tandemd commits the batches queued together (group commit) in one transaction per ingest '
             'connection, two query strings (5 round trips: marks + transfer_events COPY, samples '
             'and events COPYs, marks raised + COMMIT); the group starts with the batches queued and, '
-            'while its transfer_events COPY is open (up to 2 ms), the other ranks seen in the last '
+            'while its transfer_events COPY is open (up to 4 ms), the other ranks seen in the last '
             '20 ms join it as they arrive, so PostgreSQL inserts while tandemd still receives and '
             'decodes; psql \\copy flushes once per table. A second ingest connection '
             '(TDM_CP_DB_INGEST_CONNS=2: each rank bound to one, so one group copies while the other '

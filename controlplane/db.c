@@ -523,7 +523,14 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
 #define GROUP_MAX_BATCHES 256
 #define GROUP_MAX_BYTES (16u << 20)
 #define GATHER_WINDOW_US 20000u
-#define GATHER_MAX_US 2000u
+/* How long a group's transfer_events COPY stays open for the other recent ranks' batches. The loop
+ * thread decodes a loaded rank's 509-event batch in about 1 ms, one after another, so after a
+ * commit the fourth of four ranks' next batches is queued some 3-4 ms after the first: at 2 ms it
+ * missed the group about every other time and waited a whole cycle (400 batches took 116
+ * transactions); 4 ms won 9 of 9 alternating runs against 2 ms on the bench shape (5-30% rows/s,
+ * bench/results/controlplane.json), 8 ms was no better than 4. The wait ends as soon as every
+ * recent rank is in, so a quiet rank's batches wait no longer. */
+#define GATHER_MAX_US 4000u
 #define RECENT_KEYS 256
 
 static const char *const copy_sql[3] = {

@@ -22,7 +22,7 @@
  *   (instance_id, rank) high-water marks (of the group's ranks, and of up to 32 ranks committed in
  *   the last 20 ms that have no batch in it yet), COPY the rows of every batch whose seq is above
  *   its rank's mark (raised batch by batch, in order) — transfer_events first, and while that COPY
- *   is open, for up to 2 ms from the start, the first queued batch of each locked rank joins the
+ *   is open, for up to 4 ms from the start, the first queued batch of each locked rank joins the
  *   group until as many ranks as committed in the last 20 ms are in (PostgreSQL's commit_delay,
  *   spent while the database inserts) — then samples and events, raise the marks, COMMIT: two
  *   query strings, five round trips; only then are the jobs returned (acked_seq).
