@@ -651,10 +651,75 @@ static ingest_rc_t put_rows(PGconn *conn, tdm_cp_job_t *const *jobs, size_t from
     return INGEST_OK;
 }
 
-/* One transaction for the group, sent as two query strings (five round trips in all):
+/* At most this many samples and events rows in a group go inline as INSERTs (ingest_group). */
+#define INLINE_MAX_ROWS 64u
+
+static const char *const insert_sql[3] = {
+    "INSERT INTO samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
+    "coll_seq, coll_hash, in_coll, bs, waiting, running) VALUES ",
+    NULL, /* transfer_events always go by COPY */
+    "INSERT INTO events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, "
+    "reason, data) VALUES "};
+
+/* The accepted batches' COPY text rows of table t as one INSERT (nothing when there are none):
+ * each field an E'' literal — the only escapes COPY text rows hold (\\, \t, \n, \r) mean the
+ * same there, and a quote is doubled — or NULL for \N; PostgreSQL coerces each literal to its
+ * column's type as COPY's input functions would. */
+static void inline_rows(tdm_cp_buf_t *sql, tdm_cp_job_t *const *jobs, size_t n, const int *accepted,
+                        int t)
+{
+    int first = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!accepted[i])
+            continue;
+        const tdm_cp_batch_t *b = jobs[i]->batch;
+        const char *p = t == 0 ? b->samples : b->events;
+        const char *end = p + (t == 0 ? b->samples_len : b->events_len);
+        while (p < end) {
+            const char *eol = memchr(p, '\n', (size_t)(end - p));
+            if (!eol)
+                eol = end;
+            tdm_cp_buf_puts(sql, first ? insert_sql[t] : ", ");
+            tdm_cp_buf_append(sql, "(", 1);
+            first = 0;
+            for (const char *f = p;;) {
+                const char *tab = memchr(f, '\t', (size_t)(eol - f));
+                const char *fe = tab ? tab : eol;
+                if (f != p)
+                    tdm_cp_buf_append(sql, ", ", 2);
+                if (fe - f == 2 && f[0] == '\\' && f[1] == 'N') {
+                    tdm_cp_buf_append(sql, "NULL", 4);
+                } else {
+                    tdm_cp_buf_reserve(sql, (size_t)(fe - f) * 2 + 3);
+                    char *o = sql->data + sql->len;
+                    *o++ = 'E';
+                    *o++ = '\'';
+                    for (const char *c = f; c < fe; c++) {
+                        if (*c == '\'')
+                            *o++ = '\'';
+                        *o++ = *c;
+                    }
+                    *o++ = '\'';
+                    sql->len = (size_t)(o - sql->data);
+                    sql->data[sql->len] = '\0';
+                }
+                if (!tab)
+                    break;
+                f = tab + 1;
+            }
+            tdm_cp_buf_append(sql, ")", 1);
+            p = eol + 1;
+        }
+    }
+    if (!first)
+        tdm_cp_buf_append(sql, "; ", 2);
+}
+
+/* One transaction for the group, sent as two query strings (three round trips in all when the
+ * group's samples and events rows are at most INLINE_MAX_ROWS, five otherwise):
  *   BEGIN; INSERT INTO ingest_marks … ON CONFLICT … RETURNING (locks the marks of the group's keys
- *   and of up to JOIN_MAX_KEYS recently committed ranks); COPY transfer_events; COPY samples;
- *   COPY events
+ *   and of up to JOIN_MAX_KEYS recently committed ranks); COPY transfer_events
+ *   INSERT INTO samples … VALUES …; INSERT INTO events … VALUES … (or COPY samples; COPY events);
  *   UPDATE ingest_marks (raise to the group's highest seq per key, never lower); COMMIT
  * The locked marks arrive before the first COPY asks for data, so which batches are above their
  * mark (in arrival order, each accepted batch raising it for the next) is decided on the locked
@@ -709,10 +774,8 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
                           (unsigned long long)now);
     tdm_cp_buf_puts(&sql, " ON CONFLICT (instance_id, rank) DO UPDATE SET seq = ingest_marks.seq "
                           "RETURNING instance_id, rank, seq");
-    for (int t = 0; t < 3; t++) {
-        tdm_cp_buf_puts(&sql, "; ");
-        tdm_cp_buf_puts(&sql, copy_sql[copy_order[t]]);
-    }
+    tdm_cp_buf_puts(&sql, "; ");
+    tdm_cp_buf_puts(&sql, copy_sql[copy_order[0]]);
     if (!PQsendQuery(conn, sql.data)) {
         snprintf(err, err_len, "%s", PQerrorMessage(conn));
         rc = conn_rc(conn);
@@ -759,45 +822,61 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
         nacc += (size_t)accepted[i];
     }
     all_dup = nacc == 0;
-    for (int t = 0; t < 3 && rc == INGEST_OK; t++) {
-        rc = copy_start(conn, err, err_len);
-        if (rc != INGEST_OK || all_dup) {
-            if (rc == INGEST_OK &&
-                PQputCopyEnd(conn, "every batch of the group is a duplicate") != 1)
-                rc = INGEST_CONN;
-            break;
-        }
-        rc = put_rows(conn, jobs, 0, n, accepted, copy_order[t], err, err_len);
-        /* transfer_events (the bulk) first: the joiners' rows follow the first batches' there */
-        while (t == 0 && rc == INGEST_OK && n < GROUP_MAX_BATCHES) {
-            size_t have = 0, from = n;
-            for (size_t k = 0; k < nm; k++)
-                have += has[k];
-            uint64_t t1 = tdm_time_mono_us();
-            if (have >= want || t1 - t0 >= GATHER_MAX_US)
-                break;
-            pthread_mutex_lock(&db->ingest.mu);
-            n = join_locked(db, me, marks, nm, has, jobs, n);
-            if (n == from && !atomic_load(&db->stop))
-                cond_wait_us(&db->ingest, GATHER_MAX_US - (t1 - t0));
-            pthread_mutex_unlock(&db->ingest.mu);
-            *np = n;
-            for (size_t i = from; i < n; i++)
-                decide(marks, nm, has, jobs, i, accepted);
-            rc = put_rows(conn, jobs, from, n, accepted, 1, err, err_len);
-        }
-        if (rc == INGEST_OK && PQputCopyEnd(conn, NULL) != 1) {
-            snprintf(err, err_len, "%s", PQerrorMessage(conn));
+    rc = copy_start(conn, err, err_len);
+    if (rc == INGEST_OK && all_dup) {
+        if (PQputCopyEnd(conn, "every batch of the group is a duplicate") != 1)
             rc = INGEST_CONN;
-        }
+        goto out;
     }
-    if (rc != INGEST_OK || all_dup)
+    if (rc != INGEST_OK)
+        goto out;
+    rc = put_rows(conn, jobs, 0, n, accepted, copy_order[0], err, err_len);
+    /* transfer_events (the bulk) first: the joiners' rows follow the first batches' there */
+    while (rc == INGEST_OK && n < GROUP_MAX_BATCHES) {
+        size_t have = 0, from = n;
+        for (size_t k = 0; k < nm; k++)
+            have += has[k];
+        uint64_t t1 = tdm_time_mono_us();
+        if (have >= want || t1 - t0 >= GATHER_MAX_US)
+            break;
+        pthread_mutex_lock(&db->ingest.mu);
+        n = join_locked(db, me, marks, nm, has, jobs, n);
+        if (n == from && !atomic_load(&db->stop))
+            cond_wait_us(&db->ingest, GATHER_MAX_US - (t1 - t0));
+        pthread_mutex_unlock(&db->ingest.mu);
+        *np = n;
+        for (size_t i = from; i < n; i++)
+            decide(marks, nm, has, jobs, i, accepted);
+        rc = put_rows(conn, jobs, from, n, accepted, 1, err, err_len);
+    }
+    if (rc == INGEST_OK && PQputCopyEnd(conn, NULL) != 1) {
+        snprintf(err, err_len, "%s", PQerrorMessage(conn));
+        rc = INGEST_CONN;
+    }
+    if (rc != INGEST_OK)
         goto out;
     rc = drain(conn, rc, err, err_len);
     if (rc != INGEST_OK)
         goto out;
     sent = 0;
+    /* The samples and events rows: a few (a sample and an event or two per batch) go inline as
+     * INSERTs in the query string that raises the marks and commits (no COPY round trips), more
+     * by COPY. */
+    size_t few = 0;
+    for (size_t i = 0; i < n; i++)
+        if (accepted[i])
+            few += (size_t)jobs[i]->batch->n_samples + jobs[i]->batch->n_events;
+    int inl = few <= INLINE_MAX_ROWS;
     tdm_cp_buf_reset(&sql);
+    if (inl) {
+        for (int t = 1; t < 3; t++)
+            inline_rows(&sql, jobs, n, accepted, copy_order[t]);
+    } else {
+        for (int t = 1; t < 3; t++) {
+            tdm_cp_buf_puts(&sql, copy_sql[copy_order[t]]);
+            tdm_cp_buf_puts(&sql, "; ");
+        }
+    }
     tdm_cp_buf_puts(&sql,
                     "UPDATE ingest_marks AS m SET seq = v.seq, updated_us = v.u FROM (VALUES ");
     for (size_t k = 0, c = 0; k < nm; k++) {
@@ -815,6 +894,15 @@ static ingest_rc_t ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_cp_jo
         goto out;
     }
     sent = 1;
+    for (int t = 1; t < 3 && !inl && rc == INGEST_OK; t++) {
+        rc = copy_start(conn, err, err_len);
+        if (rc == INGEST_OK)
+            rc = put_rows(conn, jobs, 0, n, accepted, copy_order[t], err, err_len);
+        if (rc == INGEST_OK && PQputCopyEnd(conn, NULL) != 1) {
+            snprintf(err, err_len, "%s", PQerrorMessage(conn));
+            rc = INGEST_CONN;
+        }
+    }
 
 out:
     if (sent && all_dup) {

@@ -24,8 +24,9 @@
  *   its rank's mark (raised batch by batch, in order) — transfer_events first, and while that COPY
  *   is open, for up to 4 ms from the start, the first queued batch of each locked rank joins the
  *   group until as many ranks as committed in the last 20 ms are in (PostgreSQL's commit_delay,
- *   spent while the database inserts) — then samples and events, raise the marks, COMMIT: two
- *   query strings, five round trips; only then are the jobs returned (acked_seq).
+ *   spent while the database inserts) — then samples and events (a few rows inline as INSERTs in
+ *   the commit's query string, more by COPY), raise the marks, COMMIT: two query strings, three
+ *   round trips (five with COPY); only then are the jobs returned (acked_seq).
  *   Each (instance_id, rank) belongs to one worker for the life of the process (assigned in
  *   turn when first seen), so its batches commit one transaction after another in arrival order
  *   on one connection, two groups in flight never share a mark, and while one worker's group
