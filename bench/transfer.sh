@@ -5,13 +5,15 @@
 # git sha. ratio_vs_ucx_perftest = min over sizes of engine (checksums off) / perftest; the
 # checksummed default path is reported beside it, and perftest with -e (peer error handling, the
 # engine's endpoint mode) up to 16 MiB. Use a build without sanitizers for numbers.
-# Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_GIT_SHA,
-# TDM_BENCH_NOTE (the operator's remark on this run, stored as "note").
+# Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_REPEATS (engine +
+# perftest pairs per size, default 3; figures are medians), TDM_BENCH_GIT_SHA, TDM_BENCH_NOTE (the
+# operator's remark on this run, stored as "note").
 set -eu
 BUILD=${1:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
 SRC=${2:?usage: transfer.sh BUILDDIR SRCDIR [OUT]}
 OUT=${3:-$SRC/bench/results/transfer.json}
 N=${TDM_BENCH_SIZES:-6}
+REPEATS=${TDM_BENCH_REPEATS:-3}
 UCX_TLS=${UCX_TLS:-tcp,sm,self}
 UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 export UCX_TLS UCX_NET_DEVICES
@@ -22,49 +24,52 @@ elog=$(mktemp)
 loads=$(mktemp)
 trap 'rm -f "$runs" "$perf" "$perfe" "$elog" "$loads"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-# Size by size, the engine and then ucx_perftest at that size, so that both see the same load on
-# a shared host (the whole engine sweep first and perftest after measured them minutes apart).
+# perftest put_bw of $1 bytes (extra flags after it) appended to file $2 as "bytes Final: ..."
+perftest() {
+    b=$1 f=$2
+    shift 2
+    port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+    case " $* " in
+    *" -e "*) iters=$((33554432 / b)); [ "$iters" -lt 2 ] && iters=2 ;;
+    *) iters=$((2147483648 / b)); [ "$iters" -gt 2000 ] && iters=2000; [ "$iters" -lt 8 ] && iters=8 ;;
+    esac
+    ucx_perftest -p "$port" "$@" >/dev/null 2>&1 &
+    srv=$!
+    sleep 0.5
+    line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$port" "$@" -t ucp_put_bw -s "$b" -n "$iters" 2>/dev/null | grep '^Final:' || true)
+    wait "$srv" 2>/dev/null || true
+    echo "$b $line" >>"$f"
+}
+# Size by size, REPEATS times: the engine and right after it ucx_perftest at that size, so that
+# both see the same load on a shared host (a whole engine sweep first and perftest after measured
+# them minutes apart); each figure is the median of its repeats.
 i=0
 while [ "$i" -lt "$N" ]; do
-echo "transfer: engine, size $((i + 1)) of $N" >&2
+rep=0
+while [ "$rep" -lt "$REPEATS" ]; do
+echo "transfer: size $((i + 1)) of $N, repeat $((rep + 1)) of $REPEATS: engine, then ucx_perftest" >&2
 echo "$i $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)" >>"$loads"
 TDM_BENCH_FROM=$i "$BUILD/bench/transfer" "$((i + 1))" >>"$runs" 2>"$elog" || { cat "$elog" >&2; exit 1; }
-i=$((i + 1))
 # how prefill wrote decode's pool (ucx.c logs it per rank at connect)
 if grep -q "writes: copies into decode's mapped shared memory" "$elog"; then
     path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region; rooms up to 16 MiB copied by the sending thread, larger by the transfer thread; rooms of 8 MiB and more with non-temporal stores"
 else
     path="ucp_put_nbx per region, ucp_ep_flush_nbx per room"
 fi
-echo "transfer: ucx_perftest, size $i of $N" >&2
-# perftest at this engine size, and at the round's bytes (size x rooms in flight): the same
-# working set as the engine's round
-for bytes in $(python3 -c "import json,sys
-s=set()
-for l in open('$runs'):
-    r=json.loads(l)
-    if r['checksums']==0: s=set([r['bytes'], r['bytes']*r.get('inflight',1)])
-print(' '.join(str(b) for b in sorted(s) if b not in set(int(x.split()[0]) for x in open('$perf'))))"); do
-    port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
-    iters=$((2147483648 / bytes)); [ "$iters" -gt 2000 ] && iters=2000; [ "$iters" -lt 8 ] && iters=8
-    ucx_perftest -p "$port" >/dev/null 2>&1 &
-    srv=$!
-    sleep 0.5
-    line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$bytes" -n "$iters" 2>/dev/null | grep '^Final:' || true)
-    wait "$srv" 2>/dev/null || true
-    echo "$bytes $line" >>"$perf"
-    # The same put_bw with endpoint error handling (-e), the mode the engine runs in: UCX 1.13 then
-    # keeps only transports with peer-failure support (tcp), so every put is software-emulated.
-    if [ "$bytes" -le 16777216 ] && grep -q "\"bytes\":$bytes," "$runs"; then
-        iters=$((33554432 / bytes)); [ "$iters" -lt 2 ] && iters=2
-        ucx_perftest -p "$((port + 1))" -e >/dev/null 2>&1 &
-        srv=$!
-        sleep 0.5
-        line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$((port + 1))" -e -t ucp_put_bw -s "$bytes" -n "$iters" 2>/dev/null | grep '^Final:' || true)
-        wait "$srv" 2>/dev/null || true
-        echo "$bytes $line" >>"$perfe"
-    fi
+# perftest at this engine size, and at the round's bytes (size x rooms in flight) when a round
+# holds more than one room: the same working set as the engine's round
+last=$(tail -n 1 "$runs" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(r['bytes'], r['bytes'] * r.get('inflight', 1))")
+bytes=${last% *}
+round=${last#* }
+perftest "$bytes" "$perf"
+[ "$round" != "$bytes" ] && perftest "$round" "$perf"
+# The same put_bw with endpoint error handling (-e), the mode of a remote-peer endpoint: UCX 1.13
+# then keeps only transports with peer-failure support (tcp), every put software-emulated; once
+# per size up to 16 MiB.
+[ "$rep" -eq 0 ] && [ "$bytes" -le 16777216 ] && perftest "$bytes" "$perfe" -e
+rep=$((rep + 1))
 done
+i=$((i + 1))
 done
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 dirty=false
@@ -73,37 +78,49 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" "$loads" <<'PY'
 import json, sys, platform, os
 runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note, loads_p = sys.argv[1:]
+import statistics
 runs = [json.loads(l) for l in open(runs_p)]
-loads = [float(l.split()[1]) for l in open(loads_p)]
+loads = {}
+for l in open(loads_p):
+    i, v = l.split()
+    loads.setdefault(int(i), []).append(float(v))
 def final(path):
     d = {}
     for l in open(path):
         f = l.split()
         if len(f) >= 7 and f[1] == 'Final:':
-            d[int(f[0])] = float(f[6]) * 1048576 / 1e9  # overall MB/s (2^20) -> GB/s
+            d.setdefault(int(f[0]), []).append(float(f[6]) * 1048576 / 1e9)  # MB/s (2^20) -> GB/s
     return d
 perf = final(perf_p)
 perfe = final(perfe_p)
+def med(v):
+    return statistics.median(v) if v else None
+def r3(v):
+    return round(v, 3) if v is not None else None
+def div(a, b):
+    return round(a / b, 3) if a is not None and b else None
 sizes = []
-for r in runs:
-    if r['checksums'] != 0:
-        continue
-    b = r['bytes']
-    on = next(x for x in runs if x['bytes'] == b and x['checksums'] == 1)
-    p = perf.get(b)
-    k = r.get('inflight', 1)
-    pw = perf.get(b * k)
-    sizes.append({'bytes': b, 'inflight': k, 'loadavg_1m': loads[len(sizes)] if len(sizes) < len(loads) else None,
-                  'room_latency_us': r.get('room_latency_us'),
-                  'engine_gbps': round(r['gbps'], 3),
-                  'engine_checksums_gbps': round(on['gbps'], 3),
-                  'decode_verify_gbps': round(on['verify_gbps'], 3),
-                  'ucx_perftest_gbps': round(p, 3) if p else None,
-                  'ucx_perftest_err_peer_gbps': round(perfe[b], 3) if b in perfe else None,
-                  'ratio': round(r['gbps'] / p, 3) if p else None,
-                  'ratio_checksums': round(on['gbps'] / p, 3) if p else None,
-                  'ucx_perftest_round_bytes_gbps': round(pw, 3) if pw else None,
-                  'ratio_same_working_set': round(r['gbps'] / pw, 3) if pw else None})
+for b in sorted(set(r['bytes'] for r in runs)):
+    off = [r for r in runs if r['bytes'] == b and r['checksums'] == 0]
+    on = [r for r in runs if r['bytes'] == b and r['checksums'] == 1]
+    k = off[0].get('inflight', 1)
+    e, c = med([r['gbps'] for r in off]), med([r['gbps'] for r in on])
+    p, pw = med(perf.get(b, [])), med(perf.get(b * k, []))
+    sizes.append({'bytes': b, 'inflight': k, 'repeats': len(off),
+                  'loadavg_1m': loads.get(len(sizes)),
+                  'room_latency_us': r3(med([r['room_latency_us'] for r in off])),
+                  'engine_gbps': r3(e),
+                  'engine_checksums_gbps': r3(c),
+                  'decode_verify_gbps': r3(med([r['verify_gbps'] for r in on])),
+                  'ucx_perftest_gbps': r3(p),
+                  'ucx_perftest_err_peer_gbps': r3(med(perfe.get(b, []))),
+                  'ratio': div(e, p),
+                  'ratio_checksums': div(c, p),
+                  'ucx_perftest_round_bytes_gbps': r3(pw),
+                  'ratio_same_working_set': div(e, pw),
+                  'engine_gbps_repeats': [round(r['gbps'], 3) for r in off],
+                  'ucx_perftest_gbps_repeats': [round(v, 3) for v in perf.get(b, [])],
+                  'room_latency_us_repeats': [r['room_latency_us'] for r in off]})
 ratios = [s['ratio'] for s in sizes if s['ratio'] is not None]
 rw = [s['ratio_same_working_set'] for s in sizes if s['ratio_same_working_set'] is not None]
 rc = [s['ratio_checksums'] for s in sizes if s['ratio_checksums'] is not None]
@@ -114,10 +131,10 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'geometry': 'bf16, 32 layers, 2 kv heads x 128, page 16 tokens: page chunk 512 KiB = 64 regions',
        'page_chunk_bytes': sizes[0]['bytes'] if sizes else None,
        'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run (its buffers come from ucp_mem_map ALLOCATE: shared memory the peer maps, so a put is one memcpy)',
-       'anchor_err_peer': 'the same with -e (UCP_ERR_HANDLING_MODE_PEER, as the engine), up to 16 MiB',
+       'anchor_err_peer': 'the same with -e (UCP_ERR_HANDLING_MODE_PEER, the mode of a remote-peer endpoint), up to 16 MiB, once per size',
        'processes': 'prefill and decode in two processes (forked before UCX init)',
        'rooms_in_flight': 'every size is timed the same way: rounds of `inflight` rooms (default 1) issued back to back, each room into its own decode pages (with 1, the same decode pages every round, freed and taken again, as perftest re-puts one buffer); throughput = bytes of the round / wall time from the first send to the last room becoming SUCCESS on prefill (after its fence/flush, STATUS queued: I5); same-host rooms up to 16 MiB are copied by the sending thread (xfer_inline_ok), larger ones by the transfer thread; the harness blocks on the engine event callback for the SUCCESS transitions instead of polling; decode verifies a round after it landed; room_latency_us = mean send to SUCCESS of one room',
-       'order': 'size by size: the engine (checksums off, then on) and right after it ucx_perftest at that size, so both see the same load on the shared host',
+       'order': 'size by size, `repeats` times: the engine (checksums off, then on) and right after it ucx_perftest at that size, so both see the same load on the shared host; every figure is the median of its repeats (the repeats are listed), ratios are of the medians; loadavg_1m per size: the 1-minute load before each repeat',
        'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer (source and target stay in cache up to a few MiB), while the engine writes distinct decode pages per room of a round; this anchor moves the same bytes per put as the engine per round',
        'engine_write_path': path,
        'sizes': sizes,
