@@ -63,6 +63,9 @@ struct tdm_worker {
     char pd_host[256];
     uint16_t pd_port;
     _Atomic(tdm_sched_t *) kick; /* what the engine's event callback wakes */
+    /* decode at TP 1 on the CPU: the engine allocated the pool through UCX and the executor's
+     * pool lives in it (the executor and scheduler are freed before the engine) */
+    int xfer_owns_kv;
     /* PD at TP > 1: every rank's KV pool lives in a shared file (<prefix>-kv<rank>) that rank 0
      * maps, so rank 0's transfer engine moves every rank's pages (docs/serving.md) */
     char prefix[256];
@@ -549,15 +552,26 @@ static tdm_status_t pd_map_peers(tdm_worker_t *w, char *err, size_t err_len)
     return TDM_OK;
 }
 
-static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
+/* Start the transfer engine over rank 0's pool; with `ucx_layout` (decode, TP 1, CPU: before the
+ * executor exists) the engine allocates a pool of w->num_pages pages through UCX instead, which
+ * the executor then adopts (tdm_exec_cfg_t.kv_mem): a same-host prefill maps it and writes a room
+ * with plain copies instead of ucp_put_nbx over tcp. */
+static tdm_status_t pd_start(tdm_worker_t *w, const tdm_kv_layout_t *ucx_layout, char *err,
+                             size_t err_len)
 {
     const tdm_worker_config_t *cfg = w->cfg;
     tdm_xfer_cfg_t xc = {0};
     xc.role = w->pd == TDM_SCHED_PD_PREFILL ? TDM_XFER_PREFILL : TDM_XFER_DECODE;
     xc.instance_id = w->page->group_id;
     xc.n_ranks = w->tp;
-    xc.kv[0] = tdm_kv_pool_buffers(tdm_exec_pool(w->x));
-    if (tdm_exec_kv_device(w->x)) {
+    if (ucx_layout) {
+        xc.ucx_alloc = 1;
+        xc.kv_layout[0] = ucx_layout;
+        xc.kv_num_pages = w->num_pages;
+    } else {
+        xc.kv[0] = tdm_kv_pool_buffers(tdm_exec_pool(w->x));
+    }
+    if (!ucx_layout && tdm_exec_kv_device(w->x)) {
         /* --device cuda (tp 1): the pages live in the GPU pool, moved by CUDA IPC */
         xc.kv[0] = tdm_exec_kv_device(w->x);
         xc.kv_cuda = 1;
@@ -575,7 +589,9 @@ static tdm_status_t pd_start(tdm_worker_t *w, char *err, size_t err_len)
     xc.disable_checksums = cfg->disaggregation_disable_checksums;
     xc.progress = &w->page->slot[0];
     xc.on_event = pd_event;
-    xc.fault = pd_fault;
+    /* fault points can be armed only with --enable-fault-injection; without them the engine may
+     * copy a same-host room on the sending thread (its fault points act on the transfer thread) */
+    xc.fault = cfg->enable_fault_injection ? pd_fault : NULL;
     xc.ctx = w;
     tdm_status_t st = tdm_xfer_init(&xc, &w->xfer);
     if (st != TDM_OK) {
@@ -759,6 +775,18 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                                      !strcmp(cfg->disaggregation_mode, "decode"));
     if (pd_shared_kv && pd_kv_create(w, &layout, err, sizeof(err)) != TDM_OK)
         goto err_msg;
+    void *ucx_kv = NULL;
+    uint64_t ucx_kv_bytes = 0;
+    if (w->tp == 1 && !on_cuda && !strcmp(cfg->disaggregation_mode, "decode")) {
+        /* the pool from UCX (pd_start): the engine starts before the executor */
+        st = tdm_worker_pd_check(cfg, &w->pd, w->pd_host, sizeof(w->pd_host), &w->pd_port, err,
+                                 sizeof(err));
+        if (st != TDM_OK || pd_start(w, &layout, err, sizeof(err)) != TDM_OK)
+            goto err_msg;
+        w->xfer_owns_kv = 1;
+        ucx_kv = tdm_kv_pool_buffers(tdm_xfer_kv_pool(w->xfer, 0))->base;
+        (void)tdm_kv_layout_pool_bytes(&layout, num_pages, &ucx_kv_bytes);
+    }
     tdm_exec_cfg_t xc = {.model = w->model,
                          .tp_size = w->tp,
                          .rank = w->rank,
@@ -773,15 +801,16 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                          .plan = &w->plan,
                          .page = w->page,
                          .faults = &w->shared->faults,
-                         .kv_mem = w->kv_mem,
-                         .kv_mem_bytes = w->kv_mem_bytes,
+                         .kv_mem = ucx_kv ? ucx_kv : w->kv_mem,
+                         .kv_mem_bytes = ucx_kv ? ucx_kv_bytes : w->kv_mem_bytes,
                          .device_cuda = on_cuda,
                          .mem_fraction_static = cfg->mem_fraction_static};
     st = tdm_exec_init(&xc, &w->x, err, sizeof(err));
     if (st != TDM_OK)
         goto err_msg;
     num_pages = tdm_kv_pool_num_pages(tdm_exec_pool(w->x)); /* cuda: what fitted */
-    if (w->kv_mem && tdm_kv_pool_buffers(tdm_exec_pool(w->x))->base != w->kv_mem) {
+    if ((w->kv_mem || ucx_kv) &&
+        tdm_kv_pool_buffers(tdm_exec_pool(w->x))->base != (ucx_kv ? ucx_kv : w->kv_mem)) {
         snprintf(err, sizeof(err),
                  "--disaggregation-mode %s at --tp-size %u needs an executor that keeps its KV "
                  "pool in the shared memory it is given (tdm_exec_cfg_t.kv_mem); this build's "
@@ -814,7 +843,7 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                              sizeof(err));
     if (st != TDM_OK)
         goto err_msg;
-    if (w->pd != TDM_SCHED_PD_NONE && pd_start(w, err, sizeof(err)) != TDM_OK)
+    if (w->pd != TDM_SCHED_PD_NONE && !w->xfer && pd_start(w, NULL, err, sizeof(err)) != TDM_OK)
         goto err_msg;
     tdm_sched_cfg_t sc = {.max_running = max_running,
                           .max_queued = (uint32_t)cfg->max_queued_requests,
@@ -870,7 +899,16 @@ out:
         pthread_kill(w->sig_thread, SIGUSR1);
         pthread_join(w->sig_thread, NULL);
     }
-    /* the engine's threads post events to the reporter and read rank 0's pool: gone first */
+    /* the engine's threads post events to the reporter and read rank 0's pool: gone first,
+     * unless the pool is the engine's (decode threads do not read it): then the scheduler and
+     * the executor over it go first */
+    if (w->xfer_owns_kv) {
+        atomic_store(&w->kick, NULL);
+        tdm_sched_free(w->sched);
+        w->sched = NULL;
+        tdm_exec_free(w->x);
+        w->x = NULL;
+    }
     tdm_xfer_free(w->xfer);
     w->xfer = NULL;
     if (report_started && tdm_report_rank_stop)

@@ -7,7 +7,8 @@
 #   scenario "equiv" (this file): start-up refusals (PD with --tp-size 2, decode without or with a
 #     bad --disaggregation-prefill-addr); decode /ready only once registered; greedy, seeded and
 #     logprob requests through /v1/completions and /generate (1- to 9-page prompts, streamed and
-#     whole) give exactly the colocated output; decode computed no prompt token
+#     whole) give exactly the colocated output (decode's pool allocated through UCX, written by
+#     prefill with copies into its mapped shared memory); decode computed no prompt token
 #     (tandem_prefill_tokens_total 0) while prefill computed them all; prefill refuses generation;
 #     random bytes, truncated, oversized, unknown and malformed frames thrown at the bootstrap
 #     port are counted and PD requests keep succeeding bit-identically; the transfer threads'
@@ -389,6 +390,10 @@ ok(st, "decode /ready 200 once registered with the prefill group", logtail(dec))
 m = metrics(dec)
 ok(m.get("tandem_xfer_registered") == 1 and metrics(pre).get("tandem_xfer_registered") == 1,
    "both engines report the registration")
+# TP 1 on the CPU: decode's pool comes from UCX, so the same-host prefill maps it and writes a
+# room with plain copies (no ucp_put_nbx over tcp)
+ok("writes: copies into decode's mapped shared memory" in logtail(pre, 200),
+   "prefill writes decode's pool by copies into its mapped shared memory", logtail(pre))
 note("pair up in %.1f s" % (time.time() - t_start))
 pages0 = {w["name"]: metrics(w)["tandem_kv_pages_total"] for w in (pre, dec)}
 
