@@ -431,6 +431,23 @@ static void test_edge_rows(cph_t *h)
     is_str(got, "2|worker|1|moved|NULL|{\"to\": \"Y\", \"from\": \"X\"};3|worker|2|t|NULL|NULL",
            "event rows read back (from/to in data, empty reason as NULL)");
 
+    /* more samples and events rows than go inline (64): the group COPYs them */
+    char *big = batch_of(inst, 2, 1, 80, t0, 100000);
+    st = cph_http(h, "POST", "/api/v1/telemetry", h->admin, big, &body);
+    ok(st == 200 && acked(body) == 1, "80-sample batch acked: %ld %s", st, body);
+    free(body);
+    free(big);
+    snprintf(q, sizeof(q),
+             "SELECT count(*) * 1000 + count(DISTINCT iter) FROM samples WHERE instance_id = '%s' "
+             "AND rank = 2 AND iter BETWEEN 100 AND 179 AND plan_hash = 255",
+             inst);
+    is_int(count(q), 80080, "all 80 samples stored by COPY, once each");
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM events WHERE instance_id = '%s' AND rank = 2 AND "
+             "reason = E'tab\\there' AND data->>'seq' = '1'",
+             inst);
+    is_int(count(q), 1, "and its event, escapes intact");
+
     /* bs above the integer column: the database refuses the batch */
     snprintf(req, sizeof(req),
              "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"decode\",\"instance_id\":"
