@@ -283,7 +283,7 @@ static tdm_status_t kvg_launch(const uint8_t *src, uint8_t *dst, const tdm_cuda_
                                uint32_t *io_skip, uint32_t max_pages, uint32_t chunks_per_page,
                                cudaStream_t stream, uint32_t *io_launches)
 {
-    kvg_args<CAP> a; /* 12 bytes a run, on the stack: 24 KiB at most */
+    kvg_args<CAP> a; /* 12 bytes a run: 3 KiB at most */
     uint32_t i = *io_i, skip = *io_skip, n = 0, pages = 0, grid = 0;
     while (i < n_runs && n < CAP && pages < max_pages) {
         const uint32_t left = runs[i].n_pages - skip;
@@ -341,16 +341,13 @@ extern "C" tdm_status_t tdm_cuda_kv_gather(const uint8_t *src_base, uint8_t *dst
         return TDM_ERR_RANGE;
     /* a launch's units (room pages x per_page) stay below 2^31: 32-bit index arithmetic */
     const uint32_t max_pages = per_page ? (uint32_t)(0x7fffffffull / per_page) : 0;
-    static_assert(TDM_CUDA_KV_GATHER_RUNS == 2048, "the largest instance below");
+    static_assert(TDM_CUDA_KV_GATHER_RUNS == 256, "the largest instance below");
     while (per_page && i < n_runs) {
-        const uint32_t left = n_runs - i;
-        tdm_status_t st =
-            left <= 16 ? kvg_launch<16>(src_base, dst_base, map, runs, n_runs, &i, &skip, max_pages,
-                                        (uint32_t)cpp, stream, &launches)
-            : left <= 256 ? kvg_launch<256>(src_base, dst_base, map, runs, n_runs, &i, &skip,
-                                            max_pages, (uint32_t)cpp, stream, &launches)
-                          : kvg_launch<2048>(src_base, dst_base, map, runs, n_runs, &i, &skip,
-                                             max_pages, (uint32_t)cpp, stream, &launches);
+        tdm_status_t st = n_runs - i <= 16
+                              ? kvg_launch<16>(src_base, dst_base, map, runs, n_runs, &i, &skip,
+                                               max_pages, (uint32_t)cpp, stream, &launches)
+                              : kvg_launch<256>(src_base, dst_base, map, runs, n_runs, &i, &skip,
+                                                max_pages, (uint32_t)cpp, stream, &launches);
         if (st != TDM_OK)
             return st;
     }

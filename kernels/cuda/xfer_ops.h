@@ -60,9 +60,10 @@ typedef struct tdm_cuda_page_run {
     uint32_t src_page, dst_page, n_pages;
 } tdm_cuda_page_run_t;
 
-/* Runs one launch carries in its parameters (12 bytes each; kernel parameters hold 32 KB on
- * sm_70+ since CUDA 12.1); more runs take more launches, queued back to back. */
-#define TDM_CUDA_KV_GATHER_RUNS 2048u
+/* Runs one launch carries in its parameters (12 bytes each: 3 KiB, inside the 4 KiB that every
+ * driver takes; CUDA 12.1+ would take 32 KB on sm_70+, not needed: 256 runs are at least 512
+ * warp units of work); more runs take more launches, queued back to back. */
+#define TDM_CUDA_KV_GATHER_RUNS 256u
 
 /* Queue the copy of every run in every (layer, sub) region from src_base into dst_base on
  * `stream`. runs: host memory, read during the call. src_base, dst_base: device pointers (dst may
