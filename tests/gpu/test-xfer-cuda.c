@@ -693,6 +693,63 @@ static void bench_threshold(uint8_t *src, uint8_t *dst, cudaStream_t s, cudaEven
         }
 }
 
+/* Ratios (anchor / room, per size, way and timing), their minimum, and with TDM_BENCH_OUT set
+ * (tools/device-run.sh) variant 0's table as $TDM_BENCH_OUT/transfer_cuda.json. */
+static void bench_summary(int variant, double (*t)[3][2], uint64_t page,
+                          const struct cudaDeviceProp *prop)
+{
+    static const char *way[] = {"contiguous", "scattered"}, *how[] = {"gpu", "wall"};
+    double min[2][2] = {{1e9, 1e9}, {1e9, 1e9}}, all = 1e9;
+    for (int z = 0; z < 10; z++)
+        for (int w = 0; w < 2; w++)
+            for (int h = 0; h < 2; h++) {
+                double r = t[z][1 + w][h] > 0 ? t[z][0][h] / t[z][1 + w][h] : 0;
+                min[w][h] = r < min[w][h] ? r : min[w][h];
+                all = r < all ? r : all;
+            }
+    diag("bench kvg variant=%d min_ratio contiguous_gpu=%.3f contiguous_wall=%.3f "
+         "scattered_gpu=%.3f scattered_wall=%.3f all=%.3f ratio_met=%s",
+         variant, min[0][0], min[0][1], min[1][0], min[1][1], all, all >= 0.8 ? "true" : "false");
+    const char *dir = getenv("TDM_BENCH_OUT");
+    char path[4096];
+    FILE *f = NULL;
+    if (variant != 0 || !dir ||
+        snprintf(path, sizeof(path), "%s/transfer_cuda.json", dir) >= (int)sizeof(path) ||
+        !(f = fopen(path, "w")))
+        return;
+    fprintf(f,
+            "{\n \"bench\": \"transfer_cuda\",\n \"source\": \"tests/gpu/test-xfer-cuda\",\n"
+            " \"gpu\": \"%s\",\n \"sms\": %d,\n \"l2_bytes\": %d,\n"
+            " \"geometry\": \"bf16, 32 layers, 2 kv heads x 128, page 16 tokens: a page is 64 "
+            "regions of 8 KiB\",\n \"page_chunk_bytes\": %llu,\n"
+            " \"room\": \"xfer_cuda_copy of n pages into decode's pool (another process, "
+            "cudaIpcOpenMemHandle), then its fence; contiguous i -> i, scattered i -> 2i\",\n"
+            " \"anchor\": \"one local cudaMemcpyAsync D2D of the same bytes\",\n"
+            " \"timing\": {\"gpu\": \"GPU events around each rep on its stream, reps queued "
+            "behind a held stream (device time only)\", \"wall\": \"host wall from the call to "
+            "the completed event\", \"reps\": %d, \"statistic\": \"median\"},\n"
+            " \"caches\": \"source and destination rotated over 512 MiB on both sides\",\n"
+            " \"sizes\": [\n",
+            prop->name, prop->multiProcessorCount, prop->l2CacheSize, (unsigned long long)page,
+            BENCH_REPS);
+    for (int z = 0; z < 10; z++) {
+        fprintf(f, "  {\"bytes\": %llu, \"anchor_gpu_us\": %.2f, \"anchor_wall_us\": %.2f",
+                (unsigned long long)(page << z), t[z][0][0], t[z][0][1]);
+        for (int w = 0; w < 2; w++)
+            for (int h = 0; h < 2; h++)
+                fprintf(f, ", \"%s_%s_us\": %.2f, \"ratio_%s_%s\": %.3f", way[w], how[h],
+                        t[z][1 + w][h], way[w], how[h],
+                        t[z][1 + w][h] > 0 ? t[z][0][h] / t[z][1 + w][h] : 0.0);
+        fprintf(f, "}%s\n", z < 9 ? "," : "");
+    }
+    fprintf(f,
+            " ],\n \"min_ratio\": {\"contiguous_gpu\": %.3f, \"contiguous_wall\": %.3f, "
+            "\"scattered_gpu\": %.3f, \"scattered_wall\": %.3f},\n \"ratio_vs_cudamemcpy\": %.3f,\n"
+            " \"ratio_target\": 0.8,\n \"ratio_met\": %s\n}\n",
+            min[0][0], min[0][1], min[1][0], min[1][1], all, all >= 0.8 ? "true" : "false");
+    fclose(f);
+}
+
 /* Rooms of 1..512 pages (512 KiB..256 MiB), contiguous and every other page, against the anchor;
  * both timings; every page of every timed room checked. Variant 0 and 1 of the kernel. */
 static void bench_ipc(peer_t *p)
@@ -720,10 +777,11 @@ static void bench_ipc(peer_t *p)
             "bench gpu=\"%s\" sms=%d l2_bytes=%d page_chunk_bytes=%llu reps=%d rotation_bytes=%llu",
             prop.name, prop.multiProcessorCount, prop.l2CacheSize, (unsigned long long)page,
             BENCH_REPS, (unsigned long long)(SRC_PAGES * page));
+    static double res[2][10][3][2]; /* variant, size, anchor/contiguous/scattered, gpu/wall */
     for (int variant = 0; good && variant < 2; variant++) {
         tdm_cuda_kv_gather_variant = variant;
-        for (uint32_t n = 1; n <= 512; n *= 2) {
-            double t[3][2] = {{0}};
+        for (uint32_t n = 1, size = 0; n <= 512; n *= 2, size++) {
+            double(*t)[2] = res[variant][size];
             bop_t o = {p, 0, n, SRC_PAGES / n, n * page, a_dst, as, sp, dc, ds};
             timed += time_both(&o, ev, done, &t[0][0], &t[0][1]) == 0;
             for (int kind = 1; kind <= 2; kind++) {
@@ -747,6 +805,8 @@ static void bench_ipc(peer_t *p)
                  t[2][0], t[2][1]);
         }
     }
+    for (int variant = 0; good && variant < 2; variant++)
+        bench_summary(variant, res[variant], page, &prop);
     tdm_cuda_kv_gather_variant = 0;
     if (good)
         bench_threshold(p->src.base, a_dst, as, done);
