@@ -391,30 +391,30 @@ int main(void)
         int ablate;
         uint32_t l2pf, l2tail;
         int l2op, l2early, bs1_only;
-    } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 5, 1, 1, 0, 0,
+    } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 3, 1, 1, 0, 0,
                 0, 0, 0, 1},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",
-                "attn_combine_kernel", 1, 1, 1, 5, 0, 1, 0, 0, 0, 0, 0, 0},
-               {"gemv-v2 (staged RMSNorm weight, one batch before the wait)", "gemv_v2", 1, 1, 1, 3,
-                1, 1, 0, 0, 0, 0, 0, 1},
+                "attn_combine_kernel", 1, 1, 1, 3, 0, 1, 0, 0, 0, 0, 0, 0},
+               {"gemv-v3 (V2 with two weight batches before the wait)", "gemv_v3", 1, 1, 1, 5, 1, 1,
+                0, 0, 0, 0, 0, 1},
                {"gemv-run5-stream (run 5-7's one-row GEMV)", "gemv_run5_stream", 1, 1, 1, 2, 1, 1,
                 0, 0, 0, 0, 0, 1},
                {"gemv-v2-1bps (V2 on one block per SM)", "gemv_v2_1bps", 1, 1, 1, 4, 1, 1, 0, 0, 0,
                 0, 0, 1},
                {"run7 (combine kernel + run 5 GEMV)", "run7", 1, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1},
-               {"pdl-off", "pdl_off", 0, 1, 1, 5, 1, 1, 0, 0, 0, 0, 0, 0},
-               {"cublas", "cublas", 1, 0, 1, 5, 1, 1, 0, 0, 0, 0, 0, 0},
-               {"split-K-attention", "split_k_attention", 1, 1, 0, 5, 1, 1, 0, 0, 0, 0, 0, 0},
+               {"pdl-off", "pdl_off", 0, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0},
+               {"cublas", "cublas", 1, 0, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0},
+               {"split-K-attention", "split_k_attention", 1, 1, 0, 3, 1, 1, 0, 0, 0, 0, 0, 0},
                {"gemv-run4-ksplit (old one-row GEMV)", "gemv_run4_ksplit", 1, 1, 1, 1, 1, 1, 0, 0,
                 0, 0, 0, 1},
                {"gemv-ksplit-off", "gemv_ksplit_off", 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1},
-               {"ablate-attn (WRONG results: timing only)", "ablate_attn", 1, 1, 1, 5, 1, 1,
+               {"ablate-attn (WRONG results: timing only)", "ablate_attn", 1, 1, 1, 3, 1, 1,
                 TDM_CUDA_ABLATE_ATTN, 0, 0, 0, 0, 0},
-               {"ablate-mlp+o (WRONG results: timing only)", "ablate_mlp_o", 1, 1, 1, 5, 1, 1,
+               {"ablate-mlp+o (WRONG results: timing only)", "ablate_mlp_o", 1, 1, 1, 3, 1, 1,
                 TDM_CUDA_ABLATE_GEMM, 0, 0, 0, 0, 1},
-               {"l2pf-24 (L2 prefetch 24 MiB per attention)", "l2pf_24", 1, 1, 1, 5, 1, 1, 0, 24, 0,
+               {"l2pf-24 (L2 prefetch 24 MiB per attention)", "l2pf_24", 1, 1, 1, 3, 1, 1, 0, 24, 0,
                 0, 0, 1},
-               {"l2pf-24+tail-8", "l2pf_24_tail_8", 1, 1, 1, 5, 1, 1, 0, 24, 8, 0, 0, 1}};
+               {"l2pf-24+tail-8", "l2pf_24_tail_8", 1, 1, 1, 3, 1, 1, 0, 24, 8, 0, 0, 1}};
     enum { NVAR = sizeof(var) / sizeof(var[0]) };
     double vtok[NVAR][3] = {{0}};
     /* bs1 tokens == the first engine's (1), != (0), -1 n/a; L2 prefetch variants also against

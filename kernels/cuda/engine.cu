@@ -91,7 +91,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->use_pdl = 1;
     o->use_skinny = 1;
     o->use_mma_attn = 1;
-    o->gemv_ksplit = 5;
+    o->gemv_ksplit = 3;
     o->attn_cluster = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
