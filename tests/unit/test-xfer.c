@@ -496,8 +496,10 @@ static void test_abort(void)
     is_int(tdm_xfer_abort(dec.x, room, "client gone"), TDM_OK, "abort while waiting");
     tdm_status_t r1 = tdm_xfer_release(dec.x, room);
     ok(r1 == TDM_ERR_BUSY || r1 == TDM_OK, "release right after abort: %s", tdm_status_name(r1));
-    if (r1 == TDM_ERR_BUSY)
-        is_int(xt_release(dec.x, room, T_S), TDM_OK, "released once ACKed");
+    /* the ACK may already be in (then the first release succeeded): the same number of points
+     * either way, so the TAP count does not depend on the race */
+    is_int(r1 == TDM_ERR_BUSY ? xt_release(dec.x, room, T_S) : TDM_OK, TDM_OK,
+           "released once ACKed");
     is_int(xt_next(pre.x, &req, 100000), TDM_ERR_AGAIN, "aborted room never reaches the scheduler");
 
     /* taken by the scheduler, not sent yet: prefill_send refuses, ACK flows */
