@@ -395,6 +395,8 @@ int main(void)
                 0, 0, 0, 1},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",
                 "attn_combine_kernel", 1, 1, 1, 3, 0, 1, 0, 0, 0, 0, 0, 0},
+               {"gemv-v2-lb3 (V2 held to 80 registers, 3 blocks/SM)", "gemv_v2_lb3", 1, 1, 1, 6, 1,
+                1, 0, 0, 0, 0, 0, 1},
                {"gemv-v3 (V2 with two weight batches before the wait)", "gemv_v3", 1, 1, 1, 5, 1, 1,
                 0, 0, 0, 0, 0, 1},
                {"gemv-run5-stream (run 5-7's one-row GEMV)", "gemv_run5_stream", 1, 1, 1, 2, 1, 1,

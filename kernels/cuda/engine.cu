@@ -111,7 +111,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     if (s && *s == '0')
         o->use_mma_attn = 0;
     s = getenv("TDM_CUDA_GEMV_KSPLIT");
-    if (s && *s >= '0' && *s <= '5' && s[1] == 0)
+    if (s && *s >= '0' && *s <= '6' && s[1] == 0)
         o->gemv_ksplit = *s - '0';
     s = getenv("TDM_CUDA_ATTN_CLUSTER");
     if (s && *s == '0')
@@ -341,8 +341,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
-    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 5) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..5)\" ksplit=%d",
+    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 6) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..6)\" ksplit=%d",
                 e->o.gemv_ksplit);
         st = TDM_ERR_INVAL;
         goto err;

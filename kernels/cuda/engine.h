@@ -57,14 +57,16 @@ typedef struct tdm_cuda_engine_opts {
     int use_mma_attn;           /* 1 (default): decode attention on the tensor cores (bf16 KV,
                                    hd 64/128, G <= 8), else the CUDA-core split-K kernel; env
                                    TDM_CUDA_MMA_ATTN=0 */
-    int gemv_ksplit;            /* one-row GEMVs: 3 (default, run 8) the streaming form V2
+    int gemv_ksplit;            /* one-row GEMVs: 3 (default, run 8/9) the streaming form V2
                                    (ops.cu gemv1_kernel: RMSNorm weight staged before the PDL
                                    wait, one barrier); 5: V3 (V2 with two batches of weight
                                    loads issued before the PDL wait; run 8b: slower); 4: V2 on
                                    one block per SM (the next kernel's blocks fit beside it;
                                    slower); 2: run 5's streaming form; 1: <= 4096 outputs split
-                                   K over the block's warps (run 4); 0: none of these; env
-                                   TDM_CUDA_GEMV_KSPLIT */
+                                   K over the block's warps (run 4); 0: none of these; 6: V2
+                                   compiled for 3 resident blocks per SM (80 registers, 16-32
+                                   bytes of spills) on a grid of 2 per SM (run 10: bs1 900
+                                   against V2's 1092); env TDM_CUDA_GEMV_KSPLIT */
     int attn_cluster;           /* 1 (default, run 8): the tensor-core decode attention merges
                                    its splits inside the kernel (a thread-block cluster per row
                                    and KV head) and issues its first K/V tiles before the PDL

@@ -690,8 +690,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * RMSNorm or SiLU·mul, is staged once per block in shared memory. Grid: about 2 blocks per SM (the
  * rows per warp rounded up first so every warp has the same number of rows). */
 #define G1_WARPS 8
-template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP>
-__global__ void __launch_bounds__(G1_WARPS * 32, 2)
+template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP, int MINB = 2>
+__global__ void __launch_bounds__(G1_WARPS * 32, MINB)
     gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
                  const float *__restrict__ norm_w, float eps, float *__restrict__ y,
@@ -866,7 +866,10 @@ static int sm_count(void)
 /* ksplit 2: run 5's kernel; 3: V2 (norm_w staged before the PDL wait, rs applied to each row's
  * sum, one barrier); 4: V2 on one block per SM, so that the next kernel's blocks fit beside this
  * one's and issue their first weight loads during its tail (run 8: slower); 5: V3 = V2 with two
- * batches of weight loads (16 per lane) issued before the PDL wait. */
+ * batches of weight loads (16 per lane) issued before the PDL wait; 6: V2 compiled for 3
+ * resident blocks per SM (<= 80 registers instead of 93) on the same grid of 2 blocks per SM, so
+ * one block of the next GEMV fits beside them and issues its loads before its PDL wait (run 10:
+ * 16-32 bytes of spills, bs1 900 tok/s against V2's 1092; not the default). */
 template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
 {
     const uint32_t maxw = (uint32_t)sm_count() * (a->ksplit == 4 ? 1u : 2u) * G1_WARPS;
@@ -881,6 +884,10 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
     else if (a->ksplit == 3)
         launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
                a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+               a->tail);
+    else if (a->ksplit == 6) /* V2 held to 3 resident blocks' registers, grid of 2 per SM */
+        launch(gemv1_kernel<T, FLAGS, true, 8, false, 3>, dim3(blocks), G1_WARPS * 32, smem, s,
+               a->x, a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
                a->tail);
     else if (a->ksplit == 4) /* one block per SM: 12 loads per lane, about two blocks' 8 */
         launch(gemv1_kernel<T, FLAGS, true, 12, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,

@@ -89,13 +89,14 @@ tdm_status_t make_kv(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *dbas
 } // namespace
 
 /* ops.h use_cublas -> tdm_cuda_gemv_t ksplit: 3 K-split, 4..8 streaming, 9 streaming V2, 10 V2
- * on one block per SM, 11 V3 */
+ * on one block per SM, 11 V3, 12 V2 held to 3 resident blocks */
 static int gemv_ksplit_of(int use_cublas)
 {
     return use_cublas == 3    ? 1
            : use_cublas == 9  ? 3
            : use_cublas == 10 ? 4
            : use_cublas == 11 ? 5
+           : use_cublas == 12 ? 6
            : use_cublas >= 4  ? 2
                               : 0;
 }

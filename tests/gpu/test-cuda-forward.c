@@ -299,16 +299,16 @@ static void check_model(const char *dir, const char *name, json_t *gold)
      * form out of range is refused */
     {
         tdm_cuda_engine_opts_t bad = o;
-        bad.gemv_ksplit = 6;
+        bad.gemv_ksplit = 7;
         tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
         tdm_cuda_engine_free(e);
         e = NULL;
-        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 6 refused (%s)", name, tdm_status_str(sb));
+        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 7 refused (%s)", name, tdm_status_str(sb));
     }
-    for (int set = 0; set < 3; set++) {
+    for (int set = 0; set < 4; set++) {
         tdm_cuda_engine_opts_t po = o;
         po.attn_cluster = set != 0;
-        po.gemv_ksplit = set == 2 ? 4 : set ? 5 : 2;
+        po.gemv_ksplit = set == 3 ? 6 : set == 2 ? 4 : set ? 5 : 2;
         int c1 = 1, cb = 1, first;
         st = tdm_cuda_engine_init(&view, &po, &e);
         for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
@@ -323,7 +323,8 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         e = NULL;
         ok(st == TDM_OK && c1 && cb,
            "%s: %s: one sequence and the batch follow the golden (margin rule; %s)", name,
-           set == 2   ? "GEMV V2 on one block per SM"
+           set == 3   ? "GEMV V2 held to 3 blocks per SM"
+           : set == 2 ? "GEMV V2 on one block per SM"
            : set == 1 ? "GEMV V3"
                       : "run 7's combine kernel and streaming GEMV",
            tdm_status_str(st));
