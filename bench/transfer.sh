@@ -4,7 +4,10 @@
 # host memory, in the same run; writes OUT (default SRCDIR/bench/results/transfer.json) with the
 # git sha. ratio_vs_ucx_perftest = min over sizes of engine (checksums off) / perftest; the
 # checksummed default path is reported beside it, and perftest with -e (peer error handling, the
-# engine's endpoint mode) up to 16 MiB. Use a build without sanitizers for numbers.
+# engine's endpoint mode) up to 16 MiB. The engine is measured as perftest measures itself, as a
+# throughput: TDM_BENCH_WINDOW rooms outstanding (default 16) into the same decode pages (see
+# bench/transfer.c); once per size the older one-room rounds run too (engine_rounds_gbps), as a
+# same-run A/B of the two protocols. Use a build without sanitizers for numbers.
 # Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_REPEATS (engine +
 # perftest pairs per size, default 3; figures are medians), TDM_BENCH_GIT_SHA, TDM_BENCH_NOTE (the
 # operator's remark on this run, stored as "note").
@@ -16,13 +19,15 @@ N=${TDM_BENCH_SIZES:-6}
 REPEATS=${TDM_BENCH_REPEATS:-3}
 UCX_TLS=${UCX_TLS:-tcp,sm,self}
 UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-export UCX_TLS UCX_NET_DEVICES
+TDM_BENCH_WINDOW=${TDM_BENCH_WINDOW:-16}
+export UCX_TLS UCX_NET_DEVICES TDM_BENCH_WINDOW
 runs=$(mktemp)
+rounds=$(mktemp)
 perf=$(mktemp)
 perfe=$(mktemp)
 elog=$(mktemp)
 loads=$(mktemp)
-trap 'rm -f "$runs" "$perf" "$perfe" "$elog" "$loads"' EXIT
+trap 'rm -f "$runs" "$rounds" "$perf" "$perfe" "$elog" "$loads"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 # perftest put_bw of $1 bytes (extra flags after it) appended to file $2 as "bytes Final: ..."
 perftest() {
@@ -50,6 +55,8 @@ while [ "$rep" -lt "$REPEATS" ]; do
 echo "transfer: size $((i + 1)) of $N, repeat $((rep + 1)) of $REPEATS: engine, then ucx_perftest" >&2
 echo "$i $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)" >>"$loads"
 TDM_BENCH_FROM=$i "$BUILD/bench/transfer" "$((i + 1))" >>"$runs" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+# the older protocol (one room per round, timed on prefill), checksums off, once per size
+[ "$rep" -eq 0 ] && { TDM_BENCH_FROM=$i TDM_BENCH_WINDOW=0 TDM_BENCH_CHECKSUMS=0 "$BUILD/bench/transfer" "$((i + 1))" >>"$rounds" 2>"$elog" || { cat "$elog" >&2; exit 1; }; }
 # how prefill wrote decode's pool (ucx.c logs it per rank at connect)
 if grep -q "writes: copies into decode's mapped shared memory" "$elog"; then
     path="copies into decode's shared memory mapped with ucp_rkey_ptr (decode's pool from ucp_mem_map ALLOCATE), no UCX request per region; rooms up to 16 MiB copied by the sending thread, larger by the transfer thread; rooms of 8 MiB and more with non-temporal stores"
@@ -75,11 +82,15 @@ sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unkn
 dirty=false
 [ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" "$loads" <<'PY'
+python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" "$loads" "$rounds" <<'PY'
 import json, sys, platform, os
-runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note, loads_p = sys.argv[1:]
+runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note, loads_p, rounds_p = sys.argv[1:]
 import statistics
 runs = [json.loads(l) for l in open(runs_p)]
+rounds = {}
+for l in open(rounds_p):
+    r = json.loads(l)
+    rounds[r['bytes']] = r
 loads = {}
 for l in open(loads_p):
     i, v = l.split()
@@ -106,7 +117,9 @@ for b in sorted(set(r['bytes'] for r in runs)):
     k = off[0].get('inflight', 1)
     e, c = med([r['gbps'] for r in off]), med([r['gbps'] for r in on])
     p, pw = med(perf.get(b, [])), med(perf.get(b * k, []))
-    sizes.append({'bytes': b, 'inflight': k, 'repeats': len(off),
+    rr = rounds.get(b)
+    sizes.append({'bytes': b, 'inflight': k, 'window': off[0].get('window', 0),
+                  'rooms': off[0].get('rooms'), 'repeats': len(off),
                   'loadavg_1m': loads.get(len(sizes)),
                   'room_latency_us': r3(med([r['room_latency_us'] for r in off])),
                   'engine_gbps': r3(e),
@@ -120,10 +133,14 @@ for b in sorted(set(r['bytes'] for r in runs)):
                   'ratio_same_working_set': div(e, pw),
                   'engine_gbps_repeats': [round(r['gbps'], 3) for r in off],
                   'ucx_perftest_gbps_repeats': [round(v, 3) for v in perf.get(b, [])],
-                  'room_latency_us_repeats': [r['room_latency_us'] for r in off]})
+                  'room_latency_us_repeats': [r['room_latency_us'] for r in off],
+                  'engine_rounds_gbps': r3(rr['gbps']) if rr else None,
+                  'engine_rounds_room_latency_us': rr['room_latency_us'] if rr else None,
+                  'ratio_rounds': div(rr['gbps'], p) if rr else None})
 ratios = [s['ratio'] for s in sizes if s['ratio'] is not None]
 rw = [s['ratio_same_working_set'] for s in sizes if s['ratio_same_working_set'] is not None]
 rc = [s['ratio_checksums'] for s in sizes if s['ratio_checksums'] is not None]
+rr_ = [s['ratio_rounds'] for s in sizes if s['ratio_rounds'] is not None]
 doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'host': platform.node(), 'cpus': os.cpu_count(), 'loadavg_before': load,
        'loadavg_after': load_after,
@@ -133,14 +150,16 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'anchor': 'ucx_perftest -t ucp_put_bw, same sizes and UCX_TLS, same run (its buffers come from ucp_mem_map ALLOCATE: shared memory the peer maps, so a put is one memcpy)',
        'anchor_err_peer': 'the same with -e (UCP_ERR_HANDLING_MODE_PEER, the mode of a remote-peer endpoint), up to 16 MiB, once per size',
        'processes': 'prefill and decode in two processes (forked before UCX init)',
-       'rooms_in_flight': 'every size is timed the same way: rounds of `inflight` rooms (default 1) issued back to back, each room into its own decode pages (with 1, the same decode pages every round, freed and taken again, as perftest re-puts one buffer); throughput = bytes of the round / wall time from the first send to the last room becoming SUCCESS on prefill (after its fence/flush, STATUS queued: I5); same-host rooms up to 16 MiB are copied by the sending thread (xfer_inline_ok), larger ones by the transfer thread; the harness blocks on the engine event callback for the SUCCESS transitions instead of polling; decode verifies a round after it landed; room_latency_us = mean send to SUCCESS of one room',
+       'protocol': 'windowed streaming (TDM_BENCH_WINDOW=%s): that many rooms outstanding, every room from the same prefill pages into the same decode pages (as perftest re-puts one buffer into one buffer; the engine leaves page ownership to decode, so rooms in flight may share pages); decode submits a new room (TRANSFER_INFO) as each SUCCESS reaches it, after its commit (checksum verification when on, aux room-id check); prefill sends each room as its TRANSFER_INFO arrives (same-host rooms up to 16 MiB copied by the sending thread, larger by the transfer thread, 8 MiB+ with streaming stores) and releases it at SUCCESS; throughput is measured at decode from its SUCCESS events (STATUS received after prefill fenced/flushed the room: I5): after window+2 warm-up rooms, segments of max(4, 32 MiB/size) rooms, `reps` segments, gbps = the median segment rate; rooms = rooms per size; room_latency_us = mean TRANSFER_INFO to SUCCESS on decode with the window queued ahead. engine_rounds_gbps: the older protocol in the same run, once per size (one room per round, timed on prefill from send to its SUCCESS, the request round trip and decode side outside the timed window)' % os.environ.get('TDM_BENCH_WINDOW', '16'),
+       'anchor_window': 'ucx_perftest put_bw with its default -O: over sm (ucp_mem_map ALLOCATE buffers, rkey_ptr) every put is a memcpy into the peer mapping that completes inside ucp_put_nbx, so no put is ever outstanding (-O 1 and -O 16 measured the same on this host); the peer is told nothing per put and one flush ends the run: perftest is a tight copy loop, the engine a copy plus a per-room handshake across two processes',
        'order': 'size by size, `repeats` times: the engine (checksums off, then on) and right after it ucx_perftest at that size, so both see the same load on the shared host; every figure is the median of its repeats (the repeats are listed), ratios are of the medians; loadavg_1m per size: the 1-minute load before each repeat',
        'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer (source and target stay in cache up to a few MiB), while the engine writes distinct decode pages per room of a round; this anchor moves the same bytes per put as the engine per round',
        'engine_write_path': path,
        'sizes': sizes,
        'ratio_vs_ucx_perftest': min(ratios) if ratios else None,
        'ratio_vs_ucx_perftest_checksums_on': min(rc) if rc else None,
-       'ratio_vs_ucx_perftest_same_working_set': min(rw) if rw else None}
+       'ratio_vs_ucx_perftest_same_working_set': min(rw) if rw else None,
+       'ratio_vs_ucx_perftest_rounds': min(rr_) if rr_ else None}
 # checksum_ttft_overhead is measured by bench/pd.sh (PD pairs over HTTP); carried here with its
 # provenance so the issue's two transfer numbers sit in one file
 try:
@@ -155,5 +174,6 @@ if note:
 json.dump(doc, open(out, 'w'), indent=1)
 open(out, 'a').write('\n')
 print(json.dumps({k: doc[k] for k in ('ratio_vs_ucx_perftest', 'ratio_vs_ucx_perftest_checksums_on',
-                                       'ratio_vs_ucx_perftest_same_working_set')}))
+                                       'ratio_vs_ucx_perftest_same_working_set',
+                                       'ratio_vs_ucx_perftest_rounds')}))
 PY
