@@ -324,6 +324,25 @@ int main(void)
                bs, tok_s[b], runs, steps, 1e6 * bs / tok_s[b]);
     }
     tap(dec_ok, "decode bs1/8/32", NULL);
+    /* the host's share of a step: the bucket's graph replayed back to back (GPU time) at the
+     * benchmark's middle KV length, against the step through forward */
+    double replay_us[3] = {0, 0, 0};
+    for (int b = 0; b < 3 && dec_ok; b++) {
+        static uint32_t rpages[MAXBS * 64];
+        tdm_cuda_seq_t rseq[MAXBS];
+        int32_t tok[MAXBS];
+        const uint32_t bs = bss[b], per = (PROMPT + steps + 15) / 16;
+        for (uint32_t i = 0; i < bs * per; i++)
+            rpages[i] = i;
+        for (uint32_t i = 0; i < bs; i++) {
+            tok[i] = prompt[i];
+            rseq[i] = (tdm_cuda_seq_t){&tok[i], 1, PROMPT + steps / 2, rpages + i * per, per, 0};
+        }
+        if (tdm_cuda_engine_replay_us(e, rseq, bs, 200, &replay_us[b]) == TDM_OK)
+            printf("# bench graph replay bs%u: %.1f us/step back to back (GPU only) against "
+                   "%.1f us/step through forward\n",
+                   bs, replay_us[b], 1e6 * bs / tok_s[b]);
+    }
 
     /* prefill 2048 */
     {
@@ -391,8 +410,20 @@ int main(void)
         int ablate;
         uint32_t l2pf, l2tail;
         int l2op, l2early, bs1_only;
+        int fuse; /* 0: the engine's defaults; else 4 | bit 0 the SwiGLU epilogue, bit 1 the
+                   * argmax epilogue */
     } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 3, 1, 1, 0, 0,
                 0, 0, 0, 1},
+               {"argmax-off (run 9's argmax node)", "argmax_off", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 1,
+                4},
+               {"swiglu-on (the SwiGLU epilogue too)", "swiglu_on", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0,
+                0, 1, 7},
+               {"gemv-v2-w4 (V2 in blocks of 4 warps)", "gemv_v2_w4", 1, 1, 1, 7, 1, 1, 0, 0, 0, 0,
+                0, 1},
+               {"gemv-v2-w2 (V2 in blocks of 2 warps)", "gemv_v2_w2", 1, 1, 1, 8, 1, 1, 0, 0, 0, 0,
+                0, 1},
+               {"ablate-silu (WRONG results: down without the SiLU staging)", "ablate_silu", 1, 1,
+                1, 3, 1, 1, TDM_CUDA_ABLATE_SILU, 0, 0, 0, 0, 1},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",
                 "attn_combine_kernel", 1, 1, 1, 3, 0, 1, 0, 0, 0, 0, 0, 0},
                {"gemv-v2-lb3 (V2 held to 80 registers, 3 blocks/SM)", "gemv_v2_lb3", 1, 1, 1, 6, 1,
@@ -441,6 +472,10 @@ int main(void)
         o.l2pf_tail_mb = var[v].l2tail;
         o.l2pf_op = var[v].l2op;
         o.l2pf_early = var[v].l2early;
+        if (var[v].fuse) {
+            o.swiglu_fused = var[v].fuse & 1;
+            o.argmax_fused = (var[v].fuse & 2) != 0;
+        }
         const int is_l2pf = var[v].l2pf || var[v].l2tail;
         const int is_control = !strcmp(var[v].key, "control");
         if (tdm_cuda_engine_init(&m.view, &o, &e) != TDM_OK) {
@@ -560,12 +595,16 @@ int main(void)
                 "\"cpu_match_32\": %s, \"cpu_first_divergence\": %d, \"variant_runs\": %d, "
                 "\"tokens_equal_first\": {\"same_engine_again\": %s, \"second_beside\": %s, "
                 "\"small_pool_after\": %s}, "
+                "\"graph_replay_us\": {\"bs1\": %.1f, \"bs8\": %.1f, \"bs32\": %.1f}, "
                 "\"variants\": {",
                 tok_s[0], tok_s[1], tok_s[2], prefill_tok_s, copy_gbps, roofline,
                 (unsigned long long)m.view.resident_bytes, runs, steps, PROMPT,
                 cmp_ok ? "true" : "false", first_div, vruns, tf_null(diag_again),
-                tf_null(diag_beside), tf_null(diag_small));
+                tf_null(diag_beside), tf_null(diag_small), replay_us[0], replay_us[1],
+                replay_us[2]);
         /* one row per variant, the headline row's decode keys (null: not run at that size) */
+        tdm_cuda_engine_opts_t dflt;
+        tdm_cuda_engine_opts_default(&dflt);
         for (size_t v = 0; v < NVAR; v++) {
             fprintf(f, "%s\n  \"%s\": {", v ? "," : "", var[v].key);
             for (int b = 0; b < 3; b++) {
@@ -577,9 +616,12 @@ int main(void)
             fprintf(f,
                     "\"gemv_ksplit\": %d, \"attn_cluster\": %d, \"l2pf_mb\": %u, "
                     "\"l2pf_tail_mb\": %u, \"l2pf_op\": %d, \"l2pf_early\": %d, "
+                    "\"swiglu_fused\": %d, \"argmax_fused\": %d, "
                     "\"tokens_equal_default\": %s, \"tokens_equal_control\": %s}",
                     var[v].ksplit, var[v].cluster, var[v].l2pf, var[v].l2tail, var[v].l2op,
-                    var[v].l2early, tf_null(vsame[v]), tf_null(vsame_ctl[v]));
+                    var[v].l2early, var[v].fuse ? var[v].fuse & 1 : dflt.swiglu_fused,
+                    var[v].fuse ? (var[v].fuse & 2) != 0 : dflt.argmax_fused,
+                    tf_null(vsame[v]), tf_null(vsame_ctl[v]));
         }
         fprintf(f, "}}\n");
         fclose(f);

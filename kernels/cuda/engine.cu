@@ -57,6 +57,7 @@ struct tdm_cuda_engine {
     float *x, *qkv, *attn, *gu, *hsel, *logits, *part_o, *part_ml;
     uint16_t *xb;
     int32_t *d_ids_out;
+    void *am_ws; /* the lm_head GEMV's fused argmax (TDM_CUDA_ARGMAX_WS bytes, zeroed) */
     /* plan: device block and pinned host staging of the same layout */
     size_t plan_bytes, pages_cap;
     uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
@@ -93,6 +94,8 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->use_mma_attn = 1;
     o->gemv_ksplit = 3;
     o->attn_cluster = 1;
+    o->swiglu_fused = 0;
+    o->argmax_fused = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -111,11 +114,17 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     if (s && *s == '0')
         o->use_mma_attn = 0;
     s = getenv("TDM_CUDA_GEMV_KSPLIT");
-    if (s && *s >= '0' && *s <= '6' && s[1] == 0)
+    if (s && *s >= '0' && *s <= '8' && s[1] == 0)
         o->gemv_ksplit = *s - '0';
     s = getenv("TDM_CUDA_ATTN_CLUSTER");
     if (s && *s == '0')
         o->attn_cluster = 0;
+    s = getenv("TDM_CUDA_SWIGLU");
+    if (s && (*s == '0' || *s == '1'))
+        o->swiglu_fused = *s == '1';
+    s = getenv("TDM_CUDA_ARGMAX_FUSED");
+    if (s && *s == '0')
+        o->argmax_fused = 0;
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -341,8 +350,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
-    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 6) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..6)\" ksplit=%d",
+    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 8) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..8)\" ksplit=%d",
                 e->o.gemv_ksplit);
         st = TDM_ERR_INVAL;
         goto err;
@@ -409,7 +418,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         act_bytes = 0;
         for (int i = 0; i < 9; i++)
             act_bytes += sizes[i];
-        act_bytes += align256((uint64_t)e->o.max_logit_rows * 4);
+        act_bytes += align256((uint64_t)e->o.max_logit_rows * 4) + align256(TDM_CUDA_ARGMAX_WS);
         TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->abuf, act_bytes), st, err);
         /* zeroed once: a read of scratch that no launch of this call wrote (padding rows, a
          * bucket's unused tail) then gives the same bits in every engine instance */
@@ -424,6 +433,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         e->xb = (uint16_t *)p;
         p += sizes[8];
         e->d_ids_out = (int32_t *)p;
+        e->am_ws = p + align256((uint64_t)e->o.max_logit_rows * 4);
     }
 
     /* KV pool from the layout descriptor and the configurator */
@@ -555,10 +565,10 @@ static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const voi
                               y);
 }
 
-static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, const uint32_t *xrow,
-                         uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
-                         const float *norm_w, int flags, float *y, uint32_t ldy,
-                         tdm_cuda_l2pf_t tail)
+static tdm_cuda_gemv_t gemv_args(const tdm_cuda_engine_t *e, const float *x, uint32_t ldx,
+                                 const uint32_t *xrow, uint32_t n, uint32_t K, const void *w,
+                                 uint32_t M, const float *bias, const float *norm_w, int flags,
+                                 float *y, uint32_t ldy, tdm_cuda_l2pf_t tail)
 {
     /* one row: the streaming form (2), or (1, run 4) K split over the block's warps for the
      * small matrices (run 3: o and down at bs1 had ~8 us of fixed cost each, too few warps with
@@ -569,7 +579,27 @@ static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, con
     tdm_cuda_gemv_t a = {
         x, ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps, flags, y, ldy, ksplit};
     a.tail = tail;
+    return a;
+}
+
+static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, const uint32_t *xrow,
+                         uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
+                         const float *norm_w, int flags, float *y, uint32_t ldy,
+                         tdm_cuda_l2pf_t tail)
+{
+    const tdm_cuda_gemv_t a =
+        gemv_args(e, x, ldx, xrow, n, K, w, M, bias, norm_w, flags, y, ldy, tail);
     return tdm_cuda_gemv(&a, e->stream);
+}
+
+/* 1 when the one-row GEMV of K inputs with the fused RMSNorm runs the streaming V2 form, the one
+ * with the SwiGLU and argmax epilogues (ops.cu gemv1_kernel) */
+static int gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K)
+{
+    const tdm_cuda_gemv_t a =
+        gemv_args(e, e->x, K, NULL, n, K, e->wbuf, 1, NULL, e->x, TDM_GEMV_NORM, e->x, K,
+                  (tdm_cuda_l2pf_t){NULL, 0, 0, 0});
+    return tdm_cuda_gemv_fusable(&a);
 }
 
 /* L2 prefetch of want bytes from p, clamped to lim (the end of the weights it belongs to) and
@@ -602,6 +632,9 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     const uint64_t apf = (uint64_t)e->o.l2pf_mb << 20, tpf = (uint64_t)e->o.l2pf_tail_mb << 20;
     const uint64_t wdown = (uint64_t)d * I * e->wes, wlm = (uint64_t)e->V * d * e->wes;
     const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0};
+    /* run 11: the MLP activation in the gate|up GEMV's epilogue, the argmax in lm_head's */
+    const int swiglu = small && e->o.swiglu_fused && gemv_fusable(e, n, d);
+    const int am = use_gemv(e, m) && e->o.argmax_fused && !apf && gemv_fusable(e, m, d);
 
     TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
     for (uint32_t l = 0; l < e->L; l++) {
@@ -652,10 +685,20 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (small) {
             TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d,
                          t_o));
-            TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm, TDM_GEMV_NORM,
-                         e->gu, 2 * I, t_gu));
-            TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
-                         TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d, t_down));
+            if (swiglu) { /* gate|up writes silu(gate) * up: down reads I floats, no SiLU */
+                TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, I, NULL, w->mlp_norm,
+                             TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu));
+                TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, TDM_GEMV_ACCUM,
+                             e->x, d, t_down));
+            } else {
+                /* ABLATE_SILU (timing only): down stages I floats of the gate, no SiLU·up */
+                const int ab = (e->o.ablate & TDM_CUDA_ABLATE_SILU) != 0;
+                TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm,
+                             TDM_GEMV_NORM, e->gu, 2 * I, t_gu));
+                TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
+                             ab ? TDM_GEMV_ACCUM : TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d,
+                             t_down));
+            }
         } else {
             TDM_TRY(gemm(e, n, qd, w->o, d, 1, e->x));
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->mlp_norm, eps, n, d, NULL, e->xb, s));
@@ -665,6 +708,13 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
             TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, I, w->down, d, 1, e->x));
         }
+    }
+    if (am) { /* the argmax in the epilogue: no argmax node */
+        tdm_cuda_gemv_t a = gemv_args(e, e->x, d, outrows, m, d, e->lm_head, e->V, NULL,
+                                      e->final_norm, TDM_GEMV_NORM, e->logits, e->V, none);
+        a.argmax = e->d_ids_out;
+        a.argmax_ws = e->am_ws;
+        return tdm_cuda_gemv(&a, s);
     }
     if (use_gemv(e, m)) {
         TDM_TRY(gemv(e, e->x, d, outrows, m, d, e->lm_head, e->V, NULL, e->final_norm,
@@ -833,5 +883,37 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         memcpy(ret_ids, e->h_ids_out, (size_t)m * 4);
     *ret_rows = m;
 out:
+    return st;
+}
+
+tdm_status_t tdm_cuda_engine_replay_us(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                       uint32_t n_seqs, uint32_t reps, double *ret_us)
+{
+    tdm_status_t st = TDM_OK;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    uint32_t rows, b;
+    int32_t ids[1024];
+    float ms = 0;
+
+    if (!e || !seqs || n_seqs == 0 || n_seqs > 1024 || reps == 0 || !ret_us || !e->o.use_graphs)
+        return TDM_ERR_INVAL;
+    /* one call through forward: validates the batch, fills the plan, captures the bucket */
+    TDM_TRY(tdm_cuda_engine_forward(e, seqs, n_seqs, NULL, ids, n_seqs, &rows));
+    const int bi = bucket_of(n_seqs, &b);
+    if (bi >= MAX_BUCKETS || !e->graph[bi])
+        return TDM_ERR_UNSUPPORTED;
+    TDM_CUDA_CHECK_GOTO(cudaEventCreate(&ev[0]), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventCreate(&ev[1]), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventRecord(ev[0], e->stream), st, out);
+    for (uint32_t r = 0; r < reps; r++)
+        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(e->graph[bi], e->stream), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventRecord(ev[1], e->stream), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventSynchronize(ev[1]), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventElapsedTime(&ms, ev[0], ev[1]), st, out);
+    *ret_us = 1e3 * ms / reps;
+out:
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
     return st;
 }

@@ -66,12 +66,25 @@ typedef struct tdm_cuda_engine_opts {
                                    K over the block's warps (run 4); 0: none of these; 6: V2
                                    compiled for 3 resident blocks per SM (80 registers, 16-32
                                    bytes of spills) on a grid of 2 per SM (run 10: bs1 900
-                                   against V2's 1092); env TDM_CUDA_GEMV_KSPLIT */
+                                   against V2's 1092); 7 and 8: V2 in blocks of 4 and 2 warps
+                                   (16 warps per SM either way: a block leaves as soon as its
+                                   few warps finish, so the next GEMV's blocks start earlier in
+                                   the tail); env TDM_CUDA_GEMV_KSPLIT */
     int attn_cluster;           /* 1 (default, run 8): the tensor-core decode attention merges
                                    its splits inside the kernel (a thread-block cluster per row
                                    and KV head) and issues its first K/V tiles before the PDL
                                    wait; 0: the combine kernel (run 4); env
                                    TDM_CUDA_ATTN_CLUSTER=0 */
+    int swiglu_fused;           /* 1 (run 11, default 0: measured slower): with the streaming V2 GEMV (ksplit 3),
+                                   the gate|up GEMV's warps each take the gate and the up row of
+                                   their outputs and write silu(gate) * up, so the down GEMV
+                                   stages I floats instead of 2 I plus the SiLU; bit-identical;
+                                   run 11: bs1 +57 us/step; env TDM_CUDA_SWIGLU=1 */
+    int argmax_fused;           /* 1 (default, run 11): one logits row through the streaming V2
+                                   GEMV finds its argmax in the lm_head epilogue (warp
+                                   candidates, the last block merges): no argmax node; same ids;
+                                   off while l2pf_mb is set (argmax carries that prefetch); env
+                                   TDM_CUDA_ARGMAX_FUSED=0 */
     uint32_t l2pf_mb;           /* L2 prefetch of upcoming weights in decode (docs/cuda.md,
                                    "L2 prefetch"): 0 (default) off; else the decode attention
                                    grid of each layer carries extra blocks that prefetch the
@@ -97,6 +110,8 @@ typedef struct tdm_cuda_engine_opts {
  * o-projection and the MLP of every layer (the QKV projection and the lm_head stay). */
 #define TDM_CUDA_ABLATE_ATTN 1
 #define TDM_CUDA_ABLATE_GEMM 2
+/* the down GEMV stages I floats of the gate without SiLU·up (one row, SwiGLU epilogue off) */
+#define TDM_CUDA_ABLATE_SILU 4
 
 void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o);
 
@@ -126,6 +141,13 @@ uint64_t tdm_cuda_engine_weight_bytes(const tdm_cuda_engine_t *e);
 tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
                                      uint32_t n_seqs, float *logits, int32_t *ret_ids,
                                      uint32_t cap_rows, uint32_t *ret_rows);
+
+/* Benchmark diagnostic: one decode call of seqs through forward (it captures the bucket's graph
+ * and leaves its plan on the device), then that graph replayed reps times back to back with no
+ * host round trip between replays (each replay writes the same KV slots); *ret_us = GPU time per
+ * replay (CUDA events). The difference to a step through forward is the host's share. */
+tdm_status_t tdm_cuda_engine_replay_us(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                       uint32_t n_seqs, uint32_t reps, double *ret_us);
 
 #ifdef __cplusplus
 }

@@ -690,37 +690,113 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * RMSNorm or SiLU·mul, is staged once per block in shared memory. Grid: about 2 blocks per SM (the
  * rows per warp rounded up first so every warp has the same number of rows). */
 #define G1_WARPS 8
-template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP, int MINB = 2>
-__global__ void __launch_bounds__(G1_WARPS * 32, MINB)
+/* Argmax candidates of a warp / of the whole grid: (v, i) beats (best, bi) when i is a real index
+ * and bi is none, v is larger, or v ties and i is smaller (argmax_kernel's rule: the first index
+ * of the largest non-NaN value; NaN never beats a number). */
+static __device__ __forceinline__ void am_merge(float v, int32_t i, float &best, int32_t &bi)
+{
+    if (i >= 0 && (bi < 0 || v > best || (v == best && i < bi))) {
+        best = v;
+        bi = i;
+    }
+}
+
+/* The grid's argmax from each warp's candidate: every block stores its warps' (best, index) in
+ * ws, then counts itself in; the last block in merges all nw candidates in a fixed order and
+ * writes *out, then re-arms the counter. */
+template <int NWP>
+static __device__ void am_finish(float best, int32_t bi, uint32_t gw, uint32_t nw, void *ws,
+                                 int32_t *out)
+{
+    __shared__ float s_v[NWP];
+    __shared__ int32_t s_i[NWP];
+    __shared__ uint32_t s_last;
+    float *cv = (float *)ws;
+    int32_t *ci = (int32_t *)(cv + TDM_CUDA_ARGMAX_CAP);
+    uint32_t *cnt = (uint32_t *)(ci + TDM_CUDA_ARGMAX_CAP);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        cv[gw] = best;
+        ci[gw] = bi;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(cnt, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    best = -INFINITY;
+    bi = -1;
+    for (uint32_t i = threadIdx.x; i < nw; i += blockDim.x)
+        am_merge(__ldcg(cv + i), __ldcg(ci + i), best, bi);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_merge(ov, oi, best, bi);
+    }
+    if (lane == 0) {
+        s_v[warp] = best;
+        s_i[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < NWP; w++)
+            am_merge(s_v[w], s_i[w], best, bi);
+        *out = bi < 0 ? 0 : bi;
+        *cnt = 0;
+    }
+}
+
+/* Weights of step j of a warp: one contiguous span from wp, or (SWIGLU) its outputs' pairs, each
+ * the gate row (vpl steps from wp) then the up row (vpl steps from wp + M K). */
+template <typename T, bool PAIR>
+static __device__ __forceinline__ const T *g1_at(const T *wp, uint32_t j, uint32_t vpl,
+                                                 size_t upoff, uint32_t K)
+{
+    constexpr int E = wvec<T>::N;
+    if (!PAIR)
+        return wp + (size_t)j * 32u * E;
+    const uint32_t p = j / (2u * vpl), t = j - p * 2u * vpl;
+    return wp + (size_t)p * K + (t >= vpl ? upoff + (size_t)(t - vpl) * 32u * E
+                                          : (size_t)t * 32u * E);
+}
+
+template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP, int MINB = 2, bool AM = false,
+          int NWP = G1_WARPS>
+__global__ void __launch_bounds__(NWP * 32, MINB)
     gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
                  const float *__restrict__ norm_w, float eps, float *__restrict__ y,
-                 tdm_cuda_l2pf_t tail)
+                 tdm_cuda_l2pf_t tail, int32_t *am_out, void *am_ws)
 {
     constexpr int E = wvec<T>::N;
+    constexpr bool PAIR = (FLAGS & TDM_GEMV_SWIGLU) != 0;
     extern __shared__ float s_x[]; /* K floats (V2 with NORM: then norm_w, K more) */
-    __shared__ float s_part[G1_WARPS];
+    __shared__ float s_part[NWP];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint32_t gw = blockIdx.x * G1_WARPS + warp, nw = gridDim.x * G1_WARPS;
+    const uint32_t gw = blockIdx.x * NWP + warp, nw = gridDim.x * NWP;
     const uint32_t ra = (uint32_t)((uint64_t)M * gw / nw);
     const uint32_t rb = (uint32_t)((uint64_t)M * (gw + 1) / nw);
     const uint32_t vpl = K / (32u * E); /* steps per row */
-    const uint32_t nsteps = (rb - ra) * vpl;
+    const uint32_t nsteps = (rb - ra) * vpl * (PAIR ? 2u : 1u);
+    const size_t upoff = (size_t)M * K; /* SWIGLU: the up rows */
     const T *wp = W + (size_t)ra * K + (uint32_t)lane * E;
     uint4 cur[G1_U], nx[G1_U];
 #pragma unroll
     for (int u = 0; u < G1_U; u++)
         if ((uint32_t)u < nsteps)
-            cur[u] = ld_stream(wp + (size_t)u * 32u * E);
+            cur[u] = ld_stream(g1_at<T, PAIR>(wp, u, vpl, upoff, K));
     if (DEEP) { /* the second batch too: HBM stays busy while x is staged after the wait */
 #pragma unroll
         for (int u = 0; u < G1_U; u++)
             if ((uint32_t)(G1_U + u) < nsteps)
-                nx[u] = ld_stream(wp + (size_t)(G1_U + u) * 32u * E);
+                nx[u] = ld_stream(g1_at<T, PAIR>(wp, G1_U + u, vpl, upoff, K));
     }
     constexpr bool NORM2 = V2 && (FLAGS & TDM_GEMV_NORM);
     if (NORM2) /* a weight too: staged before the wait, by the thread that uses it below */
-        for (uint32_t k = threadIdx.x * 4; k < K; k += G1_WARPS * 32 * 4)
+        for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4)
             *reinterpret_cast<float4 *>(s_x + K + k) =
                 __ldg(reinterpret_cast<const float4 *>(norm_w + k));
     pdl_wait();
@@ -734,7 +810,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, MINB)
     const float *xr = x + (size_t)(xrow ? xrow[0] : 0) * ldx;
     float ss = 0.0f, rs = 1.0f;
 #pragma unroll 4
-    for (uint32_t k = threadIdx.x * 4; k < K; k += G1_WARPS * 32 * 4) {
+    for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4) {
         float4 v = __ldg(reinterpret_cast<const float4 *>(xr + k));
         if (FLAGS & TDM_GEMV_SILU) {
             float4 u = __ldg(reinterpret_cast<const float4 *>(xr + K + k));
@@ -762,7 +838,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, MINB)
         __syncthreads();
         float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < G1_WARPS; w++)
+        for (int w = 0; w < NWP; w++)
             a += s_part[w];
         rs = rsqrtf(a / (float)K + eps);
     } else if (FLAGS & TDM_GEMV_NORM) {
@@ -773,26 +849,28 @@ __global__ void __launch_bounds__(G1_WARPS * 32, MINB)
         __syncthreads();
         if (threadIdx.x == 0) {
             float a = 0.0f;
-            for (int w = 0; w < G1_WARPS; w++)
+            for (int w = 0; w < NWP; w++)
                 a += s_part[w];
             s_rs = rsqrtf(a / (float)K + eps);
         }
         __syncthreads();
         rs = s_rs;
-        for (uint32_t k = threadIdx.x; k < K; k += G1_WARPS * 32)
+        for (uint32_t k = threadIdx.x; k < K; k += NWP * 32)
             s_x[k] = s_x[k] * rs * norm_w[k];
         rs = 1.0f;
     }
     if (!NORM2)
         __syncthreads();
-    float acc = 0.0f;
+    float acc = 0.0f, gsum = 0.0f, best = -INFINITY;
+    int32_t bi = -1;
     uint32_t row = ra, jr = 0;
+    bool up = false; /* SWIGLU: the up row of `row` is the one being summed */
     for (uint32_t j0 = 0; j0 < nsteps; j0 += G1_U) {
         if (!DEEP) {
 #pragma unroll
             for (int u = 0; u < G1_U; u++)
                 if (j0 + G1_U + u < nsteps)
-                    nx[u] = ld_stream(wp + (size_t)(j0 + G1_U + u) * 32u * E);
+                    nx[u] = ld_stream(g1_at<T, PAIR>(wp, j0 + G1_U + u, vpl, upoff, K));
         }
 #pragma unroll
         for (int u = 0; u < G1_U; u++) {
@@ -810,19 +888,37 @@ __global__ void __launch_bounds__(G1_WARPS * 32, MINB)
                 }
                 if (++jr == vpl) { /* warp-uniform: the row is complete */
                     float s = NORM2 ? warp_sum(acc) * rs : warp_sum(acc);
-                    if (pre) {
-                        const float yv = __shfl_sync(0xffffffffu, yo, row - ra);
-                        if (lane == 0)
-                            y[row] = (FLAGS & TDM_GEMV_ACCUM) ? yv + s : s + yv;
-                    } else if (lane == 0) {
-                        if (FLAGS & TDM_GEMV_ACCUM)
-                            y[row] += s;
-                        else
-                            y[row] = s + (bias ? bias[row] : 0.0f);
+                    if (PAIR) {
+                        /* the gate sum waits for its up row; the product is what silu_mul (or
+                         * the down GEMV's SILU staging) computes from the stored pair */
+                        if (!up)
+                            gsum = s + 0.0f;
+                        else if (lane == 0)
+                            y[row] = silu(gsum) * (s + 0.0f);
+                    } else {
+                        if (AM) { /* rows in increasing order: a tie keeps the first */
+                            const float v = s + (bias ? bias[row] : 0.0f);
+                            if (v > best || (bi < 0 && v == v)) {
+                                best = v;
+                                bi = (int32_t)row;
+                            }
+                        }
+                        if (pre) {
+                            const float yv = __shfl_sync(0xffffffffu, yo, row - ra);
+                            if (lane == 0)
+                                y[row] = (FLAGS & TDM_GEMV_ACCUM) ? yv + s : s + yv;
+                        } else if (lane == 0) {
+                            if (FLAGS & TDM_GEMV_ACCUM)
+                                y[row] += s;
+                            else
+                                y[row] = s + (bias ? bias[row] : 0.0f);
+                        }
                     }
                     acc = 0.0f;
                     jr = 0;
-                    row++;
+                    if (!PAIR || up)
+                        row++;
+                    up = PAIR && !up;
                 }
             }
         }
@@ -833,13 +929,15 @@ __global__ void __launch_bounds__(G1_WARPS * 32, MINB)
 #pragma unroll
             for (int u = 0; u < G1_U; u++)
                 if (j0 + 2 * G1_U + u < nsteps)
-                    nx[u] = ld_stream(wp + (size_t)(j0 + 2 * G1_U + u) * 32u * E);
+                    nx[u] = ld_stream(g1_at<T, PAIR>(wp, j0 + 2 * G1_U + u, vpl, upoff, K));
         }
     }
     /* this warp's rows are done: its slice of the next kernel's weights into L2 while the
      * slower warps still stream (the kernel's tail) */
     if (tail.bytes)
         l2pf_part(tail, gw, nw, (uint32_t)lane, 32u);
+    if (AM)
+        am_finish<NWP>(best, bi, gw, nw, am_ws, am_out);
 }
 
 /* The streaming form applies: one row, K a multiple of one warp step, x fits in shared memory. */
@@ -872,31 +970,48 @@ static int sm_count(void)
  * 16-32 bytes of spills, bs1 900 tok/s against V2's 1092; not the default). */
 template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
 {
-    const uint32_t maxw = (uint32_t)sm_count() * (a->ksplit == 4 ? 1u : 2u) * G1_WARPS;
+    /* 16 warps per SM: 2 blocks of 8 (4: 1 block; 7: 4 blocks of 4; 8: 8 blocks of 2) */
+    const uint32_t nwp = a->ksplit == 7 ? 4u : a->ksplit == 8 ? 2u : G1_WARPS;
+    const uint32_t maxw = (uint32_t)sm_count() * (a->ksplit == 4 ? 8u : 16u);
     const uint32_t rpw = (a->M + maxw - 1) / maxw;
     const uint32_t warps = (a->M + rpw - 1) / rpw;
-    const uint32_t blocks = (warps + G1_WARPS - 1) / G1_WARPS;
+    const uint32_t blocks = (warps + nwp - 1) / nwp;
     const size_t smem = (size_t)a->K * 4 * (a->ksplit >= 3 && (FLAGS & TDM_GEMV_NORM) ? 2 : 1);
-    if (a->ksplit == 2)
-        launch(gemv1_kernel<T, FLAGS, false, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
-               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-               a->tail);
+#define G1_ARGS                                                                                    \
+    a->x, a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->tail, \
+        a->argmax, a->argmax_ws
+    if constexpr ((FLAGS & ~TDM_GEMV_NORM) == 0) {
+        if (a->argmax) { /* tdm_cuda_gemv checked: ksplit 3 */
+            launch(gemv1_kernel<T, FLAGS, true, 8, false, 2, true>, dim3(blocks), G1_WARPS * 32,
+                   smem, s, G1_ARGS);
+            return;
+        }
+    }
+    if constexpr ((FLAGS & TDM_GEMV_SWIGLU) != 0) { /* ksplit 3 only (tdm_cuda_gemv) */
+        launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s,
+               G1_ARGS);
+    } else if (a->ksplit == 2)
+        launch(gemv1_kernel<T, FLAGS, false, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s,
+               G1_ARGS);
     else if (a->ksplit == 3)
-        launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
-               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-               a->tail);
+        launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s,
+               G1_ARGS);
     else if (a->ksplit == 6) /* V2 held to 3 resident blocks' registers, grid of 2 per SM */
         launch(gemv1_kernel<T, FLAGS, true, 8, false, 3>, dim3(blocks), G1_WARPS * 32, smem, s,
-               a->x, a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-               a->tail);
+               G1_ARGS);
+    else if (a->ksplit == 7) /* V2 in blocks of 4 warps: a block leaves as 4 warps finish */
+        launch(gemv1_kernel<T, FLAGS, true, 8, false, 4, false, 4>, dim3(blocks), 4 * 32, smem,
+               s, G1_ARGS);
+    else if (a->ksplit == 8) /* V2 in blocks of 2 warps */
+        launch(gemv1_kernel<T, FLAGS, true, 8, false, 8, false, 2>, dim3(blocks), 2 * 32, smem,
+               s, G1_ARGS);
     else if (a->ksplit == 4) /* one block per SM: 12 loads per lane, about two blocks' 8 */
-        launch(gemv1_kernel<T, FLAGS, true, 12, false>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
-               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-               a->tail);
+        launch(gemv1_kernel<T, FLAGS, true, 12, false>, dim3(blocks), G1_WARPS * 32, smem, s,
+               G1_ARGS);
     else
-        launch(gemv1_kernel<T, FLAGS, true, 8, true>, dim3(blocks), G1_WARPS * 32, smem, s, a->x,
-               a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-               a->tail);
+        launch(gemv1_kernel<T, FLAGS, true, 8, true>, dim3(blocks), G1_WARPS * 32, smem, s,
+               G1_ARGS);
+#undef G1_ARGS
 }
 
 template <typename T, int NR, int FLAGS>
@@ -906,16 +1021,20 @@ static void gemv_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
         gemv1_launch<T, FLAGS>(a, s);
         return;
     }
-    if (NR == 1 && a->ksplit) {
-        dim3 grid((a->M + GEMV_RPW - 1) / GEMV_RPW, a->n);
-        launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx,
-               a->xrow, a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-               a->ldy);
-        return;
+    /* SWIGLU: tdm_cuda_gemv takes it only where the form above applies */
+    if constexpr ((FLAGS & TDM_GEMV_SWIGLU) == 0) {
+        if (NR == 1 && a->ksplit) {
+            dim3 grid((a->M + GEMV_RPW - 1) / GEMV_RPW, a->n);
+            launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x,
+                   a->ldx, a->xrow, a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps,
+                   a->y, a->ldy);
+            return;
+        }
+        dim3 grid((a->M + GEMV_WARPS * GEMV_RPW - 1) / (GEMV_WARPS * GEMV_RPW),
+                  (a->n + NR - 1) / NR);
+        launch(gemv_kernel<T, NR, FLAGS, 1>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx, a->xrow,
+               a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->ldy);
     }
-    dim3 grid((a->M + GEMV_WARPS * GEMV_RPW - 1) / (GEMV_WARPS * GEMV_RPW), (a->n + NR - 1) / NR);
-    launch(gemv_kernel<T, NR, FLAGS, 1>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx, a->xrow, a->n,
-           a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->ldy);
 }
 
 template <typename T, int NR> static int gemv_flags(const tdm_cuda_gemv_t *a, cudaStream_t s)
@@ -936,6 +1055,14 @@ template <typename T, int NR> static int gemv_flags(const tdm_cuda_gemv_t *a, cu
     case TDM_GEMV_SILU:
         gemv_launch<T, NR, TDM_GEMV_SILU>(a, s);
         return 1;
+    case TDM_GEMV_NORM | TDM_GEMV_SWIGLU:
+        if (NR == 1)
+            gemv_launch<T, 1, TDM_GEMV_NORM | TDM_GEMV_SWIGLU>(a, s);
+        return NR == 1;
+    case TDM_GEMV_SWIGLU:
+        if (NR == 1)
+            gemv_launch<T, 1, TDM_GEMV_SWIGLU>(a, s);
+        return NR == 1;
     }
     return 0;
 }
@@ -952,6 +1079,21 @@ template <typename T> static int gemv_rows(const tdm_cuda_gemv_t *a, cudaStream_
     return gemv_flags<T, 8>(a, s);
 }
 
+int tdm_cuda_gemv_fusable(const tdm_cuda_gemv_t *a)
+{
+    if (!a || a->n != 1 || a->ksplit != 3 || a->K == 0)
+        return 0;
+    switch (a->wdtype) {
+    case TDM_DTYPE_BF16:
+        return gemv1_ok<uint16_t>(a);
+    case TDM_DTYPE_F16:
+        return gemv1_ok<__half>(a);
+    case TDM_DTYPE_F32:
+        return gemv1_ok<float>(a);
+    }
+    return 0;
+}
+
 tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream)
 {
     int ok;
@@ -959,6 +1101,18 @@ tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream)
         ((a->flags & TDM_GEMV_NORM) && !a->norm_w) ||
         ((a->flags & TDM_GEMV_SILU) && (a->flags & TDM_GEMV_NORM)) || !tdm_cuda_l2pf_ok(&a->tail))
         return TDM_ERR_INVAL;
+    if ((a->flags & TDM_GEMV_SWIGLU) &&
+        ((a->flags & (TDM_GEMV_SILU | TDM_GEMV_ACCUM)) || a->bias || a->argmax))
+        return TDM_ERR_INVAL;
+    if (a->argmax && (!a->argmax_ws || (a->flags & ~TDM_GEMV_NORM)))
+        return TDM_ERR_INVAL;
+    if ((a->flags & TDM_GEMV_SWIGLU) || a->argmax) {
+        if (!tdm_cuda_gemv_fusable(a))
+            return TDM_ERR_UNSUPPORTED;
+        /* warps of the grid (gemv1_launch, 2 blocks per SM) vs the candidate slots */
+        if (a->argmax && (uint64_t)sm_count() * 2u * G1_WARPS + G1_WARPS > TDM_CUDA_ARGMAX_CAP)
+            return TDM_ERR_UNSUPPORTED;
+    }
     if (a->n == 0)
         return TDM_OK;
     switch (a->wdtype) {

@@ -97,6 +97,8 @@ static int gemv_ksplit_of(int use_cublas)
            : use_cublas == 10 ? 4
            : use_cublas == 11 ? 5
            : use_cublas == 12 ? 6
+           : use_cublas == 13 ? 7
+           : use_cublas == 14 ? 8
            : use_cublas >= 4  ? 2
                               : 0;
 }
@@ -157,6 +159,43 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
         TDM_TRY(tdm_cuda_gemv(&a, 0));
     }
     return sync_back(y, dy, (size_t)n * M * 4);
+}
+
+tdm_status_t tdm_cuda_test_gemv_fused(const float *x, uint32_t K, uint32_t M, int wdtype,
+                                      const void *w, const float *norm_w, float eps, int flags,
+                                      int swiglu, int calls, float *y, int32_t *ret_id)
+{
+    dev d;
+    float *dx, *dy, *dn = NULL;
+    void *dw, *ws = NULL;
+    int32_t *did = NULL;
+    const uint32_t rows = swiglu ? 2 * M : M;
+    if (!x || !w || !y || calls < 1 || (!swiglu && !ret_id))
+        return TDM_ERR_INVAL;
+    TDM_TRY(d.alloc(&dx, (size_t)K * 4, x));
+    TDM_TRY(d.alloc(&dw, (size_t)rows * K * dsize(wdtype), w));
+    TDM_TRY(d.alloc(&dy, (size_t)M * 4, NULL));
+    if (norm_w)
+        TDM_TRY(d.alloc(&dn, (size_t)K * 4, norm_w));
+    if (ret_id) {
+        TDM_TRY(d.alloc(&did, 4, NULL));
+        TDM_TRY(d.alloc(&ws, TDM_CUDA_ARGMAX_WS, NULL));
+        if (cudaMemset(ws, 0, TDM_CUDA_ARGMAX_WS) != cudaSuccess)
+            return TDM_ERR_CUDA;
+    }
+    tdm_cuda_gemv_t a = {dx,  K,     NULL, 1,  K,
+                         M,   wdtype, dw,  NULL, dn,
+                         eps, flags | (swiglu ? TDM_GEMV_SWIGLU : 0), dy, M, 3};
+    a.argmax = did;
+    a.argmax_ws = ws;
+    for (int c = 0; c < calls; c++) {
+        if (did && cudaMemset(did, 0xff, 4) != cudaSuccess)
+            return TDM_ERR_CUDA;
+        TDM_TRY(tdm_cuda_gemv(&a, 0));
+    }
+    if (ret_id)
+        TDM_TRY(sync_back(ret_id, did, 4));
+    return sync_back(y, dy, (size_t)M * 4);
 }
 
 tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint32_t d,

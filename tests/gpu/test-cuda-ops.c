@@ -140,7 +140,9 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
     double tol = cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas == 12   ? "GEMV streaming V2, 3 blocks/SM"
+       cublas == 14   ? "GEMV streaming V2, blocks of 2 warps"
+       : cublas == 13 ? "GEMV streaming V2, blocks of 4 warps"
+       : cublas == 12 ? "GEMV streaming V2, 3 blocks/SM"
        : cublas == 11 ? "GEMV streaming V3"
        : cublas == 10 ? "GEMV streaming V2, 1 block/SM"
        : cublas == 9  ? "GEMV streaming V2"
@@ -601,6 +603,75 @@ static void check_gemv_l2pf(uint32_t K, uint32_t M, int flags)
     free(x), free(wv), free(nw), free(y0), free(ya), free(yb), free(we), free(w);
 }
 
+/* Run 11's fused epilogues of the streaming V2 GEMV. swiglu: w (2M, K) gate|up with the fused
+ * RMSNorm; y (M) must equal silu_mul over V2's own (2M) output bit for bit (the same rows, the
+ * same device SiLU), and the fp64 reference within 1e-5. argmax (swiglu 0): y bit for bit V2's,
+ * the id the first index of y's largest value, over `calls` launches on one workspace; rows tie
+ * (t1 < t2, the largest value, bit-equal by construction) when tie is set. */
+static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie)
+{
+    const uint32_t rows = swiglu ? 2 * M : M;
+    float *x = xmalloc((size_t)K * 4), *wv = xmalloc((size_t)rows * K * 4);
+    float *nw = xmalloc((size_t)K * 4), *yr = xmalloc((size_t)rows * 4);
+    float *yf = xmalloc((size_t)M * 4), *ys = xmalloc((size_t)M * 4);
+    double *we = xmalloc((size_t)rows * K * 8), *ref = xmalloc((size_t)M * 8);
+    const uint32_t t1 = M > 9 ? 5 : 0, t2 = M - 3;
+    for (uint32_t i = 0; i < K; i++)
+        x[i] = rndn(1.0f);
+    for (size_t i = 0; i < (size_t)rows * K; i++)
+        wv[i] = rndn(0.05f);
+    for (uint32_t i = 0; i < K; i++)
+        nw[i] = 1.0f + rndn(0.1f);
+    if (tie && !swiglu && t2 > t1)
+        for (uint32_t k = 0; k < K; k++)
+            wv[(size_t)t1 * K + k] = wv[(size_t)t2 * K + k] = x[k] < 0 ? -0.05f : 0.05f;
+    void *w = make_w(wv, (size_t)rows * K, dt, we);
+    int32_t id = -7;
+    tdm_status_t st = tdm_cuda_test_gemv(x, 1, K, rows, dt, w, NULL, nw, 1e-5f, 1, 9, yr);
+    if (st == TDM_OK)
+        st = tdm_cuda_test_gemv_fused(x, K, M, dt, w, nw, 1e-5f, 1, swiglu, swiglu ? 1 : 3, yf,
+                                      swiglu ? NULL : &id);
+    if (st == TDM_OK && swiglu)
+        st = tdm_cuda_test_silu_mul(yr, 1, M, ys);
+    if (st != TDM_OK)
+        diag("fused GEMV K=%u M=%u: %s", K, M, tdm_status_str(st));
+    const char *wn = dt == TDM_DTYPE_BF16 ? "bf16" : dt == TDM_DTYPE_F16 ? "f16" : "f32";
+    if (swiglu) {
+        double ss = 0, rs;
+        for (uint32_t k = 0; k < K; k++)
+            ss += (double)x[k] * x[k];
+        rs = 1.0 / sqrt(ss / K + 1e-5);
+        for (uint32_t m = 0; m < M; m++) {
+            double g = 0, u = 0;
+            for (uint32_t k = 0; k < K; k++) {
+                const double xe = x[k] * rs * nw[k];
+                g += we[(size_t)m * K + k] * xe;
+                u += we[(size_t)(M + m) * K + k] * xe;
+            }
+            ref[m] = silu_d(g) * u;
+        }
+        const double e = st == TDM_OK ? rel_l2(yf, ref, M) : INFINITY;
+        ok(st == TDM_OK && !memcmp(yf, ys, (size_t)M * 4) && e <= 1e-5,
+           "GEMV V2 + SwiGLU epilogue K=%u M=%u w=%s: bit for bit silu_mul of V2's gate|up, rel "
+           "L2 %.2e <= 1e-5",
+           K, M, wn, e);
+    } else {
+        int32_t want = -1;
+        float best = -INFINITY;
+        for (uint32_t m = 0; m < M; m++)
+            if (yr[m] > best || (want < 0 && yr[m] == yr[m])) {
+                best = yr[m];
+                want = (int32_t)m;
+            }
+        ok(st == TDM_OK && !memcmp(yf, yr, (size_t)M * 4) && id == want &&
+               (!tie || want == (int32_t)t1),
+           "GEMV V2 + argmax epilogue K=%u M=%u w=%s%s, 3 launches: logits bit for bit V2's, id "
+           "%d == %d",
+           K, M, wn, tie ? " (two tied rows)" : "", id, want);
+    }
+    free(x), free(wv), free(nw), free(yr), free(yf), free(ys), free(we), free(ref), free(w);
+}
+
 /* The decode attention with RoPE and the KV write fused in must leave the same cache bits and
  * give the same output bits as rope_kv_write followed by the unfused kernel (one rotation
  * arithmetic): rows of different lengths and tables, split 1 and 4, a padding row. */
@@ -777,7 +848,7 @@ int main(void)
     check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, 4);
     check_gemv(1, 128, 33, TDM_DTYPE_F32, 4, 0, 4);
     check_gemv(1, 136, 50, TDM_DTYPE_BF16, 1, 1, 4);
-    for (int v = 9; v <= 12; v++) {
+    for (int v = 9; v <= 14; v++) {
         check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 1, 1, v);
         check_gemv(1, 2048, 11264, TDM_DTYPE_BF16, 1, 0, v);
         check_gemv(1, 5632, 2048, TDM_DTYPE_BF16, 2 | 4, 0, v);
@@ -794,6 +865,14 @@ int main(void)
     check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
     check_gemv(32, 5632, 200, TDM_DTYPE_BF16, 2 | 4, 0, 2);
     check_gemv(17, 352, 64, TDM_DTYPE_BF16, 2, 0, 2);
+    check_gemv_fused(2048, 5632, TDM_DTYPE_BF16, 1, 0);
+    check_gemv_fused(256, 301, TDM_DTYPE_BF16, 1, 0);
+    check_gemv_fused(512, 40, TDM_DTYPE_F16, 1, 0);
+    check_gemv_fused(128, 33, TDM_DTYPE_F32, 1, 0);
+    check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 0);
+    check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 1);
+    check_gemv_fused(256, 777, TDM_DTYPE_BF16, 0, 1);
+    check_gemv_fused(128, 3, TDM_DTYPE_F32, 0, 0);
     check_gemv_l2pf(2048, 2048, 4);
     check_gemv_l2pf(5632, 300, 2 | 4);
     check_gemv_l2pf(2048, 777, 1);
