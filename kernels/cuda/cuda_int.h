@@ -72,10 +72,10 @@ enum {
     TDM_GEMV_NORM = 1,  /* x_eff = x * rsqrt(mean(x^2) + eps) * norm_w (RMSNorm fused) */
     TDM_GEMV_SILU = 2,  /* x is (n, 2K) gate|up: x_eff = silu(gate) * up */
     TDM_GEMV_ACCUM = 4, /* y += result (residual add fused); else y = result + bias */
-    TDM_GEMV_SWIGLU = 8, /* W is (2M, K), gate rows then up rows: y (M) = silu(gate) * up, the
-                          * MLP's activation in the gate|up GEMV's epilogue (each warp takes the
-                          * gate and the up row of its outputs); one row, the streaming V2 form
-                          * only (ksplit 3; tdm_cuda_gemv_fusable), no bias, no ACCUM */
+    TDM_GEMV_SWIGLU = 8, /* W is (2M, K), rows interleaved gate_0, up_0, gate_1, up_1, ...: y (M)
+                          * = silu(gate) * up, the MLP's activation in the gate|up GEMV's epilogue;
+                          * one row, the streaming V2 form only (ksplit 3; tdm_cuda_gemv_fusable),
+                          * no bias, no ACCUM */
 };
 
 /* An L2 prefetch of weights the next kernels will read, issued from inside a latency-bound
@@ -165,9 +165,11 @@ tdm_status_t tdm_cuda_to_bf16(const float *x, size_t count, uint16_t *out, cudaS
 /* y (n, ldy)[:, 0:M] += bias (M). */
 tdm_status_t tdm_cuda_add_bias(float *y, uint32_t n, uint32_t M, uint32_t ldy, const float *bias,
                                cudaStream_t stream);
-/* out (n, I) bf16 or fp32 = silu(gu[:, 0:I]) * gu[:, I:2I]; gu (n, 2I). */
-tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, float *out_f32,
-                               uint16_t *out_bf16, cudaStream_t stream);
+/* out (n, I) bf16 or fp32 = silu(gu[:, 0:I]) * gu[:, I:2I]; gu (n, 2I); interleaved: gu's
+ * columns are gate_0, up_0, gate_1, up_1, ... (the engine's gate|up layout with the SwiGLU
+ * epilogue on). */
+tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
+                               float *out_f32, uint16_t *out_bf16, cudaStream_t stream);
 
 /* qkv (n, (H + 2 KV) hd): RoPE on q and k in place (inv_freq (hd/2) on the device), then k and v
  * of active rows written into the cache of `layer` at their positions (bf16 RNE or fp8 e4m3 with

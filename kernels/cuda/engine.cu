@@ -58,6 +58,7 @@ struct tdm_cuda_engine {
     uint16_t *xb;
     int32_t *d_ids_out;
     void *am_ws; /* the lm_head GEMV's fused argmax (TDM_CUDA_ARGMAX_WS bytes, zeroed) */
+    int gu_il;   /* gate|up rows interleaved: the one-row SwiGLU epilogue is on (run 11) */
     /* plan: device block and pinned host staging of the same layout */
     size_t plan_bytes, pages_cap;
     uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
@@ -68,6 +69,8 @@ struct tdm_cuda_engine {
     void *cublas_ws;
     cudaGraphExec_t graph[MAX_BUCKETS];
 };
+
+static int gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K);
 
 /* plan block layout, in uint32 units */
 enum { P_IDS = 0, P_POS = 1, P_PTOFF = 2, P_OUT = 3, P_NACT = 4, P_TILES = 5, P_PAGES = 6 };
@@ -94,7 +97,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->use_mma_attn = 1;
     o->gemv_ksplit = 3;
     o->attn_cluster = 1;
-    o->swiglu_fused = 0;
+    o->swiglu_fused = 1;
     o->argmax_fused = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
@@ -156,6 +159,17 @@ static void stage_rows(const tdm_tensor_t *t, size_t es, uint8_t *dst)
     for (uint32_t r = 0; r < t->rows; r++)
         memcpy(dst + (size_t)r * t->cols * es,
                (const uint8_t *)t->data + (size_t)r * t->row_stride * es, (size_t)t->cols * es);
+}
+
+/* gate|up with rows interleaved (gate_0, up_0, gate_1, ...): the SwiGLU epilogue's layout */
+static void stage_rows_pairs(const tdm_tensor_t *g, const tdm_tensor_t *u, size_t es, uint8_t *dst)
+{
+    const size_t rb = (size_t)g->cols * es;
+    for (uint32_t r = 0; r < g->rows; r++) {
+        memcpy(dst + 2 * r * rb, (const uint8_t *)g->data + (size_t)r * g->row_stride * es, rb);
+        memcpy(dst + (2 * r + 1) * rb, (const uint8_t *)u->data + (size_t)r * u->row_stride * es,
+               rb);
+    }
 }
 
 static void stage_f32(const tdm_tensor_t *t, float *dst)
@@ -235,8 +249,12 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
         PUT(b + per_layer[0], (size_t)e->qkvd * d * es);
         stage_rows(&w->o, es, stage);
         PUT(b + per_layer[1], (size_t)d * qd * es);
-        stage_rows(&w->gate, es, stage);
-        stage_rows(&w->up, es, stage + (size_t)I * d * es);
+        if (e->gu_il) {
+            stage_rows_pairs(&w->gate, &w->up, es, stage);
+        } else {
+            stage_rows(&w->gate, es, stage);
+            stage_rows(&w->up, es, stage + (size_t)I * d * es);
+        }
         PUT(b + per_layer[2], (size_t)2 * I * d * es);
         stage_rows(&w->down, es, stage);
         PUT(b + per_layer[3], (size_t)d * I * es);
@@ -392,6 +410,9 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
      * returns before it has run, so the first forward raced the zeroing of a large pool (120 GB:
      * ~40 ms) and of the plan block queued behind it (docs/cuda.md, the second-engine finding) */
     TDM_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking), st, err);
+    /* the SwiGLU epilogue needs gate|up interleaved: the layout follows the knob and the form */
+    e->gu_il = e->o.swiglu_fused && e->wdt == TDM_DTYPE_BF16 && e->o.gemv_max_rows <= 1 &&
+               gemv_fusable(e, 1, e->d);
     if ((st = upload_weights(e, view)) != TDM_OK)
         goto err;
 
@@ -633,7 +654,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     const uint64_t wdown = (uint64_t)d * I * e->wes, wlm = (uint64_t)e->V * d * e->wes;
     const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0};
     /* run 11: the MLP activation in the gate|up GEMV's epilogue, the argmax in lm_head's */
-    const int swiglu = small && e->o.swiglu_fused && gemv_fusable(e, n, d);
+    const int swiglu = e->gu_il; /* then every one-row call is fusable (gemv_fusable) */
     const int am = use_gemv(e, m) && e->o.argmax_fused && !apf && gemv_fusable(e, m, d);
 
     TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
@@ -685,7 +706,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (small) {
             TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d,
                          t_o));
-            if (swiglu) { /* gate|up writes silu(gate) * up: down reads I floats, no SiLU */
+            if (swiglu) { /* use_gemv: one row only */ /* gate|up writes silu(gate) * up: down reads I floats, no SiLU */
                 TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, I, NULL, w->mlp_norm,
                              TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu));
                 TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, TDM_GEMV_ACCUM,
@@ -705,7 +726,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
             TDM_TRY(gemm(e, n, d, w->gu, 2 * I, 0, e->gu));
             /* silu·mul stays its own launch: fused into the skinny kernel's input every block
              * re-read the fp32 gate|up (run 3: bs32 3.8 ms/step against 2.3) */
-            TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, NULL, e->xb, s));
+            TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, e->gu_il, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, I, w->down, d, 1, e->x));
         }
     }

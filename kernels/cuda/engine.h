@@ -75,11 +75,13 @@ typedef struct tdm_cuda_engine_opts {
                                    and KV head) and issues its first K/V tiles before the PDL
                                    wait; 0: the combine kernel (run 4); env
                                    TDM_CUDA_ATTN_CLUSTER=0 */
-    int swiglu_fused;           /* 1 (run 11, default 0: measured slower): with the streaming V2 GEMV (ksplit 3),
-                                   the gate|up GEMV's warps each take the gate and the up row of
-                                   their outputs and write silu(gate) * up, so the down GEMV
-                                   stages I floats instead of 2 I plus the SiLU; bit-identical;
-                                   run 11: bs1 +57 us/step; env TDM_CUDA_SWIGLU=1 */
+    int swiglu_fused;           /* 1 (default, run 11): bf16 weights, one-row GEMVs on the
+                                   streaming V2 form (ksplit 3): gate|up is stored with its rows
+                                   interleaved (gate_0, up_0, ...) and the one-row gate|up GEMV
+                                   writes silu(gate) * up from its epilogue, so the down GEMV
+                                   stages I floats instead of 2 I plus the SiLU (batched calls:
+                                   silu_mul reads the interleaved columns); bit-identical; env
+                                   TDM_CUDA_SWIGLU=0 */
     int argmax_fused;           /* 1 (default, run 11): one logits row through the streaming V2
                                    GEMV finds its argmax in the lm_head epilogue (warp
                                    candidates, the last block merges): no argmax node; same ids;

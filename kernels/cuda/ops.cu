@@ -377,7 +377,7 @@ static __device__ __forceinline__ float silu(float g)
     return g / (1.0f + expf(-g));
 }
 
-__global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, float *out_f32,
+__global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, int il, float *out_f32,
                                 uint16_t *out_bf16)
 {
     pdl_wait();
@@ -386,7 +386,8 @@ __global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, float *
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / I, c = i % I;
-        float o = silu(gu[r * 2 * I + c]) * gu[r * 2 * I + I + c];
+        const float *g = gu + r * 2 * I + (il ? 2 * c : c);
+        float o = silu(g[0]) * g[il ? 1 : I];
         if (out_f32)
             out_f32[i] = o;
         else
@@ -394,15 +395,15 @@ __global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, float *
     }
 }
 
-tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, float *out_f32,
-                               uint16_t *out_bf16, cudaStream_t stream)
+tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
+                               float *out_f32, uint16_t *out_bf16, cudaStream_t stream)
 {
     if ((!out_f32) == (!out_bf16))
         return TDM_ERR_INVAL;
     if ((size_t)n * I == 0)
         return TDM_OK;
-    launch(silu_mul_kernel, grid_for((size_t)n * I, 256), 256, 0, stream, gu, n, I, out_f32,
-           out_bf16);
+    launch(silu_mul_kernel, grid_for((size_t)n * I, 256), 256, 0, stream, gu, n, I,
+           interleaved != 0, out_f32, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -749,20 +750,6 @@ static __device__ void am_finish(float best, int32_t bi, uint32_t gw, uint32_t n
     }
 }
 
-/* Weights of step j of a warp: one contiguous span from wp, or (SWIGLU) its outputs' pairs, each
- * the gate row (vpl steps from wp) then the up row (vpl steps from wp + M K). */
-template <typename T, bool PAIR>
-static __device__ __forceinline__ const T *g1_at(const T *wp, uint32_t j, uint32_t vpl,
-                                                 size_t upoff, uint32_t K)
-{
-    constexpr int E = wvec<T>::N;
-    if (!PAIR)
-        return wp + (size_t)j * 32u * E;
-    const uint32_t p = j / (2u * vpl), t = j - p * 2u * vpl;
-    return wp + (size_t)p * K + (t >= vpl ? upoff + (size_t)(t - vpl) * 32u * E
-                                          : (size_t)t * 32u * E);
-}
-
 template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP, int MINB = 2, bool AM = false,
           int NWP = G1_WARPS>
 __global__ void __launch_bounds__(NWP * 32, MINB)
@@ -781,18 +768,18 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
     const uint32_t rb = (uint32_t)((uint64_t)M * (gw + 1) / nw);
     const uint32_t vpl = K / (32u * E); /* steps per row */
     const uint32_t nsteps = (rb - ra) * vpl * (PAIR ? 2u : 1u);
-    const size_t upoff = (size_t)M * K; /* SWIGLU: the up rows */
-    const T *wp = W + (size_t)ra * K + (uint32_t)lane * E;
+    /* SWIGLU: rows interleaved gate_i, up_i: a warp's pairs are one contiguous span too */
+    const T *wp = W + (size_t)ra * K * (PAIR ? 2u : 1u) + (uint32_t)lane * E;
     uint4 cur[G1_U], nx[G1_U];
 #pragma unroll
     for (int u = 0; u < G1_U; u++)
         if ((uint32_t)u < nsteps)
-            cur[u] = ld_stream(g1_at<T, PAIR>(wp, u, vpl, upoff, K));
+            cur[u] = ld_stream(wp + (size_t)u * 32u * E);
     if (DEEP) { /* the second batch too: HBM stays busy while x is staged after the wait */
 #pragma unroll
         for (int u = 0; u < G1_U; u++)
             if ((uint32_t)(G1_U + u) < nsteps)
-                nx[u] = ld_stream(g1_at<T, PAIR>(wp, G1_U + u, vpl, upoff, K));
+                nx[u] = ld_stream(wp + (size_t)(G1_U + u) * 32u * E);
     }
     constexpr bool NORM2 = V2 && (FLAGS & TDM_GEMV_NORM);
     if (NORM2) /* a weight too: staged before the wait, by the thread that uses it below */
@@ -870,7 +857,7 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
 #pragma unroll
             for (int u = 0; u < G1_U; u++)
                 if (j0 + G1_U + u < nsteps)
-                    nx[u] = ld_stream(g1_at<T, PAIR>(wp, j0 + G1_U + u, vpl, upoff, K));
+                    nx[u] = ld_stream(wp + (size_t)(j0 + G1_U + u) * 32u * E);
         }
 #pragma unroll
         for (int u = 0; u < G1_U; u++) {
@@ -929,7 +916,7 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
 #pragma unroll
             for (int u = 0; u < G1_U; u++)
                 if (j0 + 2 * G1_U + u < nsteps)
-                    nx[u] = ld_stream(g1_at<T, PAIR>(wp, j0 + 2 * G1_U + u, vpl, upoff, K));
+                    nx[u] = ld_stream(wp + (size_t)(j0 + 2 * G1_U + u) * 32u * E);
         }
     }
     /* this warp's rows are done: its slice of the next kernel's weights into L2 while the

@@ -46,7 +46,9 @@ tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint3
  * widened back). */
 tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *w, float eps,
                                    uint32_t n, uint32_t d, int as_bf16, float *out);
-tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, float *out);
+/* interleaved: gu's columns gate_0, up_0, gate_1, up_1, ... */
+tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
+                                    float *out);
 /* pool: host image of a pool of num_pages pages laid out by l (in/out); qkv (n, (H+2KV) hd)
  * in/out; rows: pos (n), ptoff (n), pages (n_pages_total); nactive rows written. */
 tdm_status_t tdm_cuda_test_rope_kv(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *pool,

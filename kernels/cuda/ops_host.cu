@@ -237,13 +237,14 @@ tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *
     return TDM_OK;
 }
 
-tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, float *out)
+tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
+                                    float *out)
 {
     dev dv;
     float *dg, *dout;
     TDM_TRY(dv.alloc(&dg, (size_t)n * 2 * I * 4, gu));
     TDM_TRY(dv.alloc(&dout, (size_t)n * I * 4, NULL));
-    TDM_TRY(tdm_cuda_silu_mul(dg, n, I, dout, NULL, 0));
+    TDM_TRY(tdm_cuda_silu_mul(dg, n, I, interleaved, dout, NULL, 0));
     return sync_back(out, dout, (size_t)n * I * 4);
 }
 

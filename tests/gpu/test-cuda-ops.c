@@ -214,9 +214,22 @@ static void check_small_ops(void)
         for (uint32_t j = 0; j < I; j++)
             ref[(size_t)i * I + j] =
                 silu_d(gu[(size_t)i * 2 * I + j]) * gu[(size_t)i * 2 * I + I + j];
-    st = tdm_cuda_test_silu_mul(gu, n, I, out);
+    st = tdm_cuda_test_silu_mul(gu, n, I, 0, out);
     double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * I) : INFINITY;
     ok(e <= 1e-5, "silu*mul: rel L2 %.2e", e);
+    {
+        /* the interleaved layout: the same pairs moved to columns 2j, 2j + 1 give the same bits */
+        float *gi = xmalloc((size_t)n * 2 * I * 4), *oi = xmalloc((size_t)n * I * 4);
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < I; j++) {
+                gi[(size_t)i * 2 * I + 2 * j] = gu[(size_t)i * 2 * I + j];
+                gi[(size_t)i * 2 * I + 2 * j + 1] = gu[(size_t)i * 2 * I + I + j];
+            }
+        tdm_status_t si = tdm_cuda_test_silu_mul(gi, n, I, 1, oi);
+        ok(st == TDM_OK && si == TDM_OK && !memcmp(oi, out, (size_t)n * I * 4),
+           "silu*mul, gate|up interleaved: bit for bit the split layout's");
+        free(gi), free(oi);
+    }
 
     /* argmax: ties to the first index, NaN never wins, all-NaN row gives 0 */
     const uint32_t m = 4, vv = 32000;
@@ -603,9 +616,10 @@ static void check_gemv_l2pf(uint32_t K, uint32_t M, int flags)
     free(x), free(wv), free(nw), free(y0), free(ya), free(yb), free(we), free(w);
 }
 
-/* Run 11's fused epilogues of the streaming V2 GEMV. swiglu: w (2M, K) gate|up with the fused
- * RMSNorm; y (M) must equal silu_mul over V2's own (2M) output bit for bit (the same rows, the
- * same device SiLU), and the fp64 reference within 1e-5. argmax (swiglu 0): y bit for bit V2's,
+/* Run 11's fused epilogues of the streaming V2 GEMV. swiglu: w (2M, K) gate|up interleaved (rows
+ * gate_0, up_0, ...) with the fused RMSNorm; y (M) must equal silu_mul (interleaved) over V2's own
+ * (2M) output bit for bit (the same rows, the same device SiLU), and the fp64 reference within
+ * 1e-5. argmax (swiglu 0): y bit for bit V2's,
  * the id the first index of y's largest value, over `calls` launches on one workspace; rows tie
  * (t1 < t2, the largest value, bit-equal by construction) when tie is set. */
 static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie)
@@ -632,7 +646,7 @@ static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie
         st = tdm_cuda_test_gemv_fused(x, K, M, dt, w, nw, 1e-5f, 1, swiglu, swiglu ? 1 : 3, yf,
                                       swiglu ? NULL : &id);
     if (st == TDM_OK && swiglu)
-        st = tdm_cuda_test_silu_mul(yr, 1, M, ys);
+        st = tdm_cuda_test_silu_mul(yr, 1, M, 1, ys);
     if (st != TDM_OK)
         diag("fused GEMV K=%u M=%u: %s", K, M, tdm_status_str(st));
     const char *wn = dt == TDM_DTYPE_BF16 ? "bf16" : dt == TDM_DTYPE_F16 ? "f16" : "f32";
@@ -645,8 +659,8 @@ static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie
             double g = 0, u = 0;
             for (uint32_t k = 0; k < K; k++) {
                 const double xe = x[k] * rs * nw[k];
-                g += we[(size_t)m * K + k] * xe;
-                u += we[(size_t)(M + m) * K + k] * xe;
+                g += we[(size_t)2 * m * K + k] * xe;
+                u += we[(size_t)(2 * m + 1) * K + k] * xe;
             }
             ref[m] = silu_d(g) * u;
         }
