@@ -420,6 +420,8 @@ int main(void)
                 0, 0, 1, 6},
                {"argmax-off (the SwiGLU epilogue alone)", "argmax_off", 1, 1, 1, 3, 1, 1, 0, 0, 0,
                 0, 0, 1, 5},
+               {"gemv-v2-regstage (x staged through registers, run 11c)", "gemv_v2_regstage", 1, 1, 1, 9,
+                1, 1, 0, 0, 0, 0, 0, 1},
                {"ablate-silu (WRONG results: down without the SiLU staging)", "ablate_silu", 1, 1,
                 1, 3, 1, 1, TDM_CUDA_ABLATE_SILU, 0, 0, 0, 0, 1, 6},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",

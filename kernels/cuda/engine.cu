@@ -53,6 +53,8 @@ struct tdm_cuda_engine {
     uint8_t *kv_base;
     /* activations: T rows each */
     uint32_t T, rowsplits;
+    uint32_t prow; /* plan row stride of the current call: T, or max_batch for decode calls (run
+                    * 11: a decode step copies ~1 KB of plan instead of ~66 KB at T 4096) */
     uint8_t *abuf;
     float *x, *qkv, *attn, *gu, *hsel, *logits, *part_o, *part_ml;
     uint16_t *xb;
@@ -76,10 +78,10 @@ static int gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K);
 enum { P_IDS = 0, P_POS = 1, P_PTOFF = 2, P_OUT = 3, P_NACT = 4, P_TILES = 5, P_PAGES = 6 };
 static size_t plan_off(const tdm_cuda_engine_t *e, int part)
 {
-    return part < P_NACT     ? (size_t)part * e->T
-           : part == P_NACT  ? 4 * (size_t)e->T
-           : part == P_TILES ? 4 * (size_t)e->T + 32
-                             : 4 * (size_t)e->T + 32 + e->tiles_cap;
+    return part < P_NACT     ? (size_t)part * e->prow
+           : part == P_NACT  ? 4 * (size_t)e->prow
+           : part == P_TILES ? 4 * (size_t)e->prow + 32
+                             : 4 * (size_t)e->prow + 32 + e->tiles_cap;
 }
 
 void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
@@ -117,7 +119,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     if (s && *s == '0')
         o->use_mma_attn = 0;
     s = getenv("TDM_CUDA_GEMV_KSPLIT");
-    if (s && *s >= '0' && *s <= '8' && s[1] == 0)
+    if (s && *s >= '0' && *s <= '9' && s[1] == 0)
         o->gemv_ksplit = *s - '0';
     s = getenv("TDM_CUDA_ATTN_CLUSTER");
     if (s && *s == '0')
@@ -368,8 +370,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
-    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 8) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..8)\" ksplit=%d",
+    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 9) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..9)\" ksplit=%d",
                 e->o.gemv_ksplit);
         st = TDM_ERR_INVAL;
         goto err;
@@ -419,6 +421,7 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     /* activations */
     T = e->o.max_tokens > e->o.max_batch ? e->o.max_tokens : e->o.max_batch;
     e->T = T;
+    e->prow = T; /* the plan block is sized for the largest stride */
     e->rowsplits = T > 32 * e->o.max_batch ? T : 32 * e->o.max_batch;
     {
         uint64_t maxk = e->d;
@@ -830,6 +833,12 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
 
     if (!e || !seqs || n_seqs == 0 || !ret_rows)
         return TDM_ERR_INVAL;
+    /* decode calls (one token per sequence, at most max_batch rows) lay the plan out on the
+     * compact stride the graphs were captured with; others on T */
+    e->prow = e->o.max_batch < e->T ? e->o.max_batch : e->T;
+    for (uint32_t i = 0; i < n_seqs; i++)
+        if (seqs[i].n_tokens != 1)
+            e->prow = e->T;
     TDM_TRY(plan_batch(e, seqs, n_seqs, &n, &m, &np, &decode));
     if (m > cap_rows)
         return TDM_ERR_OVERFLOW;

@@ -69,7 +69,10 @@ typedef struct tdm_cuda_engine_opts {
                                    against V2's 1092); 7 and 8: V2 in blocks of 4 and 2 warps
                                    (16 warps per SM either way: a block leaves as soon as its
                                    few warps finish, so the next GEMV's blocks start earlier in
-                                   the tail); env TDM_CUDA_GEMV_KSPLIT */
+                                   the tail); 9: V2 with x staged through registers in batches
+                                   of 4 float4 per thread (run 11c; 3 stages it by cp.async,
+                                   every piece in flight at once, run 11d); env
+                                   TDM_CUDA_GEMV_KSPLIT */
     int attn_cluster;           /* 1 (default, run 8): the tensor-core decode attention merges
                                    its splits inside the kernel (a thread-block cluster per row
                                    and KV head) and issues its first K/V tiles before the PDL

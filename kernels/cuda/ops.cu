@@ -457,6 +457,13 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p)
     return v;
 }
 
+static __device__ __forceinline__ void cp_async16(void *smem, const void *g, uint32_t bytes)
+{
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(g), "r"(bytes)
+                 : "memory");
+}
+
 #define GEMV_WARPS 4 /* warps per block */
 #define GEMV_RPW 2   /* output rows per warp */
 #define GEMV_UNROLL 4
@@ -756,7 +763,7 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
     gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
                  const float *__restrict__ norm_w, float eps, float *__restrict__ y,
-                 tdm_cuda_l2pf_t tail, int32_t *am_out, void *am_ws)
+                 tdm_cuda_l2pf_t tail, int32_t *am_out, void *am_ws, int stage_cpa)
 {
     constexpr int E = wvec<T>::N;
     constexpr bool PAIR = (FLAGS & TDM_GEMV_SWIGLU) != 0;
@@ -796,9 +803,23 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
         yo = (FLAGS & TDM_GEMV_ACCUM) ? y[ra + lane] : bias ? bias[ra + lane] : 0.0f;
     const float *xr = x + (size_t)(xrow ? xrow[0] : 0) * ldx;
     float ss = 0.0f, rs = 1.0f;
+    /* V2 without SiLU (run 11): x lands in shared memory by cp.async, every 16-byte piece in
+     * flight at once (one L2 round trip for any K, no registers), then each thread takes its
+     * own pieces back for the norm; else loads in batches of 4 per thread */
+    constexpr bool CPA = V2 && !(FLAGS & TDM_GEMV_SILU);
+    const bool cpa = CPA && stage_cpa && ((uintptr_t)xr & 15u) == 0;
+    if (cpa) {
+        for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4)
+            cp_async16(s_x + k, xr + k, 16u);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
 #pragma unroll 4
     for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4) {
-        float4 v = __ldg(reinterpret_cast<const float4 *>(xr + k));
+        if (CPA && cpa && !(FLAGS & TDM_GEMV_NORM))
+            break; /* staged as it is */
+        float4 v = cpa ? *reinterpret_cast<const float4 *>(s_x + k)
+                       : __ldg(reinterpret_cast<const float4 *>(xr + k));
         if (FLAGS & TDM_GEMV_SILU) {
             float4 u = __ldg(reinterpret_cast<const float4 *>(xr + K + k));
             v.x = silu(v.x) * u.x;
@@ -966,7 +987,7 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
     const size_t smem = (size_t)a->K * 4 * (a->ksplit >= 3 && (FLAGS & TDM_GEMV_NORM) ? 2 : 1);
 #define G1_ARGS                                                                                    \
     a->x, a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->tail, \
-        a->argmax, a->argmax_ws
+        a->argmax, a->argmax_ws, a->ksplit != 9
     if constexpr ((FLAGS & ~TDM_GEMV_NORM) == 0) {
         if (a->argmax) { /* tdm_cuda_gemv checked: ksplit 3 */
             launch(gemv1_kernel<T, FLAGS, true, 8, false, 2, true>, dim3(blocks), G1_WARPS * 32,
@@ -980,7 +1001,7 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
     } else if (a->ksplit == 2)
         launch(gemv1_kernel<T, FLAGS, false, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s,
                G1_ARGS);
-    else if (a->ksplit == 3)
+    else if (a->ksplit == 3 || a->ksplit == 9) /* 9: x staged through registers (run 11c) */
         launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s,
                G1_ARGS);
     else if (a->ksplit == 6) /* V2 held to 3 resident blocks' registers, grid of 2 per SM */
@@ -1068,7 +1089,7 @@ template <typename T> static int gemv_rows(const tdm_cuda_gemv_t *a, cudaStream_
 
 int tdm_cuda_gemv_fusable(const tdm_cuda_gemv_t *a)
 {
-    if (!a || a->n != 1 || a->ksplit != 3 || a->K == 0)
+    if (!a || a->n != 1 || (a->ksplit != 3 && a->ksplit != 9) || a->K == 0)
         return 0;
     switch (a->wdtype) {
     case TDM_DTYPE_BF16:
@@ -1719,13 +1740,6 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
 
 #define FA_ROWS 64 /* query rows per block: 4 warps x 16 */
 #define FA_KT 64   /* positions per K/V tile */
-
-static __device__ __forceinline__ void cp_async16(void *smem, const void *g, uint32_t bytes)
-{
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(g), "r"(bytes)
-                 : "memory");
-}
 
 /* Tile (64 positions from kt0) of K and V of head kvh into shared memory (rows of HD + 8 bf16);
  * positions >= len are zero-filled. */

@@ -99,6 +99,7 @@ static int gemv_ksplit_of(int use_cublas)
            : use_cublas == 12 ? 6
            : use_cublas == 13 ? 7
            : use_cublas == 14 ? 8
+           : use_cublas == 15 ? 9
            : use_cublas >= 4  ? 2
                               : 0;
 }

@@ -299,11 +299,11 @@ static void check_model(const char *dir, const char *name, json_t *gold)
      * form out of range is refused */
     {
         tdm_cuda_engine_opts_t bad = o;
-        bad.gemv_ksplit = 9;
+        bad.gemv_ksplit = 10;
         tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
         tdm_cuda_engine_free(e);
         e = NULL;
-        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 9 refused (%s)", name, tdm_status_str(sb));
+        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 10 refused (%s)", name, tdm_status_str(sb));
     }
     for (int set = 0; set < 4; set++) {
         tdm_cuda_engine_opts_t po = o;

@@ -140,7 +140,8 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
     double tol = cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas == 14   ? "GEMV streaming V2, blocks of 2 warps"
+       cublas == 15   ? "GEMV streaming V2, x staged through registers"
+       : cublas == 14 ? "GEMV streaming V2, blocks of 2 warps"
        : cublas == 13 ? "GEMV streaming V2, blocks of 4 warps"
        : cublas == 12 ? "GEMV streaming V2, 3 blocks/SM"
        : cublas == 11 ? "GEMV streaming V3"
@@ -862,7 +863,7 @@ int main(void)
     check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, 4);
     check_gemv(1, 128, 33, TDM_DTYPE_F32, 4, 0, 4);
     check_gemv(1, 136, 50, TDM_DTYPE_BF16, 1, 1, 4);
-    for (int v = 9; v <= 14; v++) {
+    for (int v = 9; v <= 15; v++) {
         check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 1, 1, v);
         check_gemv(1, 2048, 11264, TDM_DTYPE_BF16, 1, 0, v);
         check_gemv(1, 5632, 2048, TDM_DTYPE_BF16, 2 | 4, 0, v);
