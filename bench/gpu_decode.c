@@ -414,14 +414,14 @@ int main(void)
                    * argmax epilogue */
     } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 3, 1, 1, 0, 0,
                 0, 0, 0, 1},
-               {"fused-off (run 9's MLP and argmax nodes)", "fused_off", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0,
-                1, 4},
+               {"fused-off (run 9's MLP and argmax nodes)", "fused_off", 1, 1, 1, 3, 1, 1, 0, 0, 0,
+                0, 0, 1, 4},
                {"swiglu-off (the argmax epilogue alone)", "swiglu_off", 1, 1, 1, 3, 1, 1, 0, 0, 0,
                 0, 0, 1, 6},
                {"argmax-off (the SwiGLU epilogue alone)", "argmax_off", 1, 1, 1, 3, 1, 1, 0, 0, 0,
                 0, 0, 1, 5},
-               {"gemv-v2-regstage (x staged through registers, run 11c)", "gemv_v2_regstage", 1, 1, 1, 9,
-                1, 1, 0, 0, 0, 0, 0, 1},
+               {"gemv-v2-regstage (x staged through registers, run 11c)", "gemv_v2_regstage", 1, 1,
+                1, 9, 1, 1, 0, 0, 0, 0, 0, 1},
                {"ablate-silu (WRONG results: down without the SiLU staging)", "ablate_silu", 1, 1,
                 1, 3, 1, 1, TDM_CUDA_ABLATE_SILU, 0, 0, 0, 0, 1, 6},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",
@@ -620,8 +620,8 @@ int main(void)
                     "\"tokens_equal_default\": %s, \"tokens_equal_control\": %s}",
                     var[v].ksplit, var[v].cluster, var[v].l2pf, var[v].l2tail, var[v].l2op,
                     var[v].l2early, var[v].fuse ? var[v].fuse & 1 : dflt.swiglu_fused,
-                    var[v].fuse ? (var[v].fuse & 2) != 0 : dflt.argmax_fused,
-                    tf_null(vsame[v]), tf_null(vsame_ctl[v]));
+                    var[v].fuse ? (var[v].fuse & 2) != 0 : dflt.argmax_fused, tf_null(vsame[v]),
+                    tf_null(vsame_ctl[v]));
         }
         fprintf(f, "}}\n");
         fclose(f);

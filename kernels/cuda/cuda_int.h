@@ -69,9 +69,9 @@ typedef struct tdm_cuda_rows {
 
 /* GEMV input/epilogue modes (bit flags). */
 enum {
-    TDM_GEMV_NORM = 1,  /* x_eff = x * rsqrt(mean(x^2) + eps) * norm_w (RMSNorm fused) */
-    TDM_GEMV_SILU = 2,  /* x is (n, 2K) gate|up: x_eff = silu(gate) * up */
-    TDM_GEMV_ACCUM = 4, /* y += result (residual add fused); else y = result + bias */
+    TDM_GEMV_NORM = 1,   /* x_eff = x * rsqrt(mean(x^2) + eps) * norm_w (RMSNorm fused) */
+    TDM_GEMV_SILU = 2,   /* x is (n, 2K) gate|up: x_eff = silu(gate) * up */
+    TDM_GEMV_ACCUM = 4,  /* y += result (residual add fused); else y = result + bias */
     TDM_GEMV_SWIGLU = 8, /* W is (2M, K), rows interleaved gate_0, up_0, gate_1, up_1, ...: y (M)
                           * = silu(gate) * up, the MLP's activation in the gate|up GEMV's epilogue;
                           * one row, the streaming V2 form only (ksplit 3; tdm_cuda_gemv_fusable),
@@ -114,11 +114,11 @@ typedef struct tdm_cuda_gemv {
     tdm_cuda_l2pf_t tail; /* the streaming form only (ignored by the others): each warp, when its
                            * rows are done, prefetches its slice of this range (the next
                            * kernel's weights) while the slower warps still stream */
-    int32_t *argmax;  /* NULL, or *argmax = the first index of the largest non-NaN y (0 if none),
-                       * found in the epilogue (each warp its rows, the last block to finish the
-                       * warps' candidates); one row, the streaming V2 form, flags 0 or NORM */
-    void *argmax_ws;  /* with argmax: TDM_CUDA_ARGMAX_WS bytes, zeroed before the first use; the
-                       * kernel leaves it zeroed (its arrival counter) */
+    int32_t *argmax; /* NULL, or *argmax = the first index of the largest non-NaN y (0 if none),
+                      * found in the epilogue (each warp its rows, the last block to finish the
+                      * warps' candidates); one row, the streaming V2 form, flags 0 or NORM */
+    void *argmax_ws; /* with argmax: TDM_CUDA_ARGMAX_WS bytes, zeroed before the first use; the
+                      * kernel leaves it zeroed (its arrival counter) */
 } tdm_cuda_gemv_t;
 #define TDM_CUDA_ARGMAX_CAP 8192u /* warp candidates */
 #define TDM_CUDA_ARGMAX_WS (TDM_CUDA_ARGMAX_CAP * 8u + 16u)

@@ -620,9 +620,8 @@ static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, con
  * with the SwiGLU and argmax epilogues (ops.cu gemv1_kernel) */
 static int gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K)
 {
-    const tdm_cuda_gemv_t a =
-        gemv_args(e, e->x, K, NULL, n, K, e->wbuf, 1, NULL, e->x, TDM_GEMV_NORM, e->x, K,
-                  (tdm_cuda_l2pf_t){NULL, 0, 0, 0});
+    const tdm_cuda_gemv_t a = gemv_args(e, e->x, K, NULL, n, K, e->wbuf, 1, NULL, e->x,
+                                        TDM_GEMV_NORM, e->x, K, (tdm_cuda_l2pf_t){NULL, 0, 0, 0});
     return tdm_cuda_gemv_fusable(&a);
 }
 
@@ -709,16 +708,17 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (small) {
             TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d,
                          t_o));
-            if (swiglu) { /* use_gemv: one row only */ /* gate|up writes silu(gate) * up: down reads I floats, no SiLU */
+            if (swiglu) { /* use_gemv: one row only */ /* gate|up writes silu(gate) * up: down reads
+                                                          I floats, no SiLU */
                 TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, I, NULL, w->mlp_norm,
                              TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu));
-                TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, TDM_GEMV_ACCUM,
-                             e->x, d, t_down));
+                TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, TDM_GEMV_ACCUM, e->x,
+                             d, t_down));
             } else {
                 /* ABLATE_SILU (timing only): down stages I floats of the gate, no SiLU·up */
                 const int ab = (e->o.ablate & TDM_CUDA_ABLATE_SILU) != 0;
-                TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm,
-                             TDM_GEMV_NORM, e->gu, 2 * I, t_gu));
+                TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm, TDM_GEMV_NORM,
+                             e->gu, 2 * I, t_gu));
                 TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
                              ab ? TDM_GEMV_ACCUM : TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d,
                              t_down));

@@ -1008,11 +1008,11 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
         launch(gemv1_kernel<T, FLAGS, true, 8, false, 3>, dim3(blocks), G1_WARPS * 32, smem, s,
                G1_ARGS);
     else if (a->ksplit == 7) /* V2 in blocks of 4 warps: a block leaves as 4 warps finish */
-        launch(gemv1_kernel<T, FLAGS, true, 8, false, 4, false, 4>, dim3(blocks), 4 * 32, smem,
-               s, G1_ARGS);
+        launch(gemv1_kernel<T, FLAGS, true, 8, false, 4, false, 4>, dim3(blocks), 4 * 32, smem, s,
+               G1_ARGS);
     else if (a->ksplit == 8) /* V2 in blocks of 2 warps */
-        launch(gemv1_kernel<T, FLAGS, true, 8, false, 8, false, 2>, dim3(blocks), 2 * 32, smem,
-               s, G1_ARGS);
+        launch(gemv1_kernel<T, FLAGS, true, 8, false, 8, false, 2>, dim3(blocks), 2 * 32, smem, s,
+               G1_ARGS);
     else if (a->ksplit == 4) /* one block per SM: 12 loads per lane, about two blocks' 8 */
         launch(gemv1_kernel<T, FLAGS, true, 12, false>, dim3(blocks), G1_WARPS * 32, smem, s,
                G1_ARGS);
@@ -1033,9 +1033,9 @@ static void gemv_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
     if constexpr ((FLAGS & TDM_GEMV_SWIGLU) == 0) {
         if (NR == 1 && a->ksplit) {
             dim3 grid((a->M + GEMV_RPW - 1) / GEMV_RPW, a->n);
-            launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x,
-                   a->ldx, a->xrow, a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps,
-                   a->y, a->ldy);
+            launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx,
+                   a->xrow, a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
+                   a->ldy);
             return;
         }
         dim3 grid((a->M + GEMV_WARPS * GEMV_RPW - 1) / (GEMV_WARPS * GEMV_RPW),

@@ -184,9 +184,9 @@ tdm_status_t tdm_cuda_test_gemv_fused(const float *x, uint32_t K, uint32_t M, in
         if (cudaMemset(ws, 0, TDM_CUDA_ARGMAX_WS) != cudaSuccess)
             return TDM_ERR_CUDA;
     }
-    tdm_cuda_gemv_t a = {dx,  K,     NULL, 1,  K,
-                         M,   wdtype, dw,  NULL, dn,
-                         eps, flags | (swiglu ? TDM_GEMV_SWIGLU : 0), dy, M, 3};
+    tdm_cuda_gemv_t a = {dx,     K,  NULL, 1,  K,   M,
+                         wdtype, dw, NULL, dn, eps, flags | (swiglu ? TDM_GEMV_SWIGLU : 0),
+                         dy,     M,  3};
     a.argmax = did;
     a.argmax_ws = ws;
     for (int c = 0; c < calls; c++) {
