@@ -66,6 +66,7 @@ struct tdm_cuda_engine {
     uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
     uint32_t *d_plan, *h_plan;
     int32_t *h_ids_out;
+    int ids_mapped; /* argmax writes h_ids_out itself (mapped pinned memory): no copy-back op */
     cudaStream_t stream;
     cublasHandle_t cublas;
     void *cublas_ws;
@@ -496,7 +497,20 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->d_plan, e->plan_bytes), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMemsetAsync(e->d_plan, 0, e->plan_bytes, e->stream), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_plan, e->plan_bytes), st, err);
-    TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_ids_out, (size_t)e->o.max_logit_rows * 4), st, err);
+    /* the ids land in mapped pinned memory straight from the argmax (run 11): the step's last
+     * device operation is the argmax, not a copy behind it; else a device buffer and a copy */
+    if (cudaHostAlloc((void **)&e->h_ids_out, (size_t)e->o.max_logit_rows * 4,
+                      cudaHostAllocMapped) == cudaSuccess) {
+        void *dp = NULL;
+        if (cudaHostGetDevicePointer(&dp, e->h_ids_out, 0) == cudaSuccess && dp) {
+            e->d_ids_out = (int32_t *)dp;
+            e->ids_mapped = 1;
+        }
+    } else {
+        (void)cudaGetLastError();
+        TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_ids_out, (size_t)e->o.max_logit_rows * 4), st,
+                            err);
+    }
     memset(e->h_plan, 0, e->plan_bytes);
 
     TDM_CUBLAS_CHECK_GOTO(cublasCreate(&e->cublas), st, err);
@@ -900,7 +914,7 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         if ((st = enqueue(e, n, m)) != TDM_OK)
             goto out;
     }
-    if (ret_ids)
+    if (ret_ids && !e->ids_mapped)
         TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->h_ids_out, e->d_ids_out, (size_t)m * 4,
                                             cudaMemcpyDeviceToHost, e->stream),
                             st, out);
