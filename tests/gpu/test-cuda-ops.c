@@ -582,6 +582,18 @@ static void check_flash_attention(uint32_t H, uint32_t KV, uint32_t hd)
 
 /* The streaming GEMV with the L2 tail prefetch (every op) gives the result of the plain streaming
  * GEMV bit for bit: the prefetch only touches the cache. */
+/* Random GEMV inputs in one draw order: x (nx), weights (nwv, before rounding), norm weights (K).
+ */
+static void gemv_inputs(float *x, uint32_t nx, float *wv, size_t nwv, float *nw, uint32_t K)
+{
+    for (uint32_t i = 0; i < nx; i++)
+        x[i] = rndn(1.0f);
+    for (size_t i = 0; i < nwv; i++)
+        wv[i] = rndn(0.05f);
+    for (uint32_t i = 0; i < K; i++)
+        nw[i] = 1.0f + rndn(0.1f);
+}
+
 static void check_gemv_l2pf(uint32_t K, uint32_t M, int flags)
 {
     const uint32_t ldx = (flags & 2) ? 2 * K : K;
@@ -589,12 +601,7 @@ static void check_gemv_l2pf(uint32_t K, uint32_t M, int flags)
     float *nw = xmalloc((size_t)K * 4), *y0 = xmalloc((size_t)M * 4);
     float *ya = xmalloc((size_t)M * 4), *yb = xmalloc((size_t)M * 4);
     double *we = xmalloc((size_t)M * K * 8);
-    for (uint32_t i = 0; i < ldx; i++)
-        x[i] = rndn(1.0f);
-    for (size_t i = 0; i < (size_t)M * K; i++)
-        wv[i] = rndn(0.05f);
-    for (uint32_t i = 0; i < K; i++)
-        nw[i] = 1.0f + rndn(0.1f);
+    gemv_inputs(x, ldx, wv, (size_t)M * K, nw, K);
     for (uint32_t i = 0; i < M; i++)
         y0[i] = rndn(1.0f);
     void *w = make_w(wv, (size_t)M * K, TDM_DTYPE_BF16, we);
@@ -631,12 +638,7 @@ static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie
     float *yf = xmalloc((size_t)M * 4), *ys = xmalloc((size_t)M * 4);
     double *we = xmalloc((size_t)rows * K * 8), *ref = xmalloc((size_t)M * 8);
     const uint32_t t1 = M > 9 ? 5 : 0, t2 = M - 3;
-    for (uint32_t i = 0; i < K; i++)
-        x[i] = rndn(1.0f);
-    for (size_t i = 0; i < (size_t)rows * K; i++)
-        wv[i] = rndn(0.05f);
-    for (uint32_t i = 0; i < K; i++)
-        nw[i] = 1.0f + rndn(0.1f);
+    gemv_inputs(x, K, wv, (size_t)rows * K, nw, K);
     if (tie && !swiglu && t2 > t1)
         for (uint32_t k = 0; k < K; k++)
             wv[(size_t)t1 * K + k] = wv[(size_t)t2 * K + k] = x[k] < 0 ? -0.05f : 0.05f;
