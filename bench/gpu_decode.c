@@ -410,8 +410,9 @@ int main(void)
         int ablate;
         uint32_t l2pf, l2tail;
         int l2op, l2early, bs1_only;
-        int fuse; /* 0: the engine's defaults; else 4 | bit 0 the SwiGLU epilogue, bit 1 the
-                   * argmax epilogue */
+        int fuse;        /* 0: the engine's defaults; else 4 | bit 0 the SwiGLU epilogue, bit 1 the
+                          * argmax epilogue */
+        uint32_t splits; /* the decode attention's split cap (0: the engine's) */
     } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 3, 1, 1, 0, 0,
                 0, 0, 0, 1},
                {"fused-off (run 9's MLP and argmax nodes)", "fused_off", 1, 1, 1, 3, 1, 1, 0, 0, 0,
@@ -422,6 +423,12 @@ int main(void)
                 0, 0, 1, 5},
                {"gemv-v2-regstage (x staged through registers, run 11c)", "gemv_v2_regstage", 1, 1,
                 1, 9, 1, 1, 0, 0, 0, 0, 0, 1},
+               {"attn-splits-8 (the default cap)", "attn_splits_8", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0,
+                1, 0, 8},
+               {"attn-splits-4 (at most 4 splits per KV head)", "attn_splits_4", 1, 1, 1, 3, 1, 1,
+                0, 0, 0, 0, 0, 1, 0, 4},
+               {"attn-splits-2", "attn_splits_2", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 2},
+               {"attn-splits-1", "attn_splits_1", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1},
                {"ablate-silu (WRONG results: down without the SiLU staging)", "ablate_silu", 1, 1,
                 1, 3, 1, 1, TDM_CUDA_ABLATE_SILU, 0, 0, 0, 0, 1, 6},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",
@@ -472,6 +479,7 @@ int main(void)
         o.l2pf_tail_mb = var[v].l2tail;
         o.l2pf_op = var[v].l2op;
         o.l2pf_early = var[v].l2early;
+        o.attn_splits = var[v].splits;
         if (var[v].fuse) {
             o.swiglu_fused = var[v].fuse & 1;
             o.argmax_fused = (var[v].fuse & 2) != 0;

@@ -125,6 +125,9 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_ATTN_CLUSTER");
     if (s && *s == '0')
         o->attn_cluster = 0;
+    s = getenv("TDM_CUDA_ATTN_SPLITS");
+    if (s && *s >= '1' && *s <= '8' && s[1] == 0)
+        o->attn_splits = (uint32_t)(*s - '0');
     s = getenv("TDM_CUDA_SWIGLU");
     if (s && (*s == '0' || *s == '1'))
         o->swiglu_fused = *s == '1';
@@ -371,6 +374,12 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
+    if (e->o.attn_splits > 8) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_ATTN_SPLITS out of range (1..8)\" splits=%u",
+                e->o.attn_splits);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
     if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 9) {
         tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..9)\" ksplit=%d",
                 e->o.gemv_ksplit);
@@ -576,9 +585,10 @@ uint64_t tdm_cuda_engine_weight_bytes(const tdm_cuda_engine_t *e)
  * blocks busy, at most 8; one split (no combine launch) from 64 (row, KV head) pairs on. */
 static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
 {
+    const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
     uint32_t b = n * e->KV, s = b >= 64 ? 1 : 64 / b;
-    if (s > 8)
-        s = 8;
+    if (s > cap)
+        s = cap;
     while (s > 1 && (uint64_t)n * s > e->rowsplits)
         s--;
     return s;

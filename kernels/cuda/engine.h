@@ -78,6 +78,8 @@ typedef struct tdm_cuda_engine_opts {
                                    and KV head) and issues its first K/V tiles before the PDL
                                    wait; 0: the combine kernel (run 4); env
                                    TDM_CUDA_ATTN_CLUSTER=0 */
+    uint32_t attn_splits;       /* tensor-core decode attention: the most splits per (row, KV
+                                   head) (0: the default, 8; 1..8); env TDM_CUDA_ATTN_SPLITS */
     int swiglu_fused;           /* 1 (default, run 11): bf16 weights, one-row GEMVs on the
                                    streaming V2 form (ksplit 3): gate|up is stored with its rows
                                    interleaved (gate_0, up_0, ...) and the one-row gate|up GEMV
