@@ -98,6 +98,9 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
     f.n_pages = n_pages;
     if (sampling)
         f.sampling = *sampling;
+    /* a stale slot from an earlier room must not pass the room-id check; cleared before the frame
+     * is queued, since prefill may write the slot as soon as the frame reaches it */
+    memset(x->aux[0] + (size_t)f.aux_slot * TDM_XFER_AUX_BYTES, 0, TDM_XFER_AUX_BYTES);
     st = tdm_frame_encode_transfer_info(&f, prompt_ids, page_ids, buf, cap, &len);
     if (st == TDM_OK)
         st = xfer_out(x, buf, len);
@@ -106,8 +109,6 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
         goto out;
     }
     x->n_aux_free--;
-    /* a stale slot from an earlier room must not pass the room-id check */
-    memset(x->aux[0] + (size_t)f.aux_slot * TDM_XFER_AUX_BYTES, 0, TDM_XFER_AUX_BYTES);
     xroom_t *r = tdm_calloc(1, sizeof(*r));
     r->room = room;
     r->n_pages = n_pages;
