@@ -695,8 +695,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * warp, so a row ends on a warp-uniform step and is reduced by shuffles with no second pass.
  * G1_U loads per lane (DEEP: 2 G1_U) are issued before the PDL wait and every batch of G1_U is
  * in flight while the previous one is multiplied (8..16 16-byte loads per lane). x, after the fused
- * RMSNorm or SiLU·mul, is staged once per block in shared memory. Grid: about 2 blocks per SM (the
- * rows per warp rounded up first so every warp has the same number of rows). */
+ * RMSNorm or SiLU·mul, is staged once per block in shared memory (V2 without SiLU: by cp.async,
+ * every piece in flight at once). Grid: about 2 blocks per SM (the rows per warp rounded up first
+ * so every warp has the same number of rows). Run 11's epilogues (V2 only): SWIGLU (gate|up rows
+ * interleaved, each output pair's silu(gate) * up written when its up row completes) and AM (the
+ * argmax of y: each warp's candidate, the last block merges; am_finish). */
 #define G1_WARPS 8
 /* Argmax candidates of a warp / of the whole grid: (v, i) beats (best, bi) when i is a real index
  * and bi is none, v is larger, or v ties and i is smaller (argmax_kernel's rule: the first index
