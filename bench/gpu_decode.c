@@ -427,8 +427,6 @@ int main(void)
                 1, 0, 8},
                {"attn-splits-4 (at most 4 splits per KV head)", "attn_splits_4", 1, 1, 1, 3, 1, 1,
                 0, 0, 0, 0, 0, 1, 0, 4},
-               {"attn-splits-2", "attn_splits_2", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 2},
-               {"attn-splits-1", "attn_splits_1", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1},
                {"ablate-silu (WRONG results: down without the SiLU staging)", "ablate_silu", 1, 1,
                 1, 3, 1, 1, TDM_CUDA_ABLATE_SILU, 0, 0, 0, 0, 1, 6},
                {"attn-combine-kernel (cluster form off: run 7's decode attention)",

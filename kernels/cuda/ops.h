@@ -29,7 +29,7 @@ extern "C" {
  * use_cublas 9: the streaming GEMV V2 (run 8: norm_w staged before the PDL wait, the RMSNorm
  * scale applied to each row's sum); 10: V2 on one block per SM; 11: V3 (V2 with two batches of
  * weight loads before the PDL wait); 12: V2 held to 3 blocks per SM; 13, 14: V2 in blocks of 4 and
- * 2 warps (n == 1; else as 3). */
+ * 2 warps; 15: V2 with x staged through registers (9 stages it by cp.async) (n == 1; else as 3). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
