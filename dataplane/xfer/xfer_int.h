@@ -4,8 +4,9 @@
  * Locking: `mu` guards the room table, the room map, queues, the outbound byte queue and the
  * stats. UCX objects belong to the transfer thread alone after init (UCS_THREAD_MODE_SINGLE);
  * other threads reach it through the command ring + eventfd. Frames are never written to the
- * socket under `mu` by API callers: they are appended to `outq` (in order, so all frames of a
- * room keep their order, I5) and the receive thread writes them with non-blocking sends.
+ * socket by API callers: they are appended to `outq` under `mu` (in order, so all frames of a
+ * room keep their order, I5) and the receive thread (or the transfer thread, for the STATUS
+ * frames it holds) writes them with non-blocking sends, with `mu` released.
  */
 #ifndef TDM_XFER_INT_H
 #define TDM_XFER_INT_H
@@ -121,8 +122,15 @@ struct tdm_xfer {
      * xfer_out_push: a frame queued with a wake meanwhile must wake the receive thread */
     int out_quiet;
     tdm_frame_reader_t chan_rd;
+    /* Frames are appended to outq under `mu`; a sender (engine.c out_flush) swaps outq's bytes
+     * into sendq and writes them with `mu` released, one sender at a time (`sending`), so frames
+     * leave in the order they were queued (I5) while the other threads keep the lock. */
     uint8_t *outq;
     size_t outq_len, outq_off, outq_cap;
+    uint8_t *sendq; /* the sender's bytes: only the thread that set `sending` reads them */
+    size_t sendq_len, sendq_off, sendq_cap;
+    int sending;    /* (mu) a thread writes the channel with `mu` released */
+    int recv_awake; /* (mu) the receive thread sends what is queued before it sleeps: no wake */
     uint64_t last_rx_us, last_hb_us, hb_seq;
     int ready, refused;
     char refusal[TDM_FRAME_MAX_MSG + 1];
