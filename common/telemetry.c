@@ -33,9 +33,97 @@ void tdm_tm_batch_clear(tdm_tm_batch_t *b)
         json_decref(b->events[i].data);
     tdm_free(b->samples);
     tdm_free(b->events);
+    tdm_free(b->data_buf);
     b->samples = NULL;
     b->events = NULL;
+    b->data_buf = NULL;
     b->n_samples = b->n_events = 0;
+}
+
+json_t *tdm_tm_event_data(const tdm_tm_event_t *e)
+{
+    if (e->data)
+        return json_incref(e->data);
+    if (!e->data_json)
+        return NULL;
+    json_t *d = json_loadb(e->data_json, e->data_len, JSON_REJECT_DUPLICATES, NULL);
+    if (d && !json_is_object(d)) {
+        json_decref(d);
+        d = NULL;
+    }
+    return d;
+}
+
+/* The decoded events' data texts, built back to back in one buffer. Texts are placed by offset
+ * (the buffer may move as it grows) and the events point into it once the batch is complete. */
+typedef struct dtext {
+    char *p;
+    size_t len, cap;
+    size_t *off; /* per event: offset + 1 of its text, 0 for none */
+    size_t noff;
+} dtext_t;
+
+static char *dtext_reserve(dtext_t *d, size_t extra)
+{
+    if (d->cap - d->len < extra + 1) {
+        size_t cap = d->cap ? d->cap : 1024;
+        while (cap - d->len < extra + 1)
+            cap *= 2;
+        d->p = tdm_realloc(d->p, cap);
+        d->cap = cap;
+    }
+    return d->p + d->len;
+}
+
+/* Event i's text is the one that ends at d->len (NUL-terminated there). */
+static void dtext_close(dtext_t *d, size_t start, uint32_t i)
+{
+    if (i >= d->noff) {
+        size_t n = d->noff ? d->noff : 256;
+        while (n <= i)
+            n *= 2;
+        d->off = tdm_realloc(d->off, n * sizeof(*d->off));
+        memset(d->off + d->noff, 0, (n - d->noff) * sizeof(*d->off));
+        d->noff = n;
+    }
+    d->p[d->len] = '\0';
+    d->off[i] = start + 1;
+    d->len++;
+}
+
+/* A json_dumpb(JSON_COMPACT) of `data` as event i's text; -1 when it is over max_bytes. */
+static int dtext_dump(dtext_t *d, const json_t *data, uint32_t i, size_t max_bytes)
+{
+    size_t n = json_dumpb(data, NULL, 0, JSON_COMPACT);
+    if (n > max_bytes)
+        return -1;
+    size_t start = d->len;
+    d->len += json_dumpb(data, dtext_reserve(d, n), n, JSON_COMPACT);
+    dtext_close(d, start, i);
+    return 0;
+}
+
+/* Points the batch's events at their texts and hands the buffer to the batch. */
+static void dtext_finish(dtext_t *d, tdm_tm_batch_t *b)
+{
+    if (d->off) {
+        for (uint32_t i = 0; i < b->n_events && i < d->noff; i++) {
+            if (!d->off[i])
+                continue;
+            b->events[i].data_json = d->p + d->off[i] - 1;
+            b->events[i].data_len = (uint32_t)strlen(b->events[i].data_json);
+        }
+    }
+    b->data_buf = d->p;
+    tdm_free(d->off);
+    memset(d, 0, sizeof(*d));
+}
+
+static void dtext_free(dtext_t *d)
+{
+    tdm_free(d->p);
+    tdm_free(d->off);
+    memset(d, 0, sizeof(*d));
 }
 
 static int role_ok(const char *r)
@@ -117,10 +205,15 @@ tdm_status_t tdm_tm_batch_to_json(const tdm_tm_batch_t *b, const tdm_tm_limits_t
             snprintf(err, err_len, "%s.ts_us: negative", p);
             return TDM_ERR_RANGE;
         }
-        if (e->data && (!json_is_object(e->data) || data_size(e->data) > lim->max_data_bytes)) {
-            snprintf(err, err_len, "%s.data: not an object or over %u bytes", p,
-                     lim->max_data_bytes);
-            return TDM_ERR_RANGE;
+        if (e->data || e->data_json) {
+            json_t *d = tdm_tm_event_data(e);
+            int bad = !d || data_size(d) > lim->max_data_bytes;
+            json_decref(d);
+            if (bad) {
+                snprintf(err, err_len, "%s.data: not an object or over %u bytes", p,
+                         lim->max_data_bytes);
+                return TDM_ERR_RANGE;
+            }
         }
     }
 
@@ -143,10 +236,11 @@ tdm_status_t tdm_tm_batch_to_json(const tdm_tm_batch_t *b, const tdm_tm_limits_t
         const tdm_tm_event_t *e = &b->events[i];
         json_array_append_new(
             events,
-            json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:O}", "ts_us", (json_int_t)e->ts_us, "type",
+            json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:o}", "ts_us", (json_int_t)e->ts_us, "type",
                       e->type, "room", e->has_room ? tdm_json_hex64(e->room) : json_null(), "from",
                       str_or_null(e->from), "to", str_or_null(e->to), "reason",
-                      str_or_null(e->reason), "data", e->data ? e->data : json_null()));
+                      str_or_null(e->reason), "data",
+                      e->data || e->data_json ? tdm_tm_event_data(e) : json_null()));
     }
     json_t *root = json_pack("{s:i, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o}", "v", TDM_TM_VERSION,
                              "worker", b->worker, "group", b->group, "role", b->role, "instance_id",
@@ -250,7 +344,8 @@ static tdm_status_t decode_sample(const json_t *o, const char *p, tdm_tm_sample_
 }
 
 static tdm_status_t decode_event(const json_t *o, const char *p, const tdm_tm_limits_t *lim,
-                                 tdm_tm_event_t *e, char *err, size_t err_len)
+                                 dtext_t *dt, uint32_t i, tdm_tm_event_t *e, char *err,
+                                 size_t err_len)
 {
     static const char *const keys[] = {"ts_us", "type",   "room", "from",
                                        "to",    "reason", "data", NULL};
@@ -271,16 +366,11 @@ static tdm_status_t decode_event(const json_t *o, const char *p, const tdm_tm_li
             snprintf(err, err_len, "%s.data: expected an object or null", p);
             return TDM_ERR_INVAL;
         }
-        size_t n = data_size(data);
-        if (n > lim->max_data_bytes) {
-            snprintf(err, err_len, "%s.data: %zu bytes, limit %u", p, n, lim->max_data_bytes);
+        /* kept as its compact text: the batch does not keep the request's document alive */
+        if (dtext_dump(dt, data, i, lim->max_data_bytes)) {
+            snprintf(err, err_len, "%s.data: %zu bytes, limit %u", p, data_size(data),
+                     lim->max_data_bytes);
             return TDM_ERR_RANGE;
-        }
-        /* A deep copy: the batch must not keep the request's document alive or share it. */
-        e->data = json_deep_copy(data);
-        if (!e->data) {
-            snprintf(err, err_len, "%s.data: out of memory", p);
-            return TDM_ERR_NOMEM;
         }
     }
     return TDM_OK;
@@ -294,6 +384,7 @@ tdm_status_t tdm_tm_batch_from_json(const json_t *root, const tdm_tm_limits_t *l
     tdm_tm_limits_t dl;
     tdm_tm_batch_t b;
     json_t *samples, *events;
+    dtext_t dt = {0};
     int64_t v;
     uint64_t u;
     char p[96];
@@ -345,12 +436,15 @@ tdm_status_t tdm_tm_batch_from_json(const json_t *root, const tdm_tm_limits_t *l
     b.events = b.n_events ? tdm_calloc(b.n_events, sizeof(*b.events)) : NULL;
     for (uint32_t i = 0; i < b.n_events; i++) {
         tdm_json_path_idx(p, sizeof(p), "events", i);
-        TDM_CHECK_GOTO(decode_event(json_array_get(events, i), p, lim, &b.events[i], err, err_len),
-                       st, err_clear);
+        TDM_CHECK_GOTO(
+            decode_event(json_array_get(events, i), p, lim, &dt, i, &b.events[i], err, err_len), st,
+            err_clear);
     }
+    dtext_finish(&dt, &b);
     *ret = b;
     return TDM_OK;
 err_clear:
+    dtext_free(&dt);
     tdm_tm_batch_clear(&b);
     return st;
 }
@@ -384,8 +478,9 @@ tdm_status_t tdm_tm_batch_decode_jansson(const char *buf, size_t len, const tdm_
  * within int64 and a '.', 'e' or 'E' makes a real; no trailing commas, no duplicate keys,
  * nothing but whitespace after the root; one NUL byte right after a number or a null literal
  * is skipped (jansson's stream drops the NUL it pushes back after such a token). An event's `data`
- * object is handed to json_loadb itself (its bytes found by a bracket scan), so its tree is exactly
- * jansson's.
+ * is kept as text: a flat object is written compact as it is read (sc_data_flat), anything else
+ * goes to json_loadb itself (its bytes found by a bracket scan) and is dumped back, so the text is
+ * exactly the jansson path's.
  */
 #define SC_DATA_DEPTH 256 /* deeper data is left to the jansson path (its limit is 2048) */
 #define SC_EVENT_MIN 22   /* {"ts_us":0,"type":"a"} */
@@ -675,11 +770,21 @@ static int sc_null(scan_t *s)
     return 0;
 }
 
+/* Whether the n bytes at p (no NUL among them) spell key k. */
+static inline int key_is(const char *k, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (k[i] != p[i])
+            return 0; /* also at k's end: p holds no NUL */
+    return k[n] == '\0';
+}
+
 /* Steps to the next member of an object whose '{' was consumed: 1 with its index in `keys` (the
  * ':' consumed), 0 at the closing '}', -1 on a syntax error, an unknown or a repeated key. */
 static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *seen)
 {
     char key[16];
+    const char *kp;
     size_t n;
     sc_ws(s);
     if (s->p < s->end && *s->p == '}') {
@@ -690,7 +795,22 @@ static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *s
         return -1;
     *first = 0;
     sc_ws(s);
-    /* The usual key: plain ASCII letters up to the closing quote, compared in place; anything
+    /* Writers (ours among them) send the members in the order of `keys`: the first key not seen
+     * yet is tried first, as the bytes "<key>" in place (our keys are plain ASCII, so those bytes
+     * are the key with no escape). */
+    int i = __builtin_ctz(~*seen);
+    if (keys[i]) {
+        size_t kl = strlen(keys[i]);
+        if ((size_t)(s->end - s->p) > kl + 1 && s->p[0] == '"' && s->p[kl + 1] == '"' &&
+            !memcmp(s->p + 1, keys[i], kl)) {
+            s->p += kl + 2;
+            if (sc_eat(s, ':'))
+                return -1;
+            *seen |= 1u << i;
+            return i + 1;
+        }
+    }
+    /* Any other key: plain ASCII letters up to the closing quote, compared in place; anything
      * else (escapes, other bytes) is decoded by sc_str first. */
     const unsigned char *q = s->p, *lim = s->end - s->p > 17 ? s->p + 17 : s->end;
     if (q < lim && *q == '"') {
@@ -699,24 +819,22 @@ static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *s
             q++;
     }
     if (q > s->p && q < lim && *q == '"') {
+        kp = (const char *)s->p + 1;
         n = (size_t)(q - s->p - 1);
-        memcpy(key, s->p + 1, n);
-        key[n] = '\0';
         s->p = q + 1;
     } else if (sc_str(s, key, sizeof(key) - 1, &n)) {
         return -1;
+    } else {
+        kp = key;
     }
     if (sc_eat(s, ':'))
         return -1;
-    for (int i = 0; keys[i]; i++) {
-        if (keys[i][0] == key[0] && !strcmp(keys[i], key)) {
-            if (*seen & (1u << i))
-                return -1;
-            *seen |= 1u << i;
-            return i + 1;
-        }
-    }
-    return -1;
+    for (i = 0; keys[i] && !key_is(keys[i], kp, n); i++)
+        ;
+    if (!keys[i] || (*seen & (1u << i)))
+        return -1;
+    *seen |= 1u << i;
+    return i + 1;
 }
 
 /* Steps to the next element of an array whose '[' was consumed: 1 before an element, 0 after
@@ -833,79 +951,217 @@ static int sc_object_span(scan_t *s, size_t *ret_len)
     return -1;
 }
 
-/* The usual `data`: one flat object of strings, non-negative integers, true, false and null,
- * built straight into its tree (what json_loadb would build, member for member) — no parser
- * stream, no size check by dumping it: a compact dump of such an object is never longer than its
- * text (whitespace gone, escapes in the dump at most as long as those that brought the characters
- * in), so a text within the limit is within it. NULL on anything else (nesting, reals, negative
- * numbers, a repeated key, a NUL, a text over the limit ...): the caller then hands the same bytes
- * to json_loadb, which judges them as before. */
-static json_t *sc_data_flat(const unsigned char *p, size_t n, size_t max_bytes)
+/* A string (whitespace before it skipped) written at *io as json_dumpb writes its value: ", \ and
+ * control characters escaped (\b \f \n \r \t by name, the others as \u00XX), everything else
+ * as UTF-8 ('/' included). Accepts exactly what sc_str accepts, without its length cap. Never
+ * writes more bytes than it reads: each escape it writes replaces one at least as long. */
+static int sc_str_dump(scan_t *s, char **io)
 {
-    char key[256], str[1024];
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *p, *end = s->end;
+    char *o = *io;
+    if (sc_eat(s, '"'))
+        return -1;
+    p = s->p;
+    *o++ = '"';
+    for (;;) {
+        if (p >= end)
+            return -1;
+        unsigned c = *p;
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return -1;
+        if (c < 0x80 && c != '\\') {
+            *o++ = (char)c;
+            p++;
+            continue;
+        }
+        if (c != '\\') {
+            size_t k = sc_utf8(p, end);
+            if (!k)
+                return -1;
+            memcpy(o, p, k);
+            o += k;
+            p += k;
+            continue;
+        }
+        if (end - p < 2)
+            return -1;
+        uint32_t cp, lo;
+        switch (p[1]) {
+        case '"':
+        case '\\':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
+            *o++ = '\\';
+            *o++ = (char)p[1];
+            p += 2;
+            continue;
+        case '/':
+            *o++ = '/';
+            p += 2;
+            continue;
+        case 'u':
+            if (end - p < 6 || sc_hex4(p + 2, &cp))
+                return -1;
+            p += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || sc_hex4(p + 2, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return -1;
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if ((cp >= 0xDC00 && cp <= 0xDFFF) || cp == 0) {
+                return -1;
+            }
+            break;
+        default:
+            return -1;
+        }
+        /* a \u escape: six bytes read (twelve for a pair) */
+        if (cp < 0x20 || cp == '"' || cp == '\\') {
+            const char *named = cp == '\b'   ? "b"
+                                : cp == '\f' ? "f"
+                                : cp == '\n' ? "n"
+                                : cp == '\r' ? "r"
+                                : cp == '\t' ? "t"
+                                : cp == '"'  ? "\""
+                                : cp == '\\' ? "\\"
+                                             : NULL;
+            *o++ = '\\';
+            if (named) {
+                *o++ = *named;
+            } else {
+                *o++ = 'u';
+                *o++ = '0';
+                *o++ = '0';
+                *o++ = hex[cp >> 4];
+                *o++ = hex[cp & 15];
+            }
+        } else if (cp < 0x80) {
+            *o++ = (char)cp;
+        } else if (cp < 0x800) {
+            *o++ = (char)(0xC0 | (cp >> 6));
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            *o++ = (char)(0xE0 | (cp >> 12));
+            *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        } else {
+            *o++ = (char)(0xF0 | (cp >> 18));
+            *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+            *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    *o++ = '"';
+    s->p = p + 1;
+    *io = o;
+    return 0;
+}
+
+/* Decimal digits of v at o; returns the end. */
+static char *put_u64(char *o, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10u);
+        v /= 10u;
+    } while (v);
+    while (n)
+        *o++ = tmp[--n];
+    return o;
+}
+
+#define SC_FLAT_KEYS 32 /* keys compared for repeats; an object with more takes jansson's path */
+
+/* The usual `data`: one flat object of strings, non-negative integers, true, false and null,
+ * written straight into event i's text as json_dumpb(JSON_COMPACT) writes what json_loadb builds
+ * from it (members in their order, no whitespace, strings as sc_str_dump writes them) —
+ * no tree, no parser stream. -1 (nothing kept) on anything else (nesting, reals, negative
+ * numbers, a repeated key, a NUL, more than SC_FLAT_KEYS members, a text over max_bytes ...):
+ * the caller then hands the same bytes to json_loadb, which judges them as before. The compact
+ * text is never longer than the object's: room for n bytes is made once. */
+static int sc_data_flat(const unsigned char *p, size_t n, size_t max_bytes, dtext_t *d, uint32_t i)
+{
     scan_t s = {p, p + n};
-    int first = 1;
-    size_t len;
-    if (n > max_bytes || sc_eat(&s, '{'))
-        return NULL;
-    json_t *o = json_object(), *v = NULL;
-    if (!o)
-        return NULL;
+    size_t kstart[SC_FLAT_KEYS], klen[SC_FLAT_KEYS], nk = 0;
+    char *base = dtext_reserve(d, n), *o = base;
+    if (sc_eat(&s, '{'))
+        return -1;
+    *o++ = '{';
     for (;;) {
         sc_ws(&s);
         if (s.p < s.end && *s.p == '}') {
             s.p++;
             break;
         }
-        if ((!first && sc_eat(&s, ',')) || sc_str(&s, key, sizeof(key) - 1, &len) ||
-            sc_eat(&s, ':') || json_object_get(o, key))
-            goto decline;
-        first = 0;
+        if (nk && sc_eat(&s, ','))
+            return -1;
+        if (nk == SC_FLAT_KEYS)
+            return -1;
+        if (nk)
+            *o++ = ',';
+        /* keys compared as written: the dump of a string is a one-to-one function of it */
+        char *k0 = o;
+        if (sc_str_dump(&s, &o) || sc_eat(&s, ':'))
+            return -1;
+        kstart[nk] = (size_t)(k0 - base);
+        klen[nk] = (size_t)(o - k0);
+        for (size_t j = 0; j < nk; j++)
+            if (klen[j] == klen[nk] && !memcmp(base + kstart[j], k0, klen[nk]))
+                return -1;
+        nk++;
+        *o++ = ':';
         sc_ws(&s);
         if (s.p >= s.end)
-            goto decline;
+            return -1;
         unsigned c = *s.p;
         uint64_t u;
         if (c == '"') {
-            if (sc_str(&s, str, sizeof(str) - 1, &len))
-                goto decline;
-            v = json_stringn(str, len);
+            if (sc_str_dump(&s, &o))
+                return -1;
         } else if (c >= '0' && c <= '9') {
             if (sc_uint(&s, JSON_UINT_MAX, &u))
-                goto decline;
-            v = json_integer((json_int_t)u);
+                return -1;
+            o = put_u64(o, u);
         } else if (s.end - s.p >= 4 && !memcmp(s.p, "true", 4)) {
             s.p += 4;
-            v = json_true();
+            memcpy(o, "true", 4);
+            o += 4;
         } else if (s.end - s.p >= 5 && !memcmp(s.p, "false", 5)) {
             s.p += 5;
-            v = json_false();
+            memcpy(o, "false", 5);
+            o += 5;
         } else if (s.end - s.p >= 4 && !memcmp(s.p, "null", 4)) {
             s.p += 4;
-            v = json_null();
+            memcpy(o, "null", 4);
+            o += 4;
         } else {
-            goto decline;
+            return -1;
         }
         /* what follows a value must be ',' or '}' (checked above on the next round); a NUL
          * after a literal or number is one of jansson's quirks: its own path judges it */
-        if (!v || (s.p < s.end && *s.p == '\0'))
-            goto decline;
-        int set = json_object_set_new(o, key, v); /* takes v either way */
-        v = NULL;
-        if (set)
-            goto decline;
+        if (s.p < s.end && *s.p == '\0')
+            return -1;
     }
+    *o++ = '}';
     sc_ws(&s);
-    if (s.p != s.end)
-        goto decline;
-    return o;
-decline:
-    json_decref(v);
-    json_decref(o);
-    return NULL;
+    if (s.p != s.end || (size_t)(o - base) > max_bytes)
+        return -1;
+    size_t start = d->len;
+    d->len += (size_t)(o - base);
+    dtext_close(d, start, i);
+    return 0;
 }
 
-static int sc_event(scan_t *s, const tdm_tm_limits_t *lim, tdm_tm_event_t *e)
+static int sc_event(scan_t *s, const tdm_tm_limits_t *lim, dtext_t *dt, uint32_t i,
+                    tdm_tm_event_t *e)
 {
     static const char *const keys[] = {"ts_us", "type",   "room", "from",
                                        "to",    "reason", "data", NULL};
@@ -944,36 +1200,23 @@ static int sc_event(scan_t *s, const tdm_tm_limits_t *lim, tdm_tm_event_t *e)
             bad = -1;
             if (sc_object_span(s, &n))
                 break;
-            e->data = sc_data_flat(s->p, n, lim->max_data_bytes);
-            if (e->data) {
+            if (sc_data_flat(s->p, n, lim->max_data_bytes, dt, i) == 0) {
                 s->p += n;
                 bad = 0;
                 break;
             }
-            e->data = json_loadb((const char *)s->p, n, JSON_REJECT_DUPLICATES, NULL);
-            if (!e->data)
-                break;
-            if (!json_is_object(e->data) || data_size(e->data) > lim->max_data_bytes) {
-                json_decref(e->data);
-                e->data = NULL;
-                break;
+            json_t *data = json_loadb((const char *)s->p, n, JSON_REJECT_DUPLICATES, NULL);
+            if (data && json_is_object(data) && dtext_dump(dt, data, i, lim->max_data_bytes) == 0) {
+                s->p += n;
+                bad = 0;
             }
-            s->p += n;
-            bad = 0;
+            json_decref(data);
             break;
         }
-        if (bad) {
-            json_decref(e->data);
-            e->data = NULL;
+        if (bad)
             return -1;
-        }
     }
-    if (k < 0 || (seen & 3u) != 3u) {
-        json_decref(e->data);
-        e->data = NULL;
-        return -1;
-    }
-    return 0;
+    return k < 0 || (seen & 3u) != 3u ? -1 : 0;
 }
 
 /* Grows a batch array by one element within `max`; the new element's address or NULL. */
@@ -998,6 +1241,7 @@ tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_
                                        "rank", "seq",    "samples", "events", NULL};
     tdm_tm_limits_t dl;
     tdm_tm_batch_t b;
+    dtext_t dt = {0};
     scan_t s = {(const unsigned char *)buf, (const unsigned char *)buf + len};
     unsigned seen = 0;
     uint32_t cap_s = 0, cap_e = 0;
@@ -1062,7 +1306,7 @@ tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_
                 bad = 0;
                 if (!e) {
                     bad = -1;
-                } else if (sc_event(&s, lim, e)) {
+                } else if (sc_event(&s, lim, &dt, b.n_events - 1, e)) {
                     b.n_events--; /* nothing of it is held */
                     bad = -1;
                 }
@@ -1072,6 +1316,7 @@ tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_
     }
     sc_ws(&s);
     if (bad || k < 0 || seen != 0x1FFu || s.p != s.end) {
+        dtext_free(&dt);
         tdm_tm_batch_clear(&b);
         return TDM_ERR_FORMAT;
     }
@@ -1083,6 +1328,7 @@ tdm_status_t tdm_tm_batch_scan(const char *buf, size_t len, const tdm_tm_limits_
         tdm_free(b.events);
         b.events = NULL;
     }
+    dtext_finish(&dt, &b);
     *ret = b;
     return TDM_OK;
 }

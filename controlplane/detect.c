@@ -348,7 +348,8 @@ static void on_kvpoll(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint6
 
 /* ---- aborts --------------------------------------------------------------------------------- */
 
-static void on_abort(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64_t now, int acked)
+static void on_abort(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, json_t *data,
+                     uint64_t now, int acked)
 {
     if (!e->has_room) {
         d->stats.events_malformed++;
@@ -380,17 +381,16 @@ static void on_abort(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64
     a->inst = r->inst;
     a->rank = r->rk->rank;
     a->sent_rx = now;
-    const char *peer = e->data ? json_string_value(json_object_get(e->data, "peer")) : NULL;
+    const char *peer = json_string_value(json_object_get(data, "peer"));
     snprintf(a->peer, sizeof(a->peer), "%s", peer ? peer : "");
 }
 
 /* ---- heartbeats ----------------------------------------------------------------------------- */
 
-static void on_heartbeat(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64_t now,
-                         int stale)
+static void on_heartbeat(tdm_cp_detect_t *d, int ri, json_t *data, uint64_t now, int stale)
 {
-    const char *thread = e->data ? json_string_value(json_object_get(e->data, "thread")) : NULL;
-    json_t *age = e->data ? json_object_get(e->data, "age_us") : NULL;
+    const char *thread = json_string_value(json_object_get(data, "thread"));
+    json_t *age = json_object_get(data, "age_us");
     if (!thread || !*thread || strlen(thread) >= DET_HB_NAME || (stale && !json_is_integer(age)) ||
         (age && json_is_integer(age) && json_integer_value(age) < 0)) {
         d->stats.events_malformed++;
@@ -422,7 +422,7 @@ static const char *const corruption_types[] = {"checksum_mismatch", "hicache_loa
                                                "poisoned_page_read", "aux_room_mismatch",
                                                "canary_mismatch"};
 
-static json_t *event_origin(const det_rank_t *r, const tdm_tm_event_t *e)
+static json_t *event_origin(const det_rank_t *r, const tdm_tm_event_t *e, json_t *data)
 {
     json_t *o = json_pack("{s:s,s:s,s:I,s:I}", "type", e->type, "instance_id", r->rk->instance_id,
                           "rank", (json_int_t)r->rk->rank, "ts_us", (json_int_t)e->ts_us);
@@ -430,16 +430,17 @@ static json_t *event_origin(const det_rank_t *r, const tdm_tm_event_t *e)
         json_object_set_new(o, "room", tdm_json_hex64(e->room));
     if (e->reason[0])
         json_object_set_new(o, "reason", json_string(e->reason));
-    if (e->data)
-        json_object_set(o, "data", e->data);
+    if (data)
+        json_object_set(o, "data", data);
     return o;
 }
 
-static void on_corruption(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64_t now)
+static void on_corruption(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, json_t *data,
+                          uint64_t now)
 {
     det_rank_t *r = &d->ranks[ri];
     det_group_t *g = &d->groups[d->insts[r->inst].group];
-    const char *tier = e->data ? json_string_value(json_object_get(e->data, "tier")) : NULL;
+    const char *tier = json_string_value(json_object_get(data, "tier"));
     int host = strcmp(e->type, "hicache_load_mismatch") == 0 || (tier && !strcmp(tier, "host"));
     g->corr_rx = now;
     g->corr_seen = 1;
@@ -450,21 +451,21 @@ static void on_corruption(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, u
     }
     if (json_array_size(g->corr_events) == DET_CORR_KEEP)
         json_array_remove(g->corr_events, 0);
-    json_t *o = event_origin(r, e);
+    json_t *o = event_origin(r, e, data);
     json_object_set_new(o, "host_tier", json_boolean(host));
     json_array_append_new(g->corr_events, o);
 }
 
 /* `layout` reports both records; `layout_mismatch` is the worker's own verdict. Either way the
  * detector decides from the records (tdm_layout_equal), so both records are always evidence. */
-static void on_layout(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, int worker_says_bad)
+static void on_layout(tdm_cp_detect_t *d, int ri, json_t *data, int worker_says_bad)
 {
     det_rank_t *r = &d->ranks[ri];
     det_inst_t *in = &d->insts[r->inst];
     tdm_layout_record_t host, dev;
     char err[256] = "", why[256] = "";
-    json_t *jh = e->data ? json_object_get(e->data, "host") : NULL;
-    json_t *jd = e->data ? json_object_get(e->data, "device") : NULL;
+    json_t *jh = json_object_get(data, "host");
+    json_t *jd = json_object_get(data, "device");
     int parsed = jh && jd &&
                  tdm_layout_from_json(jh, "data.host", &host, err, sizeof(err)) == TDM_OK &&
                  tdm_layout_from_json(jd, "data.device", &dev, err, sizeof(err)) == TDM_OK;
@@ -487,24 +488,24 @@ static void on_layout(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, int w
     in->layout_bad = ev;
 }
 
-static void on_worker_lost(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e)
+static void on_worker_lost(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, json_t *data)
 {
     det_rank_t *r = &d->ranks[ri];
     det_inst_t *in = &d->insts[r->inst];
-    json_t *jr = e->data ? json_object_get(e->data, "rank") : NULL;
+    json_t *jr = json_object_get(data, "rank");
     json_int_t lost_rank = json_is_integer(jr) ? json_integer_value(jr) : (json_int_t)r->rk->rank;
     if (!in->lost_event) /* the first report names the rank that went first */
         in->lost_event = json_pack("{s:I,s:s,s:I,s:O?}", "rank", lost_rank, "reason", e->reason,
-                                   "ts_us", (json_int_t)e->ts_us, "data", e->data);
+                                   "ts_us", (json_int_t)e->ts_us, "data", data);
 }
 
-static void on_output_stats(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64_t now)
+static void on_output_stats(tdm_cp_detect_t *d, int ri, json_t *data, uint64_t now)
 {
     det_rank_t *r = &d->ranks[ri];
     det_group_t *g = &d->groups[d->insts[r->inst].group];
-    json_t *jr = e->data ? json_object_get(e->data, "responses") : NULL;
-    json_t *jl = e->data ? json_object_get(e->data, "dsml_leaks") : NULL;
-    json_t *jb = e->data ? json_object_get(e->data, "baseline") : NULL;
+    json_t *jr = json_object_get(data, "responses");
+    json_t *jl = json_object_get(data, "dsml_leaks");
+    json_t *jb = json_object_get(data, "baseline");
     if (!json_is_integer(jr) || !json_is_integer(jl) || json_integer_value(jr) < 0 ||
         json_integer_value(jl) < 0 || json_integer_value(jl) > json_integer_value(jr) ||
         json_integer_value(jr) > UINT32_MAX || (jb && !json_is_number(jb))) {
@@ -523,7 +524,7 @@ static void on_output_stats(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e,
     g->out_head = (g->out_head + 1) % DET_OUT_BUCKETS;
     if (g->out_n < DET_OUT_BUCKETS)
         g->out_n++;
-    json_t *samples = json_object_get(e->data, "samples");
+    json_t *samples = json_object_get(data, "samples");
     size_t i;
     json_t *s;
     json_array_foreach(samples, i, s)
@@ -550,28 +551,35 @@ void tdm_cp_detect_event(tdm_cp_detect_t *d, const tdm_cp_rank_t *rk, const tdm_
     if (now_us > in->last_rx)
         in->last_rx = now_us;
     const char *t = e->type;
-    if (!strcmp(t, "kvpoll"))
+    if (!strcmp(t, "kvpoll")) { /* the bulk of the events: its data is not read */
         on_kvpoll(d, ri, e, now_us);
-    else if (!strcmp(t, "abort_sent") || !strcmp(t, "abort_acked"))
-        on_abort(d, ri, e, now_us, t[6] == 'a');
+        return;
+    }
+    /* the others' data as a tree (decoded events carry it as text, tdm/telemetry.h) */
+    json_t *data = tdm_tm_event_data(e);
+    if (!strcmp(t, "abort_sent") || !strcmp(t, "abort_acked"))
+        on_abort(d, ri, e, data, now_us, t[6] == 'a');
     else if (!strcmp(t, "heartbeat_stale") || !strcmp(t, "heartbeat_fresh"))
-        on_heartbeat(d, ri, e, now_us, t[10] == 's');
+        on_heartbeat(d, ri, data, now_us, t[10] == 's');
     else if (!strcmp(t, "layout") || !strcmp(t, "layout_mismatch"))
-        on_layout(d, ri, e, t[6] == '_');
+        on_layout(d, ri, data, t[6] == '_');
     else if (!strcmp(t, "worker_lost"))
-        on_worker_lost(d, ri, e);
+        on_worker_lost(d, ri, e, data);
     else if (!strcmp(t, "shutdown"))
         d->ranks[ri].retired = 1;
     else if (!strcmp(t, "output_stats"))
-        on_output_stats(d, ri, e, now_us);
+        on_output_stats(d, ri, data, now_us);
     else {
-        for (size_t i = 0; i < sizeof(corruption_types) / sizeof(corruption_types[0]); i++)
-            if (!strcmp(t, corruption_types[i])) {
-                on_corruption(d, ri, e, now_us);
-                return;
-            }
-        d->stats.events_ignored++;
+        size_t i = 0;
+        while (i < sizeof(corruption_types) / sizeof(corruption_types[0]) &&
+               strcmp(t, corruption_types[i]))
+            i++;
+        if (i < sizeof(corruption_types) / sizeof(corruption_types[0]))
+            on_corruption(d, ri, e, data, now_us);
+        else
+            d->stats.events_ignored++;
     }
+    json_decref(data);
 }
 
 /* ---- evaluation ----------------------------------------------------------------------------- */

@@ -60,11 +60,6 @@ static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const tdm_cp_b
     tdm_cp_buf_append(b, "\n", 1);
 }
 
-static const char *nz(const char *s)
-{
-    return s && *s ? s : NULL;
-}
-
 /* A JSON string literal (as jansson writes it: ", \ and control characters escaped, other bytes
  * verbatim), COPY-escaped: every backslash doubled. */
 static void copy_json_str(tdm_cp_buf_t *b, const char *s, size_t n)
@@ -177,47 +172,143 @@ static void copy_json(tdm_cp_buf_t *b, const json_t *v)
     }
 }
 
-/* One event → a transfer_events row (it names a room) or an events row (from/to kept in data,
- * since events has no state columns). `prefix` is the row's constant
- * "instance_id\trank\tgroup\tseq\t" (COPY text, escaped once per batch); numbers are rendered
- * without printf and `data` without an intermediate string. */
-static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t *e, uint32_t idx,
-                      const tdm_cp_buf_t *prefix)
+/* Row writing into room reserved up front (event_row): COPY text of a NUL-terminated string
+ * (what tdm_cp_buf_copy_text writes), of n bytes, and decimal numbers. */
+static char *put_text(char *o, const char *s, size_t n)
 {
-    json_t *data = e->data;
-    json_t *owned = NULL;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' || c == '\t' || c == '\n' || c == '\r') {
+            *o++ = '\\';
+            *o++ = c == '\\' ? '\\' : c == '\t' ? 't' : c == '\n' ? 'n' : 'r';
+        } else {
+            *o++ = c;
+        }
+    }
+    return o;
+}
+
+/* COPY text of an optional string field: "" is NULL (\N). */
+static char *put_opt(char *o, const char *s)
+{
+    if (!*s) {
+        *o++ = '\\';
+        *o++ = 'N';
+        return o;
+    }
+    return put_text(o, s, strlen(s));
+}
+
+static char *put_u64(char *o, uint64_t v)
+{
+    static const char two[] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                              "34353637383940414243444546474849505152535455565758596061626364656667"
+                              "6869707172737475767778798081828384858687888990919293949596979899";
+    char tmp[20], *t = tmp + sizeof(tmp);
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100u);
+        v /= 100u;
+        t -= 2;
+        memcpy(t, two + 2 * r, 2);
+    }
+    if (v >= 10) {
+        t -= 2;
+        memcpy(t, two + 2 * v, 2);
+    } else {
+        *--t = (char)('0' + v);
+    }
+    size_t n = (size_t)(tmp + sizeof(tmp) - t);
+    memcpy(o, t, n);
+    return o + n;
+}
+
+static char *put_i64(char *o, int64_t v)
+{
+    if (v < 0) {
+        *o++ = '-';
+        return put_u64(o, (uint64_t)0 - (uint64_t)v);
+    }
+    return put_u64(o, (uint64_t)v);
+}
+
+/* The most one event row takes besides its prefix and data: the numbers, separators and the
+ * fixed-size strings with every byte escaped. */
+#define EVENT_ROW_FIXED                                                                            \
+    (3 * 21 + 16 + 2 * (TDM_TM_TYPE_MAX + 2 * TDM_TM_STATE_MAX + TDM_TM_REASON_MAX) + 16)
+
+/* An event whose data must be rebuilt as a tree: a room-less event with from/to (kept in data, as
+ * events has no state columns), or one built with a tree. Its `data` column rendered as compact
+ * JSON, COPY-escaped, into b. */
+static void event_data_tree(tdm_cp_buf_t *b, const tdm_tm_event_t *e)
+{
+    json_t *data = tdm_tm_event_data(e);
     if (!e->has_room && (e->from[0] || e->to[0])) {
-        owned = data ? json_deep_copy(data) : json_object();
+        if (!data) {
+            data = json_object();
+        } else if (e->data) { /* the caller's tree: changed on a copy */
+            json_t *copy = json_deep_copy(data);
+            json_decref(data);
+            data = copy;
+        }
         if (e->from[0])
-            json_object_set_new(owned, "from", json_string(e->from));
+            json_object_set_new(data, "from", json_string(e->from));
         if (e->to[0])
-            json_object_set_new(owned, "to", json_string(e->to));
-        data = owned;
+            json_object_set_new(data, "to", json_string(e->to));
     }
-    tdm_cp_buf_t *b = e->has_room ? tev : ev;
-    tdm_cp_buf_i64(b, e->ts_us);
-    tdm_cp_buf_append(b, e->has_room ? "\t" : "\tworker\t", e->has_room ? 1 : 8);
-    tdm_cp_buf_append(b, prefix->data, prefix->len);
-    tdm_cp_buf_u64(b, idx);
-    tdm_cp_buf_append(b, "\t", 1);
-    tdm_cp_buf_copy_text(b, e->type);
-    tdm_cp_buf_append(b, "\t", 1);
-    if (e->has_room) {
-        tdm_cp_buf_i64(b, (int64_t)e->room);
-        tdm_cp_buf_append(b, "\t", 1);
-        tdm_cp_buf_copy_text(b, nz(e->from));
-        tdm_cp_buf_append(b, "\t", 1);
-        tdm_cp_buf_copy_text(b, nz(e->to));
-        tdm_cp_buf_append(b, "\t", 1);
-    }
-    tdm_cp_buf_copy_text(b, nz(e->reason));
-    tdm_cp_buf_append(b, "\t", 1);
     if (data)
         copy_json(b, data);
     else
         tdm_cp_buf_append(b, "\\N", 2);
+    json_decref(data);
+}
+
+/* One event → a transfer_events row (it names a room) or an events row (from/to kept in data,
+ * since events has no state columns). `prefix` is the row's constant
+ * "instance_id\trank\tgroup\tseq\t" (COPY text, escaped once per batch). The row is written into
+ * room reserved once; `data` is the decoded text itself, COPY-escaped (compact JSON holds no raw
+ * tab, newline or CR: only its backslashes are doubled), without a tree. */
+static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t *e, uint32_t idx,
+                      const tdm_cp_buf_t *prefix)
+{
+    tdm_cp_buf_t *b = e->has_room ? tev : ev;
+    int tree = e->data || (!e->has_room && (e->from[0] || e->to[0]));
+    tdm_cp_buf_reserve(b, EVENT_ROW_FIXED + prefix->len + 2 * (size_t)e->data_len);
+    char *o = b->data + b->len;
+    o = put_i64(o, e->ts_us);
+    if (e->has_room) {
+        *o++ = '\t';
+    } else {
+        memcpy(o, "\tworker\t", 8);
+        o += 8;
+    }
+    memcpy(o, prefix->data, prefix->len);
+    o += prefix->len;
+    o = put_u64(o, idx);
+    *o++ = '\t';
+    o = put_text(o, e->type, strlen(e->type));
+    *o++ = '\t';
+    if (e->has_room) {
+        o = put_i64(o, (int64_t)e->room);
+        *o++ = '\t';
+        o = put_opt(o, e->from);
+        *o++ = '\t';
+        o = put_opt(o, e->to);
+        *o++ = '\t';
+    }
+    o = put_opt(o, e->reason);
+    *o++ = '\t';
+    if (!tree) {
+        if (e->data_json) {
+            o = put_text(o, e->data_json, e->data_len);
+        } else {
+            *o++ = '\\';
+            *o++ = 'N';
+        }
+    }
+    b->len = (size_t)(o - b->data);
+    if (tree)
+        event_data_tree(b, e);
     tdm_cp_buf_append(b, "\n", 1);
-    json_decref(owned);
 }
 
 /* The persisted samples of a batch, kept with its job for the history cache. */

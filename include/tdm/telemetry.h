@@ -20,8 +20,15 @@
  * Decoding reads the text in one pass straight into the batch; text it does not accept goes
  * through jansson for the message, so errors are the jansson path's, word for word.
  *
- * Ownership: a decoded batch owns its arrays and each event's `data` (a jansson reference);
- * release with tdm_tm_batch_clear(). Encoders never take ownership. Thread-safe (no state).
+ * An event's `data` has two forms. Decoders leave it as text: `data_json` holds the object's
+ * compact JSON (byte for byte what json_dumpb(JSON_COMPACT) writes for it, NUL-terminated,
+ * data_len bytes), so ingest copies it into its rows without building a tree; only a reader that
+ * looks inside (the detectors) parses it, through tdm_tm_event_data(). Code that builds events
+ * may set the tree `data` instead; where both are set the tree wins.
+ *
+ * Ownership: a decoded batch owns its arrays and its events' data texts (one buffer, data_buf);
+ * tdm_tm_batch_clear() frees those and drops each event's `data` reference (so a caller-built
+ * batch hands its trees to the batch). Encoders never take ownership. Thread-safe (no state).
  */
 #ifndef TDM_TELEMETRY_H
 #define TDM_TELEMETRY_H
@@ -76,7 +83,9 @@ typedef struct tdm_tm_event {
     char from[TDM_TM_STATE_MAX + 1]; /* "" encodes as null */
     char to[TDM_TM_STATE_MAX + 1];
     char reason[TDM_TM_REASON_MAX + 1];
-    json_t *data; /* object or NULL (null) */
+    json_t *data;          /* object or NULL: caller-built events (see the top) */
+    const char *data_json; /* object as compact JSON text or NULL (null): decoded events */
+    uint32_t data_len;     /* bytes of data_json, without the NUL */
 } tdm_tm_event_t;
 
 typedef struct tdm_tm_batch {
@@ -90,11 +99,16 @@ typedef struct tdm_tm_batch {
     uint32_t n_samples;
     tdm_tm_event_t *events;
     uint32_t n_events;
+    char *data_buf; /* the decoded events' data_json texts, back to back (NULL when none) */
 } tdm_tm_batch_t;
 
-/* Frees the arrays and event data of a decoded (or caller-built with tdm_malloc) batch and
- * zeroes the counts; NULL-safe. */
+/* Frees the arrays, data_buf and event data of a decoded (or caller-built with tdm_malloc) batch
+ * and zeroes the counts; NULL-safe. */
 void tdm_tm_batch_clear(tdm_tm_batch_t *b);
+
+/* The event's data as a tree: a new reference (`data` itself, or data_json parsed), NULL when it
+ * has none (or when data_json is not an object, which no decoder produces). */
+json_t *tdm_tm_event_data(const tdm_tm_event_t *e);
 
 /* Encode: validates the same rules as the decoder (so we never send what tandemd refuses). */
 tdm_status_t tdm_tm_batch_to_json(const tdm_tm_batch_t *b, const tdm_tm_limits_t *lim, json_t **ret,

@@ -121,8 +121,10 @@ static void handle_batch(sink_t *s, int fd, const char *body, size_t len)
         s->samples += b.n_samples;
         for (uint32_t k = 0; k < b.n_events; k++) {
             if (!strcmp(b.events[k].type, "telemetry_dropped")) {
+                json_t *data = tdm_tm_event_data(&b.events[k]);
                 s->dropped_announced +=
-                    (uint64_t)json_integer_value(json_object_get(b.events[k].data, "samples"));
+                    (uint64_t)json_integer_value(json_object_get(data, "samples"));
+                json_decref(data);
                 continue;
             }
             if (s->n_ev < MAX_EV)

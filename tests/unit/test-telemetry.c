@@ -102,10 +102,15 @@ static void test_round_trip(void)
     ok(d.events[0].has_room && d.events[0].room == 0x7fffffffffffffffull &&
            !strcmp(d.events[0].from, "WAITING_FOR_INPUT") &&
            !strcmp(d.events[0].to, "TRANSFERRING") &&
-           !strcmp(d.events[0].reason, "info received") &&
-           json_equal(d.events[0].data, b.events[0].data) && d.events[0].data != b.events[0].data,
-       "event 0 round trip, data copied");
-    ok(!d.events[1].has_room && !d.events[1].from[0] && !d.events[1].data,
+           !strcmp(d.events[0].reason, "info received") && !d.events[0].data &&
+           d.events[0].data_json && !strcmp(d.events[0].data_json, "{\"pages\":3,\"ids\":[1,2]}") &&
+           d.events[0].data_len == strlen(d.events[0].data_json),
+       "event 0 round trip, data kept as compact text");
+    json_t *dd = tdm_tm_event_data(&d.events[0]);
+    ok(json_equal(dd, b.events[0].data) && dd != b.events[0].data, "event 0 data as a tree");
+    json_decref(dd);
+    ok(!d.events[1].has_room && !d.events[1].from[0] && !d.events[1].data &&
+           !d.events[1].data_json && !tdm_tm_event_data(&d.events[1]),
        "event 1 nulls round trip");
 
     /* Re-encoding the decoded batch gives the same bytes. */
@@ -280,6 +285,91 @@ static void test_limits(void)
     ok(d.n_samples == 0x5a5a5a5a, "output untouched on failure");
 }
 
+/* An event's data as text: what json_dumpb(JSON_COMPACT) writes, through the scanner's flat
+ * path and jansson's (nesting, reals, negatives), and the tree form set by a caller. */
+static void test_data_text(void)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"{\"pages\":16}", "{\"pages\":16}"},
+        {" { \"a\" : 1 ,\n\t\"b\":\"x\\/y\" , \"c\":true,\"d\":false,\"e\":null } ",
+         "{\"a\":1,\"b\":\"x/y\",\"c\":true,\"d\":false,\"e\":null}"},
+        {"{\"s\":\"\\u00e9\\u001f\\u0022\\u005c\\u0009\\ud83d\\ude00\\b\"}",
+         "{\"s\":\"\xc3\xa9\\u001F\\\"\\\\\\t\xf0\x9f\x98\x80\\b\"}"},
+        {"{\"\\u006b\":9223372036854775807}", "{\"k\":9223372036854775807}"},
+        {"{}", "{}"},
+        {"{\"n\":-0,\"r\":1.5,\"x\":[1,{\"y\":2}]}", "{\"n\":0,\"r\":1.5,\"x\":[1,{\"y\":2}]}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[512];
+        tdm_tm_batch_t d;
+        snprintf(text, sizeof(text),
+                 "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"null\","
+                 "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[],"
+                 "\"events\":[{\"ts_us\":1,\"type\":\"a\",\"data\":%s},{\"ts_us\":2,"
+                 "\"type\":\"b\"}]}",
+                 cases[i].in);
+        is_int(decode_str(text, &d), TDM_OK, "data case %zu decodes: %s", i, err);
+        ok(d.events[0].data_json && !strcmp(d.events[0].data_json, cases[i].want) &&
+               d.events[0].data_len == strlen(cases[i].want) && !d.events[1].data_json,
+           "data case %zu as compact text: %s", i,
+           d.events[0].data_json ? d.events[0].data_json : "(null)");
+        tdm_tm_batch_clear(&d);
+    }
+    /* repeated keys, a raw tab in a string, \u0000: refused with the jansson path's message */
+    const char *bad[] = {"{\"a\":1,\"a\":2}", "{\"a\":\"\t\"}", "{\"a\":\"\\u0000\"}",
+                         "{\"a\":1,}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[512];
+        tdm_tm_batch_t d;
+        snprintf(text, sizeof(text),
+                 "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"null\","
+                 "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[],"
+                 "\"events\":[{\"ts_us\":1,\"type\":\"a\",\"data\":%s}]}",
+                 bad[i]);
+        ok(decode_str(text, &d) != TDM_OK && err[0], "bad data %zu refused: %s", i, err);
+    }
+    /* the compact text counts against max_data_bytes, whitespace in the body does not */
+    tdm_tm_limits_t lim;
+    tdm_tm_limits_default(&lim);
+    lim.max_data_bytes = 7;
+    const char *t7 = "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"null\","
+                     "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[],"
+                     "\"events\":[{\"ts_us\":1,\"type\":\"a\",\"data\":{ \"a\" : 1 }}]}";
+    tdm_tm_batch_t d;
+    is_int(tdm_tm_batch_decode(t7, strlen(t7), &lim, &d, err, sizeof(err)), TDM_OK,
+           "7-byte compact data within a 7-byte limit");
+    tdm_tm_batch_clear(&d);
+    lim.max_data_bytes = 6;
+    is_int(tdm_tm_batch_decode(t7, strlen(t7), &lim, &d, err, sizeof(err)), TDM_ERR_RANGE,
+           "7-byte compact data over a 6-byte limit");
+    ok(has(err, "events[0].data: 7 bytes, limit 6"), "message: %s", err);
+
+    /* a caller's text and tree both encode; the tree wins where both are set */
+    tdm_tm_event_t ev[2];
+    memset(ev, 0, sizeof(ev));
+    ev[0].ts_us = 1;
+    snprintf(ev[0].type, sizeof(ev[0].type), "x");
+    ev[0].data_json = "{\"t\":1}";
+    ev[0].data_len = 7;
+    ev[1] = ev[0];
+    ev[1].data = json_pack("{s:i}", "tree", 2);
+    tdm_tm_batch_t c = {.worker = "w", .group = "g", .role = "null", .events = ev, .n_events = 2};
+    char *out = NULL;
+    size_t len = 0;
+    is_int(tdm_tm_batch_encode(&c, NULL, &out, &len, err, sizeof(err)), TDM_OK, "encode: %s", err);
+    ok(out && has(out, "\"data\":{\"t\":1}}") && has(out, "\"data\":{\"tree\":2}}"),
+       "text and tree data encoded");
+    free(out);
+    ev[0].data_json = "[1]";
+    ev[0].data_len = 3;
+    c.n_events = 1;
+    is_int(tdm_tm_batch_encode(&c, NULL, &out, &len, err, sizeof(err)), TDM_ERR_RANGE,
+           "a text that is not an object is refused");
+    json_decref(ev[1].data);
+}
+
 static void test_ack(void)
 {
     char buf[40];
@@ -308,6 +398,7 @@ int main(void)
     test_round_trip();
     test_malformed();
     test_limits();
+    test_data_text();
     test_ack();
     return done_testing();
 }
