@@ -119,6 +119,11 @@ typedef struct tdm_cuda_gemv {
                       * warps' candidates); one row, the streaming V2 form, flags 0 or NORM */
     void *argmax_ws; /* with argmax: TDM_CUDA_ARGMAX_WS bytes, zeroed before the first use; the
                       * kernel leaves it zeroed (its arrival counter) */
+    const uint16_t *embed; /* NULL, or the embedding lookup folded in (run 12; one row, the
+                            * streaming V2/V4 forms, TDM_GEMV_NORM, bf16 table (V, K)): x's row is
+                            * embed row xrow[0] (a token id; x is not read), and block 0 writes
+                            * that row, widened to fp32, to embed_out (the residual stream) */
+    float *embed_out;
 } tdm_cuda_gemv_t;
 #define TDM_CUDA_ARGMAX_CAP 8192u /* warp candidates */
 #define TDM_CUDA_ARGMAX_WS (TDM_CUDA_ARGMAX_CAP * 8u + 16u)
@@ -226,6 +231,10 @@ tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
  * anything an earlier kernel wrote, and lets its successor launch as soon as all its blocks run;
  * the GEMV streams its first weights before the wait. Off by default; process-wide. */
 void tdm_cuda_set_pdl(int on);
+/* Whether kernels let their dependents launch before (1) or after (0, the default) their PDL wait;
+ * a device constant, written (stream-ordered, then synchronized) only when it changes: call it
+ * outside graph capture. */
+tdm_status_t tdm_cuda_set_pdl_early(int on, cudaStream_t s);
 
 /* ret_ids[j] = first index of the max of logits row j (m, V); NaN never wins. pf (NULL or bytes
  * 0: none): extra blocks prefetch its range into L2 (the next step's first weights, warmed

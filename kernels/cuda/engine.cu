@@ -102,6 +102,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->attn_cluster = 1;
     o->swiglu_fused = 1;
     o->argmax_fused = 1;
+    o->embed_fused = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -119,9 +120,9 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_MMA_ATTN");
     if (s && *s == '0')
         o->use_mma_attn = 0;
-    s = getenv("TDM_CUDA_GEMV_KSPLIT");
-    if (s && *s >= '0' && *s <= '9' && s[1] == 0)
-        o->gemv_ksplit = *s - '0';
+    s = getenv("TDM_CUDA_GEMV_KSPLIT"); /* out of range: tdm_cuda_engine_init refuses it */
+    if (s && *s >= '0' && *s <= '9' && (s[1] == 0 || (s[1] >= '0' && s[1] <= '9' && s[2] == 0)))
+        o->gemv_ksplit = atoi(s);
     s = getenv("TDM_CUDA_ATTN_CLUSTER");
     if (s && *s == '0')
         o->attn_cluster = 0;
@@ -134,6 +135,12 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_ARGMAX_FUSED");
     if (s && *s == '0')
         o->argmax_fused = 0;
+    s = getenv("TDM_CUDA_PDL_EARLY");
+    if (s && *s == '1')
+        o->pdl_early = 1;
+    s = getenv("TDM_CUDA_EMBED_FUSED");
+    if (s && *s == '0')
+        o->embed_fused = 0;
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -380,8 +387,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
-    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 9) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..9)\" ksplit=%d",
+    if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 11) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..11)\" ksplit=%d",
                 e->o.gemv_ksplit);
         st = TDM_ERR_INVAL;
         goto err;
@@ -683,7 +690,10 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     const int swiglu = e->gu_il; /* then every one-row call is fusable (gemv_fusable) */
     const int am = use_gemv(e, m) && e->o.argmax_fused && !apf && gemv_fusable(e, m, d);
 
-    TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
+    /* run 12: one row's embedding lookup folded into layer 0's qkv GEMV (no embed node) */
+    const int emb = small && e->o.embed_fused && e->wdt == TDM_DTYPE_BF16 && gemv_fusable(e, n, d);
+    if (!emb)
+        TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
     for (uint32_t l = 0; l < e->L; l++) {
         const layer_dev_t *w = &e->layers[l];
         const uint8_t *o_b = (const uint8_t *)w->o, *gu_b = (const uint8_t *)w->gu;
@@ -698,7 +708,14 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         const tdm_cuda_l2pf_t t_down =
             l + 1 < e->L ? l2pf_at(e, e->layers[l + 1].qkv, tpf, e->layers[l + 1].o)
                          : l2pf_at(e, e->lm_head, tpf, (const uint8_t *)e->lm_head + wlm);
-        if (small) {
+        if (small && l == 0 && emb) {
+            tdm_cuda_gemv_t a =
+                gemv_args(e, e->x, d, (const uint32_t *)ids, n, d, w->qkv, e->qkvd, w->qkv_bias,
+                          w->attn_norm, TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv);
+            a.embed = (const uint16_t *)e->embed;
+            a.embed_out = e->x;
+            TDM_TRY(tdm_cuda_gemv(&a, s));
+        } else if (small) {
             TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->qkv, e->qkvd, w->qkv_bias, w->attn_norm,
                          TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv));
         } else {
@@ -868,6 +885,7 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         return TDM_ERR_OVERFLOW;
     rows_run = n;
     tdm_cuda_set_pdl(e->o.use_pdl);
+    TDM_TRY(tdm_cuda_set_pdl_early(e->o.pdl_early, e->stream));
     e->ntiles = 0;
     if (!decode && tdm_cuda_flash_supported(&e->kv)) {
         /* prefill and mixed calls: tensor-core attention over tiles of consecutive rows */

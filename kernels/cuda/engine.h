@@ -52,6 +52,9 @@ typedef struct tdm_cuda_engine_opts {
     int use_graphs;             /* 1 (default): decode through CUDA graphs; env TDM_CUDA_GRAPHS=0 */
     int use_pdl;                /* 1 (default): programmatic dependent launch between kernels;
                                    env TDM_CUDA_PDL=0 */
+    int pdl_early;              /* 1: every kernel triggers its dependents' launch before its
+                                   PDL wait instead of after (run 12 A/B; 0 default); env
+                                   TDM_CUDA_PDL_EARLY=1 */
     int use_skinny;             /* 1 (default): bf16 GEMMs of <= 32 rows on the tensor-core
                                    skinny kernel, else cuBLAS; env TDM_CUDA_SKINNY=0 */
     int use_mma_attn;           /* 1 (default): decode attention on the tensor cores (bf16 KV,
@@ -71,7 +74,10 @@ typedef struct tdm_cuda_engine_opts {
                                    few warps finish, so the next GEMV's blocks start earlier in
                                    the tail); 9: V2 with x staged through registers in batches
                                    of 4 float4 per thread (run 11c; 3 stages it by cp.async,
-                                   every piece in flight at once, run 11d); env
+                                   every piece in flight at once, run 11d); 10, 11: V4 = V2
+                                   with a shared-memory ring of 2 or 1 more weight batches per
+                                   lane (cp.async; 1 + ring batches before the PDL wait, the
+                                   ring's in flight while one is multiplied; run 12); env
                                    TDM_CUDA_GEMV_KSPLIT */
     int attn_cluster;           /* 1 (default, run 8): the tensor-core decode attention merges
                                    its splits inside the kernel (a thread-block cluster per row
@@ -92,6 +98,11 @@ typedef struct tdm_cuda_engine_opts {
                                    candidates, the last block merges): no argmax node; same ids;
                                    off while l2pf_mb is set (argmax carries that prefetch); env
                                    TDM_CUDA_ARGMAX_FUSED=0 */
+    int embed_fused;            /* 1 (default, run 12): one row's embedding lookup folded into
+                                   layer 0's qkv GEMV (bf16, the streaming V2/V4 forms): its
+                                   staging reads the table row, block 0 writes the residual
+                                   row; no embed node; bit-identical; env
+                                   TDM_CUDA_EMBED_FUSED=0 */
     uint32_t l2pf_mb;           /* L2 prefetch of upcoming weights in decode (docs/cuda.md,
                                    "L2 prefetch"): 0 (default) off; else the decode attention
                                    grid of each layer carries extra blocks that prefetch the

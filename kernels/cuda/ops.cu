@@ -71,6 +71,35 @@ static __device__ __forceinline__ void pdl_trigger()
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* run 12: 1 = every kernel lets its dependents launch before it waits (they still wait for it
+ * to complete before they read what it writes); 0 = after (the default). */
+__constant__ int c_pdl_early;
+
+static __device__ __forceinline__ void pdl_sync()
+{
+    if (c_pdl_early) {
+        pdl_trigger();
+        pdl_wait();
+    } else {
+        pdl_wait();
+        pdl_trigger();
+    }
+}
+
+tdm_status_t tdm_cuda_set_pdl_early(int on, cudaStream_t s)
+{
+    static int cur = -1;
+    const int v = on != 0;
+    if (v == cur)
+        return TDM_OK;
+    if (cudaMemcpyToSymbolAsync(c_pdl_early, &v, sizeof v, 0, cudaMemcpyHostToDevice, s) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(s) != cudaSuccess)
+        return TDM_ERR_CUDA;
+    cur = v;
+    return TDM_OK;
+}
+
 template <typename... KArgs, typename... Args>
 static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                    Args... args)
@@ -86,6 +115,19 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
     cfg.attrs = at;
     cfg.numAttrs = g_pdl ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, k, args...); /* errors surface through cudaGetLastError */
+}
+
+/* launch() for more than 48 KB of dynamic shared memory: the kernel's limit raised first (every
+ * launch: not a stream operation, allowed during graph capture; a launch over the device's limit
+ * fails and surfaces through cudaGetLastError). */
+template <typename... KArgs, typename... Args>
+static void launch_big(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                       Args... args)
+{
+    /* the static shared memory counts too: raise it whenever the dynamic part is large */
+    if (smem > 32u * 1024)
+        (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    launch(k, grid, block, smem, s, args...);
 }
 
 /* launch() with thread-block clusters of (1, 1, clz) blocks (clz 1: none). */
@@ -178,8 +220,7 @@ static __device__ __forceinline__ void l2pf_block(const tdm_cuda_l2pf_t &pf, uin
                                                   uint32_t parts)
 {
     if (!pf.early) {
-        pdl_wait();
-        pdl_trigger();
+        pdl_sync();
     }
     l2pf_part(pf, part, parts, threadIdx.x, blockDim.x);
 }
@@ -244,8 +285,7 @@ template <> __device__ __forceinline__ float ld_elem<float>(const float *p, size
 template <typename T>
 __global__ void embed_kernel(const T *table, const int32_t *ids, uint32_t d, float *out)
 {
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     const T *row = table + (size_t)ids[blockIdx.x] * d;
     for (uint32_t j = threadIdx.x; j < d; j += blockDim.x)
         out[(size_t)blockIdx.x * d + j] = ld_elem<T>(row, j);
@@ -293,8 +333,7 @@ __global__ void rmsnorm_kernel(float *resid, const float *add, const uint32_t *x
                                float eps, uint32_t d, float *out_f32, uint16_t *out_bf16)
 {
     __shared__ float sh[32];
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     uint32_t j = blockIdx.x, r = xrow ? xrow[j] : j;
     float *x = resid + (size_t)r * d;
     float ss = 0.0f;
@@ -332,8 +371,7 @@ tdm_status_t tdm_cuda_rmsnorm(float *resid, const float *add, const uint32_t *xr
 
 __global__ void to_bf16_kernel(const float *x, size_t count, uint16_t *out)
 {
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = f32_to_bf16_rne(x[i]);
@@ -355,8 +393,7 @@ tdm_status_t tdm_cuda_to_bf16(const float *x, size_t count, uint16_t *out, cudaS
 
 __global__ void add_bias_kernel(float *y, uint32_t n, uint32_t M, uint32_t ldy, const float *bias)
 {
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     size_t count = (size_t)n * M;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x)
@@ -380,8 +417,7 @@ static __device__ __forceinline__ float silu(float g)
 __global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, int il, float *out_f32,
                                 uint16_t *out_bf16)
 {
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     size_t count = (size_t)n * I;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -543,8 +579,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             b[u] = ld_stream(w1 + k + u * step);
         }
     }
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     const float *xr[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) {
@@ -760,16 +795,28 @@ static __device__ void am_finish(float best, int32_t bi, uint32_t gw, uint32_t n
     }
 }
 
+/* PIPE (V4, run 12): PIPE more batches of each lane's weights ride in a shared-memory ring
+ * (cp.async, lane-private slots: no barrier), so 1 + PIPE batches are issued before the PDL wait
+ * and PIPE are in flight while one is multiplied (V2: 1 and 1) without V3's registers; the sums
+ * are the same, in the same order. Dynamic shared memory: x's staging (floats, rounded up to 16
+ * bytes), then the ring (gemv1_ring_bytes). */
+template <int NWP, int G1_U, int PIPE> static constexpr size_t gemv1_ring_bytes()
+{
+    return (size_t)NWP * PIPE * G1_U * 32 * 16;
+}
+
 template <typename T, int FLAGS, bool V2, int G1_U, bool DEEP, int MINB = 2, bool AM = false,
-          int NWP = G1_WARPS>
+          int NWP = G1_WARPS, int PIPE = 0>
 __global__ void __launch_bounds__(NWP * 32, MINB)
     gemv1_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
                  const float *__restrict__ norm_w, float eps, float *__restrict__ y,
-                 tdm_cuda_l2pf_t tail, int32_t *am_out, void *am_ws, int stage_cpa)
+                 tdm_cuda_l2pf_t tail, int32_t *am_out, void *am_ws, int stage_cpa,
+                 const uint16_t *__restrict__ emb, float *__restrict__ emb_out)
 {
     constexpr int E = wvec<T>::N;
     constexpr bool PAIR = (FLAGS & TDM_GEMV_SWIGLU) != 0;
+    constexpr bool NORM2 = V2 && (FLAGS & TDM_GEMV_NORM);
     extern __shared__ float s_x[]; /* K floats (V2 with NORM: then norm_w, K more) */
     __shared__ float s_part[NWP];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -785,44 +832,73 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
     for (int u = 0; u < G1_U; u++)
         if ((uint32_t)u < nsteps)
             cur[u] = ld_stream(wp + (size_t)u * 32u * E);
+    /* PIPE: this lane's slot u of stage st is ring[(st * G1_U + u) * 32]; batch b >= 1 rides in
+     * stage (b - 1) % PIPE, one cp.async group per batch (committed even when empty) */
+    uint4 *ring = NULL;
+    if constexpr (PIPE > 0) {
+        const uint32_t xfl = ((NORM2 ? 2u : 1u) * K + 3u) & ~3u;
+        ring = reinterpret_cast<uint4 *>(s_x + xfl) + (size_t)warp * PIPE * G1_U * 32 + lane;
+#pragma unroll
+        for (int st = 0; st < PIPE; st++) {
+#pragma unroll
+            for (int u = 0; u < G1_U; u++) {
+                const uint32_t j = (uint32_t)((1 + st) * G1_U + u);
+                if (j < nsteps)
+                    cp_async16(ring + (st * G1_U + u) * 32, wp + (size_t)j * 32u * E, 16u);
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+    }
     if (DEEP) { /* the second batch too: HBM stays busy while x is staged after the wait */
 #pragma unroll
         for (int u = 0; u < G1_U; u++)
             if ((uint32_t)(G1_U + u) < nsteps)
                 nx[u] = ld_stream(wp + (size_t)(G1_U + u) * 32u * E);
     }
-    constexpr bool NORM2 = V2 && (FLAGS & TDM_GEMV_NORM);
     if (NORM2) /* a weight too: staged before the wait, by the thread that uses it below */
         for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4)
             *reinterpret_cast<float4 *>(s_x + K + k) =
                 __ldg(reinterpret_cast<const float4 *>(norm_w + k));
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     /* DEEP: what each row's sum is added to (y with ACCUM, else the bias), read once per warp
      * right after the wait (lane i: row ra + i) instead of by a dependent load in the tail */
     const bool pre = DEEP && rb - ra <= 32u;
     float yo = 0.0f;
     if (pre && (uint32_t)lane < rb - ra)
         yo = (FLAGS & TDM_GEMV_ACCUM) ? y[ra + lane] : bias ? bias[ra + lane] : 0.0f;
-    const float *xr = x + (size_t)(xrow ? xrow[0] : 0) * ldx;
+    const float *xr = emb ? NULL : x + (size_t)(xrow ? xrow[0] : 0) * ldx;
+    /* the folded embedding (bf16 row, exactly widened as embed_kernel does) */
+    const uint16_t *er = emb ? emb + (size_t)xrow[0] * K : NULL;
     float ss = 0.0f, rs = 1.0f;
     /* V2 without SiLU (run 11): x lands in shared memory by cp.async, every 16-byte piece in
      * flight at once (one L2 round trip for any K, no registers), then each thread takes its
      * own pieces back for the norm; else loads in batches of 4 per thread */
     constexpr bool CPA = V2 && !(FLAGS & TDM_GEMV_SILU);
-    const bool cpa = CPA && stage_cpa && ((uintptr_t)xr & 15u) == 0;
+    /* PIPE: through registers (x's cp.async group would wait for the ring's older groups) */
+    const bool cpa = CPA && !PIPE && !emb && stage_cpa && ((uintptr_t)xr & 15u) == 0;
     if (cpa) {
         for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4)
             cp_async16(s_x + k, xr + k, 16u);
         asm volatile("cp.async.commit_group;" ::: "memory");
+        /* groups complete in order: x's is the newest, so this waits for the ring's too
+         * (issued before the wait, they have had the longest time) */
         asm volatile("cp.async.wait_group 0;" ::: "memory");
     }
 #pragma unroll 4
     for (uint32_t k = threadIdx.x * 4; k < K; k += NWP * 32 * 4) {
         if (CPA && cpa && !(FLAGS & TDM_GEMV_NORM))
             break; /* staged as it is */
-        float4 v = cpa ? *reinterpret_cast<const float4 *>(s_x + k)
-                       : __ldg(reinterpret_cast<const float4 *>(xr + k));
+        float4 v;
+        if (emb) {
+            const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(er + k));
+            v = make_float4(bf16_bits_to_f32(raw.x & 0xffffu), bf16_bits_to_f32(raw.x >> 16),
+                            bf16_bits_to_f32(raw.y & 0xffffu), bf16_bits_to_f32(raw.y >> 16));
+            if (blockIdx.x == 0)
+                *reinterpret_cast<float4 *>(emb_out + k) = v;
+        } else {
+            v = cpa ? *reinterpret_cast<const float4 *>(s_x + k)
+                    : __ldg(reinterpret_cast<const float4 *>(xr + k));
+        }
         if (FLAGS & TDM_GEMV_SILU) {
             float4 u = __ldg(reinterpret_cast<const float4 *>(xr + K + k));
             v.x = silu(v.x) * u.x;
@@ -876,8 +952,8 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
     int32_t bi = -1;
     uint32_t row = ra, jr = 0;
     bool up = false; /* SWIGLU: the up row of `row` is the one being summed */
-    for (uint32_t j0 = 0; j0 < nsteps; j0 += G1_U) {
-        if (!DEEP) {
+    for (uint32_t j0 = 0, b = 0; j0 < nsteps; j0 += G1_U, b++) {
+        if (!DEEP && PIPE == 0) {
 #pragma unroll
             for (int u = 0; u < G1_U; u++)
                 if (j0 + G1_U + u < nsteps)
@@ -933,14 +1009,32 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
                 }
             }
         }
+        if constexpr (PIPE > 0) {
+            /* batch b + 1 from its stage, then the stage refilled with batch b + 1 + PIPE */
+            if (j0 + G1_U < nsteps) {
+                asm volatile("cp.async.wait_group %0;" ::"n"(PIPE - 1) : "memory");
+                uint4 *sl = ring + (b % PIPE) * G1_U * 32;
 #pragma unroll
-        for (int u = 0; u < G1_U; u++)
-            cur[u] = nx[u];
-        if (DEEP) { /* batch j0 + 2 U in flight while j0 + U is multiplied */
+                for (int u = 0; u < G1_U; u++)
+                    cur[u] = sl[u * 32];
+#pragma unroll
+                for (int u = 0; u < G1_U; u++) {
+                    const uint32_t j = j0 + (uint32_t)((1 + PIPE) * G1_U + u);
+                    if (j < nsteps)
+                        cp_async16(sl + u * 32, wp + (size_t)j * 32u * E, 16u);
+                }
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
+        } else {
 #pragma unroll
             for (int u = 0; u < G1_U; u++)
-                if (j0 + 2 * G1_U + u < nsteps)
-                    nx[u] = ld_stream(wp + (size_t)(j0 + 2 * G1_U + u) * 32u * E);
+                cur[u] = nx[u];
+            if (DEEP) { /* batch j0 + 2 U in flight while j0 + U is multiplied */
+#pragma unroll
+                for (int u = 0; u < G1_U; u++)
+                    if (j0 + 2 * G1_U + u < nsteps)
+                        nx[u] = ld_stream(wp + (size_t)(j0 + 2 * G1_U + u) * 32u * E);
+            }
         }
     }
     /* this warp's rows are done: its slice of the next kernel's weights into L2 while the
@@ -990,15 +1084,31 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
     const size_t smem = (size_t)a->K * 4 * (a->ksplit >= 3 && (FLAGS & TDM_GEMV_NORM) ? 2 : 1);
 #define G1_ARGS                                                                                    \
     a->x, a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->tail, \
-        a->argmax, a->argmax_ws, a->ksplit != 9
+        a->argmax, a->argmax_ws, a->ksplit != 9, a->embed, a->embed_out
+    /* V4 (ksplit 10, 11): V2 with a ring of 2 or 1 weight batches per lane, every epilogue */
+    const int pipe = a->ksplit == 10 ? 2 : a->ksplit == 11 ? 1 : 0;
+    const size_t smem_p = ((smem + 15) & ~(size_t)15) + (size_t)G1_WARPS * pipe * 8 * 32 * 16;
     if constexpr ((FLAGS & ~TDM_GEMV_NORM) == 0) {
-        if (a->argmax) { /* tdm_cuda_gemv checked: ksplit 3 */
-            launch(gemv1_kernel<T, FLAGS, true, 8, false, 2, true>, dim3(blocks), G1_WARPS * 32,
-                   smem, s, G1_ARGS);
+        if (a->argmax) { /* tdm_cuda_gemv checked: ksplit 3, 10 or 11 */
+            if (pipe == 2)
+                launch_big(gemv1_kernel<T, FLAGS, true, 8, false, 2, true, G1_WARPS, 2>,
+                           dim3(blocks), G1_WARPS * 32, smem_p, s, G1_ARGS);
+            else if (pipe == 1)
+                launch_big(gemv1_kernel<T, FLAGS, true, 8, false, 2, true, G1_WARPS, 1>,
+                           dim3(blocks), G1_WARPS * 32, smem_p, s, G1_ARGS);
+            else
+                launch(gemv1_kernel<T, FLAGS, true, 8, false, 2, true>, dim3(blocks), G1_WARPS * 32,
+                       smem, s, G1_ARGS);
             return;
         }
     }
-    if constexpr ((FLAGS & TDM_GEMV_SWIGLU) != 0) { /* ksplit 3 only (tdm_cuda_gemv) */
+    if (pipe == 2)
+        launch_big(gemv1_kernel<T, FLAGS, true, 8, false, 2, false, G1_WARPS, 2>, dim3(blocks),
+                   G1_WARPS * 32, smem_p, s, G1_ARGS);
+    else if (pipe == 1)
+        launch_big(gemv1_kernel<T, FLAGS, true, 8, false, 2, false, G1_WARPS, 1>, dim3(blocks),
+                   G1_WARPS * 32, smem_p, s, G1_ARGS);
+    else if constexpr ((FLAGS & TDM_GEMV_SWIGLU) != 0) { /* ksplit 3 (tdm_cuda_gemv) */
         launch(gemv1_kernel<T, FLAGS, true, 8, false>, dim3(blocks), G1_WARPS * 32, smem, s,
                G1_ARGS);
     } else if (a->ksplit == 2)
@@ -1092,7 +1202,8 @@ template <typename T> static int gemv_rows(const tdm_cuda_gemv_t *a, cudaStream_
 
 int tdm_cuda_gemv_fusable(const tdm_cuda_gemv_t *a)
 {
-    if (!a || a->n != 1 || (a->ksplit != 3 && a->ksplit != 9) || a->K == 0)
+    if (!a || a->n != 1 ||
+        (a->ksplit != 3 && a->ksplit != 9 && a->ksplit != 10 && a->ksplit != 11) || a->K == 0)
         return 0;
     switch (a->wdtype) {
     case TDM_DTYPE_BF16:
@@ -1117,7 +1228,10 @@ tdm_status_t tdm_cuda_gemv(const tdm_cuda_gemv_t *a, cudaStream_t stream)
         return TDM_ERR_INVAL;
     if (a->argmax && (!a->argmax_ws || (a->flags & ~TDM_GEMV_NORM)))
         return TDM_ERR_INVAL;
-    if ((a->flags & TDM_GEMV_SWIGLU) || a->argmax) {
+    if (a->embed && (!a->embed_out || !a->xrow || a->flags != TDM_GEMV_NORM ||
+                     a->wdtype != TDM_DTYPE_BF16 || a->argmax))
+        return TDM_ERR_INVAL;
+    if ((a->flags & TDM_GEMV_SWIGLU) || a->argmax || a->embed) {
         if (!tdm_cuda_gemv_fusable(a))
             return TDM_ERR_UNSUPPORTED;
         /* warps of the grid (gemv1_launch, 2 blocks per SM) vs the candidate slots */
@@ -1214,8 +1328,7 @@ __global__ void __launch_bounds__(SK_WARPS * 32)
             A[u][1] = ld_stream(wb + 32 * st);
         }
     }
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     uint32_t xrow[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -1412,8 +1525,7 @@ __global__ void rope_kv_kernel(float *qkv, uint32_t H, const float *inv_freq, td
 {
     const uint32_t r = blockIdx.x, KV = kv.kv_heads, hd = kv.hd, half = hd / 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     const uint32_t ld = (H + 2 * KV) * hd, pos = rows.pos[r];
     const bool active = r < *rows.nactive;
     float *row = qkv + (size_t)r * ld;
@@ -1482,8 +1594,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     __shared__ float sm[ATT_WARPS][TDM_CUDA_MAX_GROUP], sl[ATT_WARPS][TDM_CUDA_MAX_GROUP];
     __shared__ float so[ATT_WARPS][TDM_CUDA_MAX_HD];
     const size_t pidx = ((size_t)r * H + kvh * G) * S + sp; /* head g: + g * S */
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
 
     if (r >= *rows.nactive) {
         for (uint32_t g = 0; g < G; g++)
@@ -1682,8 +1793,7 @@ __global__ void attn_combine_kernel(uint32_t H, uint32_t hd, uint32_t S, const f
                                     const float *part_ml, float *out, uint16_t *out_bf16)
 {
     const size_t base = ((size_t)blockIdx.x * H + blockIdx.y) * S;
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     float M = -INFINITY;
     for (uint32_t s = 0; s < S; s++)
         M = fmaxf(M, part_ml[2 * (base + s)]);
@@ -1780,8 +1890,7 @@ __global__ void __launch_bounds__(128)
     constexpr int LDS = HD + 8, NKS = HD / 16, NDN = HD / 8, NSN = FA_KT / 8;
     extern __shared__ __align__(16) uint16_t fa_sm[];
     /* stage s: K at fa_sm + 2 s FA_KT LDS, V right after it */
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     const uint32_t tile = tiles[gridDim.x - 1 - blockIdx.x]; /* long tiles (late rows) first */
     const uint32_t row0 = tile & 0xffffffu, cnt = (tile >> 24) + 1;
     const uint32_t h = blockIdx.y, KV = kv.kv_heads, kvh = h / (H / KV);
@@ -2013,6 +2122,20 @@ static __device__ __forceinline__ void da_tile_fix(const uint16_t *sk, const uin
         }
 }
 
+/* Row r's positions [0, len) and split sp's share [beg, end) of them (whole DA_KT tiles), and
+ * its page table. */
+static __device__ __forceinline__ void da_range(const tdm_cuda_rows_t &rows, uint32_t r,
+                                                uint32_t sp, uint32_t S, uint32_t &len,
+                                                uint32_t &beg, uint32_t &end, const uint32_t *&pt)
+{
+    len = rows.pos[r] + 1;
+    uint32_t chunk = (len + S - 1) / S;
+    chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
+    beg = sp * chunk;
+    end = min(len, beg + chunk);
+    pt = rows.pages + rows.ptoff[r];
+}
+
 /* grid (n, KV, S), block DA_WARPS warps: row r, KV head kvh, split sp of positions [0, pos]. The
  * G <= 8 query heads of the group are the rows of an m16n8k16 tile (rows 8..15 stay zero); each
  * warp takes 32-position tiles of the split in turn. K goes straight from global memory into B
@@ -2065,21 +2188,14 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
     if (EARLY) {
         pad = r >= *rows.nactive;
         if (!pad) {
-            len = rows.pos[r] + 1;
-            uint32_t chunk = (len + S - 1) / S;
-            chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
-            beg = sp * chunk;
-            end = min(len, beg + chunk);
-            pt = rows.pages + rows.ptoff[r];
+            da_range(rows, r, sp, S, len, beg, end, pt);
             const uint32_t p0 = beg + (uint32_t)warp * DA_KT;
             if (p0 < end)
                 da_tile<HD>(kv, layer, pt, kvh, p0, end, len - 1, lane, vs, kf);
         }
-        pdl_wait();
-        pdl_trigger();
+        pdl_sync();
     } else {
-        pdl_wait();
-        pdl_trigger();
+        pdl_sync();
         pad = r >= *rows.nactive;
     }
     if (pad) {
@@ -2103,14 +2219,8 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
         }
         return;
     }
-    if (!EARLY) {
-        len = rows.pos[r] + 1;
-        uint32_t chunk = (len + S - 1) / S;
-        chunk = (chunk + DA_KT - 1) / DA_KT * DA_KT;
-        beg = sp * chunk;
-        end = min(len, beg + chunk);
-        pt = rows.pages + rows.ptoff[r];
-    }
+    if (!EARLY)
+        da_range(rows, r, sp, S, len, beg, end, pt);
     const float sl2 = rsqrtf((float)HD) * 1.4426950408889634f;
     const float *qrow = qkv + (size_t)r * (H + 2 * KV) * HD;
     if (ROPE) {
@@ -2466,8 +2576,7 @@ __global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret, uin
         l2pf_block(pf, blockIdx.x - m, gridDim.x - m);
         return;
     }
-    pdl_wait();
-    pdl_trigger();
+    pdl_sync();
     const float *x = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
     int32_t bi = -1;

@@ -29,17 +29,24 @@ extern "C" {
  * use_cublas 9: the streaming GEMV V2 (run 8: norm_w staged before the PDL wait, the RMSNorm
  * scale applied to each row's sum); 10: V2 on one block per SM; 11: V3 (V2 with two batches of
  * weight loads before the PDL wait); 12: V2 held to 3 blocks per SM; 13, 14: V2 in blocks of 4 and
- * 2 warps; 15: V2 with x staged through registers (9 stages it by cp.async) (n == 1; else as 3). */
+ * 2 warps; 15: V2 with x staged through registers (9 stages it by cp.async); 16, 17: V4 (V2 with
+ * a shared-memory ring of 2 or 1 more weight batches per lane; same sums) (n == 1; else as 3). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
 /* The streaming V2 one-row GEMV (ksplit 3) with its fused epilogues (run 11): swiglu 1: w is
  * (2M, K), gate rows then up rows, and y (M) = silu(gate) * up; ret_id non-NULL: the argmax
  * fused into the epilogue, *ret_id (flags 0 or NORM). calls: that many launches in a row on the
- * same workspace (its arrival counter must re-arm); ids poisoned before each. */
+ * same workspace (its arrival counter must re-arm); ids poisoned before each. pipe 1, 2: V4
+ * (ksplit 11, 10) instead of V2. */
 tdm_status_t tdm_cuda_test_gemv_fused(const float *x, uint32_t K, uint32_t M, int wdtype,
                                       const void *w, const float *norm_w, float eps, int flags,
-                                      int swiglu, int calls, float *y, int32_t *ret_id);
+                                      int swiglu, int calls, int pipe, float *y, int32_t *ret_id);
+/* The embedding lookup folded into a NORM one-row GEMV (V2, or V4 with pipe 1/2): y (M) from
+ * table row id (bf16 (V, K)), w bf16 (M, K); x_out (K): the widened row block 0 writes. */
+tdm_status_t tdm_cuda_test_gemv_embed(const uint16_t *table, uint32_t V, uint32_t K, uint32_t M,
+                                      int32_t id, const uint16_t *w, const float *norm_w, float eps,
+                                      int pipe, float *y, float *x_out);
 tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint32_t d,
                                  const int32_t *ids, uint32_t n, float *out);
 /* resid (n, d) in/out; add may be NULL; out (n, d) fp32 (as_bf16: the kernel's bf16 output,

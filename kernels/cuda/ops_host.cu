@@ -89,7 +89,8 @@ tdm_status_t make_kv(const tdm_kv_layout_t *l, uint32_t num_pages, uint8_t *dbas
 } // namespace
 
 /* ops.h use_cublas -> tdm_cuda_gemv_t ksplit: 3 K-split, 4..8 streaming, 9 streaming V2, 10 V2
- * on one block per SM, 11 V3, 12 V2 held to 3 resident blocks */
+ * on one block per SM, 11 V3, 12 V2 held to 3 resident blocks, 13/14 blocks of 4/2 warps, 15 x
+ * through registers, 16/17 V4 (rings of 2/1 batches) */
 static int gemv_ksplit_of(int use_cublas)
 {
     return use_cublas == 3    ? 1
@@ -100,6 +101,8 @@ static int gemv_ksplit_of(int use_cublas)
            : use_cublas == 13 ? 7
            : use_cublas == 14 ? 8
            : use_cublas == 15 ? 9
+           : use_cublas == 16 ? 10
+           : use_cublas == 17 ? 11
            : use_cublas >= 4  ? 2
                               : 0;
 }
@@ -164,14 +167,14 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
 
 tdm_status_t tdm_cuda_test_gemv_fused(const float *x, uint32_t K, uint32_t M, int wdtype,
                                       const void *w, const float *norm_w, float eps, int flags,
-                                      int swiglu, int calls, float *y, int32_t *ret_id)
+                                      int swiglu, int calls, int pipe, float *y, int32_t *ret_id)
 {
     dev d;
     float *dx, *dy, *dn = NULL;
     void *dw, *ws = NULL;
     int32_t *did = NULL;
     const uint32_t rows = swiglu ? 2 * M : M;
-    if (!x || !w || !y || calls < 1 || (!swiglu && !ret_id))
+    if (!x || !w || !y || calls < 1 || (!swiglu && !ret_id) || pipe < 0 || pipe > 2)
         return TDM_ERR_INVAL;
     TDM_TRY(d.alloc(&dx, (size_t)K * 4, x));
     TDM_TRY(d.alloc(&dw, (size_t)rows * K * dsize(wdtype), w));
@@ -184,9 +187,11 @@ tdm_status_t tdm_cuda_test_gemv_fused(const float *x, uint32_t K, uint32_t M, in
         if (cudaMemset(ws, 0, TDM_CUDA_ARGMAX_WS) != cudaSuccess)
             return TDM_ERR_CUDA;
     }
-    tdm_cuda_gemv_t a = {dx,     K,  NULL, 1,  K,   M,
-                         wdtype, dw, NULL, dn, eps, flags | (swiglu ? TDM_GEMV_SWIGLU : 0),
-                         dy,     M,  3};
+    tdm_cuda_gemv_t a = {dx,     K,   NULL,
+                         1,      K,   M,
+                         wdtype, dw,  NULL,
+                         dn,     eps, flags | (swiglu ? TDM_GEMV_SWIGLU : 0),
+                         dy,     M,   pipe == 2 ? 10 : pipe == 1 ? 11 : 3};
     a.argmax = did;
     a.argmax_ws = ws;
     for (int c = 0; c < calls; c++) {
@@ -196,6 +201,48 @@ tdm_status_t tdm_cuda_test_gemv_fused(const float *x, uint32_t K, uint32_t M, in
     }
     if (ret_id)
         TDM_TRY(sync_back(ret_id, did, 4));
+    return sync_back(y, dy, (size_t)M * 4);
+}
+
+tdm_status_t tdm_cuda_test_gemv_embed(const uint16_t *table, uint32_t V, uint32_t K, uint32_t M,
+                                      int32_t id, const uint16_t *w, const float *norm_w, float eps,
+                                      int pipe, float *y, float *x_out)
+{
+    dev d;
+    float *dy, *dn, *dxo;
+    void *dt, *dw;
+    uint32_t *did;
+    const uint32_t uid = (uint32_t)id;
+    if (!table || !w || !norm_w || !y || !x_out || id < 0 || (uint32_t)id >= V || pipe < 0 ||
+        pipe > 2)
+        return TDM_ERR_INVAL;
+    TDM_TRY(d.alloc(&dt, (size_t)V * K * 2, table));
+    TDM_TRY(d.alloc(&dw, (size_t)M * K * 2, w));
+    TDM_TRY(d.alloc(&dn, (size_t)K * 4, norm_w));
+    TDM_TRY(d.alloc(&did, 4, &uid));
+    TDM_TRY(d.alloc(&dy, (size_t)M * 4, NULL));
+    TDM_TRY(d.alloc(&dxo, (size_t)K * 4, NULL));
+    tdm_cuda_gemv_t a = {dxo,
+                         K,
+                         did,
+                         1,
+                         K,
+                         M,
+                         TDM_DTYPE_BF16,
+                         dw,
+                         NULL,
+                         dn,
+                         eps,
+                         TDM_GEMV_NORM,
+                         dy,
+                         M,
+                         pipe == 2   ? 10
+                         : pipe == 1 ? 11
+                                     : 3};
+    a.embed = (const uint16_t *)dt;
+    a.embed_out = dxo;
+    TDM_TRY(tdm_cuda_gemv(&a, 0));
+    TDM_TRY(sync_back(x_out, dxo, (size_t)K * 4));
     return sync_back(y, dy, (size_t)M * 4);
 }
 

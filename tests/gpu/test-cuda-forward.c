@@ -299,11 +299,11 @@ static void check_model(const char *dir, const char *name, json_t *gold)
      * form out of range is refused */
     {
         tdm_cuda_engine_opts_t bad = o;
-        bad.gemv_ksplit = 10;
+        bad.gemv_ksplit = 12;
         tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
         tdm_cuda_engine_free(e);
         e = NULL;
-        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 10 refused (%s)", name, tdm_status_str(sb));
+        ok(sb == TDM_ERR_INVAL, "%s: GEMV form 12 refused (%s)", name, tdm_status_str(sb));
     }
     for (int set = 0; set < 4; set++) {
         tdm_cuda_engine_opts_t po = o;
@@ -327,6 +327,30 @@ static void check_model(const char *dir, const char *name, json_t *gold)
            : set == 2 ? "GEMV V2 on one block per SM"
            : set == 1 ? "GEMV V3"
                       : "run 7's combine kernel and streaming GEMV",
+           tdm_status_str(st));
+    }
+
+    /* run 12's forms give the defaults' tokens bit for bit (same sums, same order): V4 with a
+     * ring of 2 and of 1 batch, dependents triggered before the PDL wait, the embedding as its
+     * own node */
+    for (int set = 0; set < 4; set++) {
+        tdm_cuda_engine_opts_t po = o;
+        if (set < 2)
+            po.gemv_ksplit = set ? 11 : 10;
+        po.pdl_early = set == 2;
+        po.embed_fused = set != 3;
+        st = tdm_cuda_engine_init(&view, &po, &e);
+        /* one sequence at a time: the one-row GEMV paths these forms change */
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++)
+            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(st == TDM_OK && !memcmp(got3, got, sizeof(int32_t) * STEPS * np),
+           "%s: %s: each sequence's tokens equal the defaults' (%s)", name,
+           set == 3   ? "the embedding as its own node"
+           : set == 2 ? "PDL dependents triggered early"
+           : set == 1 ? "GEMV V4, ring of 1"
+                      : "GEMV V4, ring of 2",
            tdm_status_str(st));
     }
 

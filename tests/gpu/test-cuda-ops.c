@@ -140,7 +140,9 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
     double tol = cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas == 15   ? "GEMV streaming V2, x staged through registers"
+       cublas == 17   ? "GEMV streaming V4, ring of 1 batch"
+       : cublas == 16 ? "GEMV streaming V4, ring of 2 batches"
+       : cublas == 15 ? "GEMV streaming V2, x staged through registers"
        : cublas == 14 ? "GEMV streaming V2, blocks of 2 warps"
        : cublas == 13 ? "GEMV streaming V2, blocks of 4 warps"
        : cublas == 12 ? "GEMV streaming V2, 3 blocks/SM"
@@ -624,13 +626,63 @@ static void check_gemv_l2pf(uint32_t K, uint32_t M, int flags)
     free(x), free(wv), free(nw), free(y0), free(ya), free(yb), free(we), free(w);
 }
 
+/* The embedding lookup folded into layer 0's qkv GEMV (run 12): y and the residual row bit for
+ * bit embed_kernel + V2's. */
+static void check_gemv_embed(uint32_t K, uint32_t M, int pipe)
+{
+    const uint32_t V = 97;
+    const int32_t id = 61;
+    float *tv = xmalloc((size_t)V * K * 4), *wv = xmalloc((size_t)M * K * 4);
+    float *nw = xmalloc((size_t)K * 4), *x = xmalloc((size_t)K * 4), *xo = xmalloc((size_t)K * 4);
+    float *yr = xmalloc((size_t)M * 4), *yf = xmalloc((size_t)M * 4);
+    double *te = xmalloc((size_t)V * K * 8), *we = xmalloc((size_t)M * K * 8);
+    gemv_inputs(x, K, wv, (size_t)M * K, nw, K);
+    for (size_t i = 0; i < (size_t)V * K; i++)
+        tv[i] = rndn(1.0f);
+    uint16_t *table = make_w(tv, (size_t)V * K, TDM_DTYPE_BF16, te);
+    uint16_t *w = make_w(wv, (size_t)M * K, TDM_DTYPE_BF16, we);
+    tdm_status_t st = tdm_cuda_test_embed(table, TDM_DTYPE_BF16, V, K, &id, 1, x);
+    if (st == TDM_OK)
+        st = tdm_cuda_test_gemv(x, 1, K, M, TDM_DTYPE_BF16, w, NULL, nw, 1e-5f, 1, 9, yr);
+    if (st == TDM_OK)
+        st = tdm_cuda_test_gemv_embed(table, V, K, M, id, w, nw, 1e-5f, pipe, yf, xo);
+    ok(st == TDM_OK && !memcmp(yf, yr, (size_t)M * 4) && !memcmp(xo, x, (size_t)K * 4),
+       "GEMV %s with the embedding folded in K=%u M=%u: y and the residual row bit for bit "
+       "embed + V2's (%s)",
+       pipe ? "V4" : "V2", K, M, tdm_status_str(st));
+    free(tv), free(wv), free(nw), free(x), free(xo), free(yr), free(yf), free(te), free(we);
+    free(table), free(w);
+}
+
+/* The one-row form v (use_cublas) against V2 (9) on the same inputs: every output bit equal. */
+static void check_gemv_same(uint32_t K, uint32_t M, int flags, int v)
+{
+    const uint32_t ldx = (flags & 2) ? 2 * K : K;
+    float *x = xmalloc((size_t)ldx * 4), *wv = xmalloc((size_t)M * K * 4);
+    float *nw = xmalloc((size_t)K * 4), *ya = xmalloc((size_t)M * 4), *yb = xmalloc((size_t)M * 4);
+    double *we = xmalloc((size_t)M * K * 8);
+    gemv_inputs(x, ldx, wv, (size_t)M * K, nw, K);
+    void *w = make_w(wv, (size_t)M * K, TDM_DTYPE_BF16, we);
+    for (uint32_t m = 0; m < M; m++)
+        ya[m] = yb[m] = 0.25f * (float)(m % 7);
+    tdm_status_t st = tdm_cuda_test_gemv(x, 1, K, M, TDM_DTYPE_BF16, w, NULL,
+                                         (flags & 1) ? nw : NULL, 1e-5f, flags, 9, ya);
+    if (st == TDM_OK)
+        st = tdm_cuda_test_gemv(x, 1, K, M, TDM_DTYPE_BF16, w, NULL, (flags & 1) ? nw : NULL, 1e-5f,
+                                flags, v, yb);
+    ok(st == TDM_OK && !memcmp(ya, yb, (size_t)M * 4),
+       "GEMV form %d K=%u M=%u flags=%d: bit for bit V2's (%s)", v, K, M, flags,
+       tdm_status_str(st));
+    free(x), free(wv), free(nw), free(ya), free(yb), free(we), free(w);
+}
+
 /* Run 11's fused epilogues of the streaming V2 GEMV. swiglu: w (2M, K) gate|up interleaved (rows
  * gate_0, up_0, ...) with the fused RMSNorm; y (M) must equal silu_mul (interleaved) over V2's own
  * (2M) output bit for bit (the same rows, the same device SiLU), and the fp64 reference within
  * 1e-5. argmax (swiglu 0): y bit for bit V2's,
  * the id the first index of y's largest value, over `calls` launches on one workspace; rows tie
  * (t1 < t2, the largest value, bit-equal by construction) when tie is set. */
-static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie)
+static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie, int pipe)
 {
     const uint32_t rows = swiglu ? 2 * M : M;
     float *x = xmalloc((size_t)K * 4), *wv = xmalloc((size_t)rows * K * 4);
@@ -646,8 +698,8 @@ static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie
     int32_t id = -7;
     tdm_status_t st = tdm_cuda_test_gemv(x, 1, K, rows, dt, w, NULL, nw, 1e-5f, 1, 9, yr);
     if (st == TDM_OK)
-        st = tdm_cuda_test_gemv_fused(x, K, M, dt, w, nw, 1e-5f, 1, swiglu, swiglu ? 1 : 3, yf,
-                                      swiglu ? NULL : &id);
+        st = tdm_cuda_test_gemv_fused(x, K, M, dt, w, nw, 1e-5f, 1, swiglu, swiglu ? 1 : 3, pipe,
+                                      yf, swiglu ? NULL : &id);
     if (st == TDM_OK && swiglu)
         st = tdm_cuda_test_silu_mul(yr, 1, M, 1, ys);
     if (st != TDM_OK)
@@ -669,9 +721,9 @@ static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie
         }
         const double e = st == TDM_OK ? rel_l2(yf, ref, M) : INFINITY;
         ok(st == TDM_OK && !memcmp(yf, ys, (size_t)M * 4) && e <= 1e-5,
-           "GEMV V2 + SwiGLU epilogue K=%u M=%u w=%s: bit for bit silu_mul of V2's gate|up, rel "
+           "GEMV %s + SwiGLU epilogue K=%u M=%u w=%s: bit for bit silu_mul of V2's gate|up, rel "
            "L2 %.2e <= 1e-5",
-           K, M, wn, e);
+           pipe ? "V4" : "V2", K, M, wn, e);
     } else {
         int32_t want = -1;
         float best = -INFINITY;
@@ -682,11 +734,26 @@ static void check_gemv_fused(uint32_t K, uint32_t M, int dt, int swiglu, int tie
             }
         ok(st == TDM_OK && !memcmp(yf, yr, (size_t)M * 4) && id == want &&
                (!tie || want == (int32_t)t1),
-           "GEMV V2 + argmax epilogue K=%u M=%u w=%s%s, 3 launches: logits bit for bit V2's, id "
+           "GEMV %s + argmax epilogue K=%u M=%u w=%s%s, 3 launches: logits bit for bit V2's, id "
            "%d == %d",
-           K, M, wn, tie ? " (two tied rows)" : "", id, want);
+           pipe ? "V4" : "V2", K, M, wn, tie ? " (two tied rows)" : "", id, want);
     }
     free(x), free(wv), free(nw), free(yr), free(yf), free(ys), free(we), free(ref), free(w);
+}
+
+/* One tdm_cuda_test_decode_rope call of check_decode_rope's case: pool, form, l2pf, out vary. */
+typedef struct drope {
+    const kvcase_t *c;
+    uint32_t layer, n, H, np, splits;
+    const float *qkv, *inv_freq;
+    const uint32_t *pos, *ptoff, *pages;
+} drope_t;
+
+static tdm_status_t drope_run(const drope_t *d, uint8_t *pool, int form, int l2pf, float *out)
+{
+    return tdm_cuda_test_decode_rope(&d->c->l, d->c->num_pages, pool, d->layer, d->qkv, d->n, d->H,
+                                     d->inv_freq, d->pos, d->ptoff, d->pages, d->np, d->n - 1,
+                                     d->splits, form, l2pf, out);
 }
 
 /* The decode attention with RoPE and the KV write fused in must leave the same cache bits and
@@ -718,12 +785,9 @@ static void check_decode_rope(uint32_t H, uint32_t KV, uint32_t hd, uint32_t spl
           *o1 = xmalloc((size_t)n * H * hd * 4);
     for (size_t i = 0; i < (size_t)n * ld; i++)
         qkv[i] = rndn(1.0f);
-    tdm_status_t s0 =
-        tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
-                                  ptoff, pages, np, n - 1, splits, 0, -1, o0);
-    tdm_status_t s1 =
-        tdm_cuda_test_decode_rope(&c.l, c.num_pages, p1, layer, qkv, n, H, rope.inv_freq, pos,
-                                  ptoff, pages, np, n - 1, splits, 1, -1, o1);
+    const drope_t dr = {&c, layer, n, H, np, splits, qkv, rope.inv_freq, pos, ptoff, pages};
+    tdm_status_t s0 = drope_run(&dr, p0, 0, -1, o0);
+    tdm_status_t s1 = drope_run(&dr, p1, 1, -1, o1);
     int same_pool = s0 == TDM_OK && s1 == TDM_OK && !memcmp(p0, p1, c.pool_bytes);
     int same_out = s0 == TDM_OK && s1 == TDM_OK && !memcmp(o0, o1, (size_t)n * H * hd * 4);
     ok(same_pool && same_out,
@@ -736,9 +800,7 @@ static void check_decode_rope(uint32_t H, uint32_t KV, uint32_t hd, uint32_t spl
     for (int pf = 0; pf < 8 && pf_same; pf++) {
         memcpy(p0, p1, c.pool_bytes); /* the fused run's cache, written again at the same slots */
         memset(o0, 0xff, (size_t)n * H * hd * 4);
-        tdm_status_t s2 =
-            tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
-                                      ptoff, pages, np, n - 1, splits, 1, pf, o0);
+        tdm_status_t s2 = drope_run(&dr, p0, 1, pf, o0);
         pf_same = s2 == TDM_OK && !memcmp(p0, p1, c.pool_bytes) &&
                   !memcmp(o0, o1, (size_t)n * H * hd * 4);
         if (!pf_same)
@@ -757,12 +819,8 @@ static void check_decode_rope(uint32_t H, uint32_t KV, uint32_t hd, uint32_t spl
         float *o2 = xmalloc((size_t)n * H * hd * 4), *o3 = xmalloc((size_t)n * H * hd * 4);
         uint8_t *p2 = xmalloc(c.pool_bytes);
         memcpy(p2, p0, c.pool_bytes);
-        tdm_status_t s2 =
-            tdm_cuda_test_decode_rope(&c.l, c.num_pages, p0, layer, qkv, n, H, rope.inv_freq, pos,
-                                      ptoff, pages, np, n - 1, splits, 2, -1, o2);
-        tdm_status_t s3 =
-            tdm_cuda_test_decode_rope(&c.l, c.num_pages, p2, layer, qkv, n, H, rope.inv_freq, pos,
-                                      ptoff, pages, np, n - 1, splits, 3, -1, o3);
+        tdm_status_t s2 = drope_run(&dr, p0, 2, -1, o2);
+        tdm_status_t s3 = drope_run(&dr, p2, 3, -1, o3);
         int cp = s2 == TDM_OK && s3 == TDM_OK && !memcmp(p0, p2, c.pool_bytes);
         int co = s2 == TDM_OK && s3 == TDM_OK && !memcmp(o2, o3, (size_t)n * H * hd * 4);
         int c1 = splits != 1 || (co && !memcmp(o3, o1, (size_t)n * H * hd * 4));
@@ -865,7 +923,7 @@ int main(void)
     check_gemv(1, 512, 50, TDM_DTYPE_F16, 1, 1, 4);
     check_gemv(1, 128, 33, TDM_DTYPE_F32, 4, 0, 4);
     check_gemv(1, 136, 50, TDM_DTYPE_BF16, 1, 1, 4);
-    for (int v = 9; v <= 15; v++) {
+    for (int v = 9; v <= 17; v++) {
         check_gemv(1, 2048, 2560, TDM_DTYPE_BF16, 1, 1, v);
         check_gemv(1, 2048, 11264, TDM_DTYPE_BF16, 1, 0, v);
         check_gemv(1, 5632, 2048, TDM_DTYPE_BF16, 2 | 4, 0, v);
@@ -882,14 +940,32 @@ int main(void)
     check_gemv(13, 96, 35, TDM_DTYPE_BF16, 0, 1, 2);
     check_gemv(32, 5632, 200, TDM_DTYPE_BF16, 2 | 4, 0, 2);
     check_gemv(17, 352, 64, TDM_DTYPE_BF16, 2, 0, 2);
-    check_gemv_fused(2048, 5632, TDM_DTYPE_BF16, 1, 0);
-    check_gemv_fused(256, 301, TDM_DTYPE_BF16, 1, 0);
-    check_gemv_fused(512, 40, TDM_DTYPE_F16, 1, 0);
-    check_gemv_fused(128, 33, TDM_DTYPE_F32, 1, 0);
-    check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 0);
-    check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 1);
-    check_gemv_fused(256, 777, TDM_DTYPE_BF16, 0, 1);
-    check_gemv_fused(128, 3, TDM_DTYPE_F32, 0, 0);
+    check_gemv_fused(2048, 5632, TDM_DTYPE_BF16, 1, 0, 0);
+    check_gemv_fused(256, 301, TDM_DTYPE_BF16, 1, 0, 0);
+    check_gemv_fused(512, 40, TDM_DTYPE_F16, 1, 0, 0);
+    check_gemv_fused(128, 33, TDM_DTYPE_F32, 1, 0, 0);
+    check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 0, 0);
+    check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 1, 0);
+    check_gemv_fused(256, 777, TDM_DTYPE_BF16, 0, 1, 0);
+    check_gemv_fused(128, 3, TDM_DTYPE_F32, 0, 0, 0);
+    /* V4 (ring of 2, then 1): the epilogues through the ring, bit for bit V2's */
+    for (int p = 2; p >= 1; p--) {
+        check_gemv_fused(2048, 5632, TDM_DTYPE_BF16, 1, 0, p);
+        check_gemv_fused(256, 301, TDM_DTYPE_BF16, 1, 0, p);
+        check_gemv_fused(2048, 32000, TDM_DTYPE_BF16, 0, 1, p);
+        check_gemv_fused(128, 3, TDM_DTYPE_F32, 0, 0, p);
+    }
+    for (int p = 0; p <= 2; p++) {
+        check_gemv_embed(2048, 2560, p);
+        check_gemv_embed(256, 301, p);
+    }
+    for (int v = 16; v <= 17; v++) { /* V4's sums are V2's, in the same order */
+        check_gemv_same(2048, 2560, 1, v);
+        check_gemv_same(5632, 2048, 2 | 4, v);
+        check_gemv_same(2048, 2048, 4, v);
+        check_gemv_same(128, 70001, 1, v);
+        check_gemv_same(2048, 32000, 1, v);
+    }
     check_gemv_l2pf(2048, 2048, 4);
     check_gemv_l2pf(5632, 300, 2 | 4);
     check_gemv_l2pf(2048, 777, 1);
