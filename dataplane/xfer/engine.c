@@ -405,26 +405,30 @@ static void dispatch(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *bod
         xfer_decode_frame(x, h, body);
 }
 
-/* The receive thread runs under SCHED_BATCH: woken by a frame to send or to read, it does not
- * preempt the thread that woke it (an API caller copying a room, the scheduler) but runs when a
- * core is free, which on an idle host is at once and on a busy one is after the waker's slice,
- * with every frame queued meanwhile in one send and every frame arrived in one receive. Measured
- * on the 2-vCPU bench host (bench/transfer, 512 KiB rooms, window 16): wakeup preemption made
- * each room's ~2 frames cost ~1.9 context switches and ~35 µs of CPU in all; under SCHED_BATCH
- * 0.4 and ~22 µs, and the rate rose from ~19 to ~36 GB/s. */
-static void recv_thread_batch(void)
+/* During a burst of rooms copied by an API caller (xfer_issue_inline within the last
+ * XFER_BATCH_US) the prefill receive thread runs under SCHED_BATCH: woken for a STATUS to send or
+ * a TRANSFER_INFO to read, it does not preempt the caller's copy but runs when a core is free (at
+ * once on an idle host, after the copier's slice on a busy one), with every frame queued meanwhile
+ * in one send. Measured on the 2-vCPU bench host (bench/transfer, 512 KiB rooms, window 16):
+ * with wakeup preemption ~1.5-1.9 context switches per room and 16-30 GB/s; SCHED_BATCH on the
+ * prefill receive thread ~0.5-0.9 and 28-39 GB/s (on the decode one as well: no further gain).
+ * Outside bursts the thread runs under the default policy, so a frame on a host busy with other
+ * work (the worker's forward pass) waits for no scheduler tick. */
+static void recv_thread_policy(int batch)
 {
 #ifdef SCHED_BATCH
     struct sched_param sp = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp) != 0)
-        tdm_dbg(TDM_SUB_XFER, "receive thread: SCHED_BATCH refused, default policy kept");
+    if (pthread_setschedparam(pthread_self(), batch ? SCHED_BATCH : SCHED_OTHER, &sp) != 0)
+        tdm_dbg(TDM_SUB_XFER, "receive thread: scheduling policy not changed");
+#else
+    (void)batch;
 #endif
 }
 
 static void *recv_main(void *arg)
 {
     tdm_xfer_t *x = arg;
-    recv_thread_batch();
+    int batch = 0; /* this thread's policy: SCHED_BATCH during a burst of inline copies */
     while (!atomic_load(&x->stop)) {
         hb(x, TDM_HB_RECV);
         if (xfer_fault(x, TDM_XFER_FAULT_KILL_RECV, NULL)) {
@@ -440,7 +444,12 @@ static void *recv_main(void *arg)
         int kill = x->chan_kill;
         int want_out = out_pending(x) > 0 && !x->sending; /* an active sender takes them */
         x->recv_awake = 0;                                /* from here a frame queued wakes us */
+        const int burst = x->copy_us && xfer_now() - x->copy_us < XFER_BATCH_US;
         pthread_mutex_unlock(&x->mu);
+        if (burst != batch) {
+            recv_thread_policy(burst);
+            batch = burst;
+        }
         if (fd >= 0 && kill) {
             close_channel(x, "peer timeout (no frame for the heartbeat timeout)");
             continue;
@@ -448,7 +457,8 @@ static void *recv_main(void *arg)
         struct pollfd p[2] = {{x->wake_recv, POLLIN, 0}, {fd, POLLIN, 0}};
         if (want_out)
             p[1].events |= POLLOUT;
-        int n = poll(p, fd >= 0 ? 2 : 1, 200);
+        /* within a burst, wake at least every XFER_BATCH_US to leave it on time */
+        int n = poll(p, fd >= 0 ? 2 : 1, batch ? XFER_BATCH_US / 1000 : 200);
         if (n <= 0)
             continue;
         if (p[0].revents)
@@ -610,6 +620,7 @@ void xfer_issue_inline(tdm_xfer_t *x, xroom_t *r)
     xfer_ucx_flush_room(x, r); /* every rank mapped: the fences, no UCX call */
     pthread_mutex_lock(&x->mu);
     room_write_count(x, r, &w);
+    x->copy_us = xfer_now(); /* the receive thread's policy (recv_thread_policy) */
     xfer_prefill_finalize(x, r);
     x->inline_copies--;
     pthread_mutex_unlock(&x->mu);

@@ -38,6 +38,9 @@
  * the transfer thread. Larger rooms overlap with the caller's next work on the transfer thread
  * (a 16 MiB copy is ~0.5 ms; the hand-off, one wake, ~80 µs on the bench VM). */
 #define XFER_INLINE_MAX_BYTES (16u << 20)
+/* A burst of inline copies (engine.c recv_thread_policy): rooms copied by API callers less than
+ * this long ago. */
+#define XFER_BATCH_US 1000
 
 /* One rank's UCX side. */
 typedef struct xfer_ucx {
@@ -129,8 +132,9 @@ struct tdm_xfer {
     size_t outq_len, outq_off, outq_cap;
     uint8_t *sendq; /* the sender's bytes: only the thread that set `sending` reads them */
     size_t sendq_len, sendq_off, sendq_cap;
-    int sending;    /* (mu) a thread writes the channel with `mu` released */
-    int recv_awake; /* (mu) the receive thread sends what is queued before it sleeps: no wake */
+    int sending;      /* (mu) a thread writes the channel with `mu` released */
+    int recv_awake;   /* (mu) the receive thread sends what is queued before it sleeps: no wake */
+    uint64_t copy_us; /* (mu) when an API caller last finished an inline copy, 0 if never */
     uint64_t last_rx_us, last_hb_us, hb_seq;
     int ready, refused;
     char refusal[TDM_FRAME_MAX_MSG + 1];
