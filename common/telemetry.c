@@ -799,11 +799,13 @@ static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *s
      * yet is tried first, as the bytes "<key>" in place (our keys are plain ASCII, so those bytes
      * are the key with no escape). */
     int i = __builtin_ctz(~*seen);
-    if (keys[i]) {
-        size_t kl = strlen(keys[i]);
-        if ((size_t)(s->end - s->p) > kl + 1 && s->p[0] == '"' && s->p[kl + 1] == '"' &&
-            !memcmp(s->p + 1, keys[i], kl)) {
-            s->p += kl + 2;
+    if (keys[i] && s->p < s->end && *s->p == '"') {
+        const char *k = keys[i];
+        const unsigned char *q = s->p + 1;
+        while (*k && q < s->end && *q == (unsigned char)*k)
+            k++, q++;
+        if (!*k && q < s->end && *q == '"') {
+            s->p = q + 1;
             if (sc_eat(s, ':'))
                 return -1;
             *seen |= 1u << i;
