@@ -85,6 +85,15 @@ static size_t plan_off(const tdm_cuda_engine_t *e, int part)
                              : 4 * (size_t)e->prow + 32 + e->tiles_cap;
 }
 
+/* A 0/1 knob from the environment: a value starting with 0 or 1 sets it, anything else leaves the
+ * default. */
+static void env_bool(const char *name, int *v)
+{
+    const char *s = getenv(name);
+    if (s && (*s == '0' || *s == '1'))
+        *v = *s == '1';
+}
+
 void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
@@ -108,39 +117,21 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
     if (s && *s)
         o->gemv_max_rows = (uint32_t)strtoul(s, NULL, 10);
-    s = getenv("TDM_CUDA_GRAPHS");
-    if (s && *s == '0')
-        o->use_graphs = 0;
-    s = getenv("TDM_CUDA_PDL");
-    if (s && *s == '0')
-        o->use_pdl = 0;
-    s = getenv("TDM_CUDA_SKINNY");
-    if (s && *s == '0')
-        o->use_skinny = 0;
-    s = getenv("TDM_CUDA_MMA_ATTN");
-    if (s && *s == '0')
-        o->use_mma_attn = 0;
+    env_bool("TDM_CUDA_GRAPHS", &o->use_graphs);
+    env_bool("TDM_CUDA_PDL", &o->use_pdl);
+    env_bool("TDM_CUDA_SKINNY", &o->use_skinny);
+    env_bool("TDM_CUDA_MMA_ATTN", &o->use_mma_attn);
     s = getenv("TDM_CUDA_GEMV_KSPLIT"); /* out of range: tdm_cuda_engine_init refuses it */
     if (s && *s >= '0' && *s <= '9' && (s[1] == 0 || (s[1] >= '0' && s[1] <= '9' && s[2] == 0)))
         o->gemv_ksplit = atoi(s);
-    s = getenv("TDM_CUDA_ATTN_CLUSTER");
-    if (s && *s == '0')
-        o->attn_cluster = 0;
+    env_bool("TDM_CUDA_ATTN_CLUSTER", &o->attn_cluster);
     s = getenv("TDM_CUDA_ATTN_SPLITS");
     if (s && *s >= '1' && *s <= '8' && s[1] == 0)
         o->attn_splits = (uint32_t)(*s - '0');
-    s = getenv("TDM_CUDA_SWIGLU");
-    if (s && (*s == '0' || *s == '1'))
-        o->swiglu_fused = *s == '1';
-    s = getenv("TDM_CUDA_ARGMAX_FUSED");
-    if (s && *s == '0')
-        o->argmax_fused = 0;
-    s = getenv("TDM_CUDA_PDL_EARLY");
-    if (s && *s == '1')
-        o->pdl_early = 1;
-    s = getenv("TDM_CUDA_EMBED_FUSED");
-    if (s && *s == '0')
-        o->embed_fused = 0;
+    env_bool("TDM_CUDA_SWIGLU", &o->swiglu_fused);
+    env_bool("TDM_CUDA_ARGMAX_FUSED", &o->argmax_fused);
+    env_bool("TDM_CUDA_PDL_EARLY", &o->pdl_early);
+    env_bool("TDM_CUDA_EMBED_FUSED", &o->embed_fused);
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -151,9 +142,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_L2_PREFETCH_OP");
     if (s && *s)
         o->l2pf_op = atoi(s);
-    s = getenv("TDM_CUDA_L2_PREFETCH_EARLY");
-    if (s && *s == '1')
-        o->l2pf_early = 1;
+    env_bool("TDM_CUDA_L2_PREFETCH_EARLY", &o->l2pf_early);
 }
 
 static size_t dtype_size(int dt)
