@@ -414,7 +414,8 @@ int main(void)
                           * argmax epilogue */
         uint32_t splits; /* the decode attention's split cap (0: the engine's) */
         int embed;       /* 0: the engine's default; 1: the embedding folded in; 2: its own node */
-        int pdl_early;   /* 1: dependents triggered before each kernel's PDL wait */
+        int pdl_early;   /* 0: the engine's default; 1: dependents triggered before each
+                          * kernel's PDL wait (decode calls of <= 8 rows); 2: after, always */
     } var[] = {{"control (the defaults again, a second engine)", "control", 1, 1, 1, 3, 1, 1, 0, 0,
                 0, 0, 0, 1},
                {"fused-off (run 9's MLP and argmax nodes)", "fused_off", 1, 1, 1, 3, 1, 1, 0, 0, 0,
@@ -427,16 +428,12 @@ int main(void)
                 1, 9, 1, 1, 0, 0, 0, 0, 0, 1},
                {"gemv-v4-ring2 (V2 + a shared-memory ring of 2 weight batches per lane)",
                 "gemv_v4_ring2", 1, 1, 1, 10, 1, 1, 0, 0, 0, 0, 0, 1},
-               {"gemv-v4-ring1 (V2 + a shared-memory ring of 1 weight batch per lane)",
-                "gemv_v4_ring1", 1, 1, 1, 11, 1, 1, 0, 0, 0, 0, 0, 1},
                {"control-2 (the defaults, a third engine: row-to-row noise)", "control_2", 1, 1, 1,
                 3, 1, 1, 0, 0, 0, 0, 0, 1},
                {"embed-node (the embedding lookup as its own kernel, run 11)", "embed_node", 1, 1,
                 1, 3, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 2},
-               {"pdl-early (dependents triggered before each kernel's wait)", "pdl_early", 1, 1, 1,
-                3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-               {"pdl-early+gemv-v4-ring1", "pdl_early_gemv_v4_ring1", 1, 1, 1, 11, 1, 1, 0, 0, 0, 0,
-                0, 1, 0, 0, 0, 1},
+               {"pdl-late (dependents triggered after each kernel's wait, run 11)", "pdl_late", 1,
+                1, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
                {"attn-splits-8 (the default cap)", "attn_splits_8", 1, 1, 1, 3, 1, 1, 0, 0, 0, 0, 0,
                 1, 0, 8},
                {"attn-splits-4 (at most 4 splits per KV head)", "attn_splits_4", 1, 1, 1, 3, 1, 1,
@@ -494,7 +491,8 @@ int main(void)
         o.attn_splits = var[v].splits;
         if (var[v].embed)
             o.embed_fused = var[v].embed == 1;
-        o.pdl_early = var[v].pdl_early;
+        if (var[v].pdl_early)
+            o.pdl_early = var[v].pdl_early == 1;
         if (var[v].fuse) {
             o.swiglu_fused = var[v].fuse & 1;
             o.argmax_fused = (var[v].fuse & 2) != 0;
@@ -640,11 +638,13 @@ int main(void)
                     "\"gemv_ksplit\": %d, \"attn_cluster\": %d, \"l2pf_mb\": %u, "
                     "\"l2pf_tail_mb\": %u, \"l2pf_op\": %d, \"l2pf_early\": %d, "
                     "\"swiglu_fused\": %d, \"argmax_fused\": %d, \"embed_fused\": %d, "
+                    "\"pdl_early\": %d, "
                     "\"tokens_equal_default\": %s, \"tokens_equal_control\": %s}",
                     var[v].ksplit, var[v].cluster, var[v].l2pf, var[v].l2tail, var[v].l2op,
                     var[v].l2early, var[v].fuse ? var[v].fuse & 1 : dflt.swiglu_fused,
                     var[v].fuse ? (var[v].fuse & 2) != 0 : dflt.argmax_fused,
-                    var[v].embed ? var[v].embed == 1 : dflt.embed_fused, tf_null(vsame[v]),
+                    var[v].embed ? var[v].embed == 1 : dflt.embed_fused,
+                    var[v].pdl_early ? var[v].pdl_early == 1 : dflt.pdl_early, tf_null(vsame[v]),
                     tf_null(vsame_ctl[v]));
         }
         fprintf(f, "}}\n");

@@ -87,6 +87,8 @@ static size_t plan_off(const tdm_cuda_engine_t *e, int part)
 
 /* A 0/1 knob from the environment: a value starting with 0 or 1 sets it, anything else leaves the
  * default. */
+#define PDL_EARLY_ROWS 8 /* pdl_early: decode calls of at most this many rows */
+
 static void env_bool(const char *name, int *v)
 {
     const char *s = getenv(name);
@@ -112,6 +114,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->swiglu_fused = 1;
     o->argmax_fused = 1;
     o->embed_fused = 1;
+    o->pdl_early = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -874,7 +877,8 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         return TDM_ERR_OVERFLOW;
     rows_run = n;
     tdm_cuda_set_pdl(e->o.use_pdl);
-    TDM_TRY(tdm_cuda_set_pdl_early(e->o.pdl_early, e->stream));
+    /* run 12: early triggers measured faster at 1 and 8 rows of decode, slower at 32 */
+    TDM_TRY(tdm_cuda_set_pdl_early(e->o.pdl_early && decode && n <= PDL_EARLY_ROWS, e->stream));
     e->ntiles = 0;
     if (!decode && tdm_cuda_flash_supported(&e->kv)) {
         /* prefill and mixed calls: tensor-core attention over tiles of consecutive rows */

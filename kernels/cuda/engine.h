@@ -52,9 +52,12 @@ typedef struct tdm_cuda_engine_opts {
     int use_graphs;             /* 1 (default): decode through CUDA graphs; env TDM_CUDA_GRAPHS=0 */
     int use_pdl;                /* 1 (default): programmatic dependent launch between kernels;
                                    env TDM_CUDA_PDL=0 */
-    int pdl_early;              /* 1: every kernel triggers its dependents' launch before its
-                                   PDL wait instead of after (run 12 A/B; 0 default); env
-                                   TDM_CUDA_PDL_EARLY=1 */
+    int pdl_early;              /* 1 (default, run 12): in decode calls of <= 8 rows every kernel
+                                   lets its dependents launch before its PDL wait instead of
+                                   after (they still wait for it to complete before reading
+                                   its output; run 12b: bs1 833 against 853-855 us/step, bs8
+                                   1338 against 1366, bs32 1533 against 1477, hence the row
+                                   cap); 0: after, always; env TDM_CUDA_PDL_EARLY */
     int use_skinny;             /* 1 (default): bf16 GEMMs of <= 32 rows on the tensor-core
                                    skinny kernel, else cuBLAS; env TDM_CUDA_SKINNY=0 */
     int use_mma_attn;           /* 1 (default): decode attention on the tensor cores (bf16 KV,

@@ -331,13 +331,13 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     }
 
     /* run 12's forms give the defaults' tokens bit for bit (same sums, same order): V4 with a
-     * ring of 2 and of 1 batch, dependents triggered before the PDL wait, the embedding as its
-     * own node */
+     * ring of 2 and of 1 batch, dependents triggered after the PDL wait (run 11's order), the
+     * embedding as its own node */
     for (int set = 0; set < 4; set++) {
         tdm_cuda_engine_opts_t po = o;
         if (set < 2)
             po.gemv_ksplit = set ? 11 : 10;
-        po.pdl_early = set == 2;
+        po.pdl_early = set != 2;
         po.embed_fused = set != 3;
         st = tdm_cuda_engine_init(&view, &po, &e);
         /* one sequence at a time: the one-row GEMV paths these forms change */
@@ -348,7 +348,7 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         ok(st == TDM_OK && !memcmp(got3, got, sizeof(int32_t) * STEPS * np),
            "%s: %s: each sequence's tokens equal the defaults' (%s)", name,
            set == 3   ? "the embedding as its own node"
-           : set == 2 ? "PDL dependents triggered early"
+           : set == 2 ? "PDL dependents triggered after the wait"
            : set == 1 ? "GEMV V4, ring of 1"
                       : "GEMV V4, ring of 2",
            tdm_status_str(st));
