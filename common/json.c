@@ -433,3 +433,26 @@ const char *tdm_http_reason(int status)
         return status < 500 ? "Error" : "Internal Server Error";
     }
 }
+
+char *tdm_json_put_u64(char *o, uint64_t v)
+{
+    static const char two[] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                              "34353637383940414243444546474849505152535455565758596061626364656667"
+                              "6869707172737475767778798081828384858687888990919293949596979899";
+    char tmp[20], *t = tmp + sizeof(tmp);
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100u);
+        v /= 100u;
+        t -= 2;
+        memcpy(t, two + 2 * r, 2);
+    }
+    if (v >= 10) {
+        t -= 2;
+        memcpy(t, two + 2 * v, 2);
+    } else {
+        *--t = (char)('0' + v);
+    }
+    size_t n = (size_t)(tmp + sizeof(tmp) - t);
+    memcpy(o, t, n);
+    return o + n;
+}

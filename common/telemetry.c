@@ -1066,20 +1066,6 @@ static int sc_str_dump(scan_t *s, char **io)
     return 0;
 }
 
-/* Decimal digits of v at o; returns the end. */
-static char *put_u64(char *o, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10u);
-        v /= 10u;
-    } while (v);
-    while (n)
-        *o++ = tmp[--n];
-    return o;
-}
-
 #define SC_FLAT_KEYS 32 /* keys compared for repeats; an object with more takes jansson's path */
 
 /* The usual `data`: one flat object of strings, non-negative integers, true, false and null,
@@ -1131,7 +1117,7 @@ static int sc_data_flat(const unsigned char *p, size_t n, size_t max_bytes, dtex
         } else if (c >= '0' && c <= '9') {
             if (sc_uint(&s, JSON_UINT_MAX, &u))
                 return -1;
-            o = put_u64(o, u);
+            o = tdm_json_put_u64(o, u);
         } else if (s.end - s.p >= 4 && !memcmp(s.p, "true", 4)) {
             s.p += 4;
             memcpy(o, "true", 4);

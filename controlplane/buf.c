@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <tdm/json.h>
 #include <tdm/mem.h>
 
 #include "controlplane/buf.h"
@@ -62,17 +63,8 @@ void tdm_cp_buf_printf(tdm_cp_buf_t *b, const char *fmt, ...)
 
 void tdm_cp_buf_u64(tdm_cp_buf_t *b, uint64_t v)
 {
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10u);
-        v /= 10u;
-    } while (v);
-    tdm_cp_buf_reserve(b, n);
-    char *o = b->data + b->len;
-    while (n)
-        *o++ = tmp[--n];
-    b->len = (size_t)(o - b->data);
+    tdm_cp_buf_reserve(b, 20);
+    b->len = (size_t)(tdm_json_put_u64(b->data + b->len, v) - b->data);
     b->data[b->len] = '\0';
 }
 

@@ -199,36 +199,13 @@ static char *put_opt(char *o, const char *s)
     return put_text(o, s, strlen(s));
 }
 
-static char *put_u64(char *o, uint64_t v)
-{
-    static const char two[] = "00010203040506070809101112131415161718192021222324252627282930313233"
-                              "34353637383940414243444546474849505152535455565758596061626364656667"
-                              "6869707172737475767778798081828384858687888990919293949596979899";
-    char tmp[20], *t = tmp + sizeof(tmp);
-    while (v >= 100) {
-        unsigned r = (unsigned)(v % 100u);
-        v /= 100u;
-        t -= 2;
-        memcpy(t, two + 2 * r, 2);
-    }
-    if (v >= 10) {
-        t -= 2;
-        memcpy(t, two + 2 * v, 2);
-    } else {
-        *--t = (char)('0' + v);
-    }
-    size_t n = (size_t)(tmp + sizeof(tmp) - t);
-    memcpy(o, t, n);
-    return o + n;
-}
-
 static char *put_i64(char *o, int64_t v)
 {
     if (v < 0) {
         *o++ = '-';
-        return put_u64(o, (uint64_t)0 - (uint64_t)v);
+        return tdm_json_put_u64(o, (uint64_t)0 - (uint64_t)v);
     }
-    return put_u64(o, (uint64_t)v);
+    return tdm_json_put_u64(o, (uint64_t)v);
 }
 
 /* The most one event row takes besides its prefix and data: the numbers, separators and the
@@ -283,7 +260,7 @@ static void event_row(tdm_cp_buf_t *tev, tdm_cp_buf_t *ev, const tdm_tm_event_t 
     }
     memcpy(o, prefix->data, prefix->len);
     o += prefix->len;
-    o = put_u64(o, idx);
+    o = tdm_json_put_u64(o, idx);
     *o++ = '\t';
     o = put_text(o, e->type, strlen(e->type));
     *o++ = '\t';

@@ -26,6 +26,9 @@
 
 #define TDM_JSON_HEX64_LEN 16
 
+/* Writes v's decimal digits at o (at most 20 bytes, no NUL); returns the end. */
+char *tdm_json_put_u64(char *o, uint64_t v);
+
 /* Writes 16 lowercase hex digits and a NUL into buf[17]. */
 void tdm_json_hex64_format(uint64_t v, char buf[TDM_JSON_HEX64_LEN + 1]);
 /* Strict: exactly 16 digits [0-9a-f]. */

@@ -4,6 +4,9 @@
  */
 #include "config.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,9 +219,33 @@ static void test_parse_and_errors(void)
     json_decref(e);
 }
 
+/* tdm_json_put_u64 against printf's digits: every length from 1 to 20 and each side of a
+ * power of ten */
+static void test_put_u64(void)
+{
+    char got[32], want[32];
+    int same = 1;
+    uint64_t p = 1;
+    for (int k = 0; k < 20; k++, p *= 10) {
+        const uint64_t vals[] = {p - 1, p, p + 1, p * 7 + 3};
+        for (size_t i = 0; i < 4; i++) {
+            char *e = tdm_json_put_u64(got, vals[i]);
+            *e = '\0';
+            snprintf(want, sizeof(want), "%" PRIu64, vals[i]);
+            same &= !strcmp(got, want);
+        }
+        if (k == 19)
+            break;
+    }
+    *tdm_json_put_u64(got, UINT64_MAX) = '\0';
+    ok(same && !strcmp(got, "18446744073709551615"),
+       "tdm_json_put_u64 writes printf's digits (0 .. UINT64_MAX)");
+}
+
 int main(void)
 {
     test_hex();
+    test_put_u64();
     test_getters();
     test_parse_and_errors();
     return done_testing();
