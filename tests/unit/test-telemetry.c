@@ -285,6 +285,17 @@ static void test_limits(void)
     ok(d.n_samples == 0x5a5a5a5a, "output untouched on failure");
 }
 
+/* A batch whose first event's data is the JSON text `data` (and, when `second`, a second event
+ * without data). */
+static void data_batch(char *text, size_t cap, const char *data, int second)
+{
+    snprintf(text, cap,
+             "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"null\","
+             "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[],"
+             "\"events\":[{\"ts_us\":1,\"type\":\"a\",\"data\":%s}%s]}",
+             data, second ? ",{\"ts_us\":2,\"type\":\"b\"}" : "");
+}
+
 /* An event's data as text: what json_dumpb(JSON_COMPACT) writes, through the scanner's flat
  * path and jansson's (nesting, reals, negatives), and the tree form set by a caller. */
 static void test_data_text(void)
@@ -304,12 +315,7 @@ static void test_data_text(void)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char text[512];
         tdm_tm_batch_t d;
-        snprintf(text, sizeof(text),
-                 "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"null\","
-                 "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[],"
-                 "\"events\":[{\"ts_us\":1,\"type\":\"a\",\"data\":%s},{\"ts_us\":2,"
-                 "\"type\":\"b\"}]}",
-                 cases[i].in);
+        data_batch(text, sizeof(text), cases[i].in, 1);
         is_int(decode_str(text, &d), TDM_OK, "data case %zu decodes: %s", i, err);
         ok(d.events[0].data_json && !strcmp(d.events[0].data_json, cases[i].want) &&
                d.events[0].data_len == strlen(cases[i].want) && !d.events[1].data_json,
@@ -323,11 +329,7 @@ static void test_data_text(void)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[512];
         tdm_tm_batch_t d;
-        snprintf(text, sizeof(text),
-                 "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"null\","
-                 "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[],"
-                 "\"events\":[{\"ts_us\":1,\"type\":\"a\",\"data\":%s}]}",
-                 bad[i]);
+        data_batch(text, sizeof(text), bad[i], 0);
         ok(decode_str(text, &d) != TDM_OK && err[0], "bad data %zu refused: %s", i, err);
     }
     /* the compact text counts against max_data_bytes, whitespace in the body does not */
