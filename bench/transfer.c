@@ -296,7 +296,9 @@ typedef struct stream_result {
     uint64_t ns_per_room, latency_ns, verify_ns;
 } stream_result_t;
 
-static int bench_aligned; /* argv[2] "aligned": decode pool from aligned_alloc (the old path) */
+static int bench_sub = 8;  /* TDM_BENCH_SUB: rooms per corked sub-batch (see below) */
+static int bench_cork = 1; /* TDM_BENCH_CORK=0: every frame leaves as it is queued (A/B) */
+static int bench_aligned;  /* argv[2] "aligned": decode pool from aligned_alloc (the old path) */
 
 static const uint64_t page_bytes = (uint64_t)32 * 2 * 16 * 2 * 128 * 2;
 
@@ -361,6 +363,8 @@ static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uin
         }
         if (n > 0)
             last = tdm_time_mono_us();
+        if (bench_cork)
+            tdm_xfer_cork(x); /* the batch's TRANSFER_INFO frames leave in one write */
         for (int i = 0; i < n; i++) {
             uint32_t q = 0;
             tdm_xfer_aux_t got;
@@ -368,6 +372,10 @@ static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uin
                 q++;
             if (q == k)
                 continue; /* not one of this size's rooms */
+            if (bench_cork && i && i % bench_sub == 0) {
+                tdm_xfer_uncork(x);
+                tdm_xfer_cork(x);
+            }
             uint64_t t1 = tdm_time_mono_ns();
             if (ev[i].st != TDM_KVPOLL_SUCCESS ||
                 tdm_xfer_decode_commit(x, ev[i].room, &got) != TDM_OK) {
@@ -391,6 +399,8 @@ static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uin
             }
             sent++;
         }
+        if (bench_cork)
+            tdm_xfer_uncork(x);
     }
     for (uint32_t r = 0; r < reps; r++) {
         uint32_t a = warm + r * seg; /* completions a .. a+seg-1, timed from completion a-1 */
@@ -399,6 +409,7 @@ static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uin
     stream_result_t res = {median_u64(per, reps), lat / total, tv / total};
     rc = write_full(out, &res, sizeof(res));
 out:
+    tdm_xfer_uncork(x); /* a no-op unless a failure left the batch corked */
     free(t_done);
     free(per);
     return rc;
@@ -417,6 +428,8 @@ static int prefill_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const ui
     uint64_t last = tdm_time_mono_us();
     for (;;) {
         uint32_t burst = 0; /* at most a window of sends between two looks at the events */
+        if (bench_cork)
+            tdm_xfer_cork(x); /* the burst's STATUS frames leave in one write */
         for (; burst < window && (!*carry || *carry_np == np); burst++) {
             uint64_t room = *carry;
             *carry = 0;
@@ -434,11 +447,18 @@ static int prefill_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const ui
                     break;
                 }
             }
+            if (bench_cork && burst && burst % bench_sub == 0) {
+                tdm_xfer_uncork(x); /* a sub-batch leaves: decode works on it meanwhile */
+                tdm_xfer_cork(x);
+            }
             if (tdm_xfer_prefill_send(x, room, pages, np, &aux) != TDM_OK) {
                 fprintf(stderr, "transfer bench: send failed (prefill)\n");
+                tdm_xfer_uncork(x);
                 return 1;
             }
         }
+        if (bench_cork)
+            tdm_xfer_uncork(x);
         if (released == total)
             return 0;
         int n = stream_take(w, ev, burst == 0);
@@ -679,6 +699,48 @@ out:
     return rc;
 }
 
+/* The copy alone: one thread memcpy()s a room of np pages (every layer and sub-buffer: np pages
+ * contiguous per region, as the engine's coalesced runs) between two pools of the bench's layout
+ * in this process, room after room into the same pages, as perftest re-puts one buffer; no
+ * engine, no second process. The engine's same-host path is this copy plus the protocol, so this
+ * is its ceiling on this host; perftest's one contiguous buffer per put is another shape. Prints
+ * {"kind":"layout_copy","bytes":N,"gbps":G}: the median of 9 timings of max(4, 64 MiB/size) rooms.
+ */
+static int layout_copy(const uint32_t *sizes, int n_sizes, uint32_t max_pages)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
+    xt_side_t a, b;
+    if (xt_pools(&a, &g) || xt_pools(&b, &g))
+        return 1;
+    xt_fill_random(&a, 3);
+    xt_fill_random(&b, 4);
+    const tdm_kv_buffers_t *src = a.cfg.kv[0], *dst = b.cfg.kv[0];
+    const tdm_kv_layout_t *l = src->layout;
+    for (int si = 0; si < n_sizes; si++) {
+        uint32_t np = sizes[si];
+        uint64_t bytes = np * page_bytes, t[9];
+        uint64_t per = (64u << 20) / bytes < 4 ? 4 : (64u << 20) / bytes;
+        for (int rep = -1; rep < 9; rep++) {
+            uint64_t t0 = tdm_time_mono_ns();
+            for (uint64_t k = 0; k < per; k++)
+                for (uint32_t layer = 0; layer < l->num_layers; layer++)
+                    for (uint32_t sub = 0; sub < l->n_sub; sub++)
+                        memcpy(tdm_kv_slot(dst, layer, (tdm_kv_sub_t)sub, 0, 0),
+                               tdm_kv_slot(src, layer, (tdm_kv_sub_t)sub, 0, 0),
+                               (size_t)np * l->sub[sub].page_stride);
+            if (rep >= 0)
+                t[rep] = (tdm_time_mono_ns() - t0) / per;
+        }
+        qsort(t, 9, 8, cmp_u64);
+        printf("{\"kind\":\"layout_copy\",\"bytes\":%llu,\"gbps\":%.3f}\n",
+               (unsigned long long)bytes, (double)bytes / (double)t[4]);
+    }
+    fflush(stdout);
+    xt_side_free(&a);
+    xt_side_free(&b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* page chunk (512 KiB), then 1, 4, 16, 64, 256 MiB */
@@ -697,13 +759,21 @@ int main(int argc, char **argv)
         n = 6;
     if (fr && atoi(fr) >= 0 && atoi(fr) < n)
         from = atoi(fr);
+    const char *sb = getenv("TDM_BENCH_SUB");
+    if (sb && atoi(sb) >= 1)
+        bench_sub = atoi(sb);
+    const char *ck = getenv("TDM_BENCH_CORK");
+    bench_cork = !ck || strcmp(ck, "0");
     const char *rp = getenv("TDM_BENCH_REPS");
     if (rp && atoi(rp) >= 1 && atoi(rp) < REPS_MAX)
         reps_env = atoi(rp);
     /* prefill's pool holds the largest room (every room reads the same source pages); decode's,
      * `inflight` of them (disjoint pages per room of a round) */
     uint32_t max_pages = sizes[n - 1];
-    const char *cs = getenv("TDM_BENCH_CHECKSUMS"); /* "0" or "1": that pass alone (profiling) */
+    const char *cs = getenv("TDM_BENCH_CHECKSUMS");   /* "0" or "1": that pass alone (profiling) */
+    const char *lc = getenv("TDM_BENCH_LAYOUT_COPY"); /* "1": the copy alone (layout_copy) */
+    if (lc && !strcmp(lc, "1"))
+        return layout_copy(sizes + from, n - from, max_pages);
     if ((!cs || !strcmp(cs, "0")) && run(0, sizes + from, n - from, max_pages))
         return 1;
     if ((!cs || !strcmp(cs, "1")) && run(1, sizes + from, n - from, max_pages))

@@ -552,12 +552,15 @@ static void on_token(tdm_sched_t *s, tdm_sreq_t *r, const tdm_exec_result_t *res
 
 static void process_results(tdm_sched_t *s, tdm_exec_iter_t *it)
 {
+    /* prefill (PD): the STATUS frames of the rooms this iteration finished leave in one write */
+    tdm_xfer_cork(s->cfg.xfer);
     for (uint32_t i = 0; i < it->n_results; i++) {
         tdm_exec_result_t *res = &it->results[i];
         if (res->req->state == SREQ_ENDING)
             continue; /* aborted or stopped while this iteration ran: the token is dropped */
         on_token(s, res->req, res);
     }
+    tdm_xfer_uncork(s->cfg.xfer);
     if (it->hdr.iter > s->completed_iter)
         s->completed_iter = it->hdr.iter;
 }
@@ -949,6 +952,8 @@ static void pd_poll_decode(tdm_sched_t *s)
 static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
 {
     uint32_t budget = s->max_tokens, prefill_budget = s->cfg.chunk_tokens;
+    /* decode (PD): the TRANSFER_INFO frames of the requests admitted here leave in one write */
+    tdm_xfer_cork(s->cfg.xfer);
     intake(s);
     if (s->cfg.pd == TDM_SCHED_PD_DECODE)
         pd_poll_decode(s);
@@ -969,6 +974,7 @@ static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
             break;
         schedule_one(s, r, ib, &budget, &prefill_budget, iter);
     }
+    tdm_xfer_uncork(s->cfg.xfer);
     tdm_plan_finish(&ib->pb, iter, TDM_PLAN_IDLE, &ib->it.plan, &ib->it.plan_len, &ib->it.hdr);
     ib->it.waiting = s->waiting.n;
     ib->it.running = s->running.n;

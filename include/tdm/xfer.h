@@ -171,7 +171,8 @@ typedef struct tdm_xfer tdm_xfer_t;
 
 typedef struct tdm_xfer_stats {
     uint64_t frames_rx, frames_tx;
-    uint64_t frames_unknown;    /* unknown type: dropped */
+    uint64_t frame_writes;   /* socket writes of the channel (a write carries one or more frames) */
+    uint64_t frames_unknown; /* unknown type: dropped */
     uint64_t frames_malformed;  /* body failed to decode or bad header: dropped */
     uint64_t frames_unexpected; /* valid frame the role/state does not take: dropped */
     uint64_t conns_accepted, conns_closed_bad;
@@ -244,5 +245,18 @@ void tdm_xfer_request_clear(tdm_xfer_request_t *r);
  * pages, every rank) and `aux`, asynchronously. TDM_ERR_ABORTED for aborted rooms. */
 tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t *src_pages,
                                    uint32_t n_pages, const tdm_xfer_aux_t *aux);
+
+/* Batching of the calling thread's frames, as TCP_CORK does for segments. Between
+ * tdm_xfer_cork() and tdm_xfer_uncork() the frames this thread's calls queue (TRANSFER_INFO,
+ * STATUS of rooms it copies itself, ABORT) wait in the engine's outbound queue: no wake of the
+ * receive thread per frame; tdm_xfer_uncork() sends everything queued from the calling thread,
+ * in one write where the socket takes it, and wakes the receive thread only for what it does
+ * not take. Frames never leave later than the uncork (another thread's send may take them
+ * earlier), and their order is unchanged (I5). For a caller that handles several rooms in a row
+ * (a scheduler iteration, a batch of completions): cork, the calls, uncork, with no blocking
+ * wait in between. Nests per engine; a cork of a second engine while one is corked on this
+ * thread is a no-op (its frames go out as without). */
+void tdm_xfer_cork(tdm_xfer_t *x);
+void tdm_xfer_uncork(tdm_xfer_t *x);
 
 #endif
