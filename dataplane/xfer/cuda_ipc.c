@@ -33,10 +33,11 @@
 #define XFER_CUDA_RANKS_MAX 64
 
 /* A room of more region runs than this moves by the gather kernel, others by one cudaMemcpyAsync
- * per run. H200 (tests/gpu/test-xfer-cuda, bench/results/transfer_cuda.json "threshold"): one
- * copy costs ~4 us of host time and the kernel about as much whatever the run count, so the copies
- * win only for one or two runs. Not a knob: a seam for tests/gpu/test-xfer-cuda.c (times both
- * paths) and the unit test. */
+ * per run. H200 (tests/gpu/test-xfer-cuda's "bench threshold" lines, host wall to the completed
+ * event): each copy adds ~3.5 us, the kernel costs about one copy's time whatever the run count
+ * (run 1 of session 8: 1 run 9.2 us by a copy, 8.9 by the kernel; 8 runs 35.9 against 9.4), so
+ * the copies never win by much; they stay for rooms of one or two region runs. Not a knob: a
+ * seam for tests/gpu/test-xfer-cuda.c (times both paths) and the unit test. */
 uint32_t xfer_cuda_gather_min_runs = 2;
 
 #define XFER_CUDA_EVENTS_KEPT 64
@@ -58,6 +59,7 @@ struct xfer_cuda {
     size_t runs_cap;
     cudaEvent_t ev_free[XFER_CUDA_EVENTS_KEPT]; /* completed fence events for reuse */
     unsigned n_ev_free;
+    cudaEvent_t ev_done; /* the last event a poll found completed (atomic: any poller) */
     /* checksum scratch, grown on demand; under mu */
     pthread_mutex_t mu;
     uint32_t *d_pages;
@@ -77,6 +79,17 @@ static tdm_status_t cu_fail(const char *what, cudaError_t e)
         if (e_ != cudaSuccess)                                                                     \
             return cu_fail(what, e_);                                                              \
     } while (0)
+
+/* Make the context's device current, calling cudaSetDevice only when another one is: the transfer
+ * thread's device never changes (H200, session 8 run 1: cudaGetDevice 62 ns, cudaSetDevice of the
+ * current device 119 ns, called 4-5 times a room before). */
+static cudaError_t use_device(const xfer_cuda_t *c)
+{
+    int d;
+    if (cudaGetDevice(&d) == cudaSuccess && d == c->device)
+        return cudaSuccess;
+    return cudaSetDevice(c->device);
+}
 
 static void put_le(uint8_t *p, uint64_t v, int n)
 {
@@ -118,7 +131,7 @@ void xfer_cuda_free(xfer_cuda_t *c)
 {
     if (!c)
         return;
-    cudaSetDevice(c->device);
+    use_device(c);
     for (uint32_t r = 0; r < c->n_ranks; r++)
         xfer_cuda_close(c, r);
     if (c->copy_stream)
@@ -146,7 +159,7 @@ tdm_status_t xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
     if (!c || !kv || !kv->base || !kv->layout || !ret_rec)
         return TDM_ERR_INVAL;
     TDM_TRY(tdm_kv_layout_pool_bytes(kv->layout, kv->num_pages, &pool_bytes));
-    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    CU_TRY(use_device(c), "cudaSetDevice");
     /* the pool must be a whole cudaMalloc allocation's start (engine.cu: one cudaMalloc) */
     CU_TRY(cudaIpcGetMemHandle(&h, kv->base), "cudaIpcGetMemHandle (decode KV pool)");
     CU_TRY(cudaGetDeviceProperties(&prop, c->device), "cudaGetDeviceProperties");
@@ -194,7 +207,7 @@ tdm_status_t xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec, s
         xfer_cuda_record_check(rec, len, get_le(rec + 80, 8), why, sizeof(why)) != 0)
         return TDM_ERR_INVAL;
     xfer_cuda_close(c, rank);
-    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    CU_TRY(use_device(c), "cudaSetDevice");
     memcpy(&h, rec + 8, 64);
     CU_TRY(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
            "cudaIpcOpenMemHandle (decode KV pool)");
@@ -212,7 +225,7 @@ void xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
 {
     if (!c || rank >= c->n_ranks || !c->peer[rank].alloc)
         return;
-    cudaSetDevice(c->device);
+    use_device(c);
     /* no copy may still target the mapping: the engine closes only with no room moving data */
     cudaStreamSynchronize(c->copy_stream);
     cudaError_t e = cudaIpcCloseMemHandle(c->peer[rank].alloc);
@@ -239,7 +252,7 @@ tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_
     TDM_TRY(tdm_kv_layout_pool_bytes(l, pe->num_pages, &rpool));
     if (rpool > pe->pool_bytes)
         return TDM_ERR_RANGE; /* the record's size does not hold the registered page count */
-    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    CU_TRY(use_device(c), "cudaSetDevice");
     /* the page runs: pages contiguous on both sides coalesced */
     for (uint32_t i = 0; i < n;) {
         uint32_t k = 1;
@@ -304,7 +317,7 @@ tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
     cudaError_t e;
     if (!c || !ret_ev)
         return TDM_ERR_INVAL;
-    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    CU_TRY(use_device(c), "cudaSetDevice");
     if (c->n_ev_free)
         ev = c->ev_free[--c->n_ev_free];
     else
@@ -325,7 +338,7 @@ void xfer_cuda_drain(xfer_cuda_t *c)
 {
     if (!c)
         return;
-    cudaSetDevice(c->device);
+    use_device(c);
     cudaStreamSynchronize(c->copy_stream);
 }
 
@@ -333,10 +346,12 @@ int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
 {
     if (!c || !ev)
         return -1;
-    cudaSetDevice(c->device);
+    use_device(c);
     cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess) {
+        __atomic_store_n(&c->ev_done, (cudaEvent_t)ev, __ATOMIC_RELAXED);
         return 1;
+    }
     if (e == cudaErrorNotReady)
         return 0;
     cu_fail("cudaEventQuery (room copies)", e);
@@ -347,9 +362,15 @@ void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
 {
     if (!c || !ev)
         return;
-    cudaSetDevice(c->device);
-    /* kept only once completed: a pending one may still be recorded for an aborted room */
-    if (c->n_ev_free < XFER_CUDA_EVENTS_KEPT && cudaEventQuery((cudaEvent_t)ev) == cudaSuccess)
+    use_device(c);
+    /* kept only once completed: a pending one may still be recorded for an aborted room. The
+     * event of the poll that just said so needs no second query (nothing records a held event;
+     * a query of a completed event took 1.65 us of host time on the H200, session 8 run 1) */
+    cudaEvent_t polled = (cudaEvent_t)ev;
+    int done = __atomic_compare_exchange_n(&c->ev_done, &polled, NULL, 0, __ATOMIC_RELAXED,
+                                           __ATOMIC_RELAXED) ||
+               cudaEventQuery((cudaEvent_t)ev) == cudaSuccess;
+    if (c->n_ev_free < XFER_CUDA_EVENTS_KEPT && done)
         c->ev_free[c->n_ev_free++] = (cudaEvent_t)ev;
     else
         cudaEventDestroy((cudaEvent_t)ev);
@@ -391,7 +412,7 @@ static tdm_status_t page_sums_locked(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
     for (uint32_t i = 0; i < n; i++)
         if (pages[i] >= kv->num_pages)
             return TDM_ERR_RANGE;
-    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    CU_TRY(use_device(c), "cudaSetDevice");
     TDM_TRY(scratch(c, n, per * n));
     CU_TRY(cudaMemcpyAsync(c->d_pages, pages, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice,
                            c->sum_stream),
@@ -427,7 +448,7 @@ tdm_status_t xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv, con
 static tdm_status_t flip_locked(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)
 {
     uint8_t b;
-    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    CU_TRY(use_device(c), "cudaSetDevice");
     CU_TRY(cudaMemcpyAsync(&b, dev_byte, 1, cudaMemcpyDeviceToHost, c->sum_stream),
            "cudaMemcpyAsync (flip read)");
     CU_TRY(cudaStreamSynchronize(c->sum_stream), "cudaStreamSynchronize (flip)");

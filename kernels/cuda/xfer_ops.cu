@@ -6,15 +6,19 @@
  * reference libxxhash implements): four lanes over 32-byte stripes, merge, tail of 8/4/1-byte
  * steps, avalanche; inputs read little-endian like the CPU on x86-64.
  *
- * The KV gather (xfer_ops.h): units of up to 4 KiB (one page of one region, or a 4 KiB piece of a
- * larger page), one warp each: every lane issues its 8 16-byte loads before the stores, so a warp
- * has the whole 4 KiB in flight; the grid is sized to what stays resident on the SMs and strides
- * over the units, consecutive warps on consecutive bytes. The runs come as __grid_constant__
- * parameters (read from the constant bank, no upload); a unit finds its run by a warp-uniform
- * binary search over the runs' first room pages.
+ * The KV gather (xfer_ops.h), default: a block of 128 threads per 8 KiB piece of one run of one
+ * region, 4 16-byte loads per thread in flight before their stores, piece, run and region from
+ * a 3-D grid (no search, no division); the runs come as __grid_constant__ parameters (read from
+ * the constant bank, no upload), the launch's instance sized to its run count (one run: ~170
+ * bytes of parameters). Where a run grid would be mostly empty (runs of very different lengths)
+ * the blocks walk the region's room bytes and find their run by a binary search. The search-only
+ * kernel and the warp kernel of runs 9-12 stay selectable by number
+ * (tdm_cuda_kv_gather_variant) for the bench's A/B.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include <tdm/log.h>
@@ -139,112 +143,6 @@ __global__ void one_hash_kernel(const uint8_t *p, uint64_t len, uint64_t seed, u
     *out = dev_xxh64(p, len, seed);
 }
 
-#define KVG_THREADS 128
-#define KVG_WARPS (KVG_THREADS / 32)
-#define KVG_UNROLL 8
-#define KVG_CHUNK (32 * KVG_UNROLL * 16) /* bytes of a unit: one pass of a warp's 16-byte loads */
-
-int tdm_cuda_kv_gather_variant = 0;
-
-/* The runs of one launch: first[r] is run r's first page in the room (room pages 0..n_pages-1). */
-template <int CAP> struct kvg_args {
-    const uint8_t *src;
-    uint8_t *dst;
-    tdm_cuda_kv_map_t m;
-    uint32_t n_runs, n_pages, chunks_per_page, n_units; /* n_units < 2^31: the host splits */
-    int streaming;
-    uint32_t first[CAP], sp[CAP], dp[CAP];
-};
-
-template <typename V> __device__ __forceinline__ V kvg_ld(const V *p, int streaming)
-{
-    return streaming ? __ldcs(p) : __ldg(p);
-}
-
-template <typename V> __device__ __forceinline__ void kvg_st(V *p, V v, int streaming)
-{
-    if (streaming)
-        __stcs(p, v);
-    else
-        *p = v;
-}
-
-/* One warp copies n bytes s -> d with loads of V where both are equally aligned mod sizeof(V):
- * a byte head to V's alignment, the vectors (KVG_UNROLL per lane in flight), a byte tail. */
-template <typename V>
-__device__ __forceinline__ void kvg_warp_copy(uint32_t lane, const uint8_t *__restrict__ s,
-                                              uint8_t *__restrict__ d, uint32_t n, int streaming)
-{
-    uint32_t head = (uint32_t)(-(uintptr_t)s) & (sizeof(V) - 1);
-    if (head > n)
-        head = n;
-    if (lane < head)
-        d[lane] = s[lane];
-    const uint32_t nv = (n - head) / sizeof(V);
-    const V *__restrict__ vs = (const V *)(s + head);
-    V *__restrict__ vd = (V *)(d + head);
-    for (uint32_t b = 0; b < nv; b += 32 * KVG_UNROLL) {
-        V v[KVG_UNROLL];
-#pragma unroll
-        for (int u = 0; u < KVG_UNROLL; u++) {
-            uint32_t i = b + u * 32 + lane;
-            if (i < nv)
-                v[u] = kvg_ld(vs + i, streaming);
-        }
-#pragma unroll
-        for (int u = 0; u < KVG_UNROLL; u++) {
-            uint32_t i = b + u * 32 + lane;
-            if (i < nv)
-                kvg_st(vd + i, v[u], streaming);
-        }
-    }
-    const uint32_t done = head + nv * (uint32_t)sizeof(V);
-    if (lane < n - done)
-        d[done + lane] = s[done + lane];
-}
-
-/* units: (num_layers, n_sub, n_pages, chunks_per_page), one warp each; a chunk past its
- * sub-buffer's page_stride (short scale pages) is empty. */
-template <int CAP>
-__global__ void __launch_bounds__(KVG_THREADS)
-    kv_gather_kernel(const __grid_constant__ kvg_args<CAP> a)
-{
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t warps = gridDim.x * KVG_WARPS;
-    const uint32_t per_region = a.n_pages * a.chunks_per_page;
-    for (uint32_t u = blockIdx.x * KVG_WARPS + threadIdx.x / 32; u < a.n_units; u += warps) {
-        const uint32_t region = u / per_region, rem = u % per_region;
-        const uint32_t p = rem / a.chunks_per_page, c = rem % a.chunks_per_page;
-        const uint32_t layer = region / a.m.n_sub, sub = region % a.m.n_sub;
-        const uint64_t stride = a.m.page_stride[sub], off = (uint64_t)c * KVG_CHUNK;
-        if (off >= stride)
-            continue;
-        const uint32_t n = (uint32_t)(stride - off < KVG_CHUNK ? stride - off : KVG_CHUNK);
-        uint32_t lo = 0, hi = a.n_runs - 1; /* the last run whose first page <= p */
-        while (lo < hi) {
-            uint32_t mid = (lo + hi + 1) / 2;
-            if (a.first[mid] <= p)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        const uint32_t k = p - a.first[lo];
-        const uint8_t *s = a.src + layer * a.m.src_layer_bytes + a.m.src_sub_offset[sub] +
-                           (uint64_t)(a.sp[lo] + k) * stride + off;
-        uint8_t *d = a.dst + layer * a.m.dst_layer_bytes + a.m.dst_sub_offset[sub] +
-                     (uint64_t)(a.dp[lo] + k) * stride + off;
-        const uintptr_t x = (uintptr_t)s ^ (uintptr_t)d;
-        if ((x & 15) == 0)
-            kvg_warp_copy<uint4>(lane, s, d, n, a.streaming);
-        else if ((x & 7) == 0)
-            kvg_warp_copy<uint2>(lane, s, d, n, a.streaming);
-        else if ((x & 3) == 0)
-            kvg_warp_copy<unsigned int>(lane, s, d, n, a.streaming);
-        else
-            kvg_warp_copy<unsigned char>(lane, s, d, n, a.streaming);
-    }
-}
-
 /* The status of the launch just queued: TDM_ERR_CUDA (logged, naming what) when it failed. */
 static tdm_status_t launch_status(const char *what)
 {
@@ -256,42 +154,34 @@ static tdm_status_t launch_status(const char *what)
     return TDM_OK;
 }
 
-/* Resident blocks of one instance on this device: the grid's size (SMs x blocks per SM). */
-template <int CAP> static tdm_status_t kvg_grid(uint32_t *ret_blocks)
-{
-    static int per_sm; /* the kernel's occupancy: the same on every call, racing writers agree */
-    int dev, sms, occ = per_sm;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return launch_status("kv gather (device attributes)");
-    if (occ == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kv_gather_kernel<CAP>, KVG_THREADS,
-                                                          0) != cudaSuccess ||
-            occ < 1)
-            return launch_status("kv gather (occupancy)");
-        per_sm = occ;
-    }
-    *ret_blocks = (uint32_t)sms * (uint32_t)occ;
-    return TDM_OK;
-}
+/* ---- the KV gather ----
+ * Variants (tdm_cuda_kv_gather_variant, a bench seam; xfer_ops.h lists them): the block kernels
+ * with the run grid (default) or the search grid only, and the warp kernel of runs 9-12 (a
+ * persistent grid of warps over 4 KiB page chunks). */
 
-/* One launch of the runs from runs[*io_i] less its first *io_skip pages on: up to CAP runs and
- * max_pages room pages (a run that does not fit is cut, the rest left for the next launch). */
+int tdm_cuda_kv_gather_variant = 0;
+
+/* The runs of one launch: first[r] is run r's first page in the room (room pages 0..n_pages-1,
+ * strictly increasing: runs of no page are dropped when packed). */
+template <int CAP> struct kvg_runs {
+    uint32_t n_runs, n_pages;
+    uint32_t first[CAP], sp[CAP], dp[CAP];
+};
+
+/* Pack the runs from runs[*io_i] less its first *io_skip pages on: up to CAP runs and max_pages
+ * room pages (a run that does not fit is cut, the rest left for the next launch). */
 template <int CAP>
-static tdm_status_t kvg_launch(const uint8_t *src, uint8_t *dst, const tdm_cuda_kv_map_t *m,
-                               const tdm_cuda_page_run_t *runs, uint32_t n_runs, uint32_t *io_i,
-                               uint32_t *io_skip, uint32_t max_pages, uint32_t chunks_per_page,
-                               cudaStream_t stream, uint32_t *io_launches)
+static void kvg_pack(const tdm_cuda_page_run_t *runs, uint32_t n_runs, uint32_t *io_i,
+                     uint32_t *io_skip, uint32_t max_pages, kvg_runs<CAP> *r)
 {
-    kvg_args<CAP> a; /* 12 bytes a run: 3 KiB at most */
-    uint32_t i = *io_i, skip = *io_skip, n = 0, pages = 0, grid = 0;
+    uint32_t i = *io_i, skip = *io_skip, n = 0, pages = 0;
     while (i < n_runs && n < CAP && pages < max_pages) {
         const uint32_t left = runs[i].n_pages - skip;
         const uint32_t take = left < max_pages - pages ? left : max_pages - pages;
         if (take) {
-            a.first[n] = pages;
-            a.sp[n] = runs[i].src_page + skip;
-            a.dp[n] = runs[i].dst_page + skip;
+            r->first[n] = pages;
+            r->sp[n] = runs[i].src_page + skip;
+            r->dp[n] = runs[i].dst_page + skip;
             n++;
             pages += take;
         }
@@ -302,25 +192,342 @@ static tdm_status_t kvg_launch(const uint8_t *src, uint8_t *dst, const tdm_cuda_
             skip += take;
         }
     }
+    r->n_runs = n;
+    r->n_pages = pages;
     *io_i = i;
     *io_skip = skip;
+}
+
+/* n bytes s -> d by the T threads of a block (or, with T = 32, one warp) with loads of V where
+ * both are equally aligned mod sizeof(V): a byte head to V's alignment, the vectors (U per
+ * thread in flight before their stores), a byte tail. */
+template <typename V, int T, int U>
+__device__ __forceinline__ void kvg_copy(uint32_t tid, const uint8_t *__restrict__ s,
+                                         uint8_t *__restrict__ d, uint32_t n)
+{
+    uint32_t head = (uint32_t)(-(uintptr_t)s) & (sizeof(V) - 1);
+    if (head > n)
+        head = n;
+    if (tid < head)
+        d[tid] = s[tid];
+    const uint32_t nv = (n - head) / sizeof(V);
+    const V *__restrict__ vs = (const V *)(s + head);
+    V *__restrict__ vd = (V *)(d + head);
+    for (uint32_t b = 0; b < nv; b += T * U) {
+        V v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t i = b + u * T + tid;
+            if (i < nv)
+                v[u] = __ldg(vs + i);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t i = b + u * T + tid;
+            if (i < nv)
+                vd[i] = v[u];
+        }
+    }
+    const uint32_t done = head + nv * (uint32_t)sizeof(V);
+    if (tid < n - done)
+        d[done + tid] = s[done + tid];
+}
+
+/* The widest vector both pointers allow. */
+template <int T, int U>
+__device__ __forceinline__ void kvg_copy_any(uint32_t tid, const uint8_t *s, uint8_t *d, uint32_t n)
+{
+    const uintptr_t x = (uintptr_t)s ^ (uintptr_t)d;
+    if ((x & 15) == 0)
+        kvg_copy<uint4, T, U>(tid, s, d, n);
+    else if ((x & 7) == 0)
+        kvg_copy<uint2, T, U>(tid, s, d, n);
+    else if ((x & 3) == 0)
+        kvg_copy<unsigned int, T, U>(tid, s, d, n);
+    else
+        kvg_copy<unsigned char, T, U>(tid, s, d, n);
+}
+
+/* ---- the block kernels (variants 0, 2) ----
+ * Blocks of KVB_T threads, each with KVB_U 16-byte loads in flight before its stores: a block
+ * moves a piece of up to KVB_BYTES (8 KiB: one page of one region in the serving geometry).
+ *
+ * Search grid (x: pieces of a region's room bytes, y: sub-buffer, z: layer): a region's room
+ * bytes are its runs back to back (run r from room byte first[r] * stride, contiguous on both
+ * sides); block x copies [x * KVB_BYTES, + KVB_BYTES) of them, cut where a run ends (pages
+ * shorter than a piece: several runs a block, one after the other). The run comes from a binary
+ * search over first[] (none for one run): dependent loads from the parameters' constant bank.
+ *
+ * Run grid (x: pieces of one run, y: run, z: layer x n_sub + sub), for launches of several runs
+ * whose pieces the grid does not over-count by more than half (empty blocks exit): a block's
+ * run is its y, so its loads of the parameters (run, stride, offsets) do not wait on each other;
+ * run 1 measured scattered rooms of 2-8 runs 0.3-0.6 us slower (GPU time) than one-run rooms of
+ * the same bytes with the search. z / n_sub by a multiply (n_sub <= 4, z < 2^16: exact). */
+#define KVB_T 128
+#define KVB_U 4
+#define KVB_BYTES (KVB_T * KVB_U * 16)
+
+template <int CAP> struct kvb_args {
+    const uint8_t *src;
+    uint8_t *dst;
+    tdm_cuda_kv_map_t m;
+    kvg_runs<CAP> r;
+};
+
+template <int CAP> struct kvr_args {
+    const uint8_t *src;
+    uint8_t *dst;
+    tdm_cuda_kv_map_t m;
+    uint64_t nsub_magic; /* ceil(2^32 / n_sub) */
+    struct {
+        uint32_t sp, dp, n; /* one run's fields side by side: one constant-cache line */
+    } run[CAP];
+};
+
+template <int CAP>
+__global__ void __launch_bounds__(KVB_T) kvb_kernel(const __grid_constant__ kvb_args<CAP> a)
+{
+    const uint32_t sub = blockIdx.y, layer = blockIdx.z, tid = threadIdx.x;
+    const uint64_t stride = a.m.page_stride[sub], total = (uint64_t)a.r.n_pages * stride;
+    uint64_t o = (uint64_t)blockIdx.x * KVB_BYTES;
+    if (o >= total)
+        return; /* a shorter sub-buffer (fp8 scales) than the grid's widest */
+    const uint64_t end = o + KVB_BYTES < total ? o + KVB_BYTES : total;
+    const uint8_t *rs = a.src + layer * a.m.src_layer_bytes + a.m.src_sub_offset[sub];
+    uint8_t *rd = a.dst + layer * a.m.dst_layer_bytes + a.m.dst_sub_offset[sub];
+    uint32_t r = 0;
+    if (CAP > 1) { /* the last run that starts at or before o */
+        uint32_t hi = a.r.n_runs - 1;
+        while (r < hi) {
+            uint32_t mid = (r + hi + 1) / 2;
+            if ((uint64_t)a.r.first[mid] * stride <= o)
+                r = mid;
+            else
+                hi = mid - 1;
+        }
+    }
+    for (;;) {
+        const uint64_t rb = (uint64_t)a.r.first[r] * stride;
+        const uint64_t re =
+            CAP > 1 && r + 1 < a.r.n_runs ? (uint64_t)a.r.first[r + 1] * stride : total;
+        const uint64_t se = re < end ? re : end;
+        kvg_copy_any<KVB_T, KVB_U>(tid, rs + (uint64_t)a.r.sp[r] * stride + (o - rb),
+                                   rd + (uint64_t)a.r.dp[r] * stride + (o - rb),
+                                   (uint32_t)(se - o));
+        o = se;
+        if (CAP == 1 || o >= end)
+            break;
+        r++;
+    }
+}
+
+template <int CAP>
+__global__ void __launch_bounds__(KVB_T) kvr_kernel(const __grid_constant__ kvr_args<CAP> a)
+{
+    const uint32_t z = blockIdx.z, tid = threadIdx.x;
+    const uint32_t layer = (uint32_t)((z * a.nsub_magic) >> 32), sub = z - layer * a.m.n_sub;
+    const uint32_t r = blockIdx.y;
+    const uint64_t stride = a.m.page_stride[sub], len = (uint64_t)a.run[r].n * stride;
+    const uint64_t o = (uint64_t)blockIdx.x * KVB_BYTES;
+    if (o >= len)
+        return; /* a shorter run, or sub-buffer, than the grid's widest */
+    kvg_copy_any<KVB_T, KVB_U>(tid,
+                               a.src + layer * a.m.src_layer_bytes + a.m.src_sub_offset[sub] +
+                                   (uint64_t)a.run[r].sp * stride + o,
+                               a.dst + layer * a.m.dst_layer_bytes + a.m.dst_sub_offset[sub] +
+                                   (uint64_t)a.run[r].dp * stride + o,
+                               (uint32_t)(len - o < KVB_BYTES ? len - o : KVB_BYTES));
+}
+
+/* One launch of the next runs: the run grid where allowed and it fits, else the search grid. */
+template <int CAP>
+static tdm_status_t kvb_launch(const uint8_t *src, uint8_t *dst, const tdm_cuda_kv_map_t *m,
+                               const tdm_cuda_page_run_t *runs, uint32_t n_runs, uint32_t *io_i,
+                               uint32_t *io_skip, uint32_t max_pages, uint64_t max_stride,
+                               int run_grid, cudaStream_t stream, uint32_t *io_launches)
+{
+    kvb_args<CAP> a;
+    kvg_pack<CAP>(runs, n_runs, io_i, io_skip, max_pages, &a.r);
+    const uint32_t n = a.r.n_runs;
     if (n == 0)
         return TDM_OK;
-    TDM_TRY(kvg_grid<CAP>(&grid));
+    uint64_t xmax = 0, pieces = 0;
+    for (uint32_t r = 0; CAP > 1 && run_grid && r < n; r++) {
+        const uint32_t np = (r + 1 < n ? a.r.first[r + 1] : a.r.n_pages) - a.r.first[r];
+        const uint64_t x = ((uint64_t)np * max_stride + KVB_BYTES - 1) / KVB_BYTES;
+        xmax = x > xmax ? x : xmax;
+        pieces += x;
+    }
+    if (CAP > 1 && run_grid && xmax * n <= 2 * pieces && xmax <= 0x7fffffffull &&
+        (uint64_t)m->num_layers * m->n_sub <= 65535) {
+        kvr_args<CAP> b;
+        b.src = src;
+        b.dst = dst;
+        b.m = *m;
+        b.nsub_magic = ((1ull << 32) + m->n_sub - 1) / m->n_sub;
+        for (uint32_t r = 0; r < n; r++) {
+            b.run[r].sp = a.r.sp[r];
+            b.run[r].dp = a.r.dp[r];
+            b.run[r].n = (r + 1 < n ? a.r.first[r + 1] : a.r.n_pages) - a.r.first[r];
+        }
+        kvr_kernel<CAP><<<dim3((unsigned)xmax, n, m->num_layers * m->n_sub), KVB_T, 0, stream>>>(b);
+    } else {
+        a.src = src;
+        a.dst = dst;
+        a.m = *m;
+        const uint64_t bx = ((uint64_t)a.r.n_pages * max_stride + KVB_BYTES - 1) / KVB_BYTES;
+        kvb_kernel<CAP><<<dim3((unsigned)bx, m->n_sub, m->num_layers), KVB_T, 0, stream>>>(a);
+    }
+    TDM_TRY(launch_status("kv gather"));
+    (*io_launches)++;
+    return TDM_OK;
+}
+
+/* All runs by the block kernels: one launch per 256 runs, the parameters sized to the runs (one
+ * run: ~170 bytes, no list; up to 16: ~350; up to 256: ~3.2 KiB; run 1: a contiguous room through
+ * the 256-run instance took 0.3-0.5 us more GPU time than through the one-run one). */
+static tdm_status_t kvb_gather(const uint8_t *src, uint8_t *dst, const tdm_cuda_kv_map_t *m,
+                               const tdm_cuda_page_run_t *runs, uint32_t n_runs,
+                               uint64_t max_stride, int run_grid, cudaStream_t stream,
+                               uint32_t *io_launches)
+{
+    uint32_t i = 0, skip = 0;
+    if (m->num_layers > 65535)
+        return TDM_ERR_RANGE; /* gridDim.z of the search grid */
+    /* a launch's pieces (room pages x max_stride / KVB_BYTES) stay below 2^31 */
+    const uint64_t mp = 0x7fffffffull * KVB_BYTES / max_stride;
+    const uint32_t max_pages = mp > UINT32_MAX ? UINT32_MAX : (uint32_t)mp;
+    if (max_pages == 0)
+        return TDM_ERR_RANGE;
+    while (i < n_runs) {
+        const uint32_t left = n_runs - i;
+        tdm_status_t st =
+            left > 16 ? kvb_launch<256>(src, dst, m, runs, n_runs, &i, &skip, max_pages, max_stride,
+                                        run_grid, stream, io_launches)
+            : left > 1 ? kvb_launch<16>(src, dst, m, runs, n_runs, &i, &skip, max_pages, max_stride,
+                                        run_grid, stream, io_launches)
+                       : kvb_launch<1>(src, dst, m, runs, n_runs, &i, &skip, max_pages, max_stride,
+                                       run_grid, stream, io_launches);
+        if (st != TDM_OK)
+            return st;
+    }
+    return TDM_OK;
+}
+
+/* ---- the warp kernel (variant 1: runs 9-12's default) ----
+ * units (num_layers, n_sub, n_pages, chunks_per_page) of up to 4 KiB of one page of one region,
+ * one warp each, 8 16-byte loads a lane; a grid of the resident blocks strides over the units,
+ * a unit finds its run by a binary search over first[]. */
+#define KVW_THREADS 128
+#define KVW_WARPS (KVW_THREADS / 32)
+#define KVW_UNROLL 8
+#define KVW_CHUNK (32 * KVW_UNROLL * 16)
+
+template <int CAP> struct kvw_args {
+    const uint8_t *src;
+    uint8_t *dst;
+    tdm_cuda_kv_map_t m;
+    uint32_t chunks_per_page, n_units; /* n_units < 2^31: the host splits */
+    kvg_runs<CAP> r;
+};
+
+template <int CAP>
+__global__ void __launch_bounds__(KVW_THREADS) kvw_kernel(const __grid_constant__ kvw_args<CAP> a)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t warps = gridDim.x * KVW_WARPS;
+    const uint32_t per_region = a.r.n_pages * a.chunks_per_page;
+    for (uint32_t u = blockIdx.x * KVW_WARPS + threadIdx.x / 32; u < a.n_units; u += warps) {
+        const uint32_t region = u / per_region, rem = u % per_region;
+        const uint32_t p = rem / a.chunks_per_page, c = rem % a.chunks_per_page;
+        const uint32_t layer = region / a.m.n_sub, sub = region % a.m.n_sub;
+        const uint64_t stride = a.m.page_stride[sub], off = (uint64_t)c * KVW_CHUNK;
+        if (off >= stride)
+            continue;
+        const uint32_t n = (uint32_t)(stride - off < KVW_CHUNK ? stride - off : KVW_CHUNK);
+        uint32_t lo = 0, hi = a.r.n_runs - 1; /* the last run whose first page <= p */
+        while (lo < hi) {
+            uint32_t mid = (lo + hi + 1) / 2;
+            if (a.r.first[mid] <= p)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const uint32_t k = p - a.r.first[lo];
+        kvg_copy_any<32, KVW_UNROLL>(lane,
+                                     a.src + layer * a.m.src_layer_bytes + a.m.src_sub_offset[sub] +
+                                         (uint64_t)(a.r.sp[lo] + k) * stride + off,
+                                     a.dst + layer * a.m.dst_layer_bytes + a.m.dst_sub_offset[sub] +
+                                         (uint64_t)(a.r.dp[lo] + k) * stride + off,
+                                     n);
+    }
+}
+
+/* Resident blocks of the warp kernel on this device (SMs x blocks per SM), asked once. */
+template <int CAP> static tdm_status_t kvw_grid(uint32_t *ret_blocks)
+{
+    static int cached; /* the same on every call: racing writers agree */
+    int dev, sms, occ, g = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (g == 0) {
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvw_kernel<CAP>, KVW_THREADS, 0) !=
+                cudaSuccess ||
+            occ < 1)
+            return launch_status("kv gather (occupancy)");
+        g = sms * occ;
+        __atomic_store_n(&cached, g, __ATOMIC_RELAXED);
+    }
+    *ret_blocks = (uint32_t)g;
+    return TDM_OK;
+}
+
+template <int CAP>
+static tdm_status_t kvw_launch(const uint8_t *src, uint8_t *dst, const tdm_cuda_kv_map_t *m,
+                               const tdm_cuda_page_run_t *runs, uint32_t n_runs, uint32_t *io_i,
+                               uint32_t *io_skip, uint32_t max_pages, uint32_t chunks_per_page,
+                               cudaStream_t stream, uint32_t *io_launches)
+{
+    kvw_args<CAP> a;
+    uint32_t grid = 0;
+    kvg_pack<CAP>(runs, n_runs, io_i, io_skip, max_pages, &a.r);
+    if (a.r.n_runs == 0)
+        return TDM_OK;
+    TDM_TRY(kvw_grid<CAP>(&grid));
     a.src = src;
     a.dst = dst;
     a.m = *m;
-    a.n_runs = n;
-    a.n_pages = pages;
     a.chunks_per_page = chunks_per_page;
-    a.n_units = pages * chunks_per_page * m->num_layers * m->n_sub;
-    a.streaming = tdm_cuda_kv_gather_variant == 1;
-    uint32_t blocks = (a.n_units + KVG_WARPS - 1) / KVG_WARPS;
+    a.n_units = a.r.n_pages * chunks_per_page * m->num_layers * m->n_sub;
+    uint32_t blocks = (a.n_units + KVW_WARPS - 1) / KVW_WARPS;
     if (blocks > grid)
         blocks = grid;
-    kv_gather_kernel<CAP><<<blocks, KVG_THREADS, 0, stream>>>(a);
+    kvw_kernel<CAP><<<blocks, KVW_THREADS, 0, stream>>>(a);
     TDM_TRY(launch_status("kv gather"));
     (*io_launches)++;
+    return TDM_OK;
+}
+
+static tdm_status_t kvw_gather(const uint8_t *src, uint8_t *dst, const tdm_cuda_kv_map_t *m,
+                               const tdm_cuda_page_run_t *runs, uint32_t n_runs,
+                               uint64_t max_stride, cudaStream_t stream, uint32_t *io_launches)
+{
+    uint32_t i = 0, skip = 0;
+    const uint64_t cpp = (max_stride + KVW_CHUNK - 1) / KVW_CHUNK;
+    const uint64_t per_page = cpp * m->num_layers * m->n_sub;
+    if (per_page > 0x7fffffffull)
+        return TDM_ERR_RANGE;
+    /* a launch's units (room pages x per_page) stay below 2^31: 32-bit index arithmetic */
+    const uint32_t max_pages = (uint32_t)(0x7fffffffull / per_page);
+    while (i < n_runs) {
+        tdm_status_t st = n_runs - i <= 16
+                              ? kvw_launch<16>(src, dst, m, runs, n_runs, &i, &skip, max_pages,
+                                               (uint32_t)cpp, stream, io_launches)
+                              : kvw_launch<256>(src, dst, m, runs, n_runs, &i, &skip, max_pages,
+                                                (uint32_t)cpp, stream, io_launches);
+        if (st != TDM_OK)
+            return st;
+    }
     return TDM_OK;
 }
 
@@ -330,30 +537,30 @@ extern "C" tdm_status_t tdm_cuda_kv_gather(const uint8_t *src_base, uint8_t *dst
                                            cudaStream_t stream, uint32_t *ret_launches)
 {
     uint64_t max_stride = 0;
-    uint32_t launches = 0, i = 0, skip = 0;
+    uint32_t launches = 0;
+    tdm_status_t st = TDM_OK;
     if (!map || map->n_sub > TDM_KV_SUB_MAX || (n_runs && (!src_base || !dst_base || !runs)))
         return TDM_ERR_INVAL;
     for (uint32_t s = 0; s < map->n_sub; s++)
         max_stride = map->page_stride[s] > max_stride ? map->page_stride[s] : max_stride;
-    const uint64_t cpp = (max_stride + KVG_CHUNK - 1) / KVG_CHUNK;
-    const uint64_t per_page = cpp * map->num_layers * map->n_sub;
-    if (per_page > 0x7fffffffull)
-        return TDM_ERR_RANGE;
-    /* a launch's units (room pages x per_page) stay below 2^31: 32-bit index arithmetic */
-    const uint32_t max_pages = per_page ? (uint32_t)(0x7fffffffull / per_page) : 0;
-    static_assert(TDM_CUDA_KV_GATHER_RUNS == 256, "the largest instance below");
-    while (per_page && i < n_runs) {
-        tdm_status_t st = n_runs - i <= 16
-                              ? kvg_launch<16>(src_base, dst_base, map, runs, n_runs, &i, &skip,
-                                               max_pages, (uint32_t)cpp, stream, &launches)
-                              : kvg_launch<256>(src_base, dst_base, map, runs, n_runs, &i, &skip,
-                                                max_pages, (uint32_t)cpp, stream, &launches);
-        if (st != TDM_OK)
-            return st;
+    if (n_runs && max_stride && map->num_layers) {
+        const uint8_t *s = src_base;
+        uint8_t *d = dst_base;
+        switch (tdm_cuda_kv_gather_variant) {
+        case 1:
+            st = kvw_gather(s, d, map, runs, n_runs, max_stride, stream, &launches);
+            break;
+        case 2:
+            st = kvb_gather(s, d, map, runs, n_runs, max_stride, 0, stream, &launches);
+            break;
+        default:
+            st = kvb_gather(s, d, map, runs, n_runs, max_stride, 1, stream, &launches);
+            break;
+        }
     }
-    if (ret_launches)
+    if (st == TDM_OK && ret_launches)
         *ret_launches = launches;
-    return TDM_OK;
+    return st;
 }
 
 extern "C" tdm_status_t tdm_cuda_kv_segment_hashes(const tdm_kv_buffers_t *kv,

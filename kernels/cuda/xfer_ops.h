@@ -14,12 +14,11 @@
  * The KV gather copies a room's pages from one pool into another of the same layout (page counts
  * may differ, so region offsets differ) in one launch per TDM_CUDA_KV_GATHER_RUNS runs: the runs
  * of pages (contiguous on both sides) travel as kernel parameters, so nothing is uploaded before
- * the launch and the caller may reuse its list as soon as the call returns. The kernel's unit is
- * 4 KiB of one page of one (layer, sub-buffer) region, moved by one warp with 16-byte loads (8
- * per lane in flight before their stores; 8-, 4- or 1-byte ones where source and destination
- * differ in alignment); a grid sized to the SMs walks the units. A room of pages scattered over
- * the pool costs one kernel instead of one cudaMemcpyAsync per run (~4 us each into a CUDA IPC
- * mapping).
+ * the launch and the caller may reuse its list as soon as the call returns. The default kernel
+ * moves each run of each (layer, sub-buffer) region in pieces of 8 KiB, a block of 128 threads
+ * each with 16-byte loads (8-, 4- or 1-byte ones where source and destination differ in
+ * alignment). A room of pages scattered over the pool costs one kernel instead of one
+ * cudaMemcpyAsync per run (~4 us each into a CUDA IPC mapping).
  *
  * Threading: launches go to the given stream and never synchronise (except the test helper).
  * Errors: TDM_ERR_INVAL (bad arguments), TDM_ERR_CUDA (launch failed; logged once).
@@ -61,21 +60,28 @@ typedef struct tdm_cuda_page_run {
 } tdm_cuda_page_run_t;
 
 /* Runs one launch carries in its parameters (12 bytes each: 3 KiB, inside the 4 KiB that every
- * driver takes; CUDA 12.1+ would take 32 KB on sm_70+, not needed: 256 runs are at least 512
- * warp units of work); more runs take more launches, queued back to back. */
+ * driver takes; CUDA 12.1+ would take 32 KB on sm_70+, not needed: 256 runs are at least 256
+ * blocks of work); more runs take more launches, queued back to back. A launch of one run takes
+ * an instance without the list (~170 bytes of parameters), of up to 16 a 16-run one. */
 #define TDM_CUDA_KV_GATHER_RUNS 256u
 
 /* Queue the copy of every run in every (layer, sub) region from src_base into dst_base on
  * `stream`. runs: host memory, read during the call. src_base, dst_base: device pointers (dst may
  * be a CUDA IPC mapping of the same device); destinations must not overlap each other or the
  * sources. Any alignment and stride. *ret_launches (may be NULL) is set to the kernels queued.
- * TDM_ERR_INVAL: bad arguments (n_sub > TDM_KV_SUB_MAX, a NULL with runs); TDM_ERR_CUDA: a launch
- * failed (logged; the launches before it stay queued). */
+ * TDM_ERR_INVAL: bad arguments (n_sub > TDM_KV_SUB_MAX, a NULL with runs); TDM_ERR_RANGE: more
+ * than 65535 layers (the grid's z); TDM_ERR_CUDA: a launch failed (logged; the launches before it
+ * stay queued). */
 tdm_status_t tdm_cuda_kv_gather(const uint8_t *src_base, uint8_t *dst_base,
                                 const tdm_cuda_kv_map_t *map, const tdm_cuda_page_run_t *runs,
                                 uint32_t n_runs, cudaStream_t stream, uint32_t *ret_launches);
 
-/* Bench seam: 0 plain loads and stores (default), 1 streaming ones (ld.cs / st.cs: evict first). */
+/* Bench seam (tests/gpu/test-xfer-cuda's A/B), the gather's kernel:
+ *   0 (default) blocks of 128 threads x 4 16-byte loads (8 KiB a block), a launch of several runs
+ *     on a run grid (block y = its run) unless that grid would be over half empty;
+ *   1 the warp kernel of runs 9-12 (a persistent grid of warps, 4 KiB page chunks, a binary
+ *     search per unit);
+ *   2 the blocks of 0 on the search grid only (a block finds its run by a binary search). */
 extern int tdm_cuda_kv_gather_variant;
 
 /* Test helper: XXH64(buf, len, seed) on the GPU, with buf (host, len bytes) copied to device

@@ -7,10 +7,11 @@
  *    host, for bf16 and fp8 layouts (fp8 at page size 3: 24-byte scale segments, the
  *    short-input path of XXH64), and a one-byte flip on the device changes exactly that page's
  *    checksum and flipping it back restores it;
- *  - the KV gather kernel byte-exact over the whole destination (every byte outside the room
- *    keeps its poison): pools of different page counts, runs and scattered pages, fp8's 24-byte
- *    scale pages, pages longer than a warp's 4 KiB pass, misaligned bases (16-, 8-, 4-byte and
- *    byte paths, heads and tails), more runs than one launch carries;
+ *  - the KV gather byte-exact over the whole destination (every byte outside the room keeps its
+ *    poison), each kernel variant (the default's run grid and search grid, the search-only
+ *    blocks, the warp kernel): pools of different page counts, runs and scattered pages, fp8's
+ *    24-byte scale pages, pages longer than a block's 8 KiB piece, misaligned bases (16-, 8-,
+ *    4-byte and byte paths, heads and tails), single runs, more runs than one launch carries;
  *  - CUDA IPC across two processes: a child (forked before either touches CUDA) owns a "decode"
  *    pool (the serving geometry: 32 layers, page chunk 512 KiB) and exports its record; the
  *    parent opens it and moves rooms by the gather kernel and by one copy per run; the child's
@@ -19,11 +20,14 @@
  *    after the call and every page is there once it completed (what STATUS and ABORT_ACK wait
  *    for);
  *  - malformed records are refused naming the field.
- * Then the benchmark (its "# bench" lines; bench/results/transfer_cuda.json): rooms of 512 KiB
- * to 256 MiB, contiguous and every other page, against one local cudaMemcpyAsync D2D of the same
- * bytes, both timed the same two ways: GPU events around the work on its stream (the stream held
- * by a host function while the reps are queued, so only the device's time counts) and host wall
- * time from the call to the completed event; medians of 25, source and destination rotated over
+ * Then the benchmark (its "# bench" lines; bench/results/transfer_cuda.json): the host cost of
+ * each CUDA call a room or the anchor makes ("api_ns"), then rooms of 512 KiB to 256 MiB,
+ * contiguous and every other page, once per gather variant listed in TDM_XFER_BENCH_VARIANTS
+ * (default "0"; the JSON holds the first variant-0 pass and every pass's minima as "ab"),
+ * against one local cudaMemcpyAsync D2D of the same bytes, both timed the same two ways: GPU
+ * events around the work on its stream (the stream held by a host function while the reps are
+ * queued, so only the device's time counts) and host wall time from the call to the completed
+ * event; medians of 25, source and destination rotated over
  * 512 MiB (ten times the L2) so neither side is cache-hot; every page of every timed room checked.
  * Without a device it skips with the reason; under compute-sanitizer (TDM_UNDER_SANITIZER) the
  * two-process IPC part and the benchmark are left out.
@@ -282,7 +286,7 @@ static int pool_shape(const tdm_kv_layout_t *l, uint32_t num_pages, tdm_kv_buffe
 
 /* Pools of the test layouts: 40 source pages into 64 destination pages (different region
  * offsets), a run of 5, a run of 2, single pages forwards and backwards, a page onto its own id. */
-static void gather_pools(tdm_dtype_t dt, uint32_t page_size)
+static void gather_pools(int v, tdm_dtype_t dt, uint32_t page_size)
 {
     static const tdm_cuda_page_run_t runs[] = {{3, 10, 5}, {20, 40, 1}, {9, 2, 1},   {31, 63, 1},
                                                {0, 1, 1},  {15, 50, 2}, {39, 39, 1}, {2, 30, 1}};
@@ -300,24 +304,30 @@ static void gather_pools(tdm_dtype_t dt, uint32_t page_size)
     int same = gather_case(&m, runs, sizeof(runs) / sizeof(runs[0]), 0, 0, sbytes, dbytes,
                            &launches, &bad);
     ok(same && launches == 1,
-       "kv gather %s page %u (%u sub-buffers, strides %llu/%llu): %zu runs from a %u-page pool "
-       "into a 64-page one byte-exact over the whole destination (first difference %zd)",
-       tdm_dtype_name(dt), page_size, l.n_sub, (unsigned long long)l.sub[0].page_stride,
+       "kv gather %d: %s page %u (%u sub-buffers, strides %llu/%llu): %zu runs from a %u-page "
+       "pool into a 64-page one byte-exact over the whole destination (first difference %zd)",
+       v, tdm_dtype_name(dt), page_size, l.n_sub, (unsigned long long)l.sub[0].page_stride,
        (unsigned long long)l.sub[l.n_sub - 1].page_stride, sizeof(runs) / sizeof(runs[0]), NPAGES,
        same ? (ssize_t)-1 : (ssize_t)bad);
 }
 
-static void test_kv_gather(void)
+/* The gather of variant v (xfer_ops.h) byte-exact: test pools, crafted maps, many runs. For the
+ * default (0) the bf16 pool's runs (5, 2 and single pages of 4 KiB: a run grid of 3 x 8 pieces
+ * for 10 used) take the search grid, the fp8 pool, the crafted 4-run maps and the 5000 single
+ * pages the run grid (16- and 256-run instances), the crafted single runs the one-run instance;
+ * variant 2 takes the search grid everywhere, 1 is the warp kernel. */
+static void test_kv_gather(int v)
 {
-    gather_pools(TDM_DTYPE_BF16, 16);
-    gather_pools(TDM_DTYPE_FP8_E4M3, 3); /* 24-byte scale pages: 8-byte vectors */
+    tdm_cuda_kv_gather_variant = v;
+    gather_pools(v, TDM_DTYPE_BF16, 16);
+    gather_pools(v, TDM_DTYPE_FP8_E4M3, 3); /* 24-byte scale pages: 8-byte vectors */
     /* crafted maps: 2 layers of 2 regions, strides and bases of every alignment */
     static const struct {
         uint64_t stride0, stride1;
         size_t src_mis, dst_mis;
         const char *what;
     } cases[] = {
-        {9000, 4096, 0, 0, "pages of 9000 bytes (three warp passes, the last short)"},
+        {9000, 4096, 0, 0, "pages of 9000 bytes (pieces cut at run ends, short passes)"},
         {4097, 13, 1, 3, "odd strides, bases misaligned differently (bytes)"},
         {100, 36, 4, 8, "4-aligned strides and bases (4-byte vectors)"},
         {333, 4099, 5, 5, "equally misaligned bases (byte head, vectors, byte tail)"},
@@ -335,12 +345,16 @@ static void test_kv_gather(void)
         m.src_layer_bytes = m.src_sub_offset[1] + 12 * cases[k].stride1 + 5;
         m.dst_sub_offset[1] = 16 * cases[k].stride0 + 3;
         m.dst_layer_bytes = m.dst_sub_offset[1] + 16 * cases[k].stride1 + 11;
-        uint32_t launches = 0;
-        size_t bad = 0;
+        uint32_t launches = 0, launches1 = 0;
+        size_t bad = 0, bad1 = 0;
         int same = gather_case(&m, runs, 4, cases[k].src_mis, cases[k].dst_mis,
                                2 * m.src_layer_bytes, 2 * m.dst_layer_bytes, &launches, &bad);
-        ok(same && launches == 1, "kv gather: %s, byte-exact (first difference %zd)", cases[k].what,
-           same ? (ssize_t)-1 : (ssize_t)bad);
+        /* one run alone: the launch instance without a run list */
+        int same1 = gather_case(&m, runs, 1, cases[k].src_mis, cases[k].dst_mis,
+                                2 * m.src_layer_bytes, 2 * m.dst_layer_bytes, &launches1, &bad1);
+        ok(same && launches == 1 && same1 && launches1 == 1,
+           "kv gather %d: %s, 4 runs and 1 run byte-exact (first differences %zd, %zd)", v,
+           cases[k].what, same ? (ssize_t)-1 : (ssize_t)bad, same1 ? (ssize_t)-1 : (ssize_t)bad1);
     }
     /* more runs than one launch carries: 5000 single pages, reversed, zero-page runs between */
     enum { NR = 5000 };
@@ -359,9 +373,9 @@ static void test_kv_gather(void)
     int same = gather_case(&m, many, NR + 2, 0, 0, 48ull * NR, 48ull * NR, &launches, &bad);
     uint32_t want = (NR + 2 + TDM_CUDA_KV_GATHER_RUNS - 1) / TDM_CUDA_KV_GATHER_RUNS;
     ok(same && launches == want,
-       "kv gather: %u runs (two of no page) in %u launches of at most %u, byte-exact (first "
+       "kv gather %d: %u runs (two of no page) in %u launches of at most %u, byte-exact (first "
        "difference %zd)",
-       NR + 2, launches, TDM_CUDA_KV_GATHER_RUNS, same ? (ssize_t)-1 : (ssize_t)bad);
+       v, NR + 2, launches, TDM_CUDA_KV_GATHER_RUNS, same ? (ssize_t)-1 : (ssize_t)bad);
     ok(tdm_cuda_kv_gather(NULL, NULL, &m, many, 1, 0, NULL) == TDM_ERR_INVAL &&
            tdm_cuda_kv_gather(NULL, NULL, NULL, NULL, 0, 0, NULL) == TDM_ERR_INVAL &&
            tdm_cuda_kv_gather(NULL, NULL, &m, NULL, 0, 0, &launches) == TDM_OK && launches == 0,
@@ -693,13 +707,89 @@ static void bench_threshold(uint8_t *src, uint8_t *dst, cudaStream_t s, cudaEven
         }
 }
 
-/* Ratios (anchor / room, per size, way and timing), their minimum, and with TDM_BENCH_OUT set
- * (tools/device-run.sh) variant 0's table as $TDM_BENCH_OUT/transfer_cuda.json. */
-static void bench_summary(int variant, double (*t)[3][2], uint64_t page,
-                          const struct cudaDeviceProp *prop)
+/* Host cost of one call, ns: the median over 5 batches of each batch's mean (n calls a batch,
+ * the stream synchronised between batches so no queue fills). what: 0 cudaGetDevice, 1
+ * cudaSetDevice (the current device), 2 cudaDeviceGetAttribute, 3 cudaEventQuery (completed),
+ * 4 cudaEventRecord, 5 cudaMemcpyAsync D2D of 16 bytes, 6 the gather of one 16-byte run,
+ * 7 xfer_cuda_copy of a one-page room (64 regions of 8 KiB). */
+static double api_ns(int what, peer_t *p, uint8_t *dst, cudaStream_t s, cudaEvent_t done,
+                     uint32_t n)
 {
-    static const char *way[] = {"contiguous", "scattered"}, *how[] = {"gpu", "wall"};
-    double min[2][2] = {{1e9, 1e9}, {1e9, 1e9}}, all = 1e9;
+    double mean[5];
+    tdm_cuda_kv_map_t m;
+    tdm_cuda_page_run_t run = {0, 1, 1};
+    static const uint32_t sp = 0, dp = 1;
+    int dev = 0, v = 0, good = cudaGetDevice(&dev) == cudaSuccess;
+    memset(&m, 0, sizeof(m));
+    m.num_layers = m.n_sub = 1;
+    m.page_stride[0] = 16;
+    if (cudaEventRecord(done, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
+        return -1;
+    for (int b = 0; b < 5; b++) {
+        uint64_t t0 = tdm_time_mono_ns();
+        for (uint32_t k = 0; k < n && good; k++)
+            switch (what) {
+            case 0:
+                good = cudaGetDevice(&dev) == cudaSuccess;
+                break;
+            case 1:
+                good = cudaSetDevice(dev) == cudaSuccess;
+                break;
+            case 2:
+                good =
+                    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
+                break;
+            case 3:
+                good = cudaEventQuery(done) == cudaSuccess;
+                break;
+            case 4:
+                good = cudaEventRecord(done, s) == cudaSuccess;
+                break;
+            case 5:
+                good = cudaMemcpyAsync(dst, p->src.base, 16, cudaMemcpyDeviceToDevice, s) ==
+                       cudaSuccess;
+                break;
+            case 6:
+                good = tdm_cuda_kv_gather(p->src.base, dst, &m, &run, 1, s, NULL) == TDM_OK;
+                break;
+            default:
+                good = xfer_cuda_copy(p->c, 0, &p->src, &sp, &dp, 1, NULL, NULL) == TDM_OK;
+                break;
+            }
+        mean[b] = (double)(tdm_time_mono_ns() - t0) / n;
+        good = good && cudaStreamSynchronize(s) == cudaSuccess &&
+               cudaStreamSynchronize((cudaStream_t)xfer_cuda_stream(p->c)) == cudaSuccess;
+    }
+    return good ? median(mean, 5) : -1;
+}
+
+/* The host costs of the calls a room and the anchor make, per gather variant where it differs. */
+static void bench_api(peer_t *p, uint8_t *dst, cudaStream_t s, cudaEvent_t done)
+{
+    static const char *name[] = {"cudaGetDevice",       "cudaSetDevice",   "cudaDeviceGetAttribute",
+                                 "cudaEventQuery_done", "cudaEventRecord", "cudaMemcpyAsync_16B"};
+    char line[1024];
+    int o = 0;
+    for (int w = 0; w < 6; w++)
+        o += snprintf(line + o, sizeof(line) - (size_t)o, " %s=%.0f", name[w],
+                      api_ns(w, p, dst, s, done, w < 4 ? 2000 : 100));
+    diag("bench api_ns%s", line);
+    static const int vs[] = {0, 1, 2};
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
+        tdm_cuda_kv_gather_variant = vs[i];
+        diag("bench api_ns variant=%d gather_1run_16B=%.0f xfer_cuda_copy_1page=%.0f", vs[i],
+             api_ns(6, p, dst, s, done, 100), api_ns(7, p, dst, s, done, 100));
+    }
+    tdm_cuda_kv_gather_variant = 0;
+}
+
+/* Ratios (anchor / room) of one variant: per way and timing their minimum over sizes, and all. */
+static double bench_min(double (*t)[3][2], double min[2][2])
+{
+    double all = 1e9;
+    for (int w = 0; w < 2; w++)
+        for (int h = 0; h < 2; h++)
+            min[w][h] = 1e9;
     for (int z = 0; z < 10; z++)
         for (int w = 0; w < 2; w++)
             for (int h = 0; h < 2; h++) {
@@ -707,24 +797,40 @@ static void bench_summary(int variant, double (*t)[3][2], uint64_t page,
                 min[w][h] = r < min[w][h] ? r : min[w][h];
                 all = r < all ? r : all;
             }
-    diag("bench kvg variant=%d min_ratio contiguous_gpu=%.3f contiguous_wall=%.3f "
-         "scattered_gpu=%.3f scattered_wall=%.3f all=%.3f ratio_met=%s",
-         variant, min[0][0], min[0][1], min[1][0], min[1][1], all, all >= 0.8 ? "true" : "false");
+    return all;
+}
+
+#define BENCH_RUNS_MAX 16
+
+/* With TDM_BENCH_OUT set (tools/device-run.sh): the first variant-0 run's table as
+ * $TDM_BENCH_OUT/transfer_cuda.json, every run's minima in its "ab" list. */
+static void bench_json(int n_runs, const int *variant, double (*res)[10][3][2], uint64_t page,
+                       const struct cudaDeviceProp *prop)
+{
+    static const char *way[] = {"contiguous", "scattered"}, *how[] = {"gpu", "wall"};
     const char *dir = getenv("TDM_BENCH_OUT");
     char path[4096];
     FILE *f = NULL;
-    if (variant != 0 || !dir ||
+    int k0 = 0;
+    double min[2][2];
+    while (k0 < n_runs && variant[k0] != 0)
+        k0++;
+    if (k0 == n_runs || !dir ||
         snprintf(path, sizeof(path), "%s/transfer_cuda.json", dir) >= (int)sizeof(path) ||
         !(f = fopen(path, "w")))
         return;
+    double(*t)[3][2] = res[k0];
+    double all = bench_min(t, min);
     fprintf(f,
             "{\n \"bench\": \"transfer_cuda\",\n \"source\": \"tests/gpu/test-xfer-cuda\",\n"
             " \"gpu\": \"%s\",\n \"sms\": %d,\n \"l2_bytes\": %d,\n"
             " \"geometry\": \"bf16, 32 layers, 2 kv heads x 128, page 16 tokens: a page is 64 "
             "regions of 8 KiB\",\n \"page_chunk_bytes\": %llu,\n"
             " \"room\": \"xfer_cuda_copy of n pages into decode's pool (another process, "
-            "cudaIpcOpenMemHandle), then its fence; contiguous i -> i, scattered i -> 2i\",\n"
-            " \"anchor\": \"one local cudaMemcpyAsync D2D of the same bytes\",\n"
+            "cudaIpcOpenMemHandle), then its fence, poll and free; contiguous i -> i, scattered "
+            "i -> 2i\",\n"
+            " \"anchor\": \"one local cudaMemcpyAsync D2D of the same bytes, then an event "
+            "record and cudaEventQuery until done\",\n"
             " \"timing\": {\"gpu\": \"GPU events around each rep on its stream, reps queued "
             "behind a held stream (device time only)\", \"wall\": \"host wall from the call to "
             "the completed event\", \"reps\": %d, \"statistic\": \"median\"},\n"
@@ -745,23 +851,44 @@ static void bench_summary(int variant, double (*t)[3][2], uint64_t page,
     fprintf(f,
             " ],\n \"min_ratio\": {\"contiguous_gpu\": %.3f, \"contiguous_wall\": %.3f, "
             "\"scattered_gpu\": %.3f, \"scattered_wall\": %.3f},\n \"ratio_vs_cudamemcpy\": %.3f,\n"
-            " \"ratio_target\": 0.8,\n \"ratio_met\": %s\n}\n",
+            " \"ratio_target\": 0.8,\n \"ratio_met\": %s,\n \"ab\": [\n",
             min[0][0], min[0][1], min[1][0], min[1][1], all, all >= 0.8 ? "true" : "false");
+    for (int k = 0; k < n_runs; k++) {
+        double a = bench_min(res[k], min);
+        fprintf(f,
+                "  {\"order\": %d, \"variant\": %d, \"contiguous_gpu\": %.3f, \"contiguous_wall\": "
+                "%.3f, \"scattered_gpu\": %.3f, \"scattered_wall\": %.3f, \"all\": %.3f}%s\n",
+                k, variant[k], min[0][0], min[0][1], min[1][0], min[1][1], a,
+                k + 1 < n_runs ? "," : "");
+    }
+    fprintf(f, " ]\n}\n");
     fclose(f);
 }
 
 /* Rooms of 1..512 pages (512 KiB..256 MiB), contiguous and every other page, against the anchor;
- * both timings; every page of every timed room checked. Variant 0 and 1 of the kernel. */
+ * both timings; every page of every timed room checked. Once per gather variant in
+ * TDM_XFER_BENCH_VARIANTS (a comma list, default "0": xfer_ops.h lists them), in that order. */
 static void bench_ipc(peer_t *p)
 {
     static uint32_t sp[SRC_PAGES], dc[SRC_PAGES], ds[SRC_PAGES];
+    static double res[BENCH_RUNS_MAX][10][3][2]; /* run, size, anchor/contig/scattered, gpu/wall */
     const tdm_kv_layout_t *l = p->src.layout;
     const uint64_t page = (uint64_t)l->num_layers * (l->sub[0].page_stride + l->sub[1].page_stride);
     uint8_t *a_dst = NULL;
     cudaStream_t as = NULL;
     cudaEvent_t ev[BENCH_REPS + 1] = {0}, done = NULL;
     struct cudaDeviceProp prop;
-    int good = cudaMalloc((void **)&a_dst, SRC_PAGES * page) == cudaSuccess &&
+    int variant[BENCH_RUNS_MAX], n_runs = 0;
+    const char *list = getenv("TDM_XFER_BENCH_VARIANTS");
+    for (const char *q = list && *list ? list : "0"; *q && n_runs < BENCH_RUNS_MAX;) {
+        char *e = NULL;
+        long v = strtol(q, &e, 10);
+        if (e == q || v < 0 || v > 2)
+            break;
+        variant[n_runs++] = (int)v;
+        q = *e == ',' ? e + 1 : e;
+    }
+    int good = n_runs > 0 && cudaMalloc((void **)&a_dst, SRC_PAGES * page) == cudaSuccess &&
                cudaStreamCreateWithFlags(&as, cudaStreamNonBlocking) == cudaSuccess &&
                cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess &&
                cudaGetDeviceProperties(&prop, 0) == cudaSuccess;
@@ -772,16 +899,17 @@ static void bench_ipc(peer_t *p)
         ds[i] = 2 * i;
     }
     int timed = 0, checked = 0, verified = 0;
-    if (good)
+    if (good) {
         diag(
             "bench gpu=\"%s\" sms=%d l2_bytes=%d page_chunk_bytes=%llu reps=%d rotation_bytes=%llu",
             prop.name, prop.multiProcessorCount, prop.l2CacheSize, (unsigned long long)page,
             BENCH_REPS, (unsigned long long)(SRC_PAGES * page));
-    static double res[2][10][3][2]; /* variant, size, anchor/contiguous/scattered, gpu/wall */
-    for (int variant = 0; good && variant < 2; variant++) {
-        tdm_cuda_kv_gather_variant = variant;
+        bench_api(p, a_dst, as, done);
+    }
+    for (int k = 0; good && k < n_runs; k++) {
+        tdm_cuda_kv_gather_variant = variant[k];
         for (uint32_t n = 1, size = 0; n <= 512; n *= 2, size++) {
-            double(*t)[2] = res[variant][size];
+            double(*t)[2] = res[k][size];
             bop_t o = {p, 0, n, SRC_PAGES / n, n * page, a_dst, as, sp, dc, ds};
             timed += time_both(&o, ev, done, &t[0][0], &t[0][1]) == 0;
             for (int kind = 1; kind <= 2; kind++) {
@@ -797,22 +925,31 @@ static void bench_ipc(peer_t *p)
                                      kind == 1 && used >= DEC_PAGES ? 0 : (kind == 1 ? 1 : 2));
                 checked++;
                 verified += zero == 0 && bad == 0;
+                if (zero != 0 || bad != 0)
+                    diag("bench kvg variant=%d bytes=%llu %s: %d pages differ", variant[k],
+                         (unsigned long long)(n * page), kind == 1 ? "contiguous" : "scattered",
+                         bad);
             }
-            diag("bench kvg variant=%d bytes=%llu pages=%u anchor_ev_us=%.2f anchor_wall_us=%.2f "
-                 "contiguous_ev_us=%.2f contiguous_wall_us=%.2f scattered_ev_us=%.2f "
-                 "scattered_wall_us=%.2f",
-                 variant, (unsigned long long)(n * page), n, t[0][0], t[0][1], t[1][0], t[1][1],
-                 t[2][0], t[2][1]);
+            diag("bench kvg run=%d variant=%d bytes=%llu pages=%u anchor_ev_us=%.2f "
+                 "anchor_wall_us=%.2f contiguous_ev_us=%.2f contiguous_wall_us=%.2f "
+                 "scattered_ev_us=%.2f scattered_wall_us=%.2f",
+                 k, variant[k], (unsigned long long)(n * page), n, t[0][0], t[0][1], t[1][0],
+                 t[1][1], t[2][0], t[2][1]);
         }
+        double min[2][2], all = bench_min(res[k], min);
+        diag("bench kvg run=%d variant=%d min_ratio contiguous_gpu=%.3f contiguous_wall=%.3f "
+             "scattered_gpu=%.3f scattered_wall=%.3f all=%.3f",
+             k, variant[k], min[0][0], min[0][1], min[1][0], min[1][1], all);
     }
-    for (int variant = 0; good && variant < 2; variant++)
-        bench_summary(variant, res[variant], page, &prop);
     tdm_cuda_kv_gather_variant = 0;
-    if (good)
+    if (good) {
+        bench_json(n_runs, variant, res, page, &prop);
         bench_threshold(p->src.base, a_dst, as, done);
-    ok(good && timed == 2 * 10 * 3 && verified == checked,
-       "benchmark: %d of 60 timings, %d of %d timed rooms with every page checked", timed, verified,
-       checked);
+    }
+    ok(good && timed == n_runs * 10 * 3 && verified == checked,
+       "benchmark: %d of %d timings (%d gather variants), %d of %d timed rooms with every page "
+       "checked",
+       timed, n_runs * 10 * 3, n_runs, verified, checked);
     for (int k = 0; k <= BENCH_REPS; k++)
         if (ev[k])
             cudaEventDestroy(ev[k]);
@@ -1013,7 +1150,9 @@ int main(void)
         test_page_sums(c, TDM_DTYPE_BF16, 16);
         test_page_sums(c, TDM_DTYPE_FP8_E4M3, 3);
         test_record_check(c);
-        test_kv_gather();
+        for (int v = 0; v <= 2; v++)
+            test_kv_gather(v);
+        tdm_cuda_kv_gather_variant = 0;
         xfer_cuda_free(c);
     }
     /* compute-sanitizer (tools/device-run.sh) and CUDA IPC between two processes do not mix:
