@@ -25,7 +25,10 @@
  * harness's threads have it): the default 50 µs slack would add up to 70 µs per poll of the
  * harness's own to every round. argv: [N sizes [aligned]]; env TDM_BENCH_FROM=i starts at size
  * i (0-based), TDM_BENCH_INFLIGHT sets the rooms per round (rounds), TDM_BENCH_REPS the rounds
- * or segments per size, TDM_BENCH_CHECKSUMS=0|1 runs that pass alone (profiling). Prints one
+ * or segments per size, TDM_BENCH_CHECKSUMS=0|1 runs that pass alone (profiling),
+ * TDM_BENCH_CORK=0 sends every frame as it is queued (no tdm_xfer_cork), TDM_BENCH_SUB the rooms
+ * per corked sub-batch (8), TDM_BENCH_PIN=0 leaves thread placement to the scheduler,
+ * TDM_BENCH_LAYOUT_COPY=1 measures the copy alone (layout_copy) and exits. Prints one
  * JSON object per line:
  *   {"bytes":N,"checksums":0|1,"reps":R,"inflight":K,["window":W,"rooms":N,]"gbps":G,
  *    "room_latency_us":L,"verify_gbps":V}
@@ -33,6 +36,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -564,6 +568,25 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
     return 0;
 }
 
+/* TDM_BENCH_PIN=1 (the default; 0 leaves placement to the scheduler): the copying thread (the
+ * prefill harness, which writes same-host rooms itself) on CPU 0; the prefill engine's threads and
+ * the whole decode process on CPU 1, as a deployment gives the sending thread its own core. On the
+ * 2-vCPU bench host the unpinned runs are bimodal (24-44 GB/s at 512 KiB, depending on where the
+ * scheduler puts the threads); pinned, 45-47. ucx_perftest runs pinned the same way (transfer.sh:
+ * client on CPU 0, server on CPU 1). */
+static int bench_pin = 1;
+
+static void pin_to(int cpu)
+{
+    cpu_set_t set;
+    if (!bench_pin || cpu >= CPU_SETSIZE)
+        return;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set))
+        fprintf(stderr, "transfer bench: not pinned to CPU %d\n", cpu);
+}
+
 static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_pages)
 {
     int to_child[2], from_child[2];
@@ -575,6 +598,7 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
         return 1;
     if (pid == 0) {
         uint16_t port;
+        pin_to(1);
         close(to_child[1]);
         close(from_child[0]);
         if (read_full(to_child[0], &port, sizeof(port)))
@@ -599,10 +623,12 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
     pre.cfg.disable_checksums = !checksums;
     pre.cfg.role = TDM_XFER_PREFILL;
     pre.cfg.instance_id = 0x1111;
+    pin_to(1); /* the engine's threads inherit it */
     if (tdm_xfer_init(&pre.cfg, &pre.x) != TDM_OK) {
         fprintf(stderr, "transfer bench: prefill did not start\n");
         goto out;
     }
+    pin_to(0); /* this thread copies */
     uint16_t port = tdm_xfer_port(pre.x);
     if (write_full(to_child[1], &port, sizeof(port)))
         goto out;
@@ -710,6 +736,7 @@ static int layout_copy(const uint32_t *sizes, int n_sizes, uint32_t max_pages)
 {
     xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, max_pages};
     xt_side_t a, b;
+    pin_to(0); /* where the engine's copier runs */
     if (xt_pools(&a, &g) || xt_pools(&b, &g))
         return 1;
     xt_fill_random(&a, 3);
@@ -759,6 +786,10 @@ int main(int argc, char **argv)
         n = 6;
     if (fr && atoi(fr) >= 0 && atoi(fr) < n)
         from = atoi(fr);
+    const char *pn = getenv("TDM_BENCH_PIN");
+    bench_pin = !pn || strcmp(pn, "0");
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        bench_pin = 0;
     const char *sb = getenv("TDM_BENCH_SUB");
     if (sb && atoi(sb) >= 1)
         bench_sub = atoi(sb);

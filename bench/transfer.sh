@@ -8,7 +8,7 @@
 # throughput: TDM_BENCH_WINDOW rooms outstanding (default 16) into the same decode pages (see
 # bench/transfer.c); once per size the older one-room rounds run too (engine_rounds_gbps), as a
 # same-run A/B of the two protocols. Use a build without sanitizers for numbers.
-# Env: TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_REPEATS (engine +
+# Env: TDM_BENCH_PIN (default 1: copier on CPU 0, the rest on CPU 1, perftest alike), TDM_BENCH_SIZES (1..6: how many of 512K,1M,4M,16M,64M,256M), TDM_BENCH_REPEATS (engine +
 # perftest pairs per size, default 3; figures are medians), TDM_BENCH_GIT_SHA, TDM_BENCH_NOTE (the
 # operator's remark on this run, stored as "note").
 set -eu
@@ -21,6 +21,12 @@ UCX_TLS=${UCX_TLS:-tcp,sm,self}
 UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 TDM_BENCH_WINDOW=${TDM_BENCH_WINDOW:-16}
 export UCX_TLS UCX_NET_DEVICES TDM_BENCH_WINDOW
+# placement (bench/transfer.c, TDM_BENCH_PIN): the copying side on CPU 0, the other on CPU 1, for
+# the engine and for perftest alike (its client copies, its server waits)
+PIN0= PIN1=
+if [ "${TDM_BENCH_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+    PIN0="taskset -c 0" PIN1="taskset -c 1"
+fi
 runs=$(mktemp)
 lcopy=$(mktemp)
 rounds=$(mktemp)
@@ -39,10 +45,10 @@ perftest() {
     *" -e "*) iters=$((33554432 / b)); [ "$iters" -lt 2 ] && iters=2 ;;
     *) iters=$((2147483648 / b)); [ "$iters" -gt 2000 ] && iters=2000; [ "$iters" -lt 8 ] && iters=8 ;;
     esac
-    ucx_perftest -p "$port" "$@" >/dev/null 2>&1 &
+    $PIN1 ucx_perftest -p "$port" "$@" >/dev/null 2>&1 &
     srv=$!
     sleep 0.5
-    line=$(timeout 120 ucx_perftest 127.0.0.1 -p "$port" "$@" -t ucp_put_bw -s "$b" -n "$iters" 2>/dev/null | grep '^Final:' || true)
+    line=$(timeout 120 $PIN0 ucx_perftest 127.0.0.1 -p "$port" "$@" -t ucp_put_bw -s "$b" -n "$iters" 2>/dev/null | grep '^Final:' || true)
     wait "$srv" 2>/dev/null || true
     echo "$b $line" >>"$f"
 }
@@ -168,6 +174,7 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'anchor_same_working_set': 'perftest at the round bytes (size x inflight): perftest re-puts one buffer (source and target stay in cache up to a few MiB), while the engine writes distinct decode pages per room of a round; this anchor moves the same bytes per put as the engine per round',
        'engine_write_path': path,
        'layout_copy': 'the copy alone, right before each engine repeat: one thread memcpy()s the room (every layer and sub-buffer, its pages contiguous per region as the engine coalesces them) between two pools of this layout in one process, room after room into the same pages, median of 9 timings; no engine, no second process, no handshake. Plain memcpy: the engine streams rooms of 8 MiB and more with non-temporal stores, so from there it can beat this figure. ratio_layout_copy_vs_ucx_perftest below 0.8 means no protocol could reach the 0.8 target at that size on this host: a page chunk is 64 regions of 8 KiB, perftest one contiguous buffer',
+       'placement': 'TDM_BENCH_PIN=%s: the prefill harness (the thread that copies same-host rooms) on CPU 0, the prefill engine threads and the decode process on CPU 1; perftest client on CPU 0, server on CPU 1 (taskset). Unpinned, the engine at 512 KiB is bimodal on this host (24-44 GB/s by where the scheduler puts the threads)' % os.environ.get('TDM_BENCH_PIN', '1'),
        'cork': 'the harness corks the engine (tdm_xfer_cork) around its sends, uncorking every TDM_BENCH_SUB rooms (default 8): the STATUS frames of up to 8 rooms (prefill) and TRANSFER_INFO frames (decode) leave in one write, while the peer already works on the previous 8',
        'sizes': sizes,
        'ratio_vs_ucx_perftest': min(ratios) if ratios else None,
