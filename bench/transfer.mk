@@ -6,6 +6,13 @@ bench_transfer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
 bench_transfer_LDADD = $(XFER_LIBS)
 EXTRA_DIST += bench/transfer.sh
 
-bench-transfer: bench/transfer
+# bench/transfer_floor — the same windowed transfer with nothing but the copy, a loopback socket
+# and the wakes (two single-threaded processes): what any engine of this shape can reach here
+noinst_PROGRAMS += bench/transfer_floor
+bench_transfer_floor_SOURCES = bench/transfer_floor.c
+bench_transfer_floor_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+bench_transfer_floor_LDADD = $(XFER_LIBS)
+
+bench-transfer: bench/transfer bench/transfer_floor
 	$(SHELL) $(top_srcdir)/bench/transfer.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-transfer

@@ -29,12 +29,13 @@ if [ "${TDM_BENCH_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset 
 fi
 runs=$(mktemp)
 lcopy=$(mktemp)
+floor=$(mktemp)
 rounds=$(mktemp)
 perf=$(mktemp)
 perfe=$(mktemp)
 elog=$(mktemp)
 loads=$(mktemp)
-trap 'rm -f "$runs" "$lcopy" "$rounds" "$perf" "$perfe" "$elog" "$loads"' EXIT
+trap 'rm -f "$runs" "$lcopy" "$floor" "$rounds" "$perf" "$perfe" "$elog" "$loads"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 # perftest put_bw of $1 bytes (extra flags after it) appended to file $2 as "bytes Final: ..."
 perftest() {
@@ -64,6 +65,12 @@ echo "$i $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)" >>"$loads"
 # the copy alone (one thread, the same layout, no engine): the engine's ceiling on this host
 TDM_BENCH_FROM=$i TDM_BENCH_LAYOUT_COPY=1 "$BUILD/bench/transfer" "$((i + 1))" >>"$lcopy" 2>"$elog" || { cat "$elog" >&2; exit 1; }
 TDM_BENCH_FROM=$i "$BUILD/bench/transfer" "$((i + 1))" >>"$runs" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+# the page chunk: the same windowed transfer with nothing but the copy, the socket and the wakes
+# (bench/transfer_floor.c), at the engine's window and sub-batch, and with batches of 128
+if [ "$i" -eq 0 ]; then
+    TDM_FLOOR_WINDOW=$TDM_BENCH_WINDOW TDM_FLOOR_SUB=${TDM_BENCH_SUB:-8} "$BUILD/bench/transfer_floor" >>"$floor" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+    TDM_FLOOR_WINDOW=128 TDM_FLOOR_SUB=128 "$BUILD/bench/transfer_floor" >>"$floor" 2>"$elog" || { cat "$elog" >&2; exit 1; }
+fi
 # the older protocol (one room per round, timed on prefill), checksums off, once per size
 [ "$rep" -eq 0 ] && { TDM_BENCH_FROM=$i TDM_BENCH_WINDOW=0 TDM_BENCH_CHECKSUMS=0 "$BUILD/bench/transfer" "$((i + 1))" >>"$rounds" 2>"$elog" || { cat "$elog" >&2; exit 1; }; }
 # how prefill wrote decode's pool (ucx.c logs it per rank at connect)
@@ -91,9 +98,9 @@ sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unkn
 dirty=false
 [ -z "${TDM_BENCH_GIT_SHA:-}" ] && ! git -C "$SRC" diff --quiet HEAD -- dataplane/xfer bench/transfer.c 2>/dev/null && dirty=true
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" "$loads" "$rounds" "$lcopy" <<'PY'
+python3 - "$runs" "$perf" "$perfe" "$OUT" "$sha" "$dirty" "$UCX_TLS" "$load_before" "$path" "$SRC/bench/results/pd.json" "$load_after" "${TDM_BENCH_NOTE:-}" "$loads" "$rounds" "$lcopy" "$floor" <<'PY'
 import json, sys, platform, os
-runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note, loads_p, rounds_p, lcopy_p = sys.argv[1:]
+runs_p, perf_p, perfe_p, out, sha, dirty, tls, load, path, pd_p, load_after, note, loads_p, rounds_p, lcopy_p, floor_p = sys.argv[1:]
 import statistics
 runs = [json.loads(l) for l in open(runs_p)]
 rounds = {}
@@ -155,6 +162,20 @@ for b in sorted(set(r['bytes'] for r in runs)):
                   'engine_rounds_gbps': r3(rr['gbps']) if rr else None,
                   'engine_rounds_room_latency_us': rr['room_latency_us'] if rr else None,
                   'ratio_rounds': div(rr['gbps'], p) if rr else None})
+floors = [json.loads(l) for l in open(floor_p)]
+if sizes and floors:
+    s0 = sizes[0]
+    fw = [f for f in floors if f['window'] != 128 or s0['window'] == 128]
+    fb = [f for f in floors if f['window'] == 128 and f['sub'] == 128]
+    fg = med([f['floor_gbps'] for f in fw])
+    bg = med([f['floor_gbps'] for f in fb])
+    s0['protocol_floor_gbps'] = r3(fg)
+    s0['protocol_floor_gbps_repeats'] = [f['floor_gbps'] for f in fw]
+    s0['protocol_floor_copy_gbps'] = r3(med([f['copy_gbps'] for f in floors]))
+    s0['ratio_protocol_floor_vs_ucx_perftest'] = div(fg, s0['ucx_perftest_gbps'])
+    s0['engine_vs_protocol_floor'] = div(s0['engine_gbps'], fg)
+    s0['protocol_floor_batch128_gbps'] = r3(bg)
+    s0['ratio_protocol_floor_batch128_vs_ucx_perftest'] = div(bg, s0['ucx_perftest_gbps'])
 ratios = [s['ratio'] for s in sizes if s['ratio'] is not None]
 rw = [s['ratio_same_working_set'] for s in sizes if s['ratio_same_working_set'] is not None]
 rc = [s['ratio_checksums'] for s in sizes if s['ratio_checksums'] is not None]
@@ -175,13 +196,16 @@ doc = {'bench': 'transfer', 'git_sha': sha, 'dirty': dirty == 'true',
        'engine_write_path': path,
        'layout_copy': 'the copy alone, right before each engine repeat: one thread memcpy()s the room (every layer and sub-buffer, its pages contiguous per region as the engine coalesces them) between two pools of this layout in one process, room after room into the same pages, median of 9 timings; no engine, no second process, no handshake. Plain memcpy: the engine streams rooms of 8 MiB and more with non-temporal stores, so from there it can beat this figure. ratio_layout_copy_vs_ucx_perftest below 0.8 means no protocol could reach the 0.8 target at that size on this host: a page chunk is 64 regions of 8 KiB, perftest one contiguous buffer',
        'placement': 'TDM_BENCH_PIN=%s: the prefill harness (the thread that copies same-host rooms) on CPU 0, the prefill engine threads and the decode process on CPU 1; perftest client on CPU 0, server on CPU 1 (taskset). Unpinned, the engine at 512 KiB is bimodal on this host (24-44 GB/s by where the scheduler puts the threads)' % os.environ.get('TDM_BENCH_PIN', '1'),
+       'protocol_floor': 'bench/transfer_floor, right after each 512 KiB engine repeat: the same windowed transfer (decode keeps the window of rooms outstanding, prefill copies each room\'s 64 regions into decode\'s MAP_SHARED pool of the same layout and reports completions, one socket write per sub-batch) between two single-threaded pinned processes over loopback TCP, with nothing else: no frames, allocations, locks, room states, events or helper threads. At the engine\'s window and sub-batch (protocol_floor_gbps) and with batches of 128 rooms (protocol_floor_batch128_gbps). ratio_protocol_floor_vs_ucx_perftest is what any engine of this shape (two processes, a socket, a copy by the sender) can reach on this host; protocol_floor_copy_gbps the copy alone inside that program',
        'cork': 'the harness corks the engine (tdm_xfer_cork) around its sends, uncorking every TDM_BENCH_SUB rooms (default 8): the STATUS frames of up to 8 rooms (prefill) and TRANSFER_INFO frames (decode) leave in one write, while the peer already works on the previous 8',
        'sizes': sizes,
        'ratio_vs_ucx_perftest': min(ratios) if ratios else None,
        'ratio_vs_ucx_perftest_checksums_on': min(rc) if rc else None,
        'ratio_vs_ucx_perftest_same_working_set': min(rw) if rw else None,
        'ratio_vs_ucx_perftest_rounds': min(rr_) if rr_ else None,
-       'page_chunk_layout_copy_vs_ucx_perftest': sizes[0]['ratio_layout_copy_vs_ucx_perftest'] if sizes else None}
+       'page_chunk_layout_copy_vs_ucx_perftest': sizes[0]['ratio_layout_copy_vs_ucx_perftest'] if sizes else None,
+       'page_chunk_protocol_floor_vs_ucx_perftest': sizes[0].get('ratio_protocol_floor_vs_ucx_perftest') if sizes else None,
+       'page_chunk_protocol_floor_batch128_vs_ucx_perftest': sizes[0].get('ratio_protocol_floor_batch128_vs_ucx_perftest') if sizes else None}
 # checksum_ttft_overhead is measured by bench/pd.sh (PD pairs over HTTP); carried here with its
 # provenance so the issue's two transfer numbers sit in one file
 try:
@@ -198,5 +222,7 @@ open(out, 'a').write('\n')
 print(json.dumps({k: doc[k] for k in ('ratio_vs_ucx_perftest', 'ratio_vs_ucx_perftest_checksums_on',
                                        'ratio_vs_ucx_perftest_same_working_set',
                                        'ratio_vs_ucx_perftest_rounds',
-                                       'page_chunk_layout_copy_vs_ucx_perftest')}))
+                                       'page_chunk_layout_copy_vs_ucx_perftest',
+                                       'page_chunk_protocol_floor_vs_ucx_perftest',
+                                       'page_chunk_protocol_floor_batch128_vs_ucx_perftest')}))
 PY
