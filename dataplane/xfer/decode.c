@@ -77,6 +77,7 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
         if (page_ids[i] >= x->cfg.kv[0]->num_pages)
             return TDM_ERR_RANGE;
     size_t cap = 512 + ((size_t)n_prompt + n_pages) * 4, len;
+    xfer_cork_due(x, 0);
     uint8_t *buf = tdm_malloc(cap);
     pthread_mutex_lock(&x->mu);
     if (!x->ready) {

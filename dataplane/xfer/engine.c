@@ -188,9 +188,24 @@ static void out_reset(tdm_xfer_t *x)
 
 static void out_flush(tdm_xfer_t *x, int is_recv);
 
-/* The engine this thread corked (tdm_xfer_cork) and how deep. */
+/* The engine this thread corked (tdm_xfer_cork), how deep, and since when a frame of it waits
+ * (0: none since this thread's last flush). */
 static _Thread_local const tdm_xfer_t *tl_cork;
 static _Thread_local uint32_t tl_cork_depth;
+static _Thread_local uint64_t tl_cork_first_us;
+
+void xfer_cork_due(tdm_xfer_t *x, int long_op)
+{
+    if (tl_cork != x || !tl_cork_first_us)
+        return;
+    if (!long_op && xfer_now() - tl_cork_first_us < x->cfg.cork_hold_us)
+        return;
+    tl_cork_first_us = 0;
+    pthread_mutex_lock(&x->mu);
+    if (x->chan_fd >= 0 && !x->chan_kill)
+        out_flush(x, 0);
+    pthread_mutex_unlock(&x->mu);
+}
 
 void tdm_xfer_cork(tdm_xfer_t *x)
 {
@@ -205,6 +220,7 @@ void tdm_xfer_uncork(tdm_xfer_t *x)
     if (!x || tl_cork != x || --tl_cork_depth > 0)
         return;
     tl_cork = NULL;
+    tl_cork_first_us = 0;
     pthread_mutex_lock(&x->mu);
     if (x->chan_fd >= 0 && !x->chan_kill)
         out_flush(x, 0); /* this thread sends: no wake of the receive thread for it */
@@ -248,6 +264,8 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
     memcpy(x->outq + x->outq_len, frame, len);
     x->outq_len += len;
     x->st.frames_tx++;
+    if (tl_cork == x && !tl_cork_first_us)
+        tl_cork_first_us = xfer_now();
     if (x->out_nowake || tl_cork == x) {
         x->out_quiet |= was_empty;
     } else if (was_empty && !x->recv_awake) {
@@ -1224,6 +1242,8 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
         c->waiting_timeout_us = 120000000;
     if (!c->abort_ack_timeout_us)
         c->abort_ack_timeout_us = 5000000;
+    if (!c->cork_hold_us)
+        c->cork_hold_us = XFER_HOLD_US;
     x->n_ranks = c->n_ranks;
     if (c->ucx_alloc) {
         x->page_size = c->kv_layout[0]->page_size;

@@ -161,6 +161,7 @@ typedef struct tdm_xfer_cfg {
     uint64_t bootstrap_timeout_us; /* room in BOOTSTRAPPING; default 30 s */
     uint64_t waiting_timeout_us;   /* WAITING_FOR_INPUT/TRANSFERRING; default 120 s */
     uint64_t abort_ack_timeout_us; /* default 5 s */
+    uint64_t cork_hold_us;         /* tdm_xfer_cork: longest hold of a corked frame; 200 µs */
     tdm_progress_slot_t *progress; /* optional: thread heartbeats */
     tdm_xfer_event_fn on_event;    /* optional */
     void *ctx;
@@ -252,10 +253,12 @@ tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t 
  * receive thread per frame; tdm_xfer_uncork() sends everything queued from the calling thread,
  * in one write where the socket takes it, and wakes the receive thread only for what it does
  * not take. Frames never leave later than the uncork (another thread's send may take them
- * earlier), and their order is unchanged (I5). For a caller that handles several rooms in a row
- * (a scheduler iteration, a batch of completions): cork, the calls, uncork, with no blocking
- * wait in between. Nests per engine; a cork of a second engine while one is corked on this
- * thread is a no-op (its frames go out as without). */
+ * earlier), and their order is unchanged (I5). Nor do they wait long: a corked thread's next
+ * tdm_xfer_prefill_send or tdm_xfer_decode_send_info sends what it queued once the oldest of it
+ * waited cfg.cork_hold_us (200 µs), and before copying a room of more than 2 MiB. For a caller that
+ * handles several rooms in a row (a scheduler iteration, a batch of completions): cork, the calls,
+ * uncork, with no blocking wait in between. Nests per engine; a cork of a second engine while one
+ * is corked on this thread is a no-op (its frames go out as without). */
 void tdm_xfer_cork(tdm_xfer_t *x);
 void tdm_xfer_uncork(tdm_xfer_t *x);
 
