@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <tdm/kv.h>
+#include "../tests/unit/xfer-testutil.h"
 
 #define NUM_PAGES 512u
 #define BATCH_MAX 256
@@ -126,28 +126,22 @@ int main(int argc, char **argv)
         return 2;
     }
     const int two = sysconf(_SC_NPROCESSORS_ONLN) >= 2;
-    tdm_model_config_t c;
-    tdm_kv_layout_t lay;
-    tdm_kv_pool_t *sp = NULL, *dp = NULL;
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 16, 32, 2, 128, NUM_PAGES}; /* bench/transfer.c's */
+    xt_side_t pre;
+    tdm_kv_pool_t *dp = NULL;
     uint64_t pool_bytes = 0;
-    memset(&c, 0, sizeof(c));
-    c.num_layers = 32;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 128;
-    c.hidden_size = 512;
-    if (tdm_kv_layout_init(&c, TDM_DTYPE_BF16, 16, 1, 0, &lay) != TDM_OK ||
-        tdm_kv_layout_pool_bytes(&lay, NUM_PAGES, &pool_bytes) != TDM_OK ||
-        tdm_kv_pool_init(&lay, NUM_PAGES, &sp) != TDM_OK)
+    if (xt_pools(&pre, &g) != TDM_OK ||
+        tdm_kv_layout_pool_bytes(&pre.lay, NUM_PAGES, &pool_bytes) != TDM_OK)
         return 1;
     void *dmem = mmap(NULL, pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (dmem == MAP_FAILED ||
-        tdm_kv_pool_init_mem(&lay, NUM_PAGES, dmem, pool_bytes, &dp) != TDM_OK)
+        tdm_kv_pool_init_mem(&pre.lay, NUM_PAGES, dmem, pool_bytes, &dp) != TDM_OK)
         return 1;
-    const tdm_kv_buffers_t *src = tdm_kv_pool_buffers(sp), *dst = tdm_kv_pool_buffers(dp);
+    const tdm_kv_buffers_t *src = pre.cfg.kv[0], *dst = tdm_kv_pool_buffers(dp);
     for (uint64_t i = 0; i < pool_bytes; i++)
         src->base[i] = (uint8_t)(i * 131 + 7);
-    const uint64_t room_bytes = (uint64_t)lay.num_layers * lay.n_sub * lay.sub[0].page_stride;
+    const uint64_t room_bytes =
+        (uint64_t)pre.lay.num_layers * pre.lay.n_sub * pre.lay.sub[0].page_stride;
 
     /* the copy alone, on the copier's CPU */
     if (two)

@@ -188,23 +188,30 @@ static void out_reset(tdm_xfer_t *x)
 
 static void out_flush(tdm_xfer_t *x, int is_recv);
 
+/* Send what the outbound queue holds from the calling thread (mu not held): no wake of the
+ * receive thread unless the socket takes only part. */
+static void out_send_now(tdm_xfer_t *x)
+{
+    pthread_mutex_lock(&x->mu);
+    out_flush(x, 0);
+    pthread_mutex_unlock(&x->mu);
+}
+
 /* The engine this thread corked (tdm_xfer_cork), how deep, and since when a frame of it waits
  * (0: none since this thread's last flush). */
 static _Thread_local const tdm_xfer_t *tl_cork;
 static _Thread_local uint32_t tl_cork_depth;
 static _Thread_local uint64_t tl_cork_first_us;
 
-void xfer_cork_due(tdm_xfer_t *x, int long_op)
+void xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages)
 {
     if (tl_cork != x || !tl_cork_first_us)
         return;
-    if (!long_op && xfer_now() - tl_cork_first_us < x->cfg.cork_hold_us)
+    if (xfer_now() - tl_cork_first_us < x->cfg.cork_hold_us &&
+        !(copy_pages && xfer_room_sum_bytes(x, copy_pages) > XFER_HOLD_MAX_BYTES))
         return;
     tl_cork_first_us = 0;
-    pthread_mutex_lock(&x->mu);
-    if (x->chan_fd >= 0 && !x->chan_kill)
-        out_flush(x, 0);
-    pthread_mutex_unlock(&x->mu);
+    out_send_now(x);
 }
 
 void tdm_xfer_cork(tdm_xfer_t *x)
@@ -221,10 +228,7 @@ void tdm_xfer_uncork(tdm_xfer_t *x)
         return;
     tl_cork = NULL;
     tl_cork_first_us = 0;
-    pthread_mutex_lock(&x->mu);
-    if (x->chan_fd >= 0 && !x->chan_kill)
-        out_flush(x, 0); /* this thread sends: no wake of the receive thread for it */
-    pthread_mutex_unlock(&x->mu);
+    out_send_now(x);
 }
 
 tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
@@ -552,9 +556,7 @@ static void *recv_main(void *arg)
 static void xfer_out_push(tdm_xfer_t *x)
 {
     x->out_held_us = 0;
-    pthread_mutex_lock(&x->mu);
-    out_flush(x, 0);
-    pthread_mutex_unlock(&x->mu);
+    out_send_now(x);
 }
 
 /* Move a room on once its writes completed: flush, then (flush completed) finalize. Returns 1 when

@@ -308,7 +308,7 @@ tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t 
     for (uint32_t i = 0; i < n_pages; i++)
         if (src_pages[i] >= x->cfg.kv[0]->num_pages)
             return TDM_ERR_RANGE;
-    xfer_cork_due(x, xfer_room_sum_bytes(x, n_pages) > XFER_HOLD_MAX_BYTES);
+    xfer_cork_due(x, n_pages);
     pthread_mutex_lock(&x->mu);
     xroom_t *r = xfer_map_get(x, room);
     if (!r) {

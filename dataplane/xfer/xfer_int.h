@@ -191,9 +191,10 @@ void xfer_event(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t fro
 /* Append an encoded frame to the outbound queue (mu held); TDM_ERR_PEER without a channel. */
 tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len);
 /* engine.c, API entry points, mu NOT held: a thread that corked x sends what it queued when the
- * oldest of it waited cfg.cork_hold_us, or at once before a long operation (long_op: a room of more
- * than XFER_HOLD_MAX_BYTES to copy), so a cork never holds a frame through a long copy. */
-void xfer_cork_due(tdm_xfer_t *x, int long_op);
+ * oldest of it waited cfg.cork_hold_us, or at once before it copies a room of copy_pages pages of
+ * more than XFER_HOLD_MAX_BYTES, so a cork never holds a frame through a long copy. Without a
+ * cork on x it returns at once. */
+void xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages);
 tdm_status_t xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
                              const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens);
 tdm_status_t xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known);
