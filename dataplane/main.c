@@ -46,7 +46,8 @@ int main(int argc, char **argv)
     if (tdm_oneshot_wanted(&cfg) || r_argc > 1 ||
         tdm_params_source(params, "prompt") != TDM_PARAM_SRC_DEFAULT ||
         tdm_params_source(params, "prompt_ids") != TDM_PARAM_SRC_DEFAULT) {
-        rc = tdm_oneshot_main(&cfg, r_argc, r_argv);
+        rc = tdm_oneshot_main(&cfg, tdm_params_source(params, "device") != TDM_PARAM_SRC_DEFAULT,
+                              r_argc, r_argv);
         goto out;
     }
     if (!cfg.model_path[0]) {

@@ -5,7 +5,8 @@
  *
  * Choices: the one-shot is the reference path, so KV "auto" means f32 here (a single prompt's
  * cache is small, and the transformers goldens keep K/V in fp32); bf16/fp8_e4m3 are honoured when
- * asked. It always runs on the CPU backend, as one rank (--tp-size 1). Generation stops at an EOS
+ * asked. It always runs on the CPU backend, as one rank (--tp-size 1): an explicit --device cuda
+ * is refused (exit 2), the worker's default device is not consulted. Generation stops at an EOS
  * id of the model (unless --ignore-eos; the EOS id is part of `ids`), at --stop's string (the
  * string and what follows are not part of `text`) or after --max-tokens. `text` is the decode
  * of the generated ids without special tokens. Logprobs are the raw distribution's
@@ -267,7 +268,7 @@ static json_t *result_json(const int32_t *ids, size_t n, const char *text, size_
     return root;
 }
 
-int tdm_oneshot_main(const tdm_worker_config_t *cfg, int r_argc, char **r_argv)
+int tdm_oneshot_main(const tdm_worker_config_t *cfg, int device_given, int r_argc, char **r_argv)
 {
     char err[512] = "", path[4096];
     int rc = 2;
@@ -303,6 +304,13 @@ int tdm_oneshot_main(const tdm_worker_config_t *cfg, int r_argc, char **r_argv)
     }
     if (!cfg->model_path[0]) {
         snprintf(err, sizeof(err), "--model-path DIR is required");
+        goto usage;
+    }
+    if (device_given && strcmp(cfg->device, "cpu") != 0) {
+        snprintf(err, sizeof(err),
+                 "one-shot mode runs on the CPU engine only: --device %s is not supported here "
+                 "(pass --device cpu, or serve the model with the worker for CUDA)",
+                 cfg->device);
         goto usage;
     }
     if (cfg->tp_size != 1) {

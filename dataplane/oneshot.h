@@ -19,8 +19,9 @@ void tdm_oneshot_split_argv(int argc, char **argv, int *w_argc, char **w_argv, i
                             char **r_argv);
 /* 1 if the worker config asks for one-shot mode (--prompt or --prompt-ids given). */
 int tdm_oneshot_wanted(const tdm_worker_config_t *cfg);
-/* Run it. Returns the process exit status: 0, 1 (runtime failure) or 2 (bad usage). */
-int tdm_oneshot_main(const tdm_worker_config_t *cfg, int r_argc, char **r_argv);
+/* Run it (device_given: --device was set explicitly; anything but cpu is refused). Returns the
+ * process exit status: 0, 1 (runtime failure) or 2 (bad usage). */
+int tdm_oneshot_main(const tdm_worker_config_t *cfg, int device_given, int r_argc, char **r_argv);
 void tdm_oneshot_usage(FILE *out);
 
 #endif

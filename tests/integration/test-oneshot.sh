@@ -6,6 +6,7 @@
 #  - without --ignore-eos generation ends at the first EOS id (kept in ids);
 #  - --prompt TEXT tokenizes with special tokens (same result as the golden ids);
 #  - sampling is reproducible per --seed; --stop cuts the text before the stop string;
+#  - an explicit --device cuda is refused (one-shot runs on the CPU engine only);
 #  - bad flags, ids and paths exit 2 with a message naming the problem.
 # TAP; the checks are done by python3 (standard library only).
 set -u
@@ -171,6 +172,8 @@ try:
         ("request flags without a prompt", ["--model-path", mdir, "--temperature", "1"],
          "prompt"),
         ("empty prompt text", ["--model-path", mdir, "--prompt", ""], "prompt"),
+        ("--device cuda", ["--model-path", mdir, "--prompt-ids", "1", "--device", "cuda"],
+         "--device cuda is not supported"),
     ]
     for what, args, needle in cases:
         rc_, out_, err_ = run(args)
