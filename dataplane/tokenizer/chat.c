@@ -267,6 +267,59 @@ err_free:
     return st;
 }
 
+/* tokenizer_config.json as transformers writes it: integers beyond 64 bits (its default
+ * "model_max_length": 1000000000000000019884624838656) are read as reals, not refused, so the
+ * file's template and special tokens are not lost. Integer literals of more than 18 digits
+ * (outside strings) get a ".0" appended before jansson parses the text. */
+static json_t *load_hf_json(const char *path, json_error_t *jerr)
+{
+    FILE *f = fopen(path, "rb");
+    tdm_sbuf_t in = {.cap_limit = (size_t)64 << 20}, out = {.cap_limit = (size_t)96 << 20};
+    json_t *j = NULL;
+    char chunk[65536];
+    size_t n;
+    if (!f)
+        return json_load_file(path, 0, jerr); /* the same open error, reported by jansson */
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        if (tdm_sbuf_add(&in, chunk, n) != TDM_OK)
+            goto out;
+    for (size_t i = 0; i < in.len;) {
+        char c = in.p[i];
+        if (c == '"') {
+            size_t k = i + 1;
+            while (k < in.len && in.p[k] != '"')
+                k += in.p[k] == '\\' ? 2 : 1;
+            k = k < in.len ? k + 1 : in.len;
+            if (tdm_sbuf_add(&out, in.p + i, k - i) != TDM_OK)
+                goto out;
+            i = k;
+            continue;
+        }
+        if ((c >= '0' && c <= '9') || c == '-') {
+            size_t k = i + (c == '-');
+            while (k < in.len && in.p[k] >= '0' && in.p[k] <= '9')
+                k++;
+            int is_int = k == in.len || (in.p[k] != '.' && in.p[k] != 'e' && in.p[k] != 'E');
+            if (tdm_sbuf_add(&out, in.p + i, k - i) != TDM_OK ||
+                (is_int && k - i - (c == '-') > 18 && tdm_sbuf_puts(&out, ".0") != TDM_OK))
+                goto out;
+            i = k > i ? k : i + 1;
+            continue;
+        }
+        if (tdm_sbuf_add(&out, &c, 1) != TDM_OK)
+            goto out;
+        i++;
+    }
+    j = json_loadb(out.p ? out.p : "", out.len, 0, jerr);
+out:
+    if (!j && (in.len >= in.cap_limit || out.len >= out.cap_limit))
+        snprintf(jerr->text, sizeof(jerr->text), "file too large"), jerr->line = 0;
+    fclose(f);
+    tdm_sbuf_free(&in);
+    tdm_sbuf_free(&out);
+    return j;
+}
+
 tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t **ret, char *err,
                                     size_t errlen)
 {
@@ -284,7 +337,7 @@ tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t *
         SET_ERR("%s: path too long", model_dir);
         return TDM_ERR_RANGE;
     }
-    cfg = json_load_file(path, 0, &jerr);
+    cfg = load_hf_json(path, &jerr);
     if (!cfg) {
         SET_ERR("%s: %s (line %d)", path, jerr.text, jerr.line);
         return json_error_code(&jerr) == json_error_cannot_open_file ? TDM_ERR_NOTFOUND

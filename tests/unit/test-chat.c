@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tdm/chat.h>
 #include <tdm/mem.h>
@@ -145,6 +146,30 @@ static char *replace_all(const char *s, const char *from, const char *to)
     }
     tdm_sbuf_puts(&b, s);
     return b.p;
+}
+
+/* transformers' default model_max_length (beyond 64 bits) must not drop the file. */
+static void test_big_int(void)
+{
+    char dir[] = "/tmp/tdm-chat-bigint-XXXXXX", path[64], err[512] = "";
+    tdm_chat_template_t *t = NULL;
+    if (!ok(mkdtemp(dir) != NULL, "temp dir"))
+        return;
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    json_t *cfg = json_pack("{s:s,s:s}", "chat_template", TPL_CHATML, "eos_token", "<E>");
+    char *body = json_dumps(cfg, 0);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"model_max_length\": 1000000000000000019884624838656, \"n\": -12345678901234567890123,"
+               " \"s\": \"1234567890123456789012\", %s", body + 1);
+    fclose(f);
+    ok(tdm_chat_template_load(dir, &t, err, sizeof(err)) == TDM_OK &&
+           tdm_chat_template_format(t) == TDM_CHAT_CHATML && strcmp(t->eos_token, "<E>") == 0,
+       "integers beyond 64 bits: the file still loads (%s)", err);
+    tdm_chat_template_free(t);
+    free(body);
+    json_decref(cfg);
+    remove(path);
+    rmdir(dir);
 }
 
 static void test_matching(void)
@@ -394,6 +419,7 @@ int main(void)
     const char *s = getenv("TDM_SRCDIR");
     snprintf(srcdir, sizeof(srcdir), "%s", s ? s : ".");
     test_goldens();
+    test_big_int();
     test_matching();
     test_inputs();
     test_python();
