@@ -20,7 +20,7 @@
 static const char *const state_names[] = {"stopped", "starting",   "running", "draining",
                                           "drained", "restarting", "failed"};
 _Static_assert(sizeof(state_names) / sizeof(state_names[0]) == ACT_ST_MAX, "state names");
-static const char *const kind_names[] = {"supervised", "unit", "external"};
+static const char *const kind_names[] = {"supervised", "unit", "external", "registered"};
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == ACT_KIND_MAX, "kind names");
 
 const char *act_state_name(act_state_t s)
@@ -269,17 +269,34 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
 {
     const char *action = json_string_value(json_object_get(request, "action"));
     const char *group = json_string_value(json_object_get(request, "group"));
-    if (!action ||
-        (strcmp(action, "drain") && strcmp(action, "restart") && strcmp(action, "reconfigure"))) {
-        snprintf(err, err_len, "action must be drain, restart or reconfigure");
+    if (!action || (strcmp(action, "drain") && strcmp(action, "resume") &&
+                    strcmp(action, "restart") && strcmp(action, "reconfigure"))) {
+        snprintf(err, err_len, "action must be drain, resume, restart or reconfigure");
         return TDM_ERR_INVAL;
     }
     pthread_mutex_lock(&a->mu);
     act_group_t *g = group ? act_group_find(a, group) : NULL;
+    act_kind_t kind = g ? g->kind : ACT_KIND_MAX;
+    char url[256];
+    snprintf(url, sizeof(url), "%s", g ? g->admin_url : "");
     pthread_mutex_unlock(&a->mu);
     if (!g) {
-        snprintf(err, err_len, "no worker group \"%s\" in --groups-config", group ? group : "");
+        snprintf(err, err_len,
+                 "no worker group \"%s\" (neither in --groups-config nor registered)",
+                 group ? group : "");
         return TDM_ERR_NOTFOUND;
+    }
+    /* a process tandemd neither started nor reaches through systemd cannot be restarted by it;
+     * a reconfigure is a restart with an override file */
+    if ((kind == ACT_KIND_EXTERNAL || kind == ACT_KIND_REGISTERED) &&
+        (!strcmp(action, "restart") || !strcmp(action, "reconfigure"))) {
+        snprintf(err, err_len,
+                 "group \"%s\" is not started by tandemd (%s, %s): tandemd cannot %s it; "
+                 "%s it where it runs, or give it a [group.%s] section with unit = its systemd "
+                 "unit",
+                 group, kind == ACT_KIND_EXTERNAL ? "url only in --groups-config" : "registered",
+                 url, action, action, group);
+        return TDM_ERR_UNSUPPORTED;
     }
     json_t *params = json_object_get(request, "params");
     if (!strcmp(action, "reconfigure")) {
@@ -391,10 +408,12 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
     for (size_t i = 0; i < a->n_groups; i++) {
         act_group_t *g = &a->groups[i];
         json_array_append_new(
-            arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:b,s:i,s:I,s:O,s:I,s:{s:s?,s:I,s:I}}",
+            arr, json_pack("{s:s,s:s,s:s,s:s,s:i,s:s,s:i,s:s,s:b,s:s,s:i,s:I,s:O,s:I,s:{s:s?,s:I,"
+                           "s:I}}",
                            "name", g->name, "kind", kind_names[g->kind], "mode", g->mode, "model",
-                           g->model, "admin_url", g->admin_url, "pid", (int)g->pid, "state",
-                           act_state_name(g->state), "ready", g->ready, "inflight",
+                           g->model, "tp_size", g->tp_size ? g->tp_size : 1, "admin_url",
+                           g->admin_url, "pid", (int)g->pid, "state", act_state_name(g->state),
+                           "ready", g->ready, "health", act_health(g), "inflight",
                            atomic_load(&g->inflight), "started_us", (json_int_t)g->started_us,
                            "config", g->config, "config_version", (json_int_t)g->config_version,
                            "canary", "reference", g->canary_ref[0] ? g->canary_ref : NULL, "checks",
@@ -403,6 +422,49 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
     }
     pthread_mutex_unlock(&a->mu);
     return json_pack("{s:o}", "groups", arr);
+}
+
+void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role,
+                            const char *model, int tp_size, const char *admin_url)
+{
+    pthread_mutex_lock(&a->mu);
+    act_group_t *g = act_group_find(a, group);
+    if (!g && a->n_groups < TDM_CP_ACT_GROUP_MAX && strlen(group) < TDM_CP_ACT_NAME_MAX &&
+        admin_url && *admin_url) {
+        g = &a->groups[a->n_groups++];
+        memset(g, 0, sizeof(*g));
+        snprintf(g->name, sizeof(g->name), "%s", group);
+        g->kind = ACT_KIND_REGISTERED;
+        g->base = json_object();
+        g->config = json_object();
+        snprintf(g->token, sizeof(g->token), "%s", a->admin_token);
+        g->state = ACT_ST_RUNNING;
+        g->started_us = tdm_time_wall_us();
+        tdm_info(TDM_SUB_CP, "msg=\"unsupervised group registered\" group=%s role=%s url=%s",
+                 group, role, admin_url);
+    }
+    if (g && g->kind == ACT_KIND_REGISTERED) {
+        snprintf(g->mode, sizeof(g->mode), "%s", role);
+        if (model && *model && !g->model[0])
+            snprintf(g->model, sizeof(g->model), "%s", model);
+        g->tp_size = tp_size;
+        if (admin_url && *admin_url && strcmp(g->admin_url, admin_url) != 0) {
+            snprintf(g->admin_url, sizeof(g->admin_url), "%s", admin_url);
+            act_url_hostport(g);
+        }
+    } else if (g && !g->tp_size) {
+        g->tp_size = tp_size;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+const char *act_health(const act_group_t *g)
+{
+    if (g->state != ACT_ST_RUNNING)
+        return act_state_name(g->state);
+    if (!g->admin_url[0])
+        return "unknown";
+    return g->ready ? "ok" : g->why[0] ? g->why : "not ready";
 }
 
 int tdm_cp_act_group_exists(tdm_cp_act_t *a, const char *name)

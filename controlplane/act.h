@@ -10,7 +10,9 @@
  *     --ready-file, --control-plane and --admin-token-file on the command line.
  *   - `unit = tandem-worker@NAME.service`: systemd owns the process; restart is RestartUnit over
  *     sd-bus (`bus_host` = a remote host, as `systemctl -H`); `url` is the worker's HTTP base URL.
- *   - `url` alone: an external worker; drain works, restart does not.
+ *   - `url` alone: an external worker; drain and resume work, restart does not.
+ *   A group that registers (POST /api/v1/workers/register) without a section is "registered":
+ *   like an external one, at the admin_url it registered.
  * tandemd's own keys: unit, url, bus_host, pair (the peer group of a P/D pair: kv_cache_dtype is
  * applied to both), token_file (worker admin token; default state_dir/admin.token).
  *
@@ -108,17 +110,23 @@ void tdm_cp_act_free(tdm_cp_act_t *a);
 /* Loop tick: reap exits, execute queued remediation requests, deliver thread messages. */
 void tdm_cp_act_tick(tdm_cp_act_t *a, uint64_t mono_us);
 
-/* An action request: {"action":"drain"|"restart"|"reconfigure","group","params"?,"alert_id"?}.
+/* An action request: {"action":"drain"|"resume"|"restart"|"reconfigure","group","params"?,"alert_id"?}.
  * `actor` is the token name or "policy"/"supervisor". `done` (may be NULL) runs on the loop with
  * the result {"action_id","action","group","outcome","detail","started_us","finished_us"}. */
 typedef void (*tdm_cp_act_done_fn)(void *ctx, json_t *result); /* called exactly once */
 tdm_status_t tdm_cp_act_submit(tdm_cp_act_t *a, const char *actor, json_t *request,
                                tdm_cp_act_done_fn done, void *ctx, char *err, size_t err_len);
 
-/* {"groups":[{name, kind, mode, model, admin_url, pid, state, ready, inflight, started_us,
- *  config, canary}]} — new reference. */
+/* {"groups":[{name, kind, mode, model, tp_size, admin_url, pid, state, ready, health, inflight,
+ *  started_us, config, config_version, canary}]} — new reference. health: "ok", the worker's
+ *  /ready reason (a wedged rank, draining), or the state when not running. */
 json_t *tdm_cp_act_status(tdm_cp_act_t *a);
 int tdm_cp_act_group_exists(tdm_cp_act_t *a, const char *name);
+/* A worker registered (POST /api/v1/workers/register): a group not in --groups-config becomes a
+ * "registered" one (listed, probed, routed to, drained and resumed through its /admin API at
+ * admin_url; never restarted or reconfigured by tandemd). */
+void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role,
+                            const char *model, int tp_size, const char *admin_url);
 
 /* Router view: pick a ready group serving `model` (decode or colocated), least in flight first.
  * 1: host/port filled and the group's in-flight count raised (release with tdm_cp_act_release);

@@ -1,6 +1,6 @@
 /*
  * act_exec.c — the action executor: one thread taking requests in order and carrying them out
- * (start, drain, restart, reconfigure; DESIGN §5), each framed by its audit row (I9). The thread
+ * (start, drain, resume, restart, reconfigure; DESIGN §5), each framed by its audit row (I9). The thread
  * owns a libpq connection of its own for the audit log and config versions, so a slow action
  * never holds a connection the loop's queries need, and it blocks freely on workers.
  *
@@ -133,6 +133,30 @@ static tdm_status_t do_drain(exec_t *x, act_group_t *g, double timeout_s, char *
         if (act_sleep(a, 100))
             return TDM_ERR_ABORTED;
     }
+}
+
+/* The undrain: POST /admin/resume, then /ready again; the router chooses the group again. */
+static tdm_status_t do_resume(exec_t *x, act_group_t *g, char *detail, size_t len)
+{
+    tdm_cp_act_t *a = x->a;
+    char url[512];
+    snprintf(url, sizeof(url), "%s/admin/resume", g->admin_url);
+    char *body = NULL;
+    long code = g->admin_url[0] ? act_http("POST", url, g->token, "{}", 5000, &body) : -1;
+    tdm_free(body);
+    if (code != 200) {
+        snprintf(detail, len, "POST %s answered %ld", url, code);
+        return TDM_ERR_PEER;
+    }
+    uint64_t t0 = tdm_time_mono_us();
+    if (!act_wait_ready(a, g->admin_url, 30)) {
+        set_state(a, g, ACT_ST_RUNNING, 0);
+        snprintf(detail, len, "resumed, but %s is not /ready after 30 s", g->admin_url);
+        return TDM_ERR_TIMEOUT;
+    }
+    set_state(a, g, ACT_ST_RUNNING, 1);
+    snprintf(detail, len, "resumed; /ready in %.2f s", (double)(tdm_time_mono_us() - t0) / 1e6);
+    return TDM_OK;
 }
 
 static tdm_status_t do_restart(exec_t *x, act_group_t *g, char *detail, size_t len)
@@ -294,6 +318,8 @@ static void run_one(exec_t *x, act_req_t *r)
     } else if (!strcmp(action, "drain")) {
         double t = json_number_value(json_object_get(params, "timeout_s"));
         st = do_drain(x, g, t > 0 ? t : a->o.drain_timeout_s, detail, sizeof(detail));
+    } else if (!strcmp(action, "resume")) {
+        st = do_resume(x, g, detail, sizeof(detail));
     } else if (!strcmp(action, "restart")) {
         /* a restart asked for before the group's current start is already done */
         if (strcmp(r->actor, "supervisor") != 0 && r->created_us < g->started_us &&

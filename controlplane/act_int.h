@@ -17,6 +17,7 @@ typedef enum act_kind {
     ACT_KIND_SUPERVISED = 0,
     ACT_KIND_UNIT,
     ACT_KIND_EXTERNAL,
+    ACT_KIND_REGISTERED, /* not in --groups-config: learned from its registration */
     ACT_KIND_MAX
 } act_kind_t;
 
@@ -53,6 +54,8 @@ typedef struct act_group {
     /* state */
     act_state_t state;
     int ready;                      /* last /ready probe said 200 */
+    char why[256];                  /* the last /ready probe's reason when not ready */
+    int tp_size;                    /* from the config's tp_size, else the registration */
     int busy;                       /* an action holds the group: exits are not WORKER_LOST */
     atomic_int inflight;            /* router requests sent and not finished */
     uint64_t restarts_pending_mono; /* unplanned exit seen: supervisor restart queued */
@@ -135,6 +138,11 @@ long act_http(const char *method, const char *url, const char *token, const char
 double act_metric(const char *text, const char *name);
 /* Wait until GET url/ready is 200 (1) or the timeout/stop (0). */
 int act_wait_ready(tdm_cp_act_t *a, const char *admin_url, double timeout_s);
+
+/* act_watch.c: host and port of the group's admin_url into host/port (caller holds mu) */
+void act_url_hostport(act_group_t *g);
+/* act.c: "ok", the last /ready reason, or the state when not running (caller holds mu) */
+const char *act_health(const act_group_t *g);
 
 /* act_exec.c */
 void *act_exec_main(void *arg);

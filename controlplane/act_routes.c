@@ -103,6 +103,8 @@ static void h_action(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *ar
         }
         if (st == TDM_ERR_NOTFOUND)
             tdm_cp_send_error(req, 404, "not_found", "not_found_error", "%s", err);
+        else if (st == TDM_ERR_UNSUPPORTED)
+            tdm_cp_send_error(req, 409, "not_supervised", "invalid_request_error", "%s", err);
         else
             tdm_cp_send_error(req, 400, "invalid_value", "invalid_request_error", "%s", err);
         return;
@@ -117,6 +119,12 @@ static void h_drain(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
                     const tdm_cp_token_t *who)
 {
     h_action(s, req, a, who, "drain");
+}
+
+static void h_resume(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                     const tdm_cp_token_t *who)
+{
+    h_action(s, req, a, who, "resume");
 }
 
 static void h_restart(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
@@ -251,6 +259,7 @@ static void h_v1_models(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t 
 
 const tdm_cp_route_t tdm_cp_act_routes[] = {
     {"POST", "/api/v1/groups/{group}/drain", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_drain},
+    {"POST", "/api/v1/groups/{group}/resume", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_resume},
     {"POST", "/api/v1/groups/{group}/restart", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_restart},
     {"POST", "/api/v1/groups/{group}/reconfigure", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL,
      h_reconfigure},

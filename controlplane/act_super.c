@@ -186,6 +186,8 @@ static int on_kv(void *vctx, const char *section, const char *key, const char *v
         }
         if (!strcmp(k, "disaggregation_mode"))
             snprintf(g->mode, sizeof(g->mode), "%s", value);
+        if (!strcmp(k, "tp_size"))
+            g->tp_size = atoi(value);
         if (!strcmp(k, "served_model_name") || (!strcmp(k, "model_path") && !g->model[0]) ||
             !strcmp(k, "model"))
             snprintf(g->model, sizeof(g->model), "%s", value);
@@ -248,6 +250,7 @@ tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
         }
         if (g->kind != ACT_KIND_SUPERVISED) {
             g->state = ACT_ST_RUNNING;
+            act_url_hostport(g);
             continue;
         }
         char *ini = NULL;

@@ -46,7 +46,7 @@ static size_t snapshot(tdm_cp_act_t *a, probe_t *out)
 }
 
 /* Parse host and port of http://HOST:PORT into the group (unit/external groups). */
-static void url_hostport(act_group_t *g)
+void act_url_hostport(act_group_t *g)
 {
     const char *p = strstr(g->admin_url, "://");
     p = p ? p + 3 : g->admin_url;
@@ -60,9 +60,24 @@ static void url_hostport(act_group_t *g)
 
 static void probe_one(tdm_cp_act_t *a, const probe_t *p)
 {
-    char url[600], model[512] = "";
+    char url[600], model[512] = "", why[256] = "";
     snprintf(url, sizeof(url), "%s/ready", p->url);
-    int ready = act_http("GET", url, NULL, NULL, 1000, NULL) == 200;
+    char *rb = NULL;
+    long code = act_http("GET", url, NULL, NULL, 1000, &rb);
+    int ready = code == 200;
+    if (!ready) {
+        /* the worker's reason ({"error":{"message"}}: draining, not registered, a wedged rank) */
+        json_t *o = rb ? json_loads(rb, 0, NULL) : NULL;
+        const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+        if (m)
+            snprintf(why, sizeof(why), "%s", m);
+        else if (code < 0)
+            snprintf(why, sizeof(why), "unreachable at %.200s", p->url);
+        else
+            snprintf(why, sizeof(why), "/ready answered %ld", code);
+        json_decref(o);
+    }
+    tdm_free(rb);
     if (ready && strcmp(p->mode, "prefill") != 0) {
         char *body = NULL;
         snprintf(url, sizeof(url), "%s/v1/models", p->url);
@@ -80,14 +95,15 @@ static void probe_one(tdm_cp_act_t *a, const probe_t *p)
     act_group_t *g = act_group_find(a, p->name);
     /* the state may have changed while we asked (a drain began): never re-mark it ready */
     if (g && g->state == ACT_ST_RUNNING && g->started_us == p->started_us && !g->busy) {
-        if (g->ready != ready)
-            tdm_info(TDM_SUB_CP, "msg=\"group %s\" group=%s", ready ? "ready" : "not ready",
-                     g->name);
+        if (g->ready != ready || (!ready && strcmp(g->why, why) != 0))
+            tdm_info(TDM_SUB_CP, "msg=\"health verdict changed\" group=%s ready=%d why=\"%s\"",
+                     g->name, ready, why);
         g->ready = ready;
+        snprintf(g->why, sizeof(g->why), "%s", why);
         if (model[0])
             snprintf(g->model, sizeof(g->model), "%s", model);
         if (!g->port)
-            url_hostport(g);
+            act_url_hostport(g);
     }
     pthread_mutex_unlock(&a->mu);
 }

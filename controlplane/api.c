@@ -379,6 +379,8 @@ static void register_body(tdm_cp_server_t *s, h2o_req_t *req, json_t *o, const t
     }
     char pidv[24];
     snprintf(pidv, sizeof(pidv), "%lld", pid);
+    if (s->act && rank == 0)
+        tdm_cp_act_note_worker(s->act, group, mode, model, (int)tp, admin_url);
     query(s, req, who, sql_register, tdm_cp_job_reply_json, "sssusussssu", group, mode,
           model ? model : "", (unsigned long long)tp, inst, (unsigned long long)rank, worker,
           admin_url ? admin_url : "", host ? host : "", json_object_get(o, "pid") ? pidv : NULL,
@@ -546,6 +548,46 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
     tdm_cp_db_query(s->db, job);
 }
 
+/* A room id (lowercase hex, at most 16 digits); sends 400 and returns -1 when malformed. */
+static int parse_room(h2o_req_t *req, const char *room, size_t n, uint64_t *ret)
+{
+    uint64_t v = 0;
+    int bad = n == 0 || n > 16;
+    for (size_t i = 0; i < n && !bad; i++) {
+        char c = room[i];
+        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+        bad = d < 0;
+        v = v << 4 | (uint64_t)(d < 0 ? 0 : d);
+    }
+    if (bad) {
+        tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
+                          "room must be lowercase hex, at most 16 digits");
+        return -1;
+    }
+    *ret = v;
+    return 0;
+}
+
+/* One room's whole timeline, oldest first; NULL (404) when no event names the room. */
+static const char sql_room_events[] =
+    "SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_build_object('room', $2::text, 'events', "
+    "  json_agg(json_build_object('ts_us', ts_us, 'group', group_name, 'instance_id', "
+    "  instance_id, 'rank', rank, 'type', type, 'from_state', from_state, 'to_state', to_state, "
+    "  'reason', reason, 'data', data) ORDER BY ts_us, batch_seq, idx))::text END "
+    "FROM transfer_events WHERE room = $1::bigint";
+
+static void h_room_events(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                          const tdm_cp_token_t *who)
+{
+    uint64_t roomv;
+    char roomt[24], hex[24];
+    if (parse_room(req, a->v[0].base, a->v[0].len, &roomv))
+        return;
+    snprintf(roomt, sizeof(roomt), "%" PRId64, (int64_t)roomv);
+    snprintf(hex, sizeof(hex), "%016" PRIx64, roomv);
+    query(s, req, who, sql_room_events, tdm_cp_job_reply_json, "rss", roomt, hex);
+}
+
 static const char sql_transfers[] =
     "SELECT json_build_object('transfers', coalesce(json_agg(t ORDER BY t.first_us), '[]'))::text "
     "FROM (SELECT " HEX(
@@ -571,21 +613,8 @@ static void h_transfers(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t 
         query_uint(req, "window_s", 86400ull * 31, 3600, &window_s))
         return;
     uint64_t roomv = 0;
-    if (has_room) {
-        size_t n = strlen(room);
-        int bad = n == 0 || n > 16;
-        for (size_t i = 0; i < n && !bad; i++) {
-            char c = room[i];
-            int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-            bad = d < 0;
-            roomv = roomv << 4 | (uint64_t)(d < 0 ? 0 : d);
-        }
-        if (bad) {
-            tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
-                              "room must be lowercase hex, at most 16 digits");
-            return;
-        }
-    }
+    if (has_room && parse_room(req, room, strlen(room), &roomv))
+        return;
     uint64_t now = tdm_time_wall_us();
     char age[24], roomt[24];
     int has_age = tdm_cp_query_get(req, "min_age_ms", age, 2);
@@ -922,6 +951,7 @@ const tdm_cp_route_t tdm_cp_routes[] = {
     {"GET", "/api/v1/ranks", TDM_CP_ROLE_READ, 0, h_ranks},
     {"GET", "/api/v1/ranks/{instance_id}/{rank}/history", TDM_CP_ROLE_READ, 0, h_rank_history},
     {"GET", "/api/v1/transfers", TDM_CP_ROLE_READ, 0, h_transfers},
+    {"GET", "/api/v1/transfers/{room}", TDM_CP_ROLE_READ, 0, h_room_events},
     {"GET", "/api/v1/alerts", TDM_CP_ROLE_READ, 0, h_alerts},
     {"GET", "/api/v1/actions", TDM_CP_ROLE_READ, 0, h_actions},
     {"GET", "/api/v1/config", TDM_CP_ROLE_READ, 0, h_config},

@@ -11,4 +11,4 @@ install-data-local:
 	$(INSTALL_DATA) $(srcdir)/packaging/tandem.tmpfiles '$(DESTDIR)$(tmpfilesdir)/tandem.conf'
 uninstall-local:
 	rm -f '$(DESTDIR)$(sysusersdir)/tandem.conf' '$(DESTDIR)$(tmpfilesdir)/tandem.conf'
-EXTRA_DIST += packaging/tandem.sysusers packaging/tandem.tmpfiles
+EXTRA_DIST += packaging/tandem.sysusers packaging/tandem.tmpfiles packaging/groups.ini

@@ -1,43 +1,75 @@
 #!/bin/sh
-# demo.sh — README command 1: install dependencies, build (release), and run the main job:
-# a private PostgreSQL cluster, tandemd, and a prefill + decode worker pair on the bundled demo
-# model (CPU). Prints the console URL with a login token and a working curl, then stays in the
-# foreground until Ctrl-C (or exits after a self-check with --smoke).
+# demo.sh — README command 1: install dependencies, build (release), and run the main job: a
+# private PostgreSQL cluster and tandemd, whose supervisor starts a prefill + decode worker pair
+# on the bundled demo model (CPU) from a groups config (docs/groups.md). Inference goes through
+# tandemd's /v1 router; the console and tandemctl act on the two groups. Prints the console URL
+# with a login token and working commands, then stays in the foreground until Ctrl-C or SIGTERM
+# (which stop everything at once), or exits after a self-check with --smoke.
 #
-# State lives in ./.state (PostgreSQL data, tandemd state, worker logs). Ports: tandemd 8470,
-# decode HTTP 30000, prefill HTTP 30001, bootstrap 8998 (DESIGN §10b); override with TDM_DEMO_*.
+#   sh tools/demo.sh [--smoke] [--no-build]
+#   --no-build  run what TDM_BUILD_DIR already holds (no install-deps, no make)
+#
+# State lives in ./.state (TDM_STATE_DIR): PostgreSQL data, tandemd's state (its groups/ holds
+# each group's config, record and worker.log), logs/. Ports: tandemd 8470 (TDM_DEMO_CP_PORT),
+# prefill bootstrap 8998 (TDM_DEMO_BOOTSTRAP_PORT); the workers' HTTP ports are chosen by the
+# supervisor (tandemctl status lists them).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${TDM_BUILD_DIR:-$top/build-demo}
 state=${TDM_STATE_DIR:-$top/.state}
 smoke=0
-[ "${1:-}" = "--smoke" ] && smoke=1
+do_build=1
+for a in "$@"; do
+    case $a in
+    --smoke) smoke=1 ;;
+    --no-build) do_build=0 ;;
+    -h | --help)
+        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "demo.sh: unknown option $a (try --help)" >&2
+        exit 2
+        ;;
+    esac
+done
 cp_port=${TDM_DEMO_CP_PORT:-8470}
-decode_port=${TDM_DEMO_DECODE_PORT:-30000}
-prefill_port=${TDM_DEMO_PREFILL_PORT:-30001}
 bootstrap_port=${TDM_DEMO_BOOTSTRAP_PORT:-8998}
 model=${TDM_DEMO_MODEL:-$top/models/demo}
 
 say() { echo "demo: $*"; }
 
-sh "$top/tools/install-deps.sh"
-if [ ! -x "$build/config.status" ]; then
-    (cd "$top" && autoreconf -fi >/dev/null)
-    mkdir -p "$build"
-    (cd "$build" && "$top/configure" >configure.out) || { tail -30 "$build/configure.out"; exit 1; }
+if [ $do_build = 1 ]; then
+    sh "$top/tools/install-deps.sh"
+    if [ ! -x "$build/config.status" ]; then
+        (cd "$top" && autoreconf -fi >/dev/null)
+        mkdir -p "$build"
+        (cd "$build" && "$top/configure" >configure.out) || { tail -30 "$build/configure.out"; exit 1; }
+    fi
+    make -C "$build" -j"$(nproc)" >"$build/make.out" 2>&1 || { tail -40 "$build/make.out"; exit 1; }
+    say "built in $build"
 fi
-make -C "$build" -j"$(nproc)" >"$build/make.out" 2>&1 || { tail -40 "$build/make.out"; exit 1; }
-say "built in $build"
-mkdir -p "$state/logs"
+mkdir -p "$state/logs" "$state/tandemd"
 
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+tpid=""
+spid=""
+# tandemd leaves supervised workers running to re-adopt them; the demo stops them too.
+stop_all() {
+    trap - EXIT INT TERM
+    [ -n "$spid" ] && kill "$spid" 2>/dev/null
+    [ -n "$tpid" ] && kill "$tpid" 2>/dev/null
+    for r in "$state"/tandemd/groups/*/record.json; do
+        [ -f "$r" ] || continue
+        p=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$r")
+        [ -n "$p" ] && kill "$p" 2>/dev/null
+    done
+    [ -n "$tpid" ] && wait "$tpid" 2>/dev/null
     "$build/tdm-pg" stop "$state/pg" >/dev/null 2>&1 || true
     say "stopped"
 }
-trap cleanup EXIT INT TERM
+trap 'stop_all' EXIT
+trap 'stop_all; exit 143' TERM
+trap 'stop_all; exit 130' INT
 
 # 1. PostgreSQL (private cluster, started as user postgres).
 "$build/tdm-pg" start "$state/pg" >"$state/pg.env"
@@ -45,83 +77,87 @@ trap cleanup EXIT INT TERM
 dsn="host=$TDM_TEST_PGHOST port=$TDM_TEST_PGPORT user=$TDM_TEST_PGUSER dbname=postgres"
 say "postgres up (socket $TDM_TEST_PGHOST port $TDM_TEST_PGPORT)"
 
-# 2. tandemd.
-token=""
-if [ -x "$build/tandemd" ]; then
-    "$build/tandemd" --listen "127.0.0.1:$cp_port" --state-dir "$state/tandemd" --pg-dsn "$dsn" \
-        >"$state/logs/tandemd.log" 2>&1 &
-    pids="$pids $!"
-    i=0
-    while [ ! -s "$state/tandemd/admin.token" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    token=$(cat "$state/tandemd/admin.token" 2>/dev/null || true)
-    say "tandemd listening on http://127.0.0.1:$cp_port (log: $state/logs/tandemd.log)"
-else
-    say "tandemd not built yet: skipping the control plane"
-fi
+# 2. The groups config: a prefill + decode pair (docs/groups.md; packaging/groups.ini explains
+#    every kind of group).
+cat >"$state/groups.ini" <<EOF
+# written by tools/demo.sh: the demo's prefill + decode pair, started by tandemd's supervisor
+[group.demo-prefill]
+model_path = $model
+served_model_name = demo
+device = cpu
+kv_cpu_bytes = 33554432
+disaggregation_mode = prefill
+disaggregation_bootstrap_port = $bootstrap_port
+pair = demo-decode
+[group.demo-decode]
+model_path = $model
+served_model_name = demo
+device = cpu
+kv_cpu_bytes = 33554432
+disaggregation_mode = decode
+disaggregation_prefill_addr = 127.0.0.1:$bootstrap_port
+pair = demo-prefill
+EOF
 
-# 3. Worker pair on the demo model: prefill + decode when the PD transfer is wired into the
-#    serving runtime (tandem-worker --help lists --disaggregation-prefill-addr), else one
-#    colocated worker on the decode port so the demo still serves.
-serving=0
-if [ -x "$build/tandem-worker" ] && [ -d "$model" ]; then
-    cp_flags=""
-    if [ -n "$token" ]; then
-        cp_flags="--control-plane http://127.0.0.1:$cp_port --control-plane-token-file $state/tandemd/admin.token"
-    fi
-    common="--model-path $model --served-model-name demo --device cpu $cp_flags"
-    if "$build/tandem-worker" --help 2>&1 | grep -q -- --disaggregation-prefill-addr; then
-        # shellcheck disable=SC2086
-        "$build/tandem-worker" $common --disaggregation-mode prefill --group demo-prefill \
-            --port "$prefill_port" --disaggregation-bootstrap-port "$bootstrap_port" \
-            >"$state/logs/prefill.log" 2>&1 &
-        pids="$pids $!"
-        # shellcheck disable=SC2086
-        "$build/tandem-worker" $common --disaggregation-mode decode --group demo-decode \
-            --port "$decode_port" --disaggregation-prefill-addr "127.0.0.1:$bootstrap_port" \
-            >"$state/logs/decode.log" 2>&1 &
-        pids="$pids $!"
-        say "prefill worker on :$prefill_port (bootstrap :$bootstrap_port), decode worker on :$decode_port"
-    else
-        # shellcheck disable=SC2086
-        "$build/tandem-worker" $common --group demo --port "$decode_port" \
-            >"$state/logs/decode.log" 2>&1 &
-        pids="$pids $!"
-        say "colocated worker on :$decode_port (this build has no PD transfer in the serving runtime)"
-    fi
-    i=0
-    until curl -sf "http://127.0.0.1:$decode_port/ready" >/dev/null 2>&1 || [ $i -ge 300 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    curl -sf "http://127.0.0.1:$decode_port/ready" >/dev/null 2>&1 && serving=1
-    [ $serving = 1 ] || { say "worker did not become ready; see $state/logs/"; tail -5 "$state/logs/decode.log"; }
+# 3. tandemd, which starts the groups.
+rm -f "$state/tandemd/ready.json"
+"$build/tandemd" --listen "127.0.0.1:$cp_port" --state-dir "$state/tandemd" --pg-dsn "$dsn" \
+    --groups-config "$state/groups.ini" --worker-bin "$build/tandem-worker" \
+    --ready-file "$state/tandemd/ready.json" >>"$state/logs/tandemd.log" 2>&1 &
+tpid=$!
+i=0
+while [ ! -s "$state/tandemd/ready.json" ] && [ $i -lt 300 ]; do
+    kill -0 "$tpid" 2>/dev/null || { say "tandemd exited; see $state/logs/tandemd.log"; tail -5 "$state/logs/tandemd.log"; exit 1; }
+    sleep 0.1
+    i=$((i + 1))
+done
+token=$(cat "$state/tandemd/admin.token")
+url="http://127.0.0.1:$cp_port"
+say "tandemd listening on $url (log: $state/logs/tandemd.log)"
+ctl() { "$build/tandemctl" --url "$url" --token "$token" "$@"; }
+
+# Both groups ready (the supervisor starts prefill, then decode, which registers with it).
+i=0
+ready=0
+while [ $i -lt 1200 ]; do
+    n=$(ctl status --json 2>/dev/null | grep -o '"ready": true' | wc -l)
+    [ "$n" -ge 2 ] && { ready=1; break; }
+    sleep 0.25
+    i=$((i + 1))
+done
+if [ $ready = 1 ]; then
+    say "demo-prefill and demo-decode are ready (workers' logs: $state/tandemd/groups/*/worker.log)"
 else
-    say "worker or demo model not available: skipping the workers"
+    say "the groups did not become ready in 300 s; see $state/tandemd/groups/*/worker.log"
+    ctl status || true
 fi
 
 echo
-[ -n "$token" ] && echo "Console:   http://127.0.0.1:$cp_port/console?token=$token"
-[ -n "$token" ] && echo "API token: $token   (curl -H 'Authorization: Bearer $token' http://127.0.0.1:$cp_port/api/v1/groups)"
-if [ $serving = 1 ]; then
-    cat <<CURL
-Inference (a tool call):
-  curl -s http://127.0.0.1:$decode_port/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"What is the weather in Paris?"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}'
+echo "Console:   $url/console?token=$token"
+echo "tandemctl: $build/tandemctl --url $url --token $token status"
+echo "           (drain demo-decode, resume demo-decode, restart demo-decode, set demo-decode overlap=off)"
+cat <<CURL
+Inference through tandemd's router (a tool call):
+  curl -s $url/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"What is the weather in Paris?"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}'
 Inference (plain text):
-  curl -s http://127.0.0.1:$decode_port/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"Tell me a fun fact."}]}'
+  curl -s $url/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"Tell me a fun fact."}]}'
 CURL
-fi
 echo
 if [ $smoke = 1 ]; then
     rc=0
-    if [ $serving = 1 ]; then
-        out=$(curl -s "http://127.0.0.1:$decode_port/v1/chat/completions" -H 'Content-Type: application/json' \
-            -d '{"model":"demo","messages":[{"role":"user","content":"Tell me a fun fact."}],"max_tokens":32}')
-        echo "$out" | grep -q '"finish_reason"' || rc=1
-        say "smoke chat: $out"
-    fi
-    [ -n "$token" ] && { curl -sf "http://127.0.0.1:$cp_port/health" >/dev/null || rc=1; }
+    [ $ready = 1 ] || rc=1
+    out=$(curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"model":"demo","messages":[{"role":"user","content":"Tell me a fun fact."}],"max_tokens":32}')
+    echo "$out" | grep -q '"finish_reason"' || rc=1
+    say "smoke chat: $out"
+    curl -sf "$url/health" >/dev/null || rc=1
     say "smoke run done (rc=$rc)"
     exit $rc
 fi
 say "running; Ctrl-C stops everything"
-while :; do sleep 3600; done
+# wait (not a foreground sleep) returns as soon as a trapped signal arrives
+while :; do
+    sleep 3600 &
+    spid=$!
+    wait "$spid" || true
+done

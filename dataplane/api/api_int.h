@@ -65,6 +65,7 @@ void tdm_api_h_health(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_ready(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_drain(tdm_api_t *a, h2o_req_t *req);
+void tdm_api_h_resume(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_config_get(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_faults(tdm_api_t *a, h2o_req_t *req);

@@ -203,6 +203,19 @@ void tdm_api_h_drain(tdm_api_t *a, h2o_req_t *req)
                             (json_int_t)s.pages_total));
 }
 
+/* The undrain: admitting again, /ready answers 200 again once healthy. */
+void tdm_api_h_resume(tdm_api_t *a, h2o_req_t *req)
+{
+    tdm_sched_resume(a->o.sched);
+    atomic_store(&a->o.page->draining, 0);
+    tdm_sched_stats_t s;
+    tdm_sched_stats(a->o.sched, &s);
+    tdm_info(TDM_SUB_API, "msg=\"drain lifted\" waiting=%u running=%u", s.waiting, s.running);
+    send_json_obj(a, req, 200,
+                  json_pack("{s:b,s:i,s:i}", "draining", 0, "waiting", (json_int_t)s.waiting,
+                            "running", (json_int_t)s.running));
+}
+
 /* {"program","params":{name:{"value"}}} straight from the config struct, SECRETs masked. */
 static json_t *config_from_cfg(const tdm_worker_config_t *cfg)
 {

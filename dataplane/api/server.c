@@ -35,6 +35,7 @@ const tdm_api_route_t tdm_api_routes[] = {
     {"POST", "/v1/chat/completions", TDM_API_AUTH_API_KEY, tdm_api_h_chat},
     {"GET",  "/v1/models",           TDM_API_AUTH_API_KEY, tdm_api_h_models},
     {"POST", "/admin/drain",  TDM_API_AUTH_ADMIN,   tdm_api_h_drain},
+    {"POST", "/admin/resume", TDM_API_AUTH_ADMIN,   tdm_api_h_resume},
     {"GET",  "/admin/config", TDM_API_AUTH_ADMIN,   tdm_api_h_config_get},
     {"POST", "/admin/config", TDM_API_AUTH_ADMIN,   tdm_api_h_config_post},
     {"POST", "/admin/faults", TDM_API_AUTH_ADMIN,   tdm_api_h_faults},

@@ -314,6 +314,18 @@ void tdm_sched_drain(tdm_sched_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+void tdm_sched_resume(tdm_sched_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->draining = 0;
+    s->pub.draining = 0;
+    s->pub.drained = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void tdm_sched_stats(tdm_sched_t *s, tdm_sched_stats_t *ret)
 {
     pthread_mutex_lock(&s->mu);

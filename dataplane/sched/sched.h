@@ -84,6 +84,8 @@ tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_
 void tdm_sched_abort(tdm_sched_t *s, uint64_t req_id);
 /* Stop admitting; finished when tdm_sched_stats().drained. */
 void tdm_sched_drain(tdm_sched_t *s);
+/* Admit again after a drain (drained or not); requests refused meanwhile stay refused. */
+void tdm_sched_resume(tdm_sched_t *s);
 
 typedef struct tdm_sched_stats {
     uint32_t waiting, running;
