@@ -343,6 +343,30 @@ tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t *
         return json_error_code(&jerr) == json_error_cannot_open_file ? TDM_ERR_NOTFOUND
                                                                      : TDM_ERR_FORMAT;
     }
+    /* transformers 5 saves the template beside the config as chat_template.jinja */
+    const json_t *ct = json_object_get(cfg, "chat_template");
+    if ((!ct || json_is_null(ct)) &&
+        (size_t)snprintf(path, sizeof(path), "%s/chat_template.jinja", model_dir) < sizeof(path)) {
+        FILE *f = fopen(path, "rb");
+        tdm_sbuf_t b = {.cap_limit = TDM_CHAT_MAX_OUTPUT_BYTES};
+        char chunk[4096];
+        size_t n;
+        st = TDM_OK;
+        while (f && st == TDM_OK && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+            st = tdm_sbuf_add(&b, chunk, n);
+        if (f && (st != TDM_OK || ferror(f) || memchr(b.p ? b.p : "", '\0', b.len))) {
+            SET_ERR("%s: unreadable or too large", path);
+            fclose(f);
+            tdm_sbuf_free(&b);
+            json_decref(cfg);
+            return TDM_ERR_FORMAT;
+        }
+        if (f) {
+            fclose(f);
+            json_object_set_new(cfg, "chat_template", json_string(b.p ? b.p : ""));
+        }
+        tdm_sbuf_free(&b);
+    }
     st = tdm_chat_template_from_config(cfg, ret, err, errlen);
     json_decref(cfg);
     return st;

@@ -67,7 +67,8 @@ tdm_status_t tdm_chat_template_match(const char *template_text, tdm_chat_format_
  * (strings or {"content": ...} objects). A missing chat_template is TDM_ERR_NOTFOUND. */
 tdm_status_t tdm_chat_template_from_config(const json_t *tokenizer_config,
                                            tdm_chat_template_t **ret, char *err, size_t errlen);
-/* Reads <model_dir>/tokenizer_config.json. */
+/* Reads <model_dir>/tokenizer_config.json (integers beyond 64 bits read as reals); without a
+ * chat_template key there, <model_dir>/chat_template.jinja (transformers 5) is the template. */
 tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t **ret, char *err,
                                     size_t errlen);
 void tdm_chat_template_free(tdm_chat_template_t *t);

@@ -166,6 +166,21 @@ static void test_big_int(void)
            tdm_chat_template_format(t) == TDM_CHAT_CHATML && strcmp(t->eos_token, "<E>") == 0,
        "integers beyond 64 bits: the file still loads (%s)", err);
     tdm_chat_template_free(t);
+    t = NULL;
+    /* transformers 5: no chat_template key, the text in chat_template.jinja */
+    f = fopen(path, "w");
+    fprintf(f, "{\"eos_token\": \"<E>\"}");
+    fclose(f);
+    char jpath[96];
+    snprintf(jpath, sizeof(jpath), "%s/chat_template.jinja", dir);
+    f = fopen(jpath, "w");
+    fputs(TPL_LLAMA3, f);
+    fclose(f);
+    ok(tdm_chat_template_load(dir, &t, err, sizeof(err)) == TDM_OK &&
+           tdm_chat_template_format(t) == TDM_CHAT_LLAMA3,
+       "chat_template.jinja beside a config without chat_template is read (%s)", err);
+    tdm_chat_template_free(t);
+    remove(jpath);
     free(body);
     json_decref(cfg);
     remove(path);
