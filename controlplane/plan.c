@@ -253,8 +253,8 @@ static int layout(const plan_opts_t *o, plan_side_t side[2], FILE *err)
 }
 
 /* One group's keys, each resolved by the worker's parser (unknown key or bad value = error). */
-static int group_keys(const plan_opts_t *o, const plan_side_t *s, int g, const char *name,
-                      plan_kv_t *kv, size_t *ret_n, FILE *err)
+static int group_keys(const plan_opts_t *o, const plan_side_t *s, int g, int n_prefill,
+                      const char *name, plan_kv_t *kv, size_t *ret_n, FILE *err)
 {
     size_t n = 0;
     int is_prefill = !strcmp(s->mode, "prefill");
@@ -275,6 +275,8 @@ static int group_keys(const plan_opts_t *o, const plan_side_t *s, int g, const c
     KV("port", "%d", (is_prefill ? 30001 : 30000) + 2 * g);
     if (is_prefill)
         KV("disaggregation_bootstrap_port", "%d", 8998 + g);
+    else /* decode group g bootstraps from prefill group g mod the prefill groups (this host) */
+        KV("disaggregation_prefill_addr", "127.0.0.1:%d", 8998 + g % n_prefill);
     KV("control_plane", "%s", o->control_plane ? o->control_plane : "http://127.0.0.1:8470");
     KV("control_plane_token_file", "%s",
        o->token_file ? o->token_file : "/var/lib/tandem/admin.token");
@@ -362,9 +364,9 @@ int tdm_cp_plan_main(int argc, char **argv, int json_out, FILE *out, FILE *err)
             else
                 snprintf(name, sizeof(name), "%s-%d", side[s].mode, g);
             snprintf(unit, sizeof(unit), "tandem-worker@%s.service", name);
-            snprintf(path, sizeof(path), "%s/worker-%s.conf", dir, name);
+            snprintf(path, sizeof(path), "%s/workers/%s.conf", dir, name); /* the unit's */
             snprintf(cmd, sizeof(cmd), "systemctl enable --now %s", unit);
-            if (group_keys(&o, &side[s], g, name, kv, &n, err) != 0)
+            if (group_keys(&o, &side[s], g, side[0].count / side[0].tp, name, kv, &n, err) != 0)
                 goto cleanup;
 
             char *ini = NULL;

@@ -223,8 +223,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
             for (uint32_t r = 0; r < n; r++)
                 if (!exited[r])
                     kill(pids[r], SIGTERM);
-            if (!kill_at)
-                kill_at = now + 10000000; /* a clean shutdown gets 10 s */
+            if (!kill_at) /* the ranks drain first (--drain-timeout); a clean exit gets 10 s */
+                kill_at = now + (uint64_t)(cfg->drain_timeout * 1e6) + 10000000;
             if (!term_at)
                 term_at = now;
         }

@@ -8,7 +8,7 @@ libtdmsched_a_SOURCES = \
 	dataplane/sched/sched.c \
 	dataplane/sched/launcher.c \
 	dataplane/sched/worker.c
-libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS)
 if HAVE_CUDA_RT
 # --device cuda: exec.c calls the CUDA adapter (kernels/cuda/exec_cuda.h) in libtdmcuda.a
 libtdmsched_a_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1
@@ -27,7 +27,8 @@ tests_unit_test_plan_LDADD = libtdmsched.a $(COMMON_LIBS)
 
 # The serving runtime's libraries, in link order (the worker, the tests).
 SCHED_LIBS = libtdmsched.a $(SCHED_CUDA_LIBS) libtdmxfer.a libtdmgraph.a libtdmkernels.a \
-	libtdmkv.a libtdmmodel.a libtdmtok.a libtdmsample.a libtdmtp.a $(UCX_LIBS) $(SCHED_CUDA_SYS)
+	libtdmkv.a libtdmmodel.a libtdmtok.a libtdmsample.a libtdmtp.a $(UCX_LIBS) $(SCHED_CUDA_SYS) \
+	$(SYSTEMD_LIBS)
 
 # Scheduler logic in-process at TP=1 on a fixture, both loops, against the one-shot engine.
 check_PROGRAMS += tests/unit/test-sched

@@ -1042,6 +1042,8 @@ static void publish(tdm_sched_t *s)
     p->transferring = s->xferring.n;
     p->rooms_held = rooms_held(s);
     pthread_mutex_unlock(&s->mu);
+    if (s->cfg.on_iter)
+        s->cfg.on_iter(s->cfg.on_iter_ctx);
 }
 
 /* Sleep until there is something to do or `us` passed; returns 1 when asked to stop. */

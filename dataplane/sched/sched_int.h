@@ -163,6 +163,10 @@ typedef struct tdm_sched_cfg {
     /* PD role (--disaggregation-mode) and its transfer engine (NULL when colocated) */
     tdm_sched_pd_t pd;
     tdm_xfer_t *xfer;
+    /* called on the scheduler thread after each published iteration (NULL: none); the worker
+     * pings systemd's watchdog from it, so only a loop that iterates keeps the unit alive */
+    void (*on_iter)(void *ctx);
+    void *on_iter_ctx;
 } tdm_sched_cfg_t;
 
 tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched_t **ret, char *err,

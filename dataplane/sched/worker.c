@@ -26,6 +26,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
@@ -79,6 +81,7 @@ struct tdm_worker {
     pthread_t sig_thread;
     int have_sig_thread;
     volatile int stop;
+    uint64_t wd_usec, wd_last; /* rank 0 under tandem-worker@.service: the watchdog period */
 };
 
 const tdm_worker_config_t *tdm_worker_config(const tdm_worker_t *w)
@@ -144,6 +147,8 @@ int tdm_worker_main(const tdm_worker_config_t *cfg, int argc, char **argv)
     return tdm_worker_rank_main(cfg);
 }
 
+/* SIGTERM on rank 0 drains: new requests are refused, the running ones finish, for at most
+ * --drain-timeout seconds; then (or at a second signal, or at SIGINT) the scheduler stops. */
 static void *sig_main(void *arg)
 {
     tdm_worker_t *w = arg;
@@ -152,12 +157,70 @@ static void *sig_main(void *arg)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGUSR1);
+    uint64_t drain_until = 0;
     for (;;) {
         int sig = 0;
-        if (sigwait(&set, &sig) != 0 || sig == SIGUSR1)
+        if (drain_until) {
+            struct timespec poll = {0, 20 * 1000000L};
+            sig = sigtimedwait(&set, NULL, &poll);
+            if (sig < 0) {
+                tdm_sched_t *s = atomic_load(&w->kick);
+                tdm_sched_stats_t st = {0};
+                if (s)
+                    tdm_sched_stats(s, &st);
+                if (st.drained || tdm_time_mono_us() >= drain_until) {
+                    tdm_info(TDM_SUB_SCHED, "msg=\"drain over; stopping\" drained=%d", st.drained);
+                    drain_until = 0;
+                    tdm_worker_request_stop(w);
+                }
+                continue;
+            }
+        } else if (sigwait(&set, &sig) != 0) {
             return NULL;
-        if (w->rank == 0)
+        }
+        if (sig == SIGUSR1)
+            return NULL;
+        if (w->rank != 0)
+            continue;
+        tdm_sched_t *s = atomic_load(&w->kick);
+        if (sig == SIGTERM && !drain_until && s && w->cfg->drain_timeout > 0) {
+            tdm_info(TDM_SUB_SCHED, "msg=\"SIGTERM: draining\" timeout_s=%.1f",
+                     w->cfg->drain_timeout);
+            sd_notify(0, "STOPPING=1\nSTATUS=draining");
+            tdm_sched_drain(s);
+            drain_until = tdm_time_mono_us() + (uint64_t)(w->cfg->drain_timeout * 1e6);
+        } else {
+            drain_until = 0;
             tdm_worker_request_stop(w);
+        }
+    }
+}
+
+/* Under tandem-worker@.service (Type=notify, NotifyAccess=all) the launcher is the unit's main
+ * process and rank 0 its child: systemd's WATCHDOG_PID names the launcher, so rank 0 takes the
+ * watchdog only when WATCHDOG_PID is its parent (not when tandemd's own unit environment leaked
+ * into a group tandemd supervises). The ping comes from the scheduler loop itself (after each
+ * published iteration, idle heartbeats every IDLE_PLAN_US included): a wedged loop stops it. */
+static int notify_is_ours(void)
+{
+    const char *pid = getenv("WATCHDOG_PID");
+    return getenv("NOTIFY_SOCKET") && (!pid || strtoll(pid, NULL, 10) == (long long)getppid());
+}
+
+static void watchdog_setup(tdm_worker_t *w)
+{
+    const char *usec = getenv("WATCHDOG_USEC");
+    if (w->rank == 0 && usec && getenv("WATCHDOG_PID") && notify_is_ours())
+        w->wd_usec = strtoull(usec, NULL, 10);
+}
+
+static void watchdog_on_iter(void *ctx)
+{
+    tdm_worker_t *w = ctx;
+    uint64_t now = tdm_time_mono_us();
+    if (now - w->wd_last >= w->wd_usec / 2) {
+        sd_notify(0, "WATCHDOG=1");
+        w->wd_last = now;
     }
 }
 
@@ -854,6 +917,11 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                           .mc = mc,
                           .pd = w->pd,
                           .xfer = w->xfer};
+    watchdog_setup(w);
+    if (w->wd_usec) {
+        sc.on_iter = watchdog_on_iter;
+        sc.on_iter_ctx = w;
+    }
     st = tdm_sched_init(&sc, w->x, &w->sched, err, sizeof(err));
     if (st != TDM_OK)
         goto err_msg;
@@ -873,6 +941,8 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     }
     if (getenv("TDM_SCHED_SELFTEST") && pthread_create(&st_thread, NULL, selftest_main, w) == 0)
         have_st = 1;
+    if (!w->stop && notify_is_ours())
+        sd_notify(0, "READY=1\nSTATUS=serving");
     if (w->stop)
         tdm_sched_stop(w->sched);
     st = tdm_sched_run(w->sched);

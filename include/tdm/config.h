@@ -55,6 +55,7 @@
     P(ready_file, "TDM_READY_FILE", "--ready-file", STRING, "", "", "Write {\"http\":N,\"bootstrap\":N} here after bind") \
     P(spool_dir, "TDM_SPOOL_DIR", "--spool-dir", STRING, "", "", "Telemetry spool directory while tandemd is unreachable (empty = memory only)") \
     P(health_progress_timeout, "TDM_HEALTH_PROGRESS_TIMEOUT", "--health-progress-timeout", DOUBLE, "3.0", "0.1..3600", "Seconds without progress (with work pending) before /health fails (I8)") \
+    P(drain_timeout, "TDM_WORKER_DRAIN_TIMEOUT", "--drain-timeout", DOUBLE, "60", "0..86400", "SIGTERM: seconds to finish the running requests (new ones refused) before exiting; 0 = exit at once") \
     P(enable_fault_injection, "TDM_ENABLE_FAULT_INJECTION", "--enable-fault-injection", BOOL, "false", "", "Allow arming fault points through /admin/faults") \
     P(prompt, "TDM_PROMPT", "--prompt", STRING, "", "", "One-shot: prompt text (prints one JSON line and exits)") \
     P(prompt_ids, "TDM_PROMPT_IDS", "--prompt-ids", STRING, "", "", "One-shot: comma-separated token ids, used verbatim (no BOS)") \

@@ -6,7 +6,9 @@
 #    tandem-worker's own config loader, run with the ExecStart arguments of
 #    packaging/systemd/tandem-worker@.service (--config swapped for the emitted file) plus
 #    --print-config: each key comes from the file and resolves to the expected value;
-#  - the groups of a plan use disjoint GPUs, ports and bootstrap ports and cover their side;
+#  - the groups of a plan use disjoint GPUs, ports and bootstrap ports and cover their side; each
+#    INI lies where the unit's --config reads it; each decode group names a prefill group's
+#    bootstrap address (the worker refuses decode without one);
 #  - bad layouts and values exit 2 with a message naming the rule, printing nothing on stdout.
 # TAP; the checks are done by python3 (standard library only).
 set -u
@@ -52,6 +54,8 @@ unit = open(os.path.join(SRC, "packaging/systemd/tandem-worker@.service")).read(
 exec_start = [l for l in unit.splitlines() if l.startswith("ExecStart=")]
 ok(len(exec_start) == 1, "tandem-worker@.service has one ExecStart")
 EXEC = shlex.split(exec_start[0][len("ExecStart="):])
+UNIT_CONFIG = EXEC[EXEC.index("--config") + 1]  # /etc/tandem/workers/%i.conf
+CONF_DIR = "/etc/tandem"
 tmp = tempfile.mkdtemp(prefix="tdm-plan-")
 
 
@@ -82,6 +86,8 @@ def same(resolved, text):
 
 
 def check_plan(args, label, expect_groups=None):
+    global CONF_DIR
+    CONF_DIR = args[args.index("--conf-dir") + 1] if "--conf-dir" in args else "/etc/tandem"
     r = plan(*args, "--json")
     if not ok(r.returncode == 0, "%s: plan exits 0" % label, r.stderr):
         return None
@@ -98,6 +104,13 @@ def check_plan(args, label, expect_groups=None):
     boots = [g["config"]["disaggregation_bootstrap_port"] for g in groups if g["mode"] == "prefill"]
     ok(len(set(gpus)) == len(gpus) and len(set(ports)) == len(ports) and len(set(boots)) == len(boots),
        "%s: groups share no GPU, HTTP port or bootstrap port" % label, (gpus, ports, boots))
+    addrs = [g["config"].get("disaggregation_prefill_addr") for g in groups if g["mode"] == "decode"]
+    ok(addrs and all(a and a.startswith("127.0.0.1:") and a.split(":")[1] in boots for a in addrs),
+       "%s: every decode group bootstraps from one of this plan's prefill groups" % label,
+       (addrs, boots))
+    ok(all(g["config_path"] == UNIT_CONFIG.replace("%i", g["name"]).replace("/etc/tandem", CONF_DIR)
+           for g in groups), "%s: each INI lies where tandem-worker@NAME.service reads it" % label,
+       [g["config_path"] for g in groups])
     for g in groups:
         res, argv = resolve(g)
         if not ok(res.returncode == 0, "%s: tandem-worker accepts %s's INI" % (label, g["name"]),
@@ -135,9 +148,11 @@ d8 = check_plan(["--gpus", "8", "--model", MODEL], "gpus 8",
                 [("prefill", [0, 1, 2, 3]), ("decode", [4, 5, 6, 7])])
 if d8:
     p, d = d8["groups"]
-    ok(p["config_path"] == "/etc/tandem/worker-prefill.conf"
-       and d["config_path"] == "/etc/tandem/worker-decode.conf",
+    ok(p["config_path"] == "/etc/tandem/workers/prefill.conf"
+       and d["config_path"] == "/etc/tandem/workers/decode.conf",
        "the INI paths are the ones tandem-worker@.service reads")
+    ok(d["config"]["disaggregation_prefill_addr"] == "127.0.0.1:8998",
+       "decode's prefill address is the prefill group's bootstrap port on this host")
     ok(p["config"]["port"] == "30001" and d["config"]["port"] == "30000"
        and p["config"]["disaggregation_bootstrap_port"] == "8998"
        and "disaggregation_bootstrap_port" not in d["config"],
