@@ -27,6 +27,7 @@
 
 #include "controlplane/server.h"
 #include "controlplane/console.h"
+#include "controlplane/stream.h"
 
 #define HEX(col) "lpad(to_hex(" col "), 16, '0')"
 
@@ -419,7 +420,7 @@ static const char sql_groups[] =
 
 QUERY_HANDLER(h_groups, sql_groups)
 
-static void sample_json(tdm_cp_buf_t *b, const tdm_cp_sample_t *x)
+void tdm_cp_sample_json(tdm_cp_buf_t *b, const tdm_cp_sample_t *x)
 {
     tdm_cp_buf_printf(b, "{\"ts_us\":%" PRId64 ",\"iter\":%" PRIu64 ",\"path\":", x->ts_us,
                       x->iter);
@@ -470,7 +471,7 @@ static void h_ranks(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
             rk->last_seq, rk->count, (now - rk->last_recv_mono_us) / 1000u);
         const tdm_cp_sample_t *x = tdm_cp_rank_latest(rk);
         if (x)
-            sample_json(&b, x);
+            tdm_cp_sample_json(&b, x);
         else
             tdm_cp_buf_puts(&b, "null");
         tdm_cp_buf_puts(&b, "}");
@@ -952,6 +953,7 @@ const tdm_cp_route_t tdm_cp_routes[] = {
     {"GET", "/api/v1/ranks/{instance_id}/{rank}/history", TDM_CP_ROLE_READ, 0, h_rank_history},
     {"GET", "/api/v1/transfers", TDM_CP_ROLE_READ, 0, h_transfers},
     {"GET", "/api/v1/transfers/{room}", TDM_CP_ROLE_READ, 0, h_room_events},
+    {"GET", "/api/v1/stream", TDM_CP_ROLE_READ, 0, tdm_cp_h_stream},
     {"GET", "/api/v1/alerts", TDM_CP_ROLE_READ, 0, h_alerts},
     {"GET", "/api/v1/actions", TDM_CP_ROLE_READ, 0, h_actions},
     {"GET", "/api/v1/config", TDM_CP_ROLE_READ, 0, h_config},

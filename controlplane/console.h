@@ -3,7 +3,10 @@
  *
  * web/embed.sh turns web/console.{html,js,css} into tdm_cp_assets[] at build time, so the console
  * needs no files at run time. The page itself is public (it holds no data); every API call it
- * makes carries the bearer token the operator opened it with (/console?token=…).
+ * makes carries the bearer token the operator signs in with (kept in sessionStorage, never in a
+ * URL). The page is served with a strict Content-Security-Policy (scripts and styles from tandemd
+ * only, no inline script) and revalidated on every load; an asset requested with this build's
+ * ?v=<tdm_cp_asset_version> is cached as immutable, any other request for it revalidates.
  */
 #ifndef TDM_CP_CONSOLE_H
 #define TDM_CP_CONSOLE_H
@@ -18,6 +21,7 @@ typedef struct tdm_cp_asset {
 } tdm_cp_asset_t;
 
 extern const tdm_cp_asset_t tdm_cp_assets[];
+extern const char tdm_cp_asset_version[]; /* the ?v= of this build's asset URLs */
 extern const size_t tdm_cp_assets_count;
 
 /* The asset for a request path (query string ignored), or NULL. */

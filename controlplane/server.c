@@ -28,6 +28,7 @@
 #include <tdm/time.h>
 
 #include "controlplane/server.h"
+#include "controlplane/stream.h"
 
 #define RING_CAP_PER_RANK 3000 /* 10 min of 200 ms snapshots */
 #define RING_MAX_RANKS 4096
@@ -528,6 +529,7 @@ static void loop_tick(tdm_cp_server_t *s)
         tdm_cp_alerts_mark_persist(s->alerts, &s->rings);
     }
     tdm_cp_act_tick(s->act, now); /* issue 11: exits, remediation requests */
+    tdm_cp_stream_tick(s, now);
     if (s->watchdog_usec && now - s->last_watchdog_us >= s->watchdog_usec / 2) {
         sd_notify(0, "WATCHDOG=1");
         s->last_watchdog_us = now;
@@ -582,6 +584,7 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
     s->db = NULL; /* requests that still arrive get 503 (on_req) instead of a freed queue */
     /* Deliver what the DB threads handed back (aborted jobs) so every job is freed, and let h2o
      * close its connections: idle ones at once, busy ones after their response. */
+    tdm_cp_stream_close_all(s); /* open event streams end, so their connections can close */
     h2o_context_request_shutdown(&s->ctx);
     for (int i = 0; i < 5 || (i < 300 && !ctx_quiet(&s->ctx)); i++)
         h2o_evloop_run(s->loop, 10);

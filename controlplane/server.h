@@ -98,6 +98,7 @@ struct tdm_cp_server {
     tdm_cp_findings_t findings;
     tdm_cp_webhook_t *webhook;
     tdm_cp_act_t *act; /* issue 11: groups, actions, router view */
+    struct tdm_cp_stream *stream; /* GET /api/v1/stream subscribers (stream.h); NULL: none yet */
     tdm_cp_auth_t auth;
     char admin_token[TDM_CP_TOKEN_LEN + 1];
     int tokens_loaded; /* the token cache holds the database's tokens */
@@ -144,6 +145,9 @@ void tdm_cp_job_send_error(h2o_req_t *req, const tdm_cp_job_t *job);
 
 /* Query string: value of `key` decoded into buf (NUL-terminated); 1 if present. */
 int tdm_cp_query_get(h2o_req_t *req, const char *key, char *buf, size_t len);
+
+/* A ring sample as the API's JSON object (/api/v1/ranks "latest", the event stream). */
+void tdm_cp_sample_json(tdm_cp_buf_t *b, const tdm_cp_sample_t *x);
 
 /* Telemetry v1 ingest (ingest.c). */
 void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *args,
