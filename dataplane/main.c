@@ -42,6 +42,16 @@ int main(int argc, char **argv)
         rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
         goto out;
     }
+    /* the host KV tier is not in this build: its flags are refused, never accepted and ignored */
+    static const char *const hicache[] = {"enable_hierarchical_cache", "hicache_ratio",
+                                          "hicache_size", "hicache_write_policy"};
+    for (size_t i = 0; i < sizeof(hicache) / sizeof(hicache[0]); i++)
+        if (tdm_params_source(params, hicache[i]) != TDM_PARAM_SRC_DEFAULT) {
+            fprintf(stderr,
+                    "tandem-worker: %s: the HiCache host tier is not built in this worker\n",
+                    hicache[i]);
+            goto out;
+        }
     /* an explicit --prompt/--prompt-ids (even empty) means one-shot, which reports the error */
     if (tdm_oneshot_wanted(&cfg) || r_argc > 1 ||
         tdm_params_source(params, "prompt") != TDM_PARAM_SRC_DEFAULT ||

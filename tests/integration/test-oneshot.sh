@@ -174,6 +174,10 @@ try:
         ("empty prompt text", ["--model-path", mdir, "--prompt", ""], "prompt"),
         ("--device cuda", ["--model-path", mdir, "--prompt-ids", "1", "--device", "cuda"],
          "--device cuda is not supported"),
+        ("HiCache (not built)", ["--model-path", mdir, "--prompt-ids", "1",
+                                 "--enable-hierarchical-cache"], "not built"),
+        ("--hicache-ratio (not built)", ["--model-path", mdir, "--hicache-ratio", "3"],
+         "not built"),
     ]
     for what, args, needle in cases:
         rc_, out_, err_ = run(args)
