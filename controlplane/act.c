@@ -281,8 +281,7 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
     snprintf(url, sizeof(url), "%s", g ? g->admin_url : "");
     pthread_mutex_unlock(&a->mu);
     if (!g) {
-        snprintf(err, err_len,
-                 "no worker group \"%s\" (neither in --groups-config nor registered)",
+        snprintf(err, err_len, "no worker group \"%s\" (neither in --groups-config nor registered)",
                  group ? group : "");
         return TDM_ERR_NOTFOUND;
     }
@@ -424,8 +423,8 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
     return json_pack("{s:o}", "groups", arr);
 }
 
-void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role,
-                            const char *model, int tp_size, const char *admin_url)
+void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role, const char *model,
+                            int tp_size, const char *admin_url)
 {
     pthread_mutex_lock(&a->mu);
     act_group_t *g = act_group_find(a, group);
@@ -440,8 +439,8 @@ void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role
         snprintf(g->token, sizeof(g->token), "%s", a->admin_token);
         g->state = ACT_ST_RUNNING;
         g->started_us = tdm_time_wall_us();
-        tdm_info(TDM_SUB_CP, "msg=\"unsupervised group registered\" group=%s role=%s url=%s",
-                 group, role, admin_url);
+        tdm_info(TDM_SUB_CP, "msg=\"unsupervised group registered\" group=%s role=%s url=%s", group,
+                 role, admin_url);
     }
     if (g && g->kind == ACT_KIND_REGISTERED) {
         snprintf(g->mode, sizeof(g->mode), "%s", role);

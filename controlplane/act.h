@@ -110,9 +110,10 @@ void tdm_cp_act_free(tdm_cp_act_t *a);
 /* Loop tick: reap exits, execute queued remediation requests, deliver thread messages. */
 void tdm_cp_act_tick(tdm_cp_act_t *a, uint64_t mono_us);
 
-/* An action request: {"action":"drain"|"resume"|"restart"|"reconfigure","group","params"?,"alert_id"?}.
- * `actor` is the token name or "policy"/"supervisor". `done` (may be NULL) runs on the loop with
- * the result {"action_id","action","group","outcome","detail","started_us","finished_us"}. */
+/* An action request:
+ * {"action":"drain"|"resume"|"restart"|"reconfigure","group","params"?,"alert_id"?}. `actor` is the
+ * token name or "policy"/"supervisor". `done` (may be NULL) runs on the loop with the result
+ * {"action_id","action","group","outcome","detail","started_us","finished_us"}. */
 typedef void (*tdm_cp_act_done_fn)(void *ctx, json_t *result); /* called exactly once */
 tdm_status_t tdm_cp_act_submit(tdm_cp_act_t *a, const char *actor, json_t *request,
                                tdm_cp_act_done_fn done, void *ctx, char *err, size_t err_len);
@@ -125,8 +126,8 @@ int tdm_cp_act_group_exists(tdm_cp_act_t *a, const char *name);
 /* A worker registered (POST /api/v1/workers/register): a group not in --groups-config becomes a
  * "registered" one (listed, probed, routed to, drained and resumed through its /admin API at
  * admin_url; never restarted or reconfigured by tandemd). */
-void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role,
-                            const char *model, int tp_size, const char *admin_url);
+void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role, const char *model,
+                            int tp_size, const char *admin_url);
 
 /* Router view: pick a ready group serving `model` (decode or colocated), least in flight first.
  * 1: host/port filled and the group's in-flight count raised (release with tdm_cp_act_release);

@@ -35,8 +35,7 @@ void tdm_cp_h_console(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
                    strlen(a->content_type));
     int page = strcmp(a->path, "/console") == 0;
     char v[32];
-    int current =
-        tdm_cp_query_get(req, "v", v, sizeof(v)) && strcmp(v, tdm_cp_asset_version) == 0;
+    int current = tdm_cp_query_get(req, "v", v, sizeof(v)) && strcmp(v, tdm_cp_asset_version) == 0;
     if (!page && current)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
                        H2O_STRLIT("public, max-age=31536000, immutable"));
@@ -44,14 +43,14 @@ void tdm_cp_h_console(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
                        H2O_STRLIT("no-cache"));
     if (page) {
-        h2o_add_header_by_str(&req->pool, &req->res.headers,
-                              H2O_STRLIT("content-security-policy"), 0, NULL,
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("content-security-policy"),
+                              0, NULL,
                               H2O_STRLIT("default-src 'none'; script-src 'self'; style-src 'self'; "
                                          "img-src 'self' data:; connect-src 'self'; "
                                          "base-uri 'none'; form-action 'none'; "
                                          "frame-ancestors 'none'"));
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("referrer-policy"), 0,
-                              NULL, H2O_STRLIT("no-referrer"));
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("referrer-policy"), 0, NULL,
+                              H2O_STRLIT("no-referrer"));
     }
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-content-type-options"), 0,
                           NULL, H2O_STRLIT("nosniff"));

@@ -97,7 +97,7 @@ struct tdm_cp_server {
     tdm_cp_alerts_t *alerts;
     tdm_cp_findings_t findings;
     tdm_cp_webhook_t *webhook;
-    tdm_cp_act_t *act; /* issue 11: groups, actions, router view */
+    tdm_cp_act_t *act;            /* issue 11: groups, actions, router view */
     struct tdm_cp_stream *stream; /* GET /api/v1/stream subscribers (stream.h); NULL: none yet */
     tdm_cp_auth_t auth;
     char admin_token[TDM_CP_TOKEN_LEN + 1];

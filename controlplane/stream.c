@@ -21,7 +21,7 @@
 #include "controlplane/server.h"
 #include "controlplane/stream.h"
 
-#define RECENT_US 60000000u    /* ranks heard from within this get the backlog */
+#define RECENT_US 60000000u /* ranks heard from within this get the backlog */
 #define STATUS_EVERY_US 1000000u
 #define PING_AFTER_US 10000000u
 
@@ -192,14 +192,13 @@ static void render_shared(tdm_cp_server_t *s, tdm_cp_stream_t *st, uint64_t now)
         return;
     st->last_status_us = now;
     tdm_free(st->status);
-    st->status = event_text("status", s->act ? tdm_cp_act_status(s->act)
-                                             : json_pack("{s:[]}", "groups"));
+    st->status =
+        event_text("status", s->act ? tdm_cp_act_status(s->act) : json_pack("{s:[]}", "groups"));
     st->status_hash = st->status ? fnv(st->status) : 0;
     tdm_free(st->health);
-    st->health = event_text("health", json_pack("{s:s,s:b,s:s}", "status", "ok", "ready", s->ready,
-                                                "db",
-                                                atomic_load(&tdm_cp_db_stats(s->db)->up) ? "up"
-                                                                                         : "down"));
+    st->health =
+        event_text("health", json_pack("{s:s,s:b,s:s}", "status", "ok", "ready", s->ready, "db",
+                                       atomic_load(&tdm_cp_db_stats(s->db)->up) ? "up" : "down"));
     st->health_hash = st->health ? fnv(st->health) : 0;
 }
 

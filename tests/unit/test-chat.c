@@ -159,8 +159,11 @@ static void test_big_int(void)
     json_t *cfg = json_pack("{s:s,s:s}", "chat_template", TPL_CHATML, "eos_token", "<E>");
     char *body = json_dumps(cfg, 0);
     FILE *f = fopen(path, "w");
-    fprintf(f, "{\"model_max_length\": 1000000000000000019884624838656, \"n\": -12345678901234567890123,"
-               " \"s\": \"1234567890123456789012\", %s", body + 1);
+    fprintf(
+        f,
+        "{\"model_max_length\": 1000000000000000019884624838656, \"n\": -12345678901234567890123,"
+        " \"s\": \"1234567890123456789012\", %s",
+        body + 1);
     fclose(f);
     ok(tdm_chat_template_load(dir, &t, err, sizeof(err)) == TDM_OK &&
            tdm_chat_template_format(t) == TDM_CHAT_CHATML && strcmp(t->eos_token, "<E>") == 0,
