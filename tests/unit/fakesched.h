@@ -12,7 +12,8 @@
  *    piece (id, text, logprob, top logprobs), then FINISH with the script's finish reason (and
  *    matched stop token) or ERROR(TIMEOUT); FINISH(LENGTH) when max_new_tokens cuts it short.
  * Both honour aborts with FINISH(ABORT) and refuse new work with TDM_ERR_BUSY after
- * tdm_sched_drain. Every submit's parameters are recorded (last_*) for the tests to check.
+ * tdm_sched_drain until tdm_sched_resume. Every submit's parameters are recorded (last_*) for the
+ * tests to check.
  */
 #ifndef TDM_TESTS_FAKESCHED_H
 #define TDM_TESTS_FAKESCHED_H
@@ -159,6 +160,13 @@ void tdm_sched_drain(tdm_sched_t *s)
 {
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tdm_sched_resume(tdm_sched_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = 0;
     pthread_mutex_unlock(&s->mu);
 }
 
