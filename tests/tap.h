@@ -2,7 +2,9 @@
  * tests/tap.h — a minimal TAP producer for unit tests (header-only).
  *
  * plan(n) or done_testing(); ok(cond, fmt...); is_int/is_str/is_u64 print got/expected on failure;
- * skip_all(reason) prints "1..0 # SKIP reason" and exits 0. exit_status() is nonzero if any failed.
+ * skip_all(reason) prints "1..0 # SKIP reason" and exits 0 (GPU tests without a device only);
+ * bail_out(reason) fails the test for a missing prerequisite. exit_status() is nonzero if any
+ * failed.
  */
 #ifndef TDM_TESTS_TAP_H
 #define TDM_TESTS_TAP_H
@@ -58,6 +60,15 @@ __attribute__((format(printf, 1, 2))) static inline void skip(const char *fmt, .
     va_end(ap);
     printf("\n");
     fflush(stdout);
+}
+
+/* A missing prerequisite outside the GPU tests is a failure, not a skip: "Bail out!" is an
+ * ERROR for Automake's TAP driver. */
+__attribute__((noreturn)) static inline void bail_out(const char *reason)
+{
+    printf("Bail out! %s\n", reason);
+    fflush(stdout);
+    exit(1);
 }
 
 __attribute__((noreturn)) static inline void skip_all(const char *reason)

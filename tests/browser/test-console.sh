@@ -9,7 +9,7 @@
 set -u
 : "${TDM_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${TDM_BUILDDIR:=$(pwd)}"
-if [ -z "${TDM_TEST_PGHOST:-}" ]; then echo "1..0 # SKIP no test PostgreSQL (run under make check)"; exit 0; fi
+if [ -z "${TDM_TEST_PGHOST:-}" ]; then echo "Bail out! no test PostgreSQL (run under make check)"; exit 1; fi
 chromium=$(command -v chromium || command -v chromium-browser || true)
 driver=$(command -v chromedriver || true)
 [ -n "$chromium" ] && [ -n "$driver" ] || { echo "Bail out! chromium and chromium-driver are needed (tools/install-deps.sh)"; exit 1; }

@@ -4,9 +4,9 @@
  * different lengths prefilled in ONE mixed call (tensor-core prefill attention on the bf16 head-64
  * fixtures), then greedy decode steps of all three together (graph replay), each sequence in its
  * own page range. Greedy tokens must agree; a divergence is allowed only at a step whose CPU top-1
- * margin is <= 1e-2 (DESIGN §9), after which that sequence is no longer compared. Also: the pool
- * honours the max_pages cap and reports its bytes, bad configurations and too many sequences are
- * refused. Without a device it skips with the reason.
+ * margin is <= 1e-2 (docs/design.md §9), after which that sequence is no longer compared. Also: the
+ * pool honours the max_pages cap and reports its bytes, bad configurations and too many sequences
+ * are refused. Without a device it skips with the reason.
  */
 #include "config.h"
 

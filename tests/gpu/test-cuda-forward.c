@@ -1,17 +1,17 @@
 /*
- * test-cuda-forward.c — GPU conformance (DESIGN §9) of the CUDA engine (kernels/cuda/engine.cu)
- * on the fixture checkpoints against the transformers goldens: for every prompt, the prompt's
- * prefill (cuBLAS path when the prompt is longer than the GEMV rows and the weights are bf16) and
- * 15 greedy decode steps through the CUDA graphs must equal the golden tokens up to the first
- * divergence, and a divergence is allowed only at a step whose reference top-1 margin is <= 1e-2
- * (reported). The same for all prompts decoded together in one batch (a padded graph bucket,
- * several page tables), with fp8 e4m3 KV (reported, first token required), and graph replay must
- * equal eager launches bit for bit. Engines with a large KV pool (0.9 of the free memory), one
- * beside the first and one after it, must give its logits and tokens bit for bit. With the L2
- * prefetch of upcoming weights on (engine.h l2pf_*: attention and argmax prefetch blocks, GEMV tail
- * prefetches; two op/timing settings), graph replay (one sequence and the batch) and eager launches
- * must give the tokens of the runs without it bit for bit. Without a device it skips with the
- * reason.
+ * test-cuda-forward.c — GPU conformance (docs/design.md §9) of the CUDA engine
+ * (kernels/cuda/engine.cu) on the fixture checkpoints against the transformers goldens: for every
+ * prompt, the prompt's prefill (cuBLAS path when the prompt is longer than the GEMV rows and the
+ * weights are bf16) and 15 greedy decode steps through the CUDA graphs must equal the golden tokens
+ * up to the first divergence, and a divergence is allowed only at a step whose reference top-1
+ * margin is <= 1e-2 (reported). The same for all prompts decoded together in one batch (a padded
+ * graph bucket, several page tables), with fp8 e4m3 KV (reported, first token required), and graph
+ * replay must equal eager launches bit for bit. Engines with a large KV pool (0.9 of the free
+ * memory), one beside the first and one after it, must give its logits and tokens bit for bit. With
+ * the L2 prefetch of upcoming weights on (engine.h l2pf_*: attention and argmax prefetch blocks,
+ * GEMV tail prefetches; two op/timing settings), graph replay (one sequence and the batch) and
+ * eager launches must give the tokens of the runs without it bit for bit. Without a device it skips
+ * with the reason.
  */
 #include "config.h"
 
@@ -68,7 +68,7 @@ static uint32_t load_prompts(json_t *gold, prompt_t *p)
     return n;
 }
 
-/* DESIGN §9: equal up to the first divergence, which may only happen at a margin <= 1e-2.
+/* docs/design.md §9: equal up to the first divergence, which may only happen at a margin <= 1e-2.
  * Returns 1 when conformant; *first = first divergent step or -1. */
 static int margin_rule(const prompt_t *p, const int32_t *got, int *first)
 {

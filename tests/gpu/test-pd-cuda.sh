@@ -1,5 +1,5 @@
 #!/bin/sh
-# test-pd-cuda.sh — prefill/decode disaggregation with the KV on the GPU (issue 9: CUDA IPC,
+# test-pd-cuda.sh — prefill/decode disaggregation with the KV on the GPU (CUDA IPC,
 # dataplane/xfer/cuda_ipc.c), on one GPU and the bundled demo model: a prefill worker and a decode
 # worker, both --device cuda (decode's pool exported by cudaIpcGetMemHandle in REGISTER, prefill
 # copies device to device and reports SUCCESS only after the event behind its copies), and a

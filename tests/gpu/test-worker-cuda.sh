@@ -1,5 +1,5 @@
 #!/bin/sh
-# test-worker-cuda.sh — the serving worker on the GPU (issue 6: `--device cuda` through the
+# test-worker-cuda.sh — the serving worker on the GPU (`--device cuda` through the
 # scheduler's executor, kernels/cuda/exec_cuda.h), on the bundled demo model: a `--device cuda`
 # worker and a `--device cpu` worker side by side; greedy /v1/completions answers (one request at
 # a time, so the same graph bucket as the CPU reference's single row) equal the CPU worker's token

@@ -1,15 +1,15 @@
 # tests/integration/tap-lib.sh — sourced by the shell integration tests after they set SRC (the
 # source tree): BUILD (the build tree, TDM_BUILDDIR or .) and BIN (its tandem-worker), the TAP
-# skip when a program is not built, and ok/tap_done for tests that check in the shell.
+# failure (Bail out!) when a program is not built, and ok/tap_done for tests that check in the shell.
 # shellcheck shell=sh
 BUILD=${TDM_BUILDDIR:-.}
 BIN="$BUILD/tandem-worker"
 
-# tap_need_exec PATH: print the TAP skip line and exit 0 unless PATH is an executable.
+# tap_need_exec PATH: bail out (a failure) unless PATH is an executable.
 tap_need_exec() {
     if [ ! -x "$1" ]; then
-        echo "1..0 # SKIP $1 not built"
-        exit 0
+        echo "Bail out! $1 not built"
+        exit 1
     fi
 }
 

@@ -6,8 +6,8 @@ set -u
 : "${TDM_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${TDM_BUILDDIR:=$(pwd)}"
 if [ -z "${TDM_TEST_PGHOST:-}" ] || [ -z "${TDM_TEST_PGPORT:-}" ] || [ -z "${TDM_TEST_PGUSER:-}" ]; then
-    echo "1..0 # SKIP no test PostgreSQL (TDM_TEST_PGHOST/PORT/USER unset; run under make check)"
-    exit 0
+    echo "Bail out! no test PostgreSQL (TDM_TEST_PGHOST/PORT/USER unset; run under make check)"
+    exit 1
 fi
 echo "1..7"
 db=test_cp_migrate

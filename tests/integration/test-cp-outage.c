@@ -135,14 +135,14 @@ int main(void)
     int outage_s = os && atoi(os) > 0 ? atoi(os) : 10;
     char pgdir[] = "/tmp/cp-outage-pg-XXXXXX", dsn[1024], admin_dsn[1024];
     if (!mkdtemp(pgdir))
-        skip_all("mkdtemp failed");
+        bail_out("mkdtemp failed");
     char cluster[256];
     snprintf(cluster, sizeof(cluster), "%s/cluster", pgdir);
     tdm_pg_opts_t opts = {.for_tests = 1, .bindir = NULL};
     tdm_pg_info_t info;
     if (tdm_pg_cluster_start(cluster, &opts, &info) != TDM_OK) {
         rmdir(pgdir);
-        skip_all("cannot start a private PostgreSQL (no binaries or no user postgres)");
+        bail_out("cannot start a private PostgreSQL (no binaries or no user postgres)");
     }
     tdm_pg_info_dsn(&info, "postgres", admin_dsn, sizeof(admin_dsn));
     PGconn *c = PQconnectdb(admin_dsn);
@@ -162,7 +162,7 @@ int main(void)
         tdm_pg_cluster_destroy(cluster, &opts);
         return done_testing();
     }
-    ok(1, "tandemd ready on port %d, outage of %d s", h.port, outage_s);
+    ok(h.port > 0, "tandemd ready on port %d, outage of %d s", h.port, outage_s);
     pthread_t tids[RANKS];
     for (long r = 0; r < RANKS; r++)
         pthread_create(&tids[r], NULL, sender, (void *)r);

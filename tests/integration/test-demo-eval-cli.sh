@@ -1,10 +1,10 @@
 #!/bin/sh
-# test-demo-eval-cli.sh — the one-shot CLI on the bundled demo model (issue 5 acceptance):
+# test-demo-eval-cli.sh — the one-shot CLI on the bundled demo model:
 # load + answer one held-out tool prompt (rendered prompt text, as a user would pass it), with
 # the greedy answer equal to the transformers reference (the DSML call), in under 2 s wall time
 # on a release build (bench numbers). Under `make check` (sanitizer builds, a shared machine):
 # the CPU time (user+sys, both engine threads) must fit 2 s of this machine's cores, and the
-# best-of-3 wall time gets DESIGN §7's 2x slack (TDM_DEMO_CLI_LIMIT_S overrides) unless the
+# best-of-3 wall time gets docs/design.md §7's 2x slack (TDM_DEMO_CLI_LIMIT_S overrides) unless the
 # load average exceeds the core count, when a wall clock measures the neighbours, not us.
 # TAP; timing and checks by python3 (standard library only).
 set -u

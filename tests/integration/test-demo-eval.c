@@ -6,12 +6,12 @@
  * public engine APIs the one-shot CLI uses (tdm_model_load, tdm_tok_*, tdm_oneshot_engine_*),
  * greedy, stop at <|end|>, at most 96 new tokens — with the prompt rendered by our chat
  * renderer from the row's messages and offered tools (checked equal to the recorded prompt) and
- * the output classified by our DSML parser. Asserts (issue 5):
+ * the output classified by our DSML parser. Asserts:
  *   - tool prompts: ≥ 90 % answer with exactly one well-formed DSML call of the expected,
  *     offered tool with schema-valid arguments and no other text;
  *   - plain + unavailable prompts: ≤ 5 % contain a call or malformed markup;
  *   - the C greedy ids equal transformers' greedy reference ids, except where the reference
- *     and C diverge at a step whose C top-1 margin is below 1e-2 (DESIGN §9 tie rule);
+ *     and C diverge at a step whose C top-1 margin is below 1e-2 (docs/design.md §9 tie rule);
  * and measures the DSML-leak rate (responses with markup that does not parse). With
  * TDM_EVAL_JSON=FILE the metrics are also written there as one JSON object.
  */

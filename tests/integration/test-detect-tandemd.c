@@ -74,7 +74,7 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char dsn[512];
     if (pgtest_db_create("test_detect_tandemd", dsn, sizeof(dsn)) != 0)
-        skip_all("cannot create the test database");
+        bail_out("cannot create the test database");
     db = PQconnectdb(dsn);
     cph_t h;
     const char *extra[] = {"--pg-dsn", dsn, NULL};

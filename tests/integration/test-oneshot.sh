@@ -1,5 +1,5 @@
 #!/bin/sh
-# test-oneshot.sh — the one-shot CLI (DESIGN §10f) end to end on every fixture model:
+# test-oneshot.sh — the one-shot CLI (docs/contracts.md §f) end to end on every fixture model:
 #  - greedy ids equal the transformers goldens token for token (--prompt-ids, --ignore-eos),
 #    chosen-token logprobs within 1e-3·max(1,|ref|), the first step's top-10 ids equal the
 #    golden top-10 (when its margins allow), the JSON line is last on stdout, progress on stderr;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# test-pd.sh — prefill/decode disaggregation in the real serving worker (issue 9), end to end on
+# test-pd.sh — prefill/decode disaggregation in the real serving worker, end to end on
 # models/demo, CPU, real UCX (UCX_TLS=tcp,sm,self over lo): a prefill worker
 # (--disaggregation-mode prefill, bootstrap port 0) + a decode worker
 # (--disaggregation-prefill-addr) + a colocated worker.
@@ -32,12 +32,12 @@ SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=${TDM_BUILDDIR:-.}
 BIN="$BUILD/tandem-worker"
 if [ ! -x "$BIN" ]; then
-    echo "1..0 # SKIP $BIN not built"
-    exit 0
+    echo "Bail out! $BIN not built"
+    exit 1
 fi
 if [ ! -f "$SRC/models/demo/model.safetensors" ]; then
-    echo "1..0 # SKIP models/demo is not in this checkout"
-    exit 0
+    echo "Bail out! models/demo is not in this checkout"
+    exit 1
 fi
 export TDM_PD_BIN="$BIN" TDM_PD_MODEL="$SRC/models/demo" TDM_PD_SCENARIO="${TDM_PD_SCENARIO:-equiv}"
 export TDM_TAPLIB="$SRC/tests/integration"
@@ -93,7 +93,7 @@ def heartbeats_fresh(w):
     return all(0 <= a < 2.0 for a in ages), ages
 
 
-# ---------------------------------------------------------------- faults and flips (issue 9)
+# ---------------------------------------------------------------- faults and flips
 #   scenario "faults" (test-pd-faults.sh): --disaggregation-disable-checksums on one side only is
 #     refused at registration naming the flag; the PD fault points through POST /admin/faults:
 #     stall_transfer (TTFT grows by the stall, output unchanged), slow_host_copy (likewise),
@@ -315,10 +315,6 @@ if SCEN == "tp":
     pre = start("prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
                             "0"] + TP)
     if not wait_ready(pre):
-        if "tdm_exec_cfg_t.kv_mem" in logtail(pre):
-            print("1..0 # SKIP this build's executor ignores tdm_exec_cfg_t.kv_mem (exec.c)")
-            kill_all()
-            sys.exit(0)
         ok(False, "prefill tp 2 ready", logtail(pre))
         finish()
     ok(True, "prefill group at --tp-size 2 ready")

@@ -59,7 +59,7 @@ static json_t *body_json(const http_resp_t *r)
     return json_loadb(r->body, r->body_len, 0, NULL);
 }
 
-/* The status and the DESIGN §6 error object with this code. */
+/* The status and the docs/design.md §6 error object with this code. */
 static void is_error(const http_resp_t *r, int status, const char *code, const char *what)
 {
     json_t *j = body_json(r);

@@ -31,7 +31,7 @@ static int pop(tdm_cp_spool_t *sp, char *out, size_t len)
 int main(void)
 {
     if (!mkdtemp(dir))
-        skip_all("mkdtemp failed");
+        bail_out("mkdtemp failed");
     char path[256], err[256], got[64];
     snprintf(path, sizeof(path), "%s/s.spool", dir);
     tdm_cp_spool_t *sp;

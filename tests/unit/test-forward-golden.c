@@ -289,7 +289,7 @@ int main(void)
     snprintf(gpath, sizeof(gpath), "%.1000s/goldens/%.64s.json", dir, models[0]);
     FILE *probe = fopen(gpath, "r");
     if (!probe)
-        skip_all("tests/fixtures not found (set TDM_SRCDIR)");
+        bail_out("tests/fixtures not found (set TDM_SRCDIR)");
     fclose(probe);
 
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {

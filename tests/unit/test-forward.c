@@ -1,7 +1,7 @@
 /*
  * test-forward.c — the forward graph on synthetic checkpoints: correctness against a dense fp64
  * reference (Llama with llama3 RoPE and GQA; Qwen2 with biases and tied embeddings), then the
- * determinism of DESIGN §9, bit for bit: chunked prefill (chunks 1, 3, 7, 16, all) == whole
+ * determinism of docs/design.md §9, bit for bit: chunked prefill (chunks 1, 3, 7, 16, all) == whole
  * prefill; batched decode (mixed lengths, several batch orders) == one sequence at a time ==
  * prefill logits of the same positions; TP=2 (two threads, in-process collective) == TP=1; and
  * the KV dtypes (f32, bf16, fp8) against each other.

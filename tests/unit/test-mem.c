@@ -67,8 +67,7 @@ static void test_alloc(void)
     z[4095] = 1;
     ok(z[0] == 0, "realloc keeps contents");
     tdm_free(z);
-    tdm_free(NULL);
-    ok(1, "free(NULL) is fine");
+    tdm_free(NULL); /* must not crash: the run reaching the next check is the test */
     char *s = tdm_strdup("hello");
     is_str(s, "hello", "strdup");
     tdm_free(s);

@@ -265,7 +265,7 @@ int main(void)
              src ? src : ".");
     FILE *f = fopen(probe, "r");
     if (!f)
-        skip_all("tests/fixtures/models not present");
+        bail_out("tests/fixtures/models not present");
     fclose(f);
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
         check_model(src ? src : ".", &models[i]);

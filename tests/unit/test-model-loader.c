@@ -408,7 +408,7 @@ static void stderr_progress(void)
 int main(void)
 {
     if (!tu_mkdtemp(root, sizeof(root)))
-        skip_all("cannot create a temp dir");
+        bail_out("cannot create a temp dir");
     llama();
     qwen_sharded();
     corrupt();

@@ -1,5 +1,5 @@
 /*
- * test-openai-malformed.c — every malformed-request case of issue 8 against the OpenAI endpoint
+ * test-openai-malformed.c — every malformed-request case against the OpenAI endpoint
  * on a real h2o loop (openai-fakesched.h), each answered with the right status and an OpenAI
  * error object and never reaching the scheduler; then a valid request that succeeds on the same
  * server (nothing wedged, nothing leaked). Raw sockets, so bodies can carry anything.

@@ -88,7 +88,8 @@ static void test_defaults(void)
     is_int(cfg.tp_size, 1, "tp_size default");
     is_str(cfg.kv_cache_dtype, "auto", "kv_cache_dtype default");
     is_str(cfg.disaggregation_mode, "null", "disaggregation_mode default");
-    is_int(cfg.disaggregation_bootstrap_port, 8998, "bootstrap port default (§10b)");
+    is_int(cfg.disaggregation_bootstrap_port, 8998,
+           "bootstrap port default (docs/contracts.md §b)");
     ok(cfg.health_progress_timeout == 3.0, "health_progress_timeout default 3 s (I8)");
     is_str(cfg.model_path, "", "string default is \"\", never NULL");
     is_int(cfg.disable_overlap_schedule, 0, "bool default");
@@ -99,7 +100,7 @@ static void test_defaults(void)
 
     is_int(tdm_params_init(&tdm_tandemd_config_table, &dcfg, &d, err, sizeof(err)), TDM_OK,
            "tandemd table validates: %s", err);
-    is_str(dcfg.listen, "127.0.0.1:8470", "tandemd listen default (§10b)");
+    is_str(dcfg.listen, "127.0.0.1:8470", "tandemd listen default (docs/contracts.md §b)");
     tdm_params_free(d);
 }
 

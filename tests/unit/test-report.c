@@ -378,7 +378,7 @@ int main(void)
     ok(tdm_report_event(r, "", NULL, NULL, NULL, NULL, NULL) == TDM_ERR_INVAL &&
            tdm_report_event(r, "x", NULL, "this-state-name-is-far-too-long-for-the-wire", NULL,
                             NULL, NULL) == TDM_ERR_INVAL,
-       "events over the §10c limits are refused at enqueue");
+       "events over the docs/contracts.md §c limits are refused at enqueue");
 
     /* 2. down for 1.5 s: queue and spool, overflow thins samples, never events */
     sink_set(0);

@@ -3,7 +3,7 @@
  * loops: every request's tokens equal a scheduler-less reference (the one-shot engine with the
  * same (seed, step) sampling) whatever the batching, chunking, retraction and prefix sharing;
  * every request gets exactly one terminal event; aborts, deadlines, refusals and drain behave;
- * after drain every page is free again. PD (issue 9): a prefill scheduler and a decode scheduler,
+ * after drain every page is free again. PD: a prefill scheduler and a decode scheduler,
  * each with its own executor and transfer engine over UCX on loopback, in both loops: every
  * request sent to decode equals the reference, decode computes no prompt token, prefill takes
  * one room per request and refuses submissions; a decode without a prefill answers BUSY.
@@ -485,10 +485,10 @@ int main(void)
     tdm_model_t *m = NULL;
     tdm_tok_t *tok = NULL;
     if (tdm_model_load(dir, &m, err, sizeof(err)) != TDM_OK)
-        skip_all("fixture model not found (set TDM_SRCDIR)");
+        bail_out("fixture model not found (set TDM_SRCDIR)");
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     if (tdm_tok_load(path, &tok, err, sizeof(err)) != TDM_OK)
-        skip_all("fixture tokenizer not loadable");
+        bail_out("fixture tokenizer not loadable");
     make_specs(m);
     int refs = 1;
     for (int i = 0; i < N_SPECS; i++)
@@ -524,7 +524,7 @@ int main(void)
            fp == TDM_FAULT_RANK_SKIP_COLLECTIVE &&
            tdm_fault_point_parse("nope", &fp) == TDM_ERR_NOTFOUND,
        "fault names parse");
-    /* the transfer points (issue 9): rank 0 only; kill_thread only of an engine thread, and it
+    /* the transfer points: rank 0 only; kill_thread only of an engine thread, and it
      * fires only for the armed thread; the two points not built are refused */
     tdm_fault_spec_t ts = {1, 1, 0, 5, TDM_HB_TRANSFER};
     ok(tdm_fault_arm(&ft, 2, TDM_FAULT_FLIP_KV_BITS, &ts, ferr, sizeof(ferr)) == TDM_ERR_INVAL,

@@ -1,6 +1,6 @@
 /*
- * test-telemetry.c — telemetry v1 (DESIGN §10c): encode → decode round trip, the exact wire
- * shape, every required member, type and bound checked with a key-path message, limits on
+ * test-telemetry.c — telemetry v1 (docs/contracts.md §c): encode → decode round trip, the exact
+ * wire shape, every required member, type and bound checked with a key-path message, limits on
  * samples/events/strings/data, and the {"acked_seq":N} reply.
  */
 #include "config.h"
@@ -73,7 +73,7 @@ static void test_round_trip(void)
     is_int(tdm_tm_batch_encode(&b, NULL, &text, &len, err, sizeof(err)), TDM_OK, "encode: %s", err);
     ok(has(text, "\"v\":1,\"worker\":\"decode-0\",\"group\":\"decode\",\"role\":\"decode\","
                  "\"instance_id\":\"fedcba9876543210\",\"rank\":1,\"seq\":42,\"samples\":["),
-       "header members in §10c order, ids as hex");
+       "header members in docs/contracts.md §c order, ids as hex");
     ok(has(text, "\"plan_hash\":\"ffffffffffffffff\"") &&
            has(text, "\"coll_hash\":\"0000000000000001\""),
        "hashes as 16-digit lowercase hex");
