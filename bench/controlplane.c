@@ -3,8 +3,8 @@
  *
  *   controlplane ingest --port P --token-file F --dsn DSN [--clients 4] [--batches N]
  *                       [--samples S] [--rooms R] [--tag T] [--rate B --seconds D]
- *     N telemetry v1 batches per client (DESIGN §10c), each client one rank of its own group
- *     posting over one keep-alive HTTP/1.1 connection (raw sockets, so the client costs little of
+ *     N telemetry v1 batches per client (docs/contracts.md §c), each client one rank of its own
+ * group posting over one keep-alive HTTP/1.1 connection (raw sockets, so the client costs little of
  *     the shared CPU), one batch in flight, the next sent when {"acked_seq"} arrives. A batch holds
  *     S samples 200 ms apart (the reporter's interval, so tandemd's 10 Hz thinning keeps every one)
  *     and R rooms' KVPoll walks (4 kvpoll events each) plus one output_stats event; the last batch
@@ -479,8 +479,8 @@ static int run_ingest(const opts_t *o)
                posts, errors, t_acked - t0);
         return errors ? 1 : 0;
     }
-    /* tandemd replies {"acked_seq"} only after the batch's transaction committed (DESIGN §10c),
-     * so the clock stops at the last ack; count(*) then checks that every row is there. */
+    /* tandemd replies {"acked_seq"} only after the batch's transaction committed (docs/contracts.md
+     * §c), so the clock stops at the last ack; count(*) then checks that every row is there. */
     long long got = db_rows(pg) - before;
     double t_count = now_s();
     double t_end = t_acked;

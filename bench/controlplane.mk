@@ -1,6 +1,6 @@
 # bench/controlplane.mk — tandemd ingest (4 loopback clients, end to end to committed rows) beside
 # psql's \copy of the same rows in the same run, and open-loop REST reads at 1000 req/s with 1M
-# sample rows stored and ingest running (DESIGN §10h: bench/results/controlplane.json).
+# sample rows stored and ingest running (docs/contracts.md §h: bench/results/controlplane.json).
 # `make bench-controlplane`; build without sanitizers for numbers worth keeping.
 noinst_PROGRAMS += bench/controlplane
 bench_controlplane_SOURCES = bench/controlplane.c

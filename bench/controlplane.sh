@@ -1,5 +1,5 @@
 #!/bin/sh
-# controlplane.sh BUILDDIR SRCDIR [OUT] — tandemd's ingest and REST reads (DESIGN §10h), one run:
+# controlplane.sh BUILDDIR SRCDIR [OUT] — tandemd's ingest and REST reads (docs/contracts.md §h), one run:
 #
 # 1. A private *durable* PostgreSQL (tdm-pg --durable: fsync and synchronous_commit on, as
 #    tandemd's embedded default) and a real tandemd on 127.0.0.1:0 pointed at it.

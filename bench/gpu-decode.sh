@@ -2,7 +2,7 @@
 # gpu-decode.sh — on the device (tools/device-run.sh runs bench/gpu-*.sh after the bundle's
 # benchmarks, so bench/gpu_decode has already written $TDM_BENCH_OUT/gpu_decode_tandem.json):
 # measures the anchors (bench/torch_anchor.py) and merges both into
-# $TDM_BENCH_OUT/gpu_decode.json in the schema of issue 6. Prints TAP.
+# $TDM_BENCH_OUT/gpu_decode.json in the schema of docs/contracts.md §h. Prints TAP.
 # Env: TDM_ANCHOR_TIMEOUT (seconds, default 330).
 set -u
 out=${TDM_BENCH_OUT:-.}

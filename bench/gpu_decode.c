@@ -7,9 +7,9 @@
  * median of 5 runs; prefill of one 2048-token prompt, median of 5; the device-to-device copy
  * bandwidth and the bs1 roofline (weight bytes read per token / copy bandwidth). Then the first
  * 32 greedy tokens of bs1 against the CPU backend's forward (dataplane/model graph) on the same
- * weights, with the DESIGN §9 margin rule on the CPU's top-1 margins. A/B variants of the engine
- * options (PDL off, cuBLAS, ..., the L2 prefetch of upcoming weights at several budgets) run in
- * the same process, each a row of "variants" in the JSON. Each variant's first 32 greedy bs1
+ * weights, with the docs/design.md §9 margin rule on the CPU's top-1 margins. A/B variants of the
+ * engine options (PDL off, cuBLAS, ..., the L2 prefetch of upcoming weights at several budgets) run
+ * in the same process, each a row of "variants" in the JSON. Each variant's first 32 greedy bs1
  * tokens are compared with the first engine's (tokens_equal_default, a diagnostic: on this model
  * every later engine in the process gives other tokens from step 0, docs/cuda.md run 6); the L2
  * prefetch variants must equal the "control" row (a second engine with the defaults) exactly,

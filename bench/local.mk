@@ -1,5 +1,5 @@
 # bench/ — benchmarks (not tests): `make bench` runs them on this machine and writes
-# bench/results/*.json, each number beside its anchor measured in the same run (DESIGN §10h).
+# bench/results/*.json, each number beside its anchor measured in the same run (docs/contracts.md §h).
 noinst_PROGRAMS += bench/cpu_engine
 bench_cpu_engine_SOURCES = bench/cpu_engine.c
 bench_cpu_engine_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)

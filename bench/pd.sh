@@ -1,5 +1,5 @@
 #!/bin/sh
-# pd.sh BUILDDIR SRCDIR [OUT] — checksum_ttft_overhead of issue 9: the time to the first token of
+# pd.sh BUILDDIR SRCDIR [OUT] — checksum_ttft_overhead: the time to the first token of
 # a PD request (prefill group + decode group, --device cpu, UCX over lo) with the KV checksums on
 # (prefill hashes every page it wrote, decode re-hashes its copy before the first decode step)
 # versus off (--disaggregation-disable-checksums on both groups), at 128, 2k and 32k-token

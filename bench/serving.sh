@@ -2,7 +2,7 @@
 # serving.sh BUILDDIR SRCDIR [OUT] — the serving runtime's throughput and TTFT through POST
 # /generate at concurrency 1, 8, 32, 64, in both loops (a TP=1 tandem-worker on --device cpu),
 # each beside the engine's own batched decode at the same batch size (bench/cpu_engine, same
-# model, same thread count, same run): the anchor of issue 7 (target: serving >= 80 % of it).
+# model, same thread count, same run): the serving anchor (target: serving >= 80 % of it).
 # Writes OUT (default SRCDIR/bench/results/serving.json) with git sha, nproc and load average.
 # Use a build without sanitizers for numbers worth committing.
 # Clients: tests/integration/test-load bench (C closed-loop clients, greedy, ignore_eos, streamed;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Anchors for bench/gpu_decode (issue 6), measured in the same run on the same GPU:
+"""Anchors for bench/gpu_decode, measured in the same run on the same GPU:
 
   hf              transformers LlamaForCausalLM, bf16, attn_implementation="sdpa", eager,
                   `generate` greedy (EOS disabled); prefill = one forward over 2048 tokens.

@@ -1,5 +1,5 @@
 # bench/transfer — KV transfer bandwidth vs ucx_perftest (ucp_put_bw) in the same run
-# (DESIGN §10h: bench/results/transfer.json). `make bench-transfer`.
+# (docs/contracts.md §h: bench/results/transfer.json). `make bench-transfer`.
 noinst_PROGRAMS += bench/transfer
 bench_transfer_SOURCES = bench/transfer.c
 bench_transfer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)

@@ -1,6 +1,6 @@
 /*
- * json.c — the project's JSON conventions (DESIGN §6) on top of jansson: strict 64-bit hex ids,
- * integer µs timestamps, typed getters whose errors name the full key path, and the error
+ * json.c — the project's JSON conventions (docs/design.md §6) on top of jansson: strict 64-bit hex
+ * ids, integer µs timestamps, typed getters whose errors name the full key path, and the error
  * object. Decoders of wire formats (telemetry, console API) are built from these getters so
  * every malformed input gets the same precise message.
  */

@@ -12,7 +12,7 @@ void tdm_config_doc_markdown(FILE *out)
     fputs("# tandem parameters\n\n"
           "Generated from `include/tdm/config.h` by `tools/gen-params-doc` (`make params-doc`); do "
           "not edit.\n\n"
-          "Precedence (DESIGN §10a): command line > environment `TDM_*` > override file "
+          "Precedence (docs/contracts.md §a): command line > environment `TDM_*` > override file "
           "(`--override-config FILE`, env `TDM_OVERRIDE_CONFIG`, written by reconfigure) > config "
           "file (`--config FILE`, env `TDM_CONFIG`) > default. `--print-config` prints every "
           "resolved value with its source (`cli`, `env`, `override`, `file`, `default`) as JSON; "

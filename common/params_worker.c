@@ -28,6 +28,7 @@ int tdm_worker_config_http_port(const tdm_worker_config_t *cfg)
 {
     if (cfg->port >= 0)
         return (int)cfg->port;
-    /* DESIGN §10b: decode/colocated HTTP 30000, prefill HTTP 30001 (both can share a host). */
+    /* docs/contracts.md §b: decode/colocated HTTP 30000, prefill HTTP 30001 (both can share a
+     * host). */
     return !strcmp(cfg->disaggregation_mode, "prefill") ? 30001 : 30000;
 }

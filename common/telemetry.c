@@ -1,8 +1,8 @@
 /*
- * telemetry.c — telemetry v1 (DESIGN §10c) to and from JSON. The decoder is the ingest boundary
- * of tandemd: it sees whatever reaches the HTTP port, so it checks every member's type, range
- * and length, refuses unknown members and bounds what a batch may make us allocate. The encoder
- * applies the same rules so a worker never sends what tandemd would refuse.
+ * telemetry.c — telemetry v1 (docs/contracts.md §c) to and from JSON. The decoder is the ingest
+ * boundary of tandemd: it sees whatever reaches the HTTP port, so it checks every member's type,
+ * range and length, refuses unknown members and bounds what a batch may make us allocate. The
+ * encoder applies the same rules so a worker never sends what tandemd would refuse.
  */
 #include "config.h"
 

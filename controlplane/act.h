@@ -1,5 +1,5 @@
 /*
- * controlplane/act.h — operator actions (DESIGN §5): the worker groups tandemd knows, its
+ * controlplane/act.h — operator actions (docs/design.md §5): the worker groups tandemd knows, its
  * supervisor, drain / restart / reconfigure, the audit log, the canary and the router's view.
  *
  * Groups come from `--groups-config FILE` (INI). Each `[group.NAME]` section is one worker group:

@@ -1,5 +1,5 @@
 # controlplane/act.mk — actions (drain/restart/reconfigure, audit), the supervisor, sd-bus,
-# the canary and the /v1 router (issue 11). Included from controlplane/local.mk; the objects join
+# the canary and the /v1 router. Included from controlplane/local.mk; the objects join
 # libtdmcp.a so tandemd links them.
 libtdmcp_a_SOURCES += \
 	controlplane/act.c \

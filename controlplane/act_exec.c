@@ -1,8 +1,8 @@
 /*
  * act_exec.c — the action executor: one thread taking requests in order and carrying them out
- * (start, drain, resume, restart, reconfigure; DESIGN §5), each framed by its audit row (I9). The
- * thread owns a libpq connection of its own for the audit log and config versions, so a slow action
- * never holds a connection the loop's queries need, and it blocks freely on workers.
+ * (start, drain, resume, restart, reconfigure; docs/design.md §5), each framed by its audit row
+ * (I9). The thread owns a libpq connection of its own for the audit log and config versions, so a
+ * slow action never holds a connection the loop's queries need, and it blocks freely on workers.
  *
  * Audit: `pending` row when the action starts; outcome, detail and finished_us when it ends. If
  * the database is unreachable at the start, the whole row is written at the end (with the true

@@ -1,7 +1,7 @@
 /*
  * act_override.c — reconfigure's config versions: the accepted keys, their checks, merging a
- * request over the current version, and the worker override INI written from it (DESIGN §5).
- * Pure functions; the executor stores the merged object in config_versions and the state dir.
+ * request over the current version, and the worker override INI written from it (docs/design.md
+ * §5). Pure functions; the executor stores the merged object in config_versions and the state dir.
  */
 #include "config.h"
 

@@ -1,5 +1,5 @@
 /*
- * act_sdbus.c — restart a worker unit through systemd over sd-bus (DESIGN §5, §8): the
+ * act_sdbus.c — restart a worker unit through systemd over sd-bus (docs/design.md §5, §8): the
  * org.freedesktop.systemd1.Manager.RestartUnit(name, "replace") call, on this host's system bus
  * or another host's (sd_bus_open_system_remote, what `systemctl -H` uses). The call is described
  * as data first (tdm_cp_sdbus_restart_call) and built into a message separately, so the message

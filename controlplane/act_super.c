@@ -1,5 +1,5 @@
 /*
- * act_super.c — tandemd's supervisor (DESIGN §5 "without systemd"): the groups config, the
+ * act_super.c — tandemd's supervisor (docs/design.md §5 "without systemd"): the groups config, the
  * per-group state directory (base.ini, override.ini, record.json, ready.json, worker.log), starting
  * a group's launcher with posix_spawn, stopping it (SIGTERM to the launcher, which forwards it to
  * its ranks; SIGKILL to the process group after the timeout), re-adopting a recorded launcher

@@ -1,9 +1,9 @@
 /*
  * act_watch.c — the watcher thread: probes each group's /ready every second (the router skips
  * groups that are not ready; /ready is what routers use, I8), learns the served model name from
- * /v1/models, and runs the canary (DESIGN §4): every canary_interval_s a fixed greedy prompt
- * through each ready serving group, compared with that group's first answer after its start; a
- * different answer is a `canary_mismatch` event for the detectors (CORRUPTION).
+ * /v1/models, and runs the canary (docs/design.md §4): every canary_interval_s a fixed greedy
+ * prompt through each ready serving group, compared with that group's first answer after its start;
+ * a different answer is a `canary_mismatch` event for the detectors (CORRUPTION).
  */
 #include "config.h"
 

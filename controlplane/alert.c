@@ -179,7 +179,7 @@ json_t *tdm_cp_alert_to_json(const tdm_cp_alert_t *a)
     return o;
 }
 
-/* The remediation DESIGN §4 prescribes for a finding, or NULL. */
+/* The remediation docs/design.md §4 prescribes for a finding, or NULL. */
 static json_t *remedy_for(const tdm_cp_finding_t *f)
 {
     switch (f->cls) {

@@ -2,7 +2,7 @@
  * controlplane/alert.h — the alert store: lifecycle, per-class policy, remediation requests, and
  * the `--alert-webhook` poster.
  *
- * Lifecycle (DESIGN §4). Each detector tick hands its findings to tdm_cp_alerts_apply(). A
+ * Lifecycle (docs/design.md §4). Each detector tick hands its findings to tdm_cp_alerts_apply(). A
  * finding for (group, class) with no open alert opens one, with the finding's summary and
  * evidence (deduplication: at most one open alert per (group, class); while open, its evidence is
  * refreshed to the latest). An open alert whose rule has been false for `resolve_after_us`
@@ -10,9 +10,9 @@
  * = a token name, or "action:<id>" for the action executor) and mutes (group, class) until its
  * rule has been false once, so an operator's resolve is not undone by the next tick.
  *
- * Policy. Per class, `notify` (default) or `auto`. Every alert carries the remediation DESIGN §4
- * prescribes for its class as data ("remedy": {"action","params"}; null when there is none);
- * under `auto` the same request is also queued for the action executor
+ * Policy. Per class, `notify` (default) or `auto`. Every alert carries the remediation
+ * docs/design.md §4 prescribes for its class as data ("remedy": {"action","params"}; null when
+ * there is none); under `auto` the same request is also queued for the action executor
  * (tdm_cp_alerts_take_remedy). WEDGE, RANK_DIVERGENCE → restart the group with overlap off;
  * TRANSFER_STALL → fail the stuck rooms on both sides and restart the stuck peer; CORRUPTION on
  * the host-tier path → restart with HiCache off; WORKER_LOST → restart the group.

@@ -748,7 +748,7 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     unsigned long long limit;
     if (query_uint(req, "limit", 10000, 100, &limit))
         return;
-    /* issue 11: ?source=live answers from the detectors' alert store (with policy and remedy;
+    /* ?source=live answers from the detectors' alert store (with policy and remedy;
      * works while the database is down; the last 256 resolved only) */
     char src[8];
     if (tdm_cp_query_get(req, "source", src, sizeof(src)) && strcmp(src, "live") == 0) {

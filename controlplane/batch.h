@@ -1,11 +1,11 @@
 /*
  * controlplane/batch.h — one telemetry batch on its way to PostgreSQL, in its durable form.
  *
- * The loop thread decodes a telemetry v1 POST (DESIGN §10c), pushes its samples into the ring and
- * encodes what is to be persisted into one self-contained blob: the (instance_id, rank, seq) key
- * and the rows for samples, transfer_events and events already in COPY text form. The DB ingest
- * thread COPYs those rows verbatim; during a database outage the same blob is what goes into the
- * spool file, so a batch read back from disk is byte-for-byte the batch that was received.
+ * The loop thread decodes a telemetry v1 POST (docs/contracts.md §c), pushes its samples into the
+ * ring and encodes what is to be persisted into one self-contained blob: the (instance_id, rank,
+ * seq) key and the rows for samples, transfer_events and events already in COPY text form. The DB
+ * ingest thread COPYs those rows verbatim; during a database outage the same blob is what goes into
+ * the spool file, so a batch read back from disk is byte-for-byte the batch that was received.
  *
  * Blob layout (little-endian): u64 seq, u32 rank, u32 n_samples, u32 n_tevents, u32 n_events,
  * u32 instance_len, u32 group_len, u32 samples_len, u32 tevents_len, u32 events_len, then

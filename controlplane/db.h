@@ -31,8 +31,8 @@
  *   turn when first seen), so its batches commit one transaction after another in arrival order
  *   on one connection, two groups in flight never share a mark, and while one worker's group
  *   waits for its WAL flush another's copies. A batch at or below the mark is returned as a
- *   duplicate without inserting (exactly once, DESIGN §10c). If the database refuses a group's
- *   rows, its batches are retried one transaction each so only the offending one is rejected.
+ *   duplicate without inserting (exactly once, docs/contracts.md §c). If the database refuses a
+ * group's rows, its batches are retried one transaction each so only the offending one is rejected.
  *   stats.ingest_txns counts the committed transactions. Batches waiting in memory are bounded by
  *   mem_bound_bytes; past it worker 0 appends the oldest to the spool file (durable, so their jobs
  *   are returned as acknowledged; never a batch a group holds, nor one whose rank has a batch in

@@ -1,5 +1,5 @@
 /*
- * controlplane/detect.h — the detectors of DESIGN §4 over the in-memory telemetry ring.
+ * controlplane/detect.h — the detectors of docs/design.md §4 over the in-memory telemetry ring.
  *
  * Contract. A detector reads the samples tandemd's ingest pushed into the ring (ring.h) and the
  * events ingest hands it (tdm_cp_detect_event), and every tick (100 ms by default) evaluates the

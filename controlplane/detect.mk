@@ -1,4 +1,4 @@
-# controlplane/detect.mk — detectors (DESIGN §4), the alert store and the alert webhook.
+# controlplane/detect.mk — detectors (docs/design.md §4), the alert store and the alert webhook.
 # Included from controlplane/local.mk; the objects join libtdmcp.a so tandemd links them.
 libtdmcp_a_SOURCES += \
 	controlplane/detect.c \

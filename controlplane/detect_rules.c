@@ -1,7 +1,7 @@
 /*
- * detect_rules.c — the eight rules of DESIGN §4, as functions of the ring, the detector's event
- * state and the clock. Each appends at most one finding per (group, class), with the evidence an
- * operator needs to act without opening another tool.
+ * detect_rules.c — the eight rules of docs/design.md §4, as functions of the ring, the detector's
+ * event state and the clock. Each appends at most one finding per (group, class), with the evidence
+ * an operator needs to act without opening another tool.
  *
  * Sample rules (WEDGE, RANK_DIVERGENCE) judge one incarnation whose ranks all report: a rank that
  * went silent is WORKER_LOST's business, and its frozen last sample must not read as a hang.

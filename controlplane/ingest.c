@@ -1,5 +1,5 @@
 /*
- * ingest.c — POST /api/v1/telemetry (telemetry v1, DESIGN §10c) on the loop thread.
+ * ingest.c — POST /api/v1/telemetry (telemetry v1, docs/contracts.md §c) on the loop thread.
  *
  * Decode and validate the whole batch first with the shared strict decoder (tdm/telemetry.h;
  * nothing is kept from a batch with one bad field), then: push every sample into its rank's ring
@@ -428,7 +428,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     }
     if (!replay) {
         rk->last_seq = tb.seq;
-        /* issue 11: events of a new batch feed the detectors (replays were fed already) */
+        /* events of a new batch feed the detectors (replays were fed already) */
         uint64_t now = tdm_time_mono_us();
         for (uint32_t i = 0; i < tb.n_events; i++)
             tdm_cp_detect_event(s->detect, rk, &tb.events[i], now);

@@ -1,6 +1,6 @@
 /*
  * plan.c — `tandemctl plan`: from a GPU count (or explicit GPU ranges per side) to the systemd
- * units, their INI files and the enable lines for one host's prefill/decode groups (issue 12).
+ * units, their INI files and the enable lines for one host's prefill/decode groups.
  *
  * The seed's layout is the default: --gpus 8 gives prefill TP=4 on GPUs 0-3 and decode TP=4 on
  * GPUs 4-7, one P/D pair. A smaller --tp cuts each side into several groups (prefill-0, prefill-1,

@@ -1,4 +1,4 @@
-# controlplane/plan.mk — `tandemctl plan` (issue 12): the systemd layout of one host's P/D groups.
+# controlplane/plan.mk — `tandemctl plan`: the systemd layout of one host's P/D groups.
 tandemctl_SOURCES += controlplane/plan.c
 noinst_HEADERS += controlplane/plan.h
 tandemctl_CPPFLAGS += -I$(top_srcdir)

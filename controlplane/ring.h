@@ -1,8 +1,8 @@
 /*
  * controlplane/ring.h — the in-memory telemetry ring: every sample of every rank, newest last.
  *
- * This is what detectors and the console read (DESIGN §1, §4): ingest pushes every sample here
- * before (and regardless of) persisting, so detectors never wait on the database. Each rank,
+ * This is what detectors and the console read (docs/design.md §1, §4): ingest pushes every sample
+ * here before (and regardless of) persisting, so detectors never wait on the database. Each rank,
  * keyed by (instance_id, rank), owns a fixed-capacity circular array; when full the oldest sample
  * is overwritten. A rank also carries the ingest bookkeeping the loop needs: the last telemetry
  * seq seen (a replayed batch is not pushed twice) and the time of the last persisted sample (the

@@ -225,7 +225,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     const tdm_cp_route_t *route = NULL;
     int path_found = 0;
     tdm_cp_args_t args;
-    /* issue 11: two tables, the database API's then the actions/router's */
+    /* two tables, the database API's then the actions/router's */
     for (size_t i = 0; !route && i < tdm_cp_routes_count + tdm_cp_act_routes_count; i++) {
         const tdm_cp_route_t *r = i < tdm_cp_routes_count
                                       ? &tdm_cp_routes[i]
@@ -410,7 +410,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     tdm_cp_rings_init(&s->rings, RING_CAP_PER_RANK, RING_MAX_RANKS);
     tdm_cp_hist_init(&s->hist, HIST_CAP_PER_RANK, HIST_MAX_RANKS);
     tdm_cp_auth_init(&s->auth);
-    /* issue 11: detectors and the alert store (defaults: DESIGN §4 thresholds, policy notify) */
+    /* detectors and the alert store (defaults: docs/design.md §4 thresholds, policy notify) */
     tdm_cp_detect_init(NULL, &s->detect);
     tdm_cp_alerts_init(&ac, &s->alerts);
 
@@ -430,7 +430,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         if (tdm_cp_routes[i].max_body > max_body)
             max_body = tdm_cp_routes[i].max_body;
-    for (size_t i = 0; i < tdm_cp_act_routes_count; i++) /* issue 11 */
+    for (size_t i = 0; i < tdm_cp_act_routes_count; i++)
         if (tdm_cp_act_routes[i].max_body > max_body)
             max_body = tdm_cp_act_routes[i].max_body;
     /* h2o refuses anything bigger itself; routes enforce their own (smaller) limits in JSON. */
@@ -457,7 +457,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
         if (st != TDM_OK)
             goto err_loop;
     }
-    /* issue 11: --alert-webhook (a bad URL refuses to start) */
+    /* --alert-webhook (a bad URL refuses to start) */
     if (opts->alert_webhook && *opts->alert_webhook) {
         st = tdm_cp_webhook_start(opts->alert_webhook, 64, 5000, &s->webhook, err, err_len);
         if (st != TDM_OK)
@@ -469,7 +469,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     st = tdm_cp_db_start(&dbo, &s->db, err, err_len);
     if (st != TDM_OK)
         goto err_loop;
-    /* issue 11: worker groups (supervisor, actions, router); nothing queued on the DB yet */
+    /* worker groups (supervisor, actions, router); nothing queued on the DB yet */
     tdm_cp_act_opts_t ao = opts->act;
     ao.state_dir = opts->state_dir;
     ao.pg_dsn = opts->db.dsn;
@@ -480,7 +480,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
         tdm_cp_db_stop(s->db);
         goto err_loop;
     }
-    /* issue 11: alerts go to the alerts table (and the webhook) as they open and resolve */
+    /* alerts go to the alerts table (and the webhook) as they open and resolve */
     tdm_cp_alert_persist_start(s->db, tdm_time_wall_us());
     tdm_cp_alerts_hook(s->alerts, tdm_cp_alert_persist_hook, s->db);
     submit_token_load(s);
@@ -491,7 +491,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     return TDM_OK;
 
 err_loop:
-    tdm_cp_webhook_stop(s->webhook); /* issue 11; NULL-safe */
+    tdm_cp_webhook_stop(s->webhook); /* NULL-safe */
     s->webhook = NULL;
     if (s->listener) {
         h2o_socket_read_stop(s->listener);
@@ -523,12 +523,12 @@ static void loop_tick(tdm_cp_server_t *s)
         sd_notifyf(0, "READY=1\nSTATUS=serving on port %d, database up", s->port);
     }
     uint64_t now = tdm_time_mono_us();
-    /* issue 11: the detector tick (it rate-limits itself to 100 ms) */
+    /* the detector tick (it rate-limits itself to 100 ms) */
     if (tdm_cp_detect_tick(s->detect, &s->rings, now, &s->findings)) {
         tdm_cp_alerts_apply(s->alerts, &s->findings, now, tdm_time_wall_us());
         tdm_cp_alerts_mark_persist(s->alerts, &s->rings);
     }
-    tdm_cp_act_tick(s->act, now); /* issue 11: exits, remediation requests */
+    tdm_cp_act_tick(s->act, now); /* exits, remediation requests */
     tdm_cp_stream_tick(s, now);
     if (s->watchdog_usec && now - s->last_watchdog_us >= s->watchdog_usec / 2) {
         sd_notify(0, "WATCHDOG=1");
@@ -579,7 +579,7 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
 {
     h2o_socket_read_stop(s->listener);
     h2o_socket_close(s->listener);
-    tdm_cp_act_stop(s->act); /* issue 11: its last results are delivered by the runs below */
+    tdm_cp_act_stop(s->act); /* its last results are delivered by the runs below */
     tdm_cp_db_stop(s->db);
     s->db = NULL; /* requests that still arrive get 503 (on_req) instead of a freed queue */
     /* Deliver what the DB threads handed back (aborted jobs) so every job is freed, and let h2o
@@ -594,13 +594,13 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
         tdm_warn(TDM_SUB_CP, "msg=\"connections still open at exit; not disposing\"");
         return;
     }
-    tdm_cp_act_free(s->act); /* issue 11 */
+    tdm_cp_act_free(s->act);
     h2o_multithread_unregister_receiver(s->mq, &s->db_rx);
     h2o_multithread_destroy_queue(s->mq);
     h2o_context_dispose(&s->ctx);
     h2o_evloop_destroy(s->loop);
     h2o_config_dispose(&s->config);
-    tdm_cp_webhook_stop(s->webhook); /* issue 11 */
+    tdm_cp_webhook_stop(s->webhook);
     tdm_cp_alerts_free(s->alerts);
     tdm_cp_detect_free(s->detect);
     tdm_cp_findings_free(&s->findings);

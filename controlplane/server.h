@@ -9,7 +9,7 @@
  * no handler ever blocks on the database. If the client goes away meanwhile the reply is dropped.
  * `tandemd --print-routes` prints the table (the auth test walks it).
  *
- * Errors are {"error":{"code","message","type"}} with a proper status (DESIGN §6).
+ * Errors are {"error":{"code","message","type"}} with a proper status (docs/design.md §6).
  * Everything here runs on the loop thread.
  */
 #ifndef TDM_CP_SERVER_H
@@ -22,8 +22,8 @@
 
 #include <tdm/status.h>
 
-#include "controlplane/act.h"   /* actions, supervisor, router (issue 11) */
-#include "controlplane/alert.h" /* detectors + alert store (issue 11) */
+#include "controlplane/act.h"   /* actions, supervisor, router */
+#include "controlplane/alert.h" /* detectors + alert store */
 #include "controlplane/auth.h"
 #include "controlplane/buf.h"
 #include "controlplane/db.h"
@@ -54,7 +54,7 @@ typedef struct tdm_cp_route {
 
 extern const tdm_cp_route_t tdm_cp_routes[];
 extern const size_t tdm_cp_routes_count;
-/* issue 11: actions, status and the /v1 router (act_routes.c), dispatched after tdm_cp_routes */
+/* actions, status and the /v1 router (act_routes.c), dispatched after tdm_cp_routes */
 extern const tdm_cp_route_t tdm_cp_act_routes[];
 extern const size_t tdm_cp_act_routes_count;
 
@@ -65,7 +65,7 @@ typedef struct tdm_cp_server_opts {
     const char *alert_webhook; /* "" or NULL: no webhook */
     const char *alert_policy;  /* "CLASS=notify|auto,..." or "all=auto"; "" or NULL: notify */
     tdm_cp_db_opts_t db;
-    /* issue 11: worker groups (groups_config, worker_bin, canary/start/drain timing); the
+    /* worker groups (groups_config, worker_bin, canary/start/drain timing); the
      * server fills in state_dir, the DSN, its port and admin token */
     tdm_cp_act_opts_t act;
 } tdm_cp_server_opts_t;
@@ -97,7 +97,7 @@ struct tdm_cp_server {
     tdm_cp_alerts_t *alerts;
     tdm_cp_findings_t findings;
     tdm_cp_webhook_t *webhook;
-    tdm_cp_act_t *act;            /* issue 11: groups, actions, router view */
+    tdm_cp_act_t *act;            /* groups, actions, router view */
     struct tdm_cp_stream *stream; /* GET /api/v1/stream subscribers (stream.h); NULL: none yet */
     tdm_cp_auth_t auth;
     char admin_token[TDM_CP_TOKEN_LEN + 1];

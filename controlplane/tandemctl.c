@@ -4,12 +4,12 @@
  *   tandemctl [--url URL] [--token-file FILE] token create NAME [--role read|admin]
  *   tandemctl [--url URL] [--token-file FILE] token list
  *   tandemctl [--url URL] [--token-file FILE] token revoke NAME
- *   tandemctl [opts] status | alerts | transfers [--stuck] | trace ROOM          (issue 11)
+ *   tandemctl [opts] status | alerts | transfers [--stuck] | trace ROOM
  *   tandemctl [opts] drain GROUP | restart GROUP | set GROUP KEY=VALUE...
  *     set keys: overlap=on|off hicache=on|off kv_cache_dtype=… max_running_requests=N …
  *   opts: --url URL, --token-file FILE, --token TOKEN, --json (raw JSON instead of tables)
  *   tandemctl plan --gpus N --model PATH [--tp K] [--prefill-gpus A-B] [--decode-gpus C-D] ...
- *     offline: the units, INI files and enable lines of one host's P/D groups (plan.h, issue 12)
+ *     offline: the units, INI files and enable lines of one host's P/D groups (plan.h)
  *
  * URL: --url, else $TDM_URL, else http://127.0.0.1:8470. Token: --token-file, else $TDM_TOKEN,
  * else $TDM_STATE_DIR/admin.token, else /var/lib/tandem/admin.token. Prints the server's JSON on
@@ -92,7 +92,7 @@ static int request(const char *method, const char *url, const char *token, const
     return request_out(method, url, token, payload, NULL);
 }
 
-/* issue 11: like request(), but the 2xx body goes to *ret_body (caller frees) when non-NULL */
+/* like request(), but the 2xx body goes to *ret_body (caller frees) when non-NULL */
 static int request_out(const char *method, const char *url, const char *token, const char *payload,
                        char **ret_body)
 {
@@ -141,7 +141,7 @@ static int request_out(const char *method, const char *url, const char *token, c
     return rc;
 }
 
-/* ---- issue 11: status, actions, alerts, transfers, trace ----------------------------------- */
+/* ---- status, actions, alerts, transfers, trace ----------------------------------- */
 
 static int cmd_get(const char *url, const char *token, const char *path, int json_out,
                    void (*render)(json_t *))

@@ -2,9 +2,9 @@
  * tandemd.c — the control plane daemon: configuration, the embedded PostgreSQL default,
  * `--migrate`, `--print-routes`, signals, and the server's lifetime.
  *
- * Configuration is tdm/config.h's TDM_TANDEMD_PARAMS (the shared flags of DESIGN §10a) plus the
- * control plane's own tunables below, resolved by tdm/params.h (CLI > env > files > default).
- * Without --pg-dsn, tandemd starts (or adopts) a private cluster in state_dir/pg through
+ * Configuration is tdm/config.h's TDM_TANDEMD_PARAMS (the shared flags of docs/contracts.md §a)
+ * plus the control plane's own tunables below, resolved by tdm/params.h (CLI > env > files >
+ * default). Without --pg-dsn, tandemd starts (or adopts) a private cluster in state_dir/pg through
  * tdm/pgcluster.h and uses database "tandem" in it.
  */
 #include "config.h"
@@ -28,7 +28,7 @@
 #include "controlplane/server.h"
 
 /* clang-format off */
-/* issue 11: tandemd's own tunables for worker groups (act.h) */
+/* tandemd's own tunables for worker groups (act.h) */
 #define TDM_CP_ACT_PARAMS(P) \
     P(groups_config, "TDM_GROUPS_CONFIG", "--groups-config", STRING, "", "", "Worker groups INI ([group.NAME] sections) that tandemd starts or manages (empty = none)") \
     P(worker_bin, "TDM_WORKER_BIN", "--worker-bin", STRING, "tandem-worker", "", "tandem-worker executable for supervised groups ($PATH lookup)") \
@@ -59,7 +59,7 @@ static void print_routes(void)
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         printf("%s %s %s %zu\n", tdm_cp_routes[i].method, tdm_cp_routes[i].path,
                tdm_cp_role_name(tdm_cp_routes[i].role), tdm_cp_routes[i].max_body);
-    for (size_t i = 0; i < tdm_cp_act_routes_count; i++) /* issue 11 */
+    for (size_t i = 0; i < tdm_cp_act_routes_count; i++)
         printf("%s %s %s %zu\n", tdm_cp_act_routes[i].method, tdm_cp_act_routes[i].path,
                tdm_cp_role_name(tdm_cp_act_routes[i].role), tdm_cp_act_routes[i].max_body);
 }
@@ -187,7 +187,7 @@ int main(int argc, char **argv)
         .listen = cfg.listen,
         .ready_file = cfg.ready_file,
         .state_dir = cfg.state_dir,
-        .alert_webhook = cfg.alert_webhook, /* issue 11 */
+        .alert_webhook = cfg.alert_webhook,
         .alert_policy = cfg.alert_policy,
         .db =
             {
@@ -197,14 +197,14 @@ int main(int argc, char **argv)
                 .spool_max_bytes = (uint64_t)cfg.spool_max_bytes,
                 .retention_days = (int)cfg.retention_days,
             },
-        .act = /* issue 11 */
-        {
-            .groups_config = cfg.groups_config,
-            .worker_bin = cfg.worker_bin,
-            .canary_interval_s = cfg.canary_interval,
-            .start_timeout_s = cfg.start_timeout,
-            .drain_timeout_s = cfg.drain_timeout,
-        },
+        .act =
+            {
+                .groups_config = cfg.groups_config,
+                .worker_bin = cfg.worker_bin,
+                .canary_interval_s = cfg.canary_interval,
+                .start_timeout_s = cfg.start_timeout,
+                .drain_timeout_s = cfg.drain_timeout,
+            },
     };
     static tdm_cp_server_t server;
     if (tdm_cp_server_init(&server, &so, err, sizeof(err)) != TDM_OK) {

@@ -1,6 +1,6 @@
 /*
  * main.c — tandem-worker's entry point: resolve the worker's tunables (CLI > env > config files >
- * defaults, include/tdm/config.h) and hand over to a mode: the one-shot CLI of DESIGN §10f
+ * defaults, include/tdm/config.h) and hand over to a mode: the one-shot CLI of docs/contracts.md §f
  * (--prompt / --prompt-ids), else the serving runtime (launcher or rank,
  * dataplane/sched/worker.h). Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
  */

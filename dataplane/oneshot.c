@@ -1,5 +1,5 @@
 /*
- * oneshot.c — the one-shot CLI of DESIGN §10f: load a checkpoint, tokenize (or take ids
+ * oneshot.c — the one-shot CLI of docs/contracts.md §f: load a checkpoint, tokenize (or take ids
  * verbatim), prefill, sample up to --max-tokens tokens on the CPU engine and print one JSON line
  * `{"ids":[..],"text":"..","steps":[{"id","logprob","top":[[id,logprob],..]}]}` last on stdout.
  *

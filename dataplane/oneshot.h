@@ -1,6 +1,6 @@
 /*
- * oneshot.h — tandem-worker's one-shot mode (DESIGN §10f): load a checkpoint, run one prompt to
- * completion on the CPU engine, print `{"ids","text","steps"}` as the last stdout line.
+ * oneshot.h — tandem-worker's one-shot mode (docs/contracts.md §f): load a checkpoint, run one
+ * prompt to completion on the CPU engine, print `{"ids","text","steps"}` as the last stdout line.
  *
  * Request flags (sampling, logprobs) are not worker tunables: tdm_oneshot_split_argv() moves
  * them and their values out of argv before the worker's params table sees it, and

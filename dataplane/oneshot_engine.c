@@ -2,7 +2,8 @@
  * oneshot_engine.c — the CPU engine without a scheduler (contract in oneshot_engine.h): a TP-1
  * view, the CPU backend, a KV pool with one page table per sequence, and the forward graph.
  * Prompts longer than one graph call are prefilled in chunks, which the CPU backend makes
- * bit-identical to one call (DESIGN §9), so the graph's scratch stays bounded by PREFILL_CHUNK.
+ * bit-identical to one call (docs/design.md §9), so the graph's scratch stays bounded by
+ * PREFILL_CHUNK.
  */
 #include "config.h"
 

@@ -6,9 +6,9 @@
  * prefill() runs a whole prompt for one sequence and returns its last position's logits;
  * decode() appends one token to each of the first `n` sequences in one batched forward and returns
  * their logits, row i for sequence i. Logits stay valid until the next call. Sequences are
- * independent (DESIGN §9: batch-invariant kernels), so a batched decode gives every sequence the
- * logits it would get alone. reset() empties every sequence (pages returned) for reuse.
- * Not thread-safe: one caller (the backend has its own workers).
+ * independent (docs/design.md §9: batch-invariant kernels), so a batched decode gives every
+ * sequence the logits it would get alone. reset() empties every sequence (pages returned) for
+ * reuse. Not thread-safe: one caller (the backend has its own workers).
  */
 #ifndef TDM_DATAPLANE_ONESHOT_ENGINE_H
 #define TDM_DATAPLANE_ONESHOT_ENGINE_H

@@ -1,5 +1,5 @@
-# dataplane/worker.mk — the tandem-worker binary. main.c dispatches: the one-shot CLI (DESIGN
-# §10f) on a scheduler-less CPU engine that bench/cpu_engine shares, or the serving runtime
+# dataplane/worker.mk — the tandem-worker binary. main.c dispatches: the one-shot CLI
+# (docs/contracts.md §f) on a scheduler-less CPU engine that bench/cpu_engine shares, or the serving runtime
 # (launcher + ranks, dataplane/sched/worker.h) with the HTTP layer (dataplane/api) and the
 # telemetry reporter (dataplane/report). Both are reached only through weak references (so the
 # scheduler's own tests link without them); -Wl,-u makes the linker pull their objects out of

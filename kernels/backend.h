@@ -6,8 +6,9 @@
  * H = this rank's query heads, KV = this rank's KV heads, hd = head_dim, V = vocab.
  * Activations are fp32 row-major; weights are tdm_tensor_t views (bf16, f16 or f32, row_stride).
  *
- * DETERMINISM CONTRACT (DESIGN §9) — what makes CPU results batch-, chunk- and TP-invariant, bit
- * for bit. Every CPU kernel obeys it; the CUDA path is held to a tolerance instead.
+ * DETERMINISM CONTRACT (docs/design.md §9) — what makes CPU results batch-, chunk- and
+ * TP-invariant, bit for bit. Every CPU kernel obeys it; the CUDA path is held to a tolerance
+ * instead.
  *  1. Dot products over K. The sum over k of a[k]*b[k] is cut into blocks of TDM_DOT_BLOCK (64)
  *     elements aligned to absolute K offsets (block j = [64j, 64j+64), the last one may be short).
  *     Inside a block, TDM_DOT_LANES (8) lane sums: lane l takes the elements k with

@@ -1,6 +1,6 @@
 -- 0001_init: the control plane's first schema.
 --
--- Times are integer microseconds since the epoch (DESIGN §6); 64-bit ids and hashes are stored as
+-- Times are integer microseconds since the epoch (docs/design.md §6); 64-bit ids and hashes are stored as
 -- bigint and rendered as lowercase hex by tandemd. High-volume telemetry (samples, transfer
 -- events, events) is range-partitioned by ts_us in one-day partitions, created two periods ahead
 -- by tdm_partitions_ensure() plus a DEFAULT partition for anything outside them; retention drops

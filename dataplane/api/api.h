@@ -1,7 +1,7 @@
 /*
  * dataplane/api/api.h — the leader's HTTP surface (h2o evloop): /health, /ready, /metrics,
- * /admin/..., and the minimal token-id POST /generate (docs/serving.md, DESIGN §3 I8, §6,
- * §10b/e/g).
+ * /admin/..., and the minimal token-id POST /generate (docs/serving.md, docs/design.md §3 I8, §6,
+ * docs/contracts.md §b/e/g).
  *
  * One thread (the "http" thread of docs/serving.md) runs the h2o loop; everything in this module
  * except tdm_api_server_stop() runs on it. The loop never waits on the scheduler:
@@ -11,7 +11,7 @@
  *
  * Routes are one C array, tdm_api_routes[] (method, path, auth, handler); the dispatcher answers
  * 404 for an unknown path, 405 for a known path with another method, 401/403 for missing or bad
- * credentials, 413 for a body over --max-request-bytes, and every error body is DESIGN §6's
+ * credentials, 413 for a body over --max-request-bytes, and every error body is docs/design.md §6's
  * {"error":{"code","message","type"}}. h2o's own body limit is set above ours (see server.c) so
  * that our handler, not h2o, answers the 413 for bodies near the limit.
  *
@@ -41,7 +41,7 @@
 
 typedef struct tdm_api tdm_api_t;
 
-/* A parsed POST /admin/faults body (DESIGN §10e). */
+/* A parsed POST /admin/faults body (docs/contracts.md §e). */
 typedef struct tdm_api_fault {
     char name[32]; /* one of tdm_api_fault_names[] */
     uint32_t rank;
@@ -82,7 +82,7 @@ typedef struct tdm_api_opts {
     uint32_t max_context;                 /* prompt + max_tokens must fit */
     tdm_api_event_fn event;               /* NULL: events are only logged */
     void *event_ctx;
-    /* PD (issue 9), both optional: /ready also needs pd_ready (decode: registered with its
+    /* PD, both optional: /ready also needs pd_ready (decode: registered with its
      * prefill group; `why` is the 503 message), /metrics appends pd_metrics' series */
     int (*pd_ready)(void *ctx, char *why, size_t why_len);
     void (*pd_metrics)(void *ctx, FILE *f);

@@ -283,8 +283,8 @@ live:
 }
 
 /* Only health_progress_timeout changes at run time; everything else (overlap, KV dtype,
- * hicache, limits) is applied by drain → restart with an override file (DESIGN §5), so a POST
- * naming one of those is answered 409 with that explanation instead of being half-applied. */
+ * hicache, limits) is applied by drain → restart with an override file (docs/design.md §5), so a
+ * POST naming one of those is answered 409 with that explanation instead of being half-applied. */
 void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req)
 {
     char err[256];
@@ -328,7 +328,7 @@ void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req)
                             (double)atomic_load(&a->health_timeout_us) / 1e6));
 }
 
-/* DESIGN §10e */
+/* docs/contracts.md §e */
 const char *const tdm_api_fault_names[] = {
     "rank_idle_path",          "rank_skip_collective", "stall_loop",     "slow_host_copy",
     "drop_abort_handler",      "kill_thread",          "stall_transfer", "flip_kv_bits",

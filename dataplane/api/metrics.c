@@ -1,5 +1,5 @@
 /*
- * metrics.c — Prometheus text exposition for /metrics (DESIGN §10g: every name starts with
+ * metrics.c — Prometheus text exposition for /metrics (docs/contracts.md §g: every name starts with
  * tandem_): gauge/counter lines and fixed-bucket histograms. Histograms are lock-free so the
  * scheduler thread can observe TTFT/ITL from its callbacks while the loop renders them; a scrape
  * may see a count one ahead of a bucket, never a torn value.

@@ -1,8 +1,8 @@
 /*
  * server.c — the worker's h2o side: listener (port 0, SO_REUSEADDR, ready file), dispatch through
- * tdm_api_routes[], credentials, DESIGN §6 error bodies, and the loop with its 100 ms tick that
- * publishes the http thread's heartbeat (I3/I8) — a wedged loop stops the heartbeat, which is the
- * point of it.
+ * tdm_api_routes[], credentials, docs/design.md §6 error bodies, and the loop with its 100 ms tick
+ * that publishes the http thread's heartbeat (I3/I8) — a wedged loop stops the heartbeat, which is
+ * the point of it.
  */
 #include "config.h"
 

@@ -1,4 +1,4 @@
-# dataplane/report — the per-rank telemetry reporter (DESIGN §1, §10c, I9): 200 ms snapshots of
+# dataplane/report — the per-rank telemetry reporter (docs/design.md §1, docs/contracts.md §c, I9): 200 ms snapshots of
 # the progress page, events at once, keep-alive libcurl POSTs, framed spool files, replay.
 noinst_LIBRARIES += libtdmreport.a
 libtdmreport_a_SOURCES = \

@@ -477,7 +477,7 @@ tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, ch
         (o->page && o->rank >= o->page->n_ranks)) {
         snprintf(err, err_len,
                  "reporter: control plane URL, worker/group/role names (within "
-                 "§10c limits) and a rank inside the page are required");
+                 "docs/contracts.md §c limits) and a rank inside the page are required");
         return TDM_ERR_INVAL;
     }
     tdm_report_t *r = tdm_calloc(1, sizeof(*r));

@@ -1,10 +1,11 @@
 /*
- * dataplane/report/report.h — the telemetry reporter of one rank (DESIGN §1, §10c, I9).
+ * dataplane/report/report.h — the telemetry reporter of one rank (docs/design.md §1,
+ * docs/contracts.md §c, I9).
  *
  * One thread per rank. Every interval (200 ms) it snapshots the rank's record of the progress page
- * into a §10c sample — even when nothing progressed — and folds every event enqueued since
- * (tdm_report_event: KVPoll transitions, faults, worker_lost from the launcher) into one batch
- * with the next `seq` of (instance_id, rank). It POSTs batches in seq order to
+ * into a docs/contracts.md §c sample — even when nothing progressed — and folds every event
+ * enqueued since (tdm_report_event: KVPoll transitions, faults, worker_lost from the launcher) into
+ * one batch with the next `seq` of (instance_id, rank). It POSTs batches in seq order to
  * `<control_plane>/api/v1/telemetry` over one keep-alive libcurl handle and pops a batch only
  * when the reply is `{"acked_seq":N}` with N >= its seq (tandemd acknowledges after commit and
  * deduplicates replays by its high-water mark, so re-sending is always safe).
@@ -40,7 +41,7 @@ typedef struct tdm_report tdm_report_t;
 typedef struct tdm_report_opts {
     const char *control_plane; /* base URL, e.g. "http://127.0.0.1:8470" (required) */
     const char *spool_dir;     /* NULL or "" = queue in memory only; else <dir>/rank-<r>/ */
-    const char *worker;        /* §10c identity */
+    const char *worker;        /* docs/contracts.md §c identity */
     const char *group;
     const char *role; /* prefill | decode | null */
     uint64_t instance_id;
@@ -56,7 +57,8 @@ typedef struct tdm_report_opts {
 tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, char *err,
                               size_t err_len);
 /* Enqueue one event (never dropped). `room` NULL = no room; from/to/reason NULL or "" = null;
- * `data` (an object or NULL) is stolen. TDM_ERR_INVAL when a field is over its §10c limit. */
+ * `data` (an object or NULL) is stolen. TDM_ERR_INVAL when a field is over its docs/contracts.md §c
+ * limit. */
 tdm_status_t tdm_report_event(tdm_report_t *r, const char *type, const uint64_t *room,
                               const char *from, const char *to, const char *reason, json_t *data);
 /* Stop the thread after one last batch and up to `flush_ms` of sending; what is left stays in the

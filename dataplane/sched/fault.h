@@ -1,12 +1,12 @@
 /*
- * dataplane/sched/fault.h — the run-time fault points of the serving loop (DESIGN §10e).
+ * dataplane/sched/fault.h — the run-time fault points of the serving loop (docs/contracts.md §e).
  *
  * One table per worker group, in the group's shared area (dataplane/sched/worker.h): rank 0's
  * /admin/faults arms an entry, and every rank's executor checks it at each iteration, so a fault
  * can be aimed at any rank from the leader. The HTTP layer arms faults only when
  * --enable-fault-injection is set and the admin token matches; this module does not check that.
  *
- * Points implemented here (the transfer/KV points of issue 9 are reserved in the enum):
+ * Points implemented here:
  *   rank_idle_path        the rank treats BATCH plans as IDLE: no forward, no collectives (so its
  *                         peers wait in the next all-reduce; the recorder names rank and op).
  *                         Followers only: arming it for rank 0 is TDM_ERR_INVAL, because rank 0
@@ -47,13 +47,13 @@ typedef enum tdm_fault_point {
     TDM_FAULT_RANK_IDLE_PATH = 0,
     TDM_FAULT_RANK_SKIP_COLLECTIVE,
     TDM_FAULT_STALL_LOOP,
-    TDM_FAULT_SLOW_HOST_COPY,          /* issue 9 */
-    TDM_FAULT_DROP_ABORT_HANDLER,      /* issue 9 */
-    TDM_FAULT_KILL_THREAD,             /* issue 9 */
-    TDM_FAULT_STALL_TRANSFER,          /* issue 9 */
-    TDM_FAULT_FLIP_KV_BITS,            /* issue 9 */
-    TDM_FAULT_HOST_LAYOUT_FP8_FORMULA, /* issue 9 */
-    TDM_FAULT_SKIP_LAYER_GATE,         /* issue 9 */
+    TDM_FAULT_SLOW_HOST_COPY,
+    TDM_FAULT_DROP_ABORT_HANDLER,
+    TDM_FAULT_KILL_THREAD,
+    TDM_FAULT_STALL_TRANSFER,
+    TDM_FAULT_FLIP_KV_BITS,
+    TDM_FAULT_HOST_LAYOUT_FP8_FORMULA,
+    TDM_FAULT_SKIP_LAYER_GATE,
     TDM_FAULT_MAX
 } tdm_fault_point_t;
 

@@ -46,7 +46,7 @@ dist_check_SCRIPTS += tests/integration/test-serving.sh
 TESTS += tests/integration/test-idle-hang.sh
 dist_check_SCRIPTS += tests/integration/test-idle-hang.sh
 
-# PD in the serving worker (issue 9): prefill + decode + colocated workers on models/demo over
+# PD in the serving worker: prefill + decode + colocated workers on models/demo over
 # real UCX — bit-identical output, refusals, bad frames at the bootstrap port, drained pages;
 # the abort storm (60 sessions, client killed twice, probes' TTFT, no room or page left); and
 # kill -9 of the prefill under traffic, then a new prefill on the same port; and a decode pool

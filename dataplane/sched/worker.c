@@ -407,9 +407,9 @@ tdm_status_t tdm_worker_pd_check(const tdm_worker_config_t *cfg, tdm_sched_pd_t 
     return TDM_OK;
 }
 
-/* Engine events: telemetry (§10c; every KVPoll transition is a "kvpoll" event) and a wake-up
- * for the scheduler. Called with engine locks held: the reporter only queues, the kick only
- * takes the scheduler's intake lock, under which the scheduler never calls the engine. */
+/* Engine events: telemetry (docs/contracts.md §c; every KVPoll transition is a "kvpoll" event) and
+ * a wake-up for the scheduler. Called with engine locks held: the reporter only queues, the kick
+ * only takes the scheduler's intake lock, under which the scheduler never calls the engine. */
 static void pd_event(void *ctx, const tdm_xfer_event_t *ev)
 {
     tdm_worker_t *w = ctx;

@@ -8,7 +8,7 @@
  * collective is visible from outside while it is stuck.
  *
  * All-reduce sums float32 partials in rank order with the fixed tree of kernels/backend.h
- * (tdm_reduce_tree_combine), so TP=N reproduces TP=1 bit for bit (DESIGN §9).
+ * (tdm_reduce_tree_combine), so TP=N reproduces TP=1 bit for bit (docs/design.md §9).
  * Like NCCL, collectives must be called in the same order with the same op and size on every
  * rank; a mismatch is not "fixed" here — it hangs (as NCCL would) until the group is aborted,
  * and the detectors find it from the recorder's data.
@@ -59,7 +59,7 @@ void tdm_comm_record_iter(tdm_comm_t *c, uint64_t iter, tdm_path_t path, uint64_
 /* Publish the queue counters of the iteration that starts now (rank 0, before its stall points
  * and collectives), leaving iter, path, plan_hash and progress_us at the last completed one. So
  * a loop stuck in the first busy iteration after idle ones still shows the work it holds: WEDGE
- * (DESIGN §4) and /health (I8) judge "no progress with work pending" from these counters.
+ * (docs/design.md §4) and /health (I8) judge "no progress with work pending" from these counters.
  * `taken`: requests the scheduler had taken from its inbox when it counted them, published in
  * the same write, so that requests still in the inbox are counted exactly once
  * (tdm_progress_queued) — also while the loop hangs between iterations. */

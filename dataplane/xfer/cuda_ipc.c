@@ -35,7 +35,7 @@
 /* A room of more region runs than this moves by the gather kernel, others by one cudaMemcpyAsync
  * per run. H200 (tests/gpu/test-xfer-cuda's "bench threshold" lines, host wall to the completed
  * event): each copy adds ~3.5 us, the kernel costs about one copy's time whatever the run count
- * (run 1 of session 8: 1 run 9.2 us by a copy, 8.9 by the kernel; 8 runs 35.9 against 9.4), so
+ * (H200 run: 1 run 9.2 us by a copy, 8.9 by the kernel; 8 runs 35.9 against 9.4), so
  * the copies never win by much; they stay for rooms of one or two region runs. Not a knob: a
  * seam for tests/gpu/test-xfer-cuda.c (times both paths) and the unit test. */
 uint32_t xfer_cuda_gather_min_runs = 2;
@@ -81,7 +81,7 @@ static tdm_status_t cu_fail(const char *what, cudaError_t e)
     } while (0)
 
 /* Make the context's device current, calling cudaSetDevice only when another one is: the transfer
- * thread's device never changes (H200, session 8 run 1: cudaGetDevice 62 ns, cudaSetDevice of the
+ * thread's device never changes (H200: cudaGetDevice 62 ns, cudaSetDevice of the
  * current device 119 ns, called 4-5 times a room before). */
 static cudaError_t use_device(const xfer_cuda_t *c)
 {
@@ -365,7 +365,7 @@ void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
     use_device(c);
     /* kept only once completed: a pending one may still be recorded for an aborted room. The
      * event of the poll that just said so needs no second query (nothing records a held event;
-     * a query of a completed event took 1.65 us of host time on the H200, session 8 run 1) */
+     * a query of a completed event took 1.65 us of host time on the H200) */
     cudaEvent_t polled = (cudaEvent_t)ev;
     int done = __atomic_compare_exchange_n(&c->ev_done, &polled, NULL, 0, __ATOMIC_RELAXED,
                                            __ATOMIC_RELAXED) ||

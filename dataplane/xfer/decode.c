@@ -381,8 +381,8 @@ tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room)
     return TDM_OK;
 }
 
-/* flip_kv_bits (DESIGN §10e): after the room's write completed and before commit verifies it,
- * flip the top exponent bit of `n` random K or V elements among the prompt's tokens of every
+/* flip_kv_bits (docs/contracts.md §e): after the room's write completed and before commit verifies
+ * it, flip the top exponent bit of `n` random K or V elements among the prompt's tokens of every
  * rank's pages — bytes the next decode step reads, so with checksums off the output changes.
  * The bit is bit 6 of an element's last byte in every KV dtype we hold (little-endian f32 bit
  * 30, bf16/f16 bit 14, fp8 e4m3 bit 6): a value below 2 in magnitude becomes ~2^64..2^128

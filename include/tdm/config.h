@@ -1,8 +1,8 @@
 /*
- * tdm/config.h — the tunables of tandem-worker and tandemd, one line each (DESIGN §10a).
+ * tdm/config.h — the tunables of tandem-worker and tandemd, one line each (docs/contracts.md §a).
  *
  * Flag names follow SGLang where the concept exists there, with SGLang's defaults unless noted
- * in the help text; ports per DESIGN §10b. The lists below are the single declaration: the
+ * in the help text; ports per docs/contracts.md §b. The lists below are the single declaration: the
  * config structs, the parser tables (common/params_worker.c, common/params_tandemd.c),
  * --help, --print-config and docs/params.md (tools/gen-params-doc) are all generated from them.
  * Add a tunable by adding one line here; regenerate the docs with `make params-doc`.
@@ -83,7 +83,8 @@ TDM_PARAMS_STRUCT(tdm_tandemd_config, TDM_TANDEMD_PARAMS);
 extern const tdm_param_table_t tdm_worker_config_table;
 extern const tdm_param_table_t tdm_tandemd_config_table;
 
-/* Effective HTTP port of a worker: --port, or the §10b default for its mode when -1. */
+/* Effective HTTP port of a worker: --port, or the docs/contracts.md §b default for its mode when
+ * -1. */
 int tdm_worker_config_http_port(const tdm_worker_config_t *cfg);
 
 /* The whole of docs/params.md (tools/gen-params-doc writes it; test-params compares). */

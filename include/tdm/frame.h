@@ -1,5 +1,6 @@
 /*
- * tdm/frame.h — control frames between a decode leader and a prefill leader (DESIGN §6, §10d).
+ * tdm/frame.h — control frames between a decode leader and a prefill leader (docs/design.md §6,
+ * docs/contracts.md §d).
  *
  * Wire: header `magic(4) version(2) type(2) length(4)` little-endian, then `length` body bytes.
  * All frames of a room travel in order on one leader<->leader TCP channel (invariant I5).

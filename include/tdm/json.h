@@ -1,5 +1,5 @@
 /*
- * tdm/json.h — the JSON conventions of DESIGN §6 over jansson.
+ * tdm/json.h — the JSON conventions of docs/design.md §6 over jansson.
  *
  * - 64-bit ids and hashes are lowercase hex strings of exactly 16 digits ("00000000000000ff");
  *   decoding is strict: no prefix, no uppercase, no other length.

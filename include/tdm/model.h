@@ -13,7 +13,7 @@
  *     gate_proj, up_proj (intermediate rows [r*I/N, (r+1)*I/N));
  *   row-parallel (input dim split): o_proj (input columns of its heads), down_proj (its
  *     intermediate columns); their partial outputs are summed across ranks in rank order by the
- *     reduction contract of DESIGN §9 (kernels/backend.h);
+ *     reduction contract of docs/design.md §9 (kernels/backend.h);
  *   vocab-parallel: embed_tokens and lm_head (the same slice when tied): rank r owns vocab rows
  *     [r*V/N, (r+1)*V/N) (integer division: when N does not divide V the shares differ by at most
  *     one row, the lower ranks getting the smaller ones; tdm_model_vocab_range). The embedding is

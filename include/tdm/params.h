@@ -17,11 +17,11 @@
  * INT64 (int64_t), DOUBLE (double), STRING and SECRET (const char *, never NULL; SECRET values are
  * masked by --print-config), ENUM (const char *, always one of the listed choices).
  *
- * Precedence (DESIGN §10a): CLI > env TDM_* > override file > config file (--config FILE or
- * TDM_CONFIG) > default. The override file (--override-config FILE or TDM_OVERRIDE_CONFIG) is
- * what the control plane's reconfigure writes (DESIGN §5); it is layered after the base file.
- * INI files: `key = value`, `#`/`;` comment lines, optional double quotes around a value, keys
- * spelled with `_` or `-`. Keys before any section and in the program's own section
+ * Precedence (docs/contracts.md §a): CLI > env TDM_* > override file > config file (--config FILE
+ * or TDM_CONFIG) > default. The override file (--override-config FILE or TDM_OVERRIDE_CONFIG) is
+ * what the control plane's reconfigure writes (docs/design.md §5); it is layered after the base
+ * file. INI files: `key = value`, `#`/`;` comment lines, optional double quotes around a value,
+ * keys spelled with `_` or `-`. Keys before any section and in the program's own section
  * (`[worker]`, `[tandemd]`) apply; other sections are skipped so one file can serve several
  * programs. An unknown key in an applied section is an error (typos must not pass silently).
  *

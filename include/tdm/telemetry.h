@@ -1,6 +1,6 @@
 /*
- * tdm/telemetry.h — telemetry v1, the body of `POST /api/v1/telemetry` (DESIGN §10c), and its
- * reply `{"acked_seq":N}`.
+ * tdm/telemetry.h — telemetry v1, the body of `POST /api/v1/telemetry` (docs/contracts.md §c), and
+ * its reply `{"acked_seq":N}`.
  *
  *   {"v":1,"worker":"decode-0","group":"decode","role":"decode","instance_id":"<hex16>","rank":0,
  *    "seq":42,

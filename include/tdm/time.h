@@ -1,7 +1,7 @@
 /*
  * tdm/time.h — clocks. Monotonic time for timeouts and progress stamps; wall time (µs since the
- * epoch) for telemetry and the database (DESIGN §6). Detectors take time as an argument so tests
- * can drive a virtual clock.
+ * epoch) for telemetry and the database (docs/design.md §6). Detectors take time as an argument so
+ * tests can drive a virtual clock.
  */
 #ifndef TDM_TIME_H
 #define TDM_TIME_H

@@ -1,5 +1,5 @@
 /*
- * tdm/xfer.h — the prefill/decode KV transfer engine (DESIGN §1, I3–I6; issue 9).
+ * tdm/xfer.h — the prefill/decode KV transfer engine (docs/design.md §1, I3–I6).
  *
  * One engine per worker-group leader. A prefill engine listens on the bootstrap port
  * (--disaggregation-bootstrap-port, 0 = any); a decode engine connects to it and REGISTERs its
@@ -91,7 +91,7 @@ typedef struct tdm_xfer_aux {
     tdm_frame_top_t top[TDM_FRAME_MAX_TOP];
 } tdm_xfer_aux_t;
 
-/* Telemetry-ready event (DESIGN §10c event shape; names as docs/alerts.md's detectors read
+/* Telemetry-ready event (docs/contracts.md §c event shape; names as docs/alerts.md's detectors read
  * them). type: "kvpoll" (a room's combined state changed), "register_refused", "peer_lost",
  * "peer_registered", "checksum_mismatch" / "aux_room_mismatch" (commit found the KV or the aux
  * slot corrupt), "abort_sent" (decode sent ABORT; pages quarantined), "abort_acked",
@@ -117,8 +117,8 @@ typedef enum tdm_xfer_err_mode {
 
 typedef void (*tdm_xfer_event_fn)(void *ctx, const tdm_xfer_event_t *ev);
 
-/* Fault points the engine asks about (DESIGN §10e; armed by the worker's /admin/faults, see
- * dataplane/sched/fault.h). cfg.fault answers whether the point fires now and, when it does,
+/* Fault points the engine asks about (docs/contracts.md §e; armed by the worker's /admin/faults,
+ * see dataplane/sched/fault.h). cfg.fault answers whether the point fires now and, when it does,
  * its argument (duration_ms). Called from the engine's threads, possibly with `mu` held: the
  * callback must only read atomics. */
 typedef enum tdm_xfer_fault {

@@ -18,11 +18,11 @@
  *    plan (ids, positions, page tables) into fixed device buffers, launches, and waits once for
  *    the argmax (and logits when asked). Nothing synchronises per layer. Other calls (prefill
  *    chunks, mixed batches) launch the same kernels eagerly.
- *  - Results are held to a tolerance against the CPU backend, not bit-exactness (DESIGN §9).
- * Threading: one thread at a time per engine. Errors: TDM_ERR_INVAL (shapes), TDM_ERR_RANGE (ids,
- * positions, pages), TDM_ERR_OVERFLOW (batch beyond the limits), TDM_ERR_UNSUPPORTED (dtype, head
- * size, GQA group > 8, tp_size > 1), TDM_ERR_NOMEM, TDM_ERR_CUDA (logged once); a failed forward
- * may have written KV of the positions of that call only.
+ *  - Results are held to a tolerance against the CPU backend, not bit-exactness (docs/design.md
+ * §9). Threading: one thread at a time per engine. Errors: TDM_ERR_INVAL (shapes), TDM_ERR_RANGE
+ * (ids, positions, pages), TDM_ERR_OVERFLOW (batch beyond the limits), TDM_ERR_UNSUPPORTED (dtype,
+ * head size, GQA group > 8, tp_size > 1), TDM_ERR_NOMEM, TDM_ERR_CUDA (logged once); a failed
+ * forward may have written KV of the positions of that call only.
  */
 #ifndef TDM_KERNELS_CUDA_ENGINE_H
 #define TDM_KERNELS_CUDA_ENGINE_H

@@ -1,4 +1,4 @@
-// test-openai.mjs — the acceptance test of issue 8: the official `openai` npm client (a client none
+// test-openai.mjs — the acceptance test of the OpenAI endpoint: the official `openai` npm client (a client none
 // of us wrote) against a CPU tandem-worker serving models/demo, started by test-openai.sh.
 // Greedy answers are compared with the transformers references of the demo model's held-out set
 // (tests/fixtures/demo/heldout.jsonl). Prints TAP. Env: TDM_OAI_BASE, TDM_OAI_MODEL,
