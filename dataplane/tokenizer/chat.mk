@@ -4,8 +4,16 @@ noinst_LIBRARIES += libtdmchat.a
 libtdmchat_a_SOURCES = \
 	dataplane/tokenizer/chat.c \
 	dataplane/tokenizer/chat_py.c \
-	dataplane/tokenizer/dsml.c
-noinst_HEADERS += include/tdm/chat.h include/tdm/dsml.h dataplane/tokenizer/chat_int.h
+	dataplane/tokenizer/dsml.c \
+	dataplane/tokenizer/jinja_lex.c \
+	dataplane/tokenizer/jinja_parse.c \
+	dataplane/tokenizer/jinja_stmt.c \
+	dataplane/tokenizer/jinja_value.c \
+	dataplane/tokenizer/jinja_eval.c \
+	dataplane/tokenizer/jinja_exec.c \
+	dataplane/tokenizer/jinja_builtins.c
+noinst_HEADERS += include/tdm/chat.h include/tdm/dsml.h include/tdm/jinja.h \
+	dataplane/tokenizer/chat_int.h dataplane/tokenizer/jinja_int.h
 
 CHAT_LIBS = libtdmchat.a $(COMMON_LIBS)
 
@@ -14,6 +22,12 @@ TESTS += tests/unit/test-chat
 tests_unit_test_chat_SOURCES = tests/unit/test-chat.c
 tests_unit_test_chat_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
 tests_unit_test_chat_LDADD = libtdmchat.a $(TOK_LIBS)
+
+check_PROGRAMS += tests/unit/test-jinja
+TESTS += tests/unit/test-jinja
+tests_unit_test_jinja_SOURCES = tests/unit/test-jinja.c
+tests_unit_test_jinja_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
+tests_unit_test_jinja_LDADD = $(CHAT_LIBS)
 
 check_PROGRAMS += tests/unit/test-dsml
 TESTS += tests/unit/test-dsml
