@@ -102,8 +102,15 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
     tdm_progress_page_t *page = tdm_worker_progress(w);
     const tdm_worker_config_t *cfg = tdm_worker_config(w);
     const tdm_model_config_t *mc = tdm_worker_model_config(w);
-    /* no chat template (or one we cannot render): chat answers 400, completions still work */
-    if (tdm_chat_template_load(cfg->model_path, &the_api.chat, err, sizeof(err)) != TDM_OK) {
+    /* no chat template (or one that does not parse): chat answers 400, completions still work;
+     * an explicit --chat-template that cannot be used stops the worker instead */
+    tdm_status_t cst = tdm_chat_template_open(cfg->model_path, cfg->chat_template, &the_api.chat,
+                                              err, sizeof(err));
+    if (cst != TDM_OK && cfg->chat_template[0]) {
+        tdm_err(TDM_SUB_API, "msg=\"--chat-template unusable\" err=\"%s\"", err);
+        return cst;
+    }
+    if (cst != TDM_OK) {
         tdm_warn(TDM_SUB_API, "msg=\"no chat template: /v1/chat/completions disabled\" err=\"%s\"",
                  err);
         the_api.chat = NULL;

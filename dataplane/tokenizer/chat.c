@@ -1,12 +1,12 @@
 /*
- * chat.c — chat template matching and the four renderers (contract in tdm/chat.h).
+ * chat.c — a checkpoint's chat template: found (tokenizer_config.json's chat_template as a string
+ * or a list of named templates, chat_template.jinja, or --chat-template), parsed by the Jinja
+ * engine (tdm/jinja.h) and rendered with the variables transformers' apply_chat_template passes
+ * (messages, tools, add_generation_prompt, the special tokens). Contract in tdm/chat.h.
  *
- * Each renderer is the C transcription of one Jinja template, statement by statement, so the
- * output is the bytes transformers' apply_chat_template produces (the unit test checks every
- * committed golden). The template text itself is only used to decide which renderer applies:
- * both sides are canonicalised (tag code without insignificant whitespace, string literals
- * unescaped) and compared whole, so a template that prints anything differently never matches
- * and the user is sent to /v1/completions instead of getting a silently wrong prompt.
+ * The texts of the four templates tandem first transcribed by hand stay here: they name a
+ * template's format (the demo model's marks DSML tool calls) and are the built-ins
+ * --chat-template accepts by name.
  */
 #include "config.h"
 
@@ -15,14 +15,19 @@
 #include <string.h>
 
 #include <tdm/chat.h>
+#include <tdm/jinja.h>
 #include <tdm/mem.h>
 
 #include "chat_int.h"
 
 struct tdm_chat_template {
-    tdm_chat_format_t format;
+    tdm_chat_format_t format; /* the built-in text it is, or TDM_CHAT_JINJA */
+    int renders_tools;
     char *bos_token; /* "" when the config has none (Jinja prints an undefined as "") */
     char *eos_token;
+    json_t *specials;           /* {bos_token, eos_token, …}: what transformers passes */
+    tdm_jinja_tpl_t *tpl;       /* "default" (or the only template) */
+    tdm_jinja_tpl_t *tpl_tools; /* "tool_use", when the config names one */
 };
 
 #define SET_ERR(...) ((void)(err && errlen ? snprintf(err, errlen, __VA_ARGS__) : 0))
@@ -76,10 +81,9 @@ static const struct {
     const char *text;
     int renders_tools;
 } formats[] = {
-    [TDM_CHAT_DEMO] = {"demo", TPL_DEMO, 1},
-    [TDM_CHAT_CHATML] = {"chatml", TPL_CHATML, 0},
-    [TDM_CHAT_LLAMA3] = {"llama3", TPL_LLAMA3, 0},
-    [TDM_CHAT_LLAMA2] = {"llama2", TPL_LLAMA2, 0},
+    [TDM_CHAT_DEMO] = {"demo", TPL_DEMO, 1},       [TDM_CHAT_CHATML] = {"chatml", TPL_CHATML, 0},
+    [TDM_CHAT_LLAMA3] = {"llama3", TPL_LLAMA3, 0}, [TDM_CHAT_LLAMA2] = {"llama2", TPL_LLAMA2, 0},
+    [TDM_CHAT_JINJA] = {"jinja", NULL, 0},
 };
 _Static_assert(sizeof(formats) / sizeof(formats[0]) == TDM_CHAT_FORMAT_MAX, "format table");
 
@@ -179,7 +183,7 @@ tdm_status_t tdm_chat_template_match(const char *template_text, tdm_chat_format_
         st = TDM_ERR_OVERFLOW;
         goto out;
     }
-    for (int f = 0; f < TDM_CHAT_FORMAT_MAX; f++) {
+    for (int f = 0; f < TDM_CHAT_JINJA; f++) {
         want.len = 0;
         if (canonicalise(formats[f].text, &want) != TDM_OK) {
             st = TDM_ERR_OVERFLOW;
@@ -203,8 +207,8 @@ out:
 /* ---- loading -------------------------------------------------------------------------------- */
 
 /* bos_token/eos_token: a string, {"content": string} (older configs), or absent/null → "". */
-static tdm_status_t special_token(const json_t *cfg, const char *key, char **ret, char *err,
-                                  size_t errlen)
+static tdm_status_t special_token(const json_t *cfg, const char *key, json_t *specials, char **ret,
+                                  char *err, size_t errlen)
 {
     const json_t *v = json_object_get(cfg, key);
     if (json_is_object(v))
@@ -213,58 +217,113 @@ static tdm_status_t special_token(const json_t *cfg, const char *key, char **ret
         SET_ERR("tokenizer_config.%s: not a string", key);
         return TDM_ERR_FORMAT;
     }
-    *ret = tdm_strdup(json_is_string(v) ? json_string_value(v) : "");
+    if (json_is_string(v))
+        json_object_set(specials, key, (json_t *)v);
+    if (ret)
+        *ret = tdm_strdup(json_is_string(v) ? json_string_value(v) : "");
+    return TDM_OK;
+}
+
+static tdm_status_t parse_tpl(const char *text, const char *what, tdm_jinja_tpl_t **ret, char *err,
+                              size_t errlen)
+{
+    char perr[384] = "";
+    tdm_status_t st = tdm_jinja_parse(text, strlen(text), ret, perr, sizeof(perr));
+    if (st != TDM_OK)
+        SET_ERR("%s: %s", what, perr);
+    return st;
+}
+
+/* A template from its text and the config's special tokens. */
+static tdm_status_t template_new(const json_t *cfg, const char *text, const char *tools_text,
+                                 tdm_chat_template_t **ret, char *err, size_t errlen)
+{
+    static const char *const more[] = {"unk_token", "pad_token", "sep_token", "cls_token",
+                                       "mask_token"};
+    tdm_status_t st;
+    tdm_chat_template_t *t = tdm_calloc(1, sizeof(*t));
+    t->specials = json_object();
+    TDM_CHECK_GOTO(special_token(cfg, "bos_token", t->specials, &t->bos_token, err, errlen), st,
+                   err_free);
+    TDM_CHECK_GOTO(special_token(cfg, "eos_token", t->specials, &t->eos_token, err, errlen), st,
+                   err_free);
+    for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+        TDM_CHECK_GOTO(special_token(cfg, more[i], t->specials, NULL, err, errlen), st, err_free);
+    TDM_CHECK_GOTO(parse_tpl(text, "chat_template", &t->tpl, err, errlen), st, err_free);
+    if (tools_text)
+        TDM_CHECK_GOTO(parse_tpl(tools_text, "chat_template tool_use", &t->tpl_tools, err, errlen),
+                       st, err_free);
+    if (tdm_chat_template_match(text, &t->format, NULL, 0) != TDM_OK)
+        t->format = TDM_CHAT_JINJA;
+    /* A template that never names `tools` shows the model none (ChatML, Llama-2 as shipped). */
+    t->renders_tools = tools_text != NULL || strstr(text, "tools") != NULL;
+    *ret = t;
+    return TDM_OK;
+err_free:
+    tdm_chat_template_free(t);
+    return st;
+}
+
+/* The built-in template called `name` ("demo", "chatml", "llama3", "llama2"), or NULL. */
+static const char *builtin_text(const char *name)
+{
+    for (int f = 0; f < TDM_CHAT_JINJA; f++)
+        if (!strcmp(formats[f].name, name))
+            return formats[f].text;
+    return NULL;
+}
+
+/* chat_template as a string, or as a list of {name, template}: "default" renders, "tool_use"
+ * renders requests that offer tools; `override_name` picks another entry by name. */
+static tdm_status_t config_texts(const json_t *cfg, const char *override_name, const char **ret,
+                                 const char **ret_tools, char *err, size_t errlen)
+{
+    const json_t *ct = json_object_get(cfg, "chat_template"), *item;
+    size_t i;
+    *ret = *ret_tools = NULL;
+    if (!ct || json_is_null(ct)) {
+        SET_ERR("tokenizer_config has no chat_template; use /v1/completions with a prompt");
+        return TDM_ERR_NOTFOUND;
+    }
+    if (json_is_string(ct)) {
+        *ret = json_string_value(ct);
+        return TDM_OK;
+    }
+    if (!json_is_array(ct)) {
+        SET_ERR("tokenizer_config.chat_template: neither a string nor a list");
+        return TDM_ERR_FORMAT;
+    }
+    json_array_foreach(ct, i, item)
+    {
+        const json_t *name = json_object_get(item, "name");
+        const json_t *tpl = json_object_get(item, "template");
+        if (!json_is_string(name) || !json_is_string(tpl)) {
+            SET_ERR("tokenizer_config.chat_template[%zu]: not a {name, template} object", i);
+            return TDM_ERR_FORMAT;
+        }
+        if (!strcmp(json_string_value(name), override_name ? override_name : "default"))
+            *ret = json_string_value(tpl);
+        if (!override_name && !strcmp(json_string_value(name), "tool_use"))
+            *ret_tools = json_string_value(tpl);
+    }
+    if (!*ret) {
+        SET_ERR("tokenizer_config.chat_template: a list without a \"%s\" template",
+                override_name ? override_name : "default");
+        return override_name ? TDM_ERR_NOTFOUND : TDM_ERR_UNSUPPORTED;
+    }
     return TDM_OK;
 }
 
 tdm_status_t tdm_chat_template_from_config(const json_t *cfg, tdm_chat_template_t **ret, char *err,
                                            size_t errlen)
 {
-    const json_t *ct, *item;
-    const char *text = NULL;
-    tdm_chat_format_t f;
-    size_t i;
-    tdm_status_t st;
-
+    const char *text, *tools_text;
     if (!json_is_object(cfg) || !ret) {
         SET_ERR("tokenizer_config: not a JSON object");
         return TDM_ERR_FORMAT;
     }
-    ct = json_object_get(cfg, "chat_template");
-    if (!ct || json_is_null(ct)) {
-        SET_ERR("tokenizer_config has no chat_template; use /v1/completions with a prompt");
-        return TDM_ERR_NOTFOUND;
-    }
-    if (json_is_string(ct)) {
-        text = json_string_value(ct);
-    } else if (json_is_array(ct)) {
-        json_array_foreach(ct, i, item)
-        {
-            const json_t *name = json_object_get(item, "name");
-            const json_t *tpl = json_object_get(item, "template");
-            if (json_is_string(name) && strcmp(json_string_value(name), "default") == 0 &&
-                json_is_string(tpl))
-                text = json_string_value(tpl);
-        }
-        if (!text) {
-            SET_ERR("tokenizer_config.chat_template: a list without a \"default\" template");
-            return TDM_ERR_UNSUPPORTED;
-        }
-    } else {
-        SET_ERR("tokenizer_config.chat_template: neither a string nor a list");
-        return TDM_ERR_FORMAT;
-    }
-    TDM_TRY(tdm_chat_template_match(text, &f, err, errlen));
-
-    tdm_chat_template_t *t = tdm_calloc(1, sizeof(*t));
-    t->format = f;
-    TDM_CHECK_GOTO(special_token(cfg, "bos_token", &t->bos_token, err, errlen), st, err_free);
-    TDM_CHECK_GOTO(special_token(cfg, "eos_token", &t->eos_token, err, errlen), st, err_free);
-    *ret = t;
-    return TDM_OK;
-err_free:
-    tdm_chat_template_free(t);
-    return st;
+    TDM_TRY(config_texts(cfg, NULL, &text, &tools_text, err, errlen));
+    return template_new(cfg, text, tools_text, ret, err, errlen);
 }
 
 /* tokenizer_config.json as transformers writes it: integers beyond 64 bits (its default
@@ -320,56 +379,99 @@ out:
     return j;
 }
 
-tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t **ret, char *err,
-                                    size_t errlen)
+/* The whole of a small text file (templates), NUL-free; NULL with *ret_missing if absent. */
+static char *read_text(const char *path, int *ret_missing)
+{
+    FILE *f = fopen(path, "rb");
+    tdm_sbuf_t b = {.cap_limit = TDM_JINJA_MAX_SOURCE};
+    char chunk[4096];
+    size_t n;
+    tdm_status_t st = tdm_sbuf_add(&b, "", 0);
+    *ret_missing = !f;
+    if (!f)
+        return NULL;
+    while (st == TDM_OK && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st = tdm_sbuf_add(&b, chunk, n);
+    if (st != TDM_OK || ferror(f) || memchr(b.p, '\0', b.len)) {
+        fclose(f);
+        tdm_sbuf_free(&b);
+        return NULL;
+    }
+    fclose(f);
+    return b.p;
+}
+
+tdm_status_t tdm_chat_template_open(const char *model_dir, const char *override,
+                                    tdm_chat_template_t **ret, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     json_error_t jerr;
     json_t *cfg;
     tdm_status_t st;
+    int missing = 0;
 
     if (!model_dir || !ret) {
         SET_ERR("chat template: bad arguments");
         return TDM_ERR_INVAL;
     }
+    if (override && !*override)
+        override = NULL;
     if ((size_t)snprintf(path, sizeof(path), "%s/tokenizer_config.json", model_dir) >=
         sizeof(path)) {
         SET_ERR("%s: path too long", model_dir);
         return TDM_ERR_RANGE;
     }
     cfg = load_hf_json(path, &jerr);
-    if (!cfg) {
+    if (!cfg && !(override && json_error_code(&jerr) == json_error_cannot_open_file)) {
         SET_ERR("%s: %s (line %d)", path, jerr.text, jerr.line);
         return json_error_code(&jerr) == json_error_cannot_open_file ? TDM_ERR_NOTFOUND
                                                                      : TDM_ERR_FORMAT;
+    }
+    if (!cfg)
+        cfg = json_object();
+    if (override) { /* --chat-template FILE|NAME */
+        char *text = read_text(override, &missing);
+        const char *named = text ? text : builtin_text(override), *tools_text = NULL;
+        if (!text && !missing) {
+            SET_ERR("--chat-template %s: unreadable, larger than %zu bytes, or holds a NUL",
+                    override, TDM_JINJA_MAX_SOURCE);
+            st = TDM_ERR_FORMAT;
+        } else if (!named && config_texts(cfg, override, &named, &tools_text, NULL, 0) != TDM_OK) {
+            SET_ERR("--chat-template %s: neither a file, a built-in (demo, chatml, llama3, llama2) "
+                    "nor a template named in tokenizer_config.json",
+                    override);
+            st = TDM_ERR_NOTFOUND;
+        } else {
+            st = template_new(cfg, named, NULL, ret, err, errlen);
+        }
+        tdm_free(text);
+        json_decref(cfg);
+        return st;
     }
     /* transformers 5 saves the template beside the config as chat_template.jinja */
     const json_t *ct = json_object_get(cfg, "chat_template");
     if ((!ct || json_is_null(ct)) &&
         (size_t)snprintf(path, sizeof(path), "%s/chat_template.jinja", model_dir) < sizeof(path)) {
-        FILE *f = fopen(path, "rb");
-        tdm_sbuf_t b = {.cap_limit = TDM_CHAT_MAX_OUTPUT_BYTES};
-        char chunk[4096];
-        size_t n;
-        st = TDM_OK;
-        while (f && st == TDM_OK && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-            st = tdm_sbuf_add(&b, chunk, n);
-        if (f && (st != TDM_OK || ferror(f) || memchr(b.p ? b.p : "", '\0', b.len))) {
-            SET_ERR("%s: unreadable or too large", path);
-            fclose(f);
-            tdm_sbuf_free(&b);
+        char *text = read_text(path, &missing);
+        if (!text && !missing) {
+            SET_ERR("%s: unreadable, larger than %zu bytes, or holds a NUL", path,
+                    TDM_JINJA_MAX_SOURCE);
             json_decref(cfg);
             return TDM_ERR_FORMAT;
         }
-        if (f) {
-            fclose(f);
-            json_object_set_new(cfg, "chat_template", json_string(b.p ? b.p : ""));
-        }
-        tdm_sbuf_free(&b);
+        if (text)
+            json_object_set_new(cfg, "chat_template", json_string(text));
+        tdm_free(text);
     }
     st = tdm_chat_template_from_config(cfg, ret, err, errlen);
     json_decref(cfg);
     return st;
+}
+
+tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t **ret, char *err,
+                                    size_t errlen)
+{
+    return tdm_chat_template_open(model_dir, NULL, ret, err, errlen);
 }
 
 void tdm_chat_template_free(tdm_chat_template_t *t)
@@ -378,6 +480,9 @@ void tdm_chat_template_free(tdm_chat_template_t *t)
         return;
     tdm_free(t->bos_token);
     tdm_free(t->eos_token);
+    json_decref(t->specials);
+    tdm_jinja_free(t->tpl);
+    tdm_jinja_free(t->tpl_tools);
     tdm_free(t);
 }
 
@@ -388,31 +493,19 @@ tdm_chat_format_t tdm_chat_template_format(const tdm_chat_template_t *t)
 
 int tdm_chat_renders_tools(const tdm_chat_template_t *t)
 {
-    return formats[t->format].renders_tools;
+    return t->renders_tools;
 }
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
-typedef struct msg {
-    const char *role;
-    const char *content; /* never NULL */
-    size_t content_len;
-    char *owned; /* content joined from parts */
-    const json_t *tool_calls;
-} msg_t;
-
-static void msgs_free(msg_t *m, size_t n)
-{
-    for (size_t i = 0; m && i < n; i++)
-        tdm_free(m[i].owned);
-    tdm_free(m);
-}
-
-static tdm_status_t msgs_parse(const json_t *messages, msg_t **ret, size_t *ret_n, char *err,
-                               size_t errlen)
+/* The messages a template sees: validated, content parts joined into one string, and (when
+ * `args_as_object`) each tool call's arguments given as a JSON string parsed into an object, as
+ * SGLang and vLLM pass them. Everything else is passed through as sent. */
+static tdm_status_t msgs_normalise(const json_t *messages, int args_as_object, json_t **ret,
+                                   int *ret_had_string_args, char *err, size_t errlen)
 {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
-    const json_t *m, *c, *part;
+    const json_t *m, *c, *part, *call;
     size_t i, k, n;
 
     if (!json_is_array(messages)) {
@@ -424,7 +517,7 @@ static tdm_status_t msgs_parse(const json_t *messages, msg_t **ret, size_t *ret_
         SET_ERR("messages: %zu messages, at most %d", n, TDM_CHAT_MAX_MESSAGES);
         return TDM_ERR_RANGE;
     }
-    msg_t *out = tdm_calloc(n ? n : 1, sizeof(*out));
+    json_t *out = json_array();
     json_array_foreach(messages, i, m)
     {
         const json_t *role = json_object_get(m, "role");
@@ -433,21 +526,19 @@ static tdm_status_t msgs_parse(const json_t *messages, msg_t **ret, size_t *ret_
             SET_ERR("messages[%zu]: not an object with a string \"role\"", i);
             goto err_free;
         }
-        out[i].role = json_string_value(role);
         for (k = 0; k < sizeof(roles) / sizeof(roles[0]); k++)
-            known |= strcmp(out[i].role, roles[k]) == 0;
+            known |= strcmp(json_string_value(role), roles[k]) == 0;
         if (!known) {
             SET_ERR("messages[%zu].role: \"%s\" is not one of system, user, assistant, tool", i,
-                    out[i].role);
+                    json_string_value(role));
             goto err_free;
         }
+        json_t *copy = json_deep_copy(m);
+        json_array_append_new(out, copy);
         c = json_object_get(m, "content");
-        out[i].content = "";
-        if (json_is_string(c)) {
-            out[i].content = json_string_value(c);
-            out[i].content_len = json_string_length(c);
-        } else if (json_is_array(c)) {
-            tdm_sbuf_t b = {0};
+        if (json_is_array(c)) {
+            tdm_sbuf_t b = {.cap_limit = TDM_CHAT_MAX_OUTPUT_BYTES};
+            (void)tdm_sbuf_add(&b, "", 0);
             json_array_foreach(c, k, part)
             {
                 const json_t *ty = json_object_get(part, "type");
@@ -466,219 +557,71 @@ static tdm_status_t msgs_parse(const json_t *messages, msg_t **ret, size_t *ret_
                     goto err_free;
                 }
             }
-            out[i].owned = b.p;
-            out[i].content = b.p ? b.p : "";
-            out[i].content_len = b.len;
-        } else if (c && !json_is_null(c)) {
+            json_object_set_new(copy, "content", json_stringn(b.p, b.len));
+            tdm_sbuf_free(&b);
+        } else if (c && !json_is_null(c) && !json_is_string(c)) {
             SET_ERR("messages[%zu].content: not a string, null or a list of text parts", i);
             goto err_free;
         }
-        out[i].tool_calls = json_object_get(m, "tool_calls");
-        if (out[i].tool_calls && !json_is_null(out[i].tool_calls) &&
-            !json_is_array(out[i].tool_calls)) {
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls) && !json_is_array(calls)) {
             SET_ERR("messages[%zu].tool_calls: not an array", i);
             goto err_free;
         }
+        json_array_foreach(calls, k, call)
+        {
+            json_t *fn =
+                json_object_get(json_array_get(json_object_get(copy, "tool_calls"), k), "function");
+            const json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_string(json_object_get(fn, "name"))) {
+                SET_ERR("messages[%zu].tool_calls[%zu].function.name: missing or not a string", i,
+                        k);
+                goto err_free;
+            }
+            if (json_is_string(args)) {
+                json_t *parsed =
+                    json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+                if (!json_is_object(parsed)) {
+                    json_decref(parsed);
+                    SET_ERR("messages[%zu].tool_calls[%zu].function.arguments: not a JSON object",
+                            i, k);
+                    goto err_free;
+                }
+                *ret_had_string_args = 1;
+                if (args_as_object)
+                    json_object_set_new(fn, "arguments", parsed);
+                else
+                    json_decref(parsed);
+            } else if (args && !json_is_object(args)) {
+                SET_ERR("messages[%zu].tool_calls[%zu].function.arguments: not a JSON object", i,
+                        k);
+                goto err_free;
+            }
+        }
     }
     *ret = out;
-    *ret_n = n;
     return TDM_OK;
 err_free:
-    msgs_free(out, n);
+    json_decref(out);
     return TDM_ERR_INVAL;
 }
 
-/* ---- renderers ------------------------------------------------------------------------------ */
-
-#define ADD(b, s, n) TDM_CHECK_GOTO(tdm_sbuf_add((b), (s), (n)), st, out)
-#define PUT(b, s) TDM_CHECK_GOTO(tdm_sbuf_puts((b), (s)), st, out)
-
-static tdm_status_t render_dsml_calls(tdm_sbuf_t *b, const json_t *calls, size_t mi, char *err,
-                                      size_t errlen)
+static tdm_status_t render_once(const tdm_chat_template_t *t, const json_t *messages,
+                                const json_t *tools, int agp, int args_as_object,
+                                int *ret_had_string_args, char **ret_text, size_t *ret_len,
+                                char *err, size_t errlen)
 {
-    const json_t *call, *fn, *name, *args, *v;
-    json_t *parsed = NULL;
-    const char *key;
-    tdm_status_t st = TDM_OK;
-    size_t i;
-
-    PUT(b, "<tool_calls>");
-    json_array_foreach(calls, i, call)
-    {
-        fn = json_object_get(call, "function");
-        name = json_object_get(fn, "name");
-        if (!json_is_string(name)) {
-            SET_ERR("messages[%zu].tool_calls[%zu].function.name: missing or not a string", mi, i);
-            return TDM_ERR_INVAL;
-        }
-        args = json_object_get(fn, "arguments");
-        if (json_is_string(args)) {
-            /* OpenAI sends arguments as a JSON string; the template iterates a dict. */
-            parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
-            args = parsed;
-        }
-        if (!json_is_object(args)) {
-            SET_ERR("messages[%zu].tool_calls[%zu].function.arguments: not a JSON object", mi, i);
-            st = TDM_ERR_INVAL;
-            goto out;
-        }
-        PUT(b, "<invoke name=\"");
-        ADD(b, json_string_value(name), json_string_length(name));
-        PUT(b, "\">");
-        json_object_foreach((json_t *)args, key, v)
-        {
-            PUT(b, "<parameter name=\"");
-            PUT(b, key);
-            PUT(b, "\">");
-            TDM_CHECK_GOTO(tdm_py_str(b, v), st, out);
-            PUT(b, "</parameter>");
-        }
-        PUT(b, "</invoke>");
-        json_decref(parsed);
-        parsed = NULL;
-    }
-    PUT(b, "</tool_calls>");
-out:
-    json_decref(parsed);
-    return st;
-}
-
-static tdm_status_t render_demo(const tdm_chat_template_t *t, const msg_t *m, size_t n,
-                                const json_t *tools, int agp, tdm_sbuf_t *b, char *err,
-                                size_t errlen)
-{
-    tdm_status_t st = TDM_OK;
-    size_t first = 0, i;
-    const char *sys = "";
-    size_t sys_len = 0;
-    const json_t *tool;
-    int have_tools = json_is_array(tools) && json_array_size(tools) > 0;
-
-    PUT(b, t->bos_token);
-    if (n && strcmp(m[0].role, "system") == 0) {
-        sys = m[0].content;
-        sys_len = m[0].content_len;
-        first = 1;
-    }
-    if (sys_len || have_tools) {
-        PUT(b, "<|system|>\n");
-        ADD(b, sys, sys_len);
-        if (have_tools) {
-            if (sys_len)
-                PUT(b, "\n\n");
-            PUT(b, "You can call these tools:\n");
-            json_array_foreach(tools, i, tool)
-            {
-                TDM_CHECK_GOTO(tdm_py_json_dumps(b, tool), st, out);
-                PUT(b, "\n");
-            }
-            PUT(b, "To call one, reply with <tool_calls><invoke name=\"NAME\"><parameter "
-                   "name=\"ARG\">VALUE</parameter></invoke></tool_calls>");
-        }
-        PUT(b, "<|end|>\n");
-    }
-    for (i = first; i < n; i++) {
-        PUT(b, "<|");
-        PUT(b, m[i].role);
-        PUT(b, "|>\n");
-        ADD(b, m[i].content, m[i].content_len);
-        if (json_array_size(m[i].tool_calls) > 0)
-            TDM_CHECK_GOTO(render_dsml_calls(b, m[i].tool_calls, i, err, errlen), st, out);
-        PUT(b, "<|end|>\n");
-    }
-    if (agp)
-        PUT(b, "<|assistant|>\n");
-out:
-    return st;
-}
-
-static tdm_status_t render_chatml(const msg_t *m, size_t n, int agp, tdm_sbuf_t *b)
-{
-    tdm_status_t st = TDM_OK;
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0 && strcmp(m[0].role, "system") != 0)
-            PUT(b, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n");
-        PUT(b, "<|im_start|>");
-        PUT(b, m[i].role);
-        PUT(b, "\n");
-        ADD(b, m[i].content, m[i].content_len);
-        PUT(b, "<|im_end|>\n");
-    }
-    if (agp)
-        PUT(b, "<|im_start|>assistant\n");
-out:
-    return st;
-}
-
-static tdm_status_t render_llama3(const tdm_chat_template_t *t, const msg_t *m, size_t n, int agp,
-                                  tdm_sbuf_t *b)
-{
-    tdm_status_t st = TDM_OK;
-    size_t off, len;
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0)
-            PUT(b, t->bos_token);
-        PUT(b, "<|start_header_id|>");
-        PUT(b, m[i].role);
-        PUT(b, "<|end_header_id|>\n\n");
-        tdm_py_strip(m[i].content, m[i].content_len, &off, &len);
-        ADD(b, m[i].content + off, len);
-        PUT(b, "<|eot_id|>");
-    }
-    if (agp)
-        PUT(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-out:
-    return st;
-}
-
-static tdm_status_t render_llama2(const tdm_chat_template_t *t, const msg_t *m, size_t n,
-                                  tdm_sbuf_t *b, char *err, size_t errlen)
-{
-    tdm_status_t st = TDM_OK;
-    tdm_sbuf_t c = {0};
-    size_t first = 0, off, len;
-    int have_sys = 0;
-
-    if (n == 0) {
-        SET_ERR("messages: the Llama-2 template needs at least one message");
-        return TDM_ERR_INVAL;
-    }
-    if (strcmp(m[0].role, "system") == 0) {
-        first = 1;
-        have_sys = 1; /* an empty system message still renders: '' != false in Jinja */
-    }
-    for (size_t i = first; i < n; i++) {
-        size_t k = i - first;
-        int is_user = strcmp(m[i].role, "user") == 0;
-        if (is_user != (k % 2 == 0)) {
-            SET_ERR("messages[%zu]: Conversation roles must alternate "
-                    "user/assistant/user/assistant/... (Llama-2 template)",
-                    i);
-            st = TDM_ERR_INVAL;
-            goto out;
-        }
-        c.len = 0;
-        if (k == 0 && have_sys) {
-            PUT(&c, "<<SYS>>\n");
-            ADD(&c, m[0].content, m[0].content_len);
-            PUT(&c, "\n<</SYS>>\n\n");
-        }
-        ADD(&c, m[i].content, m[i].content_len);
-        tdm_py_strip(c.p, c.len, &off, &len);
-        if (is_user) {
-            PUT(b, t->bos_token);
-            PUT(b, "[INST] ");
-            ADD(b, c.p + off, len);
-            PUT(b, " [/INST]");
-        } else if (strcmp(m[i].role, "assistant") == 0) {
-            PUT(b, " ");
-            ADD(b, c.p + off, len);
-            PUT(b, " ");
-            PUT(b, t->eos_token);
-        }
-    }
-out:
-    tdm_sbuf_free(&c);
+    json_t *msgs = NULL;
+    tdm_jinja_limits_t lim = {.max_output = TDM_CHAT_MAX_OUTPUT_BYTES};
+    TDM_TRY(msgs_normalise(messages, args_as_object, &msgs, ret_had_string_args, err, errlen));
+    json_t *vars = json_deep_copy(t->specials);
+    json_object_set_new(vars, "messages", msgs);
+    json_object_set_new(vars, "tools", tools ? json_incref((json_t *)tools) : json_null());
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(agp));
+    int with_tools = json_is_array(tools) && json_array_size(tools) > 0;
+    const tdm_jinja_tpl_t *tpl = with_tools && t->tpl_tools ? t->tpl_tools : t->tpl;
+    tdm_status_t st = tdm_jinja_render(tpl, vars, &lim, ret_text, ret_len, err, errlen);
+    json_decref(vars);
     return st;
 }
 
@@ -686,11 +629,7 @@ tdm_status_t tdm_chat_render(const tdm_chat_template_t *t, const json_t *message
                              const json_t *tools, int add_generation_prompt, char **ret_text,
                              size_t *ret_len, char *err, size_t errlen)
 {
-    msg_t *m = NULL;
-    size_t n = 0;
-    tdm_sbuf_t b = {.cap_limit = TDM_CHAT_MAX_OUTPUT_BYTES};
-    tdm_status_t st;
-
+    int had_string_args = 0, dummy = 0;
     if (!t || !ret_text) {
         SET_ERR("chat render: bad arguments");
         return TDM_ERR_INVAL;
@@ -699,35 +638,17 @@ tdm_status_t tdm_chat_render(const tdm_chat_template_t *t, const json_t *message
         SET_ERR("tools: not an array");
         return TDM_ERR_INVAL;
     }
-    TDM_TRY(msgs_parse(messages, &m, &n, err, errlen));
-    err &&errlen ? (void)(err[0] = '\0') : (void)0;
-    switch (t->format) {
-    case TDM_CHAT_DEMO:
-        st = render_demo(t, m, n, tools, add_generation_prompt, &b, err, errlen);
-        break;
-    case TDM_CHAT_CHATML:
-        st = render_chatml(m, n, add_generation_prompt, &b);
-        break;
-    case TDM_CHAT_LLAMA3:
-        st = render_llama3(t, m, n, add_generation_prompt, &b);
-        break;
-    case TDM_CHAT_LLAMA2:
-        st = render_llama2(t, m, n, &b, err, errlen);
-        break;
-    default:
-        st = TDM_ERR_STATE;
+    if (json_is_null(tools))
+        tools = NULL;
+    tdm_status_t st = render_once(t, messages, tools, add_generation_prompt, 1, &had_string_args,
+                                  ret_text, ret_len, err, errlen);
+    /* Some templates (DeepSeek's) print the arguments string as sent: if the template failed on
+     * the parsed form, render again with the strings. */
+    if (st != TDM_OK && st != TDM_ERR_RANGE && had_string_args) {
+        char err2[512] = "";
+        if (render_once(t, messages, tools, add_generation_prompt, 0, &dummy, ret_text, ret_len,
+                        err2, sizeof(err2)) == TDM_OK)
+            return TDM_OK;
     }
-    if (st == TDM_ERR_OVERFLOW && (!err || !errlen || !err[0]))
-        SET_ERR("rendered prompt exceeds %zu bytes", TDM_CHAT_MAX_OUTPUT_BYTES);
-    msgs_free(m, n);
-    if (st != TDM_OK) {
-        tdm_sbuf_free(&b);
-        return st;
-    }
-    if (!b.p)
-        b.p = tdm_strdup("");
-    *ret_text = b.p;
-    if (ret_len)
-        *ret_len = b.len;
-    return TDM_OK;
+    return st;
 }

@@ -29,6 +29,28 @@ tests_unit_test_jinja_SOURCES = tests/unit/test-jinja.c
 tests_unit_test_jinja_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
 tests_unit_test_jinja_LDADD = $(CHAT_LIBS)
 
+check_PROGRAMS += tests/fuzz/replay-jinja
+TESTS += tests/fuzz/replay-jinja
+tests_fuzz_replay_jinja_SOURCES = tests/fuzz/fuzz-jinja.c tests/fuzz/replay.c
+tests_fuzz_replay_jinja_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_fuzz_replay_jinja_LDADD = $(CHAT_LIBS)
+FUZZ_BINS += fuzz/fuzz-jinja
+JINJA_FUZZ_SRCS = \
+	$(top_srcdir)/tests/fuzz/fuzz-jinja.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_lex.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_parse.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_stmt.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_value.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_eval.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_exec.c \
+	$(top_srcdir)/dataplane/tokenizer/jinja_builtins.c \
+	$(top_srcdir)/dataplane/tokenizer/chat_py.c \
+	$(top_srcdir)/common/mem.c \
+	$(top_srcdir)/common/log.c \
+	$(top_srcdir)/common/status.c
+fuzz/fuzz-jinja: $(JINJA_FUZZ_SRCS)
+	$(TDM_FUZZ_LINK) -I$(top_srcdir)/dataplane/tokenizer $(JINJA_FUZZ_SRCS) $(JANSSON_LIBS) -lm
+
 check_PROGRAMS += tests/unit/test-dsml
 TESTS += tests/unit/test-dsml
 tests_unit_test_dsml_SOURCES = tests/unit/test-dsml.c

@@ -458,7 +458,10 @@ static tdm_status_t eval_slice(jctx_t *c, const jnode_t *n, jv_t obj, jv_t *ret)
 static tdm_status_t eval_item(jctx_t *c, jv_t obj, jv_t key, const char *attr, jv_t *ret)
 {
     if (obj.k == JV_UNDEF)
-        return jctx_fail(c, TDM_ERR_INVAL, "'%s' of an undefined value", attr ? attr : "[...]");
+        return jctx_fail(c, TDM_ERR_INVAL, "'%s' of an undefined value",
+                         attr             ? attr
+                         : jv_is_str(key) ? json_string_value(key.j)
+                                          : "[...]");
     if ((obj.k == JV_DATA && json_is_object(obj.j)) || obj.k == JV_NS) {
         const json_t *v = attr             ? json_object_get(obj.j, attr)
                           : jv_is_str(key) ? json_object_get(obj.j, json_string_value(key.j))

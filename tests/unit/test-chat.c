@@ -105,9 +105,13 @@ static void test_goldens(void)
     static const struct {
         const char *name;
         tdm_chat_format_t fmt;
-    } fx[] = {{"tiny-qwen2-sharded", TDM_CHAT_CHATML},
-              {"tiny-llama3", TDM_CHAT_LLAMA3},
-              {"tiny-llama2-fp16", TDM_CHAT_LLAMA2}};
+        int tools;
+    } fx[] = {{"tiny-qwen2-sharded", TDM_CHAT_CHATML, 0},
+              {"tiny-llama3", TDM_CHAT_LLAMA3, 0},
+              {"tiny-llama2-fp16", TDM_CHAT_LLAMA2, 0},
+              {"tiny-qwen3", TDM_CHAT_JINJA, 1},
+              /* saved by transformers 5: chat_template.jinja, model_max_length 1e30 */
+              {"tiny-qwen3-hf5", TDM_CHAT_JINJA, 1}};
     for (size_t i = 0; i < sizeof(fx) / sizeof(fx[0]); i++) {
         char rel[256], dir[256];
         snprintf(rel, sizeof(rel), "tests/fixtures/goldens/%s.json", fx[i].name);
@@ -116,7 +120,7 @@ static void test_goldens(void)
         ok(g && json_array_size(json_object_get(g, "chat")) >= 3, "%s chat goldens present",
            fx[i].name);
         if (g)
-            check_cases(dir, json_object_get(g, "chat"), fx[i].fmt, 0);
+            check_cases(dir, json_object_get(g, "chat"), fx[i].fmt, fx[i].tools);
         json_decref(g);
     }
     /* Models without a chat template: a clear NOTFOUND. */
@@ -196,7 +200,7 @@ static void test_matching(void)
     char err[512] = "";
     char *v;
 
-    for (int i = 0; i < TDM_CHAT_FORMAT_MAX; i++)
+    for (int i = 0; i < TDM_CHAT_JINJA; i++)
         ok(match(formats[i].text, &f, err, sizeof(err)) == TDM_OK && (int)f == i,
            "built-in %s matches itself", formats[i].name);
     /* Reformatted code: extra spaces/newlines inside tags, {{x}} vs {{ x }}, "" vs ''. */
@@ -256,12 +260,89 @@ static void test_matching(void)
     ok(tdm_chat_template_from_config(NULL, &t, err, sizeof(err)) == TDM_ERR_FORMAT, "NULL config");
 }
 
+/* --chat-template FILE|NAME, tool_use selection, and a template no built-in matches. */
+static void test_override(void)
+{
+    char dir[] = "/tmp/tdm-chat-ovr-XXXXXX", path[96], err[512] = "", *text = NULL;
+    tdm_chat_template_t *t = NULL;
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", 0, NULL);
+    if (!ok(mkdtemp(dir) != NULL, "temp dir"))
+        return;
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"eos_token\": \"<E>\", \"chat_template\": [{\"name\": \"default\", \"template\": "
+          "\"D{{ messages[0].content }}{{ eos_token }}\"}, {\"name\": \"tool_use\", \"template\": "
+          "\"T{{ tools[0].function.name }}\"}, {\"name\": \"rag\", \"template\": \"R\"}]}",
+          f);
+    fclose(f);
+    ok(tdm_chat_template_open(dir, NULL, &t, err, sizeof(err)) == TDM_OK &&
+           tdm_chat_template_format(t) == TDM_CHAT_JINJA && tdm_chat_renders_tools(t) &&
+           tdm_chat_render(t, msgs, NULL, 1, &text, NULL, err, sizeof(err)) == TDM_OK &&
+           !strcmp(text, "Dhi<E>"),
+       "named list: \"default\" renders a request without tools (%s)", text ? text : err);
+    tdm_free(text);
+    text = NULL;
+    ok(t && tdm_chat_render(t, msgs, tools, 1, &text, NULL, err, sizeof(err)) == TDM_OK &&
+           !strcmp(text, "Tf"),
+       "named list: \"tool_use\" renders a request with tools (%s)", text ? text : err);
+    tdm_free(text);
+    text = NULL;
+    tdm_chat_template_free(t);
+    t = NULL;
+    ok(tdm_chat_template_open(dir, "rag", &t, err, sizeof(err)) == TDM_OK &&
+           tdm_chat_render(t, msgs, tools, 1, &text, NULL, err, sizeof(err)) == TDM_OK &&
+           !strcmp(text, "R"),
+       "--chat-template NAME picks a named entry of the list");
+    tdm_free(text);
+    text = NULL;
+    tdm_chat_template_free(t);
+    t = NULL;
+    ok(tdm_chat_template_open(dir, "chatml", &t, err, sizeof(err)) == TDM_OK &&
+           tdm_chat_template_format(t) == TDM_CHAT_CHATML,
+       "--chat-template chatml is the built-in");
+    tdm_chat_template_free(t);
+    t = NULL;
+    char tpath[128];
+    snprintf(tpath, sizeof(tpath), "%s/my.jinja", dir);
+    f = fopen(tpath, "w");
+    fputs("{%- for m in messages %}<{{ m.role }}>{{ m.content | upper }}{% endfor %}\n", f);
+    fclose(f);
+    ok(tdm_chat_template_open(dir, tpath, &t, err, sizeof(err)) == TDM_OK &&
+           tdm_chat_render(t, msgs, NULL, 1, &text, NULL, err, sizeof(err)) == TDM_OK &&
+           !strcmp(text, "<user>HI"),
+       "--chat-template FILE renders that file (%s)", text ? text : err);
+    tdm_free(text);
+    text = NULL;
+    tdm_chat_template_free(t);
+    t = NULL;
+    ok(tdm_chat_template_open(dir, "/no/such/file", &t, err, sizeof(err)) == TDM_ERR_NOTFOUND &&
+           strstr(err, "--chat-template /no/such/file"),
+       "--chat-template naming nothing: a clear error (%s)", err);
+    f = fopen(tpath, "w");
+    fputs("line one\n{% if %}", f);
+    fclose(f);
+    ok(tdm_chat_template_open(dir, tpath, &t, err, sizeof(err)) == TDM_ERR_FORMAT &&
+           strstr(err, "line 2"),
+       "a template that does not parse: the error names its line (%s)", err);
+    remove(tpath);
+    remove(path);
+    ok(tdm_chat_template_open(dir, "llama3", &t, err, sizeof(err)) == TDM_OK,
+       "an override loads without tokenizer_config.json");
+    tdm_chat_template_free(t);
+    rmdir(dir);
+    json_decref(msgs);
+    json_decref(tools);
+}
+
 static tdm_chat_template_t *tpl_of(tdm_chat_format_t f)
 {
-    tdm_chat_template_t *t = tdm_calloc(1, sizeof(*t));
-    t->format = f;
-    t->bos_token = tdm_strdup(f == TDM_CHAT_LLAMA2 ? "<s>" : "<|bos|>");
-    t->eos_token = tdm_strdup(f == TDM_CHAT_LLAMA2 ? "</s>" : "<|end|>");
+    tdm_chat_template_t *t = NULL;
+    json_t *cfg = json_pack("{s:s,s:s}", "bos_token", f == TDM_CHAT_LLAMA2 ? "<s>" : "<|bos|>",
+                            "eos_token", f == TDM_CHAT_LLAMA2 ? "</s>" : "<|end|>");
+    if (template_new(cfg, formats[f].text, NULL, &t, NULL, 0) != TDM_OK)
+        abort();
+    json_decref(cfg);
     return t;
 }
 
@@ -340,12 +421,11 @@ static void test_inputs(void)
        "<s>[INST] <<SYS>>\n\n<</SYS>>\n\na [/INST]",
        "Llama-2: empty system still rendered; tool at an odd turn prints nothing");
     IS(render_s(TDM_CHAT_LLAMA2, "[{\"role\":\"assistant\",\"content\":\"a\"}]", NULL, 1),
-       "ERR:TDM_ERR_INVAL:messages[0]: Conversation roles must alternate "
-       "user/assistant/user/assistant/... (Llama-2 template)",
+       "ERR:TDM_ERR_INVAL:line 1: raise_exception: Conversation roles must alternate "
+       "user/assistant/user/assistant/...",
        "Llama-2: alternation enforced like the template");
     IS(render_s(TDM_CHAT_LLAMA2, "[]", NULL, 1),
-       "ERR:TDM_ERR_INVAL:messages: the Llama-2 template needs at least one message",
-       "Llama-2: empty list");
+       "ERR:TDM_ERR_INVAL:line 1: 'role' of an undefined value", "Llama-2: empty list");
 
     /* Bad inputs: each a clear error naming the field. */
     IS(render_s(TDM_CHAT_DEMO, "{}", NULL, 1), "ERR:TDM_ERR_INVAL:messages: not an array",
@@ -391,7 +471,7 @@ static void test_inputs(void)
                           "assistant", "content", s);
     tdm_chat_template_t *t = tpl_of(TDM_CHAT_CHATML);
     char err[256] = "", *text = NULL;
-    ok(tdm_chat_render(t, m, NULL, 1, &text, NULL, err, sizeof(err)) == TDM_ERR_OVERFLOW && !text &&
+    ok(tdm_chat_render(t, m, NULL, 1, &text, NULL, err, sizeof(err)) == TDM_ERR_RANGE && !text &&
            strstr(err, "exceeds"),
        "output cap (%s)", err);
     tdm_chat_template_free(t);
@@ -439,6 +519,7 @@ int main(void)
     test_goldens();
     test_big_int();
     test_matching();
+    test_override();
     test_inputs();
     test_python();
     return done_testing();
