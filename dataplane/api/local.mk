@@ -79,3 +79,6 @@ TESTS += tests/integration/test-openai.sh
 dist_check_SCRIPTS += tests/integration/test-openai.sh
 EXTRA_DIST += tests/integration/test-openai.mjs tests/integration/package.json \
 	tests/integration/package-lock.json tests/fuzz/corpus/openai
+# a stop with open streams and idle keep-alive connections: every stream ended, the group exits 0
+TESTS += tests/integration/test-stop-streams.sh
+dist_check_SCRIPTS += tests/integration/test-stop-streams.sh

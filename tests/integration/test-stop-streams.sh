@@ -1,0 +1,117 @@
+#!/bin/sh
+# test-stop-streams.sh — a stop with open streams ends every stream and exits 0. On a TP=2 CPU group
+# of the tiny-llama3 fixture (--drain-timeout 0.3), per round: 8 streamed POST /generate
+# (max_new_tokens 480, ignore_eos) are open and producing tokens, and 2 keep-alive connections sit
+# idle after a finished request (as a router's pool holds them); then SIGTERM to the launcher →
+#   every stream ends with `data: [DONE]` after an error event or its finish_reason;
+#   the group exits 0 ("group exited cleanly"), no rank dies on a signal (an h2o assertion at
+#   teardown aborts with signal 6).
+# Three rounds. The client is python3's standard library.
+set -u
+SRC=${TDM_SRCDIR:-.}
+. "$SRC/tests/integration/tap-lib.sh"
+tap_need_exec "$BIN"
+M="$SRC/tests/fixtures/models/tiny-llama3"
+T=$(mktemp -d)
+lp=""
+trap '[ -n "$lp" ] && kill -9 $lp 2>/dev/null; rm -rf "$T"' EXIT
+export TDM_CPU_THREADS=1
+
+cat > "$T/client.py" << 'PY'
+# argv: port started-file out-file. Opens the streams and the idle connections, writes
+# started-file once every stream has a token, reads every stream to its end (or EOF), keeps the
+# sockets open 3 s more, then writes one line per stream: "<id> <last data line>".
+import json, os, socket, sys, time
+port, started, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+def conn():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(20)
+    return s
+idle = []
+for _ in range(2):
+    s = conn()
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(4096)
+    idle.append(s)
+body = json.dumps({"input_ids": [1, 5, 9, 13], "max_new_tokens": 480, "ignore_eos": True,
+                   "stream": True, "sampling": {"temperature": 0}}).encode()
+streams = []
+for i in range(8):
+    s = conn()
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    streams.append([s, b""])
+for st in streams:
+    while b"token_id" not in st[1]:
+        d = st[0].recv(65536)
+        if not d:
+            break
+        st[1] += d
+open(started, "w").write("started\n")
+for st in streams:
+    try:
+        while b"[DONE]" not in st[1]:
+            d = st[0].recv(65536)
+            if not d:
+                break
+            st[1] += d
+    except OSError:
+        pass
+time.sleep(3)
+with open(out, "w") as f:
+    for i, st in enumerate(streams):
+        lines = [l for l in st[1].decode("utf-8", "replace").split("\n") if l.startswith("data: ")]
+        tail = lines[-2:] if lines else ["(nothing)"]
+        f.write("%d %s\n" % (i, " | ".join(tail)))
+PY
+
+round() { # round-number
+    r=$1
+    rm -f "$T/ready" "$T/started" "$T/out"
+    "$BIN" --model-path "$M" --device cpu --tp-size 2 --port 0 --ready-file "$T/ready" \
+        --drain-timeout 0.3 --group "stop-$r" > "$T/log-$r" 2>&1 &
+    lp=$!
+    i=0
+    while [ $i -lt 300 ] && [ ! -s "$T/ready" ] && kill -0 $lp 2> /dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2> /dev/null)
+    if [ -z "$port" ]; then
+        ok 1 "round $r: the group starts"
+        sed 's/^/# /' "$T/log-$r" | tail -20
+        return
+    fi
+    python3 "$T/client.py" "$port" "$T/started" "$T/out" > "$T/client-$r" 2>&1 &
+    cp=$!
+    i=0
+    while [ $i -lt 200 ] && [ ! -s "$T/started" ] && kill -0 $cp 2> /dev/null; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    [ -s "$T/started" ]
+    ok $? "round $r: 8 streams are producing tokens"
+    kill -TERM $lp
+    wait $lp
+    rc=$?
+    lp=""
+    wait $cp
+    sed 's/^/# /' "$T/client-$r"
+    [ $rc = 0 ] && grep -q "group exited cleanly" "$T/log-$r"
+    ok $? "round $r: SIGTERM with open streams: the group exits 0 (rc $rc)"
+    ! grep -q "signal" "$T/log-$r"
+    ok $? "round $r: no rank dies on a signal"
+    grep -E "exited|Assertion|signal" "$T/log-$r" | sed 's/^/# /'
+    ended=$(grep -c '\[DONE\]' "$T/out" 2> /dev/null)
+    [ "${ended:-0}" = 8 ] && ! grep -v '\[DONE\]' "$T/out" | grep -q . &&
+        ! grep '\[DONE\]' "$T/out" | grep -v -e '"error"' -e '"finish_reason"' | grep -q .
+    ok $? "round $r: every stream ends with an error event or its finish_reason, then [DONE] (${ended:-0}/8)"
+    [ $fail = 0 ] || sed 's/^/# /' "$T/out" 2> /dev/null
+}
+
+for r in 1 2 3; do
+    round $r
+done
+tap_done
