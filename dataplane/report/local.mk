@@ -17,3 +17,6 @@ tests_unit_test_report_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CURL_CFLAGS
 tests_unit_test_report_LDADD = $(TDM_REPORT_LIBS)
 # glue.c (rank reporter + the launcher's worker_lost) is linked into tandem-worker by whoever
 # calls tdm_report_rank_start / tdm_report_launcher_install; the unit test does not pull it.
+# a clean stop sends `shutdown`: no WORKER_LOST in a real tandemd
+TESTS += tests/integration/test-clean-stop.sh
+dist_check_SCRIPTS += tests/integration/test-clean-stop.sh
