@@ -83,6 +83,14 @@ static void unlink_all(const char *prefix)
     }
 }
 
+/* The launcher's PID as the group knows it. TDM_TEST_LAUNCHER_PID (tests only) stands in for a
+ * PID namespace where the machine refuses one: a worker started twice as PID 1. */
+static uint64_t launcher_pid(void)
+{
+    const char *t = getenv("TDM_TEST_LAUNCHER_PID");
+    return t && *t ? strtoull(t, NULL, 10) : (uint64_t)getpid();
+}
+
 static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_page_t **ret_page)
 {
     char path[512];
@@ -91,7 +99,7 @@ static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_pa
     tdm_shm_comm_cfg_t cc[2] = {{n, TDM_WORKER_TENSOR_SLOT, 2000, 100},
                                 {n, TDM_WORKER_PLAN_SLOT, 2000, 100}};
     tdm_worker_shm_path(prefix, SHM_PROGRESS, path, sizeof(path));
-    TDM_TRY(tdm_progress_create(path, (uint16_t)n, (uint64_t)getpid(), ret_page));
+    TDM_TRY(tdm_progress_create(path, (uint16_t)n, launcher_pid(), ret_page));
     for (int i = 0; i < 2; i++) {
         size_t sz = tdm_shm_comm_region_size(&cc[i]);
         tdm_worker_shm_path(prefix, SHM_TENSOR + i, path, sizeof(path));

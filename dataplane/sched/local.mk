@@ -59,3 +59,6 @@ PD_TESTS = tests/integration/test-pd.sh tests/integration/test-pd-storm.sh \
 	tests/integration/test-pd-tp.sh
 TESTS += $(PD_TESTS)
 dist_check_SCRIPTS += $(PD_TESTS)
+# a worker started twice under one PID: two instance ids, both runs' telemetry stored
+TESTS += tests/integration/test-instance-id.sh
+dist_check_SCRIPTS += tests/integration/test-instance-id.sh
