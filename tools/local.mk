@@ -22,3 +22,6 @@ EXTRA_DIST += tools/device-bundle.sh tools/device-run.sh
 # README.md's architecture map must name only paths that exist.
 TESTS += tests/unit/test-archmap.sh
 dist_check_SCRIPTS += tests/unit/test-archmap.sh
+# tandemd across a restart of a tdm-pg cluster: same address, reconnect, /health db down meanwhile
+TESTS += tests/integration/test-cp-pg-restart.sh
+dist_check_SCRIPTS += tests/integration/test-cp-pg-restart.sh
