@@ -36,6 +36,9 @@ struct tdm_api {
     /* open /generate requests (loop thread) */
     h2o_linklist_t gens;
     size_t n_gens;
+    /* accepted connections not yet closed by h2o (loop thread; server.c) */
+    h2o_linklist_t conns;
+    size_t n_conns;
     /* metrics; histograms are observed on the scheduler thread */
     tdm_api_hist_t ttft, itl;
     uint64_t http_requests, http_errors, generate_requests, client_disconnects;

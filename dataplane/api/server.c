@@ -227,14 +227,72 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 
 /* ---- listener ------------------------------------------------------------------------------- */
 
+/* Every accepted connection, until h2o closes its socket: at a stop the ones left (idle
+ * keep-alive connections, a client that stopped reading) must be ended before the context goes,
+ * or h2o_context_dispose finds their timeouts still armed and asserts. h2o 2.2 has no call that
+ * closes a server connection, so the stop shuts the socket down and h2o's own read or write
+ * error path closes it. */
+typedef struct api_conn {
+    h2o_linklist_t link; /* in api->conns */
+    h2o_socket_t *sock;
+    tdm_api_t *api;
+} api_conn_t;
+
+static void on_conn_close(void *data)
+{
+    api_conn_t *c = data;
+    h2o_linklist_unlink(&c->link);
+    c->api->n_conns--;
+    tdm_free(c);
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     tdm_api_t *a = listener->data;
     if (err)
         return;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock)
-        h2o_accept(&a->accept_ctx, sock);
+    if (!sock)
+        return;
+    api_conn_t *c = tdm_calloc(1, sizeof(*c));
+    c->sock = sock;
+    c->api = a;
+    h2o_linklist_insert(&a->conns, &c->link);
+    a->n_conns++;
+    sock->on_close.cb = on_conn_close;
+    sock->on_close.data = c;
+    h2o_accept(&a->accept_ctx, sock);
+}
+
+/* Run the loop until `pred` is false or `us` passed. */
+static void run_while(tdm_api_t *a, int (*pred)(const tdm_api_t *), uint64_t us)
+{
+    uint64_t deadline = tdm_time_mono_us() + us;
+    while (pred(a) && tdm_time_mono_us() < deadline)
+        h2o_evloop_run(a->loop, 10);
+}
+
+static int gens_open(const tdm_api_t *a)
+{
+    return a->n_gens > 0;
+}
+
+static int conns_open(const tdm_api_t *a)
+{
+    return a->n_gens > 0 || a->n_conns > 0;
+}
+
+/* End every connection (see api_conn_t); 1 when none is left. */
+static int close_conns(tdm_api_t *a)
+{
+    for (h2o_linklist_t *l = a->conns.next; l != &a->conns; l = l->next) {
+        api_conn_t *c = H2O_STRUCT_FROM_MEMBER(api_conn_t, link, l);
+        int fd = h2o_socket_get_fd(c->sock);
+        if (fd >= 0)
+            shutdown(fd, SHUT_RDWR);
+    }
+    run_while(a, conns_open, 2000000);
+    return !conns_open(a);
 }
 
 static tdm_status_t listen_on(tdm_api_t *a, const char *host, int port, char *err, size_t err_len)
@@ -346,6 +404,7 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     a->started_us = tdm_time_wall_us();
     atomic_store(&a->health_timeout_us, (uint64_t)(o->cfg->health_progress_timeout * 1e6));
     h2o_linklist_init_anchor(&a->gens);
+    h2o_linklist_init_anchor(&a->conns);
     tdm_api_hist_init(&a->ttft, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0]));
     tdm_api_hist_init(&a->itl, itl_bounds, sizeof(itl_bounds) / sizeof(itl_bounds[0]));
     a->oai.tok = o->tok;
@@ -428,17 +487,22 @@ void tdm_api_server_free(tdm_api_t *a)
         return;
     h2o_socket_read_stop(a->listener);
     h2o_socket_close(a->listener);
-    /* Every open request must see its final scheduler event before its context is freed. */
+    /* Every open request must see its final scheduler event before its context is freed, and
+     * its client the end of its stream (an error event, then [DONE]) before the sockets go. */
     tdm_api_gen_abort_all(a);
-    uint64_t deadline = tdm_time_mono_us() + 5000000;
-    while (a->n_gens > 0 && tdm_time_mono_us() < deadline)
-        h2o_evloop_run(a->loop, 10);
-    if (a->n_gens > 0)
-        tdm_err(TDM_SUB_API, "msg=\"requests still open at shutdown\" n=%zu", a->n_gens);
-    for (int i = 0; i < 3; i++)
-        h2o_evloop_run(a->loop, 0);
+    run_while(a, gens_open, 5000000);
+    int closed = close_conns(a);
+    if (!closed)
+        tdm_err(TDM_SUB_API, "msg=\"connections still open at shutdown\" requests=%zu conns=%zu",
+                a->n_gens, a->n_conns);
     /* clear the heartbeat: the thread is gone on purpose, not stale */
     atomic_store(&a->o.page->slot[a->o.rank].heartbeat_us[TDM_HB_HTTP], 0);
+    if (!closed) {
+        /* h2o_context_dispose would assert on the connections' timers: the process is exiting,
+         * so the context is left to it rather than aborting the stop */
+        tdm_api_openai_fini(a);
+        return;
+    }
     loop_dispose(a);
     tdm_api_openai_fini(a);
     tdm_free(a);
