@@ -87,9 +87,12 @@ tdm_report_t *tdm_report_rank_reporter(void)
     return rank_reporter;
 }
 
-void tdm_report_rank_stop(tdm_worker_t *w)
+void tdm_report_rank_stop(tdm_worker_t *w, int clean)
 {
     (void)w;
+    if (clean && rank_reporter &&
+        tdm_report_event(rank_reporter, "shutdown", NULL, NULL, NULL, NULL, NULL) != TDM_OK)
+        tdm_warn(TDM_SUB_REPORT, "msg=\"cannot enqueue the shutdown event\"");
     tdm_report_stop(rank_reporter, 1000);
     rank_reporter = NULL;
 }

@@ -982,7 +982,7 @@ out:
     tdm_xfer_free(w->xfer);
     w->xfer = NULL;
     if (report_started && tdm_report_rank_stop)
-        tdm_report_rank_stop(w); /* before the page is unmapped: it reads the page */
+        tdm_report_rank_stop(w, rc == 0); /* before the page is unmapped: it reads the page */
     worker_free(w);
     return rc;
 }
