@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -91,6 +92,23 @@ static uint64_t launcher_pid(void)
     return t && *t ? strtoull(t, NULL, 10) : (uint64_t)getpid();
 }
 
+/* The group id, telemetry's instance_id (docs/contracts.md §c): new on every start. A PID alone
+ * repeats (PID 1 in every container), and tandemd's exactly-once check would take a second run's
+ * batches for replays of the first's: 64 random bits, with the PID and the start time folded in
+ * should the kernel's generator fail. */
+static uint64_t new_group_id(void)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = 0;
+    uint64_t x = r ^ (launcher_pid() << 40) ^ tdm_time_wall_us() ^ tdm_time_mono_us() << 20;
+    /* splitmix64's finalizer: spreads the fallback's few varying bits */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x ? x : 1;
+}
+
 static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_page_t **ret_page)
 {
     char path[512];
@@ -99,7 +117,7 @@ static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_pa
     tdm_shm_comm_cfg_t cc[2] = {{n, TDM_WORKER_TENSOR_SLOT, 2000, 100},
                                 {n, TDM_WORKER_PLAN_SLOT, 2000, 100}};
     tdm_worker_shm_path(prefix, SHM_PROGRESS, path, sizeof(path));
-    TDM_TRY(tdm_progress_create(path, (uint16_t)n, launcher_pid(), ret_page));
+    TDM_TRY(tdm_progress_create(path, (uint16_t)n, new_group_id(), ret_page));
     for (int i = 0; i < 2; i++) {
         size_t sz = tdm_shm_comm_region_size(&cc[i]);
         tdm_worker_shm_path(prefix, SHM_TENSOR + i, path, sizeof(path));
