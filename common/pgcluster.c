@@ -480,6 +480,49 @@ static void file_tail(const char *path, char *buf, size_t len)
             *c = '\'';
 }
 
+/* The socket directory, like the port, stays what it was across restarts: a client's DSN names
+ * it (the demo's tandemd), and a new directory at every start would leave that client connecting
+ * to nothing. Remembered in the data directory; reused when it is still ours (a directory, not a
+ * link, owned by the server's user) or can be made again under its name; else a fresh one. */
+#define PG_SOCKDIR_FILE "tandem.sockdir"
+
+static int remembered_sockdir(const char *data, const run_as_t *ru, char *out, size_t len)
+{
+    char path[TDM_PG_PATH_MAX], buf[TDM_PG_HOST_MAX] = "";
+    if (tdm_pg_path_join(path, sizeof(path), data, PG_SOCKDIR_FILE) != TDM_OK)
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int got = fgets(buf, sizeof(buf), f) != NULL;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+    const char *pre = "/tmp/tdm-pg-";
+    if (!got || strlen(buf) != strlen(PG_SOCK_TEMPLATE) || strncmp(buf, pre, strlen(pre)) ||
+        strchr(buf + strlen(pre), '/') || strstr(buf, "..") || strlen(buf) >= len)
+        return 0;
+    struct stat sb;
+    if (mkdir(buf, 0700) != 0) {
+        if (errno != EEXIST || lstat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+            sb.st_uid != (ru->switch_user ? ru->uid : geteuid()))
+            return 0;
+    }
+    snprintf(out, len, "%s", buf);
+    return 1;
+}
+
+static void remember_sockdir(const char *data, const char *sockdir)
+{
+    char path[TDM_PG_PATH_MAX];
+    if (tdm_pg_path_join(path, sizeof(path), data, PG_SOCKDIR_FILE) != TDM_OK)
+        return;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return; /* only a convenience, as the port */
+    fprintf(f, "%s\n", sockdir);
+    fclose(f);
+}
+
 static tdm_status_t cluster_initdb(const run_as_t *ru, const char *bindir, const char *data,
                                    int for_tests)
 {
@@ -500,7 +543,8 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
     for (int attempt = 1;; attempt++) {
         char sockdir[] = PG_SOCK_TEMPLATE;
         int port = 0, code = 0;
-        if (!mkdtemp(sockdir)) {
+        if ((attempt > 1 || !remembered_sockdir(data, ru, sockdir, sizeof(sockdir))) &&
+            !mkdtemp(sockdir)) {
             int e = errno;
             tdm_err(TDM_SUB_DB, "msg=\"cannot create socket directory\" err=\"%s\"", strerror(e));
             return tdm_pg_errno_status(e);
@@ -529,6 +573,7 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
             tdm_info(TDM_SUB_DB, "msg=\"started\" datadir=%s port=%d host=%s pid=%d", data,
                      ret_pf->port, ret_pf->sockdir, (int)ret_pf->pid);
             remember_port(data, ret_pf->port);
+            remember_sockdir(data, ret_pf->sockdir);
             return TDM_OK;
         }
         rmdir(sockdir);

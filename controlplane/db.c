@@ -259,6 +259,8 @@ static void run_query(qworker_t *w, PGconn *conn, tdm_cp_job_t *job)
     PQclear(res);
 }
 
+/* Also the primary's once-a-second look at its connection: an idle connection learns that the
+ * server went away only when it is used, and /health must say "db":"down" meanwhile. */
 static void refresh_open_alerts(tdm_cp_db_t *db, PGconn *conn)
 {
     PGresult *res = PQexec(conn, "SELECT count(*) FROM alerts WHERE state = 'open'");
@@ -287,6 +289,18 @@ static int query_conn_setup(tdm_cp_db_t *db, PGconn *conn)
     PQclear(PQexec(conn, "SET statement_timeout = '10s'"));
     atomic_store(&db->stats.schema_ready, 1);
     return 0;
+}
+
+static void conn_lost(qworker_t *w, PGconn **conn, const char *app, const char *why)
+{
+    tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=%s err=\"%.200s\"", app, why);
+    PQfinish(*conn);
+    *conn = NULL;
+    if (w->primary) {
+        w->db->query_up = 0;
+        update_up(w->db);
+    }
+    atomic_fetch_add(&w->db->stats.reconnects, 1);
 }
 
 static void *query_main(void *arg)
@@ -328,6 +342,10 @@ static void *query_main(void *arg)
         if (w->primary && conn && now >= next_alerts) {
             refresh_open_alerts(db, conn);
             next_alerts = now + 1000000u;
+            if (PQstatus(conn) == CONNECTION_BAD) {
+                conn_lost(w, &conn, app, "the once-a-second check failed");
+                continue;
+            }
         }
         if (w->primary && conn && now >= next_upkeep) {
             char err[512];
@@ -367,15 +385,7 @@ static void *query_main(void *arg)
 
         run_query(w, conn, job);
         if (job->st != TDM_OK && PQstatus(conn) == CONNECTION_BAD) {
-            tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=%s err=\"%s\"", app,
-                     job->err);
-            PQfinish(conn);
-            conn = NULL;
-            if (w->primary) {
-                db->query_up = 0;
-                update_up(db);
-            }
-            atomic_fetch_add(&db->stats.reconnects, 1);
+            conn_lost(w, &conn, app, job->err);
             next_try = 0;
             if (job->wait) {
                 pthread_mutex_lock(&q->mu);
