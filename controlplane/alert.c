@@ -301,7 +301,11 @@ size_t tdm_cp_alerts_apply(tdm_cp_alerts_t *s, const tdm_cp_findings_t *f, uint6
         }
         a = &s->open[s->n_open++];
         memset(a, 0, sizeof(*a));
-        a->id = s->next_id++;
+        /* one id, assigned here and written to the alerts table as is (the live view and the
+         * table agree): the wall clock in µs, or one past the last id if that is later, so ids
+         * grow across tandemd's restarts without asking the database for a number */
+        a->id = s->next_id > wall_us ? s->next_id : wall_us;
+        s->next_id = a->id + 1;
         a->cls = x->cls;
         snprintf(a->group, sizeof(a->group), "%s", x->group);
         snprintf(a->summary, sizeof(a->summary), "%s", x->summary);

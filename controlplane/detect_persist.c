@@ -17,14 +17,14 @@
 #include "controlplane/alert.h"
 #include "controlplane/db.h"
 
+/* the alert's own id (alert.c assigns it once), not the table's sequence: one id live and stored */
 static const char sql_open[] =
-    "INSERT INTO alerts (kind, group_name, state, summary, evidence, opened_us) "
-    "VALUES ($1, $2, 'open', $3, $4::jsonb, $5::bigint)";
-/* (group, kind) has at most one open alert; opened_us names this one */
+    "INSERT INTO alerts (id, kind, group_name, state, summary, evidence, opened_us) "
+    "VALUES ($6::bigint, $1, $2, 'open', $3, $4::jsonb, $5::bigint) ON CONFLICT (id) DO NOTHING";
 static const char sql_resolve[] =
     "UPDATE alerts SET state = 'resolved', resolved_us = $4::bigint, resolved_by = $5, "
-    "  evidence = $6::jsonb WHERE group_name = $1 AND kind = $2 AND state = 'open' "
-    "  AND opened_us = $3::bigint";
+    "  evidence = $6::jsonb WHERE id = $7::bigint AND state = 'open' AND group_name = $1 "
+    "  AND kind = $2 AND opened_us = $3::bigint";
 static const char sql_orphans[] = "UPDATE alerts SET state = 'resolved', resolved_us = $1::bigint, "
                                   "  resolved_by = 'tandemd-restart' WHERE state = 'open'";
 
@@ -55,6 +55,7 @@ void tdm_cp_alert_persist_hook(void *ctx, const tdm_cp_alert_t *a, tdm_cp_alert_
         tdm_cp_job_param(job, a->summary);
         tdm_cp_job_param(job, evidence ? evidence : "{}");
         param_u64(job, a->opened_us);
+        param_u64(job, a->id);
     } else {
         tdm_cp_job_param(job, a->group);
         tdm_cp_job_param(job, tdm_cp_alert_class_name(a->cls));
@@ -62,6 +63,7 @@ void tdm_cp_alert_persist_hook(void *ctx, const tdm_cp_alert_t *a, tdm_cp_alert_
         param_u64(job, a->resolved_us);
         tdm_cp_job_param(job, a->resolved_by);
         tdm_cp_job_param(job, evidence ? evidence : "{}");
+        param_u64(job, a->id);
     }
     free(evidence);
     tdm_cp_db_query(db, job);
