@@ -1,6 +1,6 @@
 # tests/integration/cp-lib.sh — sourced by the shell tests that run a real tandemd on a fresh
 # database of the test cluster, after tap-lib.sh. The test sets CPL_DB (its database name) first.
-#   cpl_require          : TAP skip unless make check's PostgreSQL and tandemd are there
+#   cpl_require          : bail out (a failure) unless make check's PostgreSQL and tandemd are there
 #   cpl_start [ARGS...]  : tandemd on 127.0.0.1:0 (or $cp_port once known) with --state-dir
 #                          $CPL_T/state and the database; sets cp_port, url, admin (its token)
 #   cpl_stop             : SIGTERM tandemd and reap it
@@ -12,8 +12,8 @@
 # shellcheck shell=sh
 cpl_require() {
     if [ -z "${TDM_TEST_PGHOST:-}" ] || [ -z "${TDM_TEST_PGPORT:-}" ] || [ -z "${TDM_TEST_PGUSER:-}" ]; then
-        echo "1..0 # SKIP no test PostgreSQL (TDM_TEST_PGHOST/PORT/USER unset; run under make check)"
-        exit 0
+        echo "Bail out! no test PostgreSQL (TDM_TEST_PGHOST/PORT/USER unset; run under make check)"
+        exit 1
     fi
     tap_need_exec "$BUILD/tandemd"
     CPL_T=$(mktemp -d)
@@ -21,8 +21,8 @@ cpl_require() {
     cpl_tpid=""
     cpl_psql -d postgres -c "DROP DATABASE IF EXISTS $CPL_DB WITH (FORCE)" > /dev/null 2>&1
     cpl_psql -d postgres -c "CREATE DATABASE $CPL_DB" > /dev/null || {
-        echo "1..0 # SKIP cannot create database $CPL_DB"
-        exit 0
+        echo "Bail out! cannot create database $CPL_DB"
+        exit 1
     }
     cpl_dsn="host=$TDM_TEST_PGHOST port=$TDM_TEST_PGPORT user=$TDM_TEST_PGUSER dbname=$CPL_DB"
     trap cpl_cleanup EXIT
