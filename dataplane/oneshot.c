@@ -384,8 +384,10 @@ int tdm_oneshot_main(const tdm_worker_config_t *cfg, int device_given, int r_arg
     }
     PROGRESS("loaded %s: %u layers, hidden %u, vocab %u, %.1f MiB of weights, %u threads, "
              "in %.2f s\n",
-             mc->arch == TDM_ARCH_QWEN2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", mc->num_layers,
-             mc->hidden_size, mc->vocab_size,
+             mc->arch == TDM_ARCH_QWEN3   ? "Qwen3ForCausalLM"
+             : mc->arch == TDM_ARCH_QWEN2 ? "Qwen2ForCausalLM"
+                                          : "LlamaForCausalLM",
+             mc->num_layers, mc->hidden_size, mc->vocab_size,
              (double)tdm_oneshot_engine_weight_bytes(eng) / (1 << 20),
              tdm_oneshot_engine_threads(eng), (double)(tdm_time_mono_us() - t0) / 1e6);
 

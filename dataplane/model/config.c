@@ -99,6 +99,13 @@ static tdm_status_t get_bool(cfg_ctx_t *c, json_t *o, const char *key, int def, 
     return TDM_OK;
 }
 
+const char *tdm_arch_name(tdm_arch_t a)
+{
+    static const char *const names[] = {"llama", "qwen2", "qwen3"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == TDM_ARCH_MAX, "one name per architecture");
+    return (unsigned)a < TDM_ARCH_MAX ? names[a] : "?";
+}
+
 static tdm_status_t parse_arch(cfg_ctx_t *c, json_t *cfg, tdm_arch_t *ret)
 {
     static const struct {
@@ -107,6 +114,7 @@ static tdm_status_t parse_arch(cfg_ctx_t *c, json_t *cfg, tdm_arch_t *ret)
     } archs[] = {
         {"LlamaForCausalLM", "llama", TDM_ARCH_LLAMA},
         {"Qwen2ForCausalLM", "qwen2", TDM_ARCH_QWEN2},
+        {"Qwen3ForCausalLM", "qwen3", TDM_ARCH_QWEN3},
     };
     _Static_assert(sizeof(archs) / sizeof(archs[0]) == TDM_ARCH_MAX, "one row per architecture");
     json_t *ja = json_object_get(cfg, "architectures");
@@ -141,13 +149,13 @@ static tdm_status_t parse_arch(cfg_ctx_t *c, json_t *cfg, tdm_arch_t *ret)
     if (cls && by_cls < 0) {
         tdm_model_seterr(c->err, c->err_len,
                          CFG ": architectures[0] \"%s\" is not supported (LlamaForCausalLM, "
-                             "Qwen2ForCausalLM)",
+                             "Qwen2ForCausalLM, Qwen3ForCausalLM)",
                          cls);
         return TDM_ERR_UNSUPPORTED;
     }
     if (type && by_type < 0) {
         tdm_model_seterr(c->err, c->err_len,
-                         CFG ": model_type \"%s\" is not supported (llama, qwen2)", type);
+                         CFG ": model_type \"%s\" is not supported (llama, qwen2, qwen3)", type);
         return TDM_ERR_UNSUPPORTED;
     }
     if (cls && type && by_cls != by_type) {

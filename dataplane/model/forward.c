@@ -1,9 +1,10 @@
 /*
- * forward.c — one forward step of the Llama/Qwen2 decoder over a paged KV cache.
+ * forward.c — one forward step of the Llama/Qwen2/Qwen3 decoder over a paged KV cache.
  *
  *   x = embed(ids)                      (TP: own vocab rows, -0.0 elsewhere, allreduce)
  *   per layer:  h = rmsnorm(x += mlp_prev) · attn_norm
- *               q, k, v = h·Wqᵀ+bq, h·Wkᵀ+bk, h·Wvᵀ+bv;  rope(q), rope(k)
+ *               q, k, v = h·Wqᵀ+bq, h·Wkᵀ+bk, h·Wvᵀ+bv
+ *               (Qwen3: q, k = rmsnorm per head · q_norm, k_norm);  rope(q), rope(k)
  *               cache[layer][pos] = k, v;  a = attention(q, cache[layer])
  *               o = allreduce(a·Woᵀ);  h = rmsnorm(x += o) · mlp_norm
  *               mlp_prev = allreduce((silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ)
@@ -145,6 +146,13 @@ tdm_status_t tdm_graph_forward(tdm_graph_t *g, const tdm_graph_seq_t *seqs, uint
         TDM_TRY(be->matmul(be->ctx, g->h, n, &w->q, &w->q_bias, g->q));
         TDM_TRY(be->matmul(be->ctx, g->h, n, &w->k, &w->k_bias, g->k));
         TDM_TRY(be->matmul(be->ctx, g->h, n, &w->v, &w->v_bias, g->v));
+        if (w->q_norm.data) { /* Qwen3: RMSNorm over each head's hd values, in place */
+            uint32_t hd = g->cfg->head_dim;
+            TDM_TRY(be->rmsnorm_add(be->ctx, g->q, NULL, &w->q_norm, g->cfg->rms_norm_eps, n * H,
+                                    hd, g->q));
+            TDM_TRY(be->rmsnorm_add(be->ctx, g->k, NULL, &w->k_norm, g->cfg->rms_norm_eps, n * KV,
+                                    hd, g->k));
+        }
         TDM_TRY(be->rope(be->ctx, &g->rope, g->q, g->pos, n, H));
         TDM_TRY(be->rope(be->ctx, &g->rope, g->k, g->pos, n, KV));
         TDM_TRY(be->kv_write(be->ctx, g->kv, l, g->k, g->v, g->rows, n));

@@ -319,6 +319,10 @@ static tdm_status_t resolve_weights(tdm_model_t *m, const tdm_model_load_opts_t 
             W("self_attn.k_proj.bias", 0, kvd, &L->k_bias);
             W("self_attn.v_proj.bias", 0, kvd, &L->v_bias);
         }
+        if (c->arch == TDM_ARCH_QWEN3) {
+            W("self_attn.q_norm.weight", 0, c->head_dim, &L->q_norm);
+            W("self_attn.k_norm.weight", 0, c->head_dim, &L->k_norm);
+        }
         W("self_attn.o_proj.weight", H, qd, &L->o);
         W("post_attention_layernorm.weight", 0, H, &L->mlp_norm);
         W("mlp.gate_proj.weight", I, H, &L->gate);
@@ -400,8 +404,8 @@ tdm_status_t tdm_model_load_ex(const char *dir, const tdm_model_load_opts_t *opt
     tdm_dbg(TDM_SUB_MODEL,
             "msg=\"model loaded\" dir=\"%s\" arch=%s layers=%u files=%u tensors=%zu "
             "weight_bytes=%llu",
-            dir, m->cfg.arch == TDM_ARCH_QWEN2 ? "qwen2" : "llama", m->cfg.num_layers, m->n_files,
-            m->n_tensors, (unsigned long long)tdm_model_weight_bytes(m));
+            dir, tdm_arch_name(m->cfg.arch), m->cfg.num_layers, m->n_files, m->n_tensors,
+            (unsigned long long)tdm_model_weight_bytes(m));
 
     json_decref(cfg);
     json_decref(gen);

@@ -105,13 +105,15 @@ tdm_status_t tdm_model_view_init(const tdm_model_t *m, uint32_t tp_size, uint32_
         L->q_bias = cols_slice(&F->q_bias, q0, qd);
         L->k_bias = cols_slice(&F->k_bias, kv0, kvd);
         L->v_bias = cols_slice(&F->v_bias, kv0, kvd);
+        L->q_norm = F->q_norm; /* per head: every rank applies the same weights */
+        L->k_norm = F->k_norm;
         L->o = cols_slice(&F->o, q0, qd);
         L->gate = rows_slice(&F->gate, i0, v.inter_r);
         L->up = rows_slice(&F->up, i0, v.inter_r);
         L->down = cols_slice(&F->down, i0, v.inter_r);
-        const tdm_tensor_t *all[] = {&L->attn_norm, &L->mlp_norm, &L->q,      &L->k,
-                                     &L->v,         &L->q_bias,   &L->k_bias, &L->v_bias,
-                                     &L->o,         &L->gate,     &L->up,     &L->down};
+        const tdm_tensor_t *all[] = {&L->attn_norm, &L->mlp_norm, &L->q,      &L->k,     &L->v,
+                                     &L->q_bias,    &L->k_bias,   &L->v_bias, &L->o,     &L->gate,
+                                     &L->up,        &L->down,     &L->q_norm, &L->k_norm};
         for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
             v.resident_bytes += bytes_of(all[k]);
     }

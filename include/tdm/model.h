@@ -4,8 +4,10 @@
  * tdm_model_load() reads config.json (+ generation_config.json), maps model.safetensors or every
  * shard of model.safetensors.index.json read-only (mmap, never copied), validates every tensor's
  * dtype, shape and byte range, and fills per-layer views. Architectures: LlamaForCausalLM (GQA,
- * head_dim override, tie_word_embeddings, rope_scaling llama3|linear) and Qwen2ForCausalLM (q/k/v
- * bias). Anything else is TDM_ERR_UNSUPPORTED with a message naming the field.
+ * head_dim override, tie_word_embeddings, rope_scaling llama3|linear), Qwen2ForCausalLM (q/k/v
+ * bias) and Qwen3ForCausalLM (q_norm/k_norm: RMSNorm over each head's head_dim values of q and k
+ * before RoPE, replicated on every TP rank; no qkv bias unless attention_bias). Anything else is
+ * TDM_ERR_UNSUPPORTED with a message naming the field.
  *
  * Tensor parallelism (the sharding contract shared with serving): with tp_size N and rank r,
  *   column-parallel (output dim split in N contiguous slices): q_proj, k_proj, v_proj (by heads:
@@ -36,7 +38,15 @@
 #include <tdm/layout.h>
 #include <tdm/status.h>
 
-typedef enum tdm_arch { TDM_ARCH_LLAMA = 0, TDM_ARCH_QWEN2 = 1, TDM_ARCH_MAX } tdm_arch_t;
+typedef enum tdm_arch {
+    TDM_ARCH_LLAMA = 0,
+    TDM_ARCH_QWEN2 = 1,
+    TDM_ARCH_QWEN3 = 2, /* Llama layout + per-head RMSNorm of q and k before RoPE, no qkv bias */
+    TDM_ARCH_MAX
+} tdm_arch_t;
+
+/* "llama", "qwen2", "qwen3"; "?" out of range. */
+const char *tdm_arch_name(tdm_arch_t a);
 
 typedef enum tdm_rope_type {
     TDM_ROPE_DEFAULT = 0,
@@ -82,6 +92,7 @@ typedef struct tdm_layer_weights {
     tdm_tensor_t attn_norm;              /* (hidden) */
     tdm_tensor_t q, k, v;                /* (heads_r*hd, hidden), (kv_r*hd, hidden) */
     tdm_tensor_t q_bias, k_bias, v_bias; /* (heads_r*hd) etc.; data NULL when absent */
+    tdm_tensor_t q_norm, k_norm;         /* (hd) Qwen3 per-head RMSNorm weights; else NULL */
     tdm_tensor_t o;                      /* (hidden, heads_r*hd) */
     tdm_tensor_t mlp_norm;               /* (hidden) */
     tdm_tensor_t gate, up;               /* (inter_r, hidden) */

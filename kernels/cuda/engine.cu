@@ -316,6 +316,12 @@ static tdm_status_t check_view(const tdm_model_view_t *v, int wdt)
     uint32_t d = c->hidden_size, hd = c->head_dim, qd = v->heads_r * hd, kd = v->kv_heads_r * hd;
     if (v->tp_size != 1)
         return TDM_ERR_UNSUPPORTED;
+    /* Qwen3's per-head q/k RMSNorm has no kernel here yet: the CPU engine serves it */
+    if (c->arch == TDM_ARCH_QWEN3 || (v->layers && v->layers[0].q_norm.data)) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"the CUDA engine does not run %s yet; use --device cpu\"",
+                tdm_arch_name(c->arch));
+        return TDM_ERR_UNSUPPORTED;
+    }
     if (!v->layers || d == 0 || hd == 0 || v->kv_heads_r == 0 || v->heads_r % v->kv_heads_r)
         return TDM_ERR_INVAL;
     if (v->heads_r / v->kv_heads_r > TDM_CUDA_MAX_GROUP || hd > TDM_CUDA_MAX_HD || hd % 16 ||

@@ -1,7 +1,8 @@
 /*
  * test-forward-golden.c — the forward graph on the real fixture checkpoints (tests/fixtures,
  * loaded by libtdmmodel) against the transformers goldens: per prompt, last-position top-10 ids
- * equal and logits within 1e-3·max(1,|ref|), 16 greedy tokens equal token for token (f32 KV);
+ * equal and logits within 1e-3·max(1,|ref|), the golden's 16 (24 for Qwen3) greedy tokens equal
+ * token for token (f32 KV);
  * the long-prompt prefill logits at 4 positions; the same with bf16 KV (agreement reported);
  * and TP=2 == TP=1 bit-identical on a fixture whose shapes allow it.
  */
@@ -20,8 +21,9 @@
 
 #define MAXTOK 256u
 
-static const char *models[] = {"tiny-llama-gqa", "tiny-llama-gqa-fp32", "tiny-llama3",
-                               "tiny-llama2-fp16", "tiny-qwen2-sharded"};
+static const char *models[] = {"tiny-llama-gqa",   "tiny-llama-gqa-fp32", "tiny-llama3",
+                               "tiny-llama2-fp16", "tiny-qwen2-sharded",  "tiny-qwen3",
+                               "tiny-qwen3-hf5"};
 
 typedef struct run {
     tdm_backend_t be;
@@ -98,7 +100,7 @@ static void top10(const float *x, uint32_t n, int32_t *ids)
     }
 }
 
-/* Greedy continuation of a prompt; tokens_out[16]; last-prompt logits into lg. */
+/* Greedy continuation of a prompt; tokens_out[steps]; last-prompt logits into lg. */
 static tdm_status_t greedy(run_t *r, const int32_t *prompt, uint32_t plen, uint32_t steps,
                            float *lg, float *lg_first, int32_t *tokens_out)
 {
@@ -140,9 +142,9 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     double bf16_worst = 0;
     json_array_foreach(gens, gi, g)
     {
-        int32_t prompt[MAXTOK], want[16], got[16], got16[16], tids[10], rids[10];
+        int32_t prompt[MAXTOK], want[24], got[24], got16[24], tids[10], rids[10];
         uint32_t plen = ids_of(json_object_get(g, "prompt_ids"), prompt, MAXTOK);
-        uint32_t nw = ids_of(json_object_get(g, "tokens"), want, 16);
+        uint32_t nw = ids_of(json_object_get(g, "tokens"), want, 24);
         json_t *tl = json_object_get(g, "top10_logits");
         ids_of(json_object_get(g, "top10_ids"), rids, 10);
 
