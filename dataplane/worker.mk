@@ -21,6 +21,8 @@ tandem_worker_LDADD = libtdmapi.a libtdmchat.a libtdmreport.a $(SCHED_LIBS) $(WO
 # End to end on every fixture model against the transformers goldens, plus the error paths.
 TESTS += tests/integration/test-oneshot.sh
 dist_check_SCRIPTS += tests/integration/test-oneshot.sh
+TESTS += tests/integration/test-chat-hf5.sh
+dist_check_SCRIPTS += tests/integration/test-chat-hf5.sh
 
 # The serving runtime under load and faults through the real launcher, HTTP layer and progress
 # page: tests/integration/test-load is their client (streams, drain, /health polling, page dump).

@@ -151,10 +151,11 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
                            a->oai_requests[TDM_OAI_COMPLETIONS]);
     tdm_api_metric_counter(f, "tandem_chat_requests_total", "POST /v1/chat/completions requests",
                            a->oai_requests[TDM_OAI_CHAT]);
-    tdm_api_metric_counter(f, "tandem_dsml_responses_total",
-                           "Chat responses parsed for DSML tool calls", a->dsml_responses);
+    tdm_api_metric_counter(f, "tandem_dsml_responses_total", "Chat responses parsed for tool calls",
+                           a->dsml_responses);
     tdm_api_metric_counter(f, "tandem_dsml_leak_total",
-                           "Chat responses with malformed DSML tool-call markup", a->dsml_leaks);
+                           "Chat responses with malformed tool-call markup of the active format",
+                           a->dsml_leaks);
     tdm_api_metric_counter(f, "tandem_client_disconnects_total",
                            "Requests whose client went away before the end", a->client_disconnects);
     tdm_api_metric_hist(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);

@@ -145,7 +145,7 @@ static void send_event(tdm_api_t *a, const char *type, json_t *data)
 /* DSML-leak accounting of one finished chat response. */
 static void count_response(tdm_api_t *a, oai_gen_t *og)
 {
-    if (!og->req.parse_dsml)
+    if (og->req.tool_parser == TDM_TC_NONE)
         return;
     a->dsml_responses++;
     a->out_responses++;

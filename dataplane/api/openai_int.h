@@ -29,6 +29,7 @@
 
 #include <tdm/chat.h>
 #include <tdm/dsml.h>
+#include <tdm/toolcall.h>
 #include <tdm/sample.h>
 #include <tdm/status.h>
 #include <tdm/tokenizer.h>
@@ -58,6 +59,7 @@ typedef struct tdm_oai_ctx {
     const char *model_name;          /* --served-model-name or the model path */
     uint32_t max_context;            /* prompt + max_tokens must fit */
     uint32_t vocab;                  /* token-id prompts must be below it */
+    tdm_tc_format_t tool_parser;     /* --tool-call-parser, auto resolved from the template */
 } tdm_oai_ctx_t;
 
 typedef struct tdm_oai_req {
@@ -72,8 +74,8 @@ typedef struct tdm_oai_req {
     int logprobs;          /* logprobs requested (chat: true; completions: an integer given) */
     uint32_t top_logprobs; /* chat top_logprobs, completions logprobs=N */
     /* chat tool calling */
-    int parse_dsml; /* run the output through the DSML parser */
-    json_t *tools;  /* what the parser checks calls against (new reference) or NULL */
+    tdm_tc_format_t tool_parser; /* the tool-call format parsed out of the reply (NONE: none) */
+    json_t *tools;               /* what the parser checks calls against (new reference) or NULL */
     tdm_oai_tool_choice_t tool_choice;
     char *prefix; /* text the prompt ends with that the parser must see first, or NULL */
 } tdm_oai_req_t;
@@ -118,7 +120,7 @@ typedef struct tdm_oai_resp {
     int role_sent;
     uint32_t malformed;   /* MALFORMED events: a DSML leak */
     char first_leak[128]; /* the first reason */
-    tdm_dsml_stream_t *dsml;
+    tdm_tc_stream_t *tc;
     /* the SSE bytes to send next */
     char *out;
     size_t out_len, out_cap;

@@ -418,11 +418,15 @@ static tdm_status_t parse_tools(const tdm_oai_ctx_t *c, const json_t *o, tdm_oai
             return BAD("tool_choice", "tool_choice: %s needs tools",
                        r->tool_choice == TDM_OAI_TOOLS_NAMED ? "a named function" : "required");
     }
-    if (tools && !tdm_chat_renders_tools(c->chat) && r->tool_choice != TDM_OAI_TOOLS_NONE)
+    if (tools && r->tool_choice != TDM_OAI_TOOLS_NONE &&
+        (!tdm_chat_renders_tools(c->chat) || c->tool_parser == TDM_TC_NONE))
         return UNSUPPORTED("tools",
-                           "tools: this model's chat template (%s) does not render tools; "
-                           "send them without tools or with tool_choice \"none\"",
-                           tdm_chat_format_name(tdm_chat_template_format(c->chat)));
+                           !tdm_chat_renders_tools(c->chat)
+                               ? "tools: this model's chat template does not render tools; "
+                                 "send the request without tools or with tool_choice \"none\""
+                               : "tools: no tool-call format is known for this model's chat "
+                                 "template; start the worker with --tool-call-parser, or send "
+                                 "tool_choice \"none\"");
     if (r->tool_choice == TDM_OAI_TOOLS_NAMED) {
         json_t *one = NULL;
         json_array_foreach(tools, i, x)
@@ -439,7 +443,7 @@ static tdm_status_t parse_tools(const tdm_oai_ctx_t *c, const json_t *o, tdm_oai
         r->tools = json_incref(tools);
     }
     *ret_render = tdm_chat_renders_tools(c->chat) ? tools : NULL;
-    r->parse_dsml = tdm_chat_renders_tools(c->chat);
+    r->tool_parser = tdm_chat_renders_tools(c->chat) ? c->tool_parser : TDM_TC_NONE;
     return TDM_OK;
 }
 
@@ -522,15 +526,25 @@ static tdm_status_t parse_messages(const tdm_oai_ctx_t *c, const json_t *o, tdm_
         st = BAD("messages", "%s", err);
         goto out;
     }
-    if (r->tool_choice == TDM_OAI_TOOLS_REQUIRED) {
-        r->prefix = tdm_strdup("<tool_calls>");
-    } else if (r->tool_choice == TDM_OAI_TOOLS_NAMED) {
-        size_t pl = strlen(named) + 40;
-        r->prefix = tdm_malloc(pl);
-        snprintf(r->prefix, pl, "<tool_calls><invoke name=\"%s\">", named);
+    if (r->tool_choice == TDM_OAI_TOOLS_REQUIRED || r->tool_choice == TDM_OAI_TOOLS_NAMED) {
+        r->prefix = tdm_tc_forced_prefix(r->tool_parser,
+                                         r->tool_choice == TDM_OAI_TOOLS_NAMED ? named : NULL);
+        if (r->prefix && !r->prefix[0]) {
+            tdm_free(r->prefix);
+            r->prefix = NULL;
+        }
     }
-    if (r->prefix) {
+    if (r->prefix && r->tool_parser == TDM_TC_DSML) {
         st = encode_with_prefix(c, text, len, r, e);
+        goto out;
+    }
+    if (r->prefix) { /* the other formats: the prompt text followed by the prefix, encoded whole */
+        size_t pl = strlen(r->prefix);
+        char *full = tdm_malloc(len + pl + 1);
+        memcpy(full, text, len);
+        memcpy(full + len, r->prefix, pl + 1);
+        st = encode(c, "messages", full, len + pl, 0, r, e);
+        tdm_free(full);
         goto out;
     }
     st = encode(c, "messages", text, len, 0, r, e);

@@ -236,14 +236,14 @@ tdm_status_t tdm_oai_resp_init(tdm_oai_resp_t *r, const tdm_oai_req_t *req, cons
     }
     if (req->kind == TDM_OAI_CHAT && !r->stream)
         r->tool_calls = json_array();
-    if (req->parse_dsml) {
-        tdm_status_t st = tdm_dsml_stream_init(req->tools, on_dsml, r, &r->dsml);
+    if (req->tool_parser != TDM_TC_NONE) {
+        tdm_status_t st = tdm_tc_stream_init(req->tool_parser, req->tools, on_dsml, r, &r->tc);
         if (st != TDM_OK) {
             tdm_oai_resp_free(r);
             return st;
         }
         if (req->prefix)
-            tdm_dsml_stream_feed(r->dsml, req->prefix, strlen(req->prefix));
+            tdm_tc_stream_feed(r->tc, req->prefix, strlen(req->prefix));
     }
     if (r->stream && req->kind == TDM_OAI_CHAT) {
         r->role_sent = 1;
@@ -256,7 +256,7 @@ void tdm_oai_resp_free(tdm_oai_resp_t *r)
 {
     if (!r)
         return;
-    tdm_dsml_stream_free(r->dsml);
+    tdm_tc_stream_free(r->tc);
     json_decref(r->lp_content);
     json_decref(r->lp_legacy);
     json_decref(r->tool_calls);
@@ -327,8 +327,8 @@ void tdm_oai_resp_feed(tdm_oai_resp_t *r, const char *text, size_t len, const td
                        size_t n_toks)
 {
     add_logprobs(r, toks, n_toks);
-    if (r->dsml && len > 0)
-        tdm_dsml_stream_feed(r->dsml, text, len);
+    if (r->tc && len > 0)
+        tdm_tc_stream_feed(r->tc, text, len);
     else if (len > 0)
         content_append(r, text, len);
     /* the tokens' logprobs travel with the next content; completions have no tool calls, so
@@ -361,8 +361,8 @@ static json_t *finished_calls(tdm_oai_resp_t *r)
 char *tdm_oai_resp_finish(tdm_oai_resp_t *r, const char *finish_reason, uint32_t prompt_tokens,
                           uint32_t completion_tokens, uint32_t cached_tokens)
 {
-    if (r->dsml)
-        tdm_dsml_stream_finish(r->dsml);
+    if (r->tc)
+        tdm_tc_stream_finish(r->tc);
     int chat = r->req->kind == TDM_OAI_CHAT;
     json_t *calls = chat && !r->stream ? finished_calls(r) : NULL;
     uint32_t n_calls = calls ? (uint32_t)json_array_size(calls) : r->n_calls;

@@ -22,6 +22,7 @@
 #include <tdm/mem.h>
 #include <tdm/net.h>
 #include <tdm/time.h>
+#include <tdm/toolcall.h>
 
 #include "dataplane/api/api_int.h"
 
@@ -414,6 +415,11 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
                             : o->cfg->model_path;
     a->oai.max_context = o->max_context;
     a->oai.vocab = o->tok ? tdm_tok_vocab_size(o->tok) : 0;
+    a->oai.tool_parser = TDM_TC_NONE;
+    if (o->cfg->tool_call_parser && strcmp(o->cfg->tool_call_parser, "auto") != 0)
+        (void)tdm_tc_format_parse(o->cfg->tool_call_parser, &a->oai.tool_parser);
+    else if (o->chat)
+        a->oai.tool_parser = tdm_tc_format_detect(tdm_chat_template_text(o->chat));
     if (o->cfg->admin_token_file && *o->cfg->admin_token_file)
         TDM_CHECK_GOTO(read_admin_token(a, o->cfg->admin_token_file, err, err_len), st, err_free);
 

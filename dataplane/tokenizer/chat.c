@@ -28,6 +28,7 @@ struct tdm_chat_template {
     json_t *specials;           /* {bos_token, eos_token, …}: what transformers passes */
     tdm_jinja_tpl_t *tpl;       /* "default" (or the only template) */
     tdm_jinja_tpl_t *tpl_tools; /* "tool_use", when the config names one */
+    char *text;                 /* the tool_use text if any, else the default's */
 };
 
 #define SET_ERR(...) ((void)(err && errlen ? snprintf(err, errlen, __VA_ARGS__) : 0))
@@ -253,6 +254,7 @@ static tdm_status_t template_new(const json_t *cfg, const char *text, const char
     if (tools_text)
         TDM_CHECK_GOTO(parse_tpl(tools_text, "chat_template tool_use", &t->tpl_tools, err, errlen),
                        st, err_free);
+    t->text = tdm_strdup(tools_text ? tools_text : text);
     if (tdm_chat_template_match(text, &t->format, NULL, 0) != TDM_OK)
         t->format = TDM_CHAT_JINJA;
     /* A template that never names `tools` shows the model none (ChatML, Llama-2 as shipped). */
@@ -481,6 +483,7 @@ void tdm_chat_template_free(tdm_chat_template_t *t)
     tdm_free(t->bos_token);
     tdm_free(t->eos_token);
     json_decref(t->specials);
+    tdm_free(t->text);
     tdm_jinja_free(t->tpl);
     tdm_jinja_free(t->tpl_tools);
     tdm_free(t);
@@ -489,6 +492,11 @@ void tdm_chat_template_free(tdm_chat_template_t *t)
 tdm_chat_format_t tdm_chat_template_format(const tdm_chat_template_t *t)
 {
     return t->format;
+}
+
+const char *tdm_chat_template_text(const tdm_chat_template_t *t)
+{
+    return t->text;
 }
 
 int tdm_chat_renders_tools(const tdm_chat_template_t *t)

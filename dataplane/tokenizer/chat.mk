@@ -5,6 +5,8 @@ libtdmchat_a_SOURCES = \
 	dataplane/tokenizer/chat.c \
 	dataplane/tokenizer/chat_py.c \
 	dataplane/tokenizer/dsml.c \
+	dataplane/tokenizer/toolcall.c \
+	dataplane/tokenizer/toolcall_json.c \
 	dataplane/tokenizer/jinja_lex.c \
 	dataplane/tokenizer/jinja_parse.c \
 	dataplane/tokenizer/jinja_stmt.c \
@@ -12,7 +14,7 @@ libtdmchat_a_SOURCES = \
 	dataplane/tokenizer/jinja_eval.c \
 	dataplane/tokenizer/jinja_exec.c \
 	dataplane/tokenizer/jinja_builtins.c
-noinst_HEADERS += include/tdm/chat.h include/tdm/dsml.h include/tdm/jinja.h \
+noinst_HEADERS += include/tdm/chat.h include/tdm/dsml.h include/tdm/jinja.h include/tdm/toolcall.h dataplane/tokenizer/toolcall_int.h \
 	dataplane/tokenizer/chat_int.h dataplane/tokenizer/jinja_int.h
 
 CHAT_LIBS = libtdmchat.a $(COMMON_LIBS)
@@ -50,6 +52,12 @@ JINJA_FUZZ_SRCS = \
 	$(top_srcdir)/common/status.c
 fuzz/fuzz-jinja: $(JINJA_FUZZ_SRCS)
 	$(TDM_FUZZ_LINK) -I$(top_srcdir)/dataplane/tokenizer $(JINJA_FUZZ_SRCS) $(JANSSON_LIBS) -lm
+
+check_PROGRAMS += tests/unit/test-toolcall
+TESTS += tests/unit/test-toolcall
+tests_unit_test_toolcall_SOURCES = tests/unit/test-toolcall.c
+tests_unit_test_toolcall_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
+tests_unit_test_toolcall_LDADD = $(CHAT_LIBS)
 
 check_PROGRAMS += tests/unit/test-dsml
 TESTS += tests/unit/test-dsml

@@ -77,6 +77,8 @@ tdm_status_t tdm_chat_template_load(const char *model_dir, tdm_chat_template_t *
 void tdm_chat_template_free(tdm_chat_template_t *t);
 
 tdm_chat_format_t tdm_chat_template_format(const tdm_chat_template_t *t);
+/* The text a request with tools renders with (the tool_use variant if any, else the default). */
+const char *tdm_chat_template_text(const tdm_chat_template_t *t);
 /* 1 if the template can show the model a tools list (it names `tools`, or has a tool_use
  * variant). */
 int tdm_chat_renders_tools(const tdm_chat_template_t *t);

@@ -23,6 +23,7 @@
 #define TDM_WORKER_PARAMS(P) \
     P(model_path, "TDM_MODEL_PATH", "--model-path", STRING, "", "", "Checkpoint directory (config.json, tokenizer.json, *.safetensors)") \
     P(served_model_name, "TDM_SERVED_MODEL_NAME", "--served-model-name", STRING, "", "", "Model name in the OpenAI API (default: the model path)") \
+    P(tool_call_parser, "TDM_TOOL_CALL_PARSER", "--tool-call-parser", ENUM, "auto", "auto|dsml|hermes|llama3|mistral|deepseekv3", "Tool-call format parsed out of chat replies (auto = the one the chat template prints)") \
     P(chat_template, "TDM_CHAT_TEMPLATE", "--chat-template", STRING, "", "", "Chat template override: a Jinja file, a built-in (demo, chatml, llama3, llama2) or a name in the checkpoint's template list (empty = the checkpoint's)") \
     P(disaggregation_mode, "TDM_DISAGGREGATION_MODE", "--disaggregation-mode", ENUM, "null", "null|prefill|decode", "Role of this group: prefill, decode, or null (colocated)") \
     P(disaggregation_bootstrap_port, "TDM_DISAGGREGATION_BOOTSTRAP_PORT", "--disaggregation-bootstrap-port", INT64, "8998", "0..65535", "Prefill bootstrap listener port (0 = any free port)") \

@@ -523,7 +523,7 @@ static void test_resp_splits(void)
     json_t *tools = json_loads(weather_tools, 0, NULL);
     tdm_oai_req_t req = {0};
     req.kind = TDM_OAI_CHAT;
-    req.parse_dsml = 1;
+    req.tool_parser = TDM_TC_DSML;
     req.tools = tools;
     req.stream = 1;
     size_t len = strlen(text);
