@@ -285,6 +285,19 @@ static void bprintf(buf_t *b, const char *fmt, ...)
     }
 }
 
+/* A leader rank's serving statistics (docs/contracts.md, telemetry) closing sample k: the rows
+ * carry the columns a real rank 0 fills. */
+static void stats_members(buf_t *b, uint64_t k)
+{
+    bprintf(b,
+            "\"tokens_out\":%" PRIu64 ",\"requests_done\":%" PRIu64 ",\"ttft_p50_us\":%u,"
+            "\"ttft_p99_us\":%u,\"itl_p50_us\":%u,\"itl_p99_us\":%u,\"kv_pages_used\":%u,"
+            "\"kv_pages_total\":4096,\"host_pages_used\":0,\"host_pages_total\":0,"
+            "\"corruption_total\":0}",
+            k * 24, k / 8, (unsigned)(40000 + k % 977), (unsigned)(90000 + k % 1999),
+            (unsigned)(9000 + k % 97), (unsigned)(21000 + k % 499), (unsigned)(k % 4096));
+}
+
 typedef struct client {
     const opts_t *o;
     int idx;
@@ -323,8 +336,9 @@ static char *render(const client_t *c, uint64_t seq, int last, size_t *ret_len, 
                     k * 56 + 3, ts - 150);
         else
             bprintf(&body, "\"in_coll\":null,");
-        bprintf(&body, "\"bs\":%u,\"waiting\":%u,\"running\":%u}", (unsigned)(8 + k % 24),
+        bprintf(&body, "\"bs\":%u,\"waiting\":%u,\"running\":%u,", (unsigned)(8 + k % 24),
                 (unsigned)(k % 5), (unsigned)(8 + k % 24));
+        stats_members(&body, k);
     }
     bprintf(&body, "],\"events\":[");
     static const char *const st[] = {"BOOTSTRAPPING", "WAITING_FOR_INPUT", "TRANSFERRING",
@@ -536,8 +550,9 @@ static int run_seed(const opts_t *o, int64_t now_us, int from_s, int to_s)
                             u * 56 + 3, ts - 150);
                 else
                     bprintf(&body, "\"in_coll\":null,");
-                bprintf(&body, "\"bs\":%d,\"waiting\":%d,\"running\":%d}", 8 + s % 24, s % 5,
+                bprintf(&body, "\"bs\":%d,\"waiting\":%d,\"running\":%d,", 8 + s % 24, s % 5,
                         8 + s % 24);
+                stats_members(&body, (uint64_t)u);
             }
             bprintf(&body, "],\"events\":[");
             if (s1 == to_s)

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,78 @@
 #include <tdm/telemetry.h>
 
 #define JSON_UINT_MAX ((uint64_t)INT64_MAX)
+
+/* A sample's members: the first SAMPLE_REQUIRED are required, the serving statistics after them
+ * optional (0 when absent), read and written through sample_stats (same order). */
+#define SAMPLE_REQUIRED 10
+#define SAMPLE_STATS 11
+static const char *const sample_keys[] = {"ts_us",
+                                          "iter",
+                                          "path",
+                                          "plan_hash",
+                                          "coll_seq",
+                                          "coll_hash",
+                                          "in_coll",
+                                          "bs",
+                                          "waiting",
+                                          "running",
+                                          "tokens_out",
+                                          "requests_done",
+                                          "ttft_p50_us",
+                                          "ttft_p99_us",
+                                          "itl_p50_us",
+                                          "itl_p99_us",
+                                          "kv_pages_used",
+                                          "kv_pages_total",
+                                          "host_pages_used",
+                                          "host_pages_total",
+                                          "corruption_total",
+                                          NULL};
+_Static_assert(sizeof(sample_keys) / sizeof(sample_keys[0]) == SAMPLE_REQUIRED + SAMPLE_STATS + 1,
+               "sample_keys and sample_stats disagree");
+
+/* wide: a 63-bit counter (uint64_t); else a uint32_t */
+#define STAT(f, w)                                                                                 \
+    {                                                                                              \
+        offsetof(tdm_tm_sample_t, f), w                                                            \
+    }
+static const struct {
+    size_t off;
+    int wide;
+} sample_stats[SAMPLE_STATS] = {
+    STAT(tokens_out, 1),       STAT(requests_done, 1),   STAT(ttft_p50_us, 0),
+    STAT(ttft_p99_us, 0),      STAT(itl_p50_us, 0),      STAT(itl_p99_us, 0),
+    STAT(kv_pages_used, 0),    STAT(kv_pages_total, 0),  STAT(host_pages_used, 0),
+    STAT(host_pages_total, 0), STAT(corruption_total, 1)};
+#undef STAT
+
+static uint64_t stat_get(const tdm_tm_sample_t *s, size_t k)
+{
+    const char *p = (const char *)s + sample_stats[k].off;
+    uint64_t w;
+    uint32_t n;
+    if (sample_stats[k].wide) {
+        memcpy(&w, p, sizeof(w));
+        return w;
+    }
+    memcpy(&n, p, sizeof(n));
+    return n;
+}
+
+static void stat_set(tdm_tm_sample_t *s, size_t k, uint64_t v)
+{
+    char *p = (char *)s + sample_stats[k].off;
+    uint32_t n = (uint32_t)v;
+    if (sample_stats[k].wide)
+        memcpy(p, &v, sizeof(v));
+    else
+        memcpy(p, &n, sizeof(n));
+}
+
+static uint64_t stat_max(size_t k)
+{
+    return sample_stats[k].wide ? JSON_UINT_MAX : UINT32_MAX;
+}
 
 void tdm_tm_limits_default(tdm_tm_limits_t *ret)
 {
@@ -189,7 +262,9 @@ tdm_status_t tdm_tm_batch_to_json(const tdm_tm_batch_t *b, const tdm_tm_limits_t
         if (s->in_coll_valid)
             TDM_TRY(field_ok(s->in_coll.op, TDM_TM_PATH_MAX, 1, p, err, err_len));
         if (s->ts_us < 0 || s->iter > JSON_UINT_MAX || s->coll_seq > JSON_UINT_MAX ||
-            (s->in_coll_valid && (s->in_coll.seq > JSON_UINT_MAX || s->in_coll.since_us < 0))) {
+            (s->in_coll_valid && (s->in_coll.seq > JSON_UINT_MAX || s->in_coll.since_us < 0)) ||
+            s->tokens_out > JSON_UINT_MAX || s->requests_done > JSON_UINT_MAX ||
+            s->corruption_total > JSON_UINT_MAX) {
             snprintf(err, err_len, "%s: a counter or time is out of range", p);
             return TDM_ERR_RANGE;
         }
@@ -224,13 +299,18 @@ tdm_status_t tdm_tm_batch_to_json(const tdm_tm_batch_t *b, const tdm_tm_limits_t
                                                        "seq", (json_int_t)s->in_coll.seq,
                                                        "since_us", (json_int_t)s->in_coll.since_us)
                                            : json_null();
-        json_array_append_new(
-            samples, json_pack("{s:I, s:I, s:s, s:o, s:I, s:o, s:o, s:I, s:I, s:I}", "ts_us",
-                               (json_int_t)s->ts_us, "iter", (json_int_t)s->iter, "path", s->path,
-                               "plan_hash", tdm_json_hex64(s->plan_hash), "coll_seq",
-                               (json_int_t)s->coll_seq, "coll_hash", tdm_json_hex64(s->coll_hash),
-                               "in_coll", in_coll, "bs", (json_int_t)s->bs, "waiting",
-                               (json_int_t)s->waiting, "running", (json_int_t)s->running));
+        json_t *o = json_pack("{s:I, s:I, s:s, s:o, s:I, s:o, s:o, s:I, s:I, s:I}", "ts_us",
+                              (json_int_t)s->ts_us, "iter", (json_int_t)s->iter, "path", s->path,
+                              "plan_hash", tdm_json_hex64(s->plan_hash), "coll_seq",
+                              (json_int_t)s->coll_seq, "coll_hash", tdm_json_hex64(s->coll_hash),
+                              "in_coll", in_coll, "bs", (json_int_t)s->bs, "waiting",
+                              (json_int_t)s->waiting, "running", (json_int_t)s->running);
+        if (o) { /* the optional statistics, in the order of sample_keys */
+            for (size_t k = 0; k < SAMPLE_STATS; k++)
+                json_object_set_new(o, sample_keys[SAMPLE_REQUIRED + k],
+                                    json_integer((json_int_t)stat_get(s, k)));
+        }
+        json_array_append_new(samples, o);
     }
     for (uint32_t i = 0; i < b->n_events; i++) {
         const tdm_tm_event_t *e = &b->events[i];
@@ -305,16 +385,24 @@ static tdm_status_t get_u32(const json_t *o, const char *path, const char *key, 
     return TDM_OK;
 }
 
+/* An optional unsigned member: 0 when absent, else what tdm_json_get_uint says. */
+static tdm_status_t get_uint_opt(const json_t *o, const char *path, const char *key, uint64_t max,
+                                 uint64_t *ret, char *err, size_t err_len)
+{
+    if (!json_object_get(o, key)) {
+        *ret = 0;
+        return TDM_OK;
+    }
+    return tdm_json_get_uint(o, path, key, max, ret, err, err_len);
+}
+
 static tdm_status_t decode_sample(const json_t *o, const char *p, tdm_tm_sample_t *s, char *err,
                                   size_t err_len)
 {
-    static const char *const keys[] = {"ts_us",    "iter",      "path",    "plan_hash",
-                                       "coll_seq", "coll_hash", "in_coll", "bs",
-                                       "waiting",  "running",   NULL};
     static const char *const ic_keys[] = {"op", "seq", "since_us", NULL};
     char ip[96];
     json_t *ic;
-    TDM_TRY(tdm_json_check_keys(o, p, keys, err, err_len));
+    TDM_TRY(tdm_json_check_keys(o, p, sample_keys, err, err_len));
     TDM_TRY(tdm_json_get_ts_us(o, p, "ts_us", &s->ts_us, err, err_len));
     TDM_TRY(tdm_json_get_uint(o, p, "iter", JSON_UINT_MAX, &s->iter, err, err_len));
     TDM_TRY(get_str(o, p, "path", s->path, TDM_TM_PATH_MAX, 0, err, err_len));
@@ -340,7 +428,14 @@ static tdm_status_t decode_sample(const json_t *o, const char *p, tdm_tm_sample_
     }
     TDM_TRY(get_u32(o, p, "bs", &s->bs, err, err_len));
     TDM_TRY(get_u32(o, p, "waiting", &s->waiting, err, err_len));
-    return get_u32(o, p, "running", &s->running, err, err_len);
+    TDM_TRY(get_u32(o, p, "running", &s->running, err, err_len));
+    for (size_t k = 0; k < SAMPLE_STATS; k++) {
+        uint64_t v;
+        TDM_TRY(
+            get_uint_opt(o, p, sample_keys[SAMPLE_REQUIRED + k], stat_max(k), &v, err, err_len));
+        stat_set(s, k, v);
+    }
+    return TDM_OK;
 }
 
 static tdm_status_t decode_event(const json_t *o, const char *p, const tdm_tm_limits_t *lim,
@@ -783,7 +878,7 @@ static inline int key_is(const char *k, const char *p, size_t n)
  * ':' consumed), 0 at the closing '}', -1 on a syntax error, an unknown or a repeated key. */
 static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *seen)
 {
-    char key[16];
+    char key[24]; /* the longest key we take is 16 bytes */
     const char *kp;
     size_t n;
     sc_ws(s);
@@ -812,12 +907,12 @@ static int sc_member(scan_t *s, int *first, const char *const *keys, unsigned *s
             return i + 1;
         }
     }
-    /* Any other key: plain ASCII letters up to the closing quote, compared in place; anything
-     * else (escapes, other bytes) is decoded by sc_str first. */
-    const unsigned char *q = s->p, *lim = s->end - s->p > 17 ? s->p + 17 : s->end;
+    /* Any other key: plain ASCII lowercase letters, digits and '_' up to the closing quote,
+     * compared in place; anything else (escapes, other bytes) is decoded by sc_str first. */
+    const unsigned char *q = s->p, *lim = s->end - s->p > 25 ? s->p + 25 : s->end;
     if (q < lim && *q == '"') {
         q++;
-        while (q < lim && ((*q >= 'a' && *q <= 'z') || *q == '_'))
+        while (q < lim && ((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '_'))
             q++;
     }
     if (q > s->p && q < lim && *q == '"') {
@@ -873,15 +968,12 @@ static int sc_in_coll(scan_t *s, tdm_tm_in_coll_t *ic)
 
 static int sc_sample(scan_t *s, tdm_tm_sample_t *x)
 {
-    static const char *const keys[] = {"ts_us",    "iter",      "path",    "plan_hash",
-                                       "coll_seq", "coll_hash", "in_coll", "bs",
-                                       "waiting",  "running",   NULL};
     unsigned seen = 0;
     int first = 1, k, bad;
     memset(x, 0, sizeof(*x));
     if (sc_eat(s, '{'))
         return -1;
-    while ((k = sc_member(s, &first, keys, &seen)) > 0) {
+    while ((k = sc_member(s, &first, sample_keys, &seen)) > 0) {
         switch (k) {
         case 1:
             bad = sc_i64(s, INT64_C(1) << 62, &x->ts_us);
@@ -911,14 +1003,23 @@ static int sc_sample(scan_t *s, tdm_tm_sample_t *x)
         case 9:
             bad = sc_u32(s, &x->waiting);
             break;
-        default:
+        case 10:
             bad = sc_u32(s, &x->running);
             break;
+        default: {
+            uint64_t v;
+            size_t st = (size_t)k - 1 - SAMPLE_REQUIRED;
+            bad = sc_uint(s, stat_max(st), &v);
+            if (!bad)
+                stat_set(x, st, v);
+            break;
+        }
         }
         if (bad)
             return -1;
     }
-    return k < 0 || seen != 0x3FFu ? -1 : 0;
+    /* the required members are all there; the statistics may be absent */
+    return k < 0 || (seen & 0x3FFu) != 0x3FFu ? -1 : 0;
 }
 
 /* The bytes of the object that starts at s->p: brackets counted outside strings, strings

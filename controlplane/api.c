@@ -437,8 +437,9 @@ void tdm_cp_sample_json(tdm_cp_buf_t *b, const tdm_cp_sample_t *x)
     } else {
         tdm_cp_buf_puts(b, "null");
     }
-    tdm_cp_buf_printf(b, ",\"bs\":%u,\"waiting\":%u,\"running\":%u}", x->bs, x->waiting,
-                      x->running);
+    tdm_cp_buf_printf(b, ",\"bs\":%u,\"waiting\":%u,\"running\":%u", x->bs, x->waiting, x->running);
+    tdm_cp_sample_stats_json(b, x);
+    tdm_cp_buf_puts(b, "}");
 }
 
 /* Latest sample of every rank, from the ring: live state, no database. */
@@ -481,13 +482,30 @@ static void h_ranks(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     tdm_cp_buf_free(&b);
 }
 
-/* The rows, newest first; the reader thread renders the JSON (render_history). */
+/* The rows, newest first; the reader thread renders the JSON (render_history). With step_us, the
+ * newest row of each step (so counters stay exact), carrying the step's largest latency
+ * percentiles, KV use and ingest lag (a spike inside the step is not lost to the thinning). */
+#define HISTORY_COLUMNS                                                                            \
+    "ts_us, batch_seq, iter, path, plan_hash, coll_seq, coll_hash, in_coll, bs, waiting, "         \
+    "running, "                                                                                    \
+    "tokens_out, requests_done, ttft_p50_us, ttft_p99_us, itl_p50_us, itl_p99_us, kv_pages_used, " \
+    "kv_pages_total, host_pages_used, host_pages_total, corruption_total, recv_us"
+#define HISTORY_STAT0 11 /* the first statistics column */
 static const char sql_rank_history[] =
-    "SELECT ts_us, batch_seq, iter, path, plan_hash, coll_seq, coll_hash, in_coll, bs, waiting, "
-    "running FROM samples WHERE instance_id = $1 AND rank = $2::integer AND ts_us >= $3::bigint "
-    "AND ts_us < $4::bigint ORDER BY ts_us DESC LIMIT $5::integer";
+    "SELECT " HISTORY_COLUMNS " FROM samples WHERE instance_id = $1 AND rank = $2::integer "
+    "AND ts_us >= $3::bigint AND ts_us < $4::bigint ORDER BY ts_us DESC LIMIT $5::integer";
+static const char sql_rank_history_step[] =
+    "SELECT DISTINCT ON (ts_us / $6::bigint) ts_us, batch_seq, iter, path, plan_hash, coll_seq, "
+    "coll_hash, in_coll, bs, waiting, running, tokens_out, requests_done, max(ttft_p50_us) OVER w, "
+    "max(ttft_p99_us) OVER w, max(itl_p50_us) OVER w, max(itl_p99_us) OVER w, "
+    "max(kv_pages_used) OVER w, kv_pages_total, max(host_pages_used) OVER w, host_pages_total, "
+    "corruption_total, ts_us + max(recv_us - ts_us) OVER w FROM samples "
+    "WHERE instance_id = $1 AND rank = $2::integer AND ts_us >= $3::bigint AND ts_us < $4::bigint "
+    "WINDOW w AS (PARTITION BY ts_us / $6::bigint) "
+    "ORDER BY ts_us / $6::bigint DESC, ts_us DESC LIMIT $5::integer";
 
-/* {"instance_id","rank","samples":[oldest first]}, ids and hashes as 16-digit hex. */
+/* {"instance_id","rank","samples":[oldest first]}, ids and hashes as 16-digit hex; the same bytes
+ * as the memory path (hist.c row_json). */
 static void render_history(const PGresult *res, tdm_cp_job_t *job)
 {
     tdm_cp_buf_t b = TDM_CP_BUF_INIT;
@@ -503,11 +521,18 @@ static void render_history(const PGresult *res, tdm_cp_job_t *job)
         tdm_cp_buf_printf(&b,
                           ",\"plan_hash\":\"%016" PRIx64
                           "\",\"coll_seq\":%s,\"coll_hash\":\"%016" PRIx64
-                          "\",\"in_coll\":%s,\"bs\":%s,\"waiting\":%s,\"running\":%s}",
+                          "\",\"in_coll\":%s,\"bs\":%s,\"waiting\":%s,\"running\":%s",
                           (uint64_t)strtoll(PQgetvalue(res, i, 4), NULL, 10), PQgetvalue(res, i, 5),
                           (uint64_t)strtoll(PQgetvalue(res, i, 6), NULL, 10),
                           PQgetisnull(res, i, 7) ? "null" : PQgetvalue(res, i, 7),
                           PQgetvalue(res, i, 8), PQgetvalue(res, i, 9), PQgetvalue(res, i, 10));
+        for (int c = 0; c < TDM_CP_SAMPLE_STATS; c++)
+            tdm_cp_buf_printf(&b, ",\"%s\":%s", tdm_cp_sample_stat_names[c],
+                              PQgetvalue(res, i, HISTORY_STAT0 + c));
+        tdm_cp_buf_printf(&b, ",\"recv_us\":%s}",
+                          PQgetisnull(res, i, HISTORY_STAT0 + TDM_CP_SAMPLE_STATS)
+                              ? "null"
+                              : PQgetvalue(res, i, HISTORY_STAT0 + TDM_CP_SAMPLE_STATS));
     }
     tdm_cp_buf_puts(&b, "]}");
     job->result = tdm_cp_buf_steal(&b, NULL);
@@ -527,11 +552,20 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
                           "rank must be an integer in 0..1023");
         return;
     }
-    unsigned long long since, until, limit;
+    unsigned long long since, until, limit, step;
     if (query_uint(req, "since_us", INT64_MAX, 0, &since) ||
         query_uint(req, "until_us", INT64_MAX, INT64_MAX, &until) ||
-        query_uint(req, "limit", 10000, 1000, &limit))
+        query_uint(req, "limit", 10000, 1000, &limit) ||
+        query_uint(req, "step_us", 86400000000ull, 0, &step))
         return;
+    if (step > 1) { /* one row per step: always the database */
+        tdm_cp_job_t *job =
+            query_job(s, req, who, sql_rank_history_step, tdm_cp_job_reply_json, "rsuuuuu", inst,
+                      (unsigned long long)r, since, until, limit, step);
+        job->render = render_history;
+        tdm_cp_db_query(s->db, job);
+        return;
+    }
     /* A window the in-memory cache of persisted rows covers is answered without the database. */
     tdm_cp_hist_sync(s);
     tdm_cp_buf_t b = TDM_CP_BUF_INIT;

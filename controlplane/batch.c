@@ -112,6 +112,60 @@ tdm_status_t tdm_cp_batch_encode(const tdm_cp_batch_parts_t *parts, tdm_cp_batch
     return TDM_OK;
 }
 
+/* The fields of the first samples row. */
+static size_t first_row_fields(const tdm_cp_batch_t *b)
+{
+    const char *p = b->samples, *end = p + b->samples_len, *eol = memchr(p, '\n', b->samples_len);
+    size_t n = 1;
+    for (end = eol ? eol : end; p < end; p++)
+        n += *p == '\t';
+    return n;
+}
+
+/* A batch spooled before the statistics columns: every samples row gets them (0) and recv_us
+ * (\N), in a new blob. */
+static tdm_cp_batch_t *upgrade_samples(tdm_cp_batch_t *b)
+{
+    static const char tail[] = "\t0\t0\t0\t0\t0\t0\t0\t0\t0\t0\t0\t\\N";
+    size_t rows = 0;
+    for (size_t i = 0; i < b->samples_len; i++)
+        rows += b->samples[i] == '\n';
+    char *text = tdm_malloc(b->samples_len + (rows + 1) * (sizeof(tail) - 1) + 1);
+    char *o = text;
+    for (const char *p = b->samples, *end = p + b->samples_len; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        size_t n = eol ? (size_t)(eol - p) : (size_t)(end - p);
+        memcpy(o, p, n);
+        o += n;
+        memcpy(o, tail, sizeof(tail) - 1);
+        o += sizeof(tail) - 1;
+        if (eol)
+            *o++ = '\n';
+        p += n + (eol != NULL);
+    }
+    tdm_cp_batch_parts_t parts = {
+        .seq = b->seq,
+        .rank = b->rank,
+        .instance_id = b->instance_id,
+        .group = b->group,
+        .samples = text,
+        .samples_len = (size_t)(o - text),
+        .tevents = b->tevents,
+        .tevents_len = b->tevents_len,
+        .events = b->events,
+        .events_len = b->events_len,
+        .n_samples = b->n_samples,
+        .n_tevents = b->n_tevents,
+        .n_events = b->n_events,
+    };
+    tdm_cp_batch_t *nb = NULL;
+    if (tdm_cp_batch_encode(&parts, &nb) != TDM_OK)
+        nb = NULL;
+    tdm_free(text);
+    tdm_cp_batch_free(b);
+    return nb;
+}
+
 tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_t **ret_batch)
 {
     tdm_cp_batch_t *b = tdm_calloc(1, sizeof(*b));
@@ -121,6 +175,9 @@ tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_t **ret
         tdm_cp_batch_free(b);
         return TDM_ERR_FORMAT;
     }
+    if (b->samples_len && first_row_fields(b) == TDM_CP_SAMPLE_COLUMNS_V1 &&
+        !(b = upgrade_samples(b)))
+        return TDM_ERR_FORMAT;
     *ret_batch = b;
     return TDM_OK;
 }

@@ -22,6 +22,16 @@
 
 #define TDM_CP_BATCH_HDR 44
 
+/* The samples rows' columns, in COPY order (sql/0002_sample_stats.sql added the statistics and
+ * recv_us). A blob spooled before them holds TDM_CP_SAMPLE_COLUMNS_V1 fields a row;
+ * tdm_cp_batch_decode() brings such rows up to date (statistics 0, recv_us NULL). */
+#define TDM_CP_SAMPLE_COLUMNS                                                                      \
+    "ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, coll_seq, "           \
+    "coll_hash, in_coll, bs, waiting, running, tokens_out, requests_done, ttft_p50_us, "           \
+    "ttft_p99_us, itl_p50_us, itl_p99_us, kv_pages_used, kv_pages_total, host_pages_used, "        \
+    "host_pages_total, corruption_total, recv_us"
+#define TDM_CP_SAMPLE_COLUMNS_V1 14
+
 typedef struct tdm_cp_batch {
     struct tdm_cp_batch *next; /* queue link (DB thread) */
     uint64_t seq;
@@ -48,7 +58,7 @@ typedef struct tdm_cp_batch_parts {
 /* Build a batch (one allocation for the blob). TDM_ERR_OVERFLOW if a part exceeds 4 GiB. */
 tdm_status_t tdm_cp_batch_encode(const tdm_cp_batch_parts_t *parts, tdm_cp_batch_t **ret_batch);
 /* Take ownership of `blob` (malloc'd) and validate it; on failure blob is freed and
- * TDM_ERR_FORMAT returned. */
+ * TDM_ERR_FORMAT returned. Samples rows of the older layout are rewritten (see above). */
 tdm_status_t tdm_cp_batch_decode(uint8_t *blob, size_t len, tdm_cp_batch_t **ret_batch);
 void tdm_cp_batch_free(tdm_cp_batch_t *b);
 

@@ -26,6 +26,7 @@
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
+#include "controlplane/batch.h"
 #include "controlplane/buf.h"
 #include "controlplane/db.h"
 #include "controlplane/migrate.h"
@@ -493,10 +494,7 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
         ingest_rc_t rc = exec_cmd(conn, "ROLLBACK", err, err_len);
         return rc == INGEST_OK ? INGEST_DUP : rc;
     }
-    ingest_rc_t rc = copy_rows(conn,
-                               "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, "
-                               "iter, path, plan_hash, coll_seq, coll_hash, in_coll, bs, waiting, "
-                               "running) FROM STDIN",
+    ingest_rc_t rc = copy_rows(conn, "COPY samples (" TDM_CP_SAMPLE_COLUMNS ") FROM STDIN",
                                b->samples, b->samples_len, err, err_len);
     if (rc == INGEST_OK)
         rc = copy_rows(conn,
@@ -544,8 +542,7 @@ static ingest_rc_t ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char *err
 #define RECENT_KEYS 256
 
 static const char *const copy_sql[3] = {
-    "COPY samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
-    "coll_seq, coll_hash, in_coll, bs, waiting, running) FROM STDIN",
+    "COPY samples (" TDM_CP_SAMPLE_COLUMNS ") FROM STDIN",
     "COPY transfer_events (ts_us, instance_id, rank, group_name, batch_seq, idx, type, room, "
     "from_state, to_state, reason, data) FROM STDIN",
     "COPY events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, reason, "
@@ -665,8 +662,7 @@ static ingest_rc_t put_rows(PGconn *conn, tdm_cp_job_t *const *jobs, size_t from
 #define INLINE_MAX_ROWS 64u
 
 static const char *const insert_sql[3] = {
-    "INSERT INTO samples (ts_us, instance_id, rank, group_name, batch_seq, iter, path, plan_hash, "
-    "coll_seq, coll_hash, in_coll, bs, waiting, running) VALUES ",
+    "INSERT INTO samples (" TDM_CP_SAMPLE_COLUMNS ") VALUES ",
     NULL, /* transfer_events always go by COPY */
     "INSERT INTO events (ts_us, source, instance_id, rank, group_name, batch_seq, idx, type, "
     "reason, data) VALUES "};

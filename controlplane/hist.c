@@ -216,6 +216,30 @@ static void kv_hex(tdm_cp_buf_t *b, const char *key, uint64_t v)
     tdm_cp_buf_puts(b, "\"");
 }
 
+const char *const tdm_cp_sample_stat_names[TDM_CP_SAMPLE_STATS] = {
+    "tokens_out",      "requests_done",    "ttft_p50_us",     "ttft_p99_us",
+    "itl_p50_us",      "itl_p99_us",       "kv_pages_used",   "kv_pages_total",
+    "host_pages_used", "host_pages_total", "corruption_total"};
+
+void tdm_cp_sample_stats_json(tdm_cp_buf_t *b, const tdm_tm_sample_t *x)
+{
+    const uint64_t v[TDM_CP_SAMPLE_STATS] = {
+        x->tokens_out,      x->requests_done,    x->ttft_p50_us,     x->ttft_p99_us,
+        x->itl_p50_us,      x->itl_p99_us,       x->kv_pages_used,   x->kv_pages_total,
+        x->host_pages_used, x->host_pages_total, x->corruption_total};
+    for (int i = 0; i < TDM_CP_SAMPLE_STATS; i++) {
+        tdm_cp_buf_puts(b, ",\"");
+        tdm_cp_buf_puts(b, tdm_cp_sample_stat_names[i]);
+        tdm_cp_buf_puts(b, "\":");
+        tdm_cp_buf_u64(b, v[i]);
+    }
+    tdm_cp_buf_puts(b, ",\"recv_us\":");
+    if (x->recv_us)
+        tdm_cp_buf_i64(b, x->recv_us);
+    else
+        tdm_cp_buf_puts(b, "null");
+}
+
 static void row_json(tdm_cp_buf_t *b, const tdm_cp_hist_row_t *row)
 {
     const tdm_tm_sample_t *x = &row->s;
@@ -236,6 +260,7 @@ static void row_json(tdm_cp_buf_t *b, const tdm_cp_hist_row_t *row)
     kv_u64(b, ",\"bs\":", x->bs);
     kv_u64(b, ",\"waiting\":", x->waiting);
     kv_u64(b, ",\"running\":", x->running);
+    tdm_cp_sample_stats_json(b, x);
     tdm_cp_buf_puts(b, "}");
 }
 

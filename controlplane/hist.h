@@ -68,6 +68,13 @@ void tdm_cp_hist_gap_all(tdm_cp_hist_t *h);
  * ingest stores and what the cache answers, so both paths give the same bytes. */
 void tdm_cp_in_coll_json(tdm_cp_buf_t *b, const tdm_tm_in_coll_t *c);
 
+/* The serving statistics of a sample as JSON members, in the samples table's column order:
+ * `,"tokens_out":N,…,"corruption_total":N,"recv_us":N|null` (recv_us 0 is null). Shared by the
+ * history (both paths) and the ring's sample JSON. */
+#define TDM_CP_SAMPLE_STATS 11
+extern const char *const tdm_cp_sample_stat_names[TDM_CP_SAMPLE_STATS];
+void tdm_cp_sample_stats_json(tdm_cp_buf_t *b, const tdm_tm_sample_t *x);
+
 /* 1 and the history JSON appended to `out` when the query is covered, else 0 (nothing
  * appended). since/until as the query parameters (until exclusive). */
 int tdm_cp_hist_render(tdm_cp_hist_t *h, const char *instance_id, uint32_t rank, int64_t since_us,

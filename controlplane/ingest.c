@@ -57,6 +57,16 @@ static void sample_row(tdm_cp_buf_t *b, const tdm_tm_sample_t *s, const tdm_cp_b
     tdm_cp_buf_u64(b, s->waiting);
     tdm_cp_buf_append(b, "\t", 1);
     tdm_cp_buf_u64(b, s->running);
+    const uint64_t stats[] = {s->tokens_out,       s->requests_done,   s->ttft_p50_us,
+                              s->ttft_p99_us,      s->itl_p50_us,      s->itl_p99_us,
+                              s->kv_pages_used,    s->kv_pages_total,  s->host_pages_used,
+                              s->host_pages_total, s->corruption_total};
+    for (size_t k = 0; k < sizeof(stats) / sizeof(stats[0]); k++) {
+        tdm_cp_buf_append(b, "\t", 1);
+        tdm_cp_buf_u64(b, stats[k]);
+    }
+    tdm_cp_buf_append(b, "\t", 1);
+    tdm_cp_buf_i64(b, s->recv_us);
     tdm_cp_buf_append(b, "\n", 1);
 }
 
@@ -397,8 +407,8 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     tdm_cp_buf_append(&prefix, "\t", 1);
     tdm_cp_buf_copy_text(&prefix, tb.group);
     tdm_cp_buf_append(&prefix, "\t", 1);
-    /* a batch's rows are about 200 bytes each: one allocation up front */
-    tdm_cp_buf_reserve(&sb, (size_t)tb.n_samples * 224);
+    /* a batch's rows are about 250 bytes each: one allocation up front */
+    tdm_cp_buf_reserve(&sb, (size_t)tb.n_samples * 288);
     hr = tdm_malloc(sizeof(*hr) + (size_t)tb.n_samples * sizeof(hr->rows[0]));
     hr->srv = s;
     memcpy(hr->instance_id, inst, sizeof(inst));
@@ -406,7 +416,9 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     hr->seq = tb.seq;
     hr->newest_ts = INT64_MIN;
     hr->n = 0;
+    int64_t recv_us = (int64_t)tdm_time_wall_us(); /* the ingest lag's reference */
     for (uint32_t i = 0; i < tb.n_samples; i++) {
+        tb.samples[i].recv_us = recv_us;
         const tdm_tm_sample_t *x = &tb.samples[i];
         uint64_t ts = (uint64_t)x->ts_us;
         int due;

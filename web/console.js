@@ -810,35 +810,60 @@
   }
   $("plot-group").addEventListener("change", () => loadPlots());
   $("plot-window").addEventListener("change", () => loadPlots());
+  /* One request at a time; while the view is shown the plots are redrawn every 5 s, the newest
+   * rows coming from the stream's samples of rank 0 (which carry the same statistics). */
+  let plotBusy = false;
+  setInterval(() => { if (st.view === "plots" && st.token && !plotBusy) loadPlots(); }, 5000);
   async function loadPlots() {
     renderPlotControls();
     const g = groups().find((x) => x.name === $("plot-group").value && x.current);
     const box = $("plots");
-    for (const p of plots) p.destroy();
-    plots = [];
-    if (!g || typeof uPlot === "undefined") { box.innerHTML = '<p class="muted">' + (g ? "uPlot not loaded" : "no group reporting") + "</p>"; return; }
+    if (!g || typeof uPlot === "undefined") {
+      for (const p of plots) p.destroy();
+      plots = [];
+      box.innerHTML = '<p class="muted">' + (g ? "uPlot not loaded" : "no group reporting") + "</p>";
+      return;
+    }
     const win = Number($("plot-window").value);
-    const since = nowUs() - win * 1e6;
+    const now = nowUs(), since = now - win * 1e6;
     const r0 = g.current.ranks[0];
+    /* up to 5 min every persisted row (5 per second); longer windows one row per step, 2000 in all */
+    const step = win > 300 ? Math.ceil((win * 1e6) / 2000) : 0;
     let rows = [], xf = [];
+    plotBusy = true;
     try {
       const [h, t] = await Promise.all([
-        api("GET", `/api/v1/ranks/${encodeURIComponent(r0.instance_id)}/${r0.rank}/history?since_us=${Math.floor(since)}&limit=10000`),
+        api("GET", `/api/v1/ranks/${encodeURIComponent(r0.instance_id)}/${r0.rank}/history?since_us=${Math.floor(since)}&limit=10000` + (step ? `&step_us=${step}` : "")),
         api("GET", `/api/v1/transfers?window_s=${win}`)]);
       rows = h.samples || []; xf = t.transfers || [];
     } catch (e) { box.innerHTML = `<p class="error">${esc(e.message)}</p>`; return; }
-    $("plot-note").textContent = `${rows.length} persisted samples of ${g.name} rank 0 (instance ${r0.instance_id})` +
-      (rows.length >= 10000 ? ", the newest 10000 of the window" : "");
-    const ts = [], tps = [], wait = [], run = [], bs = [];
+    finally { plotBusy = false; }
+    /* the ring's newer samples (from the stream) after the last persisted one */
+    const lastTs = rows.length ? rows[rows.length - 1].ts_us : since;
+    const live = (r0.samples || []).filter((x) => x.ts_us > lastTs && x.ts_us >= since);
+    const nHist = rows.length;
+    rows = rows.concat(step ? live.filter((x, i, a) => i === a.length - 1 || Math.floor(x.ts_us / step) !== Math.floor(a[i + 1].ts_us / step)) : live);
+    $("plot-note").textContent = `${g.name} rank 0 (instance ${r0.instance_id}): ${nHist} rows from PostgreSQL` +
+      (step ? ` (one per ${(step / 1e6).toFixed(1)} s, the newest of each; latencies and KV use the largest in each step)` : "") +
+      `, ${rows.length - nHist} newer from the live stream`;
+    const ms = (v) => (v ? v / 1000 : null); /* 0: nothing observed in that interval */
+    const S = { ts: [], tps: [], rps: [], t50: [], t99: [], i50: [], i99: [], wait: [], run: [], bs: [], kvu: [], kvt: [], hu: [], ht: [], corr: [], lag: [] };
     for (let i = 1; i < rows.length; i++) {
       const a = rows[i - 1], b = rows[i];
       const dt = (b.ts_us - a.ts_us) / 1e6;
       if (dt <= 0) continue;
-      ts.push(b.ts_us / 1e6);
-      tps.push(b.path === "idle" ? 0 : ((b.iter - a.iter) * b.bs) / dt);
-      wait.push(b.waiting); run.push(b.running); bs.push(b.bs);
+      const d = (k) => (b[k] >= a[k] ? (b[k] - a[k]) / dt : null); /* a counter going back: a restart */
+      S.ts.push(b.ts_us / 1e6);
+      S.tps.push(d("tokens_out")); S.rps.push(d("requests_done"));
+      S.t50.push(ms(b.ttft_p50_us)); S.t99.push(ms(b.ttft_p99_us));
+      S.i50.push(ms(b.itl_p50_us)); S.i99.push(ms(b.itl_p99_us));
+      S.wait.push(b.waiting); S.run.push(b.running); S.bs.push(b.bs);
+      S.kvu.push(b.kv_pages_used); S.kvt.push(b.kv_pages_total);
+      S.hu.push(b.host_pages_used); S.ht.push(b.host_pages_total);
+      S.corr.push(b.corruption_total);
+      S.lag.push(b.recv_us ? (b.recv_us - b.ts_us) / 1000 : null);
     }
-    /* transfers: rooms started per 10 s bucket, by their state now */
+    /* transfers: rooms started per bucket, by their state now */
     const bucket = Math.max(10, Math.round(win / 120));
     const states = [...new Set(xf.map((x) => x.state))].sort();
     const bk = new Map();
@@ -847,16 +872,30 @@
       const m = bk.get(k) || {}; m[x.state] = (m[x.state] || 0) + 1; bk.set(k, m);
     }
     const bx = [...bk.keys()].sort((a, b) => a - b);
-    box.innerHTML = '<div class="plot" id="plot-tps"></div><div class="plot" id="plot-queue"></div><div class="plot" id="plot-xfer"></div>' +
-      '<p class="muted">TTFT/ITL percentiles, KV pool and host-tier use, corruption counters and ingest lag are not in the REST API\'s telemetry reads yet (workers export them on their own /metrics).</p>';
+    const specs = [
+      ["plot-tps", "throughput (tokens/s and requests/s, from rank 0's counters)", S.ts, [["tok/s", S.tps], ["req/s", S.rps]]],
+      ["plot-ttft", "time to first token (ms; p50 and p99 per reporting interval)", S.ts, [["TTFT p50", S.t50], ["TTFT p99", S.t99]]],
+      ["plot-itl", "inter-token latency (ms; p50 and p99 per reporting interval)", S.ts, [["ITL p50", S.i50], ["ITL p99", S.i99]]],
+      ["plot-queue", "queue and batch (rank 0)", S.ts, [["waiting", S.wait], ["running", S.run], ["batch size", S.bs]]],
+      ["plot-kv", "KV pages: device pool and HiCache host tier (0 without one)", S.ts, [["device used", S.kvu], ["device total", S.kvt], ["host used", S.hu], ["host total", S.ht]]],
+      ["plot-xfer", `transfer rooms started per ${bucket} s, by current state`, bx, states.map((st) => [st, bx.map((k) => bk.get(k)[st] || 0)])],
+      ["plot-corruption", "corruption counter (KV checksum and aux mismatches, rooms at corruption risk; ever)", S.ts, [["corruption", S.corr]]],
+      ["plot-lag", "ingest lag (ms: tandemd's receipt − sample time)", S.ts, [["lag", S.lag]]],
+    ];
+    for (const p of plots) p.destroy();
+    plots = [];
+    box.innerHTML = specs.map((x) => `<div class="plot" id="${x[0]}"></div>`).join("");
     const w = Math.min(1100, box.clientWidth || 900);
-    const mk = (id, title, x, series) => {
-      plots.push(new uPlot({ title, width: w, height: 200, series: [{}].concat(series.map((s, i) => ({ label: s[0], stroke: ["#4e7cc7", "#d6772b", "#2f8f4e", "#a3261b", "#7a5fc0"][i % 5] }))) },
-        [x].concat(series.map((s) => s[1])), $(id)));
-    };
-    mk("plot-tps", "≈ tokens/s (rank 0: bs × iterations/s)", ts, [["tok/s", tps]]);
-    mk("plot-queue", "queue and batch (rank 0)", ts, [["waiting", wait], ["running", run], ["batch size", bs]]);
-    mk("plot-xfer", `transfer rooms started per ${bucket} s, by current state`, bx, states.map((s) => [s, bx.map((k) => bk.get(k)[s] || 0)]));
+    for (const [id, title, x, series] of specs) {
+      const el = $(id);
+      /* for tests and scripts: the points drawn and each series' largest value */
+      const max = {};
+      for (const [label, ys] of series) max[label] = ys.reduce((m, v) => (v !== null && v > m ? v : m), 0);
+      el.dataset.points = String(x.length);
+      el.dataset.max = JSON.stringify(max);
+      plots.push(new uPlot({ title, width: w, height: 180, series: [{}].concat(series.map((s, i) => ({ label: s[0], stroke: ["#4e7cc7", "#d6772b", "#2f8f4e", "#a3261b", "#7a5fc0"][i % 5], spanGaps: false }))) },
+        [x].concat(series.map((s) => s[1])), el));
+    }
   }
 
   /* ---- boot -------------------------------------------------------------------------------- */

@@ -36,6 +36,7 @@
 #include <tdm/params.h>
 #include <tdm/progress.h>
 #include <tdm/status.h>
+#include <tdm/telemetry.h>
 
 #include "dataplane/sched/sched.h"
 
@@ -102,6 +103,10 @@ void tdm_api_server_run(tdm_api_t *a);
 /* Thread-safe and async-signal-safe: make tdm_api_server_run() return after its current tick. */
 void tdm_api_server_stop(tdm_api_t *a);
 void tdm_api_server_free(tdm_api_t *a);
+/* The serving statistics of a telemetry sample (tdm/telemetry.h) from the scheduler and the
+ * latency histograms: counters as they stand, TTFT/ITL p50/p99 over what was observed since the
+ * previous call. One caller thread (the rank's reporter); leaves the corruption counter alone. */
+void tdm_api_server_sample_stats(tdm_api_t *a, tdm_tm_sample_t *s);
 
 /* The worker's hooks (dataplane/sched/worker.h): tdm_api_serve(tdm_worker_t *) builds the opts
  * from the worker (scheduler, progress page, fault table and per-rank weight bytes of the shared
@@ -146,6 +151,19 @@ typedef struct tdm_api_hist {
 
 void tdm_api_hist_init(tdm_api_hist_t *h, const double *bounds, size_t n_bounds);
 void tdm_api_hist_observe_us(tdm_api_hist_t *h, uint64_t us);
+
+/* The bucket counts at one moment, so quantiles can be taken over the observations between two
+ * snapshots (the telemetry interval). */
+typedef struct tdm_api_hist_snap {
+    uint64_t bucket[TDM_API_HIST_BUCKETS + 1];
+} tdm_api_hist_snap_t;
+
+void tdm_api_hist_snap(const tdm_api_hist_t *h, tdm_api_hist_snap_t *ret);
+/* The q-quantile (0 < q <= 1), in µs, of the observations counted in `now` and not in `prev`,
+ * linearly interpolated inside its bucket as Prometheus' histogram_quantile does (the first
+ * bucket from 0; the +Inf bucket answers the largest bound); 0 when there are none. */
+uint64_t tdm_api_hist_quantile_us(const tdm_api_hist_t *h, const tdm_api_hist_snap_t *prev,
+                                  const tdm_api_hist_snap_t *now, double q);
 
 /* Prometheus text: # HELP, # TYPE, then the series (cumulative buckets, +Inf, _sum, _count). */
 void tdm_api_metric_gauge(FILE *f, const char *name, const char *help, double v);

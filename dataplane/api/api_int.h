@@ -41,6 +41,7 @@ struct tdm_api {
     size_t n_conns;
     /* metrics; histograms are observed on the scheduler thread */
     tdm_api_hist_t ttft, itl;
+    tdm_api_hist_snap_t ttft_prev, itl_prev; /* tdm_api_server_sample_stats' caller only */
     uint64_t http_requests, http_errors, generate_requests, client_disconnects;
     uint64_t faults_armed;
     /* OpenAI endpoint (openai.c) */

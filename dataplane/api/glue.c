@@ -22,12 +22,23 @@
 /* The reporter is optional in a worker build: weak, so the api links without it. */
 #pragma weak tdm_report_rank_reporter
 #pragma weak tdm_report_event
+#pragma weak tdm_report_rank_set_stats
 
 static struct {
     tdm_api_t *srv;
     pthread_t th;
     tdm_chat_template_t *chat;
+    tdm_worker_t *w;
 } the_api;
+
+/* The reporter's serving statistics (rank 0): the server's, plus the transfer engine's corruption
+ * counters (KV checksum and aux mismatches, rooms whose ABORT_ACK timed out). */
+static void sample_stats(void *ctx, tdm_tm_sample_t *s)
+{
+    (void)ctx;
+    tdm_api_server_sample_stats(the_api.srv, s);
+    s->corruption_total = tdm_worker_pd_corruption(the_api.w);
+}
 
 static void post_event(void *ctx, const char *type, json_t *data)
 {
@@ -142,7 +153,12 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
     }
     /* worker.h: this hook runs once the scheduler accepts requests — the model is loaded */
     atomic_store(&page->loaded, 1);
+    the_api.w = w;
+    if (tdm_report_rank_set_stats)
+        tdm_report_rank_set_stats(sample_stats, NULL);
     if (pthread_create(&the_api.th, NULL, http_thread, the_api.srv) != 0) {
+        if (tdm_report_rank_set_stats)
+            tdm_report_rank_set_stats(NULL, NULL);
         tdm_api_server_free(the_api.srv);
         the_api.srv = NULL;
         tdm_chat_template_free(the_api.chat);
@@ -158,6 +174,8 @@ void tdm_api_stop(tdm_worker_t *w)
     (void)w;
     if (!the_api.srv)
         return;
+    if (tdm_report_rank_set_stats)
+        tdm_report_rank_set_stats(NULL, NULL);
     tdm_api_server_stop(the_api.srv);
     pthread_join(the_api.th, NULL);
     tdm_api_server_free(the_api.srv);

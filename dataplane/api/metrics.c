@@ -30,6 +30,40 @@ void tdm_api_hist_observe_us(tdm_api_hist_t *h, uint64_t us)
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
 }
 
+void tdm_api_hist_snap(const tdm_api_hist_t *h, tdm_api_hist_snap_t *ret)
+{
+    tdm_api_hist_t *m = (tdm_api_hist_t *)h;
+    memset(ret, 0, sizeof(*ret));
+    for (size_t i = 0; i <= h->n_bounds; i++)
+        ret->bucket[i] = atomic_load_explicit(&m->bucket[i], memory_order_relaxed);
+}
+
+uint64_t tdm_api_hist_quantile_us(const tdm_api_hist_t *h, const tdm_api_hist_snap_t *prev,
+                                  const tdm_api_hist_snap_t *now, double q)
+{
+    uint64_t d[TDM_API_HIST_BUCKETS + 1], total = 0;
+    for (size_t i = 0; i <= h->n_bounds; i++) {
+        /* a snapshot never goes back; a stale prev (a reset) counts as none */
+        d[i] = now->bucket[i] >= prev->bucket[i] ? now->bucket[i] - prev->bucket[i] : 0;
+        total += d[i];
+    }
+    if (total == 0 || h->n_bounds == 0)
+        return 0;
+    double rank = q * (double)total, cum = 0;
+    for (size_t i = 0; i <= h->n_bounds; i++) {
+        if (d[i] == 0 || cum + (double)d[i] < rank) {
+            cum += (double)d[i];
+            continue;
+        }
+        if (i == h->n_bounds)
+            break;
+        double lo = i ? h->bounds[i - 1] : 0, hi = h->bounds[i];
+        double s = lo + (hi - lo) * ((rank - cum) / (double)d[i]);
+        return (uint64_t)(s * 1e6 + 0.5);
+    }
+    return (uint64_t)(h->bounds[h->n_bounds - 1] * 1e6 + 0.5);
+}
+
 static void head(FILE *f, const char *name, const char *help, const char *type)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);

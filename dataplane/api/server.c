@@ -390,6 +390,31 @@ static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                     0.1,   0.25,   0.5,   1,    2.5,   5};
 
+void tdm_api_server_sample_stats(tdm_api_t *a, tdm_tm_sample_t *s)
+{
+    tdm_sched_stats_t ss;
+    tdm_api_hist_snap_t ttft, itl;
+    tdm_sched_stats(a->o.sched, &ss);
+    s->tokens_out = ss.tokens_generated;
+    s->requests_done = ss.requests_finished;
+    s->kv_pages_total = ss.pages_total;
+    s->kv_pages_used = ss.pages_total > ss.pages_free ? ss.pages_total - ss.pages_free : 0;
+    tdm_api_hist_snap(&a->ttft, &ttft);
+    tdm_api_hist_snap(&a->itl, &itl);
+    uint64_t q[4] = {tdm_api_hist_quantile_us(&a->ttft, &a->ttft_prev, &ttft, 0.5),
+                     tdm_api_hist_quantile_us(&a->ttft, &a->ttft_prev, &ttft, 0.99),
+                     tdm_api_hist_quantile_us(&a->itl, &a->itl_prev, &itl, 0.5),
+                     tdm_api_hist_quantile_us(&a->itl, &a->itl_prev, &itl, 0.99)};
+    for (int i = 0; i < 4; i++)
+        q[i] = q[i] > UINT32_MAX ? UINT32_MAX : q[i];
+    s->ttft_p50_us = (uint32_t)q[0];
+    s->ttft_p99_us = (uint32_t)q[1];
+    s->itl_p50_us = (uint32_t)q[2];
+    s->itl_p99_us = (uint32_t)q[3];
+    a->ttft_prev = ttft;
+    a->itl_prev = itl;
+}
+
 tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char *err,
                                  size_t err_len)
 {

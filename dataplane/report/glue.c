@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +18,31 @@
 #include "dataplane/sched/worker.h"
 
 static tdm_report_t *rank_reporter;
+
+/* The statistics source (tdm_report_rank_set_stats); the lock keeps a call from overlapping the
+ * source's teardown. */
+static struct {
+    pthread_mutex_t mu;
+    tdm_report_stats_fn fn;
+    void *ctx;
+} stats_src = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
+
+void tdm_report_rank_set_stats(tdm_report_stats_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&stats_src.mu);
+    stats_src.fn = fn;
+    stats_src.ctx = ctx;
+    pthread_mutex_unlock(&stats_src.mu);
+}
+
+static void rank_stats(void *ctx, tdm_tm_sample_t *s)
+{
+    (void)ctx;
+    pthread_mutex_lock(&stats_src.mu);
+    if (stats_src.fn)
+        stats_src.fn(stats_src.ctx, s);
+    pthread_mutex_unlock(&stats_src.mu);
+}
 
 static struct {
     const tdm_worker_config_t *cfg;
@@ -76,6 +102,7 @@ tdm_status_t tdm_report_rank_start(tdm_worker_t *w)
     o.instance_id = tdm_worker_group_id(w);
     o.rank = tdm_worker_rank(w);
     o.page = tdm_worker_progress(w);
+    o.stats = rank_stats;
     tdm_status_t st = tdm_report_start(&o, &rank_reporter, err, sizeof(err));
     if (st != TDM_OK)
         tdm_err(TDM_SUB_REPORT, "msg=\"cannot start the reporter\" err=\"%s\"", err);

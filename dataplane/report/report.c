@@ -151,6 +151,8 @@ static void take_sample(tdm_report_t *r, tdm_tm_sample_t *s)
      * sent to a loop that hung between iterations) */
     if (r->o.rank == 0)
         s->waiting += tdm_progress_queued(r->o.page, &rec);
+    if (r->o.stats)
+        r->o.stats(r->o.stats_ctx, s);
 }
 
 /* Encode a batch; nothing is consumed on failure. */

@@ -35,8 +35,13 @@
 
 #include <tdm/progress.h>
 #include <tdm/status.h>
+#include <tdm/telemetry.h>
 
 typedef struct tdm_report tdm_report_t;
+
+/* Fills a sample's serving statistics (tokens_out … corruption_total, tdm/telemetry.h) on the
+ * reporter thread, once per tick, after the progress record was read; must not block. */
+typedef void (*tdm_report_stats_fn)(void *ctx, tdm_tm_sample_t *s);
 
 typedef struct tdm_report_opts {
     const char *control_plane; /* base URL, e.g. "http://127.0.0.1:8470" (required) */
@@ -52,6 +57,8 @@ typedef struct tdm_report_opts {
     uint32_t http_timeout_ms;  /* 0 → 1000 (connect: a fifth of it) */
     uint64_t first_seq;        /* 0 → 1; the launcher's worker_lost batch uses the wall clock */
     const char *token;         /* bearer token for tandemd (NULL or "" = none) */
+    tdm_report_stats_fn stats; /* NULL = the statistics go out as 0 */
+    void *stats_ctx;
 } tdm_report_opts_t;
 
 tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, char *err,
@@ -91,6 +98,9 @@ tdm_status_t tdm_report_rank_start(struct tdm_worker *w);
 void tdm_report_rank_stop(struct tdm_worker *w, int clean);
 /* The rank's reporter for tdm_report_event (the HTTP layer's events), NULL when not started. */
 tdm_report_t *tdm_report_rank_reporter(void);
+/* The source of the rank's serving statistics: rank 0's HTTP layer sets it once its server runs
+ * and clears it (fn NULL) before freeing it; a call in progress finishes first. */
+void tdm_report_rank_set_stats(tdm_report_stats_fn fn, void *ctx);
 struct tdm_worker_config;
 void tdm_report_launcher_install(const struct tdm_worker_config *cfg, uint64_t group_id);
 

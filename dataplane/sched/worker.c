@@ -438,6 +438,15 @@ int tdm_worker_pd_ready(tdm_worker_t *w, char *why, size_t why_len)
     return 0;
 }
 
+uint64_t tdm_worker_pd_corruption(tdm_worker_t *w)
+{
+    if (!w->xfer)
+        return 0;
+    tdm_xfer_stats_t st;
+    tdm_xfer_stats(w->xfer, &st);
+    return st.checksum_mismatch + st.aux_mismatch + st.corruption_risk;
+}
+
 void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
 {
     if (!w->xfer)

@@ -98,6 +98,9 @@ struct tdm_xfer *tdm_worker_xfer(tdm_worker_t *w);
 int tdm_worker_bootstrap_port(const tdm_worker_t *w);
 int tdm_worker_pd_ready(tdm_worker_t *w, char *why, size_t why_len);
 void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f);
+/* Corruption seen by the transfer engine, ever: rooms whose KV checksums or aux slot did not match
+ * plus rooms whose ABORT_ACK timed out (pages at risk); 0 without PD. */
+uint64_t tdm_worker_pd_corruption(tdm_worker_t *w);
 /* Ask the worker to end (rank 0: SHUTDOWN plan after the HTTP layer stopped); any thread. */
 void tdm_worker_request_stop(tdm_worker_t *w);
 

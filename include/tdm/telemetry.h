@@ -6,12 +6,17 @@
  *    "seq":42,
  *    "samples":[{"ts_us":..,"iter":..,"path":"batch","plan_hash":"<hex16>","coll_seq":..,
  *                "coll_hash":"<hex16>","in_coll":{"op":"all_reduce","seq":..,"since_us":..}|null,
- *                "bs":..,"waiting":..,"running":..}],
+ *                "bs":..,"waiting":..,"running":..,
+ *                "tokens_out":..,"requests_done":..,"ttft_p50_us":..,"ttft_p99_us":..,
+ *                "itl_p50_us":..,"itl_p99_us":..,"kv_pages_used":..,"kv_pages_total":..,
+ *                "host_pages_used":..,"host_pages_total":..,"corruption_total":..}],
  *    "events":[{"ts_us":..,"type":"kvpoll","room":"<hex16>"|null,"from":".."|null,"to":".."|null,
  *               "reason":".."|null,"data":{..}|null}]}
  *
  * Ids and hashes are 16-digit lowercase hex (tdm/json.h); times are integer µs since the epoch.
- * Decoding is strict: `v` must be 1, every sample member is required (in_coll may be null),
+ * Decoding is strict: `v` must be 1, every sample member up to `running` is required (in_coll
+ * may be null); the serving statistics after it (tokens_out … corruption_total) are optional and
+ * decode as 0 when absent, so a batch from a worker that predates them still ingests;
  * events require ts_us and type (the others may be absent or null), unknown members are
  * rejected, strings longer than their field and batches over the limits are refused with a
  * message naming the key path. `role` is the worker's --disaggregation-mode (prefill, decode,
@@ -73,6 +78,18 @@ typedef struct tdm_tm_sample {
     int in_coll_valid; /* 0: "in_coll":null */
     tdm_tm_in_coll_t in_coll;
     uint32_t bs, waiting, running;
+    /* Serving statistics (optional on the wire, 0 when absent; docs/contracts.md). The group's
+     * rank 0, which runs the scheduler, fills them; the other ranks send 0. */
+    uint64_t tokens_out;               /* tokens generated, ever (cumulative) */
+    uint64_t requests_done;            /* requests finished, ever */
+    uint32_t ttft_p50_us, ttft_p99_us; /* over the first tokens of the last interval; 0 = none */
+    uint32_t itl_p50_us, itl_p99_us;   /* over the inter-token gaps of the last interval */
+    uint32_t kv_pages_used, kv_pages_total;     /* device KV pool (used = total - free) */
+    uint32_t host_pages_used, host_pages_total; /* HiCache host tier; 0 without one */
+    uint64_t corruption_total; /* KV checksum + aux mismatches + rooms at corruption risk, ever */
+    /* Not on the wire: tandemd's wall clock when the batch arrived (ingest lag = recv_us - ts_us);
+     * decoders leave it 0. */
+    int64_t recv_us;
 } tdm_tm_sample_t;
 
 typedef struct tdm_tm_event {

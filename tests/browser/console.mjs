@@ -185,10 +185,45 @@ try {
   await view("transfers");
   await poll(async () => exists("#xfer-summary table, #xfer-summary p"), 5000);
   await shot("transfers");
+  // load on the (restarted) group, so the plots have tokens/s, TTFT and ITL to show
+  const admin2 = (await api("GET", "/api/v1/status")).body.groups.find((g) => g.name === "b").admin_url;
+  const gen = (k) => fetch(admin2 + "/generate", { method: "POST",
+    body: JSON.stringify({ input_ids: [2, 3 + k, 4, 5 + k], max_new_tokens: 24, ignore_eos: true }) }).then((r) => r.text());
+  for (let round = 0; round < 3; round++) await Promise.all([0, 1, 2, 3].map((k) => gen(4 * round + k)));
+  const stats = await poll(async () => {
+    const inst = (await api("GET", "/api/v1/ranks?group=b")).body.ranks.filter((r) => r.rank === 0 && r.age_ms < 5000)[0];
+    const h = (await api("GET", `/api/v1/ranks/${inst.instance_id}/0/history?since_us=0&limit=10000`)).body.samples || [];
+    const last = h[h.length - 1] || {};
+    return last.tokens_out > 0 && h.some((x) => x.ttft_p50_us > 0) && h.some((x) => x.itl_p99_us > 0) && last.kv_pages_total > 0 ? { last, n: h.length } : null;
+  }, 15000, 500);
+  ok(!!stats && stats.last.requests_done >= 12 && stats.last.recv_us >= stats.last.ts_us,
+    `history: rank 0 carries the serving statistics (tokens_out ${stats && stats.last.tokens_out}, requests_done ${stats && stats.last.requests_done}, ` +
+    `KV ${stats && stats.last.kv_pages_used}/${stats && stats.last.kv_pages_total} pages, ingest lag ${stats && (stats.last.recv_us - stats.last.ts_us) / 1000} ms)`);
   await view("plots");
-  const plotted = await poll(async () => (await $$("#plots .uplot canvas")).length >= 3, 10000);
-  ok(!!plotted, "plots: uPlot charts drawn from the rank's history");
+  const want = ["plot-tps", "plot-ttft", "plot-itl", "plot-queue", "plot-kv", "plot-xfer", "plot-corruption", "plot-lag"];
+  const maxOf = (id) => js("const e = document.getElementById(arguments[0]); return e && e.dataset.max ? JSON.parse(e.dataset.max) : null", id);
+  const plotted = await poll(async () => {
+    if ((await $$("#plots .uplot canvas")).length < want.length) return null;
+    const m = {};
+    for (const id of want) m[id] = await maxOf(id);
+    return m["plot-tps"] && m["plot-tps"]["tok/s"] > 0 && m["plot-ttft"]["TTFT p50"] > 0 ? m : null;
+  }, 15000, 500);
+  ok(!!plotted && want.every((id) => plotted[id]), `plots: ${want.length} uPlot charts (tokens/s, TTFT, ITL, queue, KV/host, transfers, corruption, ingest lag)`);
+  ok(!!plotted && plotted["plot-tps"]["tok/s"] > 0 && plotted["plot-ttft"]["TTFT p50"] > 0 && plotted["plot-ttft"]["TTFT p99"] > 0 &&
+    plotted["plot-itl"]["ITL p99"] > 0 && plotted["plot-kv"]["device total"] > 0 && plotted["plot-lag"].lag > 0,
+    `plots: non-zero series after 12 requests (peak ${plotted && plotted["plot-tps"]["tok/s"].toFixed(1)} tok/s, TTFT p99 ${plotted && plotted["plot-ttft"]["TTFT p99"]} ms, ` +
+    `ITL p99 ${plotted && plotted["plot-itl"]["ITL p99"]} ms, ingest lag ≤ ${plotted && plotted["plot-lag"].lag} ms)`);
+  ok(!/not in the REST API/.test(await text("#view-plots")), "plots: no 'not in the REST API' note");
+  // a long window reads one row per step from PostgreSQL
+  await js("const s = document.getElementById('plot-window'); s.value = '86400'; s.dispatchEvent(new Event('change'))");
+  const stepped = await poll(async () => /one per 43\.2 s/.test(await text("#plot-note")) && (await maxOf("plot-tps")) ? await text("#plot-note") : null, 10000, 300);
+  ok(!!stepped && (await maxOf("plot-tps"))["tok/s"] > 0, `plots over 24 h: stepped history, tokens/s still shown (${stepped})`);
+  await js("const s = document.getElementById('plot-window'); s.value = '300'; s.dispatchEvent(new Event('change'))");
+  await poll(async () => !/one per/.test(await text("#plot-note")) && (await maxOf("plot-ttft")), 10000, 300);
+  await driver.manage().window().setRect({ width: 1400, height: 2150 }); // every plot in the picture
+  await sleep(300);
   await shot("plots");
+  await driver.manage().window().setRect({ width: 1400, height: 1000 });
   await view("audit");
   await poll(async () => exists('#audit tr[data-outcome="ok"]'), 5000);
   await shot("audit");

@@ -189,6 +189,37 @@ static void test_ingest(cph_t *h)
        "one history read from memory, one from the database: %.94s", hm ? hm : "(none)");
     free(metrics);
     free(mem);
+    /* every row carries tandemd's receipt time (the ingest lag); one row per second with step_us,
+     * the newest of each, from the database */
+    j = json_loads(body, 0, NULL);
+    json_t *rows = json_object_get(j, "samples"), *x;
+    size_t i;
+    int recv_ok = json_array_size(rows) > 0;
+    json_array_foreach(rows, i, x) recv_ok &=
+        json_integer_value(json_object_get(x, "recv_us")) >= t0 &&
+        json_object_get(x, "tokens_out") && json_object_get(x, "corruption_total");
+    ok(recv_ok, "history rows carry the statistics and tandemd's receipt time (recv_us)");
+    char *stepped = NULL;
+    st = cph_http(h, "GET",
+                  "/api/v1/ranks/00000000000000aa/0/history?since_us=0&limit=100&step_us=1000000",
+                  h->admin, NULL, &stepped);
+    json_t *js = json_loads(stepped ? stepped : "", 0, NULL);
+    json_t *sa = json_object_get(js, "samples");
+    size_t ns = json_array_size(sa);
+    int one_per_step = ns > 0 && ns < json_array_size(rows);
+    for (size_t k = 1; k < ns; k++)
+        one_per_step &=
+            json_integer_value(json_object_get(json_array_get(sa, k), "ts_us")) / 1000000 >
+            json_integer_value(json_object_get(json_array_get(sa, k - 1), "ts_us")) / 1000000;
+    ok(st == 200 && one_per_step &&
+           json_integer_value(json_object_get(json_array_get(sa, ns - 1), "ts_us")) ==
+               json_integer_value(
+                   json_object_get(json_array_get(rows, json_array_size(rows) - 1), "ts_us")),
+       "step_us: one row per step, the newest of each (%zu of %zu rows)", ns,
+       json_array_size(rows));
+    json_decref(js);
+    json_decref(j);
+    free(stepped);
     free(body);
     st = cph_http(h, "GET", "/api/v1/transfers?state=WAITING_FOR_INPUT&room=0000000000000abc",
                   h->admin, NULL, &body);

@@ -464,6 +464,52 @@ static void test_heartbeat(void)
        "the http thread's heartbeat advances while idle");
 }
 
+/* Window quantiles of a histogram: over the observations between two snapshots, interpolated in
+ * their bucket as histogram_quantile does. */
+static void test_hist_quantile(void)
+{
+    static const double b[] = {0.001, 0.01, 0.1};
+    tdm_api_hist_t h;
+    tdm_api_hist_snap_t s0, s1, s2;
+    tdm_api_hist_init(&h, b, 3);
+    tdm_api_hist_snap(&h, &s0);
+    is_u64(tdm_api_hist_quantile_us(&h, &s0, &s0, 0.5), 0, "no observations: 0");
+    for (int i = 0; i < 100; i++) /* 100 old ones at 50 ms, outside the next window */
+        tdm_api_hist_observe_us(&h, 50000);
+    tdm_api_hist_snap(&h, &s1);
+    for (int i = 0; i < 90; i++)
+        tdm_api_hist_observe_us(&h, 5000); /* (1 ms, 10 ms] */
+    for (int i = 0; i < 10; i++)
+        tdm_api_hist_observe_us(&h, 500000); /* +Inf */
+    tdm_api_hist_snap(&h, &s2);
+    is_u64(tdm_api_hist_quantile_us(&h, &s1, &s2, 0.5), 6000,
+           "p50 of the window: 1 ms + 9 ms * 50/90 (the older observations do not count)");
+    is_u64(tdm_api_hist_quantile_us(&h, &s1, &s2, 0.99), 100000,
+           "p99 in the +Inf bucket: the largest bound");
+    is_u64(tdm_api_hist_quantile_us(&h, &s0, &s1, 0.99), 99100, "p99 of the older window");
+    is_u64(tdm_api_hist_quantile_us(&h, &s2, &s1, 0.5), 0, "a snapshot going back counts as none");
+}
+
+/* The telemetry sample's statistics from a serving API: counters, pool, window percentiles. */
+static void test_sample_stats(void)
+{
+    tdm_tm_sample_t s;
+    memset(&s, 0, sizeof(s));
+    tdm_api_server_sample_stats(api, &s);
+    tdm_sched_stats_t ss;
+    tdm_sched_stats(&sched, &ss);
+    ok(s.tokens_out == ss.tokens_generated && s.requests_done == ss.requests_finished &&
+           s.kv_pages_total == ss.pages_total && s.kv_pages_used == ss.pages_total - ss.pages_free,
+       "counters and KV pool from the scheduler (%llu tokens, %llu requests)",
+       (unsigned long long)s.tokens_out, (unsigned long long)s.requests_done);
+    ok(s.ttft_p50_us > 0 && s.ttft_p99_us >= s.ttft_p50_us && s.itl_p99_us >= s.itl_p50_us,
+       "TTFT p50 %u us, p99 %u us over what was served so far", s.ttft_p50_us, s.ttft_p99_us);
+    memset(&s, 0, sizeof(s));
+    tdm_api_server_sample_stats(api, &s);
+    ok(s.ttft_p50_us == 0 && s.ttft_p99_us == 0 && s.itl_p99_us == 0,
+       "the next interval, nothing new observed: percentiles 0");
+}
+
 static void *run_tests(void *arg)
 {
     (void)arg;
@@ -473,6 +519,7 @@ static void *run_tests(void *arg)
     test_disconnect();
     test_admin();
     test_metrics();
+    test_sample_stats();
     test_heartbeat();
     test_drain();
     tdm_api_server_stop(api);
@@ -517,6 +564,7 @@ int main(void)
     tdm_progress_create_anon(2, 7, &page);
 
     test_routes();
+    test_hist_quantile();
     tdm_api_opts_t o = {.cfg = &cfg,
                         .params = params,
                         .sched = &sched,

@@ -114,6 +114,11 @@ static void test_json(void)
     s.bs = 1;
     s.waiting = 2;
     s.running = 3;
+    s.tokens_out = 100;
+    s.ttft_p99_us = 2500;
+    s.kv_pages_total = 64;
+    s.corruption_total = 1;
+    s.recv_us = 40;
     tdm_cp_hist_commit(&h, INST, 3, 12, &s, 1);
     tdm_cp_buf_t b = TDM_CP_BUF_INIT;
     ok(tdm_cp_hist_render(&h, INST, 3, -5, 0, 10, &b), "answered");
@@ -121,7 +126,10 @@ static void test_json(void)
            "{\"instance_id\":\"00000000000000aa\",\"rank\":3,\"samples\":[{\"ts_us\":-5,"
            "\"batch_seq\":12,\"iter\":7,\"path\":\"batch\",\"plan_hash\":\"8000000000000001\","
            "\"coll_seq\":3,\"coll_hash\":\"0000000000000abc\",\"in_coll\":{\"op\": \"all_reduce\", "
-           "\"seq\": 4, \"since_us\": -9},\"bs\":1,\"waiting\":2,\"running\":3}]}",
+           "\"seq\": 4, \"since_us\": -9},\"bs\":1,\"waiting\":2,\"running\":3,"
+           "\"tokens_out\":100,\"requests_done\":0,\"ttft_p50_us\":0,\"ttft_p99_us\":2500,"
+           "\"itl_p50_us\":0,\"itl_p99_us\":0,\"kv_pages_used\":0,\"kv_pages_total\":64,"
+           "\"host_pages_used\":0,\"host_pages_total\":0,\"corruption_total\":1,\"recv_us\":40}]}",
            "the database path's JSON, jsonb spacing included");
     tdm_cp_buf_free(&b);
     ok(!tdm_cp_hist_render(&h, INST, 4, -5, 0, 10, &b), "another rank is not answered");

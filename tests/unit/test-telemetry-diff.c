@@ -319,7 +319,7 @@ static sb_t *key(member_t *m, int *n, const char *k)
 
 static void emit_sample(sb_t *out)
 {
-    member_t m[10];
+    member_t m[21];
     int n = 0;
     char t[TDM_TM_PATH_MAX + 1];
     emit_uint(key(m, &n, "ts_us"), rand_u(UINT64_C(1) << 62));
@@ -344,6 +344,16 @@ static void emit_sample(sb_t *out)
     emit_uint(key(m, &n, "bs"), rand_u(UINT32_MAX));
     emit_uint(key(m, &n, "waiting"), rand_u(UINT32_MAX));
     emit_uint(key(m, &n, "running"), rand_u(UINT32_MAX));
+    /* the optional statistics: each present or absent (emit_object may shuffle the members) */
+    static const char *const stats[] = {"tokens_out",       "requests_done",   "ttft_p50_us",
+                                        "ttft_p99_us",      "itl_p50_us",      "itl_p99_us",
+                                        "kv_pages_used",    "kv_pages_total",  "host_pages_used",
+                                        "host_pages_total", "corruption_total"};
+    for (size_t k = 0; k < sizeof(stats) / sizeof(stats[0]); k++) {
+        int wide = k < 2 || k == 10;
+        if (rn(2))
+            emit_uint(key(m, &n, stats[k]), rand_u(wide ? INT64_MAX : UINT32_MAX));
+    }
     emit_object(out, m, n);
 }
 

@@ -176,6 +176,87 @@ static tdm_status_t decode_variant(const char *from, const char *to)
     return st;
 }
 
+/* The serving statistics: optional on decode (a batch without them, from an older worker, decodes
+ * with zeros in both decoders), carried both ways, bounded, unknown members still refused. */
+static void test_stats(void)
+{
+    tdm_tm_batch_t b, d, j;
+    char *text = NULL;
+    size_t len = 0;
+    sample_batch(&b);
+    b.samples[0].tokens_out = (uint64_t)INT64_MAX;
+    b.samples[0].requests_done = 12;
+    b.samples[0].ttft_p50_us = 1500;
+    b.samples[0].ttft_p99_us = UINT32_MAX;
+    b.samples[0].itl_p50_us = 3;
+    b.samples[0].itl_p99_us = 4;
+    b.samples[0].kv_pages_used = 5;
+    b.samples[0].kv_pages_total = 6;
+    b.samples[0].host_pages_used = 7;
+    b.samples[0].host_pages_total = 8;
+    b.samples[0].corruption_total = 9;
+    b.samples[0].recv_us = 123; /* not on the wire */
+    is_int(tdm_tm_batch_encode(&b, NULL, &text, &len, err, sizeof(err)), TDM_OK, "encode: %s", err);
+    ok(has(text, "\"running\":4,\"tokens_out\":9223372036854775807,\"requests_done\":12,"
+                 "\"ttft_p50_us\":1500,\"ttft_p99_us\":4294967295,\"itl_p50_us\":3,"
+                 "\"itl_p99_us\":4,\"kv_pages_used\":5,\"kv_pages_total\":6,"
+                 "\"host_pages_used\":7,\"host_pages_total\":8,\"corruption_total\":9}") &&
+           !has(text, "recv_us"),
+       "statistics after running, in order; recv_us is not sent");
+    is_int(decode_str(text, &d), TDM_OK, "decode: %s", err);
+    is_int(tdm_tm_batch_decode_jansson(text, len, NULL, &j, err, sizeof(err)), TDM_OK,
+           "jansson decode: %s", err);
+    b.samples[0].recv_us = 0;
+    ok(!memcmp(&d.samples[0], &b.samples[0], sizeof(d.samples[0])) &&
+           !memcmp(&j.samples[0], &b.samples[0], sizeof(j.samples[0])),
+       "statistics round trip (both decoders)");
+    tdm_tm_batch_clear(&d);
+    tdm_tm_batch_clear(&j);
+    free(text);
+    tdm_tm_batch_clear(&b);
+
+    /* an older worker's sample: no statistics */
+    static const char old[] =
+        "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"decode\","
+        "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[{\"ts_us\":1,"
+        "\"iter\":2,\"path\":\"batch\",\"plan_hash\":\"0000000000000003\",\"coll_seq\":4,"
+        "\"coll_hash\":\"0000000000000005\",\"in_coll\":null,\"bs\":1,\"waiting\":0,"
+        "\"running\":1}],\"events\":[]}";
+    tdm_tm_batch_t f;
+    is_int(tdm_tm_batch_scan(old, strlen(old), NULL, &f), TDM_OK,
+           "a sample without statistics: the single-pass decoder takes it");
+    ok(f.n_samples == 1 && f.samples[0].running == 1 && f.samples[0].tokens_out == 0 &&
+           f.samples[0].kv_pages_total == 0 && f.samples[0].corruption_total == 0,
+       "absent statistics are 0");
+    tdm_tm_batch_clear(&f);
+    is_int(decode_str(old, &f), TDM_OK, "and the decoder: %s", err);
+    tdm_tm_batch_clear(&f);
+    /* a subset, out of order, still on the single-pass path */
+    static const char some[] =
+        "{\"v\":1,\"worker\":\"w\",\"group\":\"g\",\"role\":\"decode\","
+        "\"instance_id\":\"0000000000000001\",\"rank\":0,\"seq\":1,\"samples\":[{\"ts_us\":1,"
+        "\"iter\":2,\"path\":\"batch\",\"plan_hash\":\"0000000000000003\",\"coll_seq\":4,"
+        "\"coll_hash\":\"0000000000000005\",\"in_coll\":null,\"bs\":1,\"waiting\":0,"
+        "\"running\":1,\"corruption_total\":2,\"ttft_p99_us\":77}],\"events\":[]}";
+    is_int(tdm_tm_batch_scan(some, strlen(some), NULL, &f), TDM_OK, "a subset of the statistics");
+    ok(f.samples[0].corruption_total == 2 && f.samples[0].ttft_p99_us == 77 &&
+           f.samples[0].ttft_p50_us == 0,
+       "the subset's values, the rest 0");
+    tdm_tm_batch_clear(&f);
+
+    is_int(decode_variant("\"running\":1}", "\"running\":1,\"ttft_p50_us\":4294967296}"),
+           TDM_ERR_RANGE, "a 32-bit statistic over 2^32-1: %s", err);
+    ok(has(err, "samples[0].ttft_p50_us"), "the message names it");
+    is_int(decode_variant("\"running\":1}", "\"running\":1,\"tokens_out\":-1}"), TDM_ERR_RANGE,
+           "a negative counter");
+    is_int(decode_variant("\"running\":1}", "\"running\":1,\"tokens_out\":null}"), TDM_ERR_INVAL,
+           "a null counter: %s", err);
+    is_int(decode_variant("\"running\":1}", "\"running\":1,\"tokens_in\":1}"), TDM_ERR_INVAL,
+           "an unknown member is still refused: %s", err);
+    is_int(decode_variant("\"running\":1}", "\"tokens_out\":1}"), TDM_ERR_NOTFOUND,
+           "running is still required: %s", err);
+}
+
 static void test_malformed(void)
 {
     is_int(decode_variant("\"v\":1", "\"v\":1"), TDM_OK, "base variant decodes: %s", err);
@@ -398,6 +479,7 @@ static void test_ack(void)
 int main(void)
 {
     test_round_trip();
+    test_stats();
     test_malformed();
     test_limits();
     test_data_text();
