@@ -878,7 +878,7 @@
       ["plot-itl", "inter-token latency (ms; p50 and p99 per reporting interval)", S.ts, [["ITL p50", S.i50], ["ITL p99", S.i99]]],
       ["plot-queue", "queue and batch (rank 0)", S.ts, [["waiting", S.wait], ["running", S.run], ["batch size", S.bs]]],
       ["plot-kv", "KV pages: device pool and HiCache host tier (0 without one)", S.ts, [["device used", S.kvu], ["device total", S.kvt], ["host used", S.hu], ["host total", S.ht]]],
-      ["plot-xfer", `transfer rooms started per ${bucket} s, by current state`, bx, states.map((st) => [st, bx.map((k) => bk.get(k)[st] || 0)])],
+      ["plot-xfer", `transfer rooms started per ${bucket} s, by current state` + (xf.length ? "" : " (none in the window)"), bx, states.map((st) => [st, bx.map((k) => bk.get(k)[st] || 0)])],
       ["plot-corruption", "corruption counter (KV checksum and aux mismatches, rooms at corruption risk; ever)", S.ts, [["corruption", S.corr]]],
       ["plot-lag", "ingest lag (ms: tandemd's receipt − sample time)", S.ts, [["lag", S.lag]]],
     ];
