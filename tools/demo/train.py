@@ -2,18 +2,22 @@
 """Train the bundled demo model (models/demo) on seeded synthetic agent transcripts; evaluate it.
 
 Runs on the device machine (torch, transformers, tokenizers, jinja2; one GPU), never in CI:
-    python3 tools/demo/train.py OUTDIR [--train-seconds 140]
-Writes, relative to OUTDIR (unpack at the repository root):
-  models/demo/                 HF checkpoint: config.json, model.safetensors (bf16),
-                               generation_config.json, tokenizer.json, tokenizer_config.json
-  tests/fixtures/demo/         heldout.jsonl (eval prompts + reference completions), tools.json,
-                               chat_goldens.json (transformers apply_chat_template goldens)
-  tools/demo/results.json      training loss curve + held-out evaluation metrics
-Steps: generate conversations (gen_data.py), train a byte-level BPE tokenizer (Qwen2-style split
-regex, vocab 2048), pack rendered conversations into 1024-token rows with loss only on assistant
-turns, train a 4-layer Llama (hidden 256, 4 q / 2 kv heads, head_dim 64, tied embeddings) with
-AdamW under bf16 autocast for a fixed wall-clock budget, save bf16, reload in fp32 and evaluate
-greedy completions on held-out prompts.
+    python3 tools/demo/train.py prep WORK [--conversations 200000] [--procs 16] [--variant 1]
+    python3 tools/demo/train.py train WORK OUTDIR [--preset base] [--train-seconds 420]
+prep generates the conversations (gen_data.corpus_parallel: seeded chunks, one process each),
+renders them with the chat template, encodes them with the bundled tokenizer
+(models/demo/tokenizer.json, kept as is) and packs them into 1024-token rows with loss only on
+assistant turns (WORK/data.pt). train trains a Llama of the preset's shape with AdamW under bf16
+autocast for a wall-clock budget (the cosine schedule is sized from the measured step time; the
+checkpoint is saved however the loop ends), then writes, relative to OUTDIR (unpack at the
+repository root):
+  models/demo/                 config.json, model.safetensors (bf16), generation_config.json,
+                               tokenizer.json, tokenizer_config.json
+  tests/fixtures/demo/         heldout.jsonl (prompts over the bundled tools + transformers
+                               reference completions), tools.json, chat_goldens.json
+  tools/demo/results.json      loss curve, held-out figures, and the frozen evaluation
+                               (tools/demo/evalset.py) as transformers scores it on the GPU
+Several trainings may share one GPU (one process each, different presets).
 """
 
 import argparse
@@ -27,58 +31,80 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import torch
 import tokenizers
 import transformers
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from tokenizers import trainers
+from tokenizers import Tokenizer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import gen_data as G  # noqa: E402
+import evalset as EV  # noqa: E402
 
 SEED = 7
-QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SEQ = 1024
+MODEL_DIR = os.path.join(HERE, "..", "..", "models", "demo")
+PRESETS = {  # hidden, intermediate, layers, heads, kv heads (head_dim 64 throughout)
+    "small": (256, 768, 6, 4, 2),
+    "base": (384, 1024, 6, 6, 2),
+}
 
 
 def log(*a):
     print("[%7.1fs]" % (time.time() - T0), *a, flush=True)
 
 
-def build_tokenizer(texts):
-    tk = Tokenizer(models.BPE())
-    tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in G.SPECIAL_TOKENS])
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PAT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                             special_tokens=G.SPECIAL_TOKENS, show_progress=False)
-    tk.train_from_iterator(texts, tr)
-    tk.post_processor = processors.ByteLevel(trim_offsets=False)
-    return Tokenizer.from_str(tk.to_str())
-
-
 _ASSIST = re.compile(r"<\|assistant\|>\n(.*?<\|end\|>)", re.S)
 
 
 def encode_with_mask(text, enc):
+    """Token ids and a 0/1 mask that is 1 on tokens starting inside an assistant turn."""
     spans = [(m.start(1), m.end(1)) for m in _ASSIST.finditer(text)]
-    mask, j = [], 0
-    for (s, _e) in enc.offsets:
-        while j < len(spans) and s >= spans[j][1]:
-            j += 1
-        mask.append(1 if j < len(spans) and spans[j][0] <= s < spans[j][1] else 0)
+    starts = np.fromiter((o[0] for o in enc.offsets), dtype=np.int64, count=len(enc.offsets))
+    mask = np.zeros(len(starts), dtype=np.uint8)
+    for s, e in spans:
+        mask[(starts >= s) & (starts < e)] = 1
     return enc.ids, mask
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out")
-    ap.add_argument("--train-seconds", type=float, default=140.0)
-    ap.add_argument("--conversations", type=int, default=80000)
-    args = ap.parse_args()
+def _prep_chunk(job):
+    seed, n, variant = job
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    G.set_variant(variant)
+    tk = Tokenizer.from_file(os.path.join(MODEL_DIR, "tokenizer.json"))
+    tpl = G.make_env()
+    convs = G.corpus(n, seed)
+    texts = [G.render(tpl, c["messages"], c["tools"], False) for c in convs]
+    ids, masks = [], []
+    for t, enc in zip(texts, tk.encode_batch(texts, add_special_tokens=False)):
+        i, m = encode_with_mask(t, enc)
+        ids.append(np.asarray(i, dtype=np.int16))
+        masks.append(m)
+    return np.concatenate(ids), np.concatenate(masks), sum(map(len, texts))
+
+
+def prep(args):
+    import multiprocessing as mp
+    os.makedirs(args.work, exist_ok=True)
+    jobs = [j + (args.variant,) for j in G.corpus_jobs(args.conversations, SEED)]
+    with mp.get_context("fork").Pool(args.procs) as pool:
+        parts = pool.map(_prep_chunk, jobs, chunksize=1)
+    ids = np.concatenate([p[0] for p in parts])
+    mask = np.concatenate([p[1] for p in parts])
+    n_rows = len(ids) // SEQ
+    data = torch.from_numpy(ids[:n_rows * SEQ].astype(np.int16)).view(n_rows, SEQ)
+    m = torch.from_numpy(mask[:n_rows * SEQ].astype(np.bool_)).view(n_rows, SEQ)
+    torch.save({"data": data, "mask": m, "conversations": args.conversations,
+                "variant": args.variant,
+                "chars": sum(p[2] for p in parts), "tokens": len(ids)},
+               os.path.join(args.work, "data.pt"))
+    log("prep: %d conversations, %.1f M chars, %.1f M tokens, %d rows, supervised %.3f" % (
+        args.conversations, sum(p[2] for p in parts) / 1e6, len(ids) / 1e6, n_rows,
+        float(m.float().mean())))
+
+
+def train(args):
     out = args.out
     mdir = os.path.join(out, "models", "demo")
     fdir = os.path.join(out, "tests", "fixtures", "demo")
@@ -89,30 +115,18 @@ def main():
     torch.manual_seed(SEED)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     tpl = G.make_env()
-
-    # ---- data ----
-    rng = random.Random(SEED)
-    convs = [G.conversation(rng) for _ in range(args.conversations)]
-    texts = [G.render(tpl, c["messages"], c["tools"], False) for c in convs]
-    log("rendered", len(texts), "conversations, %.1f M chars" % (sum(map(len, texts)) / 1e6))
-    tk = build_tokenizer(texts[:8000])
+    blob = torch.load(os.path.join(args.work, "data.pt"))
+    data, mask = blob["data"], blob["mask"]
+    n_rows = data.shape[0]
+    tk = Tokenizer.from_file(os.path.join(MODEL_DIR, "tokenizer.json"))
     ids = {s: tk.token_to_id(s) for s in G.SPECIAL_TOKENS}
-    log("tokenizer vocab", tk.get_vocab_size(), ids)
-    stream, mstream = [], []
-    for t, enc in zip(texts, tk.encode_batch(texts, add_special_tokens=False)):
-        i, m = encode_with_mask(t, enc)
-        stream += i
-        mstream += m
-    n_rows = len(stream) // SEQ
-    data = torch.tensor(stream[:n_rows * SEQ]).view(n_rows, SEQ)
-    mask = torch.tensor(mstream[:n_rows * SEQ]).view(n_rows, SEQ)
-    log("tokens %.2f M, rows %d, supervised fraction %.3f" % (len(stream) / 1e6, n_rows,
-                                                             mask.float().mean().item()))
+    log("data: %d rows of %d, tokenizer vocab %d" % (n_rows, SEQ, tk.get_vocab_size()))
 
     # ---- model ----
+    hid, inter, layers, heads, kvh = PRESETS[args.preset]
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-           "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 4,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+           "hidden_size": hid, "intermediate_size": inter, "num_hidden_layers": layers,
+           "num_attention_heads": heads, "num_key_value_heads": kvh, "head_dim": 64,
            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
            "rope_scaling": None, "tie_word_embeddings": True, "attention_bias": False,
            "mlp_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
@@ -125,45 +139,48 @@ def main():
         "architectures", "torch_dtype", "transformers_version")})
     model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation="sdpa").float().to(dev)
     nparams = sum(p.numel() for p in model.parameters())
-    log("params", nparams)
+    log("preset", args.preset, "params", nparams)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     nodecay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    peak = args.lr
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": nodecay, "weight_decay": 0.0}], lr=3e-3,
+                             {"params": nodecay, "weight_decay": 0.0}], lr=peak,
                             betas=(0.9, 0.95), fused=(dev == "cuda"))
     torch.backends.cuda.matmul.allow_tf32 = True
-    B = 32
+    B = args.batch
     g = torch.Generator().manual_seed(SEED)
     data, mask = data.to(dev), mask.to(dev)
 
     def step_batch():
         idx = torch.randint(0, n_rows, (B,), generator=g).to(dev)
-        x, m = data[idx], mask[idx]
-        labels = torch.where(m[:, 1:].bool(), x[:, 1:], torch.full_like(x[:, 1:], -100))
+        x, m = data[idx].long(), mask[idx]
+        labels = torch.where(m[:, 1:], x[:, 1:], torch.full_like(x[:, 1:], -100))
         with torch.autocast(dev, dtype=torch.bfloat16):
             logits = model(x[:, :-1]).logits
         return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                  labels.reshape(-1), ignore_index=-100)
 
-    # Measure speed, then fix the schedule length to the wall-clock budget.
+    # Measure speed, then fix the schedule length to the wall-clock budget; stop at the
+    # deadline whatever the estimate said.
     model.train()
     t_start = time.time()
-    warm, curve = 100, []
+    deadline = t_start + args.train_seconds
+    warm, curve = 200, []
     total = None
     step = 0
     while True:
-        if step == 30:  # time steps 30..60 (after CUDA/autotune warm-up)
+        if step == 30:
             if dev == "cuda":
                 torch.cuda.synchronize()
             t30 = time.time()
-        if total is None and step == 60:
+        if total is None and step == 80:
             if dev == "cuda":
                 torch.cuda.synchronize()
-            per = (time.time() - t30) / 30
-            total = max(200, min(8000, int((args.train_seconds - (t30 - t_start)) / per) + 60))
+            per = (time.time() - t30) / 50
+            total = max(100, int((deadline - time.time()) / per * 0.97) + 80)
             log("%.1f ms/step -> %d steps" % (per * 1e3, total))
-        T = total or 8000
-        lr = 3e-3 * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(
+        T = total or 100000
+        lr = peak * min(1.0, (step + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(
             math.pi * min(1.0, step / T))))
         for pg in opt.param_groups:
             pg["lr"] = lr
@@ -172,17 +189,19 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0 or (total and step == total - 1):
+        if step % 50 == 0:
             curve.append((step, round(loss.item(), 4)))
-            if step % 250 == 0:
+            if step % 500 == 0:
                 log("step", step, "loss %.4f lr %.2e" % (loss.item(), lr))
         step += 1
-        if total is not None and step >= total:
+        if (total is not None and step >= total) or time.time() > deadline or \
+                (args.max_steps and step >= args.max_steps):
             break
+    curve.append((step, round(loss.item(), 4)))
     train_s = time.time() - t_start
     log("trained %d steps in %.1fs, final loss %.4f" % (step, train_s, curve[-1][1]))
 
-    # ---- save (bf16, HF layout, our own config.json) ----
+    # ---- save (bf16, HF layout, our own config.json; tokenizer files as bundled) ----
     model.eval()
     tmp = tempfile.mkdtemp()
     model.to(torch.bfloat16).cpu().save_pretrained(tmp)
@@ -193,16 +212,8 @@ def main():
         json.dump({"bos_token_id": ids["<|bos|>"], "eos_token_id": ids["<|end|>"],
                    "pad_token_id": ids["<|pad|>"], "do_sample": False, "max_new_tokens": 128,
                    "transformers_version": "4.45.0"}, f, indent=2)
-    tk.save(os.path.join(mdir, "tokenizer.json"))
-    j = json.loads(tk.to_str())
-    tcfg = {"added_tokens_decoder": {str(a["id"]): {k: a[k] for k in (
-        "content", "lstrip", "normalized", "rstrip", "single_word", "special")}
-        for a in j["added_tokens"]},
-        "bos_token": G.BOS, "eos_token": G.EOS, "pad_token": G.PAD,
-        "clean_up_tokenization_spaces": False, "model_max_length": 2048,
-        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": G.CHAT_TEMPLATE}
-    with open(os.path.join(mdir, "tokenizer_config.json"), "w") as f:
-        json.dump(tcfg, f, indent=2, ensure_ascii=False)
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(MODEL_DIR, fn), os.path.join(mdir, fn))
     with open(os.path.join(fdir, "tools.json"), "w") as f:
         json.dump(G.TOOLS, f, indent=2, ensure_ascii=False)
     del model
@@ -214,9 +225,12 @@ def main():
         import traceback
         log("chat goldens FAILED", repr(ex), traceback.format_exc())
 
-    # ---- held-out evaluation ----
-    evaluate(args, tpl, tk, ids, convs, mdir, fdir, rdir, dev, nparams, stream, mask, B, step,
-             train_s, curve)
+    # ---- held-out and frozen evaluations ----
+    try:
+        evaluate(args, tpl, tk, ids, mdir, fdir, rdir, dev, nparams, blob, B, step, train_s, curve)
+    except Exception as ex:  # noqa: BLE001 - keep the checkpoint and say why
+        import traceback
+        log("evaluation FAILED", repr(ex), traceback.format_exc())
 
 
 def chat_goldens(tpl, tk, mdir, fdir):
@@ -258,30 +272,8 @@ def chat_goldens(tpl, tk, mdir, fdir):
         len(gold), mismatch))
 
 
-def evaluate(args, tpl, tk, ids, convs, mdir, fdir, rdir, dev, nparams, stream, mask, B, step,
-             train_s, curve):
-    from transformers import AutoModelForCausalLM
-    seen = set()
-    for c in convs:
-        for i, m in enumerate(c["messages"]):
-            if m["role"] == "user":
-                seen.add((tuple(t["function"]["name"] for t in c["tools"]), m["content"]))
-    erng = random.Random(12345)
-    plan = [("tool", 200), ("plain", 60), ("unavailable", 40), ("after_result", 50)]
-    cases = []
-    for kind, n in plan:
-        while sum(1 for c in cases if c["kind"] == kind) < n:
-            c = G.eval_case(erng, kind)
-            last_user = [m["content"] for m in c["messages"] if m["role"] == "user"][-1]
-            if (tuple(t["function"]["name"] for t in c["tools"]), last_user) in seen \
-                    and kind != "after_result":
-                continue
-            cases.append(c)
-    model = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32,
-                                                 attn_implementation="eager").to(dev).eval()
-    torch.backends.cuda.matmul.allow_tf32 = False
+def greedy(model, tk, ids, prompts, dev, max_new=96):
     end_id, pad_id = ids["<|end|>"], ids["<|pad|>"]
-    prompts = [G.render(tpl, c["messages"], c["tools"], True) for c in cases]
     pids = [tk.encode(p, add_special_tokens=False).ids for p in prompts]
     outs = []
     for s in range(0, len(pids), 64):
@@ -290,7 +282,7 @@ def evaluate(args, tpl, tk, ids, convs, mdir, fdir, rdir, dev, nparams, stream, 
         x = torch.tensor([[pad_id] * (L - len(p)) + p for p in chunk], device=dev)
         am = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in chunk], device=dev)
         with torch.no_grad():
-            o = model.generate(x, attention_mask=am, do_sample=False, max_new_tokens=96,
+            o = model.generate(x, attention_mask=am, do_sample=False, max_new_tokens=max_new,
                                eos_token_id=end_id, pad_token_id=pad_id)
         for row in o[:, L:].tolist():
             if end_id in row:
@@ -298,16 +290,33 @@ def evaluate(args, tpl, tk, ids, convs, mdir, fdir, rdir, dev, nparams, stream, 
             else:
                 row = [t for t in row if t != pad_id]
             outs.append(row)
+    texts = [tk.decode([t for t in o if t != end_id], skip_special_tokens=False) for o in outs]
+    return outs, texts
+
+
+def evaluate(args, tpl, tk, ids, mdir, fdir, rdir, dev, nparams, blob, B, step, train_s, curve):
+    from transformers import AutoModelForCausalLM
+    erng = random.Random(12345)
+    plan = [("tool", 200), ("plain", 60), ("unavailable", 40), ("after_result", 50)]
+    if args.smoke:
+        plan = [(k, 4) for k, _ in plan]
+    cases = []
+    for kind, n in plan:
+        cases += [G.eval_case(erng, kind) for _ in range(n)]
+    model = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32,
+                                                 attn_implementation="eager").to(dev).eval()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    end_id = ids["<|end|>"]
+    prompts = [G.render(tpl, c["messages"], c["tools"], True) for c in cases]
+    outs, texts = greedy(model, tk, ids, prompts, dev)
     stats = {k: {"n": 0} for k, _ in plan}
     rows = []
-    for c, p, o in zip(cases, prompts, outs):
-        text = tk.decode([t for t in o if t != end_id], skip_special_tokens=False)
+    for c, p, o, text in zip(cases, prompts, outs, texts):
         cls, calls = G.parse_output(text)
         offered = {t["function"]["name"]: t for t in c["tools"]}
         st = stats[c["kind"]]
         st["n"] += 1
         st[cls] = st.get(cls, 0) + 1
-        ok = False
         if cls == "call" and len(calls) == 1:
             name, a = calls[0]
             valid = name in offered and G.schema_valid(offered[name], a)
@@ -336,21 +345,53 @@ def evaluate(args, tpl, tk, ids, convs, mdir, fdir, rdir, dev, nparams, stream, 
     with open(os.path.join(fdir, "heldout.jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=True) + "\n")
+    log("heldout", json.dumps(summary), json.dumps(stats))
+
+    # The frozen evaluation (never trained on; tools/demo/evalset.py) as transformers scores it.
+    erows = EV.load()[:12 if args.smoke else None]
+    _o, etexts = greedy(model, tk, ids, [EV.prompt(tpl, r) for r in erows], dev)
+    frozen, misses = EV.by_set(erows, etexts)
+    log("frozen eval", json.dumps(frozen["all"]))
+    for m in misses[:60]:
+        log("miss", json.dumps(m, ensure_ascii=False)[:300])
     res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                         "tokenizers": tokenizers.__version__},
            "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
-           "seed": SEED, "params": nparams, "conversations": len(convs),
-           "train_tokens": len(stream), "supervised_fraction": float(mask.float().mean()),
-           "batch": [B, SEQ], "steps": step, "train_seconds": round(train_s, 1),
+           "seed": SEED, "preset": args.preset, "params": nparams,
+           "conversations": blob["conversations"], "variant": blob.get("variant", 1),
+           "train_tokens": blob["tokens"],
+           "supervised_fraction": float(blob["mask"].float().mean()),
+           "batch": [B, SEQ], "lr": args.lr, "steps": step, "train_seconds": round(train_s, 1),
            "loss_curve": curve, "final_loss": curve[-1][1],
            "eval": {"summary": summary, "by_kind": stats,
                     "reference": "transformers fp32 on GPU (TF32 off), greedy, left-padded "
-                                 "batches of 64, max_new_tokens 96, stop at <|end|>"}}
+                                 "batches of 64, max_new_tokens 96, stop at <|end|>"},
+           "frozen_eval_transformers": {"figures": frozen, "misses": misses,
+                                        "texts": {r["id"]: t for r, t in zip(erows, etexts)}}}
     with open(os.path.join(rdir, "results.json"), "w") as f:
-        json.dump(res, f, indent=2)
-    log("eval", json.dumps(summary), json.dumps(stats))
-    for r in rows[:3] + rows[200:202] + rows[300:302]:
-        log(r["kind"], repr(r["reference"]["text"])[:200])
+        json.dump(res, f, indent=1, ensure_ascii=False)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prep")
+    p.add_argument("work")
+    p.add_argument("--conversations", type=int, default=200000)
+    p.add_argument("--procs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--variant", type=int, default=1, choices=(1, 2),
+                   help="gen_data variant (1 built the bundled model)")
+    t = sub.add_parser("train")
+    t.add_argument("work")
+    t.add_argument("out")
+    t.add_argument("--preset", default="base", choices=sorted(PRESETS))
+    t.add_argument("--train-seconds", type=float, default=420.0)
+    t.add_argument("--max-steps", type=int, default=0)
+    t.add_argument("--batch", type=int, default=64)
+    t.add_argument("--lr", type=float, default=2e-3)
+    t.add_argument("--smoke", action="store_true", help="a few evaluation prompts only")
+    args = ap.parse_args()
+    prep(args) if args.cmd == "prep" else train(args)
 
 
 if __name__ == "__main__":
