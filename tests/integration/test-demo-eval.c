@@ -14,6 +14,11 @@
  *     and C diverge at a step whose C top-1 margin is below 1e-2 (docs/design.md §9 tie rule);
  * and measures the DSML-leak rate (responses with markup that does not parse). With
  * TDM_EVAL_JSON=FILE the metrics are also written there as one JSON object.
+ *
+ * With TDM_EVAL_ROWS=FILE (rows {"id", "tools": [names], "messages"}), TDM_EVAL_TOOLS=FILE (the
+ * tool schemas the names refer to) and TDM_EVAL_OUT=FILE it instead completes every row the same
+ * way, 64 at a time, and writes one {"id", "text"} line per row: how tools/demo/eval_cpu.py runs
+ * the frozen evaluation on this engine (scored in Python by tools/demo/evalset.py).
  */
 #include "config.h"
 
@@ -86,32 +91,225 @@ static int only_space(const char *s)
     return 1;
 }
 
+/* The schemas of tools named in names, in that order. */
+static json_t *offered_of(const json_t *tools, const json_t *names)
+{
+    json_t *out = json_array(), *name, *t;
+    size_t a, b;
+    json_array_foreach(names, a, name)
+    {
+        json_array_foreach(tools, b, t)
+        {
+            const char *n =
+                json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+            if (n && json_string_value(name) && strcmp(n, json_string_value(name)) == 0)
+                json_array_append(out, t);
+        }
+    }
+    return out;
+}
+
+/* Render (our renderer) and tokenize row r's messages; 0 on failure. */
+static int prepare(row_t *r, tdm_chat_template_t *tpl, tdm_tok_t *tok, char **ret_text, char *err,
+                   size_t err_len)
+{
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    uint32_t *ids = NULL;
+    if (tdm_chat_render(tpl, json_object_get(r->j, "messages"), r->offered, 1, &text, &len, err,
+                        err_len) != TDM_OK)
+        return 0;
+    if (tdm_tok_encode(tok, text, len, 0, &ids, &n) == TDM_OK) {
+        r->prompt = tdm_calloc(n ? n : 1, sizeof(int32_t));
+        for (size_t q = 0; q < n; q++)
+            r->prompt[q] = (int32_t)ids[q];
+        r->n_prompt = n;
+    }
+    tdm_free(ids);
+    *ret_text = text;
+    return r->n_prompt > 0;
+}
+
+/* Greedy completions of rows[0..nrows): prefill each, then batched decode steps until every row
+ * ended (<|end|>, id 1) or MAX_NEW tokens. Returns 0 when a prefill or decode step failed. */
+static int run_greedy(const tdm_model_t *model, row_t *rows, size_t nrows, size_t max_prompt,
+                      uint64_t *ret_prefill_us, char *err, size_t err_len)
+{
+    const tdm_model_config_t *mc = tdm_model_config(model);
+    tdm_oneshot_engine_t *eng = NULL;
+    const float *logits;
+    int good = 1;
+    size_t i;
+    if (tdm_oneshot_engine_init(model, TDM_DTYPE_F32, 16, (uint32_t)nrows, max_prompt + MAX_NEW + 1,
+                                0, &eng, err, err_len) != TDM_OK)
+        return 0;
+    uint64_t t0 = tdm_time_mono_us();
+    int32_t *step_ids = tdm_calloc(nrows, sizeof(int32_t));
+    for (i = 0; i < nrows; i++) {
+        row_t *r = &rows[i];
+        if (!r->n_prompt || tdm_oneshot_engine_prefill(eng, (uint32_t)i, r->prompt,
+                                                       (uint32_t)r->n_prompt, &logits) != TDM_OK) {
+            good = 0;
+            r->done = 1;
+            continue;
+        }
+        r->gen[0] = argmax(logits, mc->vocab_size, &r->margin[0]);
+        r->n_gen = 1;
+        r->done = r->gen[0] == 1;
+    }
+    *ret_prefill_us = tdm_time_mono_us() - t0;
+    for (int s = 1; s < MAX_NEW; s++) {
+        size_t active = 0;
+        for (i = 0; i < nrows; i++) {
+            /* finished rows still take a (discarded) step: decode runs the first n sequences */
+            step_ids[i] = rows[i].n_gen ? rows[i].gen[rows[i].n_gen - 1] : 0;
+            active += !rows[i].done;
+        }
+        if (!active)
+            break;
+        if (tdm_oneshot_engine_decode(eng, step_ids, (uint32_t)nrows, &logits) != TDM_OK) {
+            snprintf(err, err_len, "decode step %d failed", s);
+            good = 0;
+            break;
+        }
+        for (i = 0; i < nrows; i++) {
+            row_t *r = &rows[i];
+            if (r->done)
+                continue;
+            r->gen[r->n_gen] =
+                argmax(logits + i * mc->vocab_size, mc->vocab_size, &r->margin[r->n_gen]);
+            r->done = r->gen[r->n_gen] == 1;
+            r->n_gen++;
+        }
+    }
+    tdm_free(step_ids);
+    tdm_oneshot_engine_free(eng);
+    return good;
+}
+
+/* Row r's completion text (without the final <|end|>), or NULL. */
+static char *completion(tdm_tok_t *tok, const row_t *r, size_t *ret_len)
+{
+    uint32_t *u = tdm_calloc(r->n_gen + 1, sizeof(uint32_t));
+    size_t n = 0;
+    char *text = NULL;
+    for (size_t q = 0; q < r->n_gen && r->gen[q] != 1; q++)
+        u[n++] = (uint32_t)r->gen[q];
+    if (tdm_tok_decode(tok, u, n, 0, &text, ret_len) != TDM_OK)
+        text = NULL;
+    tdm_free(u);
+    return text;
+}
+
+static void rows_clear(row_t *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_decref(rows[i].j);
+        json_decref(rows[i].offered);
+        tdm_free(rows[i].prompt);
+    }
+    memset(rows, 0, n * sizeof(*rows));
+}
+
+/* TDM_EVAL_ROWS mode: complete every row of rows_path, MAX_ROWS at a time. */
+static int eval_rows(const tdm_model_t *model, tdm_tok_t *tok, tdm_chat_template_t *tpl,
+                     const char *rows_path, const char *tools_path, const char *out_path)
+{
+    static row_t rows[MAX_ROWS];
+    static char line[1 << 16];
+    char err[512] = "";
+    json_t *tools = json_load_file(tools_path, 0, NULL);
+    FILE *f = fopen(rows_path, "r"), *out = fopen(out_path, "w");
+    int n_ok = 0, n_all = 0, failed = 0, more = 1;
+    if (!ok(tools && f && out, "eval rows: %s, tools %s, out %s open", rows_path, tools_path,
+            out_path))
+        goto out;
+    while (more && !failed) {
+        size_t nrows = 0, max_prompt = 0;
+        while (nrows < MAX_ROWS) {
+            if (!fgets(line, sizeof(line), f)) {
+                more = 0;
+                break;
+            }
+            json_t *j = json_loads(line, 0, NULL);
+            if (!j)
+                continue;
+            row_t *r = &rows[nrows++];
+            r->j = j;
+            r->offered = offered_of(tools, json_object_get(j, "tools"));
+            char *text = NULL;
+            if (!prepare(r, tpl, tok, &text, err, sizeof(err)))
+                diag("row %s: not rendered (%s)", json_string_value(json_object_get(j, "id")), err);
+            max_prompt = r->n_prompt > max_prompt ? r->n_prompt : max_prompt;
+            tdm_free(text);
+        }
+        if (!nrows)
+            break;
+        uint64_t pre_us = 0;
+        if (!run_greedy(model, rows, nrows, max_prompt, &pre_us, err, sizeof(err)))
+            failed = 1;
+        for (size_t i = 0; i < nrows; i++) {
+            size_t len = 0;
+            char *text = completion(tok, &rows[i], &len);
+            json_t *o = json_pack("{s:O,s:s%}", "id", json_object_get(rows[i].j, "id"), "text",
+                                  text ? text : "", text ? len : (size_t)0);
+            char *dump = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+            if (dump) {
+                fprintf(out, "%s\n", dump);
+                n_ok += text != NULL;
+            }
+            free(dump);
+            json_decref(o);
+            tdm_free(text);
+            n_all++;
+        }
+        rows_clear(rows, nrows);
+    }
+    ok(!failed && n_ok == n_all && n_all > 0, "eval rows: %d/%d completed (%s)", n_ok, n_all, err);
+out:
+    if (f)
+        fclose(f);
+    if (out)
+        fclose(out);
+    json_decref(tools);
+    return done_testing();
+}
+
 int main(void)
 {
-    const char *src = getenv("TDM_SRCDIR");
+    const char *src = getenv("TDM_SRCDIR"), *mdir = getenv("TDM_EVAL_MODEL");
     char dir[1024], path[2048], err[512] = "", line[1 << 16];
     tdm_model_t *model = NULL;
     tdm_tok_t *tok = NULL;
     tdm_chat_template_t *tpl = NULL;
-    tdm_oneshot_engine_t *eng = NULL;
     json_t *tools = NULL;
-    row_t rows[MAX_ROWS];
+    static row_t rows[MAX_ROWS];
     size_t nrows = 0, max_prompt = 0, i;
     int counts[4] = {0};
     FILE *f;
 
-    memset(rows, 0, sizeof(rows));
     src = src ? src : ".";
-    snprintf(dir, sizeof(dir), "%s/models/demo", src);
+    if (mdir)
+        snprintf(dir, sizeof(dir), "%s", mdir);
+    else
+        snprintf(dir, sizeof(dir), "%s/models/demo", src);
     uint64_t t0 = tdm_time_mono_us();
     if (!ok(tdm_model_load(dir, &model, err, sizeof(err)) == TDM_OK, "demo model loads (%s)", err))
         return exit_status();
-    const tdm_model_config_t *mc = tdm_model_config(model);
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     ok(tdm_tok_load(path, &tok, err, sizeof(err)) == TDM_OK, "tokenizer loads (%s)", err);
     ok(tdm_chat_template_load(dir, &tpl, err, sizeof(err)) == TDM_OK &&
            tdm_chat_template_format(tpl) == TDM_CHAT_DEMO,
        "chat template recognised as demo (%s)", err);
+    if (getenv("TDM_EVAL_ROWS") && getenv("TDM_EVAL_TOOLS") && getenv("TDM_EVAL_OUT")) {
+        int rc = tok && tpl ? eval_rows(model, tok, tpl, getenv("TDM_EVAL_ROWS"),
+                                        getenv("TDM_EVAL_TOOLS"), getenv("TDM_EVAL_OUT"))
+                            : done_testing();
+        tdm_chat_template_free(tpl);
+        tdm_tok_free(tok);
+        tdm_model_free(model);
+        return rc;
+    }
     snprintf(path, sizeof(path), "%s/tests/fixtures/demo/tools.json", src);
     tools = json_load_file(path, 0, NULL);
     snprintf(path, sizeof(path), "%s/tests/fixtures/demo/heldout.jsonl", src);
@@ -139,38 +337,14 @@ int main(void)
         row_t *r = &rows[nrows++];
         snprintf(r->kind, sizeof(r->kind), "%s", kind);
         r->j = j;
-        r->offered = json_array();
-        json_t *name, *t;
-        size_t a, b;
-        json_array_foreach(json_object_get(j, "tools"), a, name)
-        {
-            json_array_foreach(tools, b, t)
-            {
-                if (strcmp(
-                        json_string_value(json_object_get(json_object_get(t, "function"), "name")),
-                        json_string_value(name)) == 0)
-                    json_array_append(r->offered, t);
-            }
-        }
+        r->offered = offered_of(tools, json_object_get(j, "tools"));
         char *text = NULL;
-        size_t len = 0;
-        uint32_t *ids = NULL;
-        size_t n = 0;
         const char *want = json_string_value(json_object_get(j, "prompt"));
-        if (tdm_chat_render(tpl, json_object_get(j, "messages"), r->offered, 1, &text, &len, err,
-                            sizeof(err)) == TDM_OK &&
-            want && strcmp(text, want) == 0)
+        if (prepare(r, tpl, tok, &text, err, sizeof(err)) && want && strcmp(text, want) == 0)
             rendered_ok++;
         else
             diag("row %zu: rendered prompt differs from the recorded one (%s)", nrows - 1, err);
-        if (text && tdm_tok_encode(tok, text, len, 0, &ids, &n) == TDM_OK) {
-            r->prompt = tdm_calloc(n ? n : 1, sizeof(int32_t));
-            for (size_t q = 0; q < n; q++)
-                r->prompt[q] = (int32_t)ids[q];
-            r->n_prompt = n;
-            max_prompt = n > max_prompt ? n : max_prompt;
-        }
-        tdm_free(ids);
+        max_prompt = r->n_prompt > max_prompt ? r->n_prompt : max_prompt;
         tdm_free(text);
     }
     fclose(f);
@@ -179,53 +353,10 @@ int main(void)
        rendered_ok, nrows);
 
     /* ---- greedy: prefill each, then batched decode steps ---- */
-    if (!ok(tdm_oneshot_engine_init(model, TDM_DTYPE_F32, 16, (uint32_t)nrows,
-                                    max_prompt + MAX_NEW + 1, 0, &eng, err, sizeof(err)) == TDM_OK,
-            "engine (%s)", err))
-        goto out;
-    uint64_t t1 = tdm_time_mono_us();
-    const float *logits;
-    int32_t *step_ids = tdm_calloc(nrows, sizeof(int32_t));
-    int prefill_ok = 1;
-    for (i = 0; i < nrows; i++) {
-        row_t *r = &rows[i];
-        if (!r->n_prompt || tdm_oneshot_engine_prefill(eng, (uint32_t)i, r->prompt,
-                                                       (uint32_t)r->n_prompt, &logits) != TDM_OK) {
-            prefill_ok = 0;
-            r->done = 1;
-            continue;
-        }
-        r->gen[0] = argmax(logits, mc->vocab_size, &r->margin[0]);
-        r->n_gen = 1;
-        r->done = r->gen[0] == 1;
-    }
-    ok(prefill_ok, "every prompt prefills");
-    uint64_t t2 = tdm_time_mono_us();
-    for (int s = 1; s < MAX_NEW; s++) {
-        size_t active = 0;
-        for (i = 0; i < nrows; i++) {
-            /* finished rows still take a (discarded) step: decode runs the first n sequences */
-            step_ids[i] = rows[i].n_gen ? rows[i].gen[rows[i].n_gen - 1] : 0;
-            active += !rows[i].done;
-        }
-        if (!active)
-            break;
-        if (tdm_oneshot_engine_decode(eng, step_ids, (uint32_t)nrows, &logits) != TDM_OK) {
-            ok(0, "decode step %d", s);
-            break;
-        }
-        for (i = 0; i < nrows; i++) {
-            row_t *r = &rows[i];
-            if (r->done)
-                continue;
-            r->gen[r->n_gen] =
-                argmax(logits + i * mc->vocab_size, mc->vocab_size, &r->margin[r->n_gen]);
-            r->done = r->gen[r->n_gen] == 1;
-            r->n_gen++;
-        }
-    }
+    uint64_t t1 = tdm_time_mono_us(), prefill_us = 0;
+    ok(run_greedy(model, rows, nrows, max_prompt, &prefill_us, err, sizeof(err)),
+       "every prompt prefills and every decode step runs (%s)", err);
     uint64_t t3 = tdm_time_mono_us();
-    tdm_free(step_ids);
 
     /* ---- score ---- */
     int n_tool = 0, tool_ok = 0, n_plain = 0, plain_calls = 0, n_after = 0, after_text = 0;
@@ -249,17 +380,11 @@ int main(void)
                  q, q < r->n_gen ? (double)r->margin[q] : -1.0);
         }
 
-        uint32_t *u = tdm_calloc(r->n_gen + 1, sizeof(uint32_t));
-        size_t n = 0;
-        for (q = 0; q < r->n_gen && r->gen[q] != 1; q++)
-            u[n++] = (uint32_t)r->gen[q];
-        char *text = NULL;
         size_t tlen = 0;
+        char *text = completion(tok, r, &tlen);
         tdm_dsml_result_t res;
-        if (tdm_tok_decode(tok, u, n, 0, &text, &tlen) != TDM_OK ||
-            tdm_dsml_parse(r->offered, text, tlen, &res) != TDM_OK) {
+        if (!text || tdm_dsml_parse(r->offered, text, tlen, &res) != TDM_OK) {
             ok(0, "row %zu decodes and parses", i);
-            tdm_free(u);
             tdm_free(text);
             continue;
         }
@@ -284,7 +409,6 @@ int main(void)
                 diag("plain row %zu called: %s", i, text);
         }
         tdm_dsml_result_free(&res);
-        tdm_free(u);
         tdm_free(text);
     }
     double tool_rate = n_tool ? (double)tool_ok / n_tool : 0;
@@ -304,7 +428,7 @@ int main(void)
        "tie)",
        ref_equal, ref_greedy, ref_tie);
     diag("load %.2f s, prefill %.2f s (%zu prompts), decode %.2f s", (double)(t1 - t0) / 1e6,
-         (double)(t2 - t1) / 1e6, nrows, (double)(t3 - t2) / 1e6);
+         (double)prefill_us / 1e6, nrows, (double)(t3 - t1 - prefill_us) / 1e6);
 
     const char *out_path = getenv("TDM_EVAL_JSON");
     if (out_path) {
@@ -319,12 +443,7 @@ int main(void)
         json_decref(o);
     }
 out:
-    for (i = 0; i < nrows; i++) {
-        json_decref(rows[i].j);
-        json_decref(rows[i].offered);
-        tdm_free(rows[i].prompt);
-    }
-    tdm_oneshot_engine_free(eng);
+    rows_clear(rows, nrows);
     json_decref(tools);
     tdm_chat_template_free(tpl);
     tdm_tok_free(tok);
