@@ -380,7 +380,7 @@ def main():
     p.add_argument("--conversations", type=int, default=200000)
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--variant", type=int, default=1, choices=(1, 2),
-                   help="gen_data variant (1 built the bundled model)")
+                   help="gen_data variant (see gen_data.VARIANT)")
     t = sub.add_parser("train")
     t.add_argument("work")
     t.add_argument("out")
