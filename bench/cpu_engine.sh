@@ -75,9 +75,15 @@ doc = {
               "decode_limit_tok_s_bs1 = bandwidth / weight_bytes",
     "models": [json.loads(l) for l in open(runs) if l.strip()],
 }
+# Sections other tools record in this file (demo_*: the demo model's evaluations) are kept.
+try:
+    old = json.load(open(out))
+    doc.update({k: v for k, v in old.items() if k.startswith("demo_")})
+except (OSError, ValueError):
+    pass
 os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 with open(out, "w") as f:
-    json.dump(doc, f, indent=2)
+    json.dump(doc, f, indent=2, ensure_ascii=False)
     f.write("\n")
 print(out)
 PY
