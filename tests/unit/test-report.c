@@ -48,6 +48,8 @@ typedef struct sink {
     char ev[MAX_EV][32];
     int n_ev;
     uint64_t samples, dropped_announced, batches, dups, bad;
+    uint64_t last_tokens_out; /* of the newest sample received */
+    uint32_t last_kv_total;
     int seq_ok;
     conn_t c[MAX_CONN];
 } sink_t;
@@ -119,6 +121,10 @@ static void handle_batch(sink_t *s, int fd, const char *body, size_t len)
         s->batches++;
         s->inst[i].hwm = b.seq;
         s->samples += b.n_samples;
+        if (b.n_samples) {
+            s->last_tokens_out = b.samples[b.n_samples - 1].tokens_out;
+            s->last_kv_total = b.samples[b.n_samples - 1].kv_pages_total;
+        }
         for (uint32_t k = 0; k < b.n_events; k++) {
             if (!strcmp(b.events[k].type, "telemetry_dropped")) {
                 json_t *data = tdm_tm_event_data(&b.events[k]);
@@ -329,6 +335,14 @@ static void test_spool_format(const char *root)
     unlink(path);
 }
 
+/* The statistics source of the test: a counter that grows every tick. */
+static _Atomic uint64_t stats_calls;
+static void fill_stats(void *ctx, tdm_tm_sample_t *s)
+{
+    s->tokens_out = 1000 + atomic_fetch_add(&stats_calls, 1);
+    s->kv_pages_total = *(const uint32_t *)ctx;
+}
+
 int main(void)
 {
     char root[] = "/tmp/test-report-XXXXXX", url[64], dir0[700], err[512];
@@ -358,6 +372,9 @@ int main(void)
                            .page = page,
                            .interval_ms = 50,
                            .spool_max_bytes = 8000};
+    static const uint32_t kv_total = 4096;
+    o.stats = fill_stats;
+    o.stats_ctx = (void *)&kv_total;
     tdm_report_t *r;
     ok(tdm_report_start(&o, &r, err, sizeof(err)) == TDM_OK, "reporter starts");
 
@@ -373,6 +390,13 @@ int main(void)
     pthread_mutex_unlock(&sk.mu);
     ok(s1 >= 6, "samples every tick without progress (%llu in ~0.5 s at 50 ms)",
        (unsigned long long)s1);
+    pthread_mutex_lock(&sk.mu);
+    uint64_t tok = sk.last_tokens_out;
+    uint32_t kvt = sk.last_kv_total;
+    pthread_mutex_unlock(&sk.mu);
+    ok(tok > 1000 && tok < 1000 + atomic_load(&stats_calls) + 1 && kvt == 4096,
+       "each sample carries the stats source's figures (tokens_out %llu after %llu ticks)",
+       (unsigned long long)tok, (unsigned long long)atomic_load(&stats_calls));
     uint64_t hb = atomic_load(&page->slot[0].heartbeat_us[TDM_HB_REPORTER]);
     ok(hb && tdm_time_mono_us() - hb < 200000, "reporter heartbeat is fresh");
     ok(tdm_report_event(r, "", NULL, NULL, NULL, NULL, NULL) == TDM_ERR_INVAL &&
