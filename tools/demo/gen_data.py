@@ -272,7 +272,8 @@ def fake_place(rng):
 
 # VARIANT 1 trained the candidates recorded in bench/results/cpu_engine.json ("demo_frozen_eval";
 # not bundled: see models/demo/README.md). VARIANT 2 makes copying necessary: random tool and
-# argument names, and mostly generated entities (its run is still to be made).
+# argument names, and mostly generated entities; and its plain chat adds open questions composed
+# from parts (its run is still to be made).
 VARIANT = {"v": 1}
 
 
@@ -1119,8 +1120,36 @@ CAPITALS = {"Japan": "Tokyo", "Spain": "Madrid", "Germany": "Berlin", "Peru": "L
 COUNTRIES = [c for c in COUNTRIES if not seen_eval(CAPITALS[c])]
 
 
+# Variant 2: open-ended questions and requests no tool serves, composed from parts, so that an
+# unfamiliar question reads as chat rather than as a request for the nearest tool.
+_Q_THINGS = ["the moon", "volcanoes", "rainbows", "honey", "whales", "glaciers", "bread",
+             "the internet", "magnets", "thunder", "coffee", "penguins", "bicycles", "ice",
+             "fireflies", "the ocean", "deserts", "owls", "mountains", "clouds", "sand", "bees",
+             "trees", "mirrors", "stars", "soap", "music", "dreams", "tides", "seeds"]
+_Q_FORMS = ["a short poem", "a limerick", "two lines", "a tiny story", "a riddle", "a slogan"]
+_Q_TPL = ["Why do {t} exist?", "How do {t} work?", "Tell me something about {t}.",
+          "What are {t} made of?", "Explain {t} to a child.", "Are {t} dangerous?",
+          "Write {f} about {t}.", "Make up {f} about {t}.", "What do you think of {t}?",
+          "Do you like {t}?", "Describe {t} in three words.", "Fun fact about {t}, please.",
+          "Give me a tip about {t}.", "Is it true that {t} are old?", "Compare {t} and {t2}.",
+          "Which is older, {t} or {t2}?", "What's so special about {t}?"]
+_Q_ANS = ["Good question! In short: {t} are part of nature, and people have wondered about "
+          "them for a long time.", "Here you go: {t}, quiet and bright, a small wonder of the "
+          "night.", "I'd say {t} are fascinating. Want to know more?",
+          "Short answer: it depends, but {t} are mostly harmless and interesting.",
+          "Sure! {T} have been around for a very long time."]
+
+
+def open_question(rng):
+    t, t2 = rng.sample(_Q_THINGS, 2)
+    q = pick(rng, _Q_TPL, t=t, t2=t2, f=rng.choice(_Q_FORMS))
+    return q, pick(rng, _Q_ANS, t=t, T=t.capitalize())
+
+
 def plain_turn(rng):
     r = rng.random()
+    if VARIANT["v"] == 2 and rng.random() < 0.35:
+        return open_question(rng)
     if r < 0.12 and COUNTRIES:
         c = rng.choice(COUNTRIES)
         q = pick(rng, ["Which city is the capital of {c}?", "capital city of {c}?",
