@@ -59,6 +59,24 @@ tests_unit_test_toolcall_SOURCES = tests/unit/test-toolcall.c
 tests_unit_test_toolcall_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
 tests_unit_test_toolcall_LDADD = $(CHAT_LIBS)
 
+check_PROGRAMS += tests/fuzz/replay-toolcall
+TESTS += tests/fuzz/replay-toolcall
+tests_fuzz_replay_toolcall_SOURCES = tests/fuzz/fuzz-toolcall.c tests/fuzz/replay.c
+tests_fuzz_replay_toolcall_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/dataplane/tokenizer
+tests_fuzz_replay_toolcall_LDADD = $(CHAT_LIBS)
+FUZZ_BINS += fuzz/fuzz-toolcall
+TOOLCALL_FUZZ_SRCS = \
+	$(top_srcdir)/tests/fuzz/fuzz-toolcall.c \
+	$(top_srcdir)/dataplane/tokenizer/toolcall.c \
+	$(top_srcdir)/dataplane/tokenizer/toolcall_json.c \
+	$(top_srcdir)/dataplane/tokenizer/dsml.c \
+	$(top_srcdir)/dataplane/tokenizer/chat_py.c \
+	$(top_srcdir)/common/mem.c \
+	$(top_srcdir)/common/log.c \
+	$(top_srcdir)/common/status.c
+fuzz/fuzz-toolcall: $(TOOLCALL_FUZZ_SRCS)
+	$(TDM_FUZZ_LINK) -I$(top_srcdir)/dataplane/tokenizer $(TOOLCALL_FUZZ_SRCS) $(JANSSON_LIBS) -lm
+
 check_PROGRAMS += tests/unit/test-dsml
 TESTS += tests/unit/test-dsml
 tests_unit_test_dsml_SOURCES = tests/unit/test-dsml.c

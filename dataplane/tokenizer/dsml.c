@@ -239,6 +239,7 @@ static int coerce_one(const char *ty, const char *v, size_t n, tdm_sbuf_t *out)
         n--;
     char *t = tdm_strndup(v, n);
     int fit = 0;
+    n = strlen(t); /* a NUL inside the value ends the copy: never read past it */
 
     if (strcmp(ty, "integer") == 0 || strcmp(ty, "number") == 0) {
         int is_int = strcmp(ty, "integer") == 0;

@@ -270,8 +270,8 @@ static int call_close(tdm_tc_stream_t *s, int fail_state)
     json_t *n = json_loadb(j->text.p + j->name_a, j->name_b - j->name_a, JSON_DECODE_ANY, NULL);
     tdm_dsml_event_t ev = {
         .kind = TDM_DSML_CALL_END, .index = s->cur, .text = atext, .len = alen, .detail = detail};
-    tdm_tc_check_schema(s->tools, json_string_value(n), args, &ev.offered, &ev.schema_ok, detail,
-                        sizeof(detail));
+    tdm_tc_check_schema(s->tools, json_is_string(n) ? json_string_value(n) : "", args, &ev.offered,
+                        &ev.schema_ok, detail, sizeof(detail));
     s->cb(s->ud, &ev);
     free(compact);
     json_decref(n);

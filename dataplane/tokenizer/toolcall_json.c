@@ -116,11 +116,11 @@ void tdm_tc_jcall_reset(jcall_t *j)
 
 static void value_done(jcall_t *j, size_t end)
 {
-    if (j->cur_key == 1) {
+    if (j->cur_key == 1 && !j->have_name) { /* a repeated "name" does not replace the first */
         j->name_a = j->val_a;
         j->name_b = end;
         j->have_name = 1;
-    } else if (j->cur_key == 2) {
+    } else if (j->cur_key == 2 && !j->have_args) {
         j->args_a = j->val_a;
         j->args_b = end;
         j->have_args = 1;
@@ -207,7 +207,7 @@ int tdm_tc_jcall_feed(jcall_t *j, char c)
             j->in_str = 1;
         else if (c == '{' || c == '[')
             j->depth++;
-        if (j->cur_key == 2) {
+        if (j->cur_key == 2 && !j->have_args && !j->args_open) {
             j->args_obj = c == '{';
             j->args_str = c == '"';
             j->args_open = 1;

@@ -277,6 +277,40 @@ int main(void)
     got_free(&g);
     tdm_sbuf_free(&all);
     tdm_free(p);
+    /* auto on the committed real templates */
+    static const struct {
+        const char *file;
+        tdm_tc_format_t f;
+    } real[] = {{"Qwen-Qwen2.5-7B-Instruct", TDM_TC_HERMES},
+                {"Qwen-Qwen3-0.6B", TDM_TC_HERMES},
+                {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", TDM_TC_HERMES},
+                {"HuggingFaceTB-SmolLM3-3B", TDM_TC_HERMES},
+                {"meta-llama-Llama-3.1-8B-Instruct", TDM_TC_LLAMA3},
+                {"meta-llama-Llama-3.2-3B-Instruct", TDM_TC_LLAMA3},
+                {"meta-llama-Llama-3.3-70B-Instruct", TDM_TC_LLAMA3},
+                {"mistralai-Mistral-7B-Instruct-v0.3", TDM_TC_MISTRAL},
+                {"mistralai-Mistral-Nemo-Instruct-2407", TDM_TC_MISTRAL},
+                {"deepseek-ai-DeepSeek-R1", TDM_TC_DEEPSEEKV3},
+                {"deepseek-ai-DeepSeek-V3.1", TDM_TC_DEEPSEEKV3},
+                {"HuggingFaceH4-zephyr-7b-beta", TDM_TC_NONE}};
+    const char *src = getenv("TDM_SRCDIR");
+    for (size_t i = 0; i < sizeof(real) / sizeof(real[0]); i++) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/tests/fixtures/chat_templates/%s.jinja", src ? src : ".",
+                 real[i].file);
+        FILE *fp = fopen(path, "rb");
+        tdm_sbuf_t b = {0};
+        char chunk[4096];
+        size_t n;
+        while (fp && (n = fread(chunk, 1, sizeof(chunk), fp)) > 0)
+            tdm_sbuf_add(&b, chunk, n);
+        if (fp)
+            fclose(fp);
+        tdm_tc_format_t d = b.p ? tdm_tc_format_detect(b.p) : TDM_TC_FORMAT_MAX;
+        ok(d == real[i].f, "auto: %s → %s (got %s)", real[i].file, tdm_tc_format_name(real[i].f),
+           tdm_tc_format_name(d));
+        tdm_sbuf_free(&b);
+    }
     json_decref(tools);
     return done_testing();
 }
