@@ -1,6 +1,6 @@
 /*
  * jinja_builtins.c — the filters, tests, methods and globals chat templates call, each with
- * the Python/jinja2 behaviour transformers gets (docs/contracts.md lists them).
+ * the Python/jinja2 behaviour transformers gets (tdm/jinja.h lists them).
  *
  * Case mapping (upper, lower, title, capitalize) covers ASCII only; every other character is
  * kept as it is. Anything a template calls that is not here is an error naming it, never a

@@ -13,8 +13,18 @@
  * {% set %} (names, tuples, namespace attributes, block set), {% macro %} with defaults and
  * {% call %}/caller(), {% filter %}, comments and whitespace control; literals, lists, dicts,
  * tuples, attribute/item access, slicing, arithmetic, ~, comparisons, in/not in, and/or/not,
- * a if c else b, `is` tests, filters and string/dict/list methods (docs/contracts.md lists
- * them). Anything else is a parse or render error naming the template line.
+ * a if c else b, and these built-ins:
+ *   tests    defined undefined none string mapping iterable sequence number integer float boolean
+ *            true false callable equalto/eq/sameas ne lt le gt ge in odd even divisibleby lower
+ *            upper
+ *   filters  default/d length/count trim tojson(indent, sort_keys) join(d, attribute) first last
+ *            list items reverse string int float abs upper lower capitalize title replace indent
+ *            safe select reject selectattr rejectattr map(attribute= | filter name)
+ *   methods  str: startswith endswith split strip lstrip rstrip replace upper lower title
+ *            capitalize join find count format('{}' fields); dict: items keys values get
+ *   globals  raise_exception strftime_now namespace range dict (and caller() in a call block)
+ * Case mapping covers ASCII only. Anything else is a parse or render error naming the template
+ * line.
  *
  * Sandbox: templates see only the variables given (a JSON object) and the built-ins above; no
  * file, import or attribute access beyond JSON data. Output size, loop iterations and recursion
