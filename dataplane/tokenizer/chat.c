@@ -388,10 +388,11 @@ static char *read_text(const char *path, int *ret_missing)
     tdm_sbuf_t b = {.cap_limit = TDM_JINJA_MAX_SOURCE};
     char chunk[4096];
     size_t n;
-    tdm_status_t st = tdm_sbuf_add(&b, "", 0);
+    tdm_status_t st;
     *ret_missing = !f;
     if (!f)
         return NULL;
+    st = tdm_sbuf_add(&b, "", 0);
     while (st == TDM_OK && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
         st = tdm_sbuf_add(&b, chunk, n);
     if (st != TDM_OK || ferror(f) || memchr(b.p, '\0', b.len)) {
