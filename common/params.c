@@ -26,7 +26,7 @@ struct tdm_params {
     char **origin; /* "file:line", "TDM_X", "--flag"; NULL for defaults */
     char **owned;  /* string storage behind STRING/SECRET/ENUM fields */
     char *config_path, *override_path;
-    int want_help, want_print_config;
+    int want_help, want_print_config, want_version;
 };
 
 static const char *const type_names[] = {"bool", "int64", "double", "string", "secret", "enum"};
@@ -232,7 +232,7 @@ static tdm_status_t set_value(tdm_params_t *p, size_t i, const char *value, tdm_
 }
 
 static const char *const builtin_flags[] = {"--config", "--override-config", "--print-config",
-                                            "--help"};
+                                            "--help", "--version"};
 
 static tdm_status_t table_check(const tdm_param_table_t *t, char *err, size_t err_len)
 {
@@ -450,15 +450,18 @@ static tdm_status_t walk_argv(tdm_params_t *p, int argc, char *const *argv, int 
         char **slot = NULL;
         int is_help = n == 6 && !strncmp(arg, "--help", 6);
         int is_print = n == 14 && !strncmp(arg, "--print-config", 14);
+        int is_version = n == 9 && !strncmp(arg, "--version", 9);
         ssize_t i = -1;
 
-        if (is_help || is_print) {
+        if (is_help || is_print || is_version) {
             if (value) {
                 snprintf(err, err_len, "%.*s takes no value", (int)n, arg);
                 return TDM_ERR_INVAL;
             }
             if (is_help)
                 p->want_help = 1;
+            else if (is_version)
+                p->want_version = 1;
             else
                 p->want_print_config = 1;
             continue;
@@ -537,6 +540,11 @@ int tdm_params_want_print_config(const tdm_params_t *p)
     return p->want_print_config;
 }
 
+int tdm_params_want_version(const tdm_params_t *p)
+{
+    return p->want_version;
+}
+
 tdm_param_src_t tdm_params_source(const tdm_params_t *p, const char *name)
 {
     ssize_t i = find_name(p, name);
@@ -603,6 +611,7 @@ void tdm_params_usage(const tdm_param_table_t *t, FILE *out)
             "  --override-config FILE  INI file layered after --config (env "
             "TDM_OVERRIDE_CONFIG)\n"
             "  --print-config          print the resolved values and their sources as JSON\n"
+            "  --version               print the program's name and version\n"
             "  --help                  this text\n",
             t->section);
 }

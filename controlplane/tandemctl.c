@@ -55,7 +55,8 @@ static int usage(void)
                     "       tandemctl [opts] drain GROUP | restart GROUP | set GROUP KEY=VALUE...\n"
                     "       opts: --url URL --token-file FILE --token TOKEN --json\n"
                     "       tandemctl plan --gpus N --model PATH [--tp K] [--json] ... "
-                    "(tandemctl plan for all)\n");
+                    "(tandemctl plan for all)\n"
+                    "       tandemctl --version\n");
     return 2;
 }
 
@@ -306,6 +307,10 @@ int main(int argc, char **argv)
     const char *role = "read";
     int json_out = 0;
     int i = 1;
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("tandemctl %s\n", PACKAGE_VERSION);
+        return 0;
+    }
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         if (strcmp(argv[i], "--json") == 0) {
             json_out = 1;

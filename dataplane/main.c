@@ -38,6 +38,11 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     }
+    if (tdm_params_want_version(params)) {
+        printf("tandem-worker %s\n", PACKAGE_VERSION);
+        rc = 0;
+        goto out;
+    }
     if (tdm_params_want_print_config(params)) {
         rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
         goto out;

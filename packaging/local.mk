@@ -43,7 +43,8 @@ uninstall-local:
 	rm -rf '$(DESTDIR)$(demomodeldir)'
 
 PACKAGING_DEBIAN = packaging/debian/control packaging/debian/rules packaging/debian/copyright \
-	packaging/debian/source/format packaging/debian/tandem.postinst packaging/debian/tandem.postrm
+	packaging/debian/source/format packaging/debian/tandem.postinst packaging/debian/tandem.postrm \
+	packaging/debian/tandem.lintian-overrides
 EXTRA_DIST += packaging/tandem.sysusers packaging/tandem.tmpfiles packaging/groups.ini \
 	packaging/gen-man.sh \
 	$(PACKAGING_DEBIAN)
@@ -59,9 +60,34 @@ deb: dist
 	    '$(TDM_DEB_VERSION)' '$(VERSION)'; \
 	  printf ' -- tandem maintainers <tandem@lists.example.org>  %s\n' "$$(date -R)"; \
 	} >deb/$(distdir)/debian/changelog
-	cd deb/$(distdir) && dpkg-buildpackage -b -us -uc
+	cd deb/$(distdir) && DEB_BUILD_OPTIONS="parallel=$${TDM_DEB_JOBS:-2} $$DEB_BUILD_OPTIONS" \
+	  dpkg-buildpackage -b -us -uc
 	@ls -l deb/*.deb
 clean-local: tdm-clean-deb
 tdm-clean-deb:
 	-rm -rf deb
 .PHONY: deb tdm-clean-deb
+
+# The units' rules (Type=notify, watchdog, hardening, no hard dependency of workers on tandemd,
+# stop timeout above the drain deadline) parsed from packaging/systemd.
+TESTS += tests/integration/test-units.sh
+dist_check_SCRIPTS += tests/integration/test-units.sh
+
+# make deb-check: the package as CI checks it. lintian (any error fails; the warnings and the
+# overrides' reasons are printed), then systemd-analyze verify on the units unpacked beside their
+# binaries (--root: the paths the units name, without installing anything).
+deb-check: deb
+	lintian --fail-on error --display-info --show-overrides deb/*.changes
+	rm -rf deb/root && $(MKDIR_P) deb/root
+	for f in deb/*.deb; do dpkg-deb -x "$$f" deb/root || exit 1; done
+	cp deb/root/lib/systemd/system/tandem-worker@.service 'deb/root/lib/systemd/system/tandem-worker@demo.service'
+	cd deb/root/lib/systemd/system && systemd-analyze verify --man=no --root="$$(cd ../../../ && pwd)" \
+	  tandemd.service tandem-worker@demo.service tandem.target
+.PHONY: deb-check
+EXTRA_DIST += tests/integration/deb-lib.sh
+
+# The package on this machine (root; skipped without build/deb, a failure with TDM_DEB_REQUIRED=1):
+# install, files, user, conffiles, man pages, the installed worker serving, purge; an upgrade
+# N -> N+1 with a database configured.
+TESTS += tests/integration/test-deb-install.sh tests/integration/test-deb-upgrade.sh
+dist_check_SCRIPTS += tests/integration/test-deb-install.sh tests/integration/test-deb-upgrade.sh

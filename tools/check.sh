@@ -1,6 +1,9 @@
 #!/bin/sh
 # check.sh — README command 2: install dependencies, build with -Werror and ASan/UBSan, run
-# `make check` (unit, integration, chaos-short, browser, fuzz replay). Prints seconds per stage.
+# `make check` (unit, integration, chaos-short, browser, fuzz replay). Stage package builds the
+# Debian package from `make dist`, lints it and verifies its units (make deb-check); make check's
+# package tests then install, upgrade and purge it (TDM_DEB_REQUIRED=1: never skipped here).
+# Prints seconds per stage.
 # Builds in ./build-check unless TDM_BUILD_DIR is set. Exits non-zero if any stage fails.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,5 +25,6 @@ mkdir -p "$build"
 stage configure sh -c "cd '$build' && '$top/configure' --enable-werror --enable-sanitizers=address,undefined >configure.out || { tail -40 configure.out; exit 1; }; grep -A6 '^  tandem ' configure.out || true"
 stage build make -C "$build" -j"$jobs"
 stage format-check make -C "$build" format-check
-stage check make -C "$build" -j"$jobs" check
+stage package make -C "$build" deb-check TDM_DEB_JOBS="$jobs"
+stage check env TDM_DEB_REQUIRED=1 make -C "$build" -j"$jobs" check
 echo "== total: $(( $(date +%s) - t_all )) s"

@@ -7,7 +7,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS="build-essential autoconf automake libtool pkg-config git ca-certificates curl
  libh2o-evloop-dev libpq-dev libucx-dev ucx-utils libsystemd-dev libjansson-dev libxxhash-dev
  libcurl4-openssl-dev libssl-dev postgresql-15 postgresql-client-15 clang libclang-rt-14-dev clang-format
- python3 nghttp2-client procps iproute2"
+ python3 nghttp2-client procps iproute2
+ debhelper dpkg-dev fakeroot lintian man-db"
 if [ "${TDM_DEPS_MINIMAL:-0}" != 1 ]; then
     PKGS="$PKGS chromium chromium-driver"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"

@@ -140,6 +140,7 @@ tdm_status_t tdm_params_set(tdm_params_t *p, const char *name, const char *value
 /* What the CLI asked for besides tunables. */
 int tdm_params_want_help(const tdm_params_t *p);
 int tdm_params_want_print_config(const tdm_params_t *p);
+int tdm_params_want_version(const tdm_params_t *p); /* --version: print "PROGRAM VERSION", exit 0 */
 tdm_param_src_t tdm_params_source(const tdm_params_t *p, const char *name);
 
 /* `{"program":..,"params":{"name":{"value":..,"source":"cli","origin":".."},..}}`, indented;

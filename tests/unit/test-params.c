@@ -121,16 +121,18 @@ static void test_cli(void)
     is_int(tdm_worker_config_http_port(&cfg), 30001, "prefill HTTP port 30001");
     is_int(tdm_params_source(p, "model_path"), TDM_PARAM_SRC_CLI, "source cli");
     is_int(tdm_params_source(p, "host"), TDM_PARAM_SRC_DEFAULT, "untouched stays default");
-    ok(!tdm_params_want_help(p) && !tdm_params_want_print_config(p), "no built-in requested");
+    ok(!tdm_params_want_help(p) && !tdm_params_want_print_config(p) && !tdm_params_want_version(p),
+       "no built-in requested");
     tdm_params_free(p);
 
     is_int(LOAD("--tp-size", "2", "--tp-size=4", "--ignore-eos", "--ignore-eos=false", "--prompt",
-                "-1 is a fine prompt", "--help", "--print-config"),
+                "-1 is a fine prompt", "--help", "--print-config", "--version"),
            TDM_OK, "repeated flags: %s", err);
     is_int(cfg.tp_size, 4, "last occurrence wins");
     is_int(cfg.ignore_eos, 0, "--flag=false clears a bool");
     is_str(cfg.prompt, "-1 is a fine prompt", "a value may start with a single dash");
-    ok(tdm_params_want_help(p) && tdm_params_want_print_config(p), "--help, --print-config");
+    ok(tdm_params_want_help(p) && tdm_params_want_print_config(p) && tdm_params_want_version(p),
+       "--help, --print-config, --version");
     tdm_params_free(p);
 
     /* Errors name the flag and the bad value. */
