@@ -6,11 +6,11 @@
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/engine.cu \
 	kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h \
-	kernels/cuda/engine.h kernels/cuda/exec_cuda.h
+	kernels/cuda/engine.h kernels/cuda/exec_cuda.h kernels/cuda/module.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
 libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/engine.cu kernels/cuda/ops_host.cu \
-	kernels/cuda/exec_cuda.c
+	kernels/cuda/exec_cuda.c kernels/cuda/module.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
 if HAVE_CUDA_RT
@@ -41,3 +41,39 @@ else
 TESTS += tests/gpu/skip-no-cudart.sh
 endif
 include bench/gpu.mk
+
+# --enable-cuda-module: backend-cuda.so, installed in $(pkglibdir) (the tandem-cuda package): the
+# engine, what it needs of the host libraries, and the CUDA runtime linked statically; every
+# symbol local but the entry (module.map), so the module's copies never interpose the worker's.
+EXTRA_DIST += kernels/cuda/module.map
+if CUDA_MODULE
+cudamoduledir = $(pkglibdir)
+cudamodule_DATA = backend-cuda.so
+CUDA_MODULE_IN = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a libtdmcommon.a
+backend-cuda.so: $(CUDA_MODULE_IN) $(srcdir)/kernels/cuda/module.map
+	$(AM_V_CCLD)$(CC) -shared -o $@ $(AM_LDFLAGS) $(LDFLAGS) -Wl,--no-undefined \
+	  -Wl,-u,tdm_cuda_module_v1 -Wl,--version-script=$(srcdir)/kernels/cuda/module.map \
+	  $(CUDA_MODULE_IN) $(JANSSON_LIBS) $(XXHASH_LIBS) $(CUDA_MODULE_LIBS) -lstdc++ -lm
+CLEANFILES += backend-cuda.so
+endif
+
+# The module loader (kernels/cuda/loader.c, in libtdmsched.a) against fake modules: absent, not
+# a shared object, no entry symbol, another ABI, well-formed.
+check_PROGRAMS += tests/unit/test-cuda-module
+TESTS += tests/unit/test-cuda-module
+tests_unit_test_cuda_module_SOURCES = tests/unit/test-cuda-module.c
+tests_unit_test_cuda_module_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
+tests_unit_test_cuda_module_LDADD = libtdmsched.a $(COMMON_LIBS)
+CUDA_MODULE_FAKES = tests/unit/cuda-module-nosym.so tests/unit/cuda-module-abi.so \
+	tests/unit/cuda-module-ok.so
+check_SCRIPTS += $(CUDA_MODULE_FAKES)
+CLEANFILES += $(CUDA_MODULE_FAKES)
+EXTRA_DIST += tests/unit/cuda-module-fake.c
+TDM_FAKE_MODULE = $(AM_V_CC)$(MKDIR_P) tests/unit && $(CC) -std=gnu11 -shared -fPIC \
+	-I$(top_srcdir)/include -I$(top_builddir) -I$(top_srcdir) -o $@ $(srcdir)/tests/unit/cuda-module-fake.c
+tests/unit/cuda-module-nosym.so: $(srcdir)/tests/unit/cuda-module-fake.c
+	$(TDM_FAKE_MODULE) -DFAKE_KIND=0
+tests/unit/cuda-module-abi.so: $(srcdir)/tests/unit/cuda-module-fake.c
+	$(TDM_FAKE_MODULE) -DFAKE_KIND=1
+tests/unit/cuda-module-ok.so: $(srcdir)/tests/unit/cuda-module-fake.c
+	$(TDM_FAKE_MODULE) -DFAKE_KIND=2

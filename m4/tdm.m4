@@ -104,6 +104,20 @@ int cublasLtCreate(void **);]],
       ])
     ])
   ])
+  # --enable-cuda-module: the engine as backend-cuda.so (kernels/cuda/module.h) with the CUDA
+  # runtime linked in statically (cuBLAS stays shared: the toolkit ships no static cuBLAS here);
+  # the worker then links no CUDA library and loads the module for --device cuda only.
+  AC_ARG_ENABLE([cuda-module],
+    [AS_HELP_STRING([--enable-cuda-module], [build the CUDA engine as PKGLIBDIR/backend-cuda.so, loaded by the worker, instead of linking it in (the Debian packages)])],
+    [], [enable_cuda_module=no])
+  AS_IF([test "x$enable_cuda_module" = xyes && test "x$have_cuda_rt" != xyes],
+    [AC_MSG_ERROR([--enable-cuda-module needs nvcc with a linkable CUDA runtime and cuBLAS])])
+  AS_IF([test "x$enable_cuda_module" = xyes],
+    [AS_IF([test -e "$CUDA_LIBDIR/libcudart_static.a"], [],
+       [AC_MSG_ERROR([--enable-cuda-module: $CUDA_LIBDIR/libcudart_static.a not found])])
+     CUDA_MODULE_LIBS="-L$CUDA_LIBDIR -lcudart_static -lcublas -lcublasLt -ldl -lrt -lpthread"])
+  AC_SUBST([CUDA_MODULE_LIBS])
+  AM_CONDITIONAL([CUDA_MODULE], [test "x$enable_cuda_module" = xyes])
   AS_IF([test "x$have_cuda" = xyes], [
     CUDA_CFLAGS="-I${CUDA_INCDIR:-$CUDA_HOME/include}"
     CUDA_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lcudart -lcublas -lcublasLt"

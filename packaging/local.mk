@@ -44,13 +44,16 @@ uninstall-local:
 
 PACKAGING_DEBIAN = packaging/debian/control packaging/debian/rules packaging/debian/copyright \
 	packaging/debian/source/format packaging/debian/tandem.postinst packaging/debian/tandem.postrm \
-	packaging/debian/tandem.lintian-overrides
+	packaging/debian/tandem.lintian-overrides packaging/debian/tandem.install \
+	packaging/debian/tandem-cuda.install
 EXTRA_DIST += packaging/tandem.sysusers packaging/tandem.tmpfiles packaging/groups.ini \
 	packaging/gen-man.sh \
 	$(PACKAGING_DEBIAN)
 
 # make deb: dist tarball -> deb/tandem-VERSION/ (+ debian/ and a changelog for VERSION) ->
-# dpkg-buildpackage (binary only, unsigned). TDM_DEB_VERSION overrides the package version.
+# dpkg-buildpackage (binary only, unsigned). TDM_DEB_VERSION overrides the package version;
+# TDM_DEB_CUDA=1 builds tandem-cuda too (needs nvcc, the CUDA runtime and cuBLAS), otherwise the
+# build profile nocuda builds tandem alone.
 TDM_DEB_VERSION = $(VERSION)
 deb: dist
 	rm -rf deb && $(MKDIR_P) deb
@@ -61,7 +64,7 @@ deb: dist
 	  printf ' -- tandem maintainers <tandem@lists.example.org>  %s\n' "$$(date -R)"; \
 	} >deb/$(distdir)/debian/changelog
 	cd deb/$(distdir) && DEB_BUILD_OPTIONS="parallel=$${TDM_DEB_JOBS:-2} $$DEB_BUILD_OPTIONS" \
-	  dpkg-buildpackage -b -us -uc
+	  dpkg-buildpackage -b -us -uc $$(test "$${TDM_DEB_CUDA:-0}" = 1 || echo -Pnocuda)
 	@ls -l deb/*.deb
 clean-local: tdm-clean-deb
 tdm-clean-deb:

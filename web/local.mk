@@ -4,7 +4,7 @@
 WEB_ASSETS = web/console.html web/console.js web/console.css
 WEB_EXTRA = $(UPLOT_DIR)/dist/uPlot.iife.min.js $(UPLOT_DIR)/dist/uPlot.min.css web/uPlot.LICENSE \
 	$(top_srcdir)/docs/alerts.md
-EXTRA_DIST += $(WEB_ASSETS) web/embed.sh web/uplot.pin
+EXTRA_DIST += $(WEB_ASSETS) web/embed.sh web/uplot.pin docs/alerts.md
 web/uPlot.LICENSE: $(UPLOT_DIR)/LICENSE
 	@$(MKDIR_P) web
 	$(AM_V_GEN)cp $(UPLOT_DIR)/LICENSE $@

@@ -27,9 +27,7 @@
 #include <tdm/time.h>
 
 #include "dataplane/sched/sched_int.h"
-#ifdef TDM_HAVE_CUDA_RT
-#include "kernels/cuda/exec_cuda.h"
-#endif
+#include "kernels/cuda/module.h"
 
 struct tdm_exec {
     tdm_exec_cfg_t cfg;
@@ -38,9 +36,8 @@ struct tdm_exec {
     tdm_backend_t be;
     tdm_kv_pool_t *pool;
     tdm_graph_t *graph;
-#ifdef TDM_HAVE_CUDA_RT
-    tdm_exec_cuda_t *cuda; /* --device cuda: the forward; graph and be unused */
-#endif
+    const tdm_cuda_module_t *cu; /* --device cuda: the engine's table (module.h) */
+    tdm_exec_cuda_t *cuda;       /* --device cuda: the forward; graph and be unused */
     uint32_t vocab;
     float *logits;       /* max_seqs rows */
     tdm_graph_seq_t *gs; /* max_seqs */
@@ -91,27 +88,30 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
                    st, err_free);
     x->have_view = 1;
     if (cfg->device_cuda) {
-#ifdef TDM_HAVE_CUDA_RT
         /* weights and the KV pool on the device (pool sized from --mem-fraction-static, capped
-         * at cfg->num_pages); the scheduler's page allocator over exactly the engine's pages */
+         * at cfg->num_pages); the scheduler's page allocator over exactly the engine's pages.
+         * Built with the CUDA runtime the engine is linked in; without it, it is backend-cuda.so
+         * (the tandem-cuda package), loaded here and only here. */
+#ifdef TDM_HAVE_CUDA_RT
+        x->cu = tdm_cuda_module_v1();
+#else
+        st = tdm_cuda_module_load(cfg->cuda_backend, &x->cu, err, err_len);
+        if (st != TDM_OK)
+            goto err_free;
+#endif
         tdm_exec_cuda_cfg_t cc = {&x->view,       cfg->kv_dtype,           cfg->page_size,
                                   cfg->max_seqs,  cfg->max_tokens,         cfg->max_context,
                                   cfg->num_pages, cfg->mem_fraction_static};
-        st = tdm_exec_cuda_init(&cc, &x->cuda, err, err_len);
+        st = x->cu->exec_init(&cc, &x->cuda, err, err_len);
         if (st != TDM_OK)
             goto err_free;
-        x->cfg.num_pages = tdm_exec_cuda_num_pages(x->cuda);
-        st = tdm_kv_pool_init_pages(tdm_exec_cuda_layout(x->cuda), x->cfg.num_pages, &x->pool);
+        x->cfg.num_pages = x->cu->exec_num_pages(x->cuda);
+        st = tdm_kv_pool_init_pages(x->cu->exec_layout(x->cuda), x->cfg.num_pages, &x->pool);
         if (st != TDM_OK) {
             SET_ERR("KV page allocator of %u pages: %s", x->cfg.num_pages, tdm_status_str(st));
             goto err_free;
         }
         goto buffers;
-#else
-        SET_ERR("--device cuda: this build has no CUDA runtime (configure found no cudart)");
-        st = TDM_ERR_UNSUPPORTED;
-        goto err_free;
-#endif
     }
     st = tdm_backend_cpu_init(cfg->threads, &x->be);
     if (st != TDM_OK) {
@@ -140,9 +140,7 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         SET_ERR("forward graph for %u rows: %s", cfg->max_tokens, tdm_status_str(st));
         goto err_free;
     }
-#ifdef TDM_HAVE_CUDA_RT
 buffers:
-#endif
     cfg->tensor->skip_fault = cfg->faults ? skip_fault : NULL;
     cfg->tensor->fault_ctx = x;
     x->logits = malloc((size_t)cfg->max_seqs * x->vocab * sizeof(float));
@@ -176,9 +174,8 @@ void tdm_exec_free(tdm_exec_t *x)
         x->cfg.tensor->fault_ctx = NULL;
     }
     tdm_graph_free(x->graph);
-#ifdef TDM_HAVE_CUDA_RT
-    tdm_exec_cuda_free(x->cuda);
-#endif
+    if (x->cuda)
+        x->cu->exec_free(x->cuda);
     tdm_kv_pool_free(x->pool);
     if (x->have_be)
         tdm_backend_cpu_free(&x->be);
@@ -201,10 +198,8 @@ tdm_kv_pool_t *tdm_exec_pool(tdm_exec_t *x)
 
 uint64_t tdm_exec_weight_bytes(const tdm_exec_t *x)
 {
-#ifdef TDM_HAVE_CUDA_RT
     if (x->cuda)
-        return tdm_exec_cuda_weight_bytes(x->cuda);
-#endif
+        return x->cu->exec_weight_bytes(x->cuda);
     return x->view.resident_bytes;
 }
 
@@ -217,12 +212,7 @@ uint64_t tdm_exec_kv_bytes(const tdm_exec_t *x)
 
 const tdm_kv_buffers_t *tdm_exec_kv_device(const tdm_exec_t *x)
 {
-#ifdef TDM_HAVE_CUDA_RT
-    if (x->cuda)
-        return tdm_exec_cuda_kv(x->cuda);
-#endif
-    (void)x;
-    return NULL;
+    return x->cuda ? x->cu->exec_kv(x->cuda) : NULL;
 }
 
 const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x)
@@ -293,11 +283,9 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
             tok_off += e.n_tokens;
             n++;
         }
-#ifdef TDM_HAVE_CUDA_RT
         if (x->cuda)
-            st = tdm_exec_cuda_forward(x->cuda, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
+            st = x->cu->exec_forward(x->cuda, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
         else
-#endif
             st = tdm_graph_forward(x->graph, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
         if (st != TDM_OK) {
             tdm_err(TDM_SUB_SCHED, "msg=\"forward failed\" rank=%u iter=%llu status=%s",

@@ -7,13 +7,20 @@ libtdmsched_a_SOURCES = \
 	dataplane/sched/prefix.c \
 	dataplane/sched/sched.c \
 	dataplane/sched/launcher.c \
-	dataplane/sched/worker.c
-libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS)
+	dataplane/sched/worker.c \
+	kernels/cuda/loader.c
+# --device cuda without a linked CUDA runtime loads $(pkglibdir)/backend-cuda.so (kernels/cuda/module.h)
+libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS) \
+	-DTDM_PKGLIBDIR='"$(pkglibdir)"'
+
 if HAVE_CUDA_RT
-# --device cuda: exec.c calls the CUDA adapter (kernels/cuda/exec_cuda.h) in libtdmcuda.a
+if !CUDA_MODULE
+# --device cuda: exec.c calls the CUDA adapter (kernels/cuda/exec_cuda.h) in libtdmcuda.a; with
+# --enable-cuda-module it loads backend-cuda.so instead and the worker links no CUDA library
 libtdmsched_a_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1
 SCHED_CUDA_LIBS = libtdmcuda.a
 SCHED_CUDA_SYS = $(CUDA_LIBS) -lstdc++
+endif
 endif
 noinst_HEADERS += dataplane/sched/plan.h dataplane/sched/sched.h dataplane/sched/worker.h \
 	dataplane/sched/fault.h dataplane/sched/sched_int.h \

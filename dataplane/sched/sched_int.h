@@ -104,6 +104,8 @@ typedef struct tdm_exec_cfg {
     uint64_t kv_mem_bytes;
     int device_cuda;            /* 1: the forward runs on the CUDA engine (--device cuda, tp 1) */
     double mem_fraction_static; /* --device cuda: share of free GPU memory for weights + KV */
+    const char *cuda_backend;   /* --device cuda without a linked runtime: backend-cuda.so
+                                   (NULL/"" = the installed one, kernels/cuda/module.h) */
 } tdm_exec_cfg_t;
 
 typedef struct tdm_exec tdm_exec_t;

@@ -876,7 +876,8 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                          .kv_mem = ucx_kv ? ucx_kv : w->kv_mem,
                          .kv_mem_bytes = ucx_kv ? ucx_kv_bytes : w->kv_mem_bytes,
                          .device_cuda = on_cuda,
-                         .mem_fraction_static = cfg->mem_fraction_static};
+                         .mem_fraction_static = cfg->mem_fraction_static,
+                         .cuda_backend = cfg->cuda_backend};
     st = tdm_exec_init(&xc, &w->x, err, sizeof(err));
     if (st != TDM_OK)
         goto err_msg;

@@ -16,7 +16,10 @@ XFER_LIBS = libtdmxfer.a libtdmkv.a libtdmtp.a $(UCX_LIBS) $(COMMON_LIBS)
 # GPU KV pools (cfg.kv_cuda) move by CUDA IPC: the mover and its checksum kernel are built only
 # with a linkable CUDA runtime; without one the engine refuses a device pool (cuda_ipc.h).
 EXTRA_DIST += kernels/cuda/xfer_ops.cu
+# (--enable-cuda-module: the worker links no CUDA library, so no CUDA IPC mover: PD between
+# --device cuda groups needs a worker built with the runtime linked in)
 if HAVE_CUDA_RT
+if !CUDA_MODULE
 libtdmxfer_a_SOURCES += dataplane/xfer/cuda_ipc.c kernels/cuda/xfer_ops.cu
 libtdmxfer_a_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1 $(CUDA_CFLAGS)
 XFER_LIBS += $(CUDA_LIBS) -lstdc++
@@ -35,6 +38,7 @@ tests_unit_test_xfer_cudaipc_SOURCES = tests/unit/test-xfer-cudaipc.c tests/unit
 tests_unit_test_xfer_cudaipc_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS) \
 	$(CUDA_CFLAGS) -DTDM_HAVE_CUDA_RT=1
 tests_unit_test_xfer_cudaipc_LDADD = libtdmxfer.a libtdmkv.a libtdmtp.a $(UCX_LIBS) $(COMMON_LIBS)
+endif
 endif
 EXTRA_DIST += tests/gpu/test-pd-cuda.sh
 

@@ -34,6 +34,7 @@
     P(rank, "TDM_RANK", "--rank", INT64, "-1", "-1..63", "Rank of this process; -1 = launcher, which spawns ranks 0..tp-1") \
     P(base_gpu_id, "TDM_BASE_GPU_ID", "--base-gpu-id", INT64, "0", "0..1023", "First GPU index; rank r uses base + r") \
     P(device, "TDM_DEVICE", "--device", ENUM, "cuda", "cuda|cpu", "Compute device") \
+    P(cuda_backend, "TDM_CUDA_BACKEND", "--cuda-backend", STRING, "", "", "backend-cuda.so that --device cuda loads in a worker built without the CUDA runtime (empty = the tandem-cuda package's, in the package library directory)") \
     P(mem_fraction_static, "TDM_MEM_FRACTION_STATIC", "--mem-fraction-static", DOUBLE, "0.88", "0.05..0.99", "Fraction of GPU memory for weights + KV pool") \
     P(kv_cpu_bytes, "TDM_KV_CPU_BYTES", "--kv-cpu-bytes", INT64, "268435456", "4096..", "KV pool bytes per rank on --device cpu") \
     P(kv_cache_dtype, "TDM_KV_CACHE_DTYPE", "--kv-cache-dtype", ENUM, "auto", "auto|bf16|fp8_e4m3", "KV cache element type (auto = model dtype); pair-wide") \

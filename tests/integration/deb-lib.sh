@@ -8,6 +8,12 @@
 # shellcheck shell=sh
 . "$SRC/tests/integration/tap-lib.sh"
 
+# okf STATUS DESCRIPTION FILE: ok, and on failure FILE's last lines as TAP comments
+okf() {
+    ok "$1" "$2"
+    [ "$1" = 0 ] || tail -n 30 "$3" 2>/dev/null | sed 's/^/# /'
+}
+
 deb_skip_or_fail() {
     if [ "${TDM_DEB_REQUIRED:-0}" = 1 ]; then
         echo "1..1"

@@ -19,7 +19,8 @@ deb_setup
 
 echo "# installing $(basename "$DEB")"
 deb_apt install "$DEB" >"$TMP/install.log" 2>&1
-ok $? "apt-get install ./$(basename "$DEB")" || sed 's/^/# /' "$TMP/install.log"
+okf $? "apt-get install ./$(basename "$DEB")" "$TMP/install.log"
+! grep -q 'schema version\|--migrate' "$TMP/install.log"; ok $? "no database configured: postinst ran no migration"
 st=$(dpkg-query -W -f='${Status} ${Version}' tandem 2>/dev/null)
 [ "$st" = "install ok installed $DEB_VERSION" ]; ok $? "dpkg: tandem $DEB_VERSION installed ($st)"
 
@@ -75,8 +76,7 @@ cp /lib/systemd/system/tandem-worker@.service "$TMP/units/tandem-worker@demo.ser
 systemd-analyze verify --man=no /lib/systemd/system/tandemd.service /lib/systemd/system/tandem.target \
     "$TMP/units/tandem-worker@demo.service" >"$TMP/verify.log" 2>&1
 rc=$?
-[ $rc = 0 ] && [ ! -s "$TMP/verify.log" ]; ok $? "systemd-analyze verify: the three units (rc $rc)" ||
-    sed 's/^/# /' "$TMP/verify.log"
+[ $rc = 0 ] && [ ! -s "$TMP/verify.log" ]; okf $? "systemd-analyze verify: the three units (rc $rc)" "$TMP/verify.log"
 
 v=$(/usr/bin/tandemd --version 2>&1)
 [ "$v" = "tandemd $PKG_VERSION" ]; ok $? "installed tandemd --version: $v"
@@ -92,25 +92,35 @@ setpriv --reuid=tandem --regid=tandem --init-groups -- env -i PATH=/usr/bin:/bin
     --config /etc/tandem/workers/demo.conf --override-config /var/lib/tandem/groups/demo/override.ini \
     --spool-dir /var/lib/tandem/spool/demo --host 127.0.0.1 --port "$port" >"$TMP/worker.log" 2>&1 &
 WPID=$!
-deb_wait_ready "$port" 60; ok $? "installed worker ready on 127.0.0.1:$port" ||
-    sed 's/^/# /' "$TMP/worker.log"
+deb_wait_ready "$port" 60; okf $? "installed worker ready on 127.0.0.1:$port" "$TMP/worker.log"
 curl -sS -m 60 -H 'Content-Type: application/json' \
     -d '{"model":"demo","prompt":"The capital of France is","max_tokens":8,"temperature":0}' \
     "http://127.0.0.1:$port/v1/completions" >"$TMP/resp.json" 2>&1
-python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); t=r["choices"][0]["text"]; assert r["usage"]["completion_tokens"]>0, r; print("# text:", repr(t))' "$TMP/resp.json"
-ok $? "installed worker answers /v1/completions on the demo model" || sed 's/^/# /' "$TMP/resp.json"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); t=r["choices"][0]["text"]; assert r["usage"]["completion_tokens"]>0, r; print("# text:", repr(t))' "$TMP/resp.json" 2>/dev/null
+rc=$?
+cat "$TMP/resp.json" >>"$TMP/worker.log"
+okf $rc "installed worker answers /v1/completions on the demo model" "$TMP/worker.log"
 kill -TERM "$WPID" 2>/dev/null
 deb_wait_exit "$WPID" 30; ok $? "installed worker exits on SIGTERM"
 WPID=
+
+# --device cuda without the tandem-cuda package: the worker says what to install, and fails
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+setpriv --reuid=tandem --regid=tandem --init-groups -- env -i PATH=/usr/bin:/bin /usr/bin/tandem-worker \
+    --config /etc/tandem/workers/demo.conf --device cuda --host 127.0.0.1 --port 0 >"$TMP/cuda.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "GPU backend not installed: install tandem-cuda (/usr/lib/$multiarch/tandem/backend-cuda.so" "$TMP/cuda.log"
+okf $? "--device cuda without tandem-cuda: exit $rc, 'GPU backend not installed: install tandem-cuda'" "$TMP/cuda.log"
 
 # purge: every file the package listed, the conffiles, /etc/tandem, the state dir, the maintainer
 # scripts' state and the units' enablement links are gone; the tandem user stays (policy).
 dpkg-query -L tandem >"$TMP/files" 2>/dev/null
 deb_apt purge tandem >"$TMP/purge.log" 2>&1
-ok $? "apt-get purge tandem" || sed 's/^/# /' "$TMP/purge.log"
+okf $? "apt-get purge tandem" "$TMP/purge.log"
 dpkg-query -W -f='${Status}' tandem 2>/dev/null | grep -q installed
 [ $? != 0 ]; ok $? "dpkg: tandem no longer known as installed"
-left=$(while read -r f; do [ -f "$f" ] || [ -L "$f" ] && echo "$f"; done <"$TMP/files")
+# (directories are shared — /lib is even a symlink to usr/lib here — so only files count)
+left=$(while read -r f; do [ ! -d "$f" ] && { [ -e "$f" ] || [ -L "$f" ]; } && echo "$f"; done <"$TMP/files")
 [ -z "$left" ]; ok $? "no packaged file left after purge${left:+: $left}"
 left=$(ls -d /etc/tandem /var/lib/tandem /var/lib/dpkg/info/tandem.* /etc/systemd/system/*.wants/tandem* \
     /var/lib/systemd/deb-systemd-helper-enabled/*tandem* /var/lib/systemd/deb-systemd-helper-enabled/*/*tandem* \
