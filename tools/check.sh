@@ -1,7 +1,7 @@
 #!/bin/sh
 # check.sh — README command 2: install dependencies, build with -Werror and ASan/UBSan, run
 # `make check` (unit, integration, chaos-short, browser, fuzz replay). Stage package builds the
-# Debian package from `make dist`, lints it and verifies its units (make deb-check); make check's
+# Debian package from `make dist` and lints it (make deb-check); make check's
 # package tests then install, upgrade and purge it (TDM_DEB_REQUIRED=1: never skipped here).
 # Prints seconds per stage.
 # Builds in ./build-check unless TDM_BUILD_DIR is set. Exits non-zero if any stage fails.
