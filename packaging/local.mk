@@ -75,6 +75,10 @@ tdm-clean-deb:
 # stop timeout above the drain deadline) parsed from packaging/systemd.
 TESTS += tests/integration/test-units.sh
 dist_check_SCRIPTS += tests/integration/test-units.sh
+# The same units under a real systemd (a user manager in a private mount namespace, root only):
+# READY, the watchdog restarting a stopped scheduler loop, tandemd restarts leaving workers alone.
+TESTS += tests/integration/test-units-systemd.sh
+dist_check_SCRIPTS += tests/integration/test-units-systemd.sh
 
 # make deb-check: the package as CI checks it: lintian (any error fails; the warnings and the
 # overrides' reasons are printed). systemd-analyze verify needs the binaries at the units' paths
