@@ -170,6 +170,11 @@ tdm_status_t tdm_cuda_to_bf16(const float *x, size_t count, uint16_t *out, cudaS
 /* y (n, ldy)[:, 0:M] += bias (M). */
 tdm_status_t tdm_cuda_add_bias(float *y, uint32_t n, uint32_t M, uint32_t ldy, const float *bias,
                                cudaStream_t stream);
+/* Qwen3's per-head RMSNorm of q and k in place: qkv (n, ld) rows of H q heads, KV k heads (then
+ * v, untouched), hd values each; qw, kw (hd) fp32. */
+tdm_status_t tdm_cuda_qk_norm(float *qkv, uint32_t n, uint32_t ld, uint32_t H, uint32_t KV,
+                              uint32_t hd, const float *qw, const float *kw, float eps,
+                              cudaStream_t stream);
 /* out (n, I) bf16 or fp32 = silu(gu[:, 0:I]) * gu[:, I:2I]; gu (n, 2I); interleaved: gu's
  * columns are gate_0, up_0, gate_1, up_1, ... (the engine's gate|up layout with the SwiGLU
  * epilogue on). */

@@ -4,7 +4,8 @@
  * CUDA graphs per batch-size bucket.
  *
  * Per layer, small batches (n <= gemv_max_rows, or non-bf16 weights) run 7 launches:
- *   qkv = GEMV[norm](x; attn_norm, Wqkv) + b;  rope + KV write;  attention split; combine;
+ *   qkv = GEMV[norm](x; attn_norm, Wqkv) + b;  (Qwen3: RMSNorm of each q and k head, one
+ *   launch);  rope + KV write;  attention split; combine;
  *   x += GEMV(attn; Wo);  gu = GEMV[norm](x; mlp_norm, Wgu);  x += GEMV[silu](gu; Wdown)
  * and wide batches run RMSNorm → bf16 → cuBLAS (beta = 1 folds the residual add) instead.
  * The plan of a call (ids, positions, page-table offsets, active rows, logit rows, page tables)
@@ -32,6 +33,7 @@ typedef struct layer_dev {
     const void *qkv, *o, *gu, *down;
     const float *qkv_bias; /* NULL when the model has none */
     const float *attn_norm, *mlp_norm;
+    const float *qk_norm; /* (2, hd): q_norm | k_norm (Qwen3); NULL when the model has none */
 } layer_dev_t;
 
 struct tdm_cuda_engine {
@@ -197,6 +199,7 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
     const size_t es = e->wes;
     const uint32_t d = e->d, I = e->I, qd = e->H * e->hd, kd = e->KV * e->hd;
     const int has_bias = v->layers[0].q_bias.data != NULL;
+    const int has_qkn = v->layers[0].q_norm.data != NULL; /* check_view: every layer or none */
     const int tied = v->lm_head.data == v->embed.data;
     uint64_t off = 0, per_layer[8], o_embed, o_lm, o_fn, o_freq;
     uint8_t *stage = NULL;
@@ -204,16 +207,17 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
     tdm_rope_t rope;
 
     TDM_TRY(tdm_rope_init(&e->cfg, &rope));
-    /* sizes: qkv, o, gu, down, bias, attn_norm, mlp_norm */
-    uint64_t sz[7] = {align256((uint64_t)e->qkvd * d * es),
+    /* sizes: qkv, o, gu, down, bias, attn_norm, mlp_norm, q_norm|k_norm */
+    uint64_t sz[8] = {align256((uint64_t)e->qkvd * d * es),
                       align256((uint64_t)d * qd * es),
                       align256((uint64_t)2 * I * d * es),
                       align256((uint64_t)d * I * es),
                       has_bias ? align256((uint64_t)e->qkvd * 4) : 0,
                       align256((uint64_t)d * 4),
-                      align256((uint64_t)d * 4)};
+                      align256((uint64_t)d * 4),
+                      has_qkn ? align256((uint64_t)2 * e->hd * 4) : 0};
     uint64_t lbytes = 0;
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         per_layer[i] = lbytes;
         lbytes += sz[i];
     }
@@ -278,6 +282,11 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
         PUT(b + per_layer[5], (size_t)d * 4);
         stage_f32(&w->mlp_norm, (float *)stage);
         PUT(b + per_layer[6], (size_t)d * 4);
+        if (has_qkn) {
+            stage_f32(&w->q_norm, (float *)stage);
+            stage_f32(&w->k_norm, (float *)stage + e->hd);
+            PUT(b + per_layer[7], (size_t)2 * e->hd * 4);
+        }
         ld->qkv = e->wbuf + b + per_layer[0];
         ld->o = e->wbuf + b + per_layer[1];
         ld->gu = e->wbuf + b + per_layer[2];
@@ -285,6 +294,7 @@ static tdm_status_t upload_weights(tdm_cuda_engine_t *e, const tdm_model_view_t 
         ld->qkv_bias = has_bias ? (const float *)(e->wbuf + b + per_layer[4]) : NULL;
         ld->attn_norm = (const float *)(e->wbuf + b + per_layer[5]);
         ld->mlp_norm = (const float *)(e->wbuf + b + per_layer[6]);
+        ld->qk_norm = has_qkn ? (const float *)(e->wbuf + b + per_layer[7]) : NULL;
     }
     stage_rows(&v->embed, es, stage);
     PUT(o_embed, (size_t)e->V * d * es);
@@ -316,12 +326,6 @@ static tdm_status_t check_view(const tdm_model_view_t *v, int wdt)
     uint32_t d = c->hidden_size, hd = c->head_dim, qd = v->heads_r * hd, kd = v->kv_heads_r * hd;
     if (v->tp_size != 1)
         return TDM_ERR_UNSUPPORTED;
-    /* Qwen3's per-head q/k RMSNorm has no kernel here yet: the CPU engine serves it */
-    if (c->arch == TDM_ARCH_QWEN3 || (v->layers && v->layers[0].q_norm.data)) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"the CUDA engine does not run %s yet; use --device cpu\"",
-                tdm_arch_name(c->arch));
-        return TDM_ERR_UNSUPPORTED;
-    }
     if (!v->layers || d == 0 || hd == 0 || v->kv_heads_r == 0 || v->heads_r % v->kv_heads_r)
         return TDM_ERR_INVAL;
     if (v->heads_r / v->kv_heads_r > TDM_CUDA_MAX_GROUP || hd > TDM_CUDA_MAX_HD || hd % 16 ||
@@ -337,6 +341,13 @@ static tdm_status_t check_view(const tdm_model_view_t *v, int wdt)
             !T_OK(w->gate, v->inter_r, d) || !T_OK(w->up, v->inter_r, d) ||
             !T_OK(w->down, d, v->inter_r) || (uint64_t)w->attn_norm.rows * w->attn_norm.cols != d ||
             (uint64_t)w->mlp_norm.rows * w->mlp_norm.cols != d)
+            return TDM_ERR_INVAL;
+        /* Qwen3's q_norm/k_norm (hd each): on every layer or on none */
+        const int qkn = c->arch == TDM_ARCH_QWEN3 || v->layers[0].q_norm.data;
+        if (qkn ? !w->q_norm.data || !w->k_norm.data ||
+                      (uint64_t)w->q_norm.rows * w->q_norm.cols != hd ||
+                      (uint64_t)w->k_norm.rows * w->k_norm.cols != hd
+                : w->q_norm.data || w->k_norm.data)
             return TDM_ERR_INVAL;
     }
 #undef T_OK
@@ -722,6 +733,10 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
             if (w->qkv_bias)
                 TDM_TRY(tdm_cuda_add_bias(e->qkv, n, e->qkvd, e->qkvd, w->qkv_bias, s));
         }
+        /* Qwen3: each q and k head RMS-normalised in place before every attention path's RoPE */
+        if (w->qk_norm)
+            TDM_TRY(tdm_cuda_qk_norm(e->qkv, n, e->qkvd, e->H, e->KV, e->hd, w->qk_norm,
+                                     w->qk_norm + e->hd, eps, s));
         if (e->o.ablate & TDM_CUDA_ABLATE_ATTN)
             goto mlp;
         if (e->ntiles) {

@@ -409,6 +409,42 @@ tdm_status_t tdm_cuda_add_bias(float *y, uint32_t n, uint32_t M, uint32_t ldy, c
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
+/* Qwen3's q_norm/k_norm: one warp per (row, head) over the first H + KV heads of each row of
+ * qkv (n, ld), in place: x = x * rsqrt(mean(x^2) + eps) * w, w = qw (hd) for the H q heads, kw
+ * (hd) for the KV k heads; v untouched. The CPU reference is rmsnorm_add over n * H rows of hd. */
+__global__ void qk_norm_kernel(float *qkv, uint32_t n, uint32_t ld, uint32_t H, uint32_t KV,
+                               uint32_t hd, const float *qw, const float *kw, float eps)
+{
+    pdl_sync();
+    const uint32_t lane = threadIdx.x & 31, heads = H + KV;
+    const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= (size_t)n * heads)
+        return;
+    const uint32_t r = (uint32_t)(wid / heads), h = (uint32_t)(wid % heads);
+    float *x = qkv + (size_t)r * ld + (size_t)h * hd;
+    const float *w = h < H ? qw : kw;
+    float ss = 0.0f;
+    for (uint32_t i = lane; i < hd; i += 32)
+        ss += x[i] * x[i];
+    const float rs = rsqrtf(warp_sum(ss) / (float)hd + eps);
+    for (uint32_t i = lane; i < hd; i += 32)
+        x[i] = w[i] * (x[i] * rs);
+}
+
+tdm_status_t tdm_cuda_qk_norm(float *qkv, uint32_t n, uint32_t ld, uint32_t H, uint32_t KV,
+                              uint32_t hd, const float *qw, const float *kw, float eps,
+                              cudaStream_t stream)
+{
+    if (!qkv || !qw || !kw || hd == 0 || (uint64_t)(H + 2 * KV) * hd > ld)
+        return TDM_ERR_INVAL;
+    const size_t warps = (size_t)n * (H + KV);
+    if (warps == 0)
+        return TDM_OK;
+    launch(qk_norm_kernel, (unsigned)((warps + 7) / 8), 256, 0, stream, qkv, n, ld, H, KV, hd, qw,
+           kw, eps);
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
 static __device__ __forceinline__ float silu(float g)
 {
     return g / (1.0f + expf(-g));

@@ -53,6 +53,10 @@ tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint3
  * widened back). */
 tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *w, float eps,
                                    uint32_t n, uint32_t d, int as_bf16, float *out);
+/* qkv (n, ld) in/out: Qwen3's per-head RMSNorm of the H q heads (qw) and KV k heads (kw), hd
+ * values each, in place; v untouched. */
+tdm_status_t tdm_cuda_test_qk_norm(float *qkv, uint32_t n, uint32_t ld, uint32_t H, uint32_t KV,
+                                   uint32_t hd, const float *qw, const float *kw, float eps);
 /* interleaved: gu's columns gate_0, up_0, gate_1, up_1, ... */
 tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
                                     float *out);

@@ -285,6 +285,18 @@ tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *
     return TDM_OK;
 }
 
+tdm_status_t tdm_cuda_test_qk_norm(float *qkv, uint32_t n, uint32_t ld, uint32_t H, uint32_t KV,
+                                   uint32_t hd, const float *qw, const float *kw, float eps)
+{
+    dev dv;
+    float *dq, *dqw, *dkw;
+    TDM_TRY(dv.alloc(&dq, (size_t)n * ld * 4, qkv));
+    TDM_TRY(dv.alloc(&dqw, (size_t)hd * 4, qw));
+    TDM_TRY(dv.alloc(&dkw, (size_t)hd * 4, kw));
+    TDM_TRY(tdm_cuda_qk_norm(dq, n, ld, H, KV, hd, dqw, dkw, eps, 0));
+    return sync_back(qkv, dq, (size_t)n * ld * 4);
+}
+
 tdm_status_t tdm_cuda_test_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
                                     float *out)
 {

@@ -162,6 +162,62 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
     free(x), free(wv), free(b), free(nw), free(y), free(y0), free(we), free(ref), free(xe), free(w);
 }
 
+/* Qwen3's per-head q/k RMSNorm against its CPU reference, the CPU backend's rmsnorm_add over the
+ * n * H q heads and n * KV k heads (dataplane/model/forward.c); v and the padding past the heads
+ * left untouched, bit for bit. */
+static void check_qk_norm(uint32_t n, uint32_t H, uint32_t KV, uint32_t hd)
+{
+    tdm_backend_t be;
+    const uint32_t ld = (H + 2 * KV) * hd + 8; /* a row stride past qkv: must stay untouched */
+    float *qkv = xmalloc((size_t)n * ld * 4), *got = xmalloc((size_t)n * ld * 4);
+    float *q = xmalloc((size_t)n * H * hd * 4), *k = xmalloc((size_t)n * KV * hd * 4);
+    float *qw = xmalloc((size_t)hd * 4), *kw = xmalloc((size_t)hd * 4);
+    double *ref = xmalloc((size_t)n * ld * 8);
+    for (size_t i = 0; i < (size_t)n * ld; i++)
+        qkv[i] = rndn(i % 7 == 0 ? 8.0f : 1.5f);
+    for (uint32_t j = 0; j < hd; j++) {
+        qw[j] = 1.0f + rndn(0.3f);
+        kw[j] = 0.5f + rndn(0.3f);
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        memcpy(q + (size_t)r * H * hd, qkv + (size_t)r * ld, (size_t)H * hd * 4);
+        memcpy(k + (size_t)r * KV * hd, qkv + (size_t)r * ld + (size_t)H * hd, (size_t)KV * hd * 4);
+    }
+    tdm_tensor_t tq = {TDM_DTYPE_F32, 1, hd, hd, qw}, tk = {TDM_DTYPE_F32, 1, hd, hd, kw};
+    tdm_status_t st = tdm_backend_cpu_init(1, &be);
+    if (st == TDM_OK) {
+        st = be.rmsnorm_add(be.ctx, q, NULL, &tq, 1e-6f, n * H, hd, q);
+        if (st == TDM_OK)
+            st = be.rmsnorm_add(be.ctx, k, NULL, &tk, 1e-6f, n * KV, hd, k);
+        tdm_backend_cpu_free(&be);
+    }
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t c = 0; c < ld; c++) {
+            size_t i = (size_t)r * ld + c;
+            ref[i] = c < H * hd          ? q[(size_t)r * H * hd + c]
+                     : c < (H + KV) * hd ? k[(size_t)r * KV * hd + c - H * hd]
+                                         : qkv[i];
+        }
+    memcpy(got, qkv, (size_t)n * ld * 4);
+    if (st == TDM_OK)
+        st = tdm_cuda_test_qk_norm(got, n, ld, H, KV, hd, qw, kw, 1e-6f);
+    double e = st == TDM_OK ? rel_l2(got, ref, (size_t)n * ld) : INFINITY, worst = 0;
+    int rest_same = st == TDM_OK;
+    for (uint32_t r = 0; r < n && st == TDM_OK; r++)
+        for (uint32_t c = 0; c < ld; c++) {
+            size_t i = (size_t)r * ld + c;
+            if (c >= (H + KV) * hd)
+                rest_same &= got[i] == qkv[i];
+            else
+                worst = fmax(worst, fabs(got[i] - ref[i]) / fmax(1.0, fabs(ref[i])));
+        }
+    ok(st == TDM_OK && e <= 1e-6 && worst <= 1e-5 && rest_same,
+       "qk_norm (n %u, H %u, KV %u, hd %u) == CPU rmsnorm_add: rel L2 %.2e, worst %.2e, v and "
+       "padding %s (%s)",
+       n, H, KV, hd, e, worst, rest_same ? "untouched" : "CHANGED", tdm_status_str(st));
+    free(qkv), free(got), free(q), free(k), free(qw), free(kw), free(ref);
+}
+
 static void check_small_ops(void)
 {
     const uint32_t V = 1000, d = 520, n = 7, I = 333;
@@ -209,6 +265,10 @@ static void check_small_ops(void)
         ok(e <= (bf ? 1e-2 : 1e-5) && er <= 1e-6,
            "rmsnorm+add (%s out): rel L2 %.2e, residual %.2e", bf ? "bf16" : "fp32", e, er);
     }
+    check_qk_norm(3, 4, 2, 32);    /* tiny-qwen3 */
+    check_qk_norm(5, 32, 8, 128);  /* Qwen3-8B */
+    check_qk_norm(2, 16, 16, 256); /* the largest head */
+    check_qk_norm(1, 8, 1, 48);    /* hd not a multiple of 32 */
 
     float *gu = xmalloc((size_t)n * 2 * I * 4);
     for (size_t i = 0; i < (size_t)n * 2 * I; i++)
