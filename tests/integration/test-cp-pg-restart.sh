@@ -2,7 +2,9 @@
 # test-cp-pg-restart.sh — tandemd across a restart of a private PostgreSQL cluster started the way
 # tools/demo.sh starts it (`tdm-pg start DIR`, a DSN naming the printed host and port):
 #   the restarted cluster keeps its address (host and port), so tandemd reconnects by itself;
-#   /health says "db":"down" while the cluster is down and "up" once tandemd is back.
+#   /health says "db":"down" while the cluster is down and "up" once tandemd is back;
+#   reads right after (GET /api/v1/actions, served by the read pool, whose idle connections all
+#   went stale with the restart) are answered 200, none 503 db_unavailable.
 # The cluster is the test's own (tdm-pg in a temp directory), so it can be stopped.
 set -u
 SRC=${TDM_SRCDIR:-.}
@@ -55,6 +57,20 @@ url="http://127.0.0.1:$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready")"
 wait_db up 20
 ok $? "tandemd is connected (/health db up)"
 
+reads() { # how many of 6 reads (distinct limits: none is answered from a cache) get 200
+    good=0
+    for k in 1 2 3 4 5 6; do
+        c=$(curl -s -o /dev/null -w '%{http_code}' -m 10 -H "Authorization: Bearer $admin" \
+            "$url/api/v1/actions?limit=$1$k")
+        [ "$c" = 200 ] && good=$((good + 1))
+    done
+    echo $good
+}
+admin=$(cat "$T/state/admin.token")
+r=$(reads 1)
+[ "$r" = 6 ]
+ok $? "6 reads before the restart: all 200 ($r)"
+
 "$BUILD/tdm-pg" stop "$T/pg" > /dev/null 2>> "$T/pg.log"
 wait_db down 10
 ok $? "/health says db down while the cluster is stopped"
@@ -63,6 +79,9 @@ pg_start
 ok $? "the restarted cluster keeps its address ($HOST port $PORT; was $host1 port $port1)"
 wait_db up 20
 ok $? "tandemd reconnects by itself (/health db up)"
+r=$(reads 2)
+[ "$r" = 6 ]
+ok $? "6 reads right after the restart: all 200, none 503 on a stale read connection ($r)"
 
 [ $fail = 0 ] || { sed 's/^/# tandemd: /' "$T/tandemd.log" | tail -15; sed 's/^/# pg: /' "$T/pg.log" | tail -5; }
 kill -TERM $tpid
