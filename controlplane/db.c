@@ -304,6 +304,27 @@ static void conn_lost(qworker_t *w, PGconn **conn, const char *app, const char *
     atomic_fetch_add(&w->db->stats.reconnects, 1);
 }
 
+/* A new connection for the worker, ready for its jobs (the primary applies the migrations on
+ * it); NULL when the database cannot be reached. */
+static PGconn *worker_connect(qworker_t *w, const char *app)
+{
+    tdm_cp_db_t *db = w->db;
+    PGconn *conn = db_connect(db, app);
+    if (conn && w->primary && query_conn_setup(db, conn) != 0) {
+        PQfinish(conn);
+        conn = NULL;
+    }
+    if (conn && !w->primary)
+        PQclear(PQexec(conn, "SET statement_timeout = '10s'"));
+    w->nprep = 0;
+    if (conn) {
+        if (w->primary)
+            db->query_up = 1;
+        tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=%s", app);
+    }
+    return conn;
+}
+
 static void *query_main(void *arg)
 {
     qworker_t *w = arg;
@@ -318,21 +339,11 @@ static void *query_main(void *arg)
         uint64_t now = tdm_time_mono_us();
         /* Readers connect once the primary has applied the migrations. */
         if (!conn && now >= next_try && (w->primary || atomic_load(&db->stats.schema_ready))) {
-            conn = db_connect(db, app);
-            if (conn && w->primary && query_conn_setup(db, conn) != 0) {
-                PQfinish(conn);
-                conn = NULL;
-            }
-            if (conn && !w->primary)
-                PQclear(PQexec(conn, "SET statement_timeout = '10s'"));
-            w->nprep = 0;
+            conn = worker_connect(w, app);
             if (conn) {
                 backoff = BACKOFF_MIN_US;
-                if (w->primary) {
-                    db->query_up = 1;
+                if (w->primary)
                     next_upkeep = now + 3600u * 1000000u;
-                }
-                tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=%s", app);
             } else {
                 next_try = now + backoff;
                 backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
@@ -385,8 +396,23 @@ static void *query_main(void *arg)
             continue;
 
         run_query(w, conn, job);
-        if (job->st != TDM_OK && PQstatus(conn) == CONNECTION_BAD) {
+        if (job->st != TDM_OK && PQstatus(conn) == CONNECTION_BAD && job->readonly) {
+            /* An idle connection learns that the server restarted only when it is used: one
+             * fresh connection and one more try before a client hears "database unavailable".
+             * Reads only: a write whose reply was lost may have committed. */
             conn_lost(w, &conn, app, job->err);
+            conn = worker_connect(w, app);
+            if (w->primary)
+                update_up(db);
+            if (conn) {
+                job->st = TDM_OK;
+                job->err[0] = job->sqlstate[0] = '\0';
+                run_query(w, conn, job);
+            }
+        }
+        if (job->st != TDM_OK && (!conn || PQstatus(conn) == CONNECTION_BAD)) {
+            if (conn)
+                conn_lost(w, &conn, app, job->err);
             next_try = 0;
             if (job->wait) {
                 pthread_mutex_lock(&q->mu);
