@@ -6,7 +6,8 @@
  * (unless the batch is a replay the ring already holds), select the samples to persist (10 Hz per
  * rank), render rows as COPY text, and queue the batch for the ingest thread. The reply
  * {"acked_seq":N} is sent when the batch is committed, found to be a duplicate, or made durable in
- * the spool — never before.
+ * the spool — never before. A live batch (seq 0: samples only, docs/contracts.md §c) is pushed
+ * into the ring and answered at once, never stored: detection does not wait for the database.
  */
 #include "config.h"
 
@@ -357,6 +358,14 @@ static void on_ingested(tdm_cp_job_t *job)
     tdm_cp_job_free(job);
 }
 
+/* Into the ring unless a live batch brought it (or a newer one) already. */
+static void push_new(tdm_cp_rank_t *rk, const tdm_tm_sample_t *x)
+{
+    const tdm_cp_sample_t *last = tdm_cp_rank_latest(rk);
+    if (!last || x->ts_us > last->ts_us)
+        tdm_cp_rank_push(rk, x);
+}
+
 void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *args,
                           const tdm_cp_token_t *who)
 {
@@ -371,10 +380,11 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
         tdm_cp_send_error(req, 400, "invalid_telemetry", "invalid_request_error", "%s", err);
         return;
     }
-    if (tb.seq == 0) {
+    if (tb.seq == 0 && tb.n_events) {
         s->ingest_rejected++;
         tdm_cp_send_error(req, 400, "invalid_telemetry", "invalid_request_error",
-                          "seq: batches count from 1");
+                          "seq: stored batches count from 1; a live batch (seq 0) carries samples "
+                          "only");
         tdm_tm_batch_clear(&tb);
         return;
     }
@@ -396,6 +406,18 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     snprintf(rk->worker, sizeof(rk->worker), "%s", tb.worker);
     snprintf(rk->role, sizeof(rk->role), "%s", tb.role);
     rk->last_recv_mono_us = tdm_time_mono_us();
+    if (tb.seq == 0) {
+        /* live: the ring and the detectors now, nothing stored, answered at once; its samples
+         * come again in their stored batch, which then skips them in the ring */
+        for (uint32_t i = 0; i < tb.n_samples; i++)
+            push_new(rk, &tb.samples[i]);
+        s->samples_received += tb.n_samples;
+        char body[64];
+        size_t n = 0;
+        tdm_tm_ack_encode(0, body, sizeof(body), &n);
+        tdm_cp_send_json(req, 200, body, n);
+        goto out;
+    }
     /* A replay the ring already holds is not pushed again; its rows are still offered to the
      * database (the mark decides), thinned on their own. */
     int replay = tb.seq <= rk->last_seq;
@@ -427,7 +449,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
             if (due)
                 replay_last = ts;
         } else {
-            tdm_cp_rank_push(rk, x);
+            push_new(rk, x);
             due = tdm_cp_rank_persist_due(rk, ts, PERSIST_PERIOD_US);
         }
         if (due) {

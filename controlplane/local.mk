@@ -77,3 +77,6 @@ tests_integration_test_cp_outage_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIB
 include controlplane/detect.mk
 include controlplane/act.mk
 include controlplane/plan.mk
+# a PostgreSQL outage under a reporting worker: no WORKER_LOST, a wedge alerted, events once
+TESTS += tests/integration/test-cp-db-outage.sh
+dist_check_SCRIPTS += tests/integration/test-cp-db-outage.sh

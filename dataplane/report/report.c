@@ -52,7 +52,15 @@ struct tdm_report {
     uint64_t q_bytes, q_n, next_order, next_seq;
     uint64_t dropped_unreported; /* samples dropped, not yet announced */
     int warned_over;
+    /* While the oldest batch waits for its ack (tandemd acknowledges after commit: a database
+     * outage holds it), it is tried again every HEAD_RETRY_US only, and every tick's sample goes
+     * out live (seq 0) meanwhile, so tandemd's detectors keep seeing the rank. */
+    tdm_tm_sample_t live;
+    int live_fresh;        /* taken since the last live send */
+    uint64_t head_next_us; /* mono; 0 = the head is not waiting */
 };
+
+#define HEAD_RETRY_US 2000000u
 
 /* ---- events (any thread) -------------------------------------------------------------------- */
 
@@ -273,10 +281,13 @@ static void form_batches(tdm_report_t *r, int with_sample)
         r->dropped_unreported = 0;
     }
     tdm_tm_sample_t sample;
-    if (with_sample && r->o.page)
+    if (with_sample && r->o.page) {
         take_sample(r, &sample);
-    else
+        r->live = sample;
+        r->live_fresh = 1;
+    } else {
         with_sample = 0;
+    }
     int first = 1;
     while (first || evs) {
         tdm_tm_event_t arr[EVENTS_PER_BATCH];
@@ -391,9 +402,12 @@ static void heartbeat(tdm_report_t *r)
         tdm_progress_heartbeat(&r->o.page->slot[r->o.rank], TDM_HB_REPORTER, tdm_time_mono_us());
 }
 
-/* Send queued batches in order until one fails or `deadline_us` passes. */
-static void drain_queue(tdm_report_t *r, uint64_t deadline_us)
+/* Send queued batches in order until one fails or `deadline_us` passes; a head that is waiting
+ * (see live) only when its retry is due, or `force`. */
+static void drain_queue(tdm_report_t *r, uint64_t deadline_us, int force)
 {
+    if (r->q_head && r->head_next_us && tdm_time_mono_us() < r->head_next_us && !force)
+        return;
     while (r->q_head && tdm_time_mono_us() < deadline_us) {
         tdm_report_rec_t *h = r->q_head;
         uint32_t ns = h->n_samples, ne = h->n_events;
@@ -401,8 +415,10 @@ static void drain_queue(tdm_report_t *r, uint64_t deadline_us)
         heartbeat(r);
         if (res == SEND_RETRY) {
             stats_update(r, add_failure, 1);
+            r->head_next_us = tdm_time_mono_us() + HEAD_RETRY_US;
             return;
         }
+        r->head_next_us = 0;
         if (res == SEND_REJECTED) {
             queue_pop(r);
             stats_update(r, add_rejected, 1);
@@ -416,6 +432,33 @@ static void drain_queue(tdm_report_t *r, uint64_t deadline_us)
         r->st.connected = 1;
         pthread_mutex_unlock(&r->mu);
         stats_update(r, nothing, 0);
+    }
+}
+
+/* The newest sample as a live batch (seq 0: samples only, never stored, answered at once;
+ * docs/contracts.md §c). It comes again in its stored batch. */
+static void send_live(tdm_report_t *r)
+{
+    tdm_tm_batch_t b = {0};
+    snprintf(b.worker, sizeof(b.worker), "%s", r->worker);
+    snprintf(b.group, sizeof(b.group), "%s", r->group);
+    snprintf(b.role, sizeof(b.role), "%s", r->role);
+    b.instance_id = r->o.instance_id;
+    b.rank = r->o.rank;
+    b.seq = 0;
+    b.samples = &r->live;
+    b.n_samples = 1;
+    r->live_fresh = 0;
+    tdm_report_rec_t rec = {0};
+    if (encode(r, &b, &rec.text, &rec.len) != TDM_OK)
+        return;
+    send_result_t res = send_one(r, &rec);
+    free(rec.text);
+    heartbeat(r);
+    if (res == SEND_OK) {
+        pthread_mutex_lock(&r->mu);
+        r->st.live_sent++;
+        pthread_mutex_unlock(&r->mu);
     }
 }
 
@@ -436,9 +479,11 @@ static void *report_thread(void *arg)
         if (tick || has_events || stop)
             form_batches(r, tick || stop);
         uint64_t budget = stop ? (uint64_t)r->flush_ms * 1000 : interval;
-        drain_queue(r, tdm_time_mono_us() + budget);
+        drain_queue(r, tdm_time_mono_us() + budget, stop);
         if (stop)
             break;
+        if (r->q_head && r->head_next_us && r->live_fresh)
+            send_live(r);
         /* sleep until the next tick or an event */
         uint64_t wake = next_tick;
         struct timespec ts;

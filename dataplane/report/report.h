@@ -8,7 +8,10 @@
  * one batch with the next `seq` of (instance_id, rank). It POSTs batches in seq order to
  * `<control_plane>/api/v1/telemetry` over one keep-alive libcurl handle and pops a batch only
  * when the reply is `{"acked_seq":N}` with N >= its seq (tandemd acknowledges after commit and
- * deduplicates replays by its high-water mark, so re-sending is always safe).
+ * deduplicates replays by its high-water mark, so re-sending is always safe). A batch that waits
+ * for its ack (a database outage holds tandemd's) is tried again every 2 s, and meanwhile each
+ * tick's sample is also POSTed live (seq 0, docs/contracts.md §c): tandemd's ring and detectors
+ * keep seeing the rank while the stored batches wait, still in order.
  *
  * While tandemd is unreachable, batches queue up to `spool_max_bytes`. With a spool directory
  * each queued batch is also a file (spool.c: magic + version + length framing), so the queue
@@ -76,6 +79,7 @@ typedef struct tdm_report_stats {
     uint64_t next_seq;
     uint64_t batches_sent, samples_formed, samples_sent, events_sent;
     uint64_t samples_dropped, batches_rejected, send_failures;
+    uint64_t live_sent; /* samples sent live (seq 0) while the oldest batch waited */
     uint64_t queued_batches, queued_bytes, events_pending;
     int connected; /* the last attempt succeeded */
 } tdm_report_stats_t;
