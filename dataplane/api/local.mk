@@ -82,3 +82,6 @@ EXTRA_DIST += tests/integration/test-openai.mjs tests/integration/package.json \
 # a stop with open streams and idle keep-alive connections: every stream ended, the group exits 0
 TESTS += tests/integration/test-stop-streams.sh
 dist_check_SCRIPTS += tests/integration/test-stop-streams.sh
+# a deadlocked group ends its requests with an error; decode without prefill answers 503 up front
+TESTS += tests/integration/test-hang-fail.sh
+dist_check_SCRIPTS += tests/integration/test-hang-fail.sh
