@@ -6,6 +6,8 @@
 #   ring while the stored batches wait for their commit);
 #   a wedge injected during the outage (stall_loop on rank 0, then a request) is alerted as WEDGE
 #   within 2x the rule's 3 s;
+#   an action taken during the outage (resume on the group, an external one of --groups-config)
+#   is audited once the database is back, with the id its reply gave;
 #   once the database is back every event is stored exactly once (no (instance, rank, batch, idx)
 #   twice; the clean stop's shutdown event once), samples taken during the outage are stored,
 #   and no WORKER_LOST was stored for the group.
@@ -34,12 +36,12 @@ ok $? "tdm-pg starts a private cluster"
 . "$T/pg.env"
 dsn="host=$TDM_TEST_PGHOST port=$TDM_TEST_PGPORT user=postgres dbname=postgres connect_timeout=2"
 sql() { psql -X -q -tA -h "$TDM_TEST_PGHOST" -p "$TDM_TEST_PGPORT" -U postgres -d postgres -c "$1"; }
-"$BUILD/tandemd" --listen 127.0.0.1:0 --state-dir "$T/state" --pg-dsn "$dsn" \
-    --ready-file "$T/ready" > "$T/tandemd.log" 2>&1 &
-tpid=$!
-i=0
-while [ $i -lt 200 ] && [ ! -s "$T/ready" ]; do sleep 0.05; i=$((i + 1)); done
-url="http://127.0.0.1:$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready")"
+# the worker first (its group is an external one of tandemd's groups config, at its port), on
+# tandemd's port picked beforehand; its reporter waits for tandemd
+cp_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+url="http://127.0.0.1:$cp_port"
+mkdir -p "$T/state"
+(umask 077 && echo "tdm_$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')" > "$T/state/admin.token")
 admin=$(cat "$T/state/admin.token")
 live() { # KIND [opened] → how many live alerts of KIND name the group (or the first's opened_us)
     curl -s -m 3 -H "Authorization: Bearer $admin" "$url/api/v1/alerts?source=live" | python3 -c '
@@ -54,6 +56,14 @@ print((a[0]["opened_us"] if a else 0) if len(sys.argv) > 3 else len(a))' "$1" $G
     > "$T/worker.log" 2>&1 &
 wp=$!
 i=0
+while [ $i -lt 200 ] && [ ! -s "$T/wready" ]; do sleep 0.1; i=$((i + 1)); done
+wport=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/wready")
+printf '[group.%s]\nurl = http://127.0.0.1:%s\ntoken_file = %s\n' $G "$wport" "$T/wtoken" > "$T/groups.ini"
+"$BUILD/tandemd" --listen "127.0.0.1:$cp_port" --state-dir "$T/state" --pg-dsn "$dsn" \
+    --ready-file "$T/ready" --groups-config "$T/groups.ini" > "$T/tandemd.log" 2>&1 &
+tpid=$!
+i=0
+while [ $i -lt 200 ] && [ ! -s "$T/ready" ]; do sleep 0.05; i=$((i + 1)); done
 n_s=0
 while [ $i -lt 150 ]; do
     n_s=$(sql "SELECT count(*) FROM samples WHERE group_name = '$G'" 2> /dev/null)
@@ -63,9 +73,6 @@ while [ $i -lt 150 ]; do
 done
 [ "${n_s:-0}" -gt 0 ]
 ok $? "the worker's samples are stored ($n_s)"
-i=0
-while [ $i -lt 100 ] && [ ! -s "$T/wready" ]; do sleep 0.1; i=$((i + 1)); done
-wport=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/wready")
 
 t_out=$(date +%s%6N)
 "$BUILD/tdm-pg" stop "$T/pg" > /dev/null 2>> "$T/pg.log"
@@ -95,6 +102,10 @@ lost=$(live WORKER_LOST)
 [ "$lost" = 0 ]
 ok $? "still no WORKER_LOST on the group ($lost)"
 
+curl -s -m 30 -H "Authorization: Bearer $admin" -X POST "$url/api/v1/groups/$G/resume" > "$T/resume"
+aid=$(sed -n 's/.*"action_id": *\([0-9]*\).*/\1/p' "$T/resume")
+grep -q '"outcome": *"ok"' "$T/resume"
+ok $? "an action during the outage runs (resume: $(head -c 160 "$T/resume"))"
 sleep 2
 "$BUILD/tdm-pg" start "$T/pg" > /dev/null 2>> "$T/pg.log"
 ok $? "PostgreSQL started again ($(awk -v a="$(date +%s%6N)" -v b="$t_out" 'BEGIN { printf "%.1f", (a - b) / 1e6 }') s outage)"
@@ -118,6 +129,9 @@ ok $? "every event stored exactly once ($dup duplicates; shutdown events: $shut)
 during=$(sql "SELECT count(*) FROM samples WHERE group_name = '$G' AND ts_us > $t_out + 1000000 AND ts_us < $t_out + 9000000")
 [ "${during:-0}" -gt 0 ]
 ok $? "samples taken during the outage are stored once it is over ($during)"
+arow=$(sql "SELECT count(*) FROM actions WHERE action = 'resume' AND target = '$G' AND outcome = 'ok' AND id = ${aid:-0}")
+[ "$arow" = 1 ]
+ok $? "the action taken during the outage is in the audit log, under the id its reply gave (${aid:-none}: $arow row)"
 stored_lost=$(sql "SELECT count(*) FROM alerts WHERE kind = 'WORKER_LOST' AND group_name = '$G'")
 [ "$stored_lost" = 0 ]
 ok $? "no WORKER_LOST stored for the group ($stored_lost)"
