@@ -4,17 +4,20 @@
  * (I9). The thread owns a libpq connection of its own for the audit log and config versions, so a
  * slow action never holds a connection the loop's queries need, and it blocks freely on workers.
  *
- * Audit: `pending` row when the action starts; outcome, detail and finished_us when it ends. If
- * the database is unreachable at the start, the whole row is written at the end (with the true
- * start time); if that fails too, the action is logged with "audit row lost" (retries bounded).
+ * Audit: `pending` row when the action starts; outcome, detail and finished_us when it ends. The
+ * action's id is assigned here, once. If the database is unreachable at the start, the whole row
+ * is written at the end (with the true start time); if that fails too, the row is kept in memory,
+ * in order, and written when the database is back (tried before each action and every 2 s).
  */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <tdm/log.h>
 #include <tdm/mem.h>
@@ -23,9 +26,17 @@
 #include "controlplane/act_int.h"
 #include "controlplane/server.h"
 
+/* An audit row the database did not take (down): kept, in order, and written when it is back. */
+typedef struct audit_row {
+    struct audit_row *next;
+    char *p[9]; /* sql_whole's parameters */
+} audit_row_t;
+
 typedef struct exec {
     tdm_cp_act_t *a;
     PGconn *pg;
+    uint64_t next_id;                     /* action ids: assigned here, once (see run_one) */
+    audit_row_t *pending, **pending_tail; /* rows waiting for the database */
 } exec_t;
 
 /* ---- database ------------------------------------------------------------------------------- */
@@ -66,13 +77,43 @@ static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, 
 }
 
 static const char sql_begin[] =
-    "INSERT INTO actions (ts_us, actor, action, target, params, outcome) "
-    "VALUES ($1::bigint, $2, $3, $4, $5::jsonb, 'pending') RETURNING id";
+    "INSERT INTO actions (id, ts_us, actor, action, target, params, outcome) "
+    "VALUES ($6::bigint, $1::bigint, $2, $3, $4, $5::jsonb, 'pending')";
 static const char sql_end[] = "UPDATE actions SET outcome = $2, detail = $3, finished_us = "
                               "$4::bigint WHERE id = $1::bigint";
+/* the whole row, when its start was not written (or is being written late): the id decides */
 static const char sql_whole[] =
-    "INSERT INTO actions (ts_us, actor, action, target, params, outcome, detail, finished_us) "
-    "VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $7, $8::bigint) RETURNING id";
+    "INSERT INTO actions (ts_us, actor, action, target, params, outcome, detail, finished_us, id) "
+    "VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $7, $8::bigint, $9::bigint) "
+    "ON CONFLICT (id) DO UPDATE SET outcome = EXCLUDED.outcome, detail = EXCLUDED.detail, "
+    "  finished_us = EXCLUDED.finished_us";
+
+/* Write the rows kept while the database was down, oldest first; stops at the first failure. */
+static void audit_flush(exec_t *x)
+{
+    while (x->pending) {
+        audit_row_t *w = x->pending;
+        if (pg_run(x, sql_whole, 9, (const char *const *)w->p, NULL, 0) != 0)
+            return;
+        tdm_info(TDM_SUB_CP, "msg=\"audit row written late\" id=%s action=%s group=%s", w->p[8],
+                 w->p[2], w->p[3]);
+        x->pending = w->next;
+        if (!x->pending)
+            x->pending_tail = &x->pending;
+        for (int i = 0; i < 9; i++)
+            free(w->p[i]);
+        tdm_free(w);
+    }
+}
+
+static void audit_keep(exec_t *x, const char *const *p)
+{
+    audit_row_t *w = tdm_calloc(1, sizeof(*w));
+    for (int i = 0; i < 9; i++)
+        w->p[i] = strdup(p[i] ? p[i] : "");
+    *x->pending_tail = w;
+    x->pending_tail = &w->next;
+}
 static const char sql_version[] =
     "INSERT INTO config_versions (group_name, created_us, created_by, config) "
     "VALUES ($1, $2::bigint, $3, $4::jsonb) RETURNING id";
@@ -295,13 +336,20 @@ static void run_one(exec_t *x, act_req_t *r)
     uint64_t t0 = tdm_time_wall_us();
     char ts[32], idtxt[32] = "", detail[1024] = "";
     snprintf(ts, sizeof(ts), "%" PRIu64, t0);
+    /* the action's id, assigned once here (wall clock µs, or one past the last), so the reply,
+     * the alert's resolved_by and a row written late all name it even while the database is
+     * down */
+    uint64_t id = x->next_id > t0 ? x->next_id : t0;
+    x->next_id = id + 1;
+    snprintf(idtxt, sizeof(idtxt), "%" PRIu64, id);
+    audit_flush(x);
     json_t *aparams = json_is_object(params) ? json_deep_copy(params) : json_object();
     if (json_is_integer(alert))
         json_object_set(aparams, "alert_id", alert);
     char *ptext = json_dumps(aparams, JSON_SORT_KEYS);
     json_decref(aparams);
-    const char *bp[5] = {ts, r->actor, action, group, ptext};
-    int have_row = pg_run(x, sql_begin, 5, bp, idtxt, sizeof(idtxt)) == 0;
+    const char *bp[6] = {ts, r->actor, action, group, ptext, idtxt};
+    int have_row = !x->pending && pg_run(x, sql_begin, 6, bp, NULL, 0) == 0;
 
     pthread_mutex_lock(&a->mu);
     act_group_t *g = act_group_find(a, group);
@@ -348,16 +396,15 @@ static void run_one(exec_t *x, act_req_t *r)
     const char *outcome = st == TDM_OK ? "ok" : "failed";
     char t1s[32];
     snprintf(t1s, sizeof(t1s), "%" PRIu64, t1);
-    if (have_row && idtxt[0]) {
-        const char *ep[4] = {idtxt, outcome, detail, t1s};
-        if (pg_run(x, sql_end, 4, ep, NULL, 0) != 0)
-            tdm_err(TDM_SUB_CP, "msg=\"audit row not finished\" id=%s", idtxt);
-    } else {
-        const char *wp[8] = {ts, r->actor, action, group, ptext, outcome, detail, t1s};
-        if (pg_run(x, sql_whole, 8, wp, idtxt, sizeof(idtxt)) != 0)
-            tdm_err(TDM_SUB_CP,
-                    "msg=\"audit row lost\" action=%s group=%s actor=%s outcome=%s detail=\"%s\"",
-                    action, group, r->actor, outcome, detail);
+    const char *ep[4] = {idtxt, outcome, detail, t1s};
+    const char *wp[9] = {ts, r->actor, action, group, ptext, outcome, detail, t1s, idtxt};
+    if (!(have_row && pg_run(x, sql_end, 4, ep, NULL, 0) == 0) &&
+        (x->pending || pg_run(x, sql_whole, 9, wp, NULL, 0) != 0)) {
+        tdm_warn(TDM_SUB_CP,
+                 "msg=\"audit row kept until the database is back\" id=%s action=%s group=%s "
+                 "outcome=%s",
+                 idtxt, action, group, outcome);
+        audit_keep(x, wp);
     }
     free(ptext);
     tdm_info(TDM_SUB_CP, "msg=\"action done\" id=%s action=%s group=%s outcome=%s detail=\"%s\"",
@@ -373,12 +420,26 @@ static void run_one(exec_t *x, act_req_t *r)
 
 void *act_exec_main(void *arg)
 {
-    exec_t x = {arg, NULL};
+    exec_t x = {arg, NULL, 0, NULL, NULL};
+    x.pending_tail = &x.pending;
     tdm_cp_act_t *a = x.a;
     for (;;) {
         pthread_mutex_lock(&a->mu);
-        while (!a->stop && !a->q_head)
-            pthread_cond_wait(&a->cv, &a->mu);
+        while (!a->stop && !a->q_head) {
+            if (!x.pending) {
+                pthread_cond_wait(&a->cv, &a->mu);
+                continue;
+            }
+            /* rows are waiting for the database: try again every 2 s */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 2;
+            if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) == ETIMEDOUT) {
+                pthread_mutex_unlock(&a->mu);
+                audit_flush(&x);
+                pthread_mutex_lock(&a->mu);
+            }
+        }
         if (a->stop) {
             pthread_mutex_unlock(&a->mu);
             break;
@@ -412,6 +473,18 @@ void *act_exec_main(void *arg)
         json_decref(r->request);
         tdm_free(r);
         r = n;
+    }
+    audit_flush(&x);
+    for (audit_row_t *w = x.pending; w;) {
+        audit_row_t *n = w->next;
+        tdm_err(TDM_SUB_CP,
+                "msg=\"audit row lost at shutdown\" id=%s action=%s group=%s actor=%s "
+                "outcome=%s detail=\"%s\"",
+                w->p[8], w->p[2], w->p[3], w->p[1], w->p[5], w->p[6]);
+        for (int i = 0; i < 9; i++)
+            free(w->p[i]);
+        tdm_free(w);
+        w = n;
     }
     PQfinish(x.pg);
     return NULL;
