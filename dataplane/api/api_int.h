@@ -114,6 +114,10 @@ void tdm_api_openai_fini(tdm_api_t *a);
 /* From the loop's tick: abort requests whose client socket is closed (EOF or reset). */
 void tdm_api_gen_check_clients(tdm_api_t *a);
 
+/* From the loop's tick: end open requests with an error after 2 x --health-progress-timeout
+ * without progress (the group is stuck; its scheduler will not). */
+void tdm_api_gen_check_progress(tdm_api_t *a, uint64_t now_us);
+
 /* Ask the scheduler to end every open request (shutdown). */
 void tdm_api_gen_abort_all(tdm_api_t *a);
 

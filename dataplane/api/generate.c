@@ -51,8 +51,9 @@ struct tdm_api_gen {
     pthread_mutex_t mu;
     int32_t *toks;
     uint32_t n_toks, cap;
-    int queued; /* msg is in the receiver's queue */
-    int done;   /* the final event arrived */
+    int queued;     /* msg is in the receiver's queue */
+    int done;       /* the final event arrived (the scheduler's, or the loop's: see fail) */
+    int sched_done; /* the scheduler's final event arrived: it never touches the request again */
     tdm_req_event_kind_t fin_kind;
     tdm_finish_reason_t finish;
     tdm_status_t fin_status;
@@ -76,12 +77,24 @@ struct tdm_api_gen {
 
 /* ---- scheduler thread ----------------------------------------------------------------------- */
 
-static void on_event(void *ctx, const tdm_req_event_t *ev)
+/* An event for the request: the scheduler's (from_sched), or the error the loop ends a request
+ * with when the group makes no progress (tdm_api_gen_check_progress). After the first final event
+ * the others are dropped; the request is freed only once the scheduler's own final event came. */
+static void deliver(tdm_api_gen_t *g, const tdm_req_event_t *ev, int from_sched)
 {
-    tdm_api_gen_t *g = ctx;
     uint64_t now = tdm_time_mono_us();
     pthread_mutex_lock(&g->mu);
-    if (g->done) { /* contract breach by the caller: never touch a finished request twice */
+    if (from_sched && g->sched_done) { /* contract breach by the scheduler: never twice */
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    if (from_sched && ev->kind != TDM_REQ_TOKEN)
+        g->sched_done = 1;
+    if (g->done) { /* ended by the loop already: only wake it, which frees the request */
+        if (g->sched_done && !g->queued) {
+            g->queued = 1;
+            h2o_multithread_send_message(&g->api->gen_rx, &g->msg);
+        }
         pthread_mutex_unlock(&g->mu);
         return;
     }
@@ -116,6 +129,11 @@ static void on_event(void *ctx, const tdm_req_event_t *ev)
     pthread_mutex_unlock(&g->mu);
 }
 
+static void on_event(void *ctx, const tdm_req_event_t *ev)
+{
+    deliver(ctx, ev, 1);
+}
+
 /* ---- loop thread ---------------------------------------------------------------------------- */
 
 static void gen_free(tdm_api_gen_t *g)
@@ -133,7 +151,10 @@ static void gen_free(tdm_api_gen_t *g)
 
 static void maybe_free(tdm_api_gen_t *g)
 {
-    if (g->done_seen && !g->req)
+    pthread_mutex_lock(&g->mu);
+    int sched_done = g->sched_done;
+    pthread_mutex_unlock(&g->mu);
+    if (g->done_seen && !g->req && sched_done)
         gen_free(g);
 }
 
@@ -283,8 +304,10 @@ static void gen_process_ops(tdm_api_gen_t *g)
     if (!g->done_seen)
         g->ops->take(g->ud);
     pthread_mutex_unlock(&g->mu);
-    if (g->done_seen) /* a stale wake-up after the end */
+    if (g->done_seen) { /* a wake-up after the end: the scheduler's late final event */
+        maybe_free(g);
         return;
+    }
     g->done_seen = done;
     g->ops->process(g, g->ud, done);
     stream_flush(g);
@@ -311,8 +334,9 @@ static void gen_process(tdm_api_gen_t *g)
         memcpy(toks, g->toks + lo, (size_t)(n - lo) * sizeof(*toks));
     }
     pthread_mutex_unlock(&g->mu);
-    if (g->done_seen) { /* a stale wake-up after the end */
+    if (g->done_seen) { /* a wake-up after the end: the scheduler's late final event */
         tdm_free(toks);
+        maybe_free(g);
         return;
     }
     g->seen = n;
@@ -348,6 +372,40 @@ void tdm_api_gen_abort_all(tdm_api_t *a)
         tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, link, l);
         if (!g->done_seen)
             tdm_sched_abort(a->o.sched, g->id);
+    }
+}
+
+/* A group that makes no progress with work pending (a rank stuck in a collective, a wedged loop)
+ * delivers no final event: once /health has failed on progress for 2 x --health-progress-timeout,
+ * every open request at least that old is ended here with an error naming why (its stream: the
+ * error event, then [DONE]) and aborted in the scheduler; /ready is failing already, so routers
+ * send no new work. */
+void tdm_api_gen_check_progress(tdm_api_t *a, uint64_t now_us)
+{
+    uint64_t pt = atomic_load(&a->health_timeout_us);
+    char why[256], msg[400];
+    if (h2o_linklist_is_empty(&a->gens) || !pt ||
+        tdm_progress_healthy(a->o.page, now_us, 2 * pt, UINT64_MAX / 4, why, sizeof(why)))
+        return;
+    snprintf(msg, sizeof(msg),
+             "the worker group made no progress for %.1f s (2 x --health-progress-timeout): %s",
+             2.0 * (double)pt / 1e6, why);
+    tdm_req_event_t ev = {.kind = TDM_REQ_ERROR, .status = TDM_ERR_TIMEOUT, .message = msg};
+    for (h2o_linklist_t *l = a->gens.next; l != &a->gens; l = l->next) {
+        tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, link, l);
+        /* the request itself has waited that long too (a stall it came late to may end) */
+        if (g->done_seen || now_us - g->submit_us < 2 * pt)
+            continue;
+        pthread_mutex_lock(&g->mu);
+        int done = g->done;
+        pthread_mutex_unlock(&g->mu);
+        if (done)
+            continue;
+        ev.req_id = g->id;
+        deliver(g, &ev, 0);
+        tdm_sched_abort(a->o.sched, g->id);
+        tdm_warn(TDM_SUB_API, "msg=\"request ended: no progress\" req=%llu",
+                 (unsigned long long)g->id);
     }
 }
 
@@ -525,6 +583,22 @@ void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req)
 tdm_status_t tdm_api_gen_start(tdm_api_t *a, h2o_req_t *req, tdm_req_params_t *rp, int stream,
                                const tdm_api_gen_ops_t *ops, void *ud, char *err, size_t err_len)
 {
+    /* a group stuck past 2 x --health-progress-timeout would only hold the request until
+     * tdm_api_gen_check_progress ends it: refuse it now */
+    uint64_t pt = atomic_load(&a->health_timeout_us);
+    char why[256];
+    if (pt && !tdm_progress_healthy(a->o.page, tdm_time_mono_us(), 2 * pt, UINT64_MAX / 4, why,
+                                    sizeof(why))) {
+        snprintf(err, err_len, "the worker group is stuck: %s", why);
+        return TDM_ERR_BUSY;
+    }
+    /* decode without a registered prefill group would answer 200 and then an SSE error */
+    if (a->o.pd_ready && !strcmp(a->o.cfg->disaggregation_mode, "decode") &&
+        !a->o.pd_ready(a->o.pd_ctx, err, err_len)) {
+        if (!err[0])
+            snprintf(err, err_len, "no prefill group is registered");
+        return TDM_ERR_BUSY;
+    }
     tdm_api_gen_t *g = tdm_calloc(1, sizeof(*g));
     g->api = a;
     g->stream = stream;

@@ -504,6 +504,7 @@ void tdm_api_server_run(tdm_api_t *a)
         tdm_progress_heartbeat(slot, TDM_HB_HTTP, now);
         tdm_api_openai_tick(a, now);
         tdm_api_gen_check_clients(a);
+        tdm_api_gen_check_progress(a, now);
     }
 }
 
