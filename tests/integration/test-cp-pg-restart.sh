@@ -5,7 +5,8 @@
 #   /health says "db":"down" while the cluster is down and "up" once tandemd is back;
 #   reads right after (GET /api/v1/actions, served by the read pool, whose idle connections all
 #   went stale with the restart) are answered 200, none 503 db_unavailable.
-# The cluster is the test's own (tdm-pg in a temp directory), so it can be stopped.
+# Also: a body over the router's limit gets 413 in the JSON error shape. The cluster is the
+# test's own (tdm-pg in a temp directory), so it can be stopped.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -67,6 +68,13 @@ reads() { # how many of 6 reads (distinct limits: none is answered from a cache)
     echo $good
 }
 admin=$(cat "$T/state/admin.token")
+# the router's body limit (8 MiB) answers in the JSON error shape, not h2o's plain text
+head -c $((8 * 1024 * 1024 + 4096)) /dev/zero | tr '\0' 'a' > "$T/big"
+code=$(curl -s -o "$T/big.out" -w '%{http_code}' -m 20 -H 'Content-Type: application/json' \
+    --data-binary @"$T/big" "$url/v1/completions")
+[ "$code" = 413 ] && grep -q '"error".*"code"' "$T/big.out"
+ok $? "a body over the router's limit gets 413 in the JSON error shape ($code: $(head -c 80 "$T/big.out"))"
+rm -f "$T/big"
 r=$(reads 1)
 [ "$r" = 6 ]
 ok $? "6 reads before the restart: all 200 ($r)"
