@@ -6,7 +6,9 @@
 #   every stream ends with `data: [DONE]` after an error event or its finish_reason;
 #   the group exits 0 ("group exited cleanly"), no rank dies on a signal (an h2o assertion at
 #   teardown aborts with signal 6).
-# Three rounds. The client is python3's standard library.
+# Three rounds. Before them, shared files of a dead launcher PID are left in /dev/shm (as kill -9
+# of a launcher leaves them): a start removes them, and only them. The client is python3's
+# standard library.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -111,7 +113,21 @@ round() { # round-number
     [ $fail = 0 ] || sed 's/^/# /' "$T/out" 2> /dev/null
 }
 
+# a killed launcher leaves its shared files behind: the next start removes those of dead PIDs
+# (and only those)
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+while kill -0 $dead 2> /dev/null; do dead=$((dead + 7919)); done
+for f in progress tensor plan group kv0; do
+    : > "/dev/shm/tandem-$dead-$f"
+done
+: > "/dev/shm/tandem-$$-progress" # a live PID's (this shell's): kept
 for r in 1 2 3; do
     round $r
 done
+left=$(ls /dev/shm/tandem-$dead-* 2> /dev/null | wc -l)
+[ "$left" = 0 ] && [ -e "/dev/shm/tandem-$$-progress" ]
+ok $? "a start removed the shared files a dead launcher (pid $dead) left ($left left), not a live PID's"
+rm -f "/dev/shm/tandem-$dead-"* "/dev/shm/tandem-$$-progress"
 tap_done
