@@ -433,8 +433,10 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     for (size_t i = 0; i < tdm_cp_act_routes_count; i++)
         if (tdm_cp_act_routes[i].max_body > max_body)
             max_body = tdm_cp_act_routes[i].max_body;
-    /* h2o refuses anything bigger itself; routes enforce their own (smaller) limits in JSON. */
-    s->config.max_request_entity_size = max_body;
+    /* h2o refuses bodies over its own limit with a plain-text 413 before a route sees them: its
+     * limit is kept well above the largest route's, so that bodies near a limit get the routes'
+     * JSON 413; only bodies past 2x the largest limit (+64 KiB) still get h2o's. */
+    s->config.max_request_entity_size = 2 * max_body + (64u << 10);
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
