@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -107,6 +109,57 @@ static uint64_t new_group_id(void)
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     x ^= x >> 31;
     return x ? x : 1;
+}
+
+/* A launcher killed with SIGKILL cannot remove its group's files (/dev/shm/tandem-<pid>-*). Each
+ * launcher holds a flock on its progress file while it runs; at start, the files of a group whose
+ * progress file nobody holds go. A lock, not the PID: PIDs of other PID namespaces sharing
+ * /dev/shm are not visible here. */
+static void remove_stale_files(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    unsigned removed = 0;
+    char prefix[64], path[512];
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        if (strncmp(e->d_name, "tandem-", 7) || e->d_name[7] < '1' || e->d_name[7] > '9')
+            continue;
+        long pid = strtol(e->d_name + 7, &end, 10);
+        if (strcmp(end, "-progress") || pid == (long)getpid())
+            continue;
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            snprintf(prefix, sizeof(prefix), "/dev/shm/tandem-%ld", pid);
+            unlink_all(prefix);
+            removed++;
+        }
+        close(fd);
+    }
+    closedir(d);
+    if (removed)
+        fprintf(stderr,
+                "tandem-worker: removed the shared files of %u launcher%s no longer running\n",
+                removed, removed > 1 ? "s" : "");
+}
+
+/* The lock that marks this launcher's files as in use (see remove_stale_files), taken before
+ * they exist; -1 when it cannot be (the files are then only at risk from a later start). */
+static int lock_files(const char *prefix)
+{
+    char path[512];
+    tdm_worker_shm_path(prefix, SHM_PROGRESS, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_page_t **ret_page)
@@ -209,7 +262,9 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
         tdm_free(exited);
         return 2;
     }
+    remove_stale_files();
     snprintf(prefix, sizeof(prefix), "/dev/shm/tandem-%d", (int)getpid());
+    int lockfd = lock_files(prefix);
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGTERM);
@@ -315,6 +370,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
 out:
     tdm_progress_close(page);
     unlink_all(prefix);
+    if (lockfd >= 0)
+        close(lockfd);
     sigprocmask(SIG_SETMASK, &old, NULL);
     tdm_free(pids);
     tdm_free(exited);

@@ -6,8 +6,9 @@
 #   every stream ends with `data: [DONE]` after an error event or its finish_reason;
 #   the group exits 0 ("group exited cleanly"), no rank dies on a signal (an h2o assertion at
 #   teardown aborts with signal 6).
-# Three rounds. Before them, shared files of a dead launcher PID are left in /dev/shm (as kill -9
-# of a launcher leaves them): a start removes them, and only them. The client is python3's
+# Three rounds (TDM_STOP_ROUNDS=N for more by hand). Before them, shared files of a dead
+# launcher are left in /dev/shm (as kill -9 of a launcher leaves them): a start removes them, not
+# those of a running launcher (which holds a lock on its progress file). The client is python3's
 # standard library.
 set -u
 SRC=${TDM_SRCDIR:-.}
@@ -122,12 +123,18 @@ while kill -0 $dead 2> /dev/null; do dead=$((dead + 7919)); done
 for f in progress tensor plan group kv0; do
     : > "/dev/shm/tandem-$dead-$f"
 done
-: > "/dev/shm/tandem-$$-progress" # a live PID's (this shell's): kept
-for r in 1 2 3; do
+# a running launcher's (it holds a lock on its progress file): kept
+flock "/dev/shm/tandem-$$-progress" sleep 600 > /dev/null 2>&1 &
+holder=$!
+r=1
+while [ $r -le "${TDM_STOP_ROUNDS:-3}" ]; do # more rounds by hand: TDM_STOP_ROUNDS=20
     round $r
+    r=$((r + 1))
 done
 left=$(ls /dev/shm/tandem-$dead-* 2> /dev/null | wc -l)
 [ "$left" = 0 ] && [ -e "/dev/shm/tandem-$$-progress" ]
-ok $? "a start removed the shared files a dead launcher (pid $dead) left ($left left), not a live PID's"
+ok $? "a start removed the shared files a dead launcher (pid $dead) left ($left left), not a running one's"
+pkill -P $holder sleep
+kill $holder 2> /dev/null
 rm -f "/dev/shm/tandem-$dead-"* "/dev/shm/tandem-$$-progress"
 tap_done
