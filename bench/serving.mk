@@ -5,3 +5,10 @@ EXTRA_DIST += bench/serving.sh
 bench-serving: tandem-worker bench/cpu_engine tests/integration/test-load
 	$(SHELL) $(top_srcdir)/bench/serving.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-serving
+
+# `make bench-hicache`: HiCache on vs off in the same run, multi-turn chat on models/demo
+# (bench/hicache.sh → bench/results/hicache.json).
+EXTRA_DIST += bench/hicache.sh
+bench-hicache: tandem-worker
+	$(SHELL) $(top_srcdir)/bench/hicache.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
+.PHONY: bench-hicache

@@ -47,26 +47,30 @@ int main(int argc, char **argv)
         rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
         goto out;
     }
-    /* the host KV tier is not in this build: its flags are refused, never accepted and ignored */
-    static const char *const hicache[] = {"enable_hierarchical_cache", "hicache_ratio",
-                                          "hicache_size", "hicache_write_policy"};
-    for (size_t i = 0; i < sizeof(hicache) / sizeof(hicache[0]); i++)
-        if (tdm_params_source(params, hicache[i]) != TDM_PARAM_SRC_DEFAULT) {
-            fprintf(stderr,
-                    "tandem-worker: %s: the HiCache host tier is not built in this worker\n",
-                    hicache[i]);
-            goto out;
-        }
     /* an explicit --prompt/--prompt-ids (even empty) means one-shot, which reports the error */
     if (tdm_oneshot_wanted(&cfg) || r_argc > 1 ||
         tdm_params_source(params, "prompt") != TDM_PARAM_SRC_DEFAULT ||
         tdm_params_source(params, "prompt_ids") != TDM_PARAM_SRC_DEFAULT) {
+        if (cfg.enable_hierarchical_cache) {
+            fprintf(stderr, "tandem-worker: --enable-hierarchical-cache: the HiCache host tier "
+                            "sits under a serving worker's prefix cache; the one-shot CLI has "
+                            "none\n");
+            goto out;
+        }
         rc = tdm_oneshot_main(&cfg, tdm_params_source(params, "device") != TDM_PARAM_SRC_DEFAULT,
                               r_argc, r_argv);
         goto out;
     }
     if (!cfg.model_path[0]) {
         fprintf(stderr, "tandem-worker: --model-path DIR is required\n");
+        goto out;
+    }
+    if (cfg.enable_hierarchical_cache && (strcmp(cfg.device, "cpu") || cfg.tp_size > 1)) {
+        /* the CUDA copy stream and the per-rank tiers driven by the plan are not built yet */
+        fprintf(stderr,
+                "tandem-worker: --enable-hierarchical-cache: not built for %s (this build: "
+                "--device cpu --tp-size 1)\n",
+                strcmp(cfg.device, "cpu") ? "--device cuda" : "--tp-size > 1");
         goto out;
     }
     /* serving: the launcher (no --rank) or one rank of the group (dataplane/sched/worker.h) */

@@ -100,6 +100,50 @@ static void rank_series(FILE *f, tdm_api_t *a)
     }
 }
 
+/* HiCache (include/tdm/hicache.h): the host tier's occupancy and traffic, and the CORRUPTION
+ * evidence it counts (verify failures, gate bypasses, poison reads). */
+static void hicache_series(FILE *f, const tdm_sched_stats_t *s)
+{
+    const tdm_hicache_stats_t *h = &s->hicache;
+    tdm_api_metric_gauge(f, "tandem_hicache_enabled", "1 when the host KV tier is on",
+                         s->hicache_on);
+    if (!s->hicache_on)
+        return;
+    tdm_api_metric_gauge(f, "tandem_hicache_host_pages_used", "Host-tier KV pages holding a page",
+                         h->host_pages_used);
+    tdm_api_metric_gauge(f, "tandem_hicache_host_pages_total", "Host-tier KV pages",
+                         h->host_pages_total);
+    tdm_api_metric_gauge(f, "tandem_hicache_host_bytes", "Host-tier pool bytes",
+                         (double)h->host_bytes);
+    tdm_api_metric_gauge(f, "tandem_hicache_host_pages_pinned",
+                         "Host-tier pages held by a load not yet retired", h->host_pages_pinned);
+    tdm_api_metric_gauge(f, "tandem_hicache_loads_in_flight", "Host-tier loads not yet retired",
+                         h->loads_in_flight);
+    tdm_api_metric_counter(f, "tandem_hicache_stores_total", "Device pages copied to the host tier",
+                           h->stores);
+    tdm_api_metric_counter(f, "tandem_hicache_hits_total", "Prefix pages found in the host tier",
+                           h->hits);
+    tdm_api_metric_counter(f, "tandem_hicache_hit_tokens_total",
+                           "Prompt tokens loaded from the host tier", s->host_hit_tokens);
+    tdm_api_metric_counter(f, "tandem_hicache_loads_total", "Host-to-device loads", h->loads);
+    tdm_api_metric_counter(f, "tandem_hicache_load_bytes_total", "Bytes loaded from the host tier",
+                           h->load_bytes);
+    tdm_api_metric_counter(f, "tandem_hicache_verified_total",
+                           "Loads checked against the source checksums", h->verified);
+    tdm_api_metric_counter(f, "tandem_hicache_verify_failures_total",
+                           "Loads whose device pages mismatched (CORRUPTION)", h->verify_failures);
+    tdm_api_metric_counter(f, "tandem_hicache_gate_bypasses_total",
+                           "Layer reads that did not wait for their load (CORRUPTION)",
+                           h->bypasses);
+    tdm_api_metric_counter(f, "tandem_hicache_poison_reads_total",
+                           "Attention reads of poisoned (not yet loaded) KV (CORRUPTION)",
+                           h->poison_reads);
+    tdm_api_metric_counter(f, "tandem_hicache_gate_waits_total",
+                           "Layer reads that waited for a load in flight", h->gate_waits);
+    tdm_api_metric_counter(f, "tandem_hicache_corruption_events_total",
+                           "CORRUPTION events raised on the host-tier path", s->corruption_events);
+}
+
 void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
 {
     char *text = NULL;
@@ -161,6 +205,7 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
     tdm_api_metric_hist(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);
     tdm_api_metric_hist(f, "tandem_itl_seconds", "Inter-token latency", &a->itl);
     rank_series(f, a);
+    hicache_series(f, &s);
     if (a->o.pd_metrics)
         a->o.pd_metrics(a->o.pd_ctx, f);
     if (fclose(f) != 0 || !text) {

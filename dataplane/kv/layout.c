@@ -31,7 +31,6 @@ tdm_status_t tdm_kv_layout_init(const tdm_model_config_t *cfg, tdm_dtype_t kv_dt
                                 tdm_kv_layout_t *ret_layout)
 {
     tdm_kv_layout_t l;
-    size_t bpt;
 
     if (!cfg || !ret_layout || cfg->num_layers == 0 || cfg->num_kv_heads == 0 || cfg->head_dim == 0)
         return TDM_ERR_INVAL;
@@ -43,13 +42,33 @@ tdm_status_t tdm_kv_layout_init(const tdm_model_config_t *cfg, tdm_dtype_t kv_dt
         return TDM_ERR_UNSUPPORTED;
 
     memset(&l, 0, sizeof(l));
-    l.kv_dtype = kv_dtype;
     l.tp_size = tp_size;
     l.tp_rank = tp_rank;
     l.num_layers = cfg->num_layers;
     l.num_kv_heads = cfg->num_kv_heads / tp_size;
     l.head_dim = cfg->head_dim;
     l.page_size = page_size;
+    return tdm_kv_layout_with_dtype(&l, kv_dtype, ret_layout);
+}
+
+tdm_status_t tdm_kv_layout_with_dtype(const tdm_kv_layout_t *from, tdm_dtype_t kv_dtype,
+                                      tdm_kv_layout_t *ret_layout)
+{
+    tdm_kv_layout_t l;
+    size_t bpt;
+
+    if (!from || !ret_layout)
+        return TDM_ERR_INVAL;
+    if (kv_dtype != TDM_DTYPE_BF16 && kv_dtype != TDM_DTYPE_FP8_E4M3 && kv_dtype != TDM_DTYPE_F32)
+        return TDM_ERR_UNSUPPORTED;
+    memset(&l, 0, sizeof(l));
+    l.tp_size = from->tp_size;
+    l.tp_rank = from->tp_rank;
+    l.num_layers = from->num_layers;
+    l.num_kv_heads = from->num_kv_heads;
+    l.head_dim = from->head_dim;
+    l.page_size = from->page_size;
+    l.kv_dtype = kv_dtype;
     l.n_sub = kv_dtype == TDM_DTYPE_FP8_E4M3 ? 4 : 2;
     for (uint32_t s = 0; s < l.n_sub; s++) {
         tdm_kv_layout_sub_t *sub = &l.sub[s];
@@ -60,7 +79,7 @@ tdm_status_t tdm_kv_layout_init(const tdm_model_config_t *cfg, tdm_dtype_t kv_dt
         if (bpt > UINT32_MAX)
             return TDM_ERR_OVERFLOW;
         sub->bytes_per_token = (uint32_t)bpt;
-        sub->page_stride = (uint64_t)bpt * page_size;
+        sub->page_stride = (uint64_t)bpt * l.page_size;
     }
     *ret_layout = l;
     return TDM_OK;

@@ -81,7 +81,7 @@ static tdm_status_t logits_tp(tdm_graph_t *g, uint32_t m, float *logits)
 static tdm_status_t plan_batch(tdm_graph_t *g, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
                                uint32_t *ret_n, uint32_t *ret_m, int *ret_decode)
 {
-    uint32_t n = 0, m = 0, ps = g->kv->layout->page_size, vocab = g->cfg->vocab_size;
+    uint32_t n = 0, m = 0, ps = g->kv_page_size, vocab = g->cfg->vocab_size;
     int decode = 1;
 
     for (uint32_t s = 0; s < n_seqs; s++) {
@@ -94,7 +94,7 @@ static tdm_status_t plan_batch(tdm_graph_t *g, const tdm_graph_seq_t *seqs, uint
         if (end > (uint64_t)q->n_pages * ps || end > UINT32_MAX)
             return TDM_ERR_RANGE;
         for (uint32_t p = 0; p < (end + ps - 1) / ps; p++)
-            if (q->pages[p] >= g->kv->num_pages)
+            if (q->pages[p] >= g->kv_num_pages)
                 return TDM_ERR_RANGE;
         if (q->n_tokens != 1)
             decode = 0;
@@ -155,11 +155,13 @@ tdm_status_t tdm_graph_forward(tdm_graph_t *g, const tdm_graph_seq_t *seqs, uint
         }
         TDM_TRY(be->rope(be->ctx, &g->rope, g->q, g->pos, n, H));
         TDM_TRY(be->rope(be->ctx, &g->rope, g->k, g->pos, n, KV));
-        TDM_TRY(be->kv_write(be->ctx, g->kv, l, g->k, g->v, g->rows, n));
+        /* I7: the layer's KV only through the gate, which waits for its loads */
+        const tdm_kv_buffers_t *kv = tdm_kv_layer_acquire(g->kv_gate, &g->batch, l);
+        TDM_TRY(be->kv_write(be->ctx, kv, l, g->k, g->v, g->rows, n));
         if (decode)
-            TDM_TRY(be->attn_decode(be->ctx, g->kv, l, g->q, H, g->rows, n, g->attn));
+            TDM_TRY(be->attn_decode(be->ctx, kv, l, g->q, H, g->rows, n, g->attn));
         else
-            TDM_TRY(be->attn_prefill(be->ctx, g->kv, l, g->q, H, g->rows, n, g->attn));
+            TDM_TRY(be->attn_prefill(be->ctx, kv, l, g->q, H, g->rows, n, g->attn));
         TDM_TRY(be->matmul(be->ctx, g->attn, n, &w->o, NULL, g->tmp));
         TDM_TRY(allreduce(g, g->tmp, (size_t)n * d));
         TDM_TRY(

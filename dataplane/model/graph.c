@@ -87,7 +87,12 @@ tdm_status_t tdm_graph_init(const tdm_model_view_t *view, const tdm_kv_buffers_t
     g = tdm_calloc(1, sizeof(*g));
     g->view = view;
     g->cfg = view->cfg;
-    g->kv = kv;
+    st = tdm_kv_gate_init(kv, 0, &g->own_kv_gate);
+    if (st != TDM_OK)
+        goto err_free;
+    g->kv_gate = g->own_kv_gate;
+    g->kv_page_size = kv->layout->page_size;
+    g->kv_num_pages = kv->num_pages;
     g->be = be;
     if (coll)
         g->coll = *coll;
@@ -148,14 +153,31 @@ tdm_status_t tdm_graph_init(const tdm_model_view_t *view, const tdm_kv_buffers_t
     return TDM_OK;
 
 err_free:
+    tdm_kv_gate_free(g->own_kv_gate);
     tdm_free(g);
     return st;
+}
+
+tdm_status_t tdm_graph_use_gate(tdm_graph_t *g, tdm_kv_gate_t *gate)
+{
+    if (!g || !gate || tdm_kv_gate_num_pages(gate) != g->kv_num_pages ||
+        tdm_kv_gate_layout(gate)->page_size != g->kv_page_size ||
+        tdm_kv_gate_layout(gate)->num_layers != g->cfg->num_layers)
+        return TDM_ERR_INVAL;
+    g->kv_gate = gate;
+    return TDM_OK;
+}
+
+void tdm_graph_set_batch(tdm_graph_t *g, const tdm_kv_batch_t *b)
+{
+    g->batch = b ? *b : (tdm_kv_batch_t){0, 0};
 }
 
 void tdm_graph_free(tdm_graph_t *g)
 {
     if (!g)
         return;
+    tdm_kv_gate_free(g->own_kv_gate);
     free(g->arena);
     tdm_free(g->rows);
     tdm_free(g->pos);

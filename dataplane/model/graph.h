@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <tdm/hicache.h>
 #include <tdm/kv.h>
 #include <tdm/model.h>
 #include <tdm/status.h>
@@ -67,6 +68,12 @@ tdm_status_t tdm_graph_init(const tdm_model_view_t *view, const tdm_kv_buffers_t
                             const tdm_backend_t *be, const tdm_graph_coll_t *coll,
                             uint32_t max_tokens, tdm_graph_t **ret_graph);
 void tdm_graph_free(tdm_graph_t *g);
+/* Read the KV through `gate` (HiCache's: same pool, loads in flight) instead of the graph's own
+ * gate over `kv`; the graph never keeps a buffers pointer of its own, so every layer's KV is
+ * obtained through tdm_kv_layer_acquire (I7). TDM_ERR_INVAL when the gate's pool differs. */
+tdm_status_t tdm_graph_use_gate(tdm_graph_t *g, tdm_kv_gate_t *gate);
+/* The loads the next forward depends on (NULL: none). */
+void tdm_graph_set_batch(tdm_graph_t *g, const tdm_kv_batch_t *b);
 
 /* Run one batch. logits receives ret_rows rows of vocab floats, sequences in order (per sequence
  * 1 row, or n_tokens rows when all_logits); cap_rows bounds it. */

@@ -2,12 +2,17 @@
 #ifndef TDM_DATAPLANE_GRAPH_INT_H
 #define TDM_DATAPLANE_GRAPH_INT_H
 
+#include <tdm/hicache.h>
+
 #include "graph.h"
 
 struct tdm_graph {
     const tdm_model_view_t *view;
     const tdm_model_config_t *cfg;
-    const tdm_kv_buffers_t *kv;
+    /* No KV buffers pointer here: every layer's KV comes from tdm_kv_layer_acquire (I7). */
+    tdm_kv_gate_t *kv_gate, *own_kv_gate;
+    tdm_kv_batch_t batch;
+    uint32_t kv_page_size, kv_num_pages;
     const tdm_backend_t *be;
     tdm_graph_coll_t coll;
     tdm_rope_t rope;

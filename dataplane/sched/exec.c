@@ -36,6 +36,7 @@ struct tdm_exec {
     tdm_backend_t be;
     tdm_kv_pool_t *pool;
     tdm_graph_t *graph;
+    tdm_hicache_t *hc;           /* HiCache host tier (NULL = off) */
     const tdm_cuda_module_t *cu; /* --device cuda: the engine's table (module.h) */
     tdm_exec_cuda_t *cuda;       /* --device cuda: the forward; graph and be unused */
     uint32_t vocab;
@@ -69,6 +70,22 @@ static int skip_fault(void *ctx, tdm_coll_op_t op, uint64_t seq)
                           NULL);
 }
 
+static int hicache_fault(void *ctx, tdm_hicache_fault_t f, uint32_t *ret_ms)
+{
+    tdm_exec_t *x = ctx;
+    tdm_fault_point_t p =
+        f == TDM_HICACHE_FAULT_SLOW_COPY ? TDM_FAULT_SLOW_HOST_COPY : TDM_FAULT_FLIP_HOST_BITS;
+    return tdm_fault_fire(x->cfg.faults, p, x->cfg.rank,
+                          __atomic_load_n(&x->iter_seen, __ATOMIC_RELAXED), ret_ms);
+}
+
+static int gate_skip(void *ctx, uint64_t iter, uint32_t layer)
+{
+    tdm_exec_t *x = ctx;
+    (void)layer;
+    return tdm_fault_fire(x->cfg.faults, TDM_FAULT_SKIP_LAYER_GATE, x->cfg.rank, iter, NULL);
+}
+
 #define SET_ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
 tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *err, size_t err_len)
@@ -87,6 +104,13 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
     TDM_CHECK_GOTO(tdm_model_view_init(cfg->model, cfg->tp_size, cfg->rank, &x->view, err, err_len),
                    st, err_free);
     x->have_view = 1;
+    if (cfg->device_cuda && cfg->hicache) {
+        /* the host tier's CUDA half (pinned host pool, copy stream, one event per (load, layer)
+         * behind the same gate) is not built yet: refuse rather than serve without it */
+        SET_ERR("--enable-hierarchical-cache: the host tier is built for --device cpu only");
+        st = TDM_ERR_UNSUPPORTED;
+        goto err_free;
+    }
     if (cfg->device_cuda) {
         /* weights and the KV pool on the device (pool sized from --mem-fraction-static, capped
          * at cfg->num_pages); the scheduler's page allocator over exactly the engine's pages.
@@ -140,6 +164,21 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         SET_ERR("forward graph for %u rows: %s", cfg->max_tokens, tdm_status_str(st));
         goto err_free;
     }
+    if (cfg->hicache) {
+        tdm_hicache_cfg_t hcfg = *cfg->hicache;
+        hcfg.fault = cfg->faults ? hicache_fault : NULL;
+        hcfg.fault_ctx = x;
+        st = tdm_hicache_init(&hcfg, tdm_kv_pool_buffers(x->pool), &x->hc, err, err_len);
+        if (st != TDM_OK)
+            goto err_free;
+        if (cfg->faults)
+            tdm_kv_gate_set_skip(tdm_hicache_gate(x->hc), gate_skip, x);
+        st = tdm_graph_use_gate(x->graph, tdm_hicache_gate(x->hc));
+        if (st != TDM_OK) {
+            SET_ERR("HiCache gate: %s", tdm_status_str(st));
+            goto err_free;
+        }
+    }
 buffers:
     cfg->tensor->skip_fault = cfg->faults ? skip_fault : NULL;
     cfg->tensor->fault_ctx = x;
@@ -174,6 +213,7 @@ void tdm_exec_free(tdm_exec_t *x)
         x->cfg.tensor->fault_ctx = NULL;
     }
     tdm_graph_free(x->graph);
+    tdm_hicache_free(x->hc); /* its copy thread writes the pool: gone before the pool */
     if (x->cuda)
         x->cu->exec_free(x->cuda);
     tdm_kv_pool_free(x->pool);
@@ -220,6 +260,11 @@ const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x)
     return &x->cfg;
 }
 
+tdm_hicache_t *tdm_exec_hicache(tdm_exec_t *x)
+{
+    return x->hc;
+}
+
 static void sleep_ms(uint32_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -237,7 +282,7 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
     tdm_plan_entry_t e;
     int lead = x->cfg.rank == 0;
 
-    x->iter_seen = h->iter;
+    __atomic_store_n(&x->iter_seen, h->iter, __ATOMIC_RELAXED);
     /* the queues this iteration serves are visible before anything in it can hang */
     if (lead && it)
         tdm_comm_record_pending(x->cfg.tensor, it->waiting, it->running, it->taken);
@@ -283,10 +328,21 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
             tok_off += e.n_tokens;
             n++;
         }
+        uint64_t poison0 = 0, bypass0 = 0;
+        if (x->hc) {
+            tdm_kv_batch_t kb = {h->iter, it ? it->kv_need : 0};
+            tdm_graph_set_batch(x->graph, &kb);
+            poison0 = tdm_kv_gate_poison_reads(tdm_hicache_gate(x->hc));
+            bypass0 = tdm_kv_gate_bypasses(tdm_hicache_gate(x->hc));
+        }
         if (x->cuda)
             st = x->cu->exec_forward(x->cuda, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
         else
             st = tdm_graph_forward(x->graph, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
+        if (x->hc && it) {
+            it->poison_reads = tdm_kv_gate_poison_reads(tdm_hicache_gate(x->hc)) - poison0;
+            it->gate_bypasses = tdm_kv_gate_bypasses(tdm_hicache_gate(x->hc)) - bypass0;
+        }
         if (st != TDM_OK) {
             tdm_err(TDM_SUB_SCHED, "msg=\"forward failed\" rank=%u iter=%llu status=%s",
                     x->cfg.rank, (unsigned long long)h->iter, tdm_status_name(st));

@@ -15,7 +15,7 @@
 static const char *const fault_names[] = {
     "rank_idle_path",          "rank_skip_collective", "stall_loop",     "slow_host_copy",
     "drop_abort_handler",      "kill_thread",          "stall_transfer", "flip_kv_bits",
-    "host_layout_fp8_formula", "skip_layer_gate",
+    "host_layout_fp8_formula", "skip_layer_gate",      "flip_host_bits",
 };
 _Static_assert(sizeof(fault_names) / sizeof(fault_names[0]) == TDM_FAULT_MAX,
                "one name per fault point");
@@ -42,8 +42,10 @@ tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_poi
         snprintf(err, err_len, "unknown fault point");
         return TDM_ERR_INVAL;
     }
-    if (f == TDM_FAULT_HOST_LAYOUT_FP8_FORMULA || f == TDM_FAULT_SKIP_LAYER_GATE) {
-        snprintf(err, err_len, "fault %s is not implemented by this worker yet", fault_names[f]);
+    if (f == TDM_FAULT_HOST_LAYOUT_FP8_FORMULA && !spec->at_start) {
+        snprintf(err, err_len,
+                 "fault %s acts when the host pool is built: arm it with --fault-at-start",
+                 fault_names[f]);
         return TDM_ERR_UNSUPPORTED;
     }
     if (spec->rank >= n_ranks) {

@@ -27,6 +27,14 @@
  *                         ACK timeout fires (abort_unacked, corruption_risk).
  *   kill_thread{thread}   the named engine thread (bootstrap, receive, transfer) exits; its
  *                         heartbeat goes stale and /health answers 503 naming it.
+ * The HiCache points (include/tdm/hicache.h; rank 0, the executor's host tier):
+ *   host_layout_fp8_formula  the host pool's descriptor by the fp8 formula: the worker refuses to
+ *                         start naming the sub-buffer (armed at start only: --fault-at-start;
+ *                         with the test-only --hicache-force-layout it starts and copies truncate).
+ *   skip_layer_gate       tdm_kv_layer_acquire returns without waiting for the layer's load
+ *                         (one count per layer read of a batch with a load).
+ *   slow_host_copy        also: the copy thread sleeps duration_ms before each layer of a load.
+ *   flip_host_bits        one bit of a host page flips before a load reads it.
  * Each entry is {rank, count, after_iter, duration_ms}: it fires on `rank` at iterations >=
  * after_iter, `count` times (0 = until disarmed). Arming replaces the entry; count 0 with
  * disarm clears it.
@@ -54,6 +62,7 @@ typedef enum tdm_fault_point {
     TDM_FAULT_FLIP_KV_BITS,
     TDM_FAULT_HOST_LAYOUT_FP8_FORMULA,
     TDM_FAULT_SKIP_LAYER_GATE,
+    TDM_FAULT_FLIP_HOST_BITS,
     TDM_FAULT_MAX
 } tdm_fault_point_t;
 
@@ -82,12 +91,13 @@ typedef struct tdm_fault_spec {
     uint64_t after_iter;
     uint32_t duration_ms;
     uint32_t thread; /* kill_thread: TDM_HB_BOOTSTRAP, TDM_HB_RECV or TDM_HB_TRANSFER */
+    int at_start;    /* armed by --fault-at-start before the pools are built */
 } tdm_fault_spec_t;
 
 /* Arm (replacing any previous arming). TDM_ERR_RANGE for rank >= n_ranks; TDM_ERR_INVAL for
  * rank_idle_path on rank 0, a transfer point on a rank other than 0, or kill_thread of a thread
  * that is not the transfer engine's; TDM_ERR_UNSUPPORTED for points this build does not
- * implement (host_layout_fp8_formula, skip_layer_gate). */
+ * implement at run time (host_layout_fp8_formula: --fault-at-start only). */
 tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_point_t f,
                            const tdm_fault_spec_t *spec, char *err, size_t err_len);
 void tdm_fault_disarm(tdm_fault_table_t *t, tdm_fault_point_t f);

@@ -8,6 +8,7 @@ libtdmsched_a_SOURCES = \
 	dataplane/sched/sched.c \
 	dataplane/sched/launcher.c \
 	dataplane/sched/worker.c \
+	dataplane/sched/worker_hicache.c \
 	kernels/cuda/loader.c
 # --device cuda without a linked CUDA runtime loads $(pkglibdir)/backend-cuda.so (kernels/cuda/module.h)
 libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS) \
@@ -43,6 +44,12 @@ TESTS += tests/unit/test-sched
 tests_unit_test_sched_SOURCES = tests/unit/test-sched.c
 tests_unit_test_sched_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 tests_unit_test_sched_LDADD = libtdmoneshot.a $(SCHED_LIBS) $(COMMON_LIBS)
+
+# HiCache in the serving worker (models/demo, a small device pool): the fp8-formula refusal at
+# start, outputs bit-identical on/off for each write policy, layout and copy path, the forced
+# layout mismatch and skip_layer_gate raising CORRUPTION, 64 sessions with aborts leaking nothing.
+TESTS += tests/integration/test-hicache.sh
+dist_check_SCRIPTS += tests/integration/test-hicache.sh
 
 # The launcher end to end: TP=2 == TP=1 bit for bit in both loops, SIGTERM, kill -9 of a rank.
 TESTS += tests/integration/test-serving.sh

@@ -23,6 +23,7 @@ typedef struct pnode {
     int32_t bnext;              /* bucket chain */
     int32_t lru_prev, lru_next; /* lru_prev toward the most recent end */
     int in;
+    uint32_t hits; /* matches since indexed (write_through_selective) */
 } pnode_t;
 
 struct tdm_prefix {
@@ -33,6 +34,7 @@ struct tdm_prefix {
     int32_t *bucket;
     uint32_t mask;
     int32_t mru, lru; /* list ends */
+    tdm_hicache_t *hc;
 };
 
 tdm_status_t tdm_prefix_init(tdm_kv_pool_t *pool, uint32_t page_size, tdm_prefix_t **ret)
@@ -55,6 +57,28 @@ tdm_status_t tdm_prefix_init(tdm_kv_pool_t *pool, uint32_t page_size, tdm_prefix
     c->mru = c->lru = NONE;
     *ret = c;
     return TDM_OK;
+}
+
+void tdm_prefix_set_tier(tdm_prefix_t *c, tdm_hicache_t *hc)
+{
+    c->hc = hc;
+}
+
+uint64_t tdm_prefix_chain(const int32_t *tokens, uint32_t n_pages, uint32_t page_size)
+{
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < n_pages; i++)
+        h = tdm_hash_xxh64(tokens + (size_t)i * page_size, page_size * sizeof(int32_t), h);
+    return h;
+}
+
+/* A copy to the host tier when the policy says `when`; a full tier only means no copy. */
+static void tier_store(tdm_prefix_t *c, int32_t p, tdm_hicache_policy_t when)
+{
+    if (!c->hc || tdm_hicache_policy(c->hc) != when)
+        return;
+    const pnode_t *x = &c->nodes[p];
+    (void)tdm_hicache_store(c->hc, (uint32_t)p, x->hash, x->parent, c->toks + (size_t)p * c->ps);
 }
 
 static void lru_unlink(tdm_prefix_t *c, int32_t p)
@@ -135,6 +159,8 @@ uint32_t tdm_prefix_match(tdm_prefix_t *c, const int32_t *tokens, uint32_t max_p
         if (p == NONE)
             break;
         ret_pages[i] = (uint32_t)p;
+        if (++c->nodes[p].hits == 2)
+            tier_store(c, p, TDM_HICACHE_WRITE_THROUGH_SELECTIVE);
         h = nh;
     }
     /* leaf first, so the root of a chain ends up most recent and leaves are evicted first */
@@ -160,10 +186,12 @@ void tdm_prefix_insert(tdm_prefix_t *c, const int32_t *tokens, const uint32_t *p
             x->parent = h;
             x->in = 1;
             memcpy(c->toks + (size_t)p * c->ps, t, c->ps * sizeof(int32_t));
+            x->hits = 0;
             x->bnext = c->bucket[nh & c->mask];
             c->bucket[nh & c->mask] = p;
             lru_push_mru(c, p);
             c->n++;
+            tier_store(c, p, TDM_HICACHE_WRITE_THROUGH);
         }
         h = nh;
     }
@@ -176,6 +204,7 @@ uint32_t tdm_prefix_evict(tdm_prefix_t *c, uint32_t n)
     while (p != NONE && done < n) {
         int32_t up = c->nodes[p].lru_prev;
         if (tdm_kv_page_refcount(c->pool, (uint32_t)p) == 1) {
+            tier_store(c, p, TDM_HICACHE_WRITE_BACK); /* before the page can be reused */
             remove_node(c, p);
             done++;
         }

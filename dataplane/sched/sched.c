@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
@@ -54,6 +56,8 @@ struct tdm_sched {
     tdm_exec_t *x;
     tdm_kv_pool_t *pool;
     tdm_prefix_t *cache;
+    tdm_hicache_t *hc;  /* HiCache host tier (NULL = off) */
+    uint32_t *host_ids; /* admission scratch: host pages of a match */
     uint32_t ps, num_pages, max_context, max_pages_per_seq, max_tokens, vocab;
 
     pthread_mutex_t mu;
@@ -405,10 +409,42 @@ static void finish(tdm_sched_t *s, tdm_sreq_t *r, tdm_finish_reason_t why, tdm_s
     s->ending = r;
 }
 
+static void hc_event(tdm_sched_t *s, const char *type, const char *reason, json_t *data)
+{
+    if (s->cfg.on_event)
+        s->cfg.on_event(s->cfg.on_event_ctx, type, reason, data);
+    else
+        json_decref(data);
+}
+
+/* Wait for r's host-tier load and its verification; a mismatch is CORRUPTION evidence
+ * (hicache_load_mismatch naming the device page and the layer) and marks r's KV bad. Returns 0
+ * when r's KV is bad. */
+static int hc_retire(tdm_sched_t *s, tdm_sreq_t *r)
+{
+    uint32_t page = 0, layer = 0;
+    if (!r->load_ticket)
+        return !r->kv_bad;
+    tdm_status_t st = tdm_hicache_wait(s->hc, r->load_ticket, &page, &layer);
+    r->load_ticket = 0;
+    if (st == TDM_OK)
+        return !r->kv_bad;
+    r->kv_bad = 1;
+    s->st.corruption_events++;
+    tdm_err(TDM_SUB_SCHED, "msg=\"HiCache load failed verification\" req=%llu page=%u layer=%u",
+            (unsigned long long)r->id, page, layer);
+    hc_event(s, "hicache_load_mismatch", "host tier load checksum mismatch",
+             json_pack("{s:[i],s:i,s:s,s:I}", "pages", (json_int_t)page, "layer", (json_int_t)layer,
+                       "tier", "host", "req", (json_int_t)r->id));
+    return 0;
+}
+
 /* Give a request's pages back: full computed pages go to the prefix cache first. */
 static void release_pages(tdm_sched_t *s, tdm_sreq_t *r)
 {
-    uint32_t full = r->n_computed_sched / s->ps;
+    /* a load in flight writes these pages: it completes (and is checked) before they go back */
+    hc_retire(s, r);
+    uint32_t full = r->kv_bad ? 0 : r->n_computed_sched / s->ps;
     if (full > r->kv.n_pages)
         full = r->kv.n_pages;
     if (full)
@@ -562,14 +598,50 @@ static void on_token(tdm_sched_t *s, tdm_sreq_t *r, const tdm_exec_result_t *res
     }
 }
 
+/* Poison read or gate bypass during this iteration's forward: CORRUPTION evidence, and every
+ * request of the batch that reads host-tier pages ends with an error (all of them when none
+ * does: the read cannot be attributed). */
+static void hc_check_iter(tdm_sched_t *s, tdm_exec_iter_t *it)
+{
+    if (!it->poison_reads && !it->gate_bypasses)
+        return;
+    int any = 0;
+    s->st.corruption_events++;
+    tdm_err(TDM_SUB_SCHED,
+            "msg=\"KV read before its HiCache load\" iter=%llu poison=%llu bypass=%llu",
+            (unsigned long long)it->hdr.iter, (unsigned long long)it->poison_reads,
+            (unsigned long long)it->gate_bypasses);
+    hc_event(s, "poisoned_page_read", "a layer was read before its host-tier load completed",
+             json_pack("{s:I,s:I,s:I,s:s}", "iter", (json_int_t)it->hdr.iter, "poison_reads",
+                       (json_int_t)it->poison_reads, "bypasses", (json_int_t)it->gate_bypasses,
+                       "tier", "host"));
+    for (uint32_t i = 0; i < it->n_reqs; i++)
+        any |= it->reqs[i]->hc_loaded;
+    for (uint32_t i = 0; i < it->n_reqs; i++) {
+        tdm_sreq_t *r = it->reqs[i];
+        if (r->state == SREQ_ENDING || (any && !r->hc_loaded))
+            continue;
+        r->kv_bad = 1;
+        finish(s, r, TDM_FINISH_ERROR, TDM_ERR_CORRUPT,
+               "KV was read before its host-tier load completed", -1, NULL, 0);
+    }
+}
+
 static void process_results(tdm_sched_t *s, tdm_exec_iter_t *it)
 {
     /* prefill (PD): the STATUS frames of the rooms this iteration finished leave in one write */
     tdm_xfer_cork(s->cfg.xfer);
+    if (s->hc)
+        hc_check_iter(s, it);
     for (uint32_t i = 0; i < it->n_results; i++) {
         tdm_exec_result_t *res = &it->results[i];
         if (res->req->state == SREQ_ENDING)
             continue; /* aborted or stopped while this iteration ran: the token is dropped */
+        if (res->req->load_ticket && !hc_retire(s, res->req)) {
+            finish(s, res->req, TDM_FINISH_ERROR, TDM_ERR_CORRUPT,
+                   "KV loaded from the host tier failed verification", -1, NULL, 0);
+            continue; /* no token computed from a bad page reaches the client */
+        }
         on_token(s, res->req, res);
     }
     tdm_xfer_uncork(s->cfg.xfer);
@@ -654,6 +726,8 @@ static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint
     if (tdm_plan_add(&ib->pb, r->slot, c, flags, s->tokbuf, n, r->kv.pages, n_pages) != TDM_OK)
         return 0;
     ib->it.reqs[ib->it.n_reqs++] = r;
+    if (r->load_ticket > ib->it.kv_need)
+        ib->it.kv_need = r->load_ticket;
     r->n_computed_sched += n;
     if (flags & TDM_PLAN_LOGITS)
         r->n_gen_sched++;
@@ -727,12 +801,18 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
     uint32_t len = r->n_prompt + r->n_gen;
     uint32_t max_shared = (len - 1) / s->ps; /* keep at least one token to compute */
     uint32_t k = tdm_prefix_match(s->cache, r->tokens, max_shared, s->shared);
+    uint32_t m = 0; /* pages continuing the prefix from the host tier */
+    if (s->hc && k < max_shared)
+        m = tdm_hicache_match(s->hc, r->tokens, k, max_shared - k,
+                              tdm_prefix_chain(r->tokens, k, s->ps), s->host_ids);
     uint32_t need = (len + s->ps - 1) / s->ps - k;
     uint32_t avail = tdm_kv_pool_free_pages(s->pool) + tdm_prefix_evictable(s->cache);
     for (uint32_t i = 0; i < k; i++) /* shared pages stop being evictable */
         avail -= tdm_kv_page_refcount(s->pool, s->shared[i]) == 1;
-    if (need > avail)
+    if (need > avail) {
+        tdm_hicache_unpin(s->hc, s->host_ids, m);
         return NULL;
+    }
     if (!r->kv.pages)
         r->kv.pages = tdm_calloc(r->kv.cap_pages, sizeof(uint32_t));
     for (uint32_t i = 0; i < k; i++) {
@@ -741,6 +821,22 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
     }
     r->kv.n_pages = k;
     r->kv.n_tokens = k * s->ps;
+    if (m) {
+        /* device pages for the host pages, then their load on the copy thread; pages that
+         * cannot be loaded are simply computed */
+        uint32_t free_now = tdm_kv_pool_free_pages(s->pool);
+        if (m > free_now)
+            (void)tdm_prefix_evict(s->cache, m - free_now);
+        if (tdm_kv_seq_reserve(s->pool, &r->kv, (k + m) * s->ps) != TDM_OK ||
+            tdm_hicache_load(s->hc, s->host_ids, r->kv.pages + k, m, &r->load_ticket) != TDM_OK) {
+            tdm_hicache_unpin(s->hc, s->host_ids, m);
+            m = 0;
+        } else {
+            r->hc_loaded = 1;
+            s->st.host_hit_tokens += (uint64_t)m * s->ps;
+        }
+    }
+    k += m;
     r->n_computed_sched = k * s->ps;
     r->n_gen_sched = r->n_gen;
     if (r->cached_tokens < k * s->ps)
@@ -973,6 +1069,8 @@ static tdm_plan_kind_t build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
         pd_poll_prefill(s);
     tdm_plan_begin(&ib->pb);
     ib->it.n_reqs = 0;
+    ib->it.kv_need = 0;
+    ib->it.poison_reads = ib->it.gate_bypasses = 0;
     /* a snapshot: scheduling one request may retract later ones to the queue */
     uint32_t n_run = 0;
     for (tdm_sreq_t *r = s->running.head; r; r = r->next)
@@ -1041,6 +1139,10 @@ static void publish(tdm_sched_t *s)
     p->drained = drained;
     p->transferring = s->xferring.n;
     p->rooms_held = rooms_held(s);
+    if (s->hc) {
+        p->hicache_on = 1;
+        tdm_hicache_stats(s->hc, &p->hicache);
+    }
     pthread_mutex_unlock(&s->mu);
     if (s->cfg.on_iter)
         s->cfg.on_iter(s->cfg.on_iter_ctx);
@@ -1285,6 +1387,9 @@ tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched
         SET_ERR("scheduler: prefix cache");
         return TDM_ERR_NOMEM;
     }
+    s->hc = tdm_exec_hicache(x);
+    tdm_prefix_set_tier(s->cache, s->hc);
+    s->host_ids = tdm_calloc(s->max_pages_per_seq + 1, sizeof(uint32_t));
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1335,6 +1440,7 @@ void tdm_sched_free(tdm_sched_t *s)
     tdm_free(s->tokbuf);
     tdm_free(s->snap);
     tdm_free(s->shared);
+    tdm_free(s->host_ids);
     tdm_free(s->aborts);
     tdm_free(s);
 }

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include <tdm/hicache.h>
 #include <tdm/sample.h>
 #include <tdm/status.h>
 
@@ -99,6 +100,11 @@ typedef struct tdm_sched_stats {
     uint32_t transferring, rooms_held;
     uint64_t pd_rooms_taken;   /* prefill: rooms taken from the engine */
     uint64_t pd_commit_failed; /* decode: rooms that failed or failed verification */
+    /* HiCache: prompt tokens served from the host tier, CORRUPTION events raised (load
+     * mismatch, poison read, gate bypass), and the tier's own counters when hicache_on */
+    uint64_t host_hit_tokens, corruption_events;
+    int hicache_on;
+    tdm_hicache_stats_t hicache;
 } tdm_sched_stats_t;
 
 void tdm_sched_stats(tdm_sched_t *s, tdm_sched_stats_t *ret);

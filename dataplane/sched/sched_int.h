@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include <tdm/hicache.h>
 #include <tdm/kv.h>
 #include <tdm/model.h>
 #include <tdm/progress.h>
@@ -77,6 +78,10 @@ struct tdm_sreq {
      * with the request after its end until tdm_xfer_release() lets them go (prefill: puts in
      * flight; decode: quarantined until ABORT_ACK) */
     uint64_t room;
+    /* HiCache: the load of this request's host-tier pages not yet waited for (0 = none); set
+     * when any of its pages came from the host tier; its KV failed verification */
+    uint64_t load_ticket;
+    int hc_loaded, kv_bad;
 
     tdm_tok_stream_t *stream;
     char *text; /* all generated text (stop-string scan) */
@@ -102,6 +107,9 @@ typedef struct tdm_exec_cfg {
      * engine maps; NULL = allocate */
     void *kv_mem;
     uint64_t kv_mem_bytes;
+    /* HiCache (--enable-hierarchical-cache): the host tier over this rank's pool, NULL = off;
+     * its fault hook is the executor's (slow_host_copy, flip_host_bits, skip_layer_gate) */
+    const tdm_hicache_cfg_t *hicache;
     int device_cuda;            /* 1: the forward runs on the CUDA engine (--device cuda, tp 1) */
     double mem_fraction_static; /* --device cuda: share of free GPU memory for weights + KV */
     const char *cuda_backend;   /* --device cuda without a linked runtime: backend-cuda.so
@@ -128,6 +136,9 @@ typedef struct tdm_exec_iter {
     uint64_t taken;             /* requests taken from the inbox when they were counted */
     tdm_exec_result_t *results; /* out: one per LOGITS entry, in entry order */
     uint32_t n_results;
+    uint64_t kv_need;      /* the newest HiCache load ticket the batch reads (0 = none) */
+    uint64_t poison_reads; /* out: poison reads and gate bypasses during this forward */
+    uint64_t gate_bypasses;
     tdm_status_t status;
 } tdm_exec_iter_t;
 
@@ -140,6 +151,8 @@ uint64_t tdm_exec_kv_bytes(const tdm_exec_t *x);
  * as tdm_exec_pool's page ids), what the PD transfer engine moves by CUDA IPC; NULL otherwise. */
 const tdm_kv_buffers_t *tdm_exec_kv_device(const tdm_exec_t *x);
 const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x);
+/* The host tier (NULL when HiCache is off). */
+tdm_hicache_t *tdm_exec_hicache(tdm_exec_t *x);
 /* Rank 0: send the plan and run it; results in it->results. */
 tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it);
 /* Followers: run plans until SHUTDOWN (TDM_OK) or an error (abort, dead peer, bad plan). */
@@ -169,6 +182,10 @@ typedef struct tdm_sched_cfg {
      * pings systemd's watchdog from it, so only a loop that iterates keeps the unit alive */
     void (*on_iter)(void *ctx);
     void *on_iter_ctx;
+    /* telemetry events (CORRUPTION evidence: hicache_load_mismatch, poisoned_page_read,
+     * hicache_gate_bypass) on the scheduler thread; data (may be NULL) is stolen; NULL: none */
+    void (*on_event)(void *ctx, const char *type, const char *reason, struct json_t *data);
+    void *on_event_ctx;
 } tdm_sched_cfg_t;
 
 tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched_t **ret, char *err,
@@ -191,6 +208,12 @@ void tdm_sched_kick(tdm_sched_t *s);
 typedef struct tdm_prefix tdm_prefix_t;
 tdm_status_t tdm_prefix_init(tdm_kv_pool_t *pool, uint32_t page_size, tdm_prefix_t **ret);
 void tdm_prefix_free(tdm_prefix_t *c); /* drops the cache's references */
+/* HiCache: the host tier under the cache (NULL: none). Per its write policy a page is stored when
+ * it is indexed (write_through), hit the second time (write_through_selective) or evicted
+ * (write_back). */
+void tdm_prefix_set_tier(tdm_prefix_t *c, tdm_hicache_t *hc);
+/* The chain hash after the first n_pages pages of tokens (the parent of page n_pages). */
+uint64_t tdm_prefix_chain(const int32_t *tokens, uint32_t n_pages, uint32_t page_size);
 /* Longest cached chain for tokens[0..n_tokens) of at most max_pages pages: page ids into
  * ret_pages (not referenced yet), count returned; matched entries become most recently used. */
 uint32_t tdm_prefix_match(tdm_prefix_t *c, const int32_t *tokens, uint32_t max_pages,

@@ -859,6 +859,14 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
         ucx_kv = tdm_kv_pool_buffers(tdm_xfer_kv_pool(w->xfer, 0))->base;
         (void)tdm_kv_layout_pool_bytes(&layout, num_pages, &ucx_kv_bytes);
     }
+    tdm_hicache_cfg_t hcfg;
+    if (w->rank == 0 &&
+        tdm_worker_faults_at_start(cfg, &w->shared->faults, w->tp, err, sizeof(err)) != TDM_OK)
+        goto err_msg;
+    if (cfg->enable_hierarchical_cache &&
+        tdm_worker_hicache_cfg(cfg, w->tp, &layout, num_pages, max_running, &w->shared->faults,
+                               &hcfg, err, sizeof(err)) != TDM_OK)
+        goto err_msg;
     tdm_exec_cfg_t xc = {.model = w->model,
                          .tp_size = w->tp,
                          .rank = w->rank,
@@ -875,10 +883,13 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                          .faults = &w->shared->faults,
                          .kv_mem = ucx_kv ? ucx_kv : w->kv_mem,
                          .kv_mem_bytes = ucx_kv ? ucx_kv_bytes : w->kv_mem_bytes,
+                         .hicache = cfg->enable_hierarchical_cache ? &hcfg : NULL,
                          .device_cuda = on_cuda,
                          .mem_fraction_static = cfg->mem_fraction_static,
                          .cuda_backend = cfg->cuda_backend};
     st = tdm_exec_init(&xc, &w->x, err, sizeof(err));
+    if (xc.hicache && (st == TDM_OK || st == TDM_ERR_FORMAT))
+        tdm_worker_hicache_report(&hcfg, st != TDM_OK);
     if (st != TDM_OK)
         goto err_msg;
     num_pages = tdm_kv_pool_num_pages(tdm_exec_pool(w->x)); /* cuda: what fitted */
@@ -926,7 +937,8 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
                           .tok = w->tok,
                           .mc = mc,
                           .pd = w->pd,
-                          .xfer = w->xfer};
+                          .xfer = w->xfer,
+                          .on_event = tdm_worker_sched_event};
     watchdog_setup(w);
     if (w->wd_usec) {
         sc.on_iter = watchdog_on_iter;

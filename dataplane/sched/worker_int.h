@@ -22,6 +22,18 @@ enum { SHM_PROGRESS = 0, SHM_TENSOR, SHM_PLAN, SHM_GROUP, SHM_COUNT };
 tdm_status_t tdm_worker_pd_check(const tdm_worker_config_t *cfg, tdm_sched_pd_t *ret_pd, char *host,
                                  size_t host_len, uint16_t *ret_port, char *err, size_t err_len);
 
+/* HiCache glue (worker_hicache.c): --fault-at-start arming (before the pools), the tier's
+ * configuration from the flags (err names the flag; refused at --tp-size > 1), the start-time
+ * layout telemetry (refused: layout_mismatch), and the scheduler's event sink. */
+tdm_status_t tdm_worker_faults_at_start(const tdm_worker_config_t *cfg, tdm_fault_table_t *t,
+                                        uint32_t n_ranks, char *err, size_t err_len);
+tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, uint32_t tp,
+                                    const tdm_kv_layout_t *layout, uint32_t num_pages,
+                                    uint32_t max_running, tdm_fault_table_t *faults,
+                                    tdm_hicache_cfg_t *ret, char *err, size_t err_len);
+void tdm_worker_hicache_report(const tdm_hicache_cfg_t *hcfg, int refused);
+void tdm_worker_sched_event(void *ctx, const char *type, const char *reason, struct json_t *data);
+
 void tdm_worker_shm_path(const char *prefix, int which, char *out, size_t out_len);
 
 #endif

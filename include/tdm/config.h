@@ -45,6 +45,11 @@
     P(hicache_ratio, "TDM_HICACHE_RATIO", "--hicache-ratio", DOUBLE, "2.0", "1.0..100", "Host tier size as a multiple of the device KV pool") \
     P(hicache_size, "TDM_HICACHE_SIZE", "--hicache-size", INT64, "0", "0..1048576", "Host tier size in GiB; overrides --hicache-ratio when > 0") \
     P(hicache_write_policy, "TDM_HICACHE_WRITE_POLICY", "--hicache-write-policy", ENUM, "write_through", "write_back|write_through|write_through_selective", "When device pages are copied to the host tier") \
+    P(hicache_mem_layout, "TDM_HICACHE_MEM_LAYOUT", "--hicache-mem-layout", ENUM, "layer_first", "layer_first|page_first", "Host tier layout: the device pool's (layer_first) or one page contiguous (page_first)") \
+    P(hicache_io_backend, "TDM_HICACHE_IO_BACKEND", "--hicache-io-backend", ENUM, "kernel", "kernel|direct", "Host-to-device load path: one gather pass per layer (kernel) or one copy per contiguous run (direct)") \
+    P(hicache_verify_rate, "TDM_HICACHE_VERIFY_RATE", "--hicache-verify-rate", DOUBLE, "0.0625", "0..1", "Share of host-tier loads whose device pages are checked against the source checksums (0 = none, 1 = all)") \
+    P(hicache_poison, "TDM_HICACHE_POISON", "--hicache-poison", BOOL, "false", "", "Canary mode: poison load destinations and count attention reads of poison (CORRUPTION)") \
+    P(hicache_force_layout, "TDM_HICACHE_FORCE_LAYOUT", "--hicache-force-layout", BOOL, "false", "", "Test only: start even when the host and device layouts differ") \
     P(max_running_requests, "TDM_MAX_RUNNING_REQUESTS", "--max-running-requests", INT64, "0", "0..65536", "Max requests in a batch (0 = sized from the KV pool)") \
     P(max_queued_requests, "TDM_MAX_QUEUED_REQUESTS", "--max-queued-requests", INT64, "4096", "1..1048576", "Max waiting requests; more are refused with 503") \
     P(max_request_bytes, "TDM_MAX_REQUEST_BYTES", "--max-request-bytes", INT64, "8388608", "1024..1073741824", "Largest HTTP request body accepted") \
@@ -60,6 +65,7 @@
     P(health_progress_timeout, "TDM_HEALTH_PROGRESS_TIMEOUT", "--health-progress-timeout", DOUBLE, "3.0", "0.1..3600", "Seconds without progress (with work pending) before /health fails (I8)") \
     P(drain_timeout, "TDM_WORKER_DRAIN_TIMEOUT", "--drain-timeout", DOUBLE, "60", "0..86400", "SIGTERM: seconds to finish the running requests (new ones refused) before exiting; 0 = exit at once") \
     P(enable_fault_injection, "TDM_ENABLE_FAULT_INJECTION", "--enable-fault-injection", BOOL, "false", "", "Allow arming fault points through /admin/faults") \
+    P(fault_at_start, "TDM_FAULT_AT_START", "--fault-at-start", STRING, "", "", "Fault points armed on rank 0 before the pools are built, comma-separated (needs --enable-fault-injection)") \
     P(prompt, "TDM_PROMPT", "--prompt", STRING, "", "", "One-shot: prompt text (prints one JSON line and exits)") \
     P(prompt_ids, "TDM_PROMPT_IDS", "--prompt-ids", STRING, "", "", "One-shot: comma-separated token ids, used verbatim (no BOS)") \
     P(max_tokens, "TDM_MAX_TOKENS", "--max-tokens", INT64, "16", "1..1048576", "One-shot: tokens to generate") \

@@ -74,6 +74,10 @@ typedef struct tdm_kv_layout {
 tdm_status_t tdm_kv_layout_init(const tdm_model_config_t *cfg, tdm_dtype_t kv_dtype,
                                 uint32_t page_size, uint32_t tp_size, uint32_t tp_rank,
                                 tdm_kv_layout_t *ret_layout);
+/* The same descriptor (heads, head_dim, layers, page size, TP share) for another KV dtype: the
+ * one derivation of every sub-buffer size, shared by tdm_kv_layout_init. */
+tdm_status_t tdm_kv_layout_with_dtype(const tdm_kv_layout_t *from, tdm_dtype_t kv_dtype,
+                                      tdm_kv_layout_t *ret_layout);
 /* The record (include/tdm/layout.h) for a pool of num_pages pages. */
 void tdm_kv_layout_record(const tdm_kv_layout_t *l, uint32_t num_pages, tdm_layout_record_t *ret);
 /* Bytes of a pool of num_pages pages (all layers, all sub-buffers, alignment included). */
@@ -96,6 +100,9 @@ typedef struct tdm_kv_buffers {
     uint32_t num_pages;
     uint64_t layer_bytes;
     uint64_t sub_offset[TDM_KV_SUB_MAX];
+    /* canary mode (include/tdm/hicache.h): attention adds 1 per K/V head it reads holding the
+     * poison pattern; NULL = not counted */
+    uint64_t *poison_reads;
 } tdm_kv_buffers_t;
 
 /* Address of token slot `slot` of page `page` in region(layer, sub). */

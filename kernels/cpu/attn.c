@@ -13,6 +13,8 @@
 
 #include <math.h>
 
+#include <tdm/hicache.h>
+
 #include "kernels/cpu/cpu_int.h"
 
 /* All pages a row touches must exist and be in the pool; checked before anything is written. */
@@ -99,6 +101,36 @@ tdm_status_t tdm_cpu_kv_write(void *ctx, const tdm_kv_buffers_t *kv, uint32_t la
     return TDM_OK;
 }
 
+/* Canary mode: does head h of this slot hold the poison a HiCache load fills its destination
+ * with (include/tdm/hicache.h)? Then the page was read before its load completed. */
+static int is_poison(const tdm_kv_layout_t *l, const uint8_t *src, uint32_t h)
+{
+    uint32_t hd = l->head_dim;
+    switch (l->kv_dtype) {
+    case TDM_DTYPE_BF16:
+        for (uint32_t e = 0; e < hd; e++) {
+            uint16_t v;
+            memcpy(&v, src + ((size_t)h * hd + e) * 2, 2);
+            if (v == TDM_KV_POISON_BF16)
+                return 1;
+        }
+        return 0;
+    case TDM_DTYPE_FP8_E4M3:
+        for (uint32_t e = 0; e < hd; e++)
+            if (src[(size_t)h * hd + e] == TDM_KV_POISON_FP8)
+                return 1;
+        return 0;
+    default:
+        for (uint32_t e = 0; e < hd; e++) {
+            uint32_t v;
+            memcpy(&v, src + ((size_t)h * hd + e) * 4, 4);
+            if (v == TDM_KV_POISON_F32)
+                return 1;
+        }
+        return 0;
+    }
+}
+
 /* Dequantise head h of token slot (page, slot) of sub-buffer `sub` into dst (hd floats). */
 static void load_head(const tdm_kv_buffers_t *kv, const tdm_cpu_ops_t *ops, const float *lut,
                       uint32_t layer, tdm_kv_sub_t sub, uint32_t page, uint32_t slot, uint32_t h,
@@ -107,6 +139,8 @@ static void load_head(const tdm_kv_buffers_t *kv, const tdm_cpu_ops_t *ops, cons
     const tdm_kv_layout_t *l = kv->layout;
     uint32_t hd = l->head_dim;
     const uint8_t *src = tdm_kv_slot(kv, layer, sub, page, slot);
+    if (kv->poison_reads && is_poison(l, src, h))
+        __atomic_fetch_add(kv->poison_reads, 1, __ATOMIC_RELAXED);
     switch (l->kv_dtype) {
     case TDM_DTYPE_BF16: {
         ops->bf16_to_f32((const uint16_t *)src + (size_t)h * hd, dst, hd);

@@ -174,10 +174,13 @@ try:
         ("empty prompt text", ["--model-path", mdir, "--prompt", ""], "prompt"),
         ("--device cuda", ["--model-path", mdir, "--prompt-ids", "1", "--device", "cuda"],
          "--device cuda is not supported"),
-        ("HiCache (not built)", ["--model-path", mdir, "--prompt-ids", "1",
-                                 "--enable-hierarchical-cache"], "not built"),
-        ("--hicache-ratio (not built)", ["--model-path", mdir, "--hicache-ratio", "3"],
-         "not built"),
+        ("HiCache in one-shot", ["--model-path", mdir, "--prompt-ids", "1",
+                                 "--enable-hierarchical-cache"], "one-shot CLI has none"),
+        ("HiCache on --device cuda", ["--model-path", mdir, "--enable-hierarchical-cache",
+                                      "--device", "cuda"], "not built for --device cuda"),
+        ("HiCache at --tp-size 2", ["--model-path", mdir, "--enable-hierarchical-cache",
+                                    "--device", "cpu", "--tp-size", "2"],
+         "not built for --tp-size > 1"),
     ]
     for what, args, needle in cases:
         rc_, out_, err_ = run(args)

@@ -1,0 +1,426 @@
+/*
+ * hicache.c — the host KV tier (contract in include/tdm/hicache.h): the host pool built from the
+ * device pool's descriptor and checked against it, the index of host pages (chained token hash,
+ * tokens verified, LRU over pages no load holds), stores with per-layer checksums of the device
+ * source, and the job table the copy thread (hicache_copy.c) drains.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tdm/hash.h>
+#include <tdm/mem.h>
+
+#include "dataplane/kv/hicache_int.h"
+
+#define NONE (-1)
+
+static const char *const policy_names[] = {"write_through", "write_back",
+                                           "write_through_selective"};
+_Static_assert(sizeof(policy_names) / sizeof(policy_names[0]) == TDM_HICACHE_POLICY_MAX,
+               "one name per policy");
+static const char *const layout_names[] = {"layer_first", "page_first"};
+_Static_assert(sizeof(layout_names) / sizeof(layout_names[0]) == TDM_HICACHE_MEM_LAYOUT_MAX,
+               "one name per host layout");
+static const char *const io_names[] = {"kernel", "direct"};
+_Static_assert(sizeof(io_names) / sizeof(io_names[0]) == TDM_HICACHE_IO_MAX,
+               "one name per copy path");
+
+static tdm_status_t parse(const char *s, const char *const *names, int n, int *ret)
+{
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *ret = i;
+            return TDM_OK;
+        }
+    return TDM_ERR_INVAL;
+}
+
+tdm_status_t tdm_hicache_policy_parse(const char *s, tdm_hicache_policy_t *ret)
+{
+    int v;
+    TDM_TRY(parse(s, policy_names, TDM_HICACHE_POLICY_MAX, &v));
+    *ret = (tdm_hicache_policy_t)v;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_hicache_mem_layout_parse(const char *s, tdm_hicache_mem_layout_t *ret)
+{
+    int v;
+    TDM_TRY(parse(s, layout_names, TDM_HICACHE_MEM_LAYOUT_MAX, &v));
+    *ret = (tdm_hicache_mem_layout_t)v;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_hicache_io_parse(const char *s, tdm_hicache_io_t *ret)
+{
+    int v;
+    TDM_TRY(parse(s, io_names, TDM_HICACHE_IO_MAX, &v));
+    *ret = (tdm_hicache_io_t)v;
+    return TDM_OK;
+}
+
+const char *tdm_hicache_policy_name(tdm_hicache_policy_t p)
+{
+    return (unsigned)p < TDM_HICACHE_POLICY_MAX ? policy_names[p] : "?";
+}
+
+static const char *const sub_names[] = {"K", "V", "K_SCALE", "V_SCALE"};
+
+/* I6: every sub-buffer of the two descriptors, with both sizes named on a difference. */
+static int layouts_agree(const tdm_kv_layout_t *d, const tdm_kv_layout_t *h, char *err,
+                         size_t err_len)
+{
+    uint32_t n = d->n_sub > h->n_sub ? d->n_sub : h->n_sub;
+    for (uint32_t s = 0; s < n && s < TDM_KV_SUB_MAX; s++) {
+        const tdm_kv_layout_sub_t *a = &d->sub[s], *b = &h->sub[s];
+        if (s < d->n_sub && s < h->n_sub && a->dtype == b->dtype &&
+            a->bytes_per_token == b->bytes_per_token && a->page_stride == b->page_stride)
+            continue;
+        snprintf(err, err_len,
+                 "HiCache host pool layout differs from the device pool in sub-buffer %s: "
+                 "device %u bytes/token, page stride %llu; host %u bytes/token, page stride %llu",
+                 sub_names[s], s < d->n_sub ? a->bytes_per_token : 0,
+                 (unsigned long long)(s < d->n_sub ? a->page_stride : 0),
+                 s < h->n_sub ? b->bytes_per_token : 0,
+                 (unsigned long long)(s < h->n_sub ? b->page_stride : 0));
+        return 0;
+    }
+    return 1;
+}
+
+/* Host page count: the configurator over the host descriptor for a byte budget, else the ratio. */
+static tdm_status_t size_host(const tdm_hicache_cfg_t *cfg, const tdm_kv_layout_t *hl,
+                              uint32_t *ret_pages)
+{
+    if (cfg->size_bytes > 0)
+        return tdm_kv_pool_configure(hl, cfg->size_bytes, 0, ret_pages);
+    double n = cfg->ratio * (double)cfg->device_pages;
+    if (!(n >= 1.0))
+        return TDM_ERR_INVAL;
+    *ret_pages = n > (double)(UINT32_MAX - 1) ? UINT32_MAX - 1 : (uint32_t)n;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_hicache_host_layout(const tdm_hicache_cfg_t *cfg, tdm_kv_layout_t *ret)
+{
+    if (!cfg || !cfg->layout || !ret)
+        return TDM_ERR_INVAL;
+    return tdm_kv_layout_with_dtype(
+        cfg->layout, cfg->fp8_formula ? TDM_DTYPE_FP8_E4M3 : cfg->layout->kv_dtype, ret);
+}
+
+tdm_status_t tdm_hicache_init(const tdm_hicache_cfg_t *cfg, const tdm_kv_buffers_t *device,
+                              tdm_hicache_t **ret, char *err, size_t err_len)
+{
+    tdm_status_t st;
+    tdm_kv_layout_t hl;
+    uint32_t n;
+    uint64_t bytes;
+
+    if (!cfg || !cfg->layout || !device || !device->base || !ret || cfg->max_jobs == 0) {
+        snprintf(err, err_len, "HiCache: bad configuration");
+        return TDM_ERR_INVAL;
+    }
+    st = tdm_hicache_host_layout(cfg, &hl);
+    if (st != TDM_OK) {
+        snprintf(err, err_len, "HiCache host layout: %s", tdm_status_str(st));
+        return st;
+    }
+    if (!layouts_agree(cfg->layout, &hl, err, err_len) && !cfg->force_layout)
+        return TDM_ERR_FORMAT;
+    st = size_host(cfg, &hl, &n);
+    if (st == TDM_OK)
+        st = tdm_kv_layout_pool_bytes(&hl, n, &bytes);
+    if (st != TDM_OK) {
+        snprintf(err, err_len,
+                 "HiCache host pool size (--hicache-ratio %.2f, --hicache-size %llu "
+                 "bytes): %s",
+                 cfg->ratio, (unsigned long long)cfg->size_bytes, tdm_status_str(st));
+        return st;
+    }
+    tdm_hicache_t *hc = tdm_calloc(1, sizeof(*hc));
+    hc->cfg = *cfg;
+    hc->dlayout = *cfg->layout;
+    hc->hlayout = hl;
+    hc->dev = *device;
+    hc->dev.layout = &hc->dlayout;
+    hc->n = n;
+    hc->bytes = bytes;
+    hc->L = hl.num_layers;
+    hc->ps = hl.page_size;
+    hc->base = aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
+    hc->toks = calloc((size_t)n * hc->ps, sizeof(int32_t));
+    hc->ck = calloc((size_t)n * hc->L, sizeof(uint64_t));
+    hc->ents = calloc(n, sizeof(hent_t));
+    hc->free_list = calloc(n, sizeof(uint32_t));
+    if (!hc->base || !hc->toks || !hc->ck || !hc->ents || !hc->free_list) {
+        snprintf(err, err_len, "HiCache: no memory for a host pool of %u pages (%llu bytes)", n,
+                 (unsigned long long)bytes);
+        st = TDM_ERR_NOMEM;
+        goto err_free;
+    }
+    memset(hc->base, 0, bytes);
+    for (uint32_t i = 0; i < n; i++)
+        hc->free_list[i] = n - 1 - i;
+    hc->n_free = n;
+    uint32_t nb = 16;
+    while (nb < 2 * n && nb < (1u << 30))
+        nb <<= 1;
+    hc->mask = nb - 1;
+    hc->bucket = tdm_calloc(nb, sizeof(int32_t));
+    for (uint32_t i = 0; i < nb; i++)
+        hc->bucket[i] = NONE;
+    hc->mru = hc->lru = NONE;
+    /* host addresses: layer-first is the device pool's shape; page-first packs one page */
+    hc->h_layer_bytes = tdm_kv_layout_region_offset(&hl, n, 1, TDM_KV_SUB_K);
+    uint64_t off = 0;
+    for (uint32_t s = 0; s < hl.n_sub; s++) {
+        hc->h_sub_off[s] = tdm_kv_layout_region_offset(&hl, n, 0, (tdm_kv_sub_t)s);
+        hc->h_in_page[s] = off;
+        off += hl.sub[s].page_stride;
+    }
+    hc->h_page_layer = off;
+    hc->h_page_bytes = off * hc->L;
+    hc->n_copy_sub = hl.n_sub < hc->dlayout.n_sub ? hl.n_sub : hc->dlayout.n_sub;
+    for (uint32_t s = 0; s < hc->n_copy_sub; s++)
+        hc->copy_bytes[s] = hl.sub[s].page_stride < hc->dlayout.sub[s].page_stride
+                                ? hl.sub[s].page_stride
+                                : hc->dlayout.sub[s].page_stride;
+    st = tdm_kv_gate_init(device, cfg->poison, &hc->gate);
+    if (st != TDM_OK) {
+        snprintf(err, err_len, "HiCache gate: %s", tdm_status_str(st));
+        goto err_free;
+    }
+    hc->jobs = tdm_calloc(cfg->max_jobs, sizeof(hjob_t));
+    hc->next_ticket = 1;
+    hc->proc_ticket = 1;
+    st = tdm_hicache_copy_start(hc);
+    if (st != TDM_OK) {
+        snprintf(err, err_len, "HiCache copy thread: %s", tdm_status_str(st));
+        goto err_free;
+    }
+    *ret = hc;
+    return TDM_OK;
+err_free:
+    tdm_hicache_free(hc);
+    return st;
+}
+
+void tdm_hicache_free(tdm_hicache_t *hc)
+{
+    if (!hc)
+        return;
+    tdm_hicache_copy_stop(hc);
+    if (hc->jobs)
+        for (uint32_t j = 0; j < hc->cfg.max_jobs; j++) {
+            tdm_free(hc->jobs[j].host);
+            tdm_free(hc->jobs[j].dev);
+        }
+    tdm_free(hc->jobs);
+    tdm_kv_gate_free(hc->gate);
+    free(hc->base);
+    free(hc->toks);
+    free(hc->ck);
+    free(hc->ents);
+    free(hc->free_list);
+    tdm_free(hc->bucket);
+    tdm_free(hc);
+}
+
+tdm_kv_gate_t *tdm_hicache_gate(tdm_hicache_t *hc)
+{
+    return hc->gate;
+}
+
+tdm_hicache_policy_t tdm_hicache_policy(const tdm_hicache_t *hc)
+{
+    return hc->cfg.policy;
+}
+
+void tdm_hicache_records(const tdm_hicache_t *hc, tdm_layout_record_t *ret_device,
+                         tdm_layout_record_t *ret_host)
+{
+    tdm_kv_layout_record(&hc->dlayout, hc->dev.num_pages, ret_device);
+    tdm_kv_layout_record(&hc->hlayout, hc->n, ret_host);
+}
+
+uint8_t *tdm_hicache_host_addr(const tdm_hicache_t *hc, uint32_t hp, uint32_t layer, uint32_t sub)
+{
+    if (hc->cfg.mem_layout == TDM_HICACHE_PAGE_FIRST)
+        return hc->base + (uint64_t)hp * hc->h_page_bytes + (uint64_t)layer * hc->h_page_layer +
+               hc->h_in_page[sub];
+    return hc->base + (uint64_t)layer * hc->h_layer_bytes + hc->h_sub_off[sub] +
+           (uint64_t)hp * hc->hlayout.sub[sub].page_stride;
+}
+
+/* Per layer: XXH64 over every device sub-buffer of the page, chained in sub order. */
+uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer)
+{
+    uint64_t h = 0;
+    for (uint32_t s = 0; s < hc->dlayout.n_sub; s++)
+        h = tdm_hash_xxh64(tdm_kv_slot(&hc->dev, layer, (tdm_kv_sub_t)s, page, 0),
+                           hc->dlayout.sub[s].page_stride, h);
+    return h;
+}
+
+/* ---------------------------------------------------------------- index */
+
+static void lru_unlink(tdm_hicache_t *hc, int32_t p)
+{
+    hent_t *x = &hc->ents[p];
+    if (x->lru_prev != NONE)
+        hc->ents[x->lru_prev].lru_next = x->lru_next;
+    else
+        hc->mru = x->lru_next;
+    if (x->lru_next != NONE)
+        hc->ents[x->lru_next].lru_prev = x->lru_prev;
+    else
+        hc->lru = x->lru_prev;
+}
+
+static void lru_push_mru(tdm_hicache_t *hc, int32_t p)
+{
+    hent_t *x = &hc->ents[p];
+    x->lru_prev = NONE;
+    x->lru_next = hc->mru;
+    if (hc->mru != NONE)
+        hc->ents[hc->mru].lru_prev = p;
+    hc->mru = p;
+    if (hc->lru == NONE)
+        hc->lru = p;
+}
+
+void tdm_hicache_drop(tdm_hicache_t *hc, uint32_t hp)
+{
+    hent_t *x = &hc->ents[hp];
+    if (!x->in)
+        return;
+    int32_t *link = &hc->bucket[x->hash & hc->mask];
+    while (*link != (int32_t)hp)
+        link = &hc->ents[*link].bnext;
+    *link = x->bnext;
+    lru_unlink(hc, (int32_t)hp);
+    x->in = 0;
+    hc->used--;
+    hc->free_list[hc->n_free++] = hp;
+}
+
+static int32_t find(const tdm_hicache_t *hc, uint64_t h, uint64_t parent, const int32_t *toks)
+{
+    for (int32_t p = hc->bucket[h & hc->mask]; p != NONE; p = hc->ents[p].bnext) {
+        const hent_t *x = &hc->ents[p];
+        if (x->hash == h && x->parent == parent &&
+            !memcmp(hc->toks + (size_t)p * hc->ps, toks, hc->ps * sizeof(int32_t)))
+            return p;
+    }
+    return NONE;
+}
+
+int tdm_hicache_contains(tdm_hicache_t *hc, uint64_t hash, uint64_t parent, const int32_t *toks)
+{
+    return find(hc, hash, parent, toks) != NONE;
+}
+
+tdm_status_t tdm_hicache_store(tdm_hicache_t *hc, uint32_t page, uint64_t hash, uint64_t parent,
+                               const int32_t *toks)
+{
+    if (page >= hc->dev.num_pages)
+        return TDM_ERR_RANGE;
+    int32_t have = find(hc, hash, parent, toks);
+    if (have != NONE) {
+        lru_unlink(hc, have);
+        lru_push_mru(hc, have);
+        return TDM_OK;
+    }
+    if (hc->n_free == 0) {
+        int32_t p = hc->lru;
+        while (p != NONE && hc->ents[p].pin)
+            p = hc->ents[p].lru_prev;
+        if (p == NONE)
+            return TDM_ERR_AGAIN;
+        tdm_hicache_drop(hc, (uint32_t)p);
+    }
+    uint32_t hp = hc->free_list[--hc->n_free];
+    /* checksums of the device source first: a wrongly sized host copy cannot hide */
+    for (uint32_t l = 0; l < hc->L; l++) {
+        hc->ck[(size_t)hp * hc->L + l] = tdm_hicache_dev_checksum(hc, page, l);
+        for (uint32_t s = 0; s < hc->n_copy_sub; s++)
+            memcpy(tdm_hicache_host_addr(hc, hp, l, s),
+                   tdm_kv_slot(&hc->dev, l, (tdm_kv_sub_t)s, page, 0), hc->copy_bytes[s]);
+    }
+    hent_t *x = &hc->ents[hp];
+    x->hash = hash;
+    x->parent = parent;
+    x->in = 1;
+    x->pin = 0;
+    memcpy(hc->toks + (size_t)hp * hc->ps, toks, hc->ps * sizeof(int32_t));
+    x->bnext = hc->bucket[hash & hc->mask];
+    hc->bucket[hash & hc->mask] = (int32_t)hp;
+    lru_push_mru(hc, (int32_t)hp);
+    hc->used++;
+    hc->stores++;
+    return TDM_OK;
+}
+
+uint32_t tdm_hicache_match(tdm_hicache_t *hc, const int32_t *tokens, uint32_t first, uint32_t max,
+                           uint64_t parent, uint32_t *ret_host)
+{
+    uint64_t h = parent;
+    uint32_t k = 0;
+    for (uint32_t i = first; k < max; i++) {
+        const int32_t *t = tokens + (size_t)i * hc->ps;
+        uint64_t nh = tdm_hash_xxh64(t, hc->ps * sizeof(int32_t), h);
+        int32_t p = find(hc, nh, h, t);
+        if (p == NONE)
+            break;
+        hc->ents[p].pin++;
+        lru_unlink(hc, p);
+        lru_push_mru(hc, p);
+        ret_host[k++] = (uint32_t)p;
+        h = nh;
+    }
+    return k;
+}
+
+void tdm_hicache_unpin(tdm_hicache_t *hc, const uint32_t *host, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (host[i] < hc->n && hc->ents[host[i]].pin)
+            hc->ents[host[i]].pin--;
+}
+
+void tdm_hicache_flush(tdm_hicache_t *hc)
+{
+    for (int32_t p = hc->lru, up; p != NONE; p = up) {
+        up = hc->ents[p].lru_prev;
+        if (!hc->ents[p].pin)
+            tdm_hicache_drop(hc, (uint32_t)p);
+    }
+}
+
+void tdm_hicache_stats(tdm_hicache_t *hc, tdm_hicache_stats_t *ret)
+{
+    tdm_hicache_stats_t s;
+    memset(&s, 0, sizeof(s));
+    s.host_pages_total = hc->n;
+    s.host_pages_used = hc->used;
+    for (int32_t p = hc->mru; p != NONE; p = hc->ents[p].lru_next)
+        s.host_pages_pinned += hc->ents[p].pin > 0;
+    s.host_bytes = hc->bytes;
+    s.stores = hc->stores;
+    s.hits = hc->hits;
+    s.loads = hc->loads;
+    s.load_pages = hc->load_pages;
+    s.load_bytes = __atomic_load_n(&hc->load_bytes, __ATOMIC_RELAXED);
+    s.verified = __atomic_load_n(&hc->verified, __ATOMIC_RELAXED);
+    s.verify_failures = __atomic_load_n(&hc->verify_failures, __ATOMIC_RELAXED);
+    s.bypasses = tdm_kv_gate_bypasses(hc->gate);
+    s.poison_reads = tdm_kv_gate_poison_reads(hc->gate);
+    s.gate_waits = tdm_kv_gate_waits(hc->gate);
+    for (uint32_t j = 0; j < hc->cfg.max_jobs; j++)
+        s.loads_in_flight += hc->jobs[j].ticket != 0;
+    *ret = s;
+}
