@@ -525,7 +525,7 @@ int main(void)
            tdm_fault_point_parse("nope", &fp) == TDM_ERR_NOTFOUND,
        "fault names parse");
     /* the transfer points: rank 0 only; kill_thread only of an engine thread, and it
-     * fires only for the armed thread; the two points not built are refused */
+     * fires only for the armed thread; host_layout_fp8_formula is armed at start only */
     tdm_fault_spec_t ts = {1, 1, 0, 5, TDM_HB_TRANSFER};
     ok(tdm_fault_arm(&ft, 2, TDM_FAULT_FLIP_KV_BITS, &ts, ferr, sizeof(ferr)) == TDM_ERR_INVAL,
        "flip_kv_bits on rank 1 is refused: %s", ferr);
@@ -542,9 +542,10 @@ int main(void)
     ts.thread = TDM_HB_LOOP;
     ok(tdm_fault_arm(&ft, 2, TDM_FAULT_KILL_THREAD, &ts, ferr, sizeof(ferr)) == TDM_ERR_INVAL,
        "kill_thread{loop} is refused: %s", ferr);
-    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_SKIP_LAYER_GATE, &ts, ferr, sizeof(ferr)) ==
-           TDM_ERR_UNSUPPORTED,
-       "skip_layer_gate (not built) is refused: %s", ferr);
+    ok(tdm_fault_arm(&ft, 2, TDM_FAULT_HOST_LAYOUT_FP8_FORMULA, &ts, ferr, sizeof(ferr)) ==
+               TDM_ERR_UNSUPPORTED &&
+           strstr(ferr, "--fault-at-start"),
+       "host_layout_fp8_formula at run time is refused, naming --fault-at-start: %s", ferr);
 
     /* refusals */
     eng_t e;
