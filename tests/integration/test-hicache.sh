@@ -3,7 +3,8 @@
 # device pool small enough that prefixes are evicted to the host tier:
 #   - host_layout_fp8_formula armed at start: the worker refuses, naming the sub-buffer, both
 #     bytes/token and both strides;
-#   - write_back/layer_first/kernel and write_through/page_first/direct (verify rate 1, poison): a prompt's
+#   - write_back/layer_first/kernel, write_through/page_first/direct and
+#     write_through_selective/layer_first/direct (verify rate 1, canary poison): a prompt's
 #     prefix evicted, then served from the host tier (hits rise), greedy output bit-identical to a
 #     worker without HiCache, no CORRUPTION;
 #   - forced past the layout check (--hicache-force-layout): the load's checksum mismatch ends the
@@ -74,12 +75,17 @@ ref = start("ref", [])
 ok(wait_ready(ref), "reference worker (no HiCache) ready", logtail(ref))
 st, want, body = evict_then_hit(ref)
 ok(st == 200 and all(want), "reference outputs", body)
-cases = [("write_back", "layer_first", "kernel"), ("write_through", "page_first", "direct")]
+cases = [("write_back", "layer_first", "kernel"), ("write_through", "page_first", "direct"),
+         ("write_through_selective", "layer_first", "direct")]
 for pol, ml, io in cases:
     w = start("hc-" + pol, HC + ["--hicache-write-policy", pol, "--hicache-mem-layout", ml,
                                  "--hicache-io-backend", io])
     if not ok(wait_ready(w), "%s %s %s: ready" % (pol, ml, io), logtail(w)):
         continue
+    if pol == "write_through_selective":
+        # P indexed, then hit twice (the second hit copies its pages to the host tier)
+        gen(w, P, 8)
+        gen(w, P, 8)
     st, got, body = evict_then_hit(w)
     m = metrics(w)
     ok(st == 200 and got == want,
