@@ -356,40 +356,41 @@ json_t *tdm_json_error(const char *type, const char *code, const char *message)
 json_t *tdm_json_error_status(tdm_status_t st, const char *message, int *ret_http_status)
 {
     int http;
-    const char *type;
+    const char *type, *code;
     switch (st) {
     case TDM_ERR_INVAL:
     case TDM_ERR_FORMAT:
     case TDM_ERR_RANGE:
     case TDM_ERR_OVERFLOW:
-        http = 400, type = "invalid_request_error";
+        http = 400, type = "invalid_request_error", code = "invalid_request";
         break;
     case TDM_ERR_NOTFOUND:
-        http = 404, type = "not_found_error";
+        http = 404, type = "not_found_error", code = "not_found";
         break;
     case TDM_ERR_PERM:
-        http = 403, type = "permission_error";
+        http = 403, type = "permission_error", code = "permission_denied";
         break;
     case TDM_ERR_AGAIN:
-        http = 429, type = "rate_limit_error";
+        http = 429, type = "rate_limit_error", code = "queue_full";
         break;
     case TDM_ERR_BUSY:
     case TDM_ERR_STATE:
-        http = 503, type = "unavailable_error";
+        http = 503, type = "unavailable_error", code = "unavailable";
         break;
     case TDM_ERR_TIMEOUT:
-        http = 504, type = "timeout_error";
+        http = 504, type = "timeout_error", code = "timeout";
         break;
     case TDM_ERR_UNSUPPORTED:
-        http = 501, type = "unsupported_error";
+        http = 501, type = "unsupported_error", code = "unsupported";
         break;
     default:
-        http = 500, type = "server_error";
+        http = 500, type = "server_error", code = "internal_error";
         break;
     }
     if (ret_http_status)
         *ret_http_status = http;
-    return tdm_json_error(type, tdm_status_name(st), message ? message : tdm_status_str(st));
+    /* the code is public: clients see what happened, never our enum names */
+    return tdm_json_error(type, code, message ? message : tdm_status_str(st));
 }
 
 const char *tdm_http_reason(int status)

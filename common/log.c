@@ -1,7 +1,7 @@
 /*
- * log.c — one formatted line per call, written with a single write(2) so lines from threads
- * never interleave. The syslog "<N>" prefix lets journald keep the priority of each line when
- * stderr is a journal stream.
+ * log.c — one logfmt line per call (docs/contracts.md "Logs"), written with a single write(2)
+ * so lines from threads never interleave. Under systemd (JOURNAL_STREAM set) each line starts
+ * with the sd-daemon "<N>" priority prefix, which journald turns into PRIORITY= and strips.
  */
 #include "config.h"
 
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <tdm/log.h>
@@ -72,16 +73,9 @@ void tdm_log_init(const char *ident)
         strncpy(log_ident, ident, sizeof(log_ident) - 1);
         log_ident[sizeof(log_ident) - 1] = '\0';
     }
-    if (lv) {
-        if (!strcasecmp(lv, "debug"))
-            tdm_log_set_level(TDM_LOG_DEBUG);
-        else if (!strcasecmp(lv, "info"))
-            tdm_log_set_level(TDM_LOG_INFO);
-        else if (!strcasecmp(lv, "warn"))
-            tdm_log_set_level(TDM_LOG_WARN);
-        else if (!strcasecmp(lv, "error"))
-            tdm_log_set_level(TDM_LOG_ERROR);
-    }
+    tdm_log_level_t level;
+    if (tdm_log_level_parse(lv, &level) == 0)
+        tdm_log_set_level(level);
     if (tdm_log_set_mask(getenv("TDM_LOG_SUBSYS")) != 0)
         tdm_log_set_mask("all");
     const char *pf = getenv("TDM_LOG_PREFIX");
@@ -112,29 +106,159 @@ static const char *level_name(tdm_log_level_t level)
     }
 }
 
+/* A logfmt key: [A-Za-z_][A-Za-z0-9_.-]* followed by '='; returns its length with the '=', or 0. */
+static size_t key_len(const char *p, const char *end)
+{
+    const char *q = p;
+    if (q >= end || !((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_'))
+        return 0;
+    while (q < end && ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+                       (*q >= '0' && *q <= '9') || *q == '_' || *q == '.' || *q == '-'))
+        q++;
+    return q < end && *q == '=' ? (size_t)(q - p) + 1 : 0;
+}
+
+/* Appends src[0..n) to dst as a quoted logfmt value. */
+static size_t put_quoted(char *dst, size_t cap, const char *src, size_t n)
+{
+    size_t o = 0;
+    if (o < cap)
+        dst[o++] = '"';
+    for (size_t i = 0; i < n && o + 3 < cap; i++) {
+        if (src[i] == '"' || src[i] == '\\')
+            dst[o++] = '\\';
+        dst[o++] = src[i];
+    }
+    if (o < cap)
+        dst[o++] = '"';
+    return o;
+}
+
+/*
+ * The caller's text as logfmt fields. Call sites write `msg="..." k=v`; a quoted value may carry
+ * a foreign string with its own quotes (a PostgreSQL error naming "a table"), so a quote closes
+ * the value only where a space and another key (or the end) follow, and other quotes are escaped.
+ * Text that does not start with a key becomes msg="text".
+ */
+size_t tdm_log_fields(char *dst, size_t cap, const char *src, size_t n)
+{
+    const char *p = src, *end = src + n;
+    size_t o = 0;
+    if (!key_len(p, end)) {
+        if (cap < 8)
+            return 0;
+        memcpy(dst, "msg=", 4);
+        return 4 + put_quoted(dst + 4, cap - 4, src, n);
+    }
+    while (p < end && o + 4 < cap) {
+        size_t k = key_len(p, end);
+        if (!k) {
+            /* a stray word between fields: keep it as a quoted note */
+            const char *w = p;
+            while (p < end && *p != ' ')
+                p++;
+            o += (size_t)snprintf(dst + o, cap - o, "note=");
+            o += put_quoted(dst + o, cap - o, w, (size_t)(p - w));
+        } else {
+            memcpy(dst + o, p, k);
+            o += k;
+            p += k;
+            if (p < end && *p == '"') {
+                p++;
+                dst[o++] = '"';
+                while (p < end && o + 3 < cap) {
+                    if (*p == '\\' && p + 1 < end) {
+                        dst[o++] = *p++;
+                        dst[o++] = *p++;
+                        continue;
+                    }
+                    if (*p == '"' && (p + 1 == end || (p[1] == ' ' && key_len(p + 2, end))))
+                        break;
+                    if (*p == '"')
+                        dst[o++] = '\\';
+                    dst[o++] = *p++;
+                }
+                if (p < end)
+                    p++;
+                dst[o++] = '"';
+            } else {
+                const char *v = p;
+                while (p < end && *p != ' ')
+                    p++;
+                size_t vn = (size_t)(p - v);
+                if (memchr(v, '"', vn) || memchr(v, '=', vn)) {
+                    o += put_quoted(dst + o, cap - o, v, vn);
+                } else {
+                    if (vn > cap - o - 2)
+                        vn = cap - o - 2;
+                    memcpy(dst + o, v, vn);
+                    o += vn;
+                }
+            }
+        }
+        while (p < end && *p == ' ')
+            p++;
+        if (p < end && o + 1 < cap)
+            dst[o++] = ' ';
+    }
+    return o;
+}
+
 void tdm_vlog(tdm_log_subsys_t sub, tdm_log_level_t level, const char *fmt, va_list ap)
 {
-    char line[2048];
+    char text[2048], line[2560];
+    int m = vsnprintf(text, sizeof(text), fmt, ap);
+    if (m < 0)
+        m = 0;
+    if (m > (int)sizeof(text) - 1)
+        m = (int)sizeof(text) - 1; /* truncated; still one line */
+    /* a message must stay one journal line */
+    for (int i = 0; i < m; i++)
+        if (text[i] == '\n' || text[i] == '\r')
+            text[i] = ' ';
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
     int n = 0;
     if (atomic_load_explicit(&log_prefix, memory_order_relaxed))
         n = snprintf(line, sizeof(line), "<%d>", (int)level);
-    n += snprintf(line + n, sizeof(line) - (size_t)n, "%s[%s] level=%s ", log_ident,
-                  tdm_log_subsys_name(sub), level_name(level));
-    if (n < (int)sizeof(line) - 2) {
-        int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-        if (m < 0)
-            m = 0;
-        n += m;
-        if (n > (int)sizeof(line) - 2)
-            n = (int)sizeof(line) - 2; /* truncated; keep the newline */
-    }
-    /* a message must stay one journal line */
-    for (int i = 0; i < n; i++)
-        if (line[i] == '\n')
-            line[i] = ' ';
+    n += snprintf(line + n, sizeof(line) - (size_t)n,
+                  "ts=%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ level=%s proc=%s pid=%d sub=%s ",
+                  tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  ts.tv_nsec / 1000, level_name(level), log_ident, (int)getpid(),
+                  tdm_log_subsys_name(sub));
+    n += (int)tdm_log_fields(line + n, sizeof(line) - (size_t)n - 1, text, (size_t)m);
     line[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
+}
+
+int tdm_log_level_parse(const char *name, tdm_log_level_t *ret)
+{
+    static const struct {
+        const char *name;
+        tdm_log_level_t level;
+    } levels[] = {{"debug", TDM_LOG_DEBUG},
+                  {"info", TDM_LOG_INFO},
+                  {"warn", TDM_LOG_WARN},
+                  {"error", TDM_LOG_ERROR}};
+    for (size_t i = 0; name && i < sizeof(levels) / sizeof(levels[0]); i++)
+        if (!strcasecmp(name, levels[i].name)) {
+            *ret = levels[i].level;
+            return 0;
+        }
+    return -1;
+}
+
+/* libpq's notice processor: NOTICE and WARNING lines from the server as our own lines. */
+void tdm_log_pq_notice(void *arg, const char *message)
+{
+    (void)arg;
+    size_t n = strlen(message);
+    while (n && (message[n - 1] == '\n' || message[n - 1] == ' '))
+        n--;
+    tdm_info(TDM_SUB_DB, "msg=\"postgres notice\" src=libpq notice=\"%.*s\"", (int)n, message);
 }
 
 void tdm_log(tdm_log_subsys_t sub, tdm_log_level_t level, const char *fmt, ...)

@@ -17,6 +17,8 @@
 #include <tdm/mem.h>
 #include <tdm/params.h>
 
+#include "common/version.h"
+
 #define MAX_VALUE_BYTES 4096
 
 struct tdm_params {
@@ -232,7 +234,7 @@ static tdm_status_t set_value(tdm_params_t *p, size_t i, const char *value, tdm_
 }
 
 static const char *const builtin_flags[] = {"--config", "--override-config", "--print-config",
-                                            "--help", "--version"};
+                                            "--version", "--help"};
 
 static tdm_status_t table_check(const tdm_param_table_t *t, char *err, size_t err_len)
 {
@@ -440,6 +442,10 @@ static tdm_status_t walk_argv(tdm_params_t *p, int argc, char *const *argv, int 
 {
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a];
+        if (strcmp(arg, "-h") == 0) {
+            p->want_help = 1;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
             snprintf(err, err_len, "unexpected argument \"%.64s\" (options start with --)", arg);
             return TDM_ERR_INVAL;
@@ -535,14 +541,19 @@ int tdm_params_want_help(const tdm_params_t *p)
     return p->want_help;
 }
 
-int tdm_params_want_print_config(const tdm_params_t *p)
+void tdm_params_print_version(const tdm_param_table_t *t, FILE *out)
 {
-    return p->want_print_config;
+    fprintf(out, "%s %s (git %s)\n", t->program, PACKAGE_VERSION, TDM_GIT_REV);
 }
 
 int tdm_params_want_version(const tdm_params_t *p)
 {
     return p->want_version;
+}
+
+int tdm_params_want_print_config(const tdm_params_t *p)
+{
+    return p->want_print_config;
 }
 
 tdm_param_src_t tdm_params_source(const tdm_params_t *p, const char *name)
@@ -589,17 +600,56 @@ tdm_status_t tdm_params_print_config(const tdm_params_t *p, FILE *out)
     return st;
 }
 
+/* The word after a flag in --help: its type, named for what it holds (DIR, HOST:PORT, N). */
+const char *tdm_param_placeholder(const tdm_param_def_t *d)
+{
+    static const struct {
+        const char *suffix, *word;
+    } names[] = {
+        {"model_path", "DIR"},    {"_dir", "DIR"},
+        {"_file", "PATH"},        {"_bin", "PATH"},
+        {"config", "PATH"},       {"listen", "HOST:PORT"},
+        {"_addr", "HOST:PORT"},   {"host", "HOST"},
+        {"control_plane", "URL"}, {"webhook", "URL"},
+        {"_dsn", "DSN"},          {"prompt_ids", "ID,ID,..."},
+        {"prompt", "TEXT"},       {"policy", "CLASS=ACTION,..."},
+        {"_name", "NAME"},        {"group", "NAME"},
+    };
+    switch (d->type) {
+    case TDM_PARAM_BOOL:
+    case TDM_PARAM_ENUM:
+        return "";
+    case TDM_PARAM_INT64:
+        return strstr(d->name, "bytes") ? "BYTES" : strstr(d->name, "port") ? "PORT" : "N";
+    case TDM_PARAM_DOUBLE:
+        return strstr(d->name, "timeout") || strstr(d->name, "interval") ? "SECONDS"
+               : strstr(d->name, "fraction")                             ? "FRACTION"
+                                                                         : "X";
+    case TDM_PARAM_SECRET:
+        return strstr(d->name, "dsn") ? "DSN" : "SECRET";
+    default:
+        break;
+    }
+    size_t n = strlen(d->name);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t k = strlen(names[i].suffix);
+        if (n >= k && strcmp(d->name + n - k, names[i].suffix) == 0)
+            return names[i].word;
+    }
+    return "STRING";
+}
+
 void tdm_params_usage(const tdm_param_table_t *t, FILE *out)
 {
     fprintf(out, "Usage: %s [OPTIONS]\n\n", t->program);
     for (size_t i = 0; i < t->ndefs; i++) {
         const tdm_param_def_t *d = &t->defs[i];
-        const char *arg = d->type == TDM_PARAM_BOOL ? "" : d->type == TDM_PARAM_ENUM ? " {" : " ";
-        fprintf(out, "  %s%s%s%s\n      %s", d->flag, arg,
-                d->type == TDM_PARAM_BOOL   ? ""
-                : d->type == TDM_PARAM_ENUM ? d->range
-                                            : "VALUE",
-                d->type == TDM_PARAM_ENUM ? "}" : "", d->help);
+        if (d->type == TDM_PARAM_ENUM)
+            fprintf(out, "  %s {%s}\n      %s", d->flag, d->range, d->help);
+        else if (d->type == TDM_PARAM_BOOL)
+            fprintf(out, "  %s\n      %s", d->flag, d->help);
+        else
+            fprintf(out, "  %s %s\n      %s", d->flag, tdm_param_placeholder(d), d->help);
         if (*d->def && d->type != TDM_PARAM_SECRET)
             fprintf(out, " (default: %s)", d->def);
         fprintf(out, " [env %s]\n", d->env);
@@ -607,12 +657,12 @@ void tdm_params_usage(const tdm_param_table_t *t, FILE *out)
     for (size_t a = 0; a < t->naliases; a++)
         fprintf(out, "  %s is an alias of %s\n", t->aliases[a].alias, t->aliases[a].flag);
     fprintf(out,
-            "  --config FILE           INI file ([%s] section; env TDM_CONFIG)\n"
-            "  --override-config FILE  INI file layered after --config (env "
-            "TDM_OVERRIDE_CONFIG)\n"
-            "  --print-config          print the resolved values and their sources as JSON\n"
-            "  --version               print the program's name and version\n"
-            "  --help                  this text\n",
+            "  --config PATH\n      INI file ([%s] section) [env TDM_CONFIG]\n"
+            "  --override-config PATH\n      INI file layered after --config [env "
+            "TDM_OVERRIDE_CONFIG]\n"
+            "  --print-config\n      print the resolved values and their sources as JSON\n"
+            "  --help, -h\n      this text\n"
+            "  --version\n      print the version and exit\n",
             t->section);
 }
 

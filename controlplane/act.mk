@@ -26,3 +26,9 @@ tests_unit_test_cp_act_LDADD = $(TDM_CP_LIBS)
 # re-adoption, faults → alerts → actions); skips with a message when the worker cannot serve.
 dist_check_SCRIPTS += tests/integration/test-cp-act.sh
 TESTS += tests/integration/test-cp-act.sh
+
+# README command 1's stack (tools/demo.sh) driven as an operator: tandemctl's conventions, the
+# actions and their audit rows, promtool on every /metrics, every log line logfmt.
+dist_check_SCRIPTS += tests/integration/test-demo-ops.sh
+TESTS += tests/integration/test-demo-ops.sh
+EXTRA_DIST += packaging/grafana-tandem.json

@@ -53,6 +53,7 @@ static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, 
         if (!x->pg || PQstatus(x->pg) != CONNECTION_OK) {
             PQfinish(x->pg);
             x->pg = PQconnectdb(x->a->pg_dsn);
+            PQsetNoticeProcessor(x->pg, tdm_log_pq_notice, NULL);
             if (PQstatus(x->pg) != CONNECTION_OK) {
                 if (act_sleep(x->a, 500))
                     return -1;

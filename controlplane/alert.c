@@ -13,6 +13,8 @@
 
 #include <tdm/mem.h>
 
+#include <tdm/log.h>
+
 #include "controlplane/alert.h"
 
 #define MAX_HOOKS 4
@@ -158,6 +160,15 @@ tdm_status_t tdm_cp_alerts_hook(tdm_cp_alerts_t *s, tdm_cp_alert_hook_fn fn, voi
 
 static void fire(tdm_cp_alerts_t *s, const tdm_cp_alert_t *a, tdm_cp_alert_event_t ev)
 {
+    if (ev == TDM_CP_ALERT_EV_OPEN)
+        tdm_warn(TDM_SUB_CP,
+                 "msg=\"alert opened\" id=%llu class=%s group=%s policy=%s summary=\"%s\"",
+                 (unsigned long long)a->id, tdm_cp_alert_class_name(a->cls), a->group,
+                 tdm_cp_policy_name(a->policy), a->summary);
+    else
+        tdm_info(TDM_SUB_CP, "msg=\"alert resolved\" id=%llu class=%s group=%s by=\"%s\"",
+                 (unsigned long long)a->id, tdm_cp_alert_class_name(a->cls), a->group,
+                 a->resolved_by);
     for (int i = 0; i < s->n_hooks; i++)
         s->hooks[i].fn(s->hooks[i].ctx, a, ev);
 }

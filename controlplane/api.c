@@ -25,6 +25,7 @@
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
+#include "common/version.h"
 #include "controlplane/server.h"
 #include "controlplane/console.h"
 #include "controlplane/stream.h"
@@ -258,6 +259,40 @@ static void h_health(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     tdm_cp_send_json(req, 200, body, (size_t)n);
 }
 
+/* Open alerts by class and group, from the live set (sum() gives the total), and the build. */
+static void alerts_open_metric(tdm_cp_server_t *s, tdm_cp_buf_t *b)
+{
+    tdm_cp_buf_printf(b,
+                      "# HELP tandem_build_info The build: package version and git revision.\n"
+                      "# TYPE tandem_build_info gauge\n"
+                      "tandem_build_info{program=\"tandemd\",version=\"%s\",revision=\"%s\"} 1\n",
+                      PACKAGE_VERSION, TDM_GIT_REV);
+    tdm_cp_buf_printf(b, "# HELP tandem_alerts_open Open alerts by class and group.\n"
+                         "# TYPE tandem_alerts_open gauge\n");
+    json_t *al = tdm_cp_alerts_to_json(s->alerts, "open", NULL);
+    json_t *counts = json_object(), *x;
+    size_t i;
+    json_array_foreach(json_object_get(al, "alerts"), i, x)
+    {
+        char key[256];
+        snprintf(key, sizeof(key), "%s\t%s", json_string_value(json_object_get(x, "kind")),
+                 json_string_value(json_object_get(x, "group")));
+        json_object_set_new(counts, key,
+                            json_integer(json_integer_value(json_object_get(counts, key)) + 1));
+    }
+    const char *key;
+    json_object_foreach(counts, key, x)
+    {
+        const char *tab = strchr(key, '\t');
+        tdm_cp_buf_printf(b, "tandem_alerts_open{class=\"%.*s\",group=\"", (int)(tab - key), key);
+        for (const char *c = tab + 1; *c; c++) /* group names are the operator's: escape them */
+            tdm_cp_buf_printf(b, "%s%c", *c == '"' || *c == '\\' ? "\\" : "", *c);
+        tdm_cp_buf_printf(b, "\"} %lld\n", (long long)json_integer_value(x));
+    }
+    json_decref(counts);
+    json_decref(al);
+}
+
 static void h_metrics(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
                       const tdm_cp_token_t *who)
 {
@@ -285,8 +320,7 @@ static void h_metrics(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
       (unsigned long long)atomic_load(&ds->spool_records));
     G("tandem_ingest_spool_bytes", "Bytes in the on-disk spool.", "%llu",
       (unsigned long long)atomic_load(&ds->spool_bytes));
-    G("tandem_alerts_open", "Open alerts (refreshed every second).", "%llu",
-      (unsigned long long)atomic_load(&ds->open_alerts));
+    alerts_open_metric(s, &b);
     G("tandem_ring_ranks", "Ranks with an in-memory sample ring.", "%zu", s->rings.n);
     tdm_cp_buf_printf(&b,
                       "# HELP tandem_ingest_batches_total Telemetry batches by outcome.\n"

@@ -195,6 +195,7 @@ static PGconn *db_connect(tdm_cp_db_t *db, const char *app)
         PQfinish(conn);
         return NULL;
     }
+    PQsetNoticeProcessor(conn, tdm_log_pq_notice, NULL);
     return conn;
 }
 

@@ -34,7 +34,7 @@ tandemd_SOURCES = controlplane/tandemd.c
 tandemd_CPPFLAGS = $(libtdmcp_a_CPPFLAGS)
 tandemd_LDADD = $(TDM_CP_LIBS)
 
-tandemctl_SOURCES = controlplane/tandemctl.c
+tandemctl_SOURCES = controlplane/tandemctl.c controlplane/ctl_render.c controlplane/ctl.h
 tandemctl_CPPFLAGS = $(AM_CPPFLAGS) $(CURL_CFLAGS)
 tandemctl_LDADD = $(CURL_LIBS) $(COMMON_LIBS)
 

@@ -27,25 +27,6 @@
 #include "controlplane/migrate.h"
 #include "controlplane/server.h"
 
-/* clang-format off */
-/* tandemd's own tunables for worker groups (act.h) */
-#define TDM_CP_ACT_PARAMS(P) \
-    P(groups_config, "TDM_GROUPS_CONFIG", "--groups-config", STRING, "", "", "Worker groups INI ([group.NAME] sections) that tandemd starts or manages (empty = none)") \
-    P(worker_bin, "TDM_WORKER_BIN", "--worker-bin", STRING, "tandem-worker", "", "tandem-worker executable for supervised groups ($PATH lookup)") \
-    P(canary_interval, "TDM_CANARY_INTERVAL", "--canary-interval", DOUBLE, "30", "0..86400", "Seconds between canary prompts through each ready group (0 = off)") \
-    P(start_timeout, "TDM_START_TIMEOUT", "--start-timeout", DOUBLE, "300", "1..86400", "Seconds a started group has to become /ready") \
-    P(drain_timeout, "TDM_DRAIN_TIMEOUT", "--drain-timeout", DOUBLE, "300", "1..86400", "Seconds a drain may take before the action fails")
-#define TDM_CP_ALL_PARAMS(P) TDM_TANDEMD_PARAMS(P) TDM_CP_ACT_PARAMS(P)
-/* clang-format on */
-
-TDM_PARAMS_STRUCT(tdm_cp_config, TDM_CP_ALL_PARAMS);
-TDM_PARAMS_DEFS(tdm_cp_config, TDM_CP_ALL_PARAMS);
-
-static const tdm_param_table_t cp_table = {
-    "tandemd", "tandemd", tdm_cp_config_defs,      TDM_PARAMS_COUNT(tdm_cp_config_defs),
-    NULL,      0,         sizeof(tdm_cp_config_t),
-};
-
 static volatile int stop_flag;
 
 static void on_signal(int sig)
@@ -80,6 +61,7 @@ static tdm_status_t embedded_dsn(const char *state_dir, char *dsn, size_t len)
         tdm_pg_info_dsn(&info, "tandem", dsn, len) != TDM_OK)
         return TDM_ERR_OVERFLOW;
     PGconn *conn = PQconnectdb(admin);
+    PQsetNoticeProcessor(conn, tdm_log_pq_notice, NULL);
     if (PQstatus(conn) != CONNECTION_OK) {
         tdm_err(TDM_SUB_CP, "msg=\"embedded PostgreSQL unreachable\" err=\"%s\"",
                 PQerrorMessage(conn));
@@ -113,8 +95,9 @@ static tdm_status_t embedded_dsn(const char *state_dir, char *dsn, size_t len)
 static int run_migrate(const char *dsn, int retention_days)
 {
     PGconn *conn = PQconnectdb(dsn);
+    PQsetNoticeProcessor(conn, tdm_log_pq_notice, NULL);
     if (PQstatus(conn) != CONNECTION_OK) {
-        fprintf(stderr, "tandemd: --migrate: cannot connect: %s", PQerrorMessage(conn));
+        tdm_err(TDM_SUB_CP, "msg=\"--migrate: cannot connect\" err=\"%s\"", PQerrorMessage(conn));
         PQfinish(conn);
         return 1;
     }
@@ -125,7 +108,7 @@ static int run_migrate(const char *dsn, int retention_days)
         st = tdm_cp_partitions_maintain(conn, tdm_time_wall_us(), retention_days, err, sizeof(err));
     PQfinish(conn);
     if (st != TDM_OK) {
-        fprintf(stderr, "tandemd: --migrate: %s\n", err);
+        tdm_err(TDM_SUB_CP, "msg=\"--migrate failed\" err=\"%s\"", err);
         return 1;
     }
     printf("schema version %d -> %d\n", from, to);
@@ -135,25 +118,28 @@ static int run_migrate(const char *dsn, int retention_days)
 int main(int argc, char **argv)
 {
     tdm_log_init("tandemd");
-    tdm_cp_config_t cfg;
+    tdm_tandemd_config_t cfg;
     tdm_params_t *params = NULL;
     char err[1024], dsn[2048];
     int rc = 1;
-    if (tdm_params_init(&cp_table, &cfg, &params, err, sizeof(err)) != TDM_OK ||
+    if (tdm_params_init(&tdm_tandemd_config_table, &cfg, &params, err, sizeof(err)) != TDM_OK ||
         tdm_params_load(params, argc, argv, NULL, err, sizeof(err)) != TDM_OK) {
-        fprintf(stderr, "tandemd: %s\n", err);
+        tdm_err(TDM_SUB_CP, "msg=\"%s\"", err);
         goto out;
     }
     if (tdm_params_want_help(params)) {
-        tdm_params_usage(&cp_table, stdout);
+        tdm_params_usage(&tdm_tandemd_config_table, stdout);
         rc = 0;
         goto out;
     }
     if (tdm_params_want_version(params)) {
-        printf("tandemd %s\n", PACKAGE_VERSION);
+        tdm_params_print_version(&tdm_tandemd_config_table, stdout);
         rc = 0;
         goto out;
     }
+    tdm_log_level_t level;
+    if (tdm_log_level_parse(cfg.log_level, &level) == 0)
+        tdm_log_set_level(level);
     if (tdm_params_want_print_config(params)) {
         rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
         goto out;
@@ -164,13 +150,14 @@ int main(int argc, char **argv)
         goto out;
     }
     if (mkdir(cfg.state_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "tandemd: --state-dir %s: %s\n", cfg.state_dir, strerror(errno));
+        tdm_err(TDM_SUB_CP, "msg=\"cannot create --state-dir\" dir=%s err=\"%s\"", cfg.state_dir,
+                strerror(errno));
         goto out;
     }
     if (cfg.pg_dsn[0]) {
         snprintf(dsn, sizeof(dsn), "%s", cfg.pg_dsn);
     } else if (embedded_dsn(cfg.state_dir, dsn, sizeof(dsn)) != TDM_OK) {
-        fprintf(stderr, "tandemd: no --pg-dsn and the embedded PostgreSQL in %s/pg failed\n",
+        tdm_err(TDM_SUB_CP, "msg=\"no --pg-dsn and the embedded PostgreSQL failed\" dir=%s/pg",
                 cfg.state_dir);
         goto out;
     }
@@ -213,7 +200,7 @@ int main(int argc, char **argv)
     };
     static tdm_cp_server_t server;
     if (tdm_cp_server_init(&server, &so, err, sizeof(err)) != TDM_OK) {
-        fprintf(stderr, "tandemd: %s\n", err);
+        tdm_err(TDM_SUB_CP, "msg=\"%s\"", err);
         goto out;
     }
     tdm_cp_server_run(&server, &stop_flag);

@@ -39,10 +39,13 @@ int main(int argc, char **argv)
         goto out;
     }
     if (tdm_params_want_version(params)) {
-        printf("tandem-worker %s\n", PACKAGE_VERSION);
+        tdm_params_print_version(&tdm_worker_config_table, stdout);
         rc = 0;
         goto out;
     }
+    tdm_log_level_t level;
+    if (tdm_log_level_parse(cfg.log_level, &level) == 0)
+        tdm_log_set_level(level);
     if (tdm_params_want_print_config(params)) {
         rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
         goto out;

@@ -8,7 +8,8 @@ PKGS="build-essential autoconf automake libtool pkg-config git ca-certificates c
  libh2o-evloop-dev libpq-dev libucx-dev ucx-utils libsystemd-dev libjansson-dev libxxhash-dev
  libcurl4-openssl-dev libssl-dev postgresql-15 postgresql-client-15 clang libclang-rt-14-dev clang-format
  python3 nghttp2-client procps iproute2
- debhelper dpkg-dev fakeroot lintian man-db"
+ debhelper dpkg-dev fakeroot lintian man-db
+ prometheus"
 if [ "${TDM_DEPS_MINIMAL:-0}" != 1 ]; then
     PKGS="$PKGS chromium chromium-driver"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"

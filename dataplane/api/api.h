@@ -169,5 +169,7 @@ uint64_t tdm_api_hist_quantile_us(const tdm_api_hist_t *h, const tdm_api_hist_sn
 void tdm_api_metric_gauge(FILE *f, const char *name, const char *help, double v);
 void tdm_api_metric_counter(FILE *f, const char *name, const char *help, uint64_t v);
 void tdm_api_metric_hist(FILE *f, const char *name, const char *help, const tdm_api_hist_t *h);
+/* A label value escaped for the exposition format (backslash, quote, newline). */
+void tdm_api_metric_label(FILE *f, const char *v);
 
 #endif

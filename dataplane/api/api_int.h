@@ -15,6 +15,7 @@
 #include "dataplane/api/openai_int.h"
 
 #define TDM_API_TOKEN_MAX 256
+#define TDM_API_STATUS_MAX 600
 
 typedef struct tdm_api_gen tdm_api_gen_t;
 
@@ -40,10 +41,12 @@ struct tdm_api {
     h2o_linklist_t conns;
     size_t n_conns;
     /* metrics; histograms are observed on the scheduler thread */
-    tdm_api_hist_t ttft, itl;
+    tdm_api_hist_t ttft, itl, e2e, queue;
     tdm_api_hist_snap_t ttft_prev, itl_prev; /* tdm_api_server_sample_stats' caller only */
     uint64_t http_requests, http_errors, generate_requests, client_disconnects;
     uint64_t faults_armed;
+    uint64_t http_by_code[TDM_API_STATUS_MAX]; /* access.c, when a response ends */
+    uint64_t request_seq;                      /* request ids we make */
     /* OpenAI endpoint (openai.c) */
     tdm_oai_ctx_t oai;
     uint64_t oai_requests[TDM_OAI_KIND_MAX];
@@ -73,6 +76,14 @@ void tdm_api_h_resume(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_config_get(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req);
 void tdm_api_h_faults(tdm_api_t *a, h2o_req_t *req);
+
+/* access.c: the request log line, X-Request-Id, responses by status code */
+void tdm_api_access_register(tdm_api_t *a, h2o_pathconf_t *pc);
+void tdm_api_access_begin(tdm_api_t *a, h2o_req_t *req);
+/* Tokens and TTFT of a generation, for its request's log line (loop thread). */
+void tdm_api_access_usage(h2o_req_t *req, uint32_t prompt_tokens, uint32_t completion_tokens,
+                          uint64_t ttft_us);
+void tdm_api_access_metrics(tdm_api_t *a, FILE *f);
 
 /* generate.c */
 void tdm_api_h_generate(tdm_api_t *a, h2o_req_t *req);

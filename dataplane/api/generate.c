@@ -121,6 +121,11 @@ static void deliver(tdm_api_gen_t *g, const tdm_req_event_t *ev, int from_sched)
         g->completion_tokens = ev->completion_tokens;
         g->cached_tokens = ev->cached_tokens;
         g->ttft_us = ev->ttft_us;
+        if (ev->kind == TDM_REQ_FINISH) {
+            tdm_api_hist_observe_us(&g->api->e2e, now - g->submit_us);
+            if (ev->queue_us)
+                tdm_api_hist_observe_us(&g->api->queue, ev->queue_us);
+        }
     }
     if (!g->queued) {
         g->queued = 1;
@@ -309,6 +314,8 @@ static void gen_process_ops(tdm_api_gen_t *g)
         return;
     }
     g->done_seen = done;
+    if (done && g->req)
+        tdm_api_access_usage(g->req, g->prompt_tokens, g->completion_tokens, g->ttft_us);
     g->ops->process(g, g->ud, done);
     stream_flush(g);
     if (done)
@@ -341,6 +348,8 @@ static void gen_process(tdm_api_gen_t *g)
     }
     g->seen = n;
     g->done_seen = done;
+    if (done && g->req)
+        tdm_api_access_usage(g->req, g->prompt_tokens, g->completion_tokens, g->ttft_us);
     if (g->req && g->stream) {
         for (uint32_t i = from; i < n; i++)
             pend_printf(g, "data: {\"index\":%u,\"token_id\":%d}\n\n", i, toks[i - from]);

@@ -4,6 +4,7 @@
 noinst_LIBRARIES += libtdmapi.a
 libtdmapi_a_SOURCES = \
 	dataplane/api/server.c \
+	dataplane/api/access.c \
 	dataplane/api/handlers.c \
 	dataplane/api/generate.c \
 	dataplane/api/metrics.c \

@@ -101,3 +101,15 @@ void tdm_api_metric_hist(FILE *f, const char *name, const char *help, const tdm_
             (double)atomic_load_explicit(&m->sum_us, memory_order_relaxed) / 1e6);
     fprintf(f, "%s_count %" PRIu64 "\n", name, cum);
 }
+
+void tdm_api_metric_label(FILE *f, const char *v)
+{
+    for (; v && *v; v++) {
+        if (*v == '"' || *v == '\\')
+            fputc('\\', f);
+        if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}

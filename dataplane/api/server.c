@@ -180,6 +180,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     tdm_api_t *a = *(tdm_api_t **)(self + 1);
     a->http_requests++;
+    tdm_api_access_begin(a, req);
     h2o_iovec_t path = req->path_normalized;
     const tdm_api_route_t *route = NULL;
     int path_found = 0;
@@ -387,6 +388,7 @@ static void loop_dispose(tdm_api_t *a)
 
 static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                      1,     2.5,  5,     10,   30,  60};
+static const double e2e_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                     0.1,   0.25,   0.5,   1,    2.5,   5};
 
@@ -433,6 +435,8 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     h2o_linklist_init_anchor(&a->conns);
     tdm_api_hist_init(&a->ttft, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0]));
     tdm_api_hist_init(&a->itl, itl_bounds, sizeof(itl_bounds) / sizeof(itl_bounds[0]));
+    tdm_api_hist_init(&a->e2e, e2e_bounds, sizeof(e2e_bounds) / sizeof(e2e_bounds[0]));
+    tdm_api_hist_init(&a->queue, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0]));
     a->oai.tok = o->tok;
     a->oai.chat = o->chat;
     a->oai.model_name = o->cfg->served_model_name && *o->cfg->served_model_name
@@ -460,6 +464,7 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     h2o_handler_t *handler = h2o_create_handler(pc, sizeof(*handler) + sizeof(a));
     *(tdm_api_t **)(handler + 1) = a;
     handler->on_req = on_req;
+    tdm_api_access_register(a, pc);
 
     a->loop = h2o_evloop_create();
     h2o_context_init(&a->ctx, a->loop, &a->config);

@@ -257,7 +257,7 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
     uint16_t pd_port;
     if (tdm_worker_pd_check(cfg, &pd, pd_host, sizeof(pd_host), &pd_port, pd_err, sizeof(pd_err)) !=
         TDM_OK) {
-        fprintf(stderr, "tandem-worker: %s\n", pd_err);
+        tdm_err(TDM_SUB_CORE, "msg=\"%s\"", pd_err);
         tdm_free(pids);
         tdm_free(exited);
         return 2;
@@ -271,13 +271,13 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
     sigaddset(&mask, SIGINT);
     sigprocmask(SIG_BLOCK, &mask, &old);
     if (create_files(prefix, n, &page) != TDM_OK) {
-        fprintf(stderr, "tandem-worker: cannot create the group's shared files %s-*: %s\n", prefix,
+        tdm_err(TDM_SUB_CORE, "msg=\"cannot create the group's shared files %s-*: %s\"", prefix,
                 strerror(errno));
         goto out;
     }
     if (tdm_report_launcher_install)
         tdm_report_launcher_install(cfg, page->group_id);
-    fprintf(stderr, "tandem-worker: launching %u rank%s (group %s)\n", n, n > 1 ? "s" : "", prefix);
+    tdm_info(TDM_SUB_CORE, "msg=\"launching %u rank%s (group %s)\"", n, n > 1 ? "s" : "", prefix);
     for (uint32_t r = 0; r < n; r++) {
         pids[r] = spawn_rank(r, argc, argv, prefix, &old);
         if (pids[r] < 0) {
@@ -299,8 +299,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
         int sig = sigtimedwait(&mask, NULL, &ts);
         uint64_t now = tdm_time_mono_us();
         if (sig == SIGTERM || sig == SIGINT) {
-            fprintf(stderr, "tandem-worker: %s: stopping the group\n",
-                    sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            tdm_info(TDM_SUB_CORE, "msg=\"%s: stopping the group\"",
+                     sig == SIGTERM ? "SIGTERM" : "SIGINT");
             for (uint32_t r = 0; r < n; r++)
                 if (!exited[r])
                     kill(pids[r], SIGTERM);
@@ -314,7 +314,7 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
          * the group's collectives so every rank leaves now rather than at the SIGKILL. */
         if (term_at && now - term_at >= 2000000 && !atomic_load(&page->abort) &&
             in_coll_since(page, n, term_at)) {
-            fprintf(stderr, "tandem-worker: a rank is stuck in a collective: aborting the group\n");
+            tdm_err(TDM_SUB_CORE, "msg=\"a rank is stuck in a collective: aborting the group\"");
             atomic_store(&page->abort, 1);
         }
         int status;
@@ -335,11 +335,11 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
                 continue;
             }
             if (signo)
-                fprintf(stderr, "tandem-worker: rank %u (pid %d) exited (signal %d, %s)\n", r,
-                        (int)p, signo, strsignal(signo));
+                tdm_warn(TDM_SUB_CORE, "msg=\"rank %u (pid %d) exited (signal %d, %s)\"", r, (int)p,
+                         signo, strsignal(signo));
             else
-                fprintf(stderr, "tandem-worker: rank %u (pid %d) exited (code %d)\n", r, (int)p,
-                        code);
+                tdm_info(TDM_SUB_CORE, "msg=\"rank %u (pid %d) exited (code %d)\"", r, (int)p,
+                         code);
             if (!failed) {
                 failed = 1;
                 if (g_exit_fn)
@@ -357,8 +357,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
             atomic_store(&page->abort, 1);
             for (uint32_t r = 0; r < n; r++)
                 if (!exited[r]) {
-                    fprintf(stderr, "tandem-worker: rank %u (pid %d) did not exit: SIGKILL\n", r,
-                            (int)pids[r]);
+                    tdm_warn(TDM_SUB_CORE, "msg=\"rank %u (pid %d) did not exit: SIGKILL\"", r,
+                             (int)pids[r]);
                     kill(pids[r], SIGKILL);
                     failed = 1;
                 }
@@ -366,7 +366,7 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
         }
     }
     rc = failed ? 1 : 0;
-    fprintf(stderr, "tandem-worker: group exited%s\n", failed ? " after a failure" : " cleanly");
+    tdm_info(TDM_SUB_CORE, "msg=\"group exited%s\"", failed ? " after a failure" : " cleanly");
 out:
     tdm_progress_close(page);
     unlink_all(prefix);

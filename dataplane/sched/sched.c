@@ -261,8 +261,8 @@ tdm_status_t tdm_sched_submit(tdm_sched_t *s, const tdm_req_params_t *p, uint64_
     tdm_sreq_t *r = NULL;
     tdm_status_t st;
     if (s && s->cfg.pd == TDM_SCHED_PD_PREFILL) {
-        SET_ERR("this is a prefill worker (--disaggregation-mode prefill): send generation "
-                "requests to the decode group");
+        SET_ERR("this is a prefill worker: use the decode port (generation requests go to the "
+                "decode group, which fetches its KV from here)");
         return TDM_ERR_BUSY;
     }
     TDM_TRY(sreq_new(s, p, &r, err, err_len));
@@ -390,6 +390,7 @@ static void finish(tdm_sched_t *s, tdm_sreq_t *r, tdm_finish_reason_t why, tdm_s
     ev.completion_tokens = r->n_gen;
     ev.cached_tokens = r->cached_tokens;
     ev.ttft_us = r->first_token_us ? r->first_token_us - r->submit_us : 0;
+    ev.queue_us = r->admitted_us ? r->admitted_us - r->submit_us : 0;
     ev.token = -1;
     r->cb(r->ctx, &ev);
     if (why == TDM_FINISH_ABORT)
@@ -785,6 +786,8 @@ static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
     r->state = SREQ_XFER;
     r->slot = s->free_slots[--s->n_free_slots];
     r->admit_seq = ++s->admit_seq;
+    if (!r->admitted_us) /* the first admission: a retracted request re-queues */
+        r->admitted_us = tdm_time_mono_us();
     rl_append(&s->xferring, r);
     return r;
 }
@@ -846,6 +849,8 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
     r->state = SREQ_RUNNING;
     r->slot = s->free_slots[--s->n_free_slots];
     r->admit_seq = ++s->admit_seq;
+    if (!r->admitted_us) /* the first admission: a retracted request re-queues */
+        r->admitted_us = tdm_time_mono_us();
     rl_append(&s->running, r);
     return r;
 }

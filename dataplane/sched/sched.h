@@ -51,7 +51,8 @@ typedef struct tdm_req_event {
     tdm_status_t status;        /* ERROR: why */
     const char *message;
     uint32_t prompt_tokens, completion_tokens, cached_tokens;
-    uint64_t ttft_us; /* submit → first token */
+    uint64_t ttft_us;  /* submit → first token */
+    uint64_t queue_us; /* submit → admitted to the batch (0 if never admitted) */
 } tdm_req_event_t;
 
 typedef void (*tdm_req_cb)(void *ctx, const tdm_req_event_t *ev);

@@ -71,6 +71,7 @@ struct tdm_sreq {
     tdm_sample_stop_t stop;
     int want_text, skip_special;
     uint64_t deadline_us, submit_us, first_token_us;
+    uint64_t admitted_us; /* first admission to the batch (0 while waiting) */
     tdm_req_cb cb;
     void *ctx;
     int abort_requested;

@@ -465,6 +465,23 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
             "# HELP tandem_xfer_registered 1 while a peer group is registered\n"
             "# TYPE tandem_xfer_registered gauge\ntandem_xfer_registered %d\n",
             tdm_xfer_wait_ready(w->xfer, 0, NULL, 0) == TDM_OK);
+    {
+        static const uint64_t bounds[TDM_XFER_LAT_NB] = TDM_XFER_LAT_BOUNDS_US;
+        uint64_t cum = 0;
+        fprintf(f, "# HELP tandem_xfer_latency_seconds KV transfer rooms from open to SUCCESS "
+                   "(prefill side)\n# TYPE tandem_xfer_latency_seconds histogram\n");
+        for (int b = 0; b <= TDM_XFER_LAT_NB; b++) {
+            cum += st.room_lat[b];
+            if (b < TDM_XFER_LAT_NB)
+                fprintf(f, "tandem_xfer_latency_seconds_bucket{le=\"%g\"} %llu\n",
+                        (double)bounds[b] / 1e6, (unsigned long long)cum);
+            else
+                fprintf(f, "tandem_xfer_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+                        (unsigned long long)cum);
+        }
+        fprintf(f, "tandem_xfer_latency_seconds_sum %.6f\ntandem_xfer_latency_seconds_count %llu\n",
+                (double)st.room_lat_sum_us / 1e6, (unsigned long long)cum);
+    }
     /* the engine's threads (I8): /health fails when one goes stale; the ages show which */
     fprintf(f, "# HELP tandem_xfer_thread_heartbeat_age_seconds Time since each transfer-engine "
                "thread's last heartbeat (rank 0; -1 = never)\n"
@@ -508,8 +525,6 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
         {"quarantined", "Rooms whose pages are quarantined now", st.quarantined, 1},
         {"bytes_put_total", "KV and aux bytes written by UCX puts", st.bytes_put, 0},
         {"puts_total", "UCX puts issued", st.puts, 0},
-        {"checksum_nanoseconds_total", "Time spent computing or verifying KV checksums",
-         st.checksum_ns, 0},
         {"checksum_bytes_total", "KV bytes covered by computed or verified checksums",
          st.checksum_bytes, 0},
         {"faults_fired_total", "Transfer-engine fault points that fired", st.faults_fired, 0},
@@ -524,6 +539,11 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
         fprintf(f, "# HELP tandem_xfer_%s %s\n# TYPE tandem_xfer_%s %s\ntandem_xfer_%s %llu\n",
                 m[i].name, m[i].help, m[i].name, m[i].gauge ? "gauge" : "counter", m[i].name,
                 (unsigned long long)m[i].v);
+    fprintf(f,
+            "# HELP tandem_xfer_checksum_seconds_total Time spent computing or verifying KV "
+            "checksums\n# TYPE tandem_xfer_checksum_seconds_total counter\n"
+            "tandem_xfer_checksum_seconds_total %.9f\n",
+            (double)st.checksum_ns / 1e9);
 }
 
 /* The transfer engine's fault points, answered from the group's fault table (fault.h); rank 0's
@@ -673,11 +693,11 @@ static tdm_status_t pd_start(tdm_worker_t *w, const tdm_kv_layout_t *ucx_layout,
         return st;
     }
     if (w->pd == TDM_SCHED_PD_PREFILL)
-        fprintf(stderr, "tandem-worker: prefill bootstrap listener on %s:%u\n", w->pd_host,
-                tdm_xfer_port(w->xfer));
+        tdm_info(TDM_SUB_CORE, "msg=\"prefill bootstrap listener on %s:%u\"", w->pd_host,
+                 tdm_xfer_port(w->xfer));
     else
-        fprintf(stderr, "tandem-worker: decode registers with the prefill group at %s:%u\n",
-                w->pd_host, w->pd_port);
+        tdm_info(TDM_SUB_CORE, "msg=\"decode registers with the prefill group at %s:%u\"",
+                 w->pd_host, w->pd_port);
     return TDM_OK;
 }
 
@@ -734,21 +754,21 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     w->rank = (uint32_t)cfg->rank;
     w->tp = (uint32_t)cfg->tp_size;
     if (!prefix || !prefix[0]) {
-        fprintf(stderr, "tandem-worker: --rank is set by the launcher (TDM_GROUP_SHM missing); "
-                        "run tandem-worker without --rank\n");
+        tdm_err(TDM_SUB_CORE, "msg=\"--rank is set by the launcher (TDM_GROUP_SHM missing); run "
+                              "tandem-worker without --rank\"");
         return 2;
     }
     const int on_cuda = strcmp(cfg->device, "cuda") == 0;
     if (on_cuda && cfg->tp_size != 1) {
-        fprintf(stderr, "tandem-worker: --device cuda runs --tp-size 1 only in this build\n");
+        tdm_err(TDM_SUB_CORE, "msg=\"--device cuda runs --tp-size 1 only in this build\"");
         return 2;
     }
 #ifndef TDM_HAVE_CUDA_RT
     if (on_cuda && strcmp(cfg->disaggregation_mode, "null") != 0) {
         /* GPU KV moves by CUDA IPC (dataplane/xfer/cuda_ipc.c), built only with the runtime */
-        fprintf(stderr,
-                "tandem-worker: --disaggregation-mode %s with --device cuda needs the CUDA "
-                "runtime (KV transfer by CUDA IPC); this build has none\n",
+        tdm_err(TDM_SUB_CORE,
+                "msg=\"--disaggregation-mode %s with --device cuda needs the CUDA runtime (KV "
+                "transfer by CUDA IPC); this build has none\"",
                 cfg->disaggregation_mode);
         return 2;
     }
@@ -763,8 +783,7 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     const char *dash = strrchr(prefix, '-');
     if (dash && atoi(dash + 1) > 0 && getppid() != (pid_t)atoi(dash + 1)) {
-        fprintf(stderr, "tandem-worker: rank %u: the launcher (pid %s) is gone\n", w->rank,
-                dash + 1);
+        tdm_err(TDM_SUB_CORE, "msg=\"rank %u: the launcher (pid %s) is gone\"", w->rank, dash + 1);
         return 1;
     }
 
@@ -905,20 +924,19 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
     atomic_store(&w->shared->resident_weight_bytes[w->rank], tdm_exec_weight_bytes(w->x));
     atomic_store(&w->shared->kv_pool_bytes[w->rank], tdm_exec_kv_bytes(w->x));
     atomic_fetch_add(&w->shared->ranks_loaded, 1);
-    fprintf(stderr,
-            "tandem-worker: rank %u/%u loaded in %.2f s: %.1f MiB of weights, %u KV pages of %u "
-            "tokens (%s), %u slots, %u-token chunks, %s loop\n",
-            w->rank, w->tp, (double)(tdm_time_mono_us() - t0) / 1e6,
-            (double)tdm_exec_weight_bytes(w->x) / (1 << 20), num_pages, ps,
-            tdm_dtype_name(kv_dtype), max_running, chunk,
-            cfg->disable_overlap_schedule ? "lockstep" : "overlap");
+    tdm_info(TDM_SUB_CORE,
+             "msg=\"rank %u/%u loaded in %.2f s: %.1f MiB of weights, %u KV pages of %u tokens "
+             "(%s), %u slots, %u-token chunks, %s loop\"",
+             w->rank, w->tp, (double)(tdm_time_mono_us() - t0) / 1e6,
+             (double)tdm_exec_weight_bytes(w->x) / (1 << 20), num_pages, ps,
+             tdm_dtype_name(kv_dtype), max_running, chunk,
+             cfg->disable_overlap_schedule ? "lockstep" : "overlap");
 
     if (w->rank != 0) {
         st = tdm_exec_follow(w->x, &w->stop);
         rc = st == TDM_OK ? 0 : 1;
         if (st != TDM_OK)
-            fprintf(stderr, "tandem-worker: rank %u: loop ended: %s\n", w->rank,
-                    tdm_status_str(st));
+            tdm_err(TDM_SUB_CORE, "msg=\"rank %u: loop ended: %s\"", w->rank, tdm_status_str(st));
         goto out;
     }
 
@@ -978,7 +996,7 @@ int tdm_worker_rank_main(const tdm_worker_config_t *cfg)
 err_shm:
     snprintf(err, sizeof(err), "group shared files under %s: %s", prefix, tdm_status_str(st));
 err_msg:
-    fprintf(stderr, "tandem-worker: rank %u: %s\n", w->rank, err);
+    tdm_err(TDM_SUB_CORE, "msg=\"rank %u: %s\"", w->rank, err);
     rc = 1;
 out:
     if (w->page) {

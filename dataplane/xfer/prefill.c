@@ -245,6 +245,16 @@ void xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r)
     }
     xfer_out_status(x, r->room, TDM_KVPOLL_SUCCESS, NULL, r->sums, r->sums ? r->n_sums : 0,
                     x->page_size);
+    tdm_xfer_room_info_t info;
+    if (tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK) {
+        static const uint64_t bounds[TDM_XFER_LAT_NB] = TDM_XFER_LAT_BOUNDS_US;
+        uint64_t now = xfer_now(), us = now > info.created_us ? now - info.created_us : 0;
+        size_t b = 0;
+        while (b < TDM_XFER_LAT_NB && us > bounds[b])
+            b++;
+        x->st.room_lat[b]++;
+        x->st.room_lat_sum_us += us;
+    }
     xfer_room_set_all(x, r->room, TDM_KVPOLL_SUCCESS, "flushed");
     x->st.rooms_ok++;
 }

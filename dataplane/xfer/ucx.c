@@ -14,6 +14,8 @@
  */
 #include "config.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -22,7 +24,41 @@
 
 #include <tdm/log.h>
 
+#include <ucs/debug/log_def.h>
+
 #include "dataplane/xfer/xfer_int.h"
+
+/* UCX's own log lines (its warnings about transports, endpoints) in our format, through our
+ * level filter; UCX still decides which of its levels reach the handler (UCX_LOG_LEVEL). */
+static ucs_log_func_rc_t ucx_log(const char *file, unsigned line, const char *function,
+                                 ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                                 const char *message, va_list ap)
+{
+    (void)comp;
+    tdm_log_level_t lv = level <= UCS_LOG_LEVEL_ERROR  ? TDM_LOG_ERROR
+                         : level == UCS_LOG_LEVEL_WARN ? TDM_LOG_WARN
+                         : level <= UCS_LOG_LEVEL_INFO ? TDM_LOG_INFO
+                                                       : TDM_LOG_DEBUG;
+    if (!tdm_log_enabled(TDM_SUB_XFER, lv))
+        return UCS_LOG_FUNC_RC_STOP;
+    char text[1024];
+    vsnprintf(text, sizeof(text), message, ap);
+    const char *base = strrchr(file, '/');
+    tdm_log(TDM_SUB_XFER, lv, "msg=\"%s\" src=ucx at=%s:%u func=%s", text, base ? base + 1 : file,
+            line, function);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void ucx_log_install(void)
+{
+    ucs_log_push_handler(ucx_log);
+}
+
+static void ucx_log_once(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ucx_log_install);
+}
 
 static tdm_status_t ucs_fail(const char *what, ucs_status_t s)
 {
@@ -88,6 +124,7 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
     memset(u, 0, sizeof(*u));
     u->efd = -1;
     TDM_TRY(tdm_kv_layout_pool_bytes(lay, num_pages, &pool_bytes));
+    ucx_log_once();
     s = ucp_config_read(NULL, NULL, &conf);
     if (s != UCS_OK)
         return ucs_fail("ucp_config_read", s);

@@ -70,7 +70,8 @@
     P(prompt_ids, "TDM_PROMPT_IDS", "--prompt-ids", STRING, "", "", "One-shot: comma-separated token ids, used verbatim (no BOS)") \
     P(max_tokens, "TDM_MAX_TOKENS", "--max-tokens", INT64, "16", "1..1048576", "One-shot: tokens to generate") \
     P(ignore_eos, "TDM_IGNORE_EOS", "--ignore-eos", BOOL, "false", "", "One-shot: keep generating past EOS") \
-    P(json, "TDM_JSON", "--json", BOOL, "false", "", "One-shot: print the result as one JSON line")
+    P(json, "TDM_JSON", "--json", BOOL, "false", "", "One-shot: print the result as one JSON line") \
+    P(log_level, "TDM_LOG_LEVEL", "--log-level", ENUM, "info", "debug|info|warn|error", "Least severe log line written")
 
 #define TDM_TANDEMD_PARAMS(P) \
     P(listen, "TDM_LISTEN", "--listen", STRING, "127.0.0.1:8470", "", "HTTP listen address host:port (port 0 = any)") \
@@ -83,7 +84,13 @@
     P(spool_max_bytes, "TDM_SPOOL_MAX_BYTES", "--spool-max-bytes", INT64, "1073741824", "0..", "Bound of state_dir/ingest.spool; when full, ingest answers 503") \
     P(retention_days, "TDM_RETENTION_DAYS", "--retention-days", INT64, "14", "0..36500", "Days of samples and events kept (whole day partitions dropped; 0 = keep all)") \
     P(print_routes, "TDM_PRINT_ROUTES", "--print-routes", BOOL, "false", "", "Print the REST route table (method path role max_body) and exit") \
-    P(ready_file, "TDM_TANDEMD_READY_FILE", "--ready-file", STRING, "", "", "Write {\"http\":N} here after bind")
+    P(ready_file, "TDM_TANDEMD_READY_FILE", "--ready-file", STRING, "", "", "Write {\"http\":N} here after bind") \
+    P(groups_config, "TDM_GROUPS_CONFIG", "--groups-config", STRING, "", "", "Worker groups INI ([group.NAME] sections, docs/groups.md) that tandemd starts and supervises (empty = none)") \
+    P(worker_bin, "TDM_WORKER_BIN", "--worker-bin", STRING, "tandem-worker", "", "tandem-worker executable for supervised groups ($PATH lookup)") \
+    P(canary_interval, "TDM_CANARY_INTERVAL", "--canary-interval", DOUBLE, "30", "0..86400", "Seconds between canary prompts through each ready group (0 = off)") \
+    P(start_timeout, "TDM_START_TIMEOUT", "--start-timeout", DOUBLE, "300", "1..86400", "Seconds a started group has to become /ready") \
+    P(drain_timeout, "TDM_DRAIN_TIMEOUT", "--drain-timeout", DOUBLE, "300", "1..86400", "Seconds a drain may take before the action fails") \
+    P(log_level, "TDM_LOG_LEVEL", "--log-level", ENUM, "info", "debug|info|warn|error", "Least severe log line written")
 /* clang-format on */
 
 TDM_PARAMS_STRUCT(tdm_worker_config, TDM_WORKER_PARAMS);

@@ -1,10 +1,13 @@
 /*
- * tdm/log.h — structured log lines that journald keeps.
+ * tdm/log.h — one log format for every line of every tandem process (docs/contracts.md "Logs").
  *
- * Each line goes to stderr as `<P>tandem[subsys] level=... msg="..." k=v ...` where <P> is the
- * syslog priority prefix that journald parses (sd-daemon(3)) when TDM_LOG_PREFIX is on (the default
- * under systemd: JOURNAL_STREAM set). A subsystem mask (env TDM_LOG_SUBSYS=model,xfer or "all")
- * and a level (TDM_LOG_LEVEL=debug|info|warn|error) filter lines before formatting.
+ * Each line goes to stderr as logfmt:
+ *   ts=2026-12-04T14:42:10.123456Z level=info proc=tandemd pid=42 sub=cp msg="..." k=v ...
+ * (RFC 3339 UTC timestamp). Under systemd (JOURNAL_STREAM set, or TDM_LOG_PREFIX=1) the line
+ * starts with the sd-daemon(3) priority prefix "<N>", which journald parses into PRIORITY= and
+ * strips. A subsystem mask (TDM_LOG_SUBSYS=model,xfer or "all") and a level
+ * (TDM_LOG_LEVEL=debug|info|warn|error, or the --log-level flag) filter lines before formatting.
+ * Call sites write `msg="..." k=v`; text that does not start with a key becomes msg="text".
  * Thread-safe: one write(2) per line. Library-like modules log at debug only; errors are logged
  * once, where they are decided (STYLE.md).
  */
@@ -12,6 +15,7 @@
 #define TDM_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef enum tdm_log_level {
     TDM_LOG_ERROR = 3, /* syslog LOG_ERR */
@@ -48,6 +52,14 @@ const char *tdm_log_subsys_name(tdm_log_subsys_t sub);
 __attribute__((format(printf, 3, 4))) void tdm_log(tdm_log_subsys_t sub, tdm_log_level_t level,
                                                    const char *fmt, ...);
 void tdm_vlog(tdm_log_subsys_t sub, tdm_log_level_t level, const char *fmt, va_list ap);
+/* "debug", "info", "warn", "error" (any case) into *ret; -1 for anything else. */
+int tdm_log_level_parse(const char *name, tdm_log_level_t *ret);
+/* A caller's `msg="..." k=v` text as valid logfmt into dst (at most cap bytes); returns the
+ * length. Exposed for the tests. */
+size_t tdm_log_fields(char *dst, size_t cap, const char *src, size_t n);
+/* A libpq notice processor (PQsetNoticeProcessor(conn, tdm_log_pq_notice, NULL)): server
+ * NOTICEs become log lines instead of raw text on stderr. */
+void tdm_log_pq_notice(void *arg, const char *message);
 
 #define TDM_LOG_(sub, lvl, ...)                                                                    \
     do {                                                                                           \

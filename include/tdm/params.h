@@ -140,7 +140,12 @@ tdm_status_t tdm_params_set(tdm_params_t *p, const char *name, const char *value
 /* What the CLI asked for besides tunables. */
 int tdm_params_want_help(const tdm_params_t *p);
 int tdm_params_want_print_config(const tdm_params_t *p);
-int tdm_params_want_version(const tdm_params_t *p); /* --version: print "PROGRAM VERSION", exit 0 */
+/* --version was given. */
+int tdm_params_want_version(const tdm_params_t *p);
+/* "tandemd 0.1.0 (git abcdef012345)": the program, the package version, the revision. */
+void tdm_params_print_version(const tdm_param_table_t *t, FILE *out);
+/* The word --help prints after a valued flag, naming its type: N, SECONDS, PATH, HOST:PORT... */
+const char *tdm_param_placeholder(const tdm_param_def_t *d);
 tdm_param_src_t tdm_params_source(const tdm_params_t *p, const char *name);
 
 /* `{"program":..,"params":{"name":{"value":..,"source":"cli","origin":".."},..}}`, indented;

@@ -170,6 +170,13 @@ typedef struct tdm_xfer_cfg {
 
 typedef struct tdm_xfer tdm_xfer_t;
 
+/* The bounds (microseconds) of the room latency histogram in tdm_xfer_stats_t. */
+#define TDM_XFER_LAT_NB 12
+#define TDM_XFER_LAT_BOUNDS_US                                                                     \
+    {                                                                                              \
+        100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000              \
+    }
+
 typedef struct tdm_xfer_stats {
     uint64_t frames_rx, frames_tx;
     uint64_t frame_writes;   /* socket writes of the channel (a write carries one or more frames) */
@@ -188,6 +195,9 @@ typedef struct tdm_xfer_stats {
     uint32_t eps_err_none, eps_err_peer;  /* prefill: connected endpoints by error mode */
     uint64_t faults_fired;                /* fault points that fired in this engine */
     uint64_t checksum_ns, checksum_bytes; /* time in and bytes through the KV checksums */
+    /* prefill: rooms from open to SUCCESS, by TDM_XFER_LAT_BOUNDS_US (last bucket: above all) */
+    uint64_t room_lat[TDM_XFER_LAT_NB + 1];
+    uint64_t room_lat_sum_us;
 } tdm_xfer_stats_t;
 
 /* A TRANSFER_INFO accepted by prefill, owned by the caller (tdm_xfer_request_clear). */

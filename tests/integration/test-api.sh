@@ -87,7 +87,7 @@ for _ in range(100):
     time.sleep(0.1)
 ok(st == 200, "/ready 200 once loaded", body)
 m = metrics()
-ok(m.get("tandem_kv_pages_total", 0) > 0 and m.get('tandem_resident_weight_bytes{rank="0"}', 0) > 0
+ok(m.get("tandem_kv_pages_capacity", 0) > 0 and m.get('tandem_resident_weight_bytes{rank="0"}', 0) > 0
    and 'tandem_rank_iter{rank="0"}' in m,
    "/metrics: pages, resident weight bytes and per-rank iter",
    {k: v for k, v in m.items() if "pages" in k or "weight" in k or "iter" in k})
@@ -110,7 +110,7 @@ ok(st == 200 and ids == g["tokens"] and body.endswith("data: [DONE]\n\n"),
 
 # a client that disconnects mid-stream: its request is aborted and its pages come back (free,
 # or held only by the prefix cache, which gives them back on demand and on drain)
-total = metrics()["tandem_kv_pages_total"]
+total = metrics()["tandem_kv_pages_capacity"]
 aborted0 = metrics().get("tandem_requests_aborted_total", 0)
 s = socket.create_connection(("127.0.0.1", port))
 payload = json.dumps({"input_ids": g["prompt_ids"], "max_new_tokens": 200, "ignore_eos": True,
@@ -169,7 +169,7 @@ for _ in range(100):
     if m.get("tandem_drained") == 1:
         break
     time.sleep(0.05)
-ok(m.get("tandem_drained") == 1 and m.get("tandem_kv_pages_free") == m.get("tandem_kv_pages_total")
+ok(m.get("tandem_drained") == 1 and m.get("tandem_kv_pages_free") == m.get("tandem_kv_pages_capacity")
    and m.get("tandem_kv_pages_cached") == 0,
    "drained: the prefix cache is flushed, free pages == total pages",
    {k: v for k, v in m.items() if "pages" in k or "drain" in k})

@@ -149,7 +149,7 @@ check "[ \"\$(complete)\" = 200 ]" "serving after the restart"
 # ---- tandemctl ----
 ctl() { "$TDM_BUILDDIR/tandemctl" --url "$url" --token-file "$tmp/state/admin.token" "$@"; }
 ctl status >"$tmp/st" 2>&1
-check "grep -q '^a  *supervised  *null  *running  *yes' $tmp/st && grep -q '^b  *supervised' $tmp/st" "tandemctl status: table of groups"
+check "grep -q '^a  *supervised  *null  *running  *ok ' $tmp/st && grep -q '^b  *supervised' $tmp/st" "tandemctl status: table of groups"
 ctl --json alerts | $PY -c "import json,sys;d=json.load(sys.stdin);sys.exit(0 if any(a['kind']=='WORKER_LOST' for a in d['alerts']) else 1)"
 check "[ $? = 0 ]" "tandemctl --json alerts: JSON with the WORKER_LOST alert"
 

@@ -341,7 +341,7 @@ static int drain_and_wait(const char *token, double limit_s, char *buf, double *
             const char *b = body_of(buf);
             *ret_drained = metric(b, "tandem_drained");
             *ret_free = metric(b, "tandem_kv_pages_free");
-            *ret_total = metric(b, "tandem_kv_pages_total");
+            *ret_total = metric(b, "tandem_kv_pages_capacity");
             if (*ret_drained == 1)
                 return 0;
         }

@@ -391,7 +391,7 @@ ok(m.get("tandem_xfer_registered") == 1 and metrics(pre).get("tandem_xfer_regist
 ok("writes: copies into decode's mapped shared memory" in logtail(pre, 200),
    "prefill writes decode's pool by copies into its mapped shared memory", logtail(pre))
 note("pair up in %.1f s" % (time.time() - t_start))
-pages0 = {w["name"]: metrics(w)["tandem_kv_pages_total"] for w in (pre, dec)}
+pages0 = {w["name"]: metrics(w)["tandem_kv_pages_capacity"] for w in (pre, dec)}
 
 # ---------------------------------------------------------------- equivalence
 
@@ -492,7 +492,8 @@ if SCEN == "equiv":
        "no room failed, no checksum mismatch")
     st, body = request(pre, "POST", "/v1/completions", {"model": MODEL, "prompt": "hi",
                                                          "max_tokens": 2})
-    ok(st == 503 and "prefill worker" in body, "prefill refuses generation requests (503)", body)
+    ok(st == 503 and "use the decode port" in body and "TDM_ERR" not in body,
+       "prefill refuses generation requests (503: use the decode port, no internal names)", body)
 
     # ---- bad frames at the bootstrap port while it serves
     before = metrics(pre)
@@ -640,9 +641,9 @@ if SCEN == "retract":
         [t.join() for t in ts]
     md = metrics(dec)
     note("decode: %d pages, %d retractions, %d prompt tokens recomputed locally" % (
-        md["tandem_kv_pages_total"], md["tandem_retractions_total"],
+        md["tandem_kv_pages_capacity"], md["tandem_retractions_total"],
         md["tandem_prefill_tokens_total"]))
-    ok(md["tandem_kv_pages_total"] <= 40 and md["tandem_retractions_total"] > 0,
+    ok(md["tandem_kv_pages_capacity"] <= 40 and md["tandem_retractions_total"] > 0,
        "decode ran short of pages and retracted PD requests (%d)" % md["tandem_retractions_total"])
     same = all(d and c and d[0] == 200 and c[0] == 200 and
                json.loads(d[1])["choices"] == json.loads(c[1])["choices"]
@@ -714,7 +715,7 @@ if SCEN == "peer":
          "pages free %d + cached %d of %d" % (
              md["tandem_xfer_quarantined"], md["tandem_xfer_rooms_held"],
              md["tandem_xfer_corruption_risk_total"], md["tandem_kv_pages_free"],
-             md["tandem_kv_pages_cached"], md["tandem_kv_pages_total"]))
+             md["tandem_kv_pages_cached"], md["tandem_kv_pages_capacity"]))
     ok(md['tandem_xfer_rooms{state="WAITING_FOR_INPUT"}'] == 0 and
        md['tandem_xfer_rooms{state="TRANSFERRING"}'] == 0 and md["tandem_xfer_transferring_requests"] == 0,
        "no decode room left waiting or transferring")
@@ -730,7 +731,7 @@ for w in (dec, pre):
     if SCEN == "peer":
         break  # rooms in transfer when the prefill died stay quarantined (I5): no full drain
     good, why = drain_all_free(w)
-    ok(good and metrics(w)["tandem_kv_pages_total"] == pages0[w["name"].rstrip("2")],
+    ok(good and metrics(w)["tandem_kv_pages_capacity"] == pages0[w["name"].rstrip("2")],
        "%s: drained, every KV page free (%s)" % (w["name"], why))
 note("scenario %s took %.1f s" % (SCEN, time.time() - t_start))
 finish()

@@ -194,10 +194,16 @@ static void test_parse_and_errors(void)
     json_t *e = tdm_json_error_status(TDM_ERR_INVAL, "bad \"x\"", &http);
     char *s = tdm_json_dumps(e);
     is_str(s,
-           "{\"error\":{\"code\":\"TDM_ERR_INVAL\",\"message\":\"bad \\\"x\\\"\","
+           "{\"error\":{\"code\":\"invalid_request\",\"message\":\"bad \\\"x\\\"\","
            "\"type\":\"invalid_request_error\"}}",
            "error object shape");
     is_int(http, 400, "INVAL → 400");
+    json_decref(e);
+    free(s);
+    e = tdm_json_error_status(TDM_ERR_BUSY, NULL, &http);
+    s = tdm_json_dumps(e);
+    ok(http == 503 && strstr(s, "\"code\":\"unavailable\"") && !strstr(s, "TDM_ERR"),
+       "BUSY → 503 with a public code, no internal enum name: %s", s);
     free(s);
     json_decref(e);
     struct {

@@ -1,8 +1,8 @@
 /*
  * test-log.c — the logging path: subsystem mask parsing, level filtering, the environment knobs,
  * and the line format (one write per call, ends in exactly one newline, embedded newlines
- * flattened, long messages truncated, journald priority prefix). stderr is captured through a
- * pipe.
+ * flattened, long messages truncated, journald priority prefix, logfmt with an RFC 3339
+ * timestamp, quotes inside values repaired, libpq notices). stderr is captured through a pipe.
  */
 #include "config.h"
 
@@ -116,22 +116,72 @@ static void test_level(void)
     tdm_log_set_level(TDM_LOG_INFO);
 }
 
+/* The line with its timestamp and pid checked and cut out: "level=... proc=... sub=... fields".
+ * The prefix "<N>" (if any) stays in front. Static buffer; "" when the timestamp is malformed. */
+static const char *untimed(const char *line)
+{
+    static char buf[4096];
+    const char *p = line;
+    size_t pre = 0;
+    if (*p == '<') {
+        pre = strcspn(p, ">") + 1;
+        p += pre;
+    }
+    /* ts=YYYY-MM-DDTHH:MM:SS.uuuuuuZ (RFC 3339, UTC) */
+    static const char shape[] = "ts=dddd-dd-ddTdd:dd:dd.ddddddZ ";
+    for (size_t i = 0; i < sizeof(shape) - 1; i++) {
+        if (shape[i] == 'd' ? !(p[i] >= '0' && p[i] <= '9') : p[i] != shape[i])
+            return "";
+    }
+    p += sizeof(shape) - 1;
+    const char *pid = strstr(p, " pid=");
+    if (!pid)
+        return "";
+    const char *after = pid + 5 + strspn(pid + 5, "0123456789");
+    snprintf(buf, sizeof(buf), "%.*s%.*s%s", (int)pre, line, (int)(pid - p), p, after);
+    return buf;
+}
+
 static void test_format(void)
 {
     size_t len;
     const char *out;
+    char f[256];
 
     setenv("TDM_LOG_PREFIX", "0", 1);
     tdm_log_init("test-log");
     capture_begin();
     tdm_log(TDM_SUB_XFER, TDM_LOG_INFO, "msg=\"hello\" room=%d", 7);
     out = capture_end(&len);
-    is_str(out, "test-log[xfer] level=info msg=\"hello\" room=7\n", "line format");
+    is_str(untimed(out), "level=info proc=test-log sub=xfer msg=\"hello\" room=7\n",
+           "line format: RFC 3339 timestamp, level, proc, pid, sub, the fields");
 
     capture_begin();
     tdm_log(TDM_SUB_CORE, TDM_LOG_ERROR, "msg=\"a\nb\nc\"");
     out = capture_end(&len);
-    is_str(out, "test-log[core] level=error msg=\"a b c\"\n", "embedded newlines flattened");
+    is_str(untimed(out), "level=error proc=test-log sub=core msg=\"a b c\"\n",
+           "embedded newlines flattened");
+
+    capture_begin();
+    tdm_log(TDM_SUB_CORE, TDM_LOG_WARN, "room %d endpoint lost", 3);
+    out = capture_end(&len);
+    is_str(untimed(out), "level=warn proc=test-log sub=core msg=\"room 3 endpoint lost\"\n",
+           "free text becomes msg=\"...\"");
+
+    /* a foreign string with quotes inside a quoted value, a bare value with a quote */
+    const char *cases[][2] = {
+        {"msg=\"x\" err=\"database \"t\" does not exist\" code=1",
+         "msg=\"x\" err=\"database \\\"t\\\" does not exist\" code=1"},
+        {"msg=\"a\" path=/x\"y", "msg=\"a\" path=\"/x\\\"y\""},
+        {"msg=\"ends with quote\"\"", "msg=\"ends with quote\\\"\""},
+        {"k=v stray word=1", "k=v note=\"stray\" word=1"},
+        {"msg=\"back\\\\slash\"", "msg=\"back\\\\slash\""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = tdm_log_fields(f, sizeof(f), cases[i][0], strlen(cases[i][0]));
+        f[n] = '\0';
+        is_str(f, cases[i][1], "logfmt repair: %s", cases[i][0]);
+    }
 
     capture_begin();
     for (int i = 0; i < 3; i++)
@@ -145,29 +195,44 @@ static void test_format(void)
     capture_begin();
     tdm_log(TDM_SUB_CORE, TDM_LOG_WARN, "%s", big);
     out = capture_end(&len);
-    ok(len <= 2048 && len > 2000 && out[len - 1] == '\n' && count_char(out, '\n') == 1,
-       "long message truncated to one line ending in a newline (%zu bytes)", len);
+    ok(len <= 2560 && len > 2000 && out[len - 1] == '\n' && count_char(out, '\n') == 1 &&
+           out[len - 2] == '"',
+       "long message truncated to one line ending in a quote and a newline (%zu bytes)", len);
+
+    tdm_log_level_t lv = TDM_LOG_INFO;
+    ok(tdm_log_level_parse("WARN", &lv) == 0 && lv == TDM_LOG_WARN, "level names parse");
+    ok(tdm_log_level_parse("chatty", &lv) == -1 && lv == TDM_LOG_WARN,
+       "an unknown level is refused, the output untouched");
 
     setenv("TDM_LOG_PREFIX", "1", 1);
     tdm_log_init("test-log");
     capture_begin();
     tdm_log(TDM_SUB_DB, TDM_LOG_WARN, "x=1");
     out = capture_end(&len);
-    is_str(out, "<4>test-log[db] level=warn x=1\n", "journald priority prefix");
+    is_str(untimed(out), "<4>level=warn proc=test-log sub=db x=1\n", "journald priority prefix");
     unsetenv("TDM_LOG_PREFIX");
     setenv("JOURNAL_STREAM", "8:1234", 1);
     tdm_log_init("test-log");
     capture_begin();
     tdm_log(TDM_SUB_DB, TDM_LOG_DEBUG, "x=2");
     out = capture_end(&len);
-    is_str(out, "<7>test-log[db] level=debug x=2\n", "prefix on by default under journald");
+    is_str(untimed(out), "<7>level=debug proc=test-log sub=db x=2\n",
+           "prefix on by default under journald");
     unsetenv("JOURNAL_STREAM");
     tdm_log_init("a-very-long-program-identifier-that-does-not-fit");
     capture_begin();
     tdm_log(TDM_SUB_DB, TDM_LOG_INFO, "x=3");
     out = capture_end(&len);
-    ok(!strncmp(out, "a-very-long-program-identifier-[db]", 35), "ident truncated to 31 bytes");
+    ok(strstr(out, " proc=a-very-long-program-identifier- pid=") != NULL,
+       "ident truncated to 31 bytes");
     tdm_log_init("test-log");
+    capture_begin();
+    tdm_log_pq_notice(NULL, "NOTICE:  relation \"x\" already exists, skipping\n");
+    out = capture_end(&len);
+    is_str(untimed(out),
+           "level=info proc=test-log sub=db msg=\"postgres notice\" src=libpq "
+           "notice=\"NOTICE:  relation \\\"x\\\" already exists, skipping\"\n",
+           "libpq notices become log lines");
 }
 
 static void *writer(void *arg)
@@ -194,7 +259,8 @@ static void test_threads(void)
         const char *nl = strchr(p, '\n');
         if (!nl)
             break;
-        good &= !strncmp(p, "test-log[sched] level=info thread=", 34) &&
+        const char *u = untimed(p);
+        good &= !strncmp(u, "level=info proc=test-log sub=sched thread=", 42) &&
                 !strncmp(nl - 40, "0123456789012345678901234567890123456789", 40);
         lines++;
         p = nl + 1;

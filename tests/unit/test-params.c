@@ -135,6 +135,35 @@ static void test_cli(void)
        "--help, --print-config, --version");
     tdm_params_free(p);
 
+    is_int(LOAD("-h", "--version"), TDM_OK, "-h and --version parse: %s", err);
+    ok(tdm_params_want_help(p) && tdm_params_want_version(p), "-h is --help; --version is asked");
+    tdm_params_free(p);
+    is_int(LOAD("--version=1"), TDM_ERR_INVAL, "--version takes no value");
+    tdm_params_free(p);
+    {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        tdm_params_usage(&tdm_worker_config_table, mem);
+        tdm_params_usage(&tdm_tandemd_config_table, mem);
+        tdm_params_print_version(&tdm_tandemd_config_table, mem);
+        fclose(mem);
+        ok(strstr(text, "  --tp-size N\n") && strstr(text, "  --model-path DIR\n") &&
+               strstr(text, "  --disaggregation-prefill-addr HOST:PORT\n") &&
+               strstr(text, "  --health-progress-timeout SECONDS\n") &&
+               strstr(text, "  --admin-token-file PATH\n") &&
+               strstr(text, "  --listen HOST:PORT\n") && strstr(text, "  --pg-dsn DSN\n") &&
+               strstr(text, "  --control-plane URL\n") &&
+               strstr(text, "  --kv-cpu-bytes BYTES\n") && strstr(text, "  --port PORT\n") &&
+               strstr(text, "  --log-level {debug|info|warn|error}\n") &&
+               strstr(text, "  --help, -h\n") && strstr(text, "  --version\n") &&
+               !strstr(text, "VALUE"),
+           "--help names each flag's type (N, DIR, HOST:PORT, SECONDS, PATH, DSN, URL, BYTES)");
+        ok(strstr(text, "\ntandemd " PACKAGE_VERSION " (git ") != NULL,
+           "--version: program, version, revision");
+        free(text);
+    }
+
     /* Errors name the flag and the bad value. */
     is_int(LOAD("--tp-size", "2x"), TDM_ERR_INVAL, "bad integer");
     ok(has(err, "--tp-size") && has(err, "2x"), "message names flag and value: %s", err);
