@@ -143,369 +143,361 @@ static void hicache_series(FILE *f, const tdm_sched_stats_t *s)
                            "Layer reads that waited for a load in flight", h->gate_waits);
     tdm_api_metric_counter(f, "tandem_hicache_corruption_events_total",
                            "CORRUPTION events raised on the host-tier path", s->corruption_events);
-    /* Info metrics (value 1): what this worker is, for joins on its labels (group_left). */
-    static void build_info(FILE * f, tdm_api_t * a)
-    {
-        const tdm_worker_config_t *c = a->o.cfg;
-        fprintf(f,
-                "# HELP tandem_build_info The build: package version and git revision.\n"
-                "# TYPE tandem_build_info gauge\n"
-                "tandem_build_info{program=\"tandem-worker\",version=\"%s\",revision=\"%s\"} 1\n",
-                PACKAGE_VERSION, TDM_GIT_REV);
-        fprintf(f, "# HELP tandem_worker_info The worker's group, role, model and settings.\n"
-                   "# TYPE tandem_worker_info gauge\n"
-                   "tandem_worker_info{group=\"");
-        tdm_api_metric_label(f, c->group);
-        fprintf(f, "\",role=\"%s\",model=\"", c->disaggregation_mode);
-        tdm_api_metric_label(f, a->oai.model_name ? a->oai.model_name : "");
-        fprintf(f, "\",tp_size=\"%lld\",kv_cache_dtype=\"%s\",overlap=\"%s\",device=\"%s\"} 1\n",
-                (long long)c->tp_size, c->kv_cache_dtype,
-                c->disable_overlap_schedule ? "off" : "on", c->device);
+}
+
+/* Info metrics (value 1): what this worker is, for joins on its labels (group_left). */
+static void build_info(FILE *f, tdm_api_t *a)
+{
+    const tdm_worker_config_t *c = a->o.cfg;
+    fprintf(f,
+            "# HELP tandem_build_info The build: package version and git revision.\n"
+            "# TYPE tandem_build_info gauge\n"
+            "tandem_build_info{program=\"tandem-worker\",version=\"%s\",revision=\"%s\"} 1\n",
+            PACKAGE_VERSION, TDM_GIT_REV);
+    fprintf(f, "# HELP tandem_worker_info The worker's group, role, model and settings.\n"
+               "# TYPE tandem_worker_info gauge\n"
+               "tandem_worker_info{group=\"");
+    tdm_api_metric_label(f, c->group);
+    fprintf(f, "\",role=\"%s\",model=\"", c->disaggregation_mode);
+    tdm_api_metric_label(f, a->oai.model_name ? a->oai.model_name : "");
+    fprintf(f, "\",tp_size=\"%lld\",kv_cache_dtype=\"%s\",overlap=\"%s\",device=\"%s\"} 1\n",
+            (long long)c->tp_size, c->kv_cache_dtype, c->disable_overlap_schedule ? "off" : "on",
+            c->device);
+}
+
+void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render metrics");
+        return;
     }
+    tdm_sched_stats_t s;
+    tdm_sched_stats(a->o.sched, &s);
+    char why[256];
+    int ok = healthy(a, why, sizeof(why));
 
-    void tdm_api_h_metrics(tdm_api_t * a, h2o_req_t * req)
-    {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (!f) {
-            tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render metrics");
-            return;
-        }
-        tdm_sched_stats_t s;
-        tdm_sched_stats(a->o.sched, &s);
-        char why[256];
-        int ok = healthy(a, why, sizeof(why));
-
-        tdm_api_metric_gauge(f, "tandem_up", "1 while the worker's HTTP loop runs", 1);
-        build_info(f, a);
-        tdm_api_metric_gauge(f, "tandem_healthy", "The /health verdict (I8) at scrape time", ok);
-        tdm_api_metric_gauge(f, "tandem_draining", "1 after a drain was requested", s.draining);
-        tdm_api_metric_gauge(f, "tandem_drained", "1 when a drain has completed", s.drained);
-        tdm_api_metric_gauge(f, "tandem_requests_waiting", "Requests queued for admission",
-                             s.waiting);
-        tdm_api_metric_gauge(f, "tandem_requests_running", "Requests in the running batch",
-                             s.running);
-        tdm_api_metric_gauge(f, "tandem_kv_pages_free", "KV pages free", s.pages_free);
-        tdm_api_metric_gauge(f, "tandem_kv_pages_capacity", "KV pages in the pool", s.pages_total);
-        tdm_api_metric_gauge(f, "tandem_kv_pages_cached", "KV pages held only by the prefix cache",
-                             s.pages_cached);
-        tdm_api_metric_counter(f, "tandem_sched_iterations_total", "Scheduler iterations (plans)",
-                               s.iter);
-        tdm_api_metric_counter(f, "tandem_generated_tokens_total",
-                               "Tokens generated (rate() gives decode tokens/s)",
-                               s.tokens_generated);
-        tdm_api_metric_counter(f, "tandem_prefill_tokens_total",
-                               "Prompt tokens computed (rate() gives prefill tokens/s)",
-                               s.tokens_prefilled);
-        tdm_api_metric_counter(f, "tandem_prompt_tokens_cached_total",
-                               "Prompt tokens served from the prefix cache",
-                               s.prompt_tokens_cached);
-        tdm_api_metric_counter(f, "tandem_requests_finished_total", "Requests finished",
-                               s.requests_finished);
-        tdm_api_metric_counter(f, "tandem_requests_aborted_total",
-                               "Requests aborted (client gone, admin, drain)", s.requests_aborted);
-        tdm_api_metric_counter(f, "tandem_requests_failed_total", "Requests ended with an error",
-                               s.requests_failed);
-        tdm_api_metric_counter(f, "tandem_retractions_total",
-                               "Running requests retracted for lack of KV pages", s.retractions);
-        tdm_api_metric_counter(f, "tandem_http_requests_total", "HTTP requests received",
-                               a->http_requests);
-        tdm_api_metric_counter(f, "tandem_http_errors_total",
-                               "HTTP requests answered with an error", a->http_errors);
-        tdm_api_access_metrics(a, f);
-        tdm_api_metric_counter(f, "tandem_generate_requests_total", "POST /generate requests",
-                               a->generate_requests);
-        tdm_api_metric_counter(f, "tandem_completions_requests_total",
-                               "POST /v1/completions requests",
-                               a->oai_requests[TDM_OAI_COMPLETIONS]);
-        tdm_api_metric_counter(f, "tandem_chat_requests_total",
-                               "POST /v1/chat/completions requests", a->oai_requests[TDM_OAI_CHAT]);
-        tdm_api_metric_counter(f, "tandem_dsml_responses_total",
-                               "Chat responses parsed for tool calls", a->dsml_responses);
-        tdm_api_metric_counter(
-            f, "tandem_dsml_leak_total",
-            "Chat responses with malformed tool-call markup of the active format", a->dsml_leaks);
-        tdm_api_metric_counter(f, "tandem_client_disconnects_total",
-                               "Requests whose client went away before the end",
-                               a->client_disconnects);
-        tdm_api_metric_hist(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);
-        tdm_api_metric_hist(f, "tandem_itl_seconds", "Inter-token latency", &a->itl);
-        tdm_api_metric_hist(f, "tandem_e2e_request_latency_seconds",
-                            "Generation requests from submit to their last token", &a->e2e);
-        tdm_api_metric_hist(f, "tandem_queue_time_seconds",
-                            "Generation requests from submit to admission to the batch", &a->queue);
-        rank_series(f, a);
-        hicache_series(f, &s);
-        if (a->o.pd_metrics)
-            a->o.pd_metrics(a->o.pd_ctx, f);
-        if (fclose(f) != 0 || !text) {
-            free(text);
-            tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render metrics");
-            return;
-        }
-        char *body = h2o_mem_alloc_pool(&req->pool, len + 1);
-        memcpy(body, text, len);
+    tdm_api_metric_gauge(f, "tandem_up", "1 while the worker's HTTP loop runs", 1);
+    build_info(f, a);
+    tdm_api_metric_gauge(f, "tandem_healthy", "The /health verdict (I8) at scrape time", ok);
+    tdm_api_metric_gauge(f, "tandem_draining", "1 after a drain was requested", s.draining);
+    tdm_api_metric_gauge(f, "tandem_drained", "1 when a drain has completed", s.drained);
+    tdm_api_metric_gauge(f, "tandem_requests_waiting", "Requests queued for admission", s.waiting);
+    tdm_api_metric_gauge(f, "tandem_requests_running", "Requests in the running batch", s.running);
+    tdm_api_metric_gauge(f, "tandem_kv_pages_free", "KV pages free", s.pages_free);
+    tdm_api_metric_gauge(f, "tandem_kv_pages_capacity", "KV pages in the pool", s.pages_total);
+    tdm_api_metric_gauge(f, "tandem_kv_pages_cached", "KV pages held only by the prefix cache",
+                         s.pages_cached);
+    tdm_api_metric_counter(f, "tandem_sched_iterations_total", "Scheduler iterations (plans)",
+                           s.iter);
+    tdm_api_metric_counter(f, "tandem_generated_tokens_total",
+                           "Tokens generated (rate() gives decode tokens/s)", s.tokens_generated);
+    tdm_api_metric_counter(f, "tandem_prefill_tokens_total",
+                           "Prompt tokens computed (rate() gives prefill tokens/s)",
+                           s.tokens_prefilled);
+    tdm_api_metric_counter(f, "tandem_prompt_tokens_cached_total",
+                           "Prompt tokens served from the prefix cache", s.prompt_tokens_cached);
+    tdm_api_metric_counter(f, "tandem_requests_finished_total", "Requests finished",
+                           s.requests_finished);
+    tdm_api_metric_counter(f, "tandem_requests_aborted_total",
+                           "Requests aborted (client gone, admin, drain)", s.requests_aborted);
+    tdm_api_metric_counter(f, "tandem_requests_failed_total", "Requests ended with an error",
+                           s.requests_failed);
+    tdm_api_metric_counter(f, "tandem_retractions_total",
+                           "Running requests retracted for lack of KV pages", s.retractions);
+    tdm_api_metric_counter(f, "tandem_http_requests_total", "HTTP requests received",
+                           a->http_requests);
+    tdm_api_metric_counter(f, "tandem_http_errors_total", "HTTP requests answered with an error",
+                           a->http_errors);
+    tdm_api_access_metrics(a, f);
+    tdm_api_metric_counter(f, "tandem_generate_requests_total", "POST /generate requests",
+                           a->generate_requests);
+    tdm_api_metric_counter(f, "tandem_completions_requests_total", "POST /v1/completions requests",
+                           a->oai_requests[TDM_OAI_COMPLETIONS]);
+    tdm_api_metric_counter(f, "tandem_chat_requests_total", "POST /v1/chat/completions requests",
+                           a->oai_requests[TDM_OAI_CHAT]);
+    tdm_api_metric_counter(f, "tandem_dsml_responses_total", "Chat responses parsed for tool calls",
+                           a->dsml_responses);
+    tdm_api_metric_counter(f, "tandem_dsml_leak_total",
+                           "Chat responses with malformed tool-call markup of the active format",
+                           a->dsml_leaks);
+    tdm_api_metric_counter(f, "tandem_client_disconnects_total",
+                           "Requests whose client went away before the end", a->client_disconnects);
+    tdm_api_metric_hist(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);
+    tdm_api_metric_hist(f, "tandem_itl_seconds", "Inter-token latency", &a->itl);
+    tdm_api_metric_hist(f, "tandem_e2e_request_latency_seconds",
+                        "Generation requests from submit to their last token", &a->e2e);
+    tdm_api_metric_hist(f, "tandem_queue_time_seconds",
+                        "Generation requests from submit to admission to the batch", &a->queue);
+    rank_series(f, a);
+    hicache_series(f, &s);
+    if (a->o.pd_metrics)
+        a->o.pd_metrics(a->o.pd_ctx, f);
+    if (fclose(f) != 0 || !text) {
         free(text);
-        tdm_api_send_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", body, len);
+        tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render metrics");
+        return;
     }
+    char *body = h2o_mem_alloc_pool(&req->pool, len + 1);
+    memcpy(body, text, len);
+    free(text);
+    tdm_api_send_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", body, len);
+}
 
-    /* ---- /admin ---------------------------------------------------------------------------------
-     */
+/* ---- /admin ---------------------------------------------------------------------------------
+ */
 
-    static void send_json_obj(tdm_api_t * a, h2o_req_t * req, int status, json_t *o)
-    {
-        char *text = tdm_json_dumps(o);
-        json_decref(o);
-        if (!text) {
-            tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot encode the reply");
-            return;
-        }
-        char *body = h2o_mem_alloc_pool(&req->pool, strlen(text) + 1);
-        memcpy(body, text, strlen(text) + 1);
-        free(text);
-        tdm_api_send_json(req, status, body, strlen(body));
+static void send_json_obj(tdm_api_t *a, h2o_req_t *req, int status, json_t *o)
+{
+    char *text = tdm_json_dumps(o);
+    json_decref(o);
+    if (!text) {
+        tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot encode the reply");
+        return;
     }
+    char *body = h2o_mem_alloc_pool(&req->pool, strlen(text) + 1);
+    memcpy(body, text, strlen(text) + 1);
+    free(text);
+    tdm_api_send_json(req, status, body, strlen(body));
+}
 
-    void tdm_api_h_drain(tdm_api_t * a, h2o_req_t * req)
-    {
-        atomic_store(&a->o.page->draining, 1);
-        tdm_sched_drain(a->o.sched);
-        tdm_sched_stats_t s;
-        tdm_sched_stats(a->o.sched, &s);
-        tdm_info(TDM_SUB_API, "msg=\"drain requested\" waiting=%u running=%u", s.waiting,
-                 s.running);
-        send_json_obj(a, req, 200,
-                      json_pack("{s:b,s:b,s:i,s:i,s:i,s:i}", "draining", 1, "drained", s.drained,
-                                "waiting", (json_int_t)s.waiting, "running", (json_int_t)s.running,
-                                "pages_free", (json_int_t)s.pages_free, "pages_total",
-                                (json_int_t)s.pages_total));
-    }
+void tdm_api_h_drain(tdm_api_t *a, h2o_req_t *req)
+{
+    atomic_store(&a->o.page->draining, 1);
+    tdm_sched_drain(a->o.sched);
+    tdm_sched_stats_t s;
+    tdm_sched_stats(a->o.sched, &s);
+    tdm_info(TDM_SUB_API, "msg=\"drain requested\" waiting=%u running=%u", s.waiting, s.running);
+    send_json_obj(a, req, 200,
+                  json_pack("{s:b,s:b,s:i,s:i,s:i,s:i}", "draining", 1, "drained", s.drained,
+                            "waiting", (json_int_t)s.waiting, "running", (json_int_t)s.running,
+                            "pages_free", (json_int_t)s.pages_free, "pages_total",
+                            (json_int_t)s.pages_total));
+}
 
-    /* The undrain: admitting again, /ready answers 200 again once healthy. */
-    void tdm_api_h_resume(tdm_api_t * a, h2o_req_t * req)
-    {
-        tdm_sched_resume(a->o.sched);
-        atomic_store(&a->o.page->draining, 0);
-        tdm_sched_stats_t s;
-        tdm_sched_stats(a->o.sched, &s);
-        tdm_info(TDM_SUB_API, "msg=\"drain lifted\" waiting=%u running=%u", s.waiting, s.running);
-        send_json_obj(a, req, 200,
-                      json_pack("{s:b,s:i,s:i}", "draining", 0, "waiting", (json_int_t)s.waiting,
-                                "running", (json_int_t)s.running));
-    }
+/* The undrain: admitting again, /ready answers 200 again once healthy. */
+void tdm_api_h_resume(tdm_api_t *a, h2o_req_t *req)
+{
+    tdm_sched_resume(a->o.sched);
+    atomic_store(&a->o.page->draining, 0);
+    tdm_sched_stats_t s;
+    tdm_sched_stats(a->o.sched, &s);
+    tdm_info(TDM_SUB_API, "msg=\"drain lifted\" waiting=%u running=%u", s.waiting, s.running);
+    send_json_obj(a, req, 200,
+                  json_pack("{s:b,s:i,s:i}", "draining", 0, "waiting", (json_int_t)s.waiting,
+                            "running", (json_int_t)s.running));
+}
 
-    /* {"program","params":{name:{"value"}}} straight from the config struct, SECRETs masked. */
-    static json_t *config_from_cfg(const tdm_worker_config_t *cfg)
-    {
-        json_t *params = json_object();
-        const tdm_param_table_t *t = &tdm_worker_config_table;
-        for (size_t i = 0; i < t->ndefs; i++) {
-            const tdm_param_def_t *d = &t->defs[i];
-            const char *base = (const char *)cfg + d->offset;
-            json_t *v;
-            switch (d->type) {
-            case TDM_PARAM_BOOL:
-                v = json_boolean(*(const int *)base);
-                break;
-            case TDM_PARAM_INT64:
-                v = json_integer((json_int_t) * (const int64_t *)base);
-                break;
-            case TDM_PARAM_DOUBLE:
-                v = json_real(*(const double *)base);
-                break;
-            case TDM_PARAM_SECRET:
-                v = json_string(**(const char *const *)base ? "***" : "");
-                break;
-            default:
-                v = json_string(*(const char *const *)base);
-                break;
-            }
-            json_object_set_new(params, d->name, json_pack("{s:o}", "value", v));
-        }
-        return json_pack("{s:s,s:o}", "program", t->program, "params", params);
-    }
-
-    void tdm_api_h_config_get(tdm_api_t * a, h2o_req_t * req)
-    {
-        json_t *o = NULL;
-        if (!a->o.params) {
-            o = config_from_cfg(a->o.cfg);
-            goto live;
-        }
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (!f || tdm_params_print_config(a->o.params, f) != TDM_OK) {
-            if (f)
-                fclose(f);
-            free(text);
-            tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render the configuration");
-            return;
-        }
-        fclose(f);
-        o = json_loadb(text, len, 0, NULL);
-        free(text);
-        if (!o) {
-            tdm_api_send_status(a, req, TDM_ERR_FORMAT, "cannot render the configuration");
-            return;
-        }
-    live:
-        /* The live value of the one runtime tunable. */
-        json_t *p = json_object_get(json_object_get(o, "params"), "health_progress_timeout");
-        if (json_is_object(p)) {
-            json_object_set_new(p, "value",
-                                json_real((double)atomic_load(&a->health_timeout_us) / 1e6));
-        }
-        json_object_set_new(o, "runtime", json_pack("[s]", "health_progress_timeout"));
-        send_json_obj(a, req, 200, o);
-    }
-
-    /* Only health_progress_timeout changes at run time; everything else (overlap, KV dtype,
-     * hicache, limits) is applied by drain → restart with an override file (docs/design.md §5), so
-     * a POST naming one of those is answered 409 with that explanation instead of being
-     * half-applied. */
-    void tdm_api_h_config_post(tdm_api_t * a, h2o_req_t * req)
-    {
-        char err[256];
-        json_t *o = tdm_api_body_object(a, req);
-        if (!o)
-            return;
-        const char *key;
+/* {"program","params":{name:{"value"}}} straight from the config struct, SECRETs masked. */
+static json_t *config_from_cfg(const tdm_worker_config_t *cfg)
+{
+    json_t *params = json_object();
+    const tdm_param_table_t *t = &tdm_worker_config_table;
+    for (size_t i = 0; i < t->ndefs; i++) {
+        const tdm_param_def_t *d = &t->defs[i];
+        const char *base = (const char *)cfg + d->offset;
         json_t *v;
-        json_object_foreach(o, key, v)
-        {
-            if (strcmp(key, "health_progress_timeout") == 0)
-                continue;
-            int known = 0;
-            for (size_t i = 0; i < tdm_worker_config_table.ndefs; i++)
-                known |= strcmp(tdm_worker_config_table.defs[i].name, key) == 0;
-            if (known)
-                tdm_api_send_error(a, req, 409, "restart_required", "invalid_request_error",
-                                   "%s is applied at restart: write it to the override file and "
-                                   "drain + restart the group",
-                                   key);
-            else
-                tdm_api_send_error(a, req, 400, "unknown_key", "invalid_request_error",
-                                   "%s: no such tunable", key);
-            json_decref(o);
-            return;
+        switch (d->type) {
+        case TDM_PARAM_BOOL:
+            v = json_boolean(*(const int *)base);
+            break;
+        case TDM_PARAM_INT64:
+            v = json_integer((json_int_t) * (const int64_t *)base);
+            break;
+        case TDM_PARAM_DOUBLE:
+            v = json_real(*(const double *)base);
+            break;
+        case TDM_PARAM_SECRET:
+            v = json_string(**(const char *const *)base ? "***" : "");
+            break;
+        default:
+            v = json_string(*(const char *const *)base);
+            break;
         }
-        double t;
-        tdm_status_t st =
-            tdm_json_get_number(o, "", "health_progress_timeout", 0.1, 3600, &t, err, sizeof(err));
-        if (st == TDM_OK) {
-            atomic_store(&a->health_timeout_us, (uint64_t)(t * 1e6));
-            tdm_info(TDM_SUB_API, "msg=\"config changed\" health_progress_timeout=%.3f", t);
-        } else if (st != TDM_ERR_NOTFOUND) {
-            json_decref(o);
-            tdm_api_send_error(a, req, 400, "invalid_value", "invalid_request_error", "%s", err);
-            return;
-        }
-        json_decref(o);
-        send_json_obj(a, req, 200,
-                      json_pack("{s:f}", "health_progress_timeout",
-                                (double)atomic_load(&a->health_timeout_us) / 1e6));
+        json_object_set_new(params, d->name, json_pack("{s:o}", "value", v));
     }
+    return json_pack("{s:s,s:o}", "program", t->program, "params", params);
+}
 
-    /* docs/contracts.md §e */
-    const char *const tdm_api_fault_names[] = {
-        "rank_idle_path",          "rank_skip_collective", "stall_loop",     "slow_host_copy",
-        "drop_abort_handler",      "kill_thread",          "stall_transfer", "flip_kv_bits",
-        "host_layout_fp8_formula", "skip_layer_gate",
-    };
-    const size_t tdm_api_fault_names_count =
-        sizeof(tdm_api_fault_names) / sizeof(tdm_api_fault_names[0]);
+void tdm_api_h_config_get(tdm_api_t *a, h2o_req_t *req)
+{
+    json_t *o = NULL;
+    if (!a->o.params) {
+        o = config_from_cfg(a->o.cfg);
+        goto live;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f || tdm_params_print_config(a->o.params, f) != TDM_OK) {
+        if (f)
+            fclose(f);
+        free(text);
+        tdm_api_send_status(a, req, TDM_ERR_NOMEM, "cannot render the configuration");
+        return;
+    }
+    fclose(f);
+    o = json_loadb(text, len, 0, NULL);
+    free(text);
+    if (!o) {
+        tdm_api_send_status(a, req, TDM_ERR_FORMAT, "cannot render the configuration");
+        return;
+    }
+live:
+    /* The live value of the one runtime tunable. */
+    json_t *p = json_object_get(json_object_get(o, "params"), "health_progress_timeout");
+    if (json_is_object(p)) {
+        json_object_set_new(p, "value",
+                            json_real((double)atomic_load(&a->health_timeout_us) / 1e6));
+    }
+    json_object_set_new(o, "runtime", json_pack("[s]", "health_progress_timeout"));
+    send_json_obj(a, req, 200, o);
+}
 
-    static tdm_status_t parse_fault(const json_t *o, uint16_t n_ranks, tdm_api_fault_t *f,
-                                    char *err, size_t err_len)
+/* Only health_progress_timeout changes at run time; everything else (overlap, KV dtype,
+ * hicache, limits) is applied by drain → restart with an override file (docs/design.md §5), so
+ * a POST naming one of those is answered 409 with that explanation instead of being
+ * half-applied. */
+void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req)
+{
+    char err[256];
+    json_t *o = tdm_api_body_object(a, req);
+    if (!o)
+        return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
     {
-        static const char *const keys[] = {"name",        "rank",   "count",  "after_iter",
-                                           "duration_ms", "thread", "disarm", NULL};
-        const char *name, *thread = NULL;
-        uint64_t u;
-        memset(f, 0, sizeof(*f));
-        TDM_TRY(tdm_json_check_keys(o, "", keys, err, err_len));
-        TDM_TRY(tdm_json_get_string(o, "", "name", sizeof(f->name) - 1, &name, err, err_len));
-        size_t i = 0;
-        while (i < tdm_api_fault_names_count && strcmp(tdm_api_fault_names[i], name) != 0)
-            i++;
-        if (i == tdm_api_fault_names_count) {
-            snprintf(err, err_len, "name: unknown fault point '%s'", name);
+        if (strcmp(key, "health_progress_timeout") == 0)
+            continue;
+        int known = 0;
+        for (size_t i = 0; i < tdm_worker_config_table.ndefs; i++)
+            known |= strcmp(tdm_worker_config_table.defs[i].name, key) == 0;
+        if (known)
+            tdm_api_send_error(a, req, 409, "restart_required", "invalid_request_error",
+                               "%s is applied at restart: write it to the override file and "
+                               "drain + restart the group",
+                               key);
+        else
+            tdm_api_send_error(a, req, 400, "unknown_key", "invalid_request_error",
+                               "%s: no such tunable", key);
+        json_decref(o);
+        return;
+    }
+    double t;
+    tdm_status_t st =
+        tdm_json_get_number(o, "", "health_progress_timeout", 0.1, 3600, &t, err, sizeof(err));
+    if (st == TDM_OK) {
+        atomic_store(&a->health_timeout_us, (uint64_t)(t * 1e6));
+        tdm_info(TDM_SUB_API, "msg=\"config changed\" health_progress_timeout=%.3f", t);
+    } else if (st != TDM_ERR_NOTFOUND) {
+        json_decref(o);
+        tdm_api_send_error(a, req, 400, "invalid_value", "invalid_request_error", "%s", err);
+        return;
+    }
+    json_decref(o);
+    send_json_obj(a, req, 200,
+                  json_pack("{s:f}", "health_progress_timeout",
+                            (double)atomic_load(&a->health_timeout_us) / 1e6));
+}
+
+/* docs/contracts.md §e */
+const char *const tdm_api_fault_names[] = {
+    "rank_idle_path",          "rank_skip_collective", "stall_loop",     "slow_host_copy",
+    "drop_abort_handler",      "kill_thread",          "stall_transfer", "flip_kv_bits",
+    "host_layout_fp8_formula", "skip_layer_gate",
+};
+const size_t tdm_api_fault_names_count =
+    sizeof(tdm_api_fault_names) / sizeof(tdm_api_fault_names[0]);
+
+static tdm_status_t parse_fault(const json_t *o, uint16_t n_ranks, tdm_api_fault_t *f, char *err,
+                                size_t err_len)
+{
+    static const char *const keys[] = {"name",        "rank",   "count",  "after_iter",
+                                       "duration_ms", "thread", "disarm", NULL};
+    const char *name, *thread = NULL;
+    uint64_t u;
+    memset(f, 0, sizeof(*f));
+    TDM_TRY(tdm_json_check_keys(o, "", keys, err, err_len));
+    TDM_TRY(tdm_json_get_string(o, "", "name", sizeof(f->name) - 1, &name, err, err_len));
+    size_t i = 0;
+    while (i < tdm_api_fault_names_count && strcmp(tdm_api_fault_names[i], name) != 0)
+        i++;
+    if (i == tdm_api_fault_names_count) {
+        snprintf(err, err_len, "name: unknown fault point '%s'", name);
+        return TDM_ERR_INVAL;
+    }
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    TDM_TRY(tdm_json_get_uint(o, "", "rank", (uint64_t)n_ranks - 1, &u, err, err_len));
+    f->rank = (uint32_t)u;
+    tdm_status_t st = tdm_json_get_uint(o, "", "count", UINT32_MAX, &u, err, err_len);
+    if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
+        return st;
+    f->count = st == TDM_OK ? (uint32_t)u : 1;
+    st = tdm_json_get_uint(o, "", "after_iter", UINT64_MAX >> 1, &f->after_iter, err, err_len);
+    if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
+        return st;
+    st = tdm_json_get_uint(o, "", "duration_ms", 3600000, &f->duration_ms, err, err_len);
+    if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
+        return st;
+    st = tdm_json_get_bool(o, "", "disarm", &f->disarm, err, err_len);
+    if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
+        return st;
+    TDM_TRY(tdm_json_get_string_opt(o, "", "thread", sizeof(f->thread) - 1, &thread, err, err_len));
+    if (strcmp(f->name, "kill_thread") == 0) {
+        int t = 0;
+        while (thread && t < TDM_HB_MAX && strcmp(tdm_hb_thread_name((tdm_hb_thread_t)t), thread))
+            t++;
+        if (!thread || t == TDM_HB_MAX) {
+            snprintf(err, err_len,
+                     "thread: kill_thread needs a thread name (bootstrap, recv, transfer)");
             return TDM_ERR_INVAL;
         }
-        snprintf(f->name, sizeof(f->name), "%s", name);
-        TDM_TRY(tdm_json_get_uint(o, "", "rank", (uint64_t)n_ranks - 1, &u, err, err_len));
-        f->rank = (uint32_t)u;
-        tdm_status_t st = tdm_json_get_uint(o, "", "count", UINT32_MAX, &u, err, err_len);
-        if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
-            return st;
-        f->count = st == TDM_OK ? (uint32_t)u : 1;
-        st = tdm_json_get_uint(o, "", "after_iter", UINT64_MAX >> 1, &f->after_iter, err, err_len);
-        if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
-            return st;
-        st = tdm_json_get_uint(o, "", "duration_ms", 3600000, &f->duration_ms, err, err_len);
-        if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
-            return st;
-        st = tdm_json_get_bool(o, "", "disarm", &f->disarm, err, err_len);
-        if (st != TDM_OK && st != TDM_ERR_NOTFOUND)
-            return st;
-        TDM_TRY(
-            tdm_json_get_string_opt(o, "", "thread", sizeof(f->thread) - 1, &thread, err, err_len));
-        if (strcmp(f->name, "kill_thread") == 0) {
-            int t = 0;
-            while (thread && t < TDM_HB_MAX &&
-                   strcmp(tdm_hb_thread_name((tdm_hb_thread_t)t), thread))
-                t++;
-            if (!thread || t == TDM_HB_MAX) {
-                snprintf(err, err_len,
-                         "thread: kill_thread needs a thread name (bootstrap, recv, transfer)");
-                return TDM_ERR_INVAL;
-            }
-            snprintf(f->thread, sizeof(f->thread), "%s", thread);
-        } else if (thread) {
-            snprintf(err, err_len, "thread: only kill_thread takes a thread");
-            return TDM_ERR_INVAL;
-        }
-        return TDM_OK;
+        snprintf(f->thread, sizeof(f->thread), "%s", thread);
+    } else if (thread) {
+        snprintf(err, err_len, "thread: only kill_thread takes a thread");
+        return TDM_ERR_INVAL;
     }
+    return TDM_OK;
+}
 
-    void tdm_api_h_faults(tdm_api_t * a, h2o_req_t * req)
-    {
-        char err[256];
-        if (!a->o.cfg->enable_fault_injection) {
-            tdm_api_send_error(a, req, 403, "faults_disabled", "permission_error",
-                               "fault injection is off (start with --enable-fault-injection)");
-            return;
-        }
-        if (!a->o.arm_fault) {
-            tdm_api_send_error(a, req, 501, "faults_unavailable", "unsupported_error",
-                               "this worker has no fault table");
-            return;
-        }
-        json_t *o = tdm_api_body_object(a, req);
-        if (!o)
-            return;
-        tdm_api_fault_t f;
-        tdm_status_t st = parse_fault(o, a->o.page->n_ranks, &f, err, sizeof(err));
-        json_decref(o);
-        if (st != TDM_OK) {
-            tdm_api_send_error(a, req, 400, "invalid_fault", "invalid_request_error", "%s", err);
-            return;
-        }
-        st = a->o.arm_fault(a->o.fault_ctx, &f, err, sizeof(err));
-        if (st != TDM_OK) {
-            tdm_api_send_status(a, req, st, err);
-            return;
-        }
-        a->faults_armed++;
-        tdm_warn(TDM_SUB_API,
-                 "msg=\"fault %s\" name=%s rank=%u count=%u after_iter=%llu duration_ms=%llu",
-                 f.disarm ? "disarmed" : "armed", f.name, f.rank, f.count,
-                 (unsigned long long)f.after_iter, (unsigned long long)f.duration_ms);
-        send_json_obj(a, req, 200,
-                      json_pack("{s:b,s:s,s:i,s:i,s:I,s:I}", "armed", !f.disarm, "name", f.name,
-                                "rank", (json_int_t)f.rank, "count", (json_int_t)f.count,
-                                "after_iter", (json_int_t)f.after_iter, "duration_ms",
-                                (json_int_t)f.duration_ms));
+void tdm_api_h_faults(tdm_api_t *a, h2o_req_t *req)
+{
+    char err[256];
+    if (!a->o.cfg->enable_fault_injection) {
+        tdm_api_send_error(a, req, 403, "faults_disabled", "permission_error",
+                           "fault injection is off (start with --enable-fault-injection)");
+        return;
     }
+    if (!a->o.arm_fault) {
+        tdm_api_send_error(a, req, 501, "faults_unavailable", "unsupported_error",
+                           "this worker has no fault table");
+        return;
+    }
+    json_t *o = tdm_api_body_object(a, req);
+    if (!o)
+        return;
+    tdm_api_fault_t f;
+    tdm_status_t st = parse_fault(o, a->o.page->n_ranks, &f, err, sizeof(err));
+    json_decref(o);
+    if (st != TDM_OK) {
+        tdm_api_send_error(a, req, 400, "invalid_fault", "invalid_request_error", "%s", err);
+        return;
+    }
+    st = a->o.arm_fault(a->o.fault_ctx, &f, err, sizeof(err));
+    if (st != TDM_OK) {
+        tdm_api_send_status(a, req, st, err);
+        return;
+    }
+    a->faults_armed++;
+    tdm_warn(TDM_SUB_API,
+             "msg=\"fault %s\" name=%s rank=%u count=%u after_iter=%llu duration_ms=%llu",
+             f.disarm ? "disarmed" : "armed", f.name, f.rank, f.count,
+             (unsigned long long)f.after_iter, (unsigned long long)f.duration_ms);
+    send_json_obj(a, req, 200,
+                  json_pack("{s:b,s:s,s:i,s:i,s:I,s:I}", "armed", !f.disarm, "name", f.name, "rank",
+                            (json_int_t)f.rank, "count", (json_int_t)f.count, "after_iter",
+                            (json_int_t)f.after_iter, "duration_ms", (json_int_t)f.duration_ms));
+}
