@@ -602,10 +602,10 @@ tdm_status_t tdm_api_gen_start(tdm_api_t *a, h2o_req_t *req, tdm_req_params_t *r
         return TDM_ERR_BUSY;
     }
     /* decode without a registered prefill group would answer 200 and then an SSE error */
+    why[0] = '\0';
     if (a->o.pd_ready && !strcmp(a->o.cfg->disaggregation_mode, "decode") &&
-        !a->o.pd_ready(a->o.pd_ctx, err, err_len)) {
-        if (!err[0])
-            snprintf(err, err_len, "no prefill group is registered");
+        !a->o.pd_ready(a->o.pd_ctx, why, sizeof(why))) {
+        snprintf(err, err_len, "no prefill group is registered%s%s", why[0] ? ": " : "", why);
         return TDM_ERR_BUSY;
     }
     tdm_api_gen_t *g = tdm_calloc(1, sizeof(*g));
