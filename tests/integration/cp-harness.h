@@ -233,11 +233,21 @@ static inline size_t cph_on_data(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
+/* A response's header block ends with an empty line: stop there (the transfer ends with
+ * CURLE_WRITE_ERROR, the status stays readable). */
+static inline size_t cph_on_header_end(char *buf, size_t size, size_t n, void *arg)
+{
+    (void)arg;
+    size_t len = size * n;
+    return (len == 2 && buf[0] == '\r' && buf[1] == '\n') ? 0 : len;
+}
+
 /* One request. token NULL: no Authorization. Returns the status (0 on transport error); *ret_body
- * (may be NULL) gets a malloc'd body the caller frees. */
-static inline long cph_http_t(const cph_t *h, const char *method, const char *path,
-                              const char *token, const char *body, size_t body_len, char **ret_body,
-                              long timeout_ms)
+ * (may be NULL) gets a malloc'd body the caller frees. headers_only: hang up after the header
+ * block and return its status (for a stream that never ends). */
+static inline long cph_http_do(const cph_t *h, const char *method, const char *path,
+                               const char *token, const char *body, size_t body_len,
+                               char **ret_body, long timeout_ms, int headers_only)
 {
     CURL *c = curl_easy_init();
     char url[1024], auth[256];
@@ -261,9 +271,11 @@ static inline long cph_http_t(const cph_t *h, const char *method, const char *pa
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body_len);
     }
+    if (headers_only)
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, cph_on_header_end);
     long status = 0;
     CURLcode cc = curl_easy_perform(c);
-    if (cc == CURLE_OK)
+    if (cc == CURLE_OK || headers_only)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     else if (timeout_ms > 5000)
         diag("%s %s: %s", method, path, curl_easy_strerror(cc));
@@ -276,48 +288,23 @@ static inline long cph_http_t(const cph_t *h, const char *method, const char *pa
     return status;
 }
 
+static inline long cph_http_t(const cph_t *h, const char *method, const char *path,
+                              const char *token, const char *body, size_t body_len, char **ret_body,
+                              long timeout_ms)
+{
+    return cph_http_do(h, method, path, token, body, body_len, ret_body, timeout_ms, 0);
+}
+
+/* The status of a streaming route (SSE never ends by itself); 0 when none came within 10 s. */
+static inline long cph_http_stream_status(const cph_t *h, const char *path, const char *token)
+{
+    return cph_http_do(h, "GET", path, token, NULL, 0, NULL, 10000, 1);
+}
+
 static inline long cph_http(const cph_t *h, const char *method, const char *path, const char *token,
                             const char *body, char **ret_body)
 {
     return cph_http_t(h, method, path, token, body, body ? strlen(body) : 0, ret_body, 30000);
-}
-
-/* A response's header block ends with an empty line: stop there (the transfer ends with
- * CURLE_WRITE_ERROR, the status stays readable). */
-static inline size_t cph_on_header_end(char *buf, size_t size, size_t n, void *arg)
-{
-    (void)arg;
-    size_t len = size * n;
-    return (len == 2 && buf[0] == '\r' && buf[1] == '\n') ? 0 : len;
-}
-
-/* The status of a streaming route (SSE never ends by itself): its headers, then hang up.
- * 0 when no status line arrived within 10 s. */
-static inline long cph_http_stream_status(const cph_t *h, const char *path, const char *token)
-{
-    CURL *c = curl_easy_init();
-    char url[1024], auth[256];
-    snprintf(url, sizeof(url), "%s%s", h->url, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, cph_on_header_end);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, cph_on_data);
-    cph_body_t b = {NULL, 0};
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long status = 0;
-    curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(hdr);
-    curl_easy_cleanup(c);
-    free(b.data);
-    return status;
 }
 
 #endif
