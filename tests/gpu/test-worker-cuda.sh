@@ -106,7 +106,7 @@ try:
     wb = [v for k, v in m.items() if k.startswith("tandem_resident_weight_bytes")]
     ok(wb and min(wb) > 1e6, "/metrics: weights resident on the GPU (%s bytes)" % wb,
        "\n".join(k for k in m if "byte" in k))
-    tot = m.get("tandem_kv_pages_total", 0)
+    tot = m.get("tandem_kv_pages_capacity", 0)
     ok(tot > 0, "/metrics: a KV pool of %d pages from --mem-fraction-static" % tot,
        "\n".join(k for k in m if "page" in k))
     free = m.get("tandem_kv_pages_free", -1) + m.get("tandem_kv_pages_cached", 0)

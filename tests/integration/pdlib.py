@@ -136,8 +136,8 @@ def drain_all_free(w):
     m = wait_until(lambda: (lambda m: m if m.get("tandem_drained") == 1 else None)(metrics(w)), 30)
     if not m:
         return False, "not drained: %s" % st
-    return (m["tandem_kv_pages_free"] == m["tandem_kv_pages_total"],
-            "free %s of %s" % (m["tandem_kv_pages_free"], m["tandem_kv_pages_total"]))
+    return (m["tandem_kv_pages_free"] == m["tandem_kv_pages_capacity"],
+            "free %s of %s" % (m["tandem_kv_pages_free"], m["tandem_kv_pages_capacity"]))
 
 
 def kill_all():

@@ -216,8 +216,8 @@ if ok(wait_ready(w), "storm worker ready", logtail(w)):
        "no host-tier load in flight and no host page pinned at idle")
     st, _ = request(w, "POST", "/admin/drain", {}, ADMIN)
     m = wait_until(lambda: (lambda m: m if m.get("tandem_drained") == 1 else None)(metrics(w)), 30)
-    ok(m and m["tandem_kv_pages_free"] == m["tandem_kv_pages_total"],
+    ok(m and m["tandem_kv_pages_free"] == m["tandem_kv_pages_capacity"],
        "drained: every device page back in the free list",
-       str(m and (m["tandem_kv_pages_free"], m["tandem_kv_pages_total"])))
+       str(m and (m["tandem_kv_pages_free"], m["tandem_kv_pages_capacity"])))
 finish()
 PY
