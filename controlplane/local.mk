@@ -1,32 +1,14 @@
 # controlplane/ — tandemd (h2o loop, DB threads, ingest, ring, spool, auth, REST) and tandemctl.
 bin_PROGRAMS += tandemd tandemctl
 
-# The control plane's objects, shared by tandemd and the unit tests.
+# The control plane's objects, shared by tandemd and the unit tests; each folder's fragment adds
+# its own: store/ (database, ring, spool), detect/, act/, http/ (server, routes, console).
 noinst_LIBRARIES += libtdmcp.a
-libtdmcp_a_SOURCES = \
-	controlplane/buf.c \
-	controlplane/ring.c \
-	controlplane/batch.c \
-	controlplane/spool.c \
-	controlplane/migrate.c \
-	controlplane/db.c \
-	controlplane/auth.c \
-	controlplane/server.c \
-	controlplane/ingest.c \
-	controlplane/hist.c \
-	controlplane/api.c
+libtdmcp_a_SOURCES =
 nodist_libtdmcp_a_SOURCES = sql/migrations.c
 libtdmcp_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAGS) $(SYSTEMD_CFLAGS)
-noinst_HEADERS += \
-	controlplane/buf.h \
-	controlplane/ring.h \
-	controlplane/batch.h \
-	controlplane/spool.h \
-	controlplane/migrate.h \
-	controlplane/db.h \
-	controlplane/auth.h \
-	controlplane/server.h \
-	controlplane/hist.h
+include controlplane/store/store.mk
+include controlplane/http/http.mk
 # libcrypto: SHA-256 of API tokens (h2o links it already).
 TDM_CP_LIBS = libtdmcp.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) $(LIBCRYPTO_LIBS) $(COMMON_LIBS)
 
@@ -34,9 +16,6 @@ tandemd_SOURCES = controlplane/tandemd.c
 tandemd_CPPFLAGS = $(libtdmcp_a_CPPFLAGS)
 tandemd_LDADD = $(TDM_CP_LIBS)
 
-tandemctl_SOURCES = controlplane/tandemctl.c controlplane/ctl_render.c controlplane/ctl.h
-tandemctl_CPPFLAGS = $(AM_CPPFLAGS) $(CURL_CFLAGS)
-tandemctl_LDADD = $(CURL_LIBS) $(COMMON_LIBS)
 
 # Unit tests (pure logic: ring, batch blob, spool file format, auth, COPY escaping).
 CP_UNIT_TESTS = \
@@ -74,9 +53,9 @@ tests_integration_test_cp_api_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
 tests_integration_test_cp_outage_SOURCES = tests/integration/test-cp-outage.c
 tests_integration_test_cp_outage_CPPFLAGS = $(TEST_CPPFLAGS) $(LIBPQ_CFLAGS) $(CURL_CFLAGS)
 tests_integration_test_cp_outage_LDADD = $(LIBPQ_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
-include controlplane/detect.mk
-include controlplane/act.mk
-include controlplane/plan.mk
+include controlplane/detect/detect.mk
+include controlplane/act/act.mk
+include controlplane/ctl/ctl.mk
 # a PostgreSQL outage under a reporting worker: no WORKER_LOST, a wedge alerted, events once
 TESTS += tests/integration/test-cp-db-outage.sh
 dist_check_SCRIPTS += tests/integration/test-cp-db-outage.sh

@@ -24,8 +24,8 @@
 #include <tdm/pgcluster.h>
 #include <tdm/time.h>
 
-#include "controlplane/migrate.h"
-#include "controlplane/server.h"
+#include "controlplane/store/migrate.h"
+#include "controlplane/http/cp_server.h"
 
 static volatile int stop_flag;
 

@@ -1,6 +1,6 @@
 /*
- * tdm/net.h — the listening TCP socket both HTTP servers (tandemd's controlplane/server.c and the
- * worker's dataplane/api/server.c) hand to their h2o loop.
+ * tdm/net.h — the listening TCP socket both HTTP servers (tandemd's controlplane/http/cp_server.c
+ * and the worker's dataplane/api/server.c) hand to their h2o loop.
  *
  * Contract: tdm_net_listen resolves host/port numerically-serviced and passively (host NULL: every
  * address), opens a close-on-exec socket with SO_REUSEADDR, binds, listens with SOMAXCONN, makes

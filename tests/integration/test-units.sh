@@ -78,8 +78,8 @@ ok $? "worker: After=tandemd.service (ordering only)"
 ex=$(val "$W" Service ExecStart | tail -n 1)
 echo "$ex" | grep -q -- '--config /etc/tandem/workers/%i.conf'
 ok $? "worker: ExecStart reads /etc/tandem/workers/%i.conf"
-# reconfigure writes <state_dir>/groups/NAME/override.ini (controlplane/act_exec.c)
-grep -q '"%s/groups/%s/override.ini"' "$SRC/controlplane/act_exec.c" &&
+# reconfigure writes <state_dir>/groups/NAME/override.ini (controlplane/act/act_exec.c)
+grep -q '"%s/groups/%s/override.ini"' "$SRC/controlplane/act/act_exec.c" &&
     echo "$ex" | grep -q -- '--override-config /var/lib/tandem/groups/%i/override.ini'
 ok $? "worker: ExecStart reads the override file tandemd's reconfigure writes"
 drain=$("$BIN" --config "$SRC/packaging/workers/demo.conf" --print-config 2>/dev/null |

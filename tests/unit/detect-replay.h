@@ -31,9 +31,9 @@
 #include <tdm/mem.h>
 #include <tdm/telemetry.h>
 
-#include "controlplane/alert.h"
-#include "controlplane/detect.h"
-#include "controlplane/ring.h"
+#include "controlplane/detect/alert.h"
+#include "controlplane/detect/detect.h"
+#include "controlplane/store/ring.h"
 
 /* ---- replay -----------------------------------------------------------------------------------
  */

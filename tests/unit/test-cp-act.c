@@ -19,8 +19,8 @@
 #include <tdm/config.h>
 #include <tdm/params.h>
 
-#include "controlplane/act.h"
-#include "controlplane/act_int.h"
+#include "controlplane/act/act.h"
+#include "controlplane/act/act_int.h"
 #include "tap.h"
 
 static void test_merge(void)

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "controlplane/auth.h"
+#include "controlplane/http/auth.h"
 #include "tap.h"
 
 int main(void)

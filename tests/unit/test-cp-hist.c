@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "controlplane/hist.h"
+#include "controlplane/store/hist.h"
 #include "tap.h"
 
 #define INST "00000000000000aa"

@@ -6,9 +6,9 @@
 
 #include <tdm/mem.h>
 
-#include "controlplane/batch.h"
-#include "controlplane/buf.h"
-#include "controlplane/ring.h"
+#include "controlplane/store/batch.h"
+#include "controlplane/store/buf.h"
+#include "controlplane/store/ring.h"
 #include "tap.h"
 
 static void test_ring(void)

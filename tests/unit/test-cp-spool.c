@@ -11,7 +11,7 @@
 
 #include <tdm/mem.h>
 
-#include "controlplane/spool.h"
+#include "controlplane/store/db_spool.h"
 #include "tap.h"
 
 static char dir[] = "/tmp/test-cp-spool-XXXXXX";

@@ -1,7 +1,7 @@
 /*
- * test-detect-webhook.c — the alert webhook (controlplane/alert.h): JSON on open and on resolve,
- * received by a real HTTP listener on loopback; posting never blocks the caller, even when the
- * receiver hangs; a full queue drops the oldest post and counts it.
+ * test-detect-webhook.c — the alert webhook (controlplane/detect/alert.h): JSON on open and on
+ * resolve, received by a real HTTP listener on loopback; posting never blocks the caller, even when
+ * the receiver hangs; a full queue drops the oldest post and counts it.
  */
 #include "config.h"
 
@@ -13,7 +13,7 @@
 
 #include <tdm/time.h>
 
-#include "controlplane/alert.h"
+#include "controlplane/detect/alert.h"
 #include "tap.h"
 
 typedef struct srv {

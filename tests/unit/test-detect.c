@@ -1,6 +1,6 @@
 /*
  * test-detect.c — the detectors and the alert lifecycle on replayed streams over a virtual clock
- * (controlplane/detect.h, controlplane/alert.h).
+ * (controlplane/detect/detect.h, controlplane/detect/alert.h).
  *
  * Streams come from the group simulation in detect-replay.h, written as JSONL and replayed through
  * the strict telemetry decoder; the rank_idle_path incidents are also committed as fixtures

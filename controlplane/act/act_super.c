@@ -1,0 +1,460 @@
+/*
+ * act_super.c — tandemd's supervisor (docs/design.md §5 "without systemd"): the groups config, the
+ * per-group state directory (base.ini, override.ini, record.json, ready.json, worker.log), starting
+ * a group's launcher with posix_spawn, stopping it (SIGTERM to the launcher, which forwards it to
+ * its ranks; SIGKILL to the process group after the timeout), re-adopting a recorded launcher
+ * after tandemd restarts, and noticing exits nobody asked for.
+ *
+ * A process is "ours" only when both pid and /proc starttime match the record, so a recycled pid
+ * is never signalled. Children are started in a session of their own: tandemd's terminal or
+ * its own exit does not take the workers down (they are re-adopted).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/params.h>
+#include <tdm/time.h>
+
+#include "controlplane/act/act_int.h"
+
+extern char **environ;
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+tdm_status_t act_write_file(const char *path, const char *text, char *err, size_t err_len)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        snprintf(err, err_len, "%s: %s", tmp, strerror(errno));
+        if (f)
+            fclose(f);
+        return TDM_ERR_IO;
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return TDM_ERR_IO;
+    }
+    return TDM_OK;
+}
+
+static void gpath(const tdm_cp_act_t *a, const act_group_t *g, const char *file, char *out,
+                  size_t len)
+{
+    snprintf(out, len, "%s/groups/%s%s%s", a->state_dir, g->name, file ? "/" : "",
+             file ? file : "");
+}
+
+/* Field 22 of /proc/PID/stat; 0 when the process is gone. */
+static unsigned long long proc_starttime(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may contain spaces */
+    if (!p || p[1] != ' ' || !p[2] || p[2] == 'Z')
+        return 0; /* malformed, or a zombie: gone for our purposes */
+    p++;          /* p: the space before field 3 (state) */
+    for (int field = 3; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static void record_write(tdm_cp_act_t *a, act_group_t *g)
+{
+    char path[4200], err[256];
+    gpath(a, g, "record.json", path, sizeof(path));
+    json_t *o = json_pack("{s:s,s:i,s:I,s:s,s:I}", "group", g->name, "pid", (json_int_t)g->pid,
+                          "starttime", (json_int_t)g->starttime, "admin_url", g->admin_url,
+                          "started_us", (json_int_t)g->started_us);
+    char *text = json_dumps(o, JSON_SORT_KEYS);
+    json_decref(o);
+    if (!text || act_write_file(path, text, err, sizeof(err)) != TDM_OK)
+        tdm_err(TDM_SUB_CP, "msg=\"cannot write the supervisor record\" group=%s err=\"%s\"",
+                g->name, text ? err : "nomem");
+    free(text);
+}
+
+/* Re-adopt the recorded launcher when it is still the same process. */
+static void record_adopt(tdm_cp_act_t *a, act_group_t *g)
+{
+    char path[4200];
+    gpath(a, g, "record.json", path, sizeof(path));
+    json_t *o = json_load_file(path, 0, NULL);
+    if (!o)
+        return;
+    pid_t pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
+    unsigned long long st = (unsigned long long)json_integer_value(json_object_get(o, "starttime"));
+    const char *url = json_string_value(json_object_get(o, "admin_url"));
+    if (pid > 0 && st && url && proc_starttime(pid) == st) {
+        g->pid = pid;
+        g->starttime = st;
+        g->child = 0;
+        g->started_us = (uint64_t)json_integer_value(json_object_get(o, "started_us"));
+        snprintf(g->admin_url, sizeof(g->admin_url), "%s", url);
+        g->state = ACT_ST_RUNNING;
+        tdm_info(TDM_SUB_CP, "msg=\"re-adopted worker group\" group=%s pid=%d url=%s", g->name,
+                 (int)pid, url);
+    }
+    json_decref(o);
+}
+
+/* ---- the groups config ---------------------------------------------------------------------- */
+
+typedef struct load_ctx {
+    tdm_cp_act_t *a;
+    act_group_t *cur;
+} load_ctx_t;
+
+static int on_kv(void *vctx, const char *section, const char *key, const char *value, unsigned line,
+                 char *err, size_t err_len)
+{
+    load_ctx_t *c = vctx;
+    tdm_cp_act_t *a = c->a;
+    if (strncmp(section, "group.", 6) != 0) {
+        snprintf(err, err_len, "line %u: key %s outside a [group.NAME] section", line, key);
+        return -1;
+    }
+    const char *name = section + 6;
+    if (!c->cur || strcmp(c->cur->name, name) != 0) {
+        c->cur = act_group_find(a, name);
+        if (!c->cur) {
+            if (a->n_groups == TDM_CP_ACT_GROUP_MAX || !*name ||
+                strlen(name) >= TDM_CP_ACT_NAME_MAX) {
+                snprintf(err, err_len, "line %u: group \"%s\": too many groups or bad name", line,
+                         name);
+                return -1;
+            }
+            act_group_t *g = &a->groups[a->n_groups++];
+            memset(g, 0, sizeof(*g));
+            snprintf(g->name, sizeof(g->name), "%s", name);
+            g->base = json_object();
+            g->config = json_object();
+            snprintf(g->mode, sizeof(g->mode), "null");
+            snprintf(g->token, sizeof(g->token), "%s", a->admin_token);
+            c->cur = g;
+        }
+    }
+    act_group_t *g = c->cur;
+    char k[128];
+    snprintf(k, sizeof(k), "%s", key);
+    for (char *p = k; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    if (!strcmp(k, "unit")) {
+        snprintf(g->unit, sizeof(g->unit), "%s", value);
+    } else if (!strcmp(k, "url")) {
+        snprintf(g->admin_url, sizeof(g->admin_url), "%s", value);
+    } else if (!strcmp(k, "bus_host")) {
+        snprintf(g->bus_host, sizeof(g->bus_host), "%s", value);
+    } else if (!strcmp(k, "pair")) {
+        snprintf(g->pair, sizeof(g->pair), "%s", value);
+    } else if (!strcmp(k, "token_file")) {
+        FILE *f = fopen(value, "r");
+        if (!f || !fgets(g->token, sizeof(g->token), f)) {
+            snprintf(err, err_len, "line %u: token_file %s: %s", line, value,
+                     f ? "empty" : strerror(errno));
+            if (f)
+                fclose(f);
+            return -1;
+        }
+        fclose(f);
+        g->token[strcspn(g->token, "\r\n ")] = '\0';
+    } else {
+        if (!strcmp(k, "group") || !strcmp(k, "port") || !strcmp(k, "ready_file") ||
+            !strcmp(k, "control_plane") || !strcmp(k, "admin_token_file") || !strcmp(k, "rank")) {
+            snprintf(err, err_len, "line %u: %s is set by tandemd's supervisor", line, key);
+            return -1;
+        }
+        if (!strcmp(k, "disaggregation_mode"))
+            snprintf(g->mode, sizeof(g->mode), "%s", value);
+        if (!strcmp(k, "tp_size"))
+            g->tp_size = atoi(value);
+        if (!strcmp(k, "served_model_name") || (!strcmp(k, "model_path") && !g->model[0]) ||
+            !strcmp(k, "model"))
+            snprintf(g->model, sizeof(g->model), "%s", value);
+        json_object_set_new(g->base, k, json_string(value));
+    }
+    return 0;
+}
+
+static tdm_status_t mkdirs(const char *path, char *err, size_t err_len)
+{
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return TDM_ERR_IO;
+    }
+    return TDM_OK;
+}
+
+tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/groups", a->state_dir);
+    tdm_status_t st = mkdirs(path, err, err_len);
+    if (st != TDM_OK || !a->o.groups_config || !*a->o.groups_config)
+        return st;
+    load_ctx_t c = {a, NULL};
+    char e2[512];
+    st = tdm_ini_parse_file(a->o.groups_config, on_kv, &c, e2, sizeof(e2));
+    if (st != TDM_OK) {
+        snprintf(err, err_len, "--groups-config %s: %s", a->o.groups_config, e2);
+        return st;
+    }
+    for (size_t i = 0; i < a->n_groups; i++) {
+        act_group_t *g = &a->groups[i];
+        g->kind = g->unit[0]        ? ACT_KIND_UNIT
+                  : g->admin_url[0] ? ACT_KIND_EXTERNAL
+                                    : ACT_KIND_SUPERVISED;
+        if (g->kind == ACT_KIND_UNIT && !g->admin_url[0]) {
+            snprintf(err, err_len, "group %s: a unit needs url = the worker's HTTP base URL",
+                     g->name);
+            return TDM_ERR_INVAL;
+        }
+        if (g->kind == ACT_KIND_UNIT) {
+            tdm_cp_sdbus_call_t call;
+            if (tdm_cp_sdbus_restart_call(g->unit, &call, err, err_len) != TDM_OK)
+                return TDM_ERR_INVAL;
+        }
+        gpath(a, g, NULL, path, sizeof(path));
+        if ((st = mkdirs(path, err, err_len)) != TDM_OK)
+            return st;
+        /* the current config version survives tandemd restarts beside the override file */
+        gpath(a, g, "override.json", path, sizeof(path));
+        json_t *cur = json_load_file(path, 0, NULL);
+        if (json_is_object(cur)) {
+            json_decref(g->config);
+            g->config = cur;
+            g->config_version = (uint64_t)json_integer_value(json_object_get(cur, "_version"));
+            json_object_del(g->config, "_version");
+        } else {
+            json_decref(cur);
+        }
+        if (g->kind != ACT_KIND_SUPERVISED) {
+            g->state = ACT_ST_RUNNING;
+            act_url_hostport(g);
+            continue;
+        }
+        char *ini = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&ini, &len);
+        const char *k;
+        json_t *v;
+        fprintf(f, "# written by tandemd from --groups-config [group.%s]\n", g->name);
+        json_object_foreach(g->base, k, v) fprintf(f, "%s = \"%s\"\n", k, json_string_value(v));
+        fclose(f);
+        gpath(a, g, "base.ini", path, sizeof(path));
+        st = act_write_file(path, ini, err, err_len);
+        free(ini);
+        if (st != TDM_OK)
+            return st;
+        record_adopt(a, g);
+    }
+    return TDM_OK;
+}
+
+/* ---- start / stop --------------------------------------------------------------------------- */
+
+static int read_port(const char *path, uint16_t *port)
+{
+    json_t *o = json_load_file(path, 0, NULL);
+    json_int_t p = json_integer_value(json_object_get(o, "http"));
+    json_decref(o);
+    if (p <= 0 || p > 65535)
+        return 0;
+    *port = (uint16_t)p;
+    return 1;
+}
+
+tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
+{
+    char base[4200], ovr[4200], ready[4200], logp[4200], tok[4200], cp[128];
+    gpath(a, g, "base.ini", base, sizeof(base));
+    gpath(a, g, "override.ini", ovr, sizeof(ovr));
+    gpath(a, g, "ready.json", ready, sizeof(ready));
+    gpath(a, g, "worker.log", logp, sizeof(logp));
+    snprintf(tok, sizeof(tok), "%s/admin.token", a->state_dir);
+    snprintf(cp, sizeof(cp), "http://127.0.0.1:%d", a->tandemd_port);
+    unlink(ready);
+    char f_config[] = "--config", f_ovr[] = "--override-config", f_group[] = "--group",
+         f_port[] = "--port", zero[] = "0", f_ready[] = "--ready-file", f_cp[] = "--control-plane",
+         f_tok[] = "--admin-token-file", f_cptok[] = "--control-plane-token-file";
+    /* the same token authorises tandemd's calls to the worker's /admin and the worker's
+     * telemetry to tandemd */
+    char *argv[] = {a->worker_bin, f_config, base, f_ovr, ovr,   f_group, g->name, f_port, zero,
+                    f_ready,       ready,    f_cp, cp,    f_tok, tok,     f_cptok, tok,    NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_init(&at);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid;
+    int r = posix_spawnp(&pid, a->worker_bin, &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (r != 0) {
+        snprintf(detail, len, "cannot start %s: %s", a->worker_bin, strerror(r));
+        return TDM_ERR_IO;
+    }
+    pthread_mutex_lock(&a->mu);
+    g->pid = pid;
+    g->child = 1;
+    g->starttime = proc_starttime(pid);
+    g->started_us = tdm_time_wall_us();
+    g->admin_url[0] = '\0';
+    g->ready = 0;
+    g->state = ACT_ST_STARTING;
+    pthread_mutex_unlock(&a->mu);
+    tdm_info(TDM_SUB_CP, "msg=\"started worker group\" group=%s pid=%d", g->name, (int)pid);
+    /* the launcher writes the ready file once it listens (after the model is loaded) */
+    uint64_t deadline = tdm_time_mono_us() + (uint64_t)(a->o.start_timeout_s * 1e6);
+    uint16_t port = 0;
+    while (!read_port(ready, &port)) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            pthread_mutex_lock(&a->mu);
+            g->pid = 0;
+            g->state = ACT_ST_FAILED;
+            pthread_mutex_unlock(&a->mu);
+            snprintf(detail, len, "the worker exited during startup (%s %d; see %s)",
+                     WIFSIGNALED(status) ? "signal" : "code",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), logp);
+            return TDM_ERR_PEER;
+        }
+        if (tdm_time_mono_us() > deadline || act_sleep(a, 100)) {
+            snprintf(detail, len, "no ready file from the worker within %.0f s",
+                     a->o.start_timeout_s);
+            return TDM_ERR_TIMEOUT;
+        }
+    }
+    pthread_mutex_lock(&a->mu);
+    g->port = port;
+    snprintf(g->host, sizeof(g->host), "127.0.0.1");
+    snprintf(g->admin_url, sizeof(g->admin_url), "http://127.0.0.1:%u", port);
+    pthread_mutex_unlock(&a->mu);
+    record_write(a, g);
+    double left = (double)(deadline - tdm_time_mono_us()) / 1e6;
+    if (!act_wait_ready(a, g->admin_url, left > 1 ? left : 1)) {
+        snprintf(detail, len, "started (pid %d, %s) but not /ready in time", (int)pid,
+                 g->admin_url);
+        return TDM_ERR_TIMEOUT;
+    }
+    pthread_mutex_lock(&a->mu);
+    g->state = ACT_ST_RUNNING;
+    g->ready = 1;
+    pthread_mutex_unlock(&a->mu);
+    snprintf(detail, len, "started pid %d at %s", (int)pid, g->admin_url);
+    return TDM_OK;
+}
+
+/* Gone: reaped (child) or no longer the recorded process (adopted). */
+static int gone(act_group_t *g, int *status)
+{
+    if (g->child) {
+        pid_t r = waitpid(g->pid, status, WNOHANG);
+        if (r == g->pid)
+            return 1;
+        if (r == 0)
+            return 0;
+        /* ECHILD: reaped elsewhere (or not ours after all): fall back to /proc */
+    }
+    return proc_starttime(g->pid) != g->starttime;
+}
+
+tdm_status_t act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
+{
+    if (g->pid <= 0) {
+        snprintf(detail, len, "not running");
+        return TDM_OK;
+    }
+    int status = 0;
+    if (gone(g, &status)) {
+        g->pid = 0;
+        snprintf(detail, len, "had already exited");
+        return TDM_OK;
+    }
+    kill(g->pid, SIGTERM);
+    uint64_t deadline = tdm_time_mono_us() + 15000000u;
+    int killed = 0;
+    while (!gone(g, &status)) {
+        if (!killed && tdm_time_mono_us() > deadline) {
+            kill(-g->pid, SIGKILL); /* its session: the launcher and every rank */
+            kill(g->pid, SIGKILL);
+            killed = 1;
+        }
+        usleep(50000);
+    }
+    snprintf(detail, len, "stopped pid %d%s", (int)g->pid, killed ? " (SIGKILL after 15 s)" : "");
+    pthread_mutex_lock(&a->mu);
+    g->pid = 0;
+    g->ready = 0;
+    g->state = ACT_ST_STOPPED;
+    pthread_mutex_unlock(&a->mu);
+    return TDM_OK;
+}
+
+void act_super_reap(tdm_cp_act_t *a)
+{
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < a->n_groups; i++) {
+        act_group_t *g = &a->groups[i];
+        int status = 0;
+        if (g->kind != ACT_KIND_SUPERVISED || g->busy || g->pid <= 0 ||
+            g->state == ACT_ST_STARTING || !gone(g, &status))
+            continue;
+        char reason[160];
+        if (g->child && WIFSIGNALED(status))
+            snprintf(reason, sizeof(reason), "launcher pid %d exited (signal %d)", (int)g->pid,
+                     WTERMSIG(status));
+        else if (g->child)
+            snprintf(reason, sizeof(reason), "launcher pid %d exited (code %d)", (int)g->pid,
+                     WEXITSTATUS(status));
+        else
+            snprintf(reason, sizeof(reason), "adopted launcher pid %d is gone", (int)g->pid);
+        tdm_warn(TDM_SUB_CP, "msg=\"worker group exited\" group=%s reason=\"%s\"", g->name, reason);
+        g->pid = 0;
+        g->ready = 0;
+        g->state = ACT_ST_FAILED;
+        /* WORKER_LOST at once, then the supervisor's restart (Restart= semantics) */
+        act_post(a, ACT_MSG_EVENT,
+                 json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",
+                           "reason", reason, "data", "rank", 0, "source", "supervisor"),
+                 NULL, NULL);
+        act_req_t *r = tdm_calloc(1, sizeof(*r));
+        snprintf(r->actor, sizeof(r->actor), "supervisor");
+        r->request = json_pack("{s:s,s:s,s:{s:s}}", "action", "restart", "group", g->name, "params",
+                               "reason", reason);
+        r->created_us = tdm_time_wall_us();
+        if (a->q_tail)
+            a->q_tail->next = r;
+        else
+            a->q_head = r;
+        a->q_tail = r;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+}

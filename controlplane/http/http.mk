@@ -1,0 +1,17 @@
+# controlplane/http/http.mk — tandemd's HTTP side: the server, the route table and its handlers,
+# auth, telemetry ingest, the event stream and the console (web/) compiled into tandemd.
+# Included from controlplane/local.mk; the objects join libtdmcp.a.
+libtdmcp_a_SOURCES += \
+	controlplane/http/auth.c \
+	controlplane/http/cp_server.c \
+	controlplane/http/ingest.c \
+	controlplane/http/api.c \
+	controlplane/http/act_routes.c \
+	controlplane/http/console.c \
+	controlplane/http/stream.c
+nodist_libtdmcp_a_SOURCES += web/assets.c
+noinst_HEADERS += \
+	controlplane/http/auth.h \
+	controlplane/http/cp_server.h \
+	controlplane/http/console.h \
+	controlplane/http/stream.h
