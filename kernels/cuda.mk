@@ -1,15 +1,19 @@
-# kernels/cuda.mk — the CUDA backend (sm_90a): kernels (ops.cu), the GPU forward (engine.cu), the
+# kernels/cuda.mk — the CUDA backend (sm_90a): kernels (ops*.cu, shared device code in ops_int.cuh),
+# the GPU forward (engine.cu, engine_load.cu, engine_fwd.cu; engine_int.h), the
 # host-array entry points the tests use (ops_host.cu), the executor's adapter (exec_cuda.c: link
 # libtdmcuda.a before libtdmgraph.a, plus $(CUDA_LIBS) -lstdc++), the smoke kernel, and their GPU
 # tests. The objects build wherever nvcc exists (CI included); the tests skip without a device.
 # The GPU decode benchmark (bench/gpu.mk) is included from here.
-EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/engine.cu \
-	kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
-noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h \
-	kernels/cuda/engine.h kernels/cuda/exec_cuda.h kernels/cuda/module.h
+EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu \
+	kernels/cuda/ops_gemm.cu kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
+	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
+noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h kernels/cuda/ops_int.cuh \
+	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
-libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/engine.cu kernels/cuda/ops_host.cu \
+libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu kernels/cuda/ops_gemm.cu \
+	kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
+	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu \
 	kernels/cuda/exec_cuda.c kernels/cuda/module.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.

@@ -1,0 +1,429 @@
+/*
+ * engine_fwd.cu — one forward of the CUDA engine: the launches of every layer from the device
+ * plan (capturable), the plan of a batch, the decode graphs per batch bucket, the replay
+ * benchmark.
+ */
+#include "engine_int.h"
+
+#define PDL_EARLY_ROWS 8 /* pdl_early: decode calls of at most this many rows */
+
+static uint32_t splits_for(const tdm_cuda_engine_t *e, uint32_t n)
+{
+    uint32_t s = (2 * 132 + n * e->KV - 1) / (n * e->KV);
+    if (s > TDM_CUDA_MAX_SPLITS)
+        s = TDM_CUDA_MAX_SPLITS;
+    if (s < 1)
+        s = 1;
+    while (s > 1 && (uint64_t)n * s > e->rowsplits)
+        s--;
+    return s;
+}
+
+/* Splits of the tensor-core decode attention: enough (row, KV head, split) blocks to keep 64
+ * blocks busy, at most 8; one split (no combine launch) from 64 (row, KV head) pairs on. */
+static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
+{
+    const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
+    uint32_t b = n * e->KV, s = b >= 64 ? 1 : 64 / b;
+    if (s > cap)
+        s = cap;
+    while (s > 1 && (uint64_t)n * s > e->rowsplits)
+        s--;
+    return s;
+}
+
+static int use_gemv(const tdm_cuda_engine_t *e, uint32_t n)
+{
+    return n <= e->o.gemv_max_rows || e->wdt != TDM_DTYPE_BF16;
+}
+
+/* y (n, M) (+)= xb · Wᵀ on the bf16 path: the skinny tensor-core GEMM for decode-sized n, else
+ * cuBLAS (beta 1 = accumulate). */
+static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const void *w, uint32_t M,
+                         int accum, float *y)
+{
+    /* measured (docs/cuda.md, run 3): the skinny kernel beats cuBLAS up to 8 rows everywhere and
+     * up to 32 rows on the small matrices; wider ones re-read x too often and lose */
+    if (e->o.use_skinny && tdm_cuda_skinny_ok(n, K) && (n <= 8 || (uint64_t)M * K <= (6u << 20)))
+        return tdm_cuda_gemm_skinny(e->xb, n, K, (const uint16_t *)w, M, NULL, accum, y, M,
+                                    e->stream);
+    return tdm_cuda_gemm_bf16(e->cublas, e->xb, n, K, (const uint16_t *)w, M, accum ? 1.0f : 0.0f,
+                              y);
+}
+
+static tdm_cuda_gemv_t gemv_args(const tdm_cuda_engine_t *e, const float *x, uint32_t ldx,
+                                 const uint32_t *xrow, uint32_t n, uint32_t K, const void *w,
+                                 uint32_t M, const float *bias, const float *norm_w, int flags,
+                                 float *y, uint32_t ldy, tdm_cuda_l2pf_t tail)
+{
+    /* one row: the streaming form (2), or (1, run 4) K split over the block's warps for the
+     * small matrices (run 3: o and down at bs1 had ~8 us of fixed cost each, too few warps with
+     * long serial weight streams) */
+    const int ksplit = n != 1                  ? 0
+                       : e->o.gemv_ksplit >= 2 ? e->o.gemv_ksplit
+                                               : (e->o.gemv_ksplit && M <= 4096);
+    tdm_cuda_gemv_t a = {
+        x, ldx, xrow, n, K, M, e->wdt, w, bias, norm_w, e->cfg.rms_norm_eps, flags, y, ldy, ksplit};
+    a.tail = tail;
+    return a;
+}
+
+static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, const uint32_t *xrow,
+                         uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
+                         const float *norm_w, int flags, float *y, uint32_t ldy,
+                         tdm_cuda_l2pf_t tail)
+{
+    const tdm_cuda_gemv_t a =
+        gemv_args(e, x, ldx, xrow, n, K, w, M, bias, norm_w, flags, y, ldy, tail);
+    return tdm_cuda_gemv(&a, e->stream);
+}
+
+/* 1 when the one-row GEMV of K inputs with the fused RMSNorm runs the streaming V2 form, the one
+ * with the SwiGLU and argmax epilogues (ops.cu gemv1_kernel) */
+int tdm_cuda_engine_gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K)
+{
+    const tdm_cuda_gemv_t a = gemv_args(e, e->x, K, NULL, n, K, e->wbuf, 1, NULL, e->x,
+                                        TDM_GEMV_NORM, e->x, K, (tdm_cuda_l2pf_t){NULL, 0, 0, 0});
+    return tdm_cuda_gemv_fusable(&a);
+}
+
+/* L2 prefetch of want bytes from p, clamped to lim (the end of the weights it belongs to) and
+ * to whole 256-byte units; bytes 0 (none) when want is 0 or p is at or past lim. */
+static tdm_cuda_l2pf_t l2pf_at(const tdm_cuda_engine_t *e, const void *p, uint64_t want,
+                               const void *lim)
+{
+    const uint8_t *a = (const uint8_t *)p, *b = (const uint8_t *)lim;
+    const uint64_t room = b > a ? (uint64_t)(b - a) : 0;
+    tdm_cuda_l2pf_t r = {p, (want < room ? want : room) & ~(uint64_t)255, e->o.l2pf_op,
+                         e->o.l2pf_early};
+    return r;
+}
+
+/* Every launch of one forward over n rows (m logit rows), from the device plan: capturable. */
+static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
+{
+    const uint32_t *plan = e->d_plan;
+    const int32_t *ids = (const int32_t *)(plan + plan_off(e, P_IDS));
+    const uint32_t *outrows = plan + plan_off(e, P_OUT);
+    tdm_cuda_rows_t rows = {plan + plan_off(e, P_POS), plan + plan_off(e, P_PTOFF),
+                            plan + plan_off(e, P_PAGES), plan + plan_off(e, P_NACT)};
+    const uint32_t d = e->d, qd = e->H * e->hd, I = e->I, S = splits_for(e, n);
+    const float eps = e->cfg.rms_norm_eps;
+    const int small = use_gemv(e, n);
+    const int mma_attn = e->o.use_mma_attn && tdm_cuda_decode_mma_supported(&e->kv, e->H);
+    cudaStream_t s = e->stream;
+    /* L2 prefetch (docs/cuda.md): apf bytes of o|gate_up from each decode attention grid, tpf
+     * bytes of the next GEMV's weights from each one-row GEMV's tail */
+    const uint64_t apf = (uint64_t)e->o.l2pf_mb << 20, tpf = (uint64_t)e->o.l2pf_tail_mb << 20;
+    const uint64_t wdown = (uint64_t)d * I * e->wes, wlm = (uint64_t)e->V * d * e->wes;
+    const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0};
+    /* run 11: the MLP activation in the gate|up GEMV's epilogue, the argmax in lm_head's */
+    const int swiglu = e->gu_il; /* then every one-row call is fusable (gemv_fusable) */
+    const int am =
+        use_gemv(e, m) && e->o.argmax_fused && !apf && tdm_cuda_engine_gemv_fusable(e, m, d);
+
+    /* run 12: one row's embedding lookup folded into layer 0's qkv GEMV (no embed node) */
+    const int emb = small && e->o.embed_fused && e->wdt == TDM_DTYPE_BF16 &&
+                    tdm_cuda_engine_gemv_fusable(e, n, d);
+    if (!emb)
+        TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
+    for (uint32_t l = 0; l < e->L; l++) {
+        const layer_dev_t *w = &e->layers[l];
+        const uint8_t *o_b = (const uint8_t *)w->o, *gu_b = (const uint8_t *)w->gu;
+        const uint8_t *down_b = (const uint8_t *)w->down; /* o|gate_up is [o_b, down_b) */
+        const tdm_cuda_l2pf_t pf_attn = l2pf_at(e, o_b, apf, down_b);
+        /* each GEMV's tail: o (when the attention does not), the rest of gate_up, down, and the
+         * next layer's qkv (lm_head after the last layer) */
+        const tdm_cuda_l2pf_t t_qkv = apf ? none : l2pf_at(e, o_b, tpf, down_b);
+        const tdm_cuda_l2pf_t t_o = l2pf_at(
+            e, o_b + (apf > (uint64_t)(gu_b - o_b) ? apf : (uint64_t)(gu_b - o_b)), tpf, down_b);
+        const tdm_cuda_l2pf_t t_gu = l2pf_at(e, down_b, tpf, down_b + wdown);
+        const tdm_cuda_l2pf_t t_down =
+            l + 1 < e->L ? l2pf_at(e, e->layers[l + 1].qkv, tpf, e->layers[l + 1].o)
+                         : l2pf_at(e, e->lm_head, tpf, (const uint8_t *)e->lm_head + wlm);
+        if (small && l == 0 && emb) {
+            tdm_cuda_gemv_t a =
+                gemv_args(e, e->x, d, (const uint32_t *)ids, n, d, w->qkv, e->qkvd, w->qkv_bias,
+                          w->attn_norm, TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv);
+            a.embed = (const uint16_t *)e->embed;
+            a.embed_out = e->x;
+            TDM_TRY(tdm_cuda_gemv(&a, s));
+        } else if (small) {
+            TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->qkv, e->qkvd, w->qkv_bias, w->attn_norm,
+                         TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv));
+        } else {
+            TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->attn_norm, eps, n, d, NULL, e->xb, s));
+            TDM_TRY(gemm(e, n, d, w->qkv, e->qkvd, 0, e->qkv));
+            if (w->qkv_bias)
+                TDM_TRY(tdm_cuda_add_bias(e->qkv, n, e->qkvd, e->qkvd, w->qkv_bias, s));
+        }
+        /* Qwen3: each q and k head RMS-normalised in place before every attention path's RoPE */
+        if (w->qk_norm)
+            TDM_TRY(tdm_cuda_qk_norm(e->qkv, n, e->qkvd, e->H, e->KV, e->hd, w->qk_norm,
+                                     w->qk_norm + e->hd, eps, s));
+        if (e->o.ablate & TDM_CUDA_ABLATE_ATTN)
+            goto mlp;
+        if (e->ntiles) {
+            TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
+            TDM_TRY(tdm_cuda_flash_attention(e->qkv, n, e->H, &e->kv, l, &rows,
+                                             plan + plan_off(e, P_TILES), e->ntiles, e->attn,
+                                             small ? NULL : e->xb, s));
+        } else if (mma_attn) { /* RoPE and the KV write fused in */
+            /* the cluster form (part_o NULL) merges its splits in the kernel: no combine node */
+            const int cl = e->o.attn_cluster;
+            TDM_TRY(tdm_cuda_attention_decode(e->qkv, n, e->H, &e->kv, l, &rows, e->inv_freq,
+                                              decode_splits(e, n), cl ? NULL : e->part_o,
+                                              cl ? NULL : e->part_ml, e->attn, small ? NULL : e->xb,
+                                              &pf_attn, s));
+        } else {
+            TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
+            TDM_TRY(tdm_cuda_attention(e->qkv, n, e->H, &e->kv, l, &rows, S, e->part_o, e->part_ml,
+                                       e->attn, small ? NULL : e->xb, s));
+        }
+    mlp:
+        if (e->o.ablate & TDM_CUDA_ABLATE_GEMM)
+            continue;
+        if (small) {
+            TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d,
+                         t_o));
+            if (swiglu) { /* use_gemv: one row only */ /* gate|up writes silu(gate) * up: down reads
+                                                          I floats, no SiLU */
+                TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, I, NULL, w->mlp_norm,
+                             TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu));
+                TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, TDM_GEMV_ACCUM, e->x,
+                             d, t_down));
+            } else {
+                /* ABLATE_SILU (timing only): down stages I floats of the gate, no SiLU·up */
+                const int ab = (e->o.ablate & TDM_CUDA_ABLATE_SILU) != 0;
+                TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm, TDM_GEMV_NORM,
+                             e->gu, 2 * I, t_gu));
+                TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
+                             ab ? TDM_GEMV_ACCUM : TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d,
+                             t_down));
+            }
+        } else {
+            TDM_TRY(gemm(e, n, qd, w->o, d, 1, e->x));
+            TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->mlp_norm, eps, n, d, NULL, e->xb, s));
+            TDM_TRY(gemm(e, n, d, w->gu, 2 * I, 0, e->gu));
+            /* silu·mul stays its own launch: fused into the skinny kernel's input every block
+             * re-read the fp32 gate|up (run 3: bs32 3.8 ms/step against 2.3) */
+            TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, e->gu_il, NULL, e->xb, s));
+            TDM_TRY(gemm(e, n, I, w->down, d, 1, e->x));
+        }
+    }
+    if (am) { /* the argmax in the epilogue: no argmax node */
+        tdm_cuda_gemv_t a = gemv_args(e, e->x, d, outrows, m, d, e->lm_head, e->V, NULL,
+                                      e->final_norm, TDM_GEMV_NORM, e->logits, e->V, none);
+        a.argmax = e->d_ids_out;
+        a.argmax_ws = e->am_ws;
+        return tdm_cuda_gemv(&a, s);
+    }
+    if (use_gemv(e, m)) {
+        TDM_TRY(gemv(e, e->x, d, outrows, m, d, e->lm_head, e->V, NULL, e->final_norm,
+                     TDM_GEMV_NORM, e->logits, e->V, none));
+    } else {
+        TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, outrows, e->final_norm, eps, m, d, NULL, e->xb, s));
+        TDM_TRY(gemm(e, m, d, e->lm_head, e->V, 0, e->logits));
+    }
+    /* the next step's first weights (layer 0's qkv, then apf more) during the host round trip */
+    const uint8_t *qkv0 = (const uint8_t *)e->layers[0].qkv, *o0 = (const uint8_t *)e->layers[0].o;
+    const tdm_cuda_l2pf_t pf_next =
+        apf ? l2pf_at(e, qkv0, (uint64_t)(o0 - qkv0) + apf, e->layers[0].down) : none;
+    TDM_TRY(tdm_cuda_argmax(e->logits, m, e->V, e->d_ids_out, &pf_next, s));
+    return TDM_OK;
+}
+
+/* Validate the batch and fill the host plan; returns rows n, logit rows m, pages used. */
+static tdm_status_t plan_batch(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs, uint32_t n_seqs,
+                               uint32_t *ret_n, uint32_t *ret_m, size_t *ret_pages, int *ret_decode)
+{
+    uint32_t n = 0, m = 0, ps = e->layout.page_size;
+    size_t np = 0;
+    int decode = 1;
+    uint32_t *ids = e->h_plan + plan_off(e, P_IDS), *pos = e->h_plan + plan_off(e, P_POS);
+    uint32_t *ptoff = e->h_plan + plan_off(e, P_PTOFF), *out = e->h_plan + plan_off(e, P_OUT);
+    uint32_t *pages = e->h_plan + plan_off(e, P_PAGES);
+
+    if (n_seqs > e->o.max_batch)
+        return TDM_ERR_OVERFLOW;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        const tdm_cuda_seq_t *q = &seqs[s];
+        uint64_t end = (uint64_t)q->pos0 + q->n_tokens, used;
+        if (q->n_tokens == 0 || !q->tokens || !q->pages)
+            return TDM_ERR_INVAL;
+        if (q->n_tokens > e->o.max_tokens - n)
+            return TDM_ERR_OVERFLOW;
+        if (end > (uint64_t)q->n_pages * ps || end > UINT32_MAX)
+            return TDM_ERR_RANGE;
+        used = (end + ps - 1) / ps;
+        if (used > e->o.max_pages_per_seq || np + used > e->pages_cap)
+            return TDM_ERR_OVERFLOW;
+        for (uint32_t p = 0; p < used; p++) {
+            if (q->pages[p] >= e->kvb.num_pages)
+                return TDM_ERR_RANGE;
+            pages[np + p] = q->pages[p];
+        }
+        if (q->n_tokens != 1)
+            decode = 0;
+        for (uint32_t t = 0; t < q->n_tokens; t++) {
+            if (q->tokens[t] < 0 || (uint32_t)q->tokens[t] >= e->V)
+                return TDM_ERR_RANGE;
+            if (q->all_logits || t + 1 == q->n_tokens) {
+                if (m == e->o.max_logit_rows)
+                    return TDM_ERR_OVERFLOW;
+                out[m++] = n;
+            }
+            ids[n] = (uint32_t)q->tokens[t];
+            pos[n] = q->pos0 + t;
+            ptoff[n] = (uint32_t)np;
+            n++;
+        }
+        np += used;
+    }
+    e->h_plan[plan_off(e, P_NACT)] = n;
+    *ret_n = n;
+    *ret_m = m;
+    *ret_pages = np;
+    *ret_decode = decode;
+    return TDM_OK;
+}
+
+static int bucket_of(uint32_t n, uint32_t *ret_rows)
+{
+    uint32_t b = 1;
+    int i = 0;
+    while (b < n) {
+        b <<= 1;
+        i++;
+    }
+    *ret_rows = b;
+    return i;
+}
+
+tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                     uint32_t n_seqs, float *logits, int32_t *ret_ids,
+                                     uint32_t cap_rows, uint32_t *ret_rows)
+{
+    tdm_status_t st = TDM_OK;
+    uint32_t n, m, rows_run;
+    size_t np;
+    int decode, bi = -1;
+
+    if (!e || !seqs || n_seqs == 0 || !ret_rows)
+        return TDM_ERR_INVAL;
+    /* decode calls (one token per sequence, at most max_batch rows) lay the plan out on the
+     * compact stride the graphs were captured with; others on T */
+    e->prow = e->o.max_batch < e->T ? e->o.max_batch : e->T;
+    for (uint32_t i = 0; i < n_seqs; i++)
+        if (seqs[i].n_tokens != 1)
+            e->prow = e->T;
+    TDM_TRY(plan_batch(e, seqs, n_seqs, &n, &m, &np, &decode));
+    if (m > cap_rows)
+        return TDM_ERR_OVERFLOW;
+    rows_run = n;
+    tdm_cuda_set_pdl(e->o.use_pdl);
+    /* run 12: early triggers measured faster at 1 and 8 rows of decode, slower at 32 */
+    TDM_TRY(tdm_cuda_set_pdl_early(e->o.pdl_early && decode && n <= PDL_EARLY_ROWS, e->stream));
+    e->ntiles = 0;
+    if (!decode && tdm_cuda_flash_supported(&e->kv)) {
+        /* prefill and mixed calls: tensor-core attention over tiles of consecutive rows */
+        e->ntiles =
+            tdm_cuda_flash_tiles(e->h_plan + plan_off(e, P_POS), e->h_plan + plan_off(e, P_PTOFF),
+                                 n, e->h_plan + plan_off(e, P_TILES), e->tiles_cap);
+    }
+    if (decode && e->o.use_graphs) {
+        uint32_t b;
+        bi = bucket_of(n, &b);
+        if (b <= e->o.max_batch && bi < MAX_BUCKETS && b <= e->T) {
+            /* padding rows: token 0 at position 0 of the first table; never written (nactive) */
+            uint32_t *ids = e->h_plan + plan_off(e, P_IDS), *pos = e->h_plan + plan_off(e, P_POS);
+            uint32_t *ptoff = e->h_plan + plan_off(e, P_PTOFF);
+            uint32_t *out = e->h_plan + plan_off(e, P_OUT);
+            for (uint32_t r = n; r < b; r++) {
+                ids[r] = 0;
+                pos[r] = 0;
+                ptoff[r] = 0;
+                out[r] = r;
+            }
+            rows_run = b;
+        } else {
+            bi = -1;
+        }
+    }
+    /* one copy: the whole header, then the used pages */
+    TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->d_plan, e->h_plan, (plan_off(e, P_PAGES) + np) * 4,
+                                        cudaMemcpyHostToDevice, e->stream),
+                        st, out);
+    if (bi >= 0) {
+        if (!e->graph[bi]) {
+            cudaGraph_t g = NULL;
+            TDM_CUDA_CHECK_GOTO(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal),
+                                st, out);
+            st = enqueue(e, rows_run, rows_run);
+            cudaError_t ce = cudaStreamEndCapture(e->stream, &g);
+            if (st != TDM_OK || ce != cudaSuccess) {
+                if (g)
+                    cudaGraphDestroy(g);
+                if (st == TDM_OK) {
+                    tdm_err(TDM_SUB_CUDA, "msg=\"graph capture failed\" err=\"%s\"",
+                            cudaGetErrorString(ce));
+                    st = TDM_ERR_CUDA;
+                }
+                goto out;
+            }
+            cudaError_t ie = cudaGraphInstantiate(&e->graph[bi], g, 0);
+            cudaGraphDestroy(g);
+            TDM_CUDA_CHECK_GOTO(ie, st, out);
+        }
+        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(e->graph[bi], e->stream), st, out);
+    } else {
+        if ((st = enqueue(e, n, m)) != TDM_OK)
+            goto out;
+    }
+    if (ret_ids && !e->ids_mapped)
+        TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->h_ids_out, e->d_ids_out, (size_t)m * 4,
+                                            cudaMemcpyDeviceToHost, e->stream),
+                            st, out);
+    if (logits)
+        TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(logits, e->logits, (size_t)m * e->V * 4,
+                                            cudaMemcpyDeviceToHost, e->stream),
+                            st, out);
+    TDM_CUDA_CHECK_GOTO(cudaStreamSynchronize(e->stream), st, out);
+    if (ret_ids)
+        memcpy(ret_ids, e->h_ids_out, (size_t)m * 4);
+    *ret_rows = m;
+out:
+    return st;
+}
+
+tdm_status_t tdm_cuda_engine_replay_us(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                       uint32_t n_seqs, uint32_t reps, double *ret_us)
+{
+    tdm_status_t st = TDM_OK;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    uint32_t rows, b;
+    int32_t ids[1024];
+    float ms = 0;
+
+    if (!e || !seqs || n_seqs == 0 || n_seqs > 1024 || reps == 0 || !ret_us || !e->o.use_graphs)
+        return TDM_ERR_INVAL;
+    /* one call through forward: validates the batch, fills the plan, captures the bucket */
+    TDM_TRY(tdm_cuda_engine_forward(e, seqs, n_seqs, NULL, ids, n_seqs, &rows));
+    const int bi = bucket_of(n_seqs, &b);
+    if (bi >= MAX_BUCKETS || !e->graph[bi])
+        return TDM_ERR_UNSUPPORTED;
+    TDM_CUDA_CHECK_GOTO(cudaEventCreate(&ev[0]), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventCreate(&ev[1]), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventRecord(ev[0], e->stream), st, out);
+    for (uint32_t r = 0; r < reps; r++)
+        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(e->graph[bi], e->stream), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventRecord(ev[1], e->stream), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventSynchronize(ev[1]), st, out);
+    TDM_CUDA_CHECK_GOTO(cudaEventElapsedTime(&ms, ev[0], ev[1]), st, out);
+    *ret_us = 1e3 * ms / reps;
+out:
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    return st;
+}

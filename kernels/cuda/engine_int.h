@@ -1,0 +1,99 @@
+/*
+ * engine_int.h — the CUDA engine's state shared by its files: engine.cu (options, init, free),
+ * engine_load.cu (the weights' upload and the view's checks) and engine_fwd.cu (the launches of
+ * one forward, the plan, the graphs).
+ */
+#ifndef TDM_KERNELS_CUDA_ENGINE_INT_H
+#define TDM_KERNELS_CUDA_ENGINE_INT_H
+
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+#include "engine.h"
+
+extern "C" {
+#include <tdm/mem.h>
+
+#include "../backend.h"
+}
+
+#define MAX_BUCKETS 12
+
+typedef struct layer_dev {
+    const void *qkv, *o, *gu, *down;
+    const float *qkv_bias; /* NULL when the model has none */
+    const float *attn_norm, *mlp_norm;
+    const float *qk_norm; /* (2, hd): q_norm | k_norm (Qwen3); NULL when the model has none */
+} layer_dev_t;
+
+struct tdm_cuda_engine {
+    tdm_cuda_engine_opts_t o;
+    tdm_model_config_t cfg;
+    uint32_t d, H, KV, hd, I, V, L, qkvd;
+    int wdt;
+    size_t wes;
+    /* weights: one allocation */
+    uint8_t *wbuf;
+    uint64_t wbytes;
+    layer_dev_t *layers;
+    const void *embed, *lm_head;
+    const float *final_norm, *inv_freq;
+    /* KV pool */
+    tdm_kv_layout_t layout;
+    tdm_kv_buffers_t kvb;
+    tdm_cuda_kv_t kv;
+    uint8_t *kv_base;
+    /* activations: T rows each */
+    uint32_t T, rowsplits;
+    uint32_t prow; /* plan row stride of the current call: T, or max_batch for decode calls (run
+                    * 11: a decode step copies ~1 KB of plan instead of ~66 KB at T 4096) */
+    uint8_t *abuf;
+    float *x, *qkv, *attn, *gu, *hsel, *logits, *part_o, *part_ml;
+    uint16_t *xb;
+    int32_t *d_ids_out;
+    void *am_ws; /* the lm_head GEMV's fused argmax (TDM_CUDA_ARGMAX_WS bytes, zeroed) */
+    int gu_il;   /* gate|up rows interleaved: the one-row SwiGLU epilogue is on (run 11) */
+    /* plan: device block and pinned host staging of the same layout */
+    size_t plan_bytes, pages_cap;
+    uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
+    uint32_t *d_plan, *h_plan;
+    int32_t *h_ids_out;
+    int ids_mapped; /* argmax writes h_ids_out itself (mapped pinned memory): no copy-back op */
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_ws;
+    cudaGraphExec_t graph[MAX_BUCKETS];
+};
+
+/* plan block layout, in uint32 units */
+enum { P_IDS = 0, P_POS = 1, P_PTOFF = 2, P_OUT = 3, P_NACT = 4, P_TILES = 5, P_PAGES = 6 };
+static inline size_t plan_off(const tdm_cuda_engine_t *e, int part)
+{
+    return part < P_NACT     ? (size_t)part * e->prow
+           : part == P_NACT  ? 4 * (size_t)e->prow
+           : part == P_TILES ? 4 * (size_t)e->prow + 32
+                             : 4 * (size_t)e->prow + 32 + e->tiles_cap;
+}
+
+static inline size_t dtype_size(int dt)
+{
+    return dt == TDM_DTYPE_F32 ? 4 : 2;
+}
+
+static inline uint64_t align256(uint64_t x)
+{
+    return (x + 255) & ~(uint64_t)255;
+}
+
+/* engine_load.cu */
+tdm_status_t tdm_cuda_engine_upload(tdm_cuda_engine_t *e, const tdm_model_view_t *v);
+tdm_status_t tdm_cuda_engine_check_view(const tdm_model_view_t *v, int wdt);
+/* engine_fwd.cu: 1 when the one-row GEMV of K inputs with the fused RMSNorm runs the streaming
+ * V2 form, the one with the SwiGLU and argmax epilogues (ops_gemv.cu gemv1_kernel) */
+int tdm_cuda_engine_gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K);
+
+#endif
