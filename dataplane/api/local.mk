@@ -58,6 +58,7 @@ OAI_FUZZ_SRCS = \
 	$(top_srcdir)/dataplane/tokenizer/chat_py.c \
 	$(top_srcdir)/dataplane/tokenizer/dsml.c \
 	$(top_srcdir)/dataplane/tokenizer/load.c \
+	$(top_srcdir)/dataplane/tokenizer/load_steps.c \
 	$(top_srcdir)/dataplane/tokenizer/encode.c \
 	$(top_srcdir)/dataplane/tokenizer/pretok.c \
 	$(top_srcdir)/dataplane/tokenizer/decode.c \

@@ -63,12 +63,22 @@ void tdm_py_float_repr(double v, char buf[32]);
 /* Python json.dumps(v, ensure_ascii=False) with default separators (", ", ": "), keys in
  * insertion order: what transformers' `tojson` filter emits. */
 tdm_status_t tdm_py_json_dumps(tdm_sbuf_t *b, const json_t *v);
+/* The same with indent (<0: none, separators ", " ": "; >=0: newlines, "," ": ") and sort_keys,
+ * at nesting `level`; deeper than max_level: TDM_ERR_RANGE (jinja's `tojson`). */
+tdm_status_t tdm_py_json_dumps_ex(tdm_sbuf_t *b, const json_t *v, int indent, int sort_keys,
+                                  int level, int max_level);
 /* JSON string body escaping as Python's json.dumps(ensure_ascii=False) does (no quotes added). */
 tdm_status_t tdm_py_json_escape(tdm_sbuf_t *b, const char *s, size_t n);
 /* Python str(v) of the value json.loads would give: strings as-is, True/False/None, float repr,
  * dicts and lists as Python's repr. */
 tdm_status_t tdm_py_str(tdm_sbuf_t *b, const json_t *v);
 /* Python str.strip() with no argument (Unicode whitespace) on UTF-8 text: [*ret_off, +*ret_len). */
+/* UTF-8 decode the code point at s[i] (valid UTF-8 assumed: jansson validated it); *len gets its
+ * byte length (1 for a sequence cut short by n). */
+uint32_t tdm_py_utf8_decode(const char *s, size_t n, size_t i, size_t *len);
+/* str.isspace() for one code point: Unicode White_Space minus U+180E plus the C0 separators
+ * 0x1c..0x1f, i.e. bidi class WS/B/S or category Zs. */
+int tdm_py_isspace(uint32_t cp);
 void tdm_py_strip(const char *s, size_t n, size_t *ret_off, size_t *ret_len);
 
 #endif

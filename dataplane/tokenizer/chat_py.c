@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,44 +129,80 @@ tdm_status_t tdm_py_json_escape(tdm_sbuf_t *b, const char *s, size_t n)
     return tdm_sbuf_add(b, s + run, n - run);
 }
 
-tdm_status_t tdm_py_json_dumps(tdm_sbuf_t *b, const json_t *v)
+static tdm_status_t indent_line(tdm_sbuf_t *b, int indent, int level)
+{
+    TDM_TRY(tdm_sbuf_puts(b, "\n"));
+    for (int i = 0; i < indent * level; i++)
+        TDM_TRY(tdm_sbuf_add(b, " ", 1));
+    return TDM_OK;
+}
+
+static int key_cmp(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+tdm_status_t tdm_py_json_dumps_ex(tdm_sbuf_t *b, const json_t *v, int indent, int sort_keys,
+                                  int level, int max_level)
 {
     char num[32];
-    const char *key;
-    json_t *item;
-    size_t i;
-    int first = 1;
-
+    const char *sep = indent < 0 ? ", " : ",";
+    if (level > max_level)
+        return TDM_ERR_RANGE;
     switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        TDM_TRY(tdm_sbuf_puts(b, "{"));
-        json_object_foreach((json_t *)v, key, item)
-        {
-            if (!first)
-                TDM_TRY(tdm_sbuf_puts(b, ", "));
-            first = 0;
-            TDM_TRY(tdm_sbuf_puts(b, "\""));
-            TDM_TRY(tdm_py_json_escape(b, key, strlen(key)));
-            TDM_TRY(tdm_sbuf_puts(b, "\": "));
-            TDM_TRY(tdm_py_json_dumps(b, item));
-        }
-        return tdm_sbuf_puts(b, "}");
-    case JSON_ARRAY:
-        TDM_TRY(tdm_sbuf_puts(b, "["));
-        json_array_foreach((json_t *)v, i, item)
-        {
+    case JSON_OBJECT: {
+        size_t n = json_object_size(v), i = 0;
+        const char *k;
+        json_t *x;
+        if (!n)
+            return tdm_sbuf_puts(b, "{}");
+        const char **keys = tdm_malloc(n * sizeof(*keys));
+        json_object_foreach((json_t *)v, k, x) keys[i++] = k;
+        if (sort_keys)
+            qsort(keys, n, sizeof(*keys), key_cmp);
+        tdm_status_t st = tdm_sbuf_puts(b, "{");
+        for (i = 0; i < n && st == TDM_OK; i++) {
             if (i)
-                TDM_TRY(tdm_sbuf_puts(b, ", "));
-            TDM_TRY(tdm_py_json_dumps(b, item));
+                st = tdm_sbuf_puts(b, sep);
+            if (st == TDM_OK && indent >= 0)
+                st = indent_line(b, indent, level + 1);
+            if (st == TDM_OK)
+                st = tdm_sbuf_puts(b, "\"");
+            if (st == TDM_OK)
+                st = tdm_py_json_escape(b, keys[i], strlen(keys[i]));
+            if (st == TDM_OK)
+                st = tdm_sbuf_puts(b, "\": ");
+            if (st == TDM_OK)
+                st = tdm_py_json_dumps_ex(b, json_object_get(v, keys[i]), indent, sort_keys,
+                                          level + 1, max_level);
         }
+        tdm_free(keys);
+        TDM_TRY(st);
+        if (indent >= 0)
+            TDM_TRY(indent_line(b, indent, level));
+        return tdm_sbuf_puts(b, "}");
+    }
+    case JSON_ARRAY: {
+        size_t n = json_array_size(v);
+        if (!n)
+            return tdm_sbuf_puts(b, "[]");
+        TDM_TRY(tdm_sbuf_puts(b, "["));
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                TDM_TRY(tdm_sbuf_puts(b, sep));
+            if (indent >= 0)
+                TDM_TRY(indent_line(b, indent, level + 1));
+            TDM_TRY(tdm_py_json_dumps_ex(b, json_array_get(v, i), indent, sort_keys, level + 1,
+                                         max_level));
+        }
+        if (indent >= 0)
+            TDM_TRY(indent_line(b, indent, level));
         return tdm_sbuf_puts(b, "]");
+    }
     case JSON_STRING:
         TDM_TRY(tdm_sbuf_puts(b, "\""));
         TDM_TRY(tdm_py_json_escape(b, json_string_value(v), json_string_length(v)));
         return tdm_sbuf_puts(b, "\"");
-    case JSON_INTEGER:
-        snprintf(num, sizeof(num), "%" PRId64, (int64_t)json_integer_value(v));
-        return tdm_sbuf_puts(b, num);
     case JSON_REAL:
         tdm_py_float_repr(json_real_value(v), num);
         return tdm_sbuf_puts(b, num);
@@ -175,14 +212,19 @@ tdm_status_t tdm_py_json_dumps(tdm_sbuf_t *b, const json_t *v)
         return tdm_sbuf_puts(b, "false");
     case JSON_NULL:
         return tdm_sbuf_puts(b, "null");
+    default:
+        return tdm_py_str(b, v);
     }
-    return TDM_ERR_INVAL;
 }
 
-/* UTF-8 decode one code point at s[i] (valid UTF-8 assumed: jansson validated it); *len gets its
- * byte length. */
-static uint32_t utf8_at(const unsigned char *s, size_t n, size_t i, size_t *len)
+tdm_status_t tdm_py_json_dumps(tdm_sbuf_t *b, const json_t *v)
 {
+    return tdm_py_json_dumps_ex(b, v, -1, 0, 0, INT_MAX);
+}
+
+uint32_t tdm_py_utf8_decode(const char *str, size_t n, size_t i, size_t *len)
+{
+    const unsigned char *s = (const unsigned char *)str;
     unsigned char c = s[i];
     size_t l = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
     if (i + l > n)
@@ -206,14 +248,13 @@ static int py_nonprintable(uint32_t cp)
 
 static tdm_status_t py_repr_str(tdm_sbuf_t *b, const char *s, size_t n)
 {
-    const unsigned char *u = (const unsigned char *)s;
     char quote = (memchr(s, '\'', n) && !memchr(s, '"', n)) ? '"' : '\'';
     char esc[16];
     size_t l;
 
     TDM_TRY(tdm_sbuf_add(b, &quote, 1));
     for (size_t i = 0; i < n; i += l) {
-        uint32_t cp = utf8_at(u, n, i, &l);
+        uint32_t cp = tdm_py_utf8_decode(s, n, i, &l);
         if (cp == (uint32_t)quote || cp == '\\') {
             esc[0] = '\\';
             esc[1] = (char)cp;
@@ -297,9 +338,7 @@ tdm_status_t tdm_py_str(tdm_sbuf_t *b, const json_t *v)
     return TDM_ERR_INVAL;
 }
 
-/* str.isspace() for one code point: Unicode White_Space minus U+180E plus the C0 separators
- * 0x1c..0x1f, i.e. bidi class WS/B/S or category Zs. */
-static int py_isspace(uint32_t cp)
+int tdm_py_isspace(uint32_t cp)
 {
     return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
            cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
@@ -312,8 +351,8 @@ void tdm_py_strip(const char *s, size_t n, size_t *ret_off, size_t *ret_len)
     size_t a = 0, z = n, l;
 
     while (a < z) {
-        uint32_t cp = utf8_at(u, n, a, &l);
-        if (!py_isspace(cp))
+        uint32_t cp = tdm_py_utf8_decode(s, n, a, &l);
+        if (!tdm_py_isspace(cp))
             break;
         a += l;
     }
@@ -321,8 +360,8 @@ void tdm_py_strip(const char *s, size_t n, size_t *ret_off, size_t *ret_len)
         size_t st = z - 1;
         while (st > a && (u[st] & 0xc0) == 0x80)
             st--;
-        uint32_t cp = utf8_at(u, n, st, &l);
-        if (!py_isspace(cp))
+        uint32_t cp = tdm_py_utf8_decode(s, n, st, &l);
+        if (!tdm_py_isspace(cp))
             break;
         z = st;
     }

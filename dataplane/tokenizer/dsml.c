@@ -20,7 +20,7 @@
 #include <tdm/dsml.h>
 #include <tdm/mem.h>
 
-#include "chat_int.h"
+#include "toolcall_int.h"
 
 typedef enum state {
     S_CONTENT,
@@ -656,17 +656,10 @@ void tdm_dsml_stream_free(tdm_dsml_stream_t *s)
     tdm_free(s);
 }
 
-typedef struct collect {
-    tdm_dsml_result_t *r;
-    tdm_sbuf_t content;
-    size_t cap;
-    char *name;
-} collect_t;
-
-static void collect_cb(void *ud, const tdm_dsml_event_t *ev)
+void tdm_tc_collect_cb(void *ud, const tdm_dsml_event_t *ev)
 {
-    collect_t *c = ud;
-    tdm_dsml_result_t *r = c->r;
+    tdm_tc_collect_t *c = ud;
+    tdm_dsml_result_t *r = &c->r;
     switch (ev->kind) {
     case TDM_DSML_CONTENT:
         (void)tdm_sbuf_add(&c->content, ev->text, ev->len);
@@ -697,34 +690,39 @@ static void collect_cb(void *ud, const tdm_dsml_event_t *ev)
     }
 }
 
+tdm_status_t tdm_tc_collect_end(tdm_tc_collect_t *c, tdm_status_t st, tdm_dsml_result_t *ret)
+{
+    tdm_free(c->name);
+    c->name = NULL;
+    if (st != TDM_OK) {
+        tdm_sbuf_free(&c->content);
+        tdm_dsml_result_free(&c->r);
+        return st;
+    }
+    c->r.content = c->content.p ? c->content.p : tdm_strdup("");
+    c->r.content_len = c->content.len;
+    c->r.cls = c->r.n_malformed ? TDM_DSML_CLASS_LEAK
+               : c->r.n_calls   ? TDM_DSML_CLASS_CALL
+                                : TDM_DSML_CLASS_TEXT;
+    *ret = c->r;
+    return TDM_OK;
+}
+
 tdm_status_t tdm_dsml_parse(const json_t *tools, const char *text, size_t len,
                             tdm_dsml_result_t *ret)
 {
-    tdm_dsml_result_t r = {0};
-    collect_t c = {.r = &r};
+    tdm_tc_collect_t c = {0};
     tdm_dsml_stream_t *s = NULL;
     tdm_status_t st;
 
     if (!ret || (!text && len))
         return TDM_ERR_INVAL;
-    TDM_TRY(tdm_dsml_stream_init(tools, collect_cb, &c, &s));
-    TDM_CHECK_GOTO(tdm_dsml_stream_feed(s, text, len), st, err);
-    TDM_CHECK_GOTO(tdm_dsml_stream_finish(s), st, err);
+    TDM_TRY(tdm_dsml_stream_init(tools, tdm_tc_collect_cb, &c, &s));
+    st = tdm_dsml_stream_feed(s, text, len);
+    if (st == TDM_OK)
+        st = tdm_dsml_stream_finish(s);
     tdm_dsml_stream_free(s);
-    tdm_free(c.name);
-    r.content = c.content.p ? c.content.p : tdm_strdup("");
-    r.content_len = c.content.len;
-    r.cls = r.n_malformed ? TDM_DSML_CLASS_LEAK
-            : r.n_calls   ? TDM_DSML_CLASS_CALL
-                          : TDM_DSML_CLASS_TEXT;
-    *ret = r;
-    return TDM_OK;
-err:
-    tdm_dsml_stream_free(s);
-    tdm_free(c.name);
-    tdm_sbuf_free(&c.content);
-    tdm_dsml_result_free(&r);
-    return st;
+    return tdm_tc_collect_end(&c, st, ret);
 }
 
 void tdm_dsml_result_free(tdm_dsml_result_t *r)

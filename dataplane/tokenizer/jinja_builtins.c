@@ -97,7 +97,7 @@ static int in_set(uint32_t cp, const char *chars, size_t n)
 {
     size_t l;
     for (size_t i = 0; i < n; i += l)
-        if (jv_utf8_decode(chars, n, i, &l) == cp)
+        if (tdm_py_utf8_decode(chars, n, i, &l) == cp)
             return 1;
     return 0;
 }
@@ -111,8 +111,8 @@ static jv_t str_strip(jv_t s, jv_t chars, int which)
     const char *cs = ws ? NULL : STR(chars);
     size_t cn = ws ? 0 : SLEN(chars);
     while ((which & 1) && a < z) {
-        uint32_t cp = jv_utf8_decode(p, n, a, &l);
-        if (ws ? !jv_py_isspace(cp) : !in_set(cp, cs, cn))
+        uint32_t cp = tdm_py_utf8_decode(p, n, a, &l);
+        if (ws ? !tdm_py_isspace(cp) : !in_set(cp, cs, cn))
             break;
         a += l;
     }
@@ -120,8 +120,8 @@ static jv_t str_strip(jv_t s, jv_t chars, int which)
         size_t st = z - 1;
         while (st > a && ((unsigned char)p[st] & 0xc0) == 0x80)
             st--;
-        uint32_t cp = jv_utf8_decode(p, n, st, &l);
-        if (ws ? !jv_py_isspace(cp) : !in_set(cp, cs, cn))
+        uint32_t cp = tdm_py_utf8_decode(p, n, st, &l);
+        if (ws ? !tdm_py_isspace(cp) : !in_set(cp, cs, cn))
             break;
         z = st;
     }
@@ -151,7 +151,7 @@ static tdm_status_t str_replace(jctx_t *c, jv_t s, jv_t old, jv_t new_, jv_t cou
         if (on == 0) { /* "ab".replace("", "-") == "-a-b-" */
             size_t l = 1;
             if (h < n) {
-                jv_utf8_decode(p, n, h, &l);
+                tdm_py_utf8_decode(p, n, h, &l);
                 if (st == TDM_OK)
                     st = tdm_sbuf_add(&b, p + h, l);
             }
@@ -200,7 +200,7 @@ static tdm_status_t str_split(jctx_t *c, jv_t s, jv_t sep, jv_t maxs, jv_t *ret)
         json_array_append_new(out, json_stringn_nocheck(p + i, n - i));
     } else {
         while (i < n) {
-            while (i < n && jv_py_isspace(jv_utf8_decode(p, n, i, &l)))
+            while (i < n && tdm_py_isspace(tdm_py_utf8_decode(p, n, i, &l)))
                 i += l;
             if (i >= n)
                 break;
@@ -211,14 +211,14 @@ static tdm_status_t str_split(jctx_t *c, jv_t s, jv_t sep, jv_t maxs, jv_t *ret)
                     size_t st = z - 1;
                     while (st > a && ((unsigned char)p[st] & 0xc0) == 0x80)
                         st--;
-                    if (!jv_py_isspace(jv_utf8_decode(p, n, st, &l)))
+                    if (!tdm_py_isspace(tdm_py_utf8_decode(p, n, st, &l)))
                         break;
                     z = st;
                 }
                 json_array_append_new(out, json_stringn_nocheck(p + a, z - a));
                 break;
             }
-            while (i < n && !jv_py_isspace(jv_utf8_decode(p, n, i, &l)))
+            while (i < n && !tdm_py_isspace(tdm_py_utf8_decode(p, n, i, &l)))
                 i += l;
             json_array_append_new(out, json_stringn_nocheck(p + a, i - a));
             if (max > 0)
@@ -256,7 +256,7 @@ static tdm_status_t to_list(jctx_t *c, jv_t v, jv_t *ret)
     } else if (jv_is_str(v)) {
         size_t l;
         for (size_t i = 0; i < SLEN(v); i += l) {
-            jv_utf8_decode(STR(v), SLEN(v), i, &l);
+            tdm_py_utf8_decode(STR(v), SLEN(v), i, &l);
             json_array_append_new(out, json_stringn_nocheck(STR(v) + i, l));
         }
     } else if (v.k != JV_UNDEF) {
@@ -464,7 +464,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
         if (indent > 64)
             indent = 64;
         tdm_sbuf_t b = {.cap_limit = c->lim.max_output};
-        tdm_status_t st = jv_json_dumps(&b, v.j, indent, jv_truthy(sk), 0);
+        tdm_status_t st = tdm_py_json_dumps_ex(&b, v.j, indent, jv_truthy(sk), 0, 64);
         if (st != TDM_OK) {
             tdm_sbuf_free(&b);
             return jctx_fail(c, TDM_ERR_RANGE, "tojson: value too large or too deep");

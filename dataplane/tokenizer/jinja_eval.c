@@ -487,7 +487,7 @@ static tdm_status_t eval_item(jctx_t *c, jv_t obj, jv_t key, const char *attr, j
             return TDM_OK;
         }
         size_t a = jv_utf8_offset(s, sl, (size_t)i), l;
-        jv_utf8_decode(s, sl, a, &l);
+        tdm_py_utf8_decode(s, sl, a, &l);
         *ret = jv_take(json_stringn_nocheck(s + a, l));
         return TDM_OK;
     }

@@ -74,7 +74,7 @@ static tdm_status_t iter_items(jctx_t *c, jv_t v, json_t **ret)
         size_t n = json_string_length(v.j), l;
         json_t *out = json_array();
         for (size_t i = 0; i < n; i += l) {
-            jv_utf8_decode(s, n, i, &l);
+            tdm_py_utf8_decode(s, n, i, &l);
             json_array_append_new(out, json_stringn_nocheck(s + i, l));
         }
         *ret = out;

@@ -219,13 +219,9 @@ int jv_equal(jv_t a, jv_t b);
 int jv_compare(jv_t a, jv_t b, tdm_status_t *st);
 /* JSON data for v (undefined → null, a namespace → its object); new reference. */
 json_t *jv_to_json(jv_t v);
-/* json.dumps(v, ensure_ascii=False, indent=indent (<0: none), sort_keys=sort). */
-tdm_status_t jv_json_dumps(tdm_sbuf_t *b, const json_t *v, int indent, int sort_keys, int depth);
 /* Code points of a UTF-8 string; the byte offset of code point i (clamped to n). */
 size_t jv_utf8_count(const char *s, size_t n);
 size_t jv_utf8_offset(const char *s, size_t n, size_t cp);
-int jv_py_isspace(uint32_t cp);
-uint32_t jv_utf8_decode(const char *s, size_t n, size_t i, size_t *ret_len);
 
 /* ---- evaluation ---- */
 

@@ -3,7 +3,9 @@
  * between vocab, merges, added tokens and the post-processor template) and reports the first
  * problem as TDM_ERR_FORMAT (malformed) or TDM_ERR_UNSUPPORTED (valid but outside what
  * tokenizer.h lists), naming the field. Builds the vocab and merge hash maps, the id tables and
- * the added-token matchers; the result is immutable.
+ * the added-token matchers; the result is immutable. The pipeline sections (normalizer,
+ * pre-tokenizer, decoder, post-processor) are load_steps.c's; the field readers both use are here
+ * (load_int.h).
  */
 #include "config.h"
 
@@ -16,29 +18,12 @@
 
 #include <tdm/mem.h>
 
-#include "tok_int.h"
+#include "load_int.h"
 
 /* A file may not make us allocate id tables much larger than what it lists. */
 #define TOK_ID_SLACK (1u << 18)
-#define TOK_MAX_DEPTH 8
 
-static const char PAT_GPT2[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char PAT_LLAMA3[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char PAT_QWEN2[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-typedef struct ctx {
-    tdm_tok_t *tok;
-    char *err;
-    size_t errlen;
-} ctx_t;
-
-__attribute__((format(printf, 3, 4))) static tdm_status_t bad(ctx_t *c, tdm_status_t st,
-                                                              const char *fmt, ...)
+tdm_status_t tok_load_bad(tok_load_t *c, tdm_status_t st, const char *fmt, ...)
 {
     if (c->err && c->errlen) {
         va_list ap;
@@ -49,7 +34,7 @@ __attribute__((format(printf, 3, 4))) static tdm_status_t bad(ctx_t *c, tdm_stat
     return st;
 }
 
-static const char *dup_str(ctx_t *c, json_t *s, size_t *ret_len)
+const char *tok_load_dup_str(tok_load_t *c, json_t *s, size_t *ret_len)
 {
     size_t n = json_string_length(s);
     if (ret_len)
@@ -58,8 +43,8 @@ static const char *dup_str(ctx_t *c, json_t *s, size_t *ret_len)
 }
 
 /* Optional boolean: absent or null → def. */
-static tdm_status_t get_bool(ctx_t *c, json_t *o, const char *key, const char *where, int def,
-                             int *ret)
+tdm_status_t tok_load_get_bool(tok_load_t *c, json_t *o, const char *key, const char *where,
+                               int def, int *ret)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
@@ -67,380 +52,69 @@ static tdm_status_t get_bool(ctx_t *c, json_t *o, const char *key, const char *w
         return TDM_OK;
     }
     if (!json_is_boolean(v))
-        return bad(c, TDM_ERR_FORMAT, "%s.%s: expected a boolean", where, key);
+        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected a boolean", where, key);
     *ret = json_is_true(v);
     return TDM_OK;
 }
 
-static tdm_status_t get_str(ctx_t *c, json_t *o, const char *key, const char *where, int required,
-                            json_t **ret)
+tdm_status_t tok_load_get_str(tok_load_t *c, json_t *o, const char *key, const char *where,
+                              int required, json_t **ret)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required)
-            return bad(c, TDM_ERR_FORMAT, "%s.%s: missing", where, key);
+            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: missing", where, key);
         *ret = NULL;
         return TDM_OK;
     }
     if (!json_is_string(v))
-        return bad(c, TDM_ERR_FORMAT, "%s.%s: expected a string", where, key);
+        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected a string", where, key);
     *ret = v;
     return TDM_OK;
 }
 
-static tdm_status_t get_type(ctx_t *c, json_t *o, const char *where, const char **ret)
-{
-    if (!json_is_object(o))
-        return bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
-    json_t *t;
-    TDM_TRY(get_str(c, o, "type", where, 1, &t));
-    *ret = json_string_value(t);
-    return TDM_OK;
-}
-
-static tdm_status_t get_id(ctx_t *c, json_t *v, const char *where, uint32_t *ret)
+tdm_status_t tok_load_get_id(tok_load_t *c, json_t *v, const char *where, uint32_t *ret)
 {
     if (!json_is_integer(v))
-        return bad(c, TDM_ERR_FORMAT, "%s: expected an integer id", where);
+        return tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an integer id", where);
     json_int_t id = json_integer_value(v);
     if (id < 0 || id >= (json_int_t)TDM_TOK_MAX_VOCAB)
-        return bad(c, TDM_ERR_FORMAT, "%s: id %lld out of range [0, %u)", where, (long long)id,
-                   TDM_TOK_MAX_VOCAB);
+        return tok_load_bad(c, TDM_ERR_FORMAT, "%s: id %lld out of range [0, %u)", where,
+                            (long long)id, TDM_TOK_MAX_VOCAB);
     *ret = (uint32_t)id;
     return TDM_OK;
 }
 
-/* "String" pattern of Replace/Split; a Regex pattern is returned in *ret_regex. */
-static tdm_status_t get_pattern(ctx_t *c, json_t *o, const char *where, json_t **ret_str,
-                                json_t **ret_regex)
-{
-    json_t *p = json_object_get(o, "pattern");
-    if (!json_is_object(p))
-        return bad(c, TDM_ERR_FORMAT, "%s.pattern: expected an object", where);
-    json_t *s = json_object_get(p, "String"), *r = json_object_get(p, "Regex");
-    if (s && json_is_string(s)) {
-        *ret_str = s;
-        *ret_regex = NULL;
-        return TDM_OK;
-    }
-    if (r && json_is_string(r)) {
-        *ret_str = NULL;
-        *ret_regex = r;
-        return TDM_OK;
-    }
-    return bad(c, TDM_ERR_FORMAT, "%s.pattern: expected {\"String\": ...} or {\"Regex\": ...}",
-               where);
-}
-
-static tdm_status_t get_scheme(ctx_t *c, json_t *o, const char *where, tok_scheme_t *ret)
-{
-    json_t *ps = json_object_get(o, "prepend_scheme");
-    if (ps && !json_is_null(ps)) {
-        const char *v = json_string_value(ps);
-        if (!v)
-            return bad(c, TDM_ERR_FORMAT, "%s.prepend_scheme: expected a string", where);
-        if (strcmp(v, "always") == 0)
-            *ret = TOK_SCHEME_ALWAYS;
-        else if (strcmp(v, "first") == 0)
-            *ret = TOK_SCHEME_FIRST;
-        else if (strcmp(v, "never") == 0)
-            *ret = TOK_SCHEME_NEVER;
-        else
-            return bad(c, TDM_ERR_FORMAT, "%s.prepend_scheme: unknown value \"%s\"", where, v);
-        return TDM_OK;
-    }
-    int aps;
-    TDM_TRY(get_bool(c, o, "add_prefix_space", where, 1, &aps));
-    *ret = aps ? TOK_SCHEME_ALWAYS : TOK_SCHEME_NEVER;
-    return TDM_OK;
-}
-
-/* Metaspace replacement: exactly one character. */
-static tdm_status_t get_repl(ctx_t *c, json_t *o, const char *where, const char **ret,
-                             size_t *ret_len)
-{
-    json_t *r;
-    TDM_TRY(get_str(c, o, "replacement", where, 1, &r));
-    size_t n = json_string_length(r);
-    const uint8_t *s = (const uint8_t *)json_string_value(r);
-    uint32_t cp;
-    if (n == 0 || tok_utf8_next(s, n, &cp) != n)
-        return bad(c, TDM_ERR_FORMAT, "%s.replacement: expected exactly one character", where);
-    *ret = dup_str(c, r, ret_len);
-    return TDM_OK;
-}
-
-/* The common head of the normalizer/pre-tokenizer/decoder/post-processor parsers: the depth cap,
- * the "type" field, and a {"type":"Sequence", KEY:[...]} whose items are parsed by `fn` one level
- * deeper (*ret_seq = 1 then). */
-typedef tdm_status_t (*parse_step_fn)(ctx_t *c, json_t *o, const char *where, int depth);
-
-static tdm_status_t parse_head(ctx_t *c, json_t *o, const char *where, int depth, const char *key,
-                               parse_step_fn fn, const char **ret_type, int *ret_seq)
-{
-    if (depth > TOK_MAX_DEPTH)
-        return bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
-    TDM_TRY(get_type(c, o, where, ret_type));
-    *ret_seq = strcmp(*ret_type, "Sequence") == 0;
-    if (!*ret_seq)
-        return TDM_OK;
-    json_t *arr = json_object_get(o, key);
-    if (!json_is_array(arr))
-        return bad(c, TDM_ERR_FORMAT, "%s.%s: expected an array", where, key);
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        char sub[128];
-        snprintf(sub, sizeof(sub), "%s.%s[%zu]", where, key, i);
-        TDM_TRY(fn(c, json_array_get(arr, i), sub, depth + 1));
-    }
-    return TDM_OK;
-}
-
-static tdm_status_t parse_norm(ctx_t *c, json_t *o, const char *where, int depth)
-{
-    tdm_tok_t *tok = c->tok;
-    const char *type;
-    int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "normalizers", parse_norm, &type, &seq));
-    if (seq)
-        return TDM_OK;
-    if (tok->n_norm == TOK_MAX_STEPS)
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d normalizer steps", where,
-                   TOK_MAX_STEPS);
-    tok_norm_t *n = &tok->norm[tok->n_norm];
-    memset(n, 0, sizeof(*n));
-    if (strcmp(type, "NFC") == 0) {
-        n->kind = TOK_NORM_NFC;
-    } else if (strcmp(type, "Prepend") == 0) {
-        json_t *p;
-        TDM_TRY(get_str(c, o, "prepend", where, 1, &p));
-        n->kind = TOK_NORM_PREPEND;
-        n->a = dup_str(c, p, &n->alen);
-    } else if (strcmp(type, "Replace") == 0) {
-        json_t *s, *r, *content;
-        TDM_TRY(get_pattern(c, o, where, &s, &r));
-        if (!s)
-            return bad(c, TDM_ERR_UNSUPPORTED, "%s.pattern: Regex patterns are not supported",
-                       where);
-        TDM_TRY(get_str(c, o, "content", where, 1, &content));
-        if (json_string_length(s) == 0)
-            return bad(c, TDM_ERR_FORMAT, "%s.pattern: empty string", where);
-        n->kind = TOK_NORM_REPLACE;
-        n->a = dup_str(c, s, &n->alen);
-        n->b = dup_str(c, content, &n->blen);
-    } else {
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s.type: normalizer \"%s\" is not supported", where,
-                   type);
-    }
-    tok->n_norm++;
-    return TDM_OK;
-}
-
-static tdm_status_t parse_pre(ctx_t *c, json_t *o, const char *where, int depth)
-{
-    tdm_tok_t *tok = c->tok;
-    const char *type;
-    int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "pretokenizers", parse_pre, &type, &seq));
-    if (seq)
-        return TDM_OK;
-    if (tok->n_pre == TOK_MAX_STEPS)
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d pre-tokenizer steps", where,
-                   TOK_MAX_STEPS);
-    tok_pre_t *p = &tok->pre[tok->n_pre];
-    memset(p, 0, sizeof(*p));
-    if (strcmp(type, "ByteLevel") == 0) {
-        p->kind = TOK_PRE_BYTELEVEL;
-        TDM_TRY(get_bool(c, o, "add_prefix_space", where, 1, &p->add_prefix_space));
-        TDM_TRY(get_bool(c, o, "use_regex", where, 1, &p->use_regex));
-    } else if (strcmp(type, "Split") == 0) {
-        json_t *s, *r, *beh;
-        int invert = 0;
-        TDM_TRY(get_pattern(c, o, where, &s, &r));
-        TDM_TRY(get_str(c, o, "behavior", where, 1, &beh));
-        TDM_TRY(get_bool(c, o, "invert", where, 0, &invert));
-        if (strcmp(json_string_value(beh), "Isolated") != 0 || invert)
-            return bad(c, TDM_ERR_UNSUPPORTED,
-                       "%s.behavior: only Isolated, non-inverted splits are supported", where);
-        const char *re = r ? json_string_value(r) : "";
-        p->kind = TOK_PRE_SPLIT;
-        if (r && strcmp(re, PAT_GPT2) == 0)
-            p->pat = TOK_PAT_GPT2;
-        else if (r && strcmp(re, PAT_LLAMA3) == 0)
-            p->pat = TOK_PAT_LLAMA3;
-        else if (r && strcmp(re, PAT_QWEN2) == 0)
-            p->pat = TOK_PAT_QWEN2;
-        else
-            return bad(c, TDM_ERR_UNSUPPORTED,
-                       "%s.pattern: only the GPT-2, Llama-3 and Qwen2 regexes are supported",
-                       where);
-    } else if (strcmp(type, "Metaspace") == 0) {
-        p->kind = TOK_PRE_METASPACE;
-        TDM_TRY(get_repl(c, o, where, &p->repl, &p->repl_len));
-        TDM_TRY(get_scheme(c, o, where, &p->scheme));
-        TDM_TRY(get_bool(c, o, "split", where, 1, &p->split));
-    } else {
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s.type: pre-tokenizer \"%s\" is not supported", where,
-                   type);
-    }
-    tok->n_pre++;
-    return TDM_OK;
-}
-
-static tdm_status_t parse_dec(ctx_t *c, json_t *o, const char *where, int depth)
-{
-    tdm_tok_t *tok = c->tok;
-    const char *type;
-    int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "decoders", parse_dec, &type, &seq));
-    if (seq)
-        return TDM_OK;
-    if (tok->n_dec == TOK_MAX_STEPS)
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d decoder steps", where, TOK_MAX_STEPS);
-    tok_dec_t *d = &tok->dec[tok->n_dec];
-    memset(d, 0, sizeof(*d));
-    if (strcmp(type, "ByteLevel") == 0) {
-        d->kind = TOK_DEC_BYTELEVEL;
-    } else if (strcmp(type, "Metaspace") == 0) {
-        d->kind = TOK_DEC_METASPACE;
-        TDM_TRY(get_repl(c, o, where, &d->a, &d->alen));
-        TDM_TRY(get_scheme(c, o, where, &d->scheme));
-    } else if (strcmp(type, "Replace") == 0) {
-        json_t *s, *r, *content;
-        TDM_TRY(get_pattern(c, o, where, &s, &r));
-        if (!s)
-            return bad(c, TDM_ERR_UNSUPPORTED, "%s.pattern: Regex patterns are not supported",
-                       where);
-        TDM_TRY(get_str(c, o, "content", where, 1, &content));
-        if (json_string_length(s) == 0)
-            return bad(c, TDM_ERR_FORMAT, "%s.pattern: empty string", where);
-        d->kind = TOK_DEC_REPLACE;
-        d->a = dup_str(c, s, &d->alen);
-        d->b = dup_str(c, content, &d->blen);
-    } else if (strcmp(type, "ByteFallback") == 0) {
-        d->kind = TOK_DEC_BYTEFALLBACK;
-    } else if (strcmp(type, "Fuse") == 0) {
-        d->kind = TOK_DEC_FUSE;
-    } else if (strcmp(type, "Strip") == 0) {
-        json_t *content;
-        d->kind = TOK_DEC_STRIP;
-        TDM_TRY(get_str(c, o, "content", where, 1, &content));
-        size_t n = json_string_length(content);
-        if (n == 0 ||
-            tok_utf8_next((const uint8_t *)json_string_value(content), n, &d->content) != n)
-            return bad(c, TDM_ERR_FORMAT, "%s.content: expected exactly one character", where);
-        json_t *st = json_object_get(o, "start"), *sp = json_object_get(o, "stop");
-        if (!json_is_integer(st) || !json_is_integer(sp) || json_integer_value(st) < 0 ||
-            json_integer_value(sp) < 0 || json_integer_value(st) > 1 << 20 ||
-            json_integer_value(sp) > 1 << 20)
-            return bad(c, TDM_ERR_FORMAT, "%s.start/stop: expected small non-negative integers",
-                       where);
-        d->start = (size_t)json_integer_value(st);
-        d->stop = (size_t)json_integer_value(sp);
-    } else {
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s.type: decoder \"%s\" is not supported", where, type);
-    }
-    tok->n_dec++;
-    return TDM_OK;
-}
-
-static void push_ids(uint32_t **arr, size_t *n, const uint32_t *ids, size_t k)
-{
-    *arr = tdm_realloc(*arr, (*n + k + 1) * sizeof(uint32_t));
-    memcpy(*arr + *n, ids, k * sizeof(uint32_t));
-    *n += k;
-}
-
-static tdm_status_t parse_template(ctx_t *c, json_t *o, const char *where)
-{
-    tdm_tok_t *tok = c->tok;
-    json_t *single = json_object_get(o, "single"), *sp = json_object_get(o, "special_tokens");
-    if (!json_is_array(single))
-        return bad(c, TDM_ERR_FORMAT, "%s.single: expected an array", where);
-    if (sp && !json_is_null(sp) && !json_is_object(sp))
-        return bad(c, TDM_ERR_FORMAT, "%s.special_tokens: expected an object", where);
-    if (tok->tpl_pre || tok->tpl_post || tok->n_tpl_pre || tok->n_tpl_post)
-        return bad(c, TDM_ERR_UNSUPPORTED, "%s: more than one TemplateProcessing", where);
-    int seen_seq = 0;
-    for (size_t i = 0; i < json_array_size(single); i++) {
-        json_t *it = json_array_get(single, i);
-        json_t *seq = json_object_get(it, "Sequence"), *spt = json_object_get(it, "SpecialToken");
-        if (json_is_object(seq)) {
-            const char *id = json_string_value(json_object_get(seq, "id"));
-            if (!id || strcmp(id, "A") != 0 || seen_seq)
-                return bad(c, TDM_ERR_FORMAT, "%s.single[%zu].Sequence.id: expected one \"A\"",
-                           where, i);
-            seen_seq = 1;
-        } else if (json_is_object(spt)) {
-            const char *name = json_string_value(json_object_get(spt, "id"));
-            json_t *ent = name ? json_object_get(sp, name) : NULL;
-            json_t *ids = json_object_get(ent, "ids");
-            if (!json_is_array(ids))
-                return bad(c, TDM_ERR_FORMAT,
-                           "%s.single[%zu].SpecialToken: \"%s\" has no ids in special_tokens",
-                           where, i, name ? name : "?");
-            for (size_t k = 0; k < json_array_size(ids); k++) {
-                uint32_t id;
-                char sub[160];
-                snprintf(sub, sizeof(sub), "%s.special_tokens[\"%.40s\"].ids[%zu]", where, name, k);
-                TDM_TRY(get_id(c, json_array_get(ids, k), sub, &id));
-                if (seen_seq)
-                    push_ids(&tok->tpl_post, &tok->n_tpl_post, &id, 1);
-                else
-                    push_ids(&tok->tpl_pre, &tok->n_tpl_pre, &id, 1);
-            }
-        } else {
-            return bad(c, TDM_ERR_FORMAT,
-                       "%s.single[%zu]: expected a Sequence or SpecialToken object", where, i);
-        }
-    }
-    if (!seen_seq)
-        return bad(c, TDM_ERR_FORMAT, "%s.single: no Sequence \"A\"", where);
-    return TDM_OK;
-}
-
-static tdm_status_t parse_post(ctx_t *c, json_t *o, const char *where, int depth)
-{
-    const char *type;
-    int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "processors", parse_post, &type, &seq));
-    if (seq)
-        return TDM_OK;
-    if (strcmp(type, "ByteLevel") == 0)
-        return TDM_OK; /* offsets only */
-    if (strcmp(type, "TemplateProcessing") == 0)
-        return parse_template(c, o, where);
-    return bad(c, TDM_ERR_UNSUPPORTED, "%s.type: post-processor \"%s\" is not supported", where,
-               type);
-}
-
-static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
+static tdm_status_t parse_model(tok_load_t *c, json_t *m, json_t **ret_vocab)
 {
     tdm_tok_t *tok = c->tok;
     if (!json_is_object(m))
-        return bad(c, TDM_ERR_FORMAT, "model: missing or not an object");
+        return tok_load_bad(c, TDM_ERR_FORMAT, "model: missing or not an object");
     json_t *type = json_object_get(m, "type");
     if (type && !json_is_string(type))
-        return bad(c, TDM_ERR_FORMAT, "model.type: expected a string");
+        return tok_load_bad(c, TDM_ERR_FORMAT, "model.type: expected a string");
     if (type && strcmp(json_string_value(type), "BPE") != 0)
-        return bad(c, TDM_ERR_UNSUPPORTED, "model.type: \"%s\" is not supported (BPE only)",
-                   json_string_value(type));
+        return tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                            "model.type: \"%s\" is not supported (BPE only)",
+                            json_string_value(type));
     json_t *dropout = json_object_get(m, "dropout");
     if (dropout && !json_is_null(dropout) &&
         !(json_is_number(dropout) && json_number_value(dropout) == 0.0))
-        return bad(c, TDM_ERR_UNSUPPORTED, "model.dropout: only null is supported");
+        return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "model.dropout: only null is supported");
     static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(m, affixes[i]);
         if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
-            return bad(c, TDM_ERR_UNSUPPORTED, "model.%s: only null is supported", affixes[i]);
+            return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "model.%s: only null is supported",
+                                affixes[i]);
     }
-    TDM_TRY(get_bool(c, m, "fuse_unk", "model", 0, &tok->fuse_unk));
-    TDM_TRY(get_bool(c, m, "byte_fallback", "model", 0, &tok->byte_fallback));
-    TDM_TRY(get_bool(c, m, "ignore_merges", "model", 0, &tok->ignore_merges));
+    TDM_TRY(tok_load_get_bool(c, m, "fuse_unk", "model", 0, &tok->fuse_unk));
+    TDM_TRY(tok_load_get_bool(c, m, "byte_fallback", "model", 0, &tok->byte_fallback));
+    TDM_TRY(tok_load_get_bool(c, m, "ignore_merges", "model", 0, &tok->ignore_merges));
 
     json_t *vocab = json_object_get(m, "vocab");
     if (!json_is_object(vocab))
-        return bad(c, TDM_ERR_FORMAT, "model.vocab: missing or not an object");
+        return tok_load_bad(c, TDM_ERR_FORMAT, "model.vocab: missing or not an object");
     tok_smap_init(&tok->vocab, json_object_size(vocab));
     const char *key;
     json_t *val;
@@ -449,7 +123,7 @@ static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
         uint32_t id;
         char where[96];
         snprintf(where, sizeof(where), "model.vocab[\"%.40s\"]", key);
-        TDM_TRY(get_id(c, val, where, &id));
+        TDM_TRY(tok_load_get_id(c, val, where, &id));
         /* jansson keys are NUL-terminated: tokens containing U+0000 are not representable */
         size_t klen = strlen(key);
         const char *k = tok_arena_memdup(&tok->pool, key, klen);
@@ -458,7 +132,7 @@ static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
 
     json_t *merges = json_object_get(m, "merges");
     if (merges && !json_is_null(merges) && !json_is_array(merges))
-        return bad(c, TDM_ERR_FORMAT, "model.merges: expected an array");
+        return tok_load_bad(c, TDM_ERR_FORMAT, "model.merges: expected an array");
     size_t nm = json_array_size(merges);
     tok_pmap_init(&tok->merges, nm);
     char *tmp = NULL;
@@ -472,7 +146,8 @@ static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
             a = json_string_value(e);
             const char *sp = memchr(a, ' ', json_string_length(e));
             if (!sp || memchr(sp + 1, ' ', json_string_length(e) - (size_t)(sp + 1 - a))) {
-                st = bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: expected \"left right\"", i);
+                st = tok_load_bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: expected \"left right\"",
+                                  i);
                 goto out;
             }
             alen = (size_t)(sp - a);
@@ -485,16 +160,18 @@ static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
             b = json_string_value(json_array_get(e, 1));
             blen = json_string_length(json_array_get(e, 1));
         } else {
-            st = bad(c, TDM_ERR_FORMAT,
-                     "model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]", i);
+            st = tok_load_bad(c, TDM_ERR_FORMAT,
+                              "model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]",
+                              i);
             goto out;
         }
         uint32_t ia, ib, im;
         if (!tok_smap_get(&tok->vocab, a, alen, &ia) || !tok_smap_get(&tok->vocab, b, blen, &ib)) {
-            st = bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: \"%.*s\" not in vocab", i,
-                     (int)(tok_smap_get(&tok->vocab, a, alen, &ia) ? (blen > 40 ? 40 : blen)
-                                                                   : (alen > 40 ? 40 : alen)),
-                     tok_smap_get(&tok->vocab, a, alen, &ia) ? b : a);
+            st = tok_load_bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: \"%.*s\" not in vocab", i,
+                              (int)(tok_smap_get(&tok->vocab, a, alen, &ia)
+                                        ? (blen > 40 ? 40 : blen)
+                                        : (alen > 40 ? 40 : alen)),
+                              tok_smap_get(&tok->vocab, a, alen, &ia) ? b : a);
             goto out;
         }
         if (alen + blen > tmp_cap) {
@@ -504,20 +181,21 @@ static tdm_status_t parse_model(ctx_t *c, json_t *m, json_t **ret_vocab)
         memcpy(tmp, a, alen);
         memcpy(tmp + alen, b, blen);
         if (!tok_smap_get(&tok->vocab, tmp, alen + blen, &im)) {
-            st = bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: merged token \"%.*s\" not in vocab", i,
-                     (int)(alen + blen > 40 ? 40 : alen + blen), tmp);
+            st = tok_load_bad(c, TDM_ERR_FORMAT,
+                              "model.merges[%zu]: merged token \"%.*s\" not in vocab", i,
+                              (int)(alen + blen > 40 ? 40 : alen + blen), tmp);
             goto out;
         }
         tok_pmap_put(&tok->merges, ia, ib, (uint32_t)i, im);
     }
 
     json_t *unk;
-    TDM_CHECK_GOTO(get_str(c, m, "unk_token", "model", 0, &unk), st, out);
+    TDM_CHECK_GOTO(tok_load_get_str(c, m, "unk_token", "model", 0, &unk), st, out);
     tok->unk_id = TDM_TOK_NO_ID;
     if (unk &&
         !tok_smap_get(&tok->vocab, json_string_value(unk), json_string_length(unk), &tok->unk_id)) {
-        st = bad(c, TDM_ERR_FORMAT, "model.unk_token: \"%.40s\" not in vocab",
-                 json_string_value(unk));
+        st = tok_load_bad(c, TDM_ERR_FORMAT, "model.unk_token: \"%.40s\" not in vocab",
+                          json_string_value(unk));
         goto out;
     }
     for (int bt = 0; bt < 256; bt++) {
@@ -532,13 +210,13 @@ out:
     return st;
 }
 
-static tdm_status_t parse_added(ctx_t *c, json_t *arr)
+static tdm_status_t parse_added(tok_load_t *c, json_t *arr)
 {
     tdm_tok_t *tok = c->tok;
     if (!arr || json_is_null(arr))
         return TDM_OK;
     if (!json_is_array(arr))
-        return bad(c, TDM_ERR_FORMAT, "added_tokens: expected an array");
+        return tok_load_bad(c, TDM_ERR_FORMAT, "added_tokens: expected an array");
     size_t n = json_array_size(arr);
     tok->added = tdm_calloc(n + 1, sizeof(tok_added_t));
     tok_smap_init(&tok->added_map, n);
@@ -547,24 +225,24 @@ static tdm_status_t parse_added(ctx_t *c, json_t *arr)
         char where[64];
         snprintf(where, sizeof(where), "added_tokens[%zu]", i);
         if (!json_is_object(o))
-            return bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
+            return tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
         tok_added_t *t = &tok->added[i];
         int sw = 0, ls = 0, rs = 0, norm = 0, spec = 0;
-        TDM_TRY(get_id(c, json_object_get(o, "id"), where, &t->id));
-        TDM_TRY(get_str(c, o, "content", where, 1, &content));
-        TDM_TRY(get_bool(c, o, "single_word", where, 0, &sw));
-        TDM_TRY(get_bool(c, o, "lstrip", where, 0, &ls));
-        TDM_TRY(get_bool(c, o, "rstrip", where, 0, &rs));
-        TDM_TRY(get_bool(c, o, "special", where, 0, &spec));
-        TDM_TRY(get_bool(c, o, "normalized", where, !spec, &norm));
-        t->content = dup_str(c, content, &t->len);
+        TDM_TRY(tok_load_get_id(c, json_object_get(o, "id"), where, &t->id));
+        TDM_TRY(tok_load_get_str(c, o, "content", where, 1, &content));
+        TDM_TRY(tok_load_get_bool(c, o, "single_word", where, 0, &sw));
+        TDM_TRY(tok_load_get_bool(c, o, "lstrip", where, 0, &ls));
+        TDM_TRY(tok_load_get_bool(c, o, "rstrip", where, 0, &rs));
+        TDM_TRY(tok_load_get_bool(c, o, "special", where, 0, &spec));
+        TDM_TRY(tok_load_get_bool(c, o, "normalized", where, !spec, &norm));
+        t->content = tok_load_dup_str(c, content, &t->len);
         t->single_word = (uint8_t)sw;
         t->lstrip = (uint8_t)ls;
         t->rstrip = (uint8_t)rs;
         t->special = (uint8_t)spec;
         t->normalized = (uint8_t)norm;
         if (tok_utf8_valid_prefix((const uint8_t *)t->content, t->len) != t->len)
-            return bad(c, TDM_ERR_FORMAT, "%s.content: not valid UTF-8", where);
+            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.content: not valid UTF-8", where);
         tok->n_added++;
         tok_smap_put(&tok->added_map, t->content, t->len, t->id);
     }
@@ -572,7 +250,7 @@ static tdm_status_t parse_added(ctx_t *c, json_t *arr)
 }
 
 /* id tables: vocab ids must be unique; an added token may share the id of its vocab entry. */
-static tdm_status_t build_ids(ctx_t *c, json_t *vocab)
+static tdm_status_t build_ids(tok_load_t *c, json_t *vocab)
 {
     tdm_tok_t *tok = c->tok;
     uint32_t max = 0;
@@ -589,8 +267,9 @@ static tdm_status_t build_ids(ctx_t *c, json_t *vocab)
     }
     size_t size = any ? (size_t)max + 1 : 0;
     if (size > tok->vocab.n + tok->n_added + TOK_ID_SLACK)
-        return bad(c, TDM_ERR_FORMAT, "model.vocab: id %u out of range (only %zu tokens listed)",
-                   max, tok->vocab.n + tok->n_added);
+        return tok_load_bad(c, TDM_ERR_FORMAT,
+                            "model.vocab: id %u out of range (only %zu tokens listed)", max,
+                            tok->vocab.n + tok->n_added);
     tok->vocab_size = (uint32_t)size;
     tok->id_str = tdm_calloc(size + 1, sizeof(char *));
     tok->id_len = tdm_calloc(size + 1, sizeof(uint32_t));
@@ -598,8 +277,9 @@ static tdm_status_t build_ids(ctx_t *c, json_t *vocab)
     for (size_t i = 0; i < tok->vocab.n; i++) {
         const struct tok_smap_ent *e = &tok->vocab.ent[i];
         if (tok->id_flags[e->val] & TOK_ID_VOCAB)
-            return bad(c, TDM_ERR_FORMAT, "model.vocab: id %u used by both \"%.40s\" and \"%.40s\"",
-                       e->val, tok->id_str[e->val], e->s);
+            return tok_load_bad(c, TDM_ERR_FORMAT,
+                                "model.vocab: id %u used by both \"%.40s\" and \"%.40s\"", e->val,
+                                tok->id_str[e->val], e->s);
         tok->id_str[e->val] = e->s;
         tok->id_len[e->val] = e->len;
         tok->id_flags[e->val] |= TOK_ID_VOCAB;
@@ -608,19 +288,20 @@ static tdm_status_t build_ids(ctx_t *c, json_t *vocab)
     for (size_t i = 0; i < tok->n_added; i++) {
         tok_added_t *t = &tok->added[i];
         if (tok->id_flags[t->id] & TOK_ID_ADDED)
-            return bad(c, TDM_ERR_FORMAT, "added_tokens[%zu].id: id %u used twice", i, t->id);
+            return tok_load_bad(c, TDM_ERR_FORMAT, "added_tokens[%zu].id: id %u used twice", i,
+                                t->id);
         tok->id_str[t->id] = t->content;
         tok->id_len[t->id] = (uint32_t)t->len;
         tok->id_flags[t->id] |= TOK_ID_ADDED | (t->special ? TOK_ID_SPECIAL : 0);
     }
     for (size_t i = 0; i < tok->n_tpl_pre; i++)
         if (tok->tpl_pre[i] >= size)
-            return bad(c, TDM_ERR_FORMAT, "post_processor: template id %u out of range",
-                       tok->tpl_pre[i]);
+            return tok_load_bad(c, TDM_ERR_FORMAT, "post_processor: template id %u out of range",
+                                tok->tpl_pre[i]);
     for (size_t i = 0; i < tok->n_tpl_post; i++)
         if (tok->tpl_post[i] >= size)
-            return bad(c, TDM_ERR_FORMAT, "post_processor: template id %u out of range",
-                       tok->tpl_post[i]);
+            return tok_load_bad(c, TDM_ERR_FORMAT, "post_processor: template id %u out of range",
+                                tok->tpl_post[i]);
     return TDM_OK;
 }
 
@@ -636,7 +317,7 @@ static int added_cmp_len(const void *pa, const void *pb, void *arg)
     return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
 }
 
-static tdm_status_t build_matcher(ctx_t *c, tok_amatch_t *m, int use_norm)
+static tdm_status_t build_matcher(tok_load_t *c, tok_amatch_t *m, int use_norm)
 {
     tdm_tok_t *tok = c->tok;
     size_t cnt[256] = {0};
@@ -671,24 +352,24 @@ static tdm_status_t build_matcher(ctx_t *c, tok_amatch_t *m, int use_norm)
     return TDM_OK;
 }
 
-static tdm_status_t parse_root(ctx_t *c, json_t *root)
+static tdm_status_t parse_root(tok_load_t *c, json_t *root)
 {
     tdm_tok_t *tok = c->tok;
     json_t *vocab = NULL, *v;
     if (!json_is_object(root))
-        return bad(c, TDM_ERR_FORMAT, "tokenizer.json: expected a JSON object");
+        return tok_load_bad(c, TDM_ERR_FORMAT, "tokenizer.json: expected a JSON object");
     TDM_TRY(parse_model(c, json_object_get(root, "model"), &vocab));
     TDM_TRY(parse_added(c, json_object_get(root, "added_tokens")));
     if ((v = json_object_get(root, "normalizer")) && !json_is_null(v))
-        TDM_TRY(parse_norm(c, v, "normalizer", 0));
+        TDM_TRY(tok_load_norm(c, v, "normalizer", 0));
     if ((v = json_object_get(root, "pre_tokenizer")) && !json_is_null(v))
-        TDM_TRY(parse_pre(c, v, "pre_tokenizer", 0));
+        TDM_TRY(tok_load_pre(c, v, "pre_tokenizer", 0));
     if ((v = json_object_get(root, "decoder")) && !json_is_null(v)) {
         tok->has_decoder = 1;
-        TDM_TRY(parse_dec(c, v, "decoder", 0));
+        TDM_TRY(tok_load_dec(c, v, "decoder", 0));
     }
     if ((v = json_object_get(root, "post_processor")) && !json_is_null(v))
-        TDM_TRY(parse_post(c, v, "post_processor", 0));
+        TDM_TRY(tok_load_post(c, v, "post_processor", 0));
     TDM_TRY(build_ids(c, vocab));
     /* normalized added tokens match the normalized text, so their pattern is normalized too */
     tdm_arena_t scratch;
@@ -701,7 +382,8 @@ static tdm_status_t parse_root(ctx_t *c, json_t *root)
         char *ns = tok_normalize(tok, &scratch, t->content, t->len, &nl);
         if (!ns) {
             tdm_arena_free(&scratch);
-            return bad(c, TDM_ERR_OVERFLOW, "added_tokens[%zu]: normalization too large", i);
+            return tok_load_bad(c, TDM_ERR_OVERFLOW, "added_tokens[%zu]: normalization too large",
+                                i);
         }
         t->norm = tok_arena_memdup(&tok->pool, ns, nl);
         t->norm_len = nl;
@@ -715,17 +397,17 @@ static tdm_status_t parse_root(ctx_t *c, json_t *root)
 tdm_status_t tdm_tok_load_mem(const char *json, size_t len, tdm_tok_t **ret_tok, char *err,
                               size_t errlen)
 {
-    ctx_t c = {.err = err, .errlen = errlen};
+    tok_load_t c = {.err = err, .errlen = errlen};
     if (err && errlen)
         err[0] = '\0';
     if (len > TDM_TOK_MAX_FILE_BYTES)
-        return bad(&c, TDM_ERR_OVERFLOW, "tokenizer.json: %zu bytes exceeds the %zu limit", len,
-                   TDM_TOK_MAX_FILE_BYTES);
+        return tok_load_bad(&c, TDM_ERR_OVERFLOW, "tokenizer.json: %zu bytes exceeds the %zu limit",
+                            len, TDM_TOK_MAX_FILE_BYTES);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return bad(&c, TDM_ERR_FORMAT, "tokenizer.json: line %d column %d: %s", jerr.line,
-                   jerr.column, jerr.text);
+        return tok_load_bad(&c, TDM_ERR_FORMAT, "tokenizer.json: line %d column %d: %s", jerr.line,
+                            jerr.column, jerr.text);
     tdm_tok_t *tok = tdm_calloc(1, sizeof(*tok));
     tdm_arena_init(&tok->pool, 1 << 16, 0);
     tok->unk_id = TDM_TOK_NO_ID;
@@ -742,35 +424,35 @@ tdm_status_t tdm_tok_load_mem(const char *json, size_t len, tdm_tok_t **ret_tok,
 
 tdm_status_t tdm_tok_load(const char *path, tdm_tok_t **ret_tok, char *err, size_t errlen)
 {
-    ctx_t c = {.err = err, .errlen = errlen};
+    tok_load_t c = {.err = err, .errlen = errlen};
     FILE *f = fopen(path, "rb");
     if (!f)
-        return bad(&c, errno == ENOENT ? TDM_ERR_NOTFOUND : TDM_ERR_IO, "%s: %s", path,
-                   strerror(errno));
+        return tok_load_bad(&c, errno == ENOENT ? TDM_ERR_NOTFOUND : TDM_ERR_IO, "%s: %s", path,
+                            strerror(errno));
     tdm_status_t st;
     char *buf = NULL;
     if (fseek(f, 0, SEEK_END) != 0) {
-        st = bad(&c, TDM_ERR_IO, "%s: cannot seek", path);
+        st = tok_load_bad(&c, TDM_ERR_IO, "%s: cannot seek", path);
         goto err_close;
     }
     long n = ftell(f);
     if (n < 0) {
-        st = bad(&c, TDM_ERR_IO, "%s: cannot size", path);
+        st = tok_load_bad(&c, TDM_ERR_IO, "%s: cannot size", path);
         goto err_close;
     }
     if ((size_t)n > TDM_TOK_MAX_FILE_BYTES) {
-        st = bad(&c, TDM_ERR_OVERFLOW, "%s: %ld bytes exceeds the %zu limit", path, n,
-                 TDM_TOK_MAX_FILE_BYTES);
+        st = tok_load_bad(&c, TDM_ERR_OVERFLOW, "%s: %ld bytes exceeds the %zu limit", path, n,
+                          TDM_TOK_MAX_FILE_BYTES);
         goto err_close;
     }
     rewind(f);
     buf = malloc((size_t)n + 1);
     if (!buf) {
-        st = bad(&c, TDM_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, n);
+        st = tok_load_bad(&c, TDM_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, n);
         goto err_close;
     }
     if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        st = bad(&c, TDM_ERR_IO, "%s: short read", path);
+        st = tok_load_bad(&c, TDM_ERR_IO, "%s: short read", path);
         goto err_free;
     }
     st = tdm_tok_load_mem(buf, (size_t)n, ret_tok, err, errlen);

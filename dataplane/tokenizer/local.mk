@@ -2,6 +2,7 @@
 noinst_LIBRARIES += libtdmtok.a
 libtdmtok_a_SOURCES = \
 	dataplane/tokenizer/load.c \
+	dataplane/tokenizer/load_steps.c \
 	dataplane/tokenizer/encode.c \
 	dataplane/tokenizer/pretok.c \
 	dataplane/tokenizer/decode.c \
@@ -10,6 +11,7 @@ libtdmtok_a_SOURCES = \
 noinst_HEADERS += \
 	include/tdm/tokenizer.h \
 	dataplane/tokenizer/tok_int.h \
+	dataplane/tokenizer/load_int.h \
 	dataplane/tokenizer/unicode_tables.h
 EXTRA_DIST += tools/gen-unicode-tables.py
 
@@ -33,6 +35,7 @@ FUZZ_BINS += fuzz/fuzz-tokenizer
 TOK_FUZZ_SRCS = \
 	$(top_srcdir)/tests/fuzz/fuzz-tokenizer.c \
 	$(top_srcdir)/dataplane/tokenizer/load.c \
+	$(top_srcdir)/dataplane/tokenizer/load_steps.c \
 	$(top_srcdir)/dataplane/tokenizer/encode.c \
 	$(top_srcdir)/dataplane/tokenizer/pretok.c \
 	$(top_srcdir)/dataplane/tokenizer/decode.c \

@@ -616,67 +616,20 @@ void tdm_tc_stream_free(tdm_tc_stream_t *s)
     tdm_free(s);
 }
 
-typedef struct collect {
-    tdm_dsml_result_t *r;
-    tdm_sbuf_t content;
-    size_t cap;
-    char *name;
-} collect_t;
-
-static void collect_cb(void *ud, const tdm_dsml_event_t *ev)
-{
-    collect_t *c = ud;
-    tdm_dsml_result_t *r = c->r;
-    if (ev->kind == TDM_DSML_CONTENT) {
-        (void)tdm_sbuf_add(&c->content, ev->text, ev->len);
-    } else if (ev->kind == TDM_DSML_CALL_START) {
-        tdm_free(c->name);
-        c->name = tdm_strndup(ev->text, ev->len);
-    } else if (ev->kind == TDM_DSML_CALL_END) {
-        if (r->n_calls == c->cap) {
-            c->cap = c->cap ? c->cap * 2 : 4;
-            r->calls = tdm_realloc(r->calls, c->cap * sizeof(*r->calls));
-        }
-        r->calls[r->n_calls++] = (tdm_dsml_call_t){.name = c->name,
-                                                   .arguments = tdm_strndup(ev->text, ev->len),
-                                                   .offered = ev->offered,
-                                                   .schema_ok = ev->schema_ok,
-                                                   .detail = tdm_strdup(ev->detail)};
-        c->name = NULL;
-    } else if (ev->kind == TDM_DSML_MALFORMED) {
-        if (!r->first_malformed)
-            r->first_malformed = tdm_strndup(ev->text, ev->len);
-        r->n_malformed++;
-    }
-}
-
 tdm_status_t tdm_tc_parse(tdm_tc_format_t f, const json_t *tools, const char *text, size_t len,
                           tdm_dsml_result_t *ret)
 {
-    tdm_dsml_result_t r = {0};
-    collect_t c = {.r = &r};
+    tdm_tc_collect_t c = {0};
     tdm_tc_stream_t *s = NULL;
     tdm_status_t st;
     if (f == TDM_TC_DSML)
         return tdm_dsml_parse(tools, text, len, ret);
     if (!ret || (!text && len))
         return TDM_ERR_INVAL;
-    TDM_TRY(tdm_tc_stream_init(f, tools, collect_cb, &c, &s));
+    TDM_TRY(tdm_tc_stream_init(f, tools, tdm_tc_collect_cb, &c, &s));
     st = tdm_tc_stream_feed(s, text, len);
     if (st == TDM_OK)
         st = tdm_tc_stream_finish(s);
     tdm_tc_stream_free(s);
-    tdm_free(c.name);
-    if (st != TDM_OK) {
-        tdm_sbuf_free(&c.content);
-        tdm_dsml_result_free(&r);
-        return st;
-    }
-    r.content = c.content.p ? c.content.p : tdm_strdup("");
-    r.content_len = c.content.len;
-    r.cls = r.n_malformed ? TDM_DSML_CLASS_LEAK
-            : r.n_calls   ? TDM_DSML_CLASS_CALL
-                          : TDM_DSML_CLASS_TEXT;
-    *ret = r;
-    return TDM_OK;
+    return tdm_tc_collect_end(&c, st, ret);
 }

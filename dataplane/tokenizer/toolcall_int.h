@@ -1,6 +1,7 @@
 /*
  * toolcall_int.h — internals of the tool-call parsers shared by toolcall.c (streams) and
- * toolcall_json.c (the schema check and the incremental call-object scanner).
+ * toolcall_json.c (the schema check and the incremental call-object scanner), and the result
+ * collector shared with dsml.c.
  */
 #ifndef TDM_TOKENIZER_TOOLCALL_INT_H
 #define TDM_TOKENIZER_TOOLCALL_INT_H
@@ -9,7 +10,21 @@
 
 #include <jansson.h>
 
+#include <tdm/dsml.h>
+
 #include "chat_int.h"
+
+/* The whole-text parsers (tdm_dsml_parse, tdm_tc_parse) over their streams: tdm_tc_collect_cb
+ * gathers the events into `r`; tdm_tc_collect_end takes the stream's status and on TDM_OK
+ * classifies and moves the result into *ret, otherwise frees it. Returns st. (dsml.c) */
+typedef struct tdm_tc_collect {
+    tdm_dsml_result_t r;
+    tdm_sbuf_t content;
+    size_t cap;
+    char *name;
+} tdm_tc_collect_t;
+void tdm_tc_collect_cb(void *ud, const tdm_dsml_event_t *ev);
+tdm_status_t tdm_tc_collect_end(tdm_tc_collect_t *c, tdm_status_t st, tdm_dsml_result_t *ret);
 
 /* One JSON call object {"name": …, "arguments"|"parameters": …}, scanned byte by byte: the
  * offsets of the name's and the arguments' value text in `text` as soon as each is complete
