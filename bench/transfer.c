@@ -40,19 +40,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../tests/unit/xfer-testutil.h"
+#include "transfer_wait.h"
 
 #define REPS_MAX 2001
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int reps_env; /* TDM_BENCH_REPS: rounds per size (profiling), else by size */
 
@@ -69,121 +63,12 @@ static int reps_for(uint64_t bytes)
  * and taken again, as a LIFO page pool does) as perftest re-puts one buffer. More rooms per round
  * (TDM_BENCH_INFLIGHT) write distinct decode pages: a larger working set. Each line also carries
  * the mean send→SUCCESS latency of one room. */
-#define INFLIGHT_MAX 32
 static uint32_t inflight = 1;
 
 static uint32_t inflight_for(uint32_t np)
 {
     (void)np;
     return inflight;
-}
-
-/* The harness's sleeps (its polls) last what they ask for; engine threads keep the default. */
-static void harness_timer_slack(void)
-{
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-}
-
-/* One round's rooms and when each became final (SUCCESS or FAILED), filled by the engine's event
- * callback (cfg.on_event, called by the engine thread that makes the transition): the harness
- * blocks instead of polling, so it neither takes a core from the transfer thread on a 2-vCPU
- * host nor adds a poll interval, and a room's end is the moment its state changed. */
-typedef struct round_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint32_t k, done;
-    uint64_t room[INFLIGHT_MAX], t_ns[INFLIGHT_MAX];
-    tdm_kvpoll_t st[INFLIGHT_MAX];
-} round_wait_t;
-
-static void round_init(round_wait_t *w)
-{
-    pthread_condattr_t a;
-    memset(w, 0, sizeof(*w));
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &a);
-    pthread_condattr_destroy(&a);
-}
-
-static void round_fini(round_wait_t *w)
-{
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-}
-
-static void round_final(round_wait_t *w, uint32_t q, tdm_kvpoll_t st, uint64_t now)
-{
-    w->t_ns[q] = now;
-    w->st[q] = st;
-    if (++w->done == w->k)
-        pthread_cond_signal(&w->cv);
-}
-
-static void round_event(void *ctx, const tdm_xfer_event_t *ev)
-{
-    round_wait_t *w = ctx;
-    if (strcmp(ev->type, "kvpoll") || (ev->to != TDM_KVPOLL_SUCCESS && ev->to != TDM_KVPOLL_FAILED))
-        return;
-    uint64_t now = tdm_time_mono_ns();
-    pthread_mutex_lock(&w->mu);
-    for (uint32_t q = 0; q < w->k; q++)
-        if (w->room[q] == ev->room && !w->t_ns[q]) {
-            round_final(w, q, ev->to, now);
-            break;
-        }
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Rooms are added before they can finish (prefill) or right after send_info (decode: a final
- * event that came first is caught by the poll in round_wait_all). */
-static void round_add(round_wait_t *w, uint32_t q, uint64_t room)
-{
-    pthread_mutex_lock(&w->mu);
-    if (q == 0)
-        w->done = 0;
-    w->k = q + 1;
-    w->room[q] = room;
-    w->t_ns[q] = 0;
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Block until every room of the round is final; 0 when all succeeded. */
-static int round_wait_all(round_wait_t *w, tdm_xfer_t *x, uint64_t timeout_us)
-{
-    uint64_t end = tdm_time_mono_us() + timeout_us;
-    int bad = 0;
-    pthread_mutex_lock(&w->mu);
-    while (w->done < w->k) {
-        for (uint32_t q = 0; q < w->k; q++) {
-            tdm_kvpoll_t st;
-            if (w->t_ns[q])
-                continue;
-            /* never into the engine with w->mu held: its threads call round_event under `mu` */
-            uint64_t room = w->room[q];
-            pthread_mutex_unlock(&w->mu);
-            tdm_status_t ps = tdm_xfer_poll(x, room, &st);
-            pthread_mutex_lock(&w->mu);
-            if (!w->t_ns[q] && ps == TDM_OK &&
-                (st == TDM_KVPOLL_SUCCESS || st == TDM_KVPOLL_FAILED))
-                round_final(w, q, st, tdm_time_mono_ns());
-        }
-        if (w->done == w->k || tdm_time_mono_us() > end)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 2000000; /* a lost race with round_add costs at most this */
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
-    for (uint32_t q = 0; q < w->k; q++)
-        bad |= !w->t_ns[q] || w->st[q] != TDM_KVPOLL_SUCCESS;
-    pthread_mutex_unlock(&w->mu);
-    return bad;
 }
 
 /* ---- windowed streaming (the default): `window` rooms outstanding, as a throughput figure ----
@@ -200,82 +85,7 @@ static int round_wait_all(round_wait_t *w, tdm_xfer_t *x, uint64_t timeout_us)
  * decode, from SUCCESS events: after `warm` rooms, in segments of `seg` rooms, bytes of a segment /
  * the time between the SUCCESS that closes the previous segment and the one that closes it;
  * the figure is the median over segments. */
-#define WINDOW_MAX 64
 static uint32_t window = 16; /* TDM_BENCH_WINDOW; 0 = the rounds below */
-
-typedef struct done_ev {
-    uint64_t room, t_ns;
-    tdm_kvpoll_t st;
-} done_ev_t;
-
-/* Rooms that became final and (prefill) TRANSFER_INFOs that arrived, filled by the engine's event
- * callback; the harness blocks on `cv` for them. */
-typedef struct stream_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    done_ev_t ev[4 * WINDOW_MAX + 16];
-    uint32_t n_ev;
-    uint32_t n_new; /* prefill: rooms that reached WAITING_FOR_INPUT, not yet taken */
-    int overflow;
-} stream_wait_t;
-
-static void stream_init(stream_wait_t *w)
-{
-    memset(w, 0, sizeof(*w));
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, &a);
-    pthread_condattr_destroy(&a);
-}
-
-static void stream_fini(stream_wait_t *w)
-{
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-}
-
-static void stream_event(void *ctx, const tdm_xfer_event_t *ev)
-{
-    stream_wait_t *w = ctx;
-    if (strcmp(ev->type, "kvpoll"))
-        return;
-    int fin = ev->to == TDM_KVPOLL_SUCCESS || ev->to == TDM_KVPOLL_FAILED;
-    if (!fin && ev->to != TDM_KVPOLL_WAITING_FOR_INPUT)
-        return;
-    uint64_t now = tdm_time_mono_ns();
-    pthread_mutex_lock(&w->mu);
-    if (!fin) {
-        w->n_new++;
-    } else if (w->n_ev < sizeof(w->ev) / sizeof(w->ev[0])) {
-        w->ev[w->n_ev++] = (done_ev_t){ev->room, now, ev->to};
-    } else {
-        w->overflow = 1;
-    }
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Take the final rooms into `out` and return how many (-1 on overflow). With `wait`, block until
- * a room became final or (prefill) a TRANSFER_INFO arrived, or 100 ms passed. */
-static int stream_take(stream_wait_t *w, done_ev_t *out, int wait)
-{
-    uint64_t end = tdm_time_mono_ns() + 100000000;
-    pthread_mutex_lock(&w->mu);
-    while (wait && !w->overflow && !w->n_new && !w->n_ev) {
-        struct timespec ts = {(time_t)(end / 1000000000ull), (long)(end % 1000000000ull)};
-        if (pthread_cond_timedwait(&w->cv, &w->mu, &ts))
-            break;
-    }
-    int n = w->overflow ? -1 : (int)w->n_ev;
-    if (n > 0)
-        memcpy(out, w->ev, (size_t)n * sizeof(*out));
-    w->n_ev = 0;
-    w->n_new = 0;
-    pthread_mutex_unlock(&w->mu);
-    return n;
-}
 
 /* Rooms per measured segment, segments (reps_for), warm-up rooms: see the block comment. */
 static uint32_t stream_seg(uint64_t bytes)
@@ -306,38 +116,6 @@ static int bench_aligned;  /* argv[2] "aligned": decode pool from aligned_alloc 
 
 static const uint64_t page_bytes = (uint64_t)32 * 2 * 16 * 2 * 128 * 2;
 
-static int read_full(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t k = read(fd, p, n);
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static uint64_t median_u64(uint64_t *v, uint32_t n)
-{
-    qsort(v, n, 8, cmp_u64);
-    return v[n / 2];
-}
-
 /* Decode side of one size, windowed: `window` rooms into the same pages, a new one as each
  * SUCCESS arrives (after its commit); the result goes back on `out`. */
 static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uint32_t *pages,
@@ -360,7 +138,7 @@ static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uin
     }
     uint64_t last = tdm_time_mono_us();
     while (done < total) {
-        int n = stream_take(w, ev, 1);
+        int n = tb_stream_take(w, ev, 1);
         if (n < 0 || tdm_time_mono_us() - last > 30000000) {
             fprintf(stderr, "transfer bench: %s (decode)\n", n < 0 ? "event overflow" : "stalled");
             goto out;
@@ -410,8 +188,8 @@ static int decode_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const uin
         uint32_t a = warm + r * seg; /* completions a .. a+seg-1, timed from completion a-1 */
         per[r] = (t_done[a + seg - 1] - t_done[a - 1]) / seg;
     }
-    stream_result_t res = {median_u64(per, reps), lat / total, tv / total};
-    rc = write_full(out, &res, sizeof(res));
+    stream_result_t res = {tb_median_u64(per, reps), lat / total, tv / total};
+    rc = tb_write_full(out, &res, sizeof(res));
 out:
     tdm_xfer_uncork(x); /* a no-op unless a failure left the batch corked */
     free(t_done);
@@ -465,7 +243,7 @@ static int prefill_stream(tdm_xfer_t *x, stream_wait_t *w, uint32_t np, const ui
             tdm_xfer_uncork(x);
         if (released == total)
             return 0;
-        int n = stream_take(w, ev, burst == 0);
+        int n = tb_stream_take(w, ev, burst == 0);
         if (n < 0 || tdm_time_mono_us() - last > 30000000) {
             fprintf(stderr, "transfer bench: %s (prefill)\n", n < 0 ? "event overflow" : "stalled");
             return 1;
@@ -493,9 +271,9 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
     stream_wait_t sw;
     if (xt_pools(&dec, &g))
         return 1;
-    round_init(&w);
-    stream_init(&sw);
-    dec.cfg.on_event = window ? stream_event : round_event;
+    tb_round_init(&w);
+    tb_stream_init(&sw);
+    dec.cfg.on_event = window ? tb_stream_event : tb_round_event;
     dec.cfg.ctx = window ? (void *)&sw : (void *)&w;
     dec.cfg.disable_checksums = !checksums;
     dec.cfg.role = TDM_XFER_DECODE;
@@ -517,7 +295,7 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
         fprintf(stderr, "transfer bench: decode did not start\n");
         return 1;
     }
-    harness_timer_slack();
+    tb_harness_timer_slack();
     uint32_t *pages = calloc(g.num_pages, 4), *prompt = calloc((size_t)max_pages * 16, 4);
     for (uint32_t i = 0; i < g.num_pages; i++)
         pages[i] = i;
@@ -538,11 +316,11 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
                     fprintf(stderr, "transfer bench: TRANSFER_INFO failed (decode)\n");
                     return 1;
                 }
-                round_add(&w, q, room[q]);
+                tb_round_add(&w, q, room[q]);
             }
             /* the whole round lands before decode verifies it: decode's commits do not compete
              * with prefill's copies for the two cores inside the timed window */
-            if (round_wait_all(&w, dec.x, 30000000)) {
+            if (tb_round_wait_all(&w, dec.x, 30000000)) {
                 fprintf(stderr, "transfer bench: room failed (decode)\n");
                 return 1;
             }
@@ -556,15 +334,15 @@ static int decode_side(int checksums, const uint32_t *sizes, int n_sizes, uint32
                 xt_release(dec.x, room[q], 10000000);
             }
             tv /= k;
-            if (write_full(out, &tv, sizeof(tv)))
+            if (tb_write_full(out, &tv, sizeof(tv)))
                 return 1;
         }
     }
     free(pages);
     free(prompt);
     xt_side_free(&dec);
-    round_fini(&w);
-    stream_fini(&sw);
+    tb_round_fini(&w);
+    tb_stream_fini(&sw);
     return 0;
 }
 
@@ -601,7 +379,7 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
         pin_to(1);
         close(to_child[1]);
         close(from_child[0]);
-        if (read_full(to_child[0], &port, sizeof(port)))
+        if (tb_read_full(to_child[0], &port, sizeof(port)))
             _exit(1);
         _exit(decode_side(checksums, sizes, n_sizes, max_pages, port, from_child[1]));
     }
@@ -614,11 +392,11 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
     uint64_t carry = 0;
     uint32_t carry_np = 0;
     int rc = 1;
-    round_init(&w);
-    stream_init(&sw);
+    tb_round_init(&w);
+    tb_stream_init(&sw);
     if (xt_pools(&pre, &g))
         goto out;
-    pre.cfg.on_event = window ? stream_event : round_event;
+    pre.cfg.on_event = window ? tb_stream_event : tb_round_event;
     pre.cfg.ctx = window ? (void *)&sw : (void *)&w;
     pre.cfg.disable_checksums = !checksums;
     pre.cfg.role = TDM_XFER_PREFILL;
@@ -630,9 +408,9 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
     }
     pin_to(0); /* this thread copies */
     uint16_t port = tdm_xfer_port(pre.x);
-    if (write_full(to_child[1], &port, sizeof(port)))
+    if (tb_write_full(to_child[1], &port, sizeof(port)))
         goto out;
-    harness_timer_slack();
+    tb_harness_timer_slack();
     xt_fill_random(&pre, 1);
     uint32_t *pages = calloc(max_pages, 4);
     for (uint32_t i = 0; i < max_pages; i++)
@@ -647,7 +425,7 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
             stream_result_t res;
             if (prefill_stream(pre.x, &sw, np, pages, &carry, &carry_np))
                 goto out_pages;
-            if (read_full(from_child[0], &res, sizeof(res))) {
+            if (tb_read_full(from_child[0], &res, sizeof(res))) {
                 fprintf(stderr, "transfer bench: decode side failed\n");
                 goto out_pages;
             }
@@ -671,7 +449,7 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
                 }
                 room[q] = req.room;
                 tdm_xfer_request_clear(&req);
-                round_add(&w, q, room[q]);
+                tb_round_add(&w, q, room[q]);
             }
             uint64_t start = tdm_time_mono_ns();
             for (uint32_t q = 0; q < k; q++) { /* issued back to back, as a busy prefill does */
@@ -680,11 +458,11 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
             }
             /* a room ends when it became SUCCESS on prefill: after its flush (the fence for
              * mapped copies, ucp_ep_flush_nbx for puts), with its STATUS queued (I5) */
-            if (round_wait_all(&w, pre.x, 30000000)) {
+            if (tb_round_wait_all(&w, pre.x, 30000000)) {
                 fprintf(stderr, "transfer bench: room failed (prefill)\n");
                 goto out_pages;
             }
-            if (read_full(from_child[0], &v, sizeof(v))) {
+            if (tb_read_full(from_child[0], &v, sizeof(v))) {
                 fprintf(stderr, "transfer bench: decode side failed\n");
                 goto out_pages;
             }
@@ -699,9 +477,9 @@ static int run(int checksums, const uint32_t *sizes, int n_sizes, uint32_t max_p
                 tr[r - 1] = lat / k;
             }
         }
-        qsort(t, (size_t)reps, 8, cmp_u64);
-        qsort(tv, (size_t)reps, 8, cmp_u64);
-        qsort(tr, (size_t)reps, 8, cmp_u64);
+        qsort(t, (size_t)reps, 8, tb_cmp_u64);
+        qsort(tv, (size_t)reps, 8, tb_cmp_u64);
+        qsort(tr, (size_t)reps, 8, tb_cmp_u64);
         printf("{\"bytes\":%llu,\"checksums\":%d,\"reps\":%d,\"inflight\":%u,\"gbps\":%.3f,"
                "\"room_latency_us\":%.1f,\"verify_gbps\":%.3f}\n",
                (unsigned long long)bytes, checksums, reps, k, (double)bytes / (double)t[reps / 2],
@@ -720,8 +498,8 @@ out:
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         rc = 1;
     xt_side_free(&pre);
-    round_fini(&w);
-    stream_fini(&sw);
+    tb_round_fini(&w);
+    tb_stream_fini(&sw);
     return rc;
 }
 
@@ -758,7 +536,7 @@ static int layout_copy(const uint32_t *sizes, int n_sizes, uint32_t max_pages)
             if (rep >= 0)
                 t[rep] = (tdm_time_mono_ns() - t0) / per;
         }
-        qsort(t, 9, 8, cmp_u64);
+        qsort(t, 9, 8, tb_cmp_u64);
         printf("{\"kind\":\"layout_copy\",\"bytes\":%llu,\"gbps\":%.3f}\n",
                (unsigned long long)bytes, (double)bytes / (double)t[4]);
     }

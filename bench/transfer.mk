@@ -1,7 +1,7 @@
 # bench/transfer — KV transfer bandwidth vs ucx_perftest (ucp_put_bw) in the same run
 # (docs/contracts.md §h: bench/results/transfer.json). `make bench-transfer`.
 noinst_PROGRAMS += bench/transfer
-bench_transfer_SOURCES = bench/transfer.c
+bench_transfer_SOURCES = bench/transfer.c bench/transfer_wait.c bench/transfer_wait.h
 bench_transfer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(UCX_CFLAGS)
 bench_transfer_LDADD = $(XFER_LIBS)
 EXTRA_DIST += bench/transfer.sh
