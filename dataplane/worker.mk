@@ -1,9 +1,8 @@
-# dataplane/worker.mk — the tandem-worker binary. main.c dispatches: the one-shot CLI
-# (docs/contracts.md §f) on a scheduler-less CPU engine that bench/cpu_engine shares, or the serving runtime
-# (launcher + ranks, dataplane/sched/worker.h) with the HTTP layer (dataplane/api) and the
-# telemetry reporter (dataplane/report). Both are reached only through weak references (so the
-# scheduler's own tests link without them); -Wl,-u makes the linker pull their objects out of
-# the static libraries.
+# dataplane/worker.mk — the tandem-worker binary, whose process lives in dataplane/worker/:
+# main.c dispatches to the one-shot CLI (docs/contracts.md §f) on a scheduler-less CPU engine that
+# bench/cpu_engine shares, or to the serving runtime (launcher.c + rank.c, dataplane/worker/worker.h)
+# with the HTTP layer (dataplane/api, through http_hooks.c) and the telemetry reporter
+# (dataplane/report, through report_hooks.c).
 bin_PROGRAMS += tandem-worker
 noinst_LIBRARIES += libtdmoneshot.a
 libtdmoneshot_a_SOURCES = dataplane/oneshot_engine.c
@@ -11,10 +10,23 @@ libtdmoneshot_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 noinst_HEADERS += dataplane/oneshot.h dataplane/oneshot_engine.h
 WORKER_ENGINE_LIBS = libtdmoneshot.a libtdmgraph.a libtdmkernels.a libtdmkv.a libtdmmodel.a
 
-tandem_worker_SOURCES = dataplane/main.c dataplane/oneshot.c
-tandem_worker_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-tandem_worker_LDFLAGS = -Wl,-u,tdm_api_serve -Wl,-u,tdm_api_stop -Wl,-u,tdm_report_rank_start \
-	-Wl,-u,tdm_report_rank_stop -Wl,-u,tdm_report_launcher_install
+tandem_worker_SOURCES = \
+	dataplane/worker/main.c \
+	dataplane/worker/launcher.c \
+	dataplane/worker/rank.c \
+	dataplane/worker/worker_hicache.c \
+	dataplane/worker/http_hooks.c \
+	dataplane/worker/report_hooks.c \
+	dataplane/oneshot.c
+noinst_HEADERS += dataplane/worker/worker.h dataplane/worker/worker_int.h
+tandem_worker_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS) $(H2O_CFLAGS) \
+	$(CURL_CFLAGS)
+if HAVE_CUDA_RT
+if !CUDA_MODULE
+# rank.c refuses --device cuda PD without the CUDA runtime (dataplane/sched/local.mk)
+tandem_worker_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1
+endif
+endif
 tandem_worker_LDADD = libtdmapi.a libtdmchat.a libtdmreport.a $(SCHED_LIBS) $(WORKER_ENGINE_LIBS) \
 	libtdmtok.a libtdmsample.a libtdmtp.a $(H2O_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
 

@@ -10,8 +10,7 @@ libtdmapi_a_SOURCES = \
 	dataplane/api/metrics.c \
 	dataplane/api/openai.c \
 	dataplane/api/openai_req.c \
-	dataplane/api/openai_resp.c \
-	dataplane/api/glue.c
+	dataplane/api/openai_resp.c
 libtdmapi_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
 noinst_HEADERS += dataplane/api/api.h dataplane/api/api_int.h dataplane/api/openai_int.h
 TDM_API_LIBS = libtdmapi.a libtdmchat.a libtdmtok.a libtdmsample.a $(H2O_LIBS) $(COMMON_LIBS)
@@ -22,8 +21,6 @@ tests_unit_test_api_SOURCES = tests/unit/test-api.c tests/unit/api-testutil.h
 tests_unit_test_api_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
 tests_unit_test_api_LDADD = libtdmapi.a libtdmtp.a libtdmchat.a libtdmtok.a libtdmsample.a \
 	$(H2O_LIBS) $(COMMON_LIBS)
-# glue.c implements worker.h's weak hooks tdm_api_serve/tdm_api_stop; the worker links it with
-# `-Wl,-u,tdm_api_serve` (a weak reference alone does not pull it from the archive).
 
 # End to end on a real CPU worker (skips while tandem-worker has no serving mode).
 TESTS += tests/integration/test-api.sh

@@ -3,8 +3,7 @@
 noinst_LIBRARIES += libtdmreport.a
 libtdmreport_a_SOURCES = \
 	dataplane/report/report.c \
-	dataplane/report/spool.c \
-	dataplane/report/glue.c
+	dataplane/report/report_spool.c
 libtdmreport_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CURL_CFLAGS)
 noinst_HEADERS += dataplane/report/report.h dataplane/report/report_int.h
 TDM_REPORT_LIBS = libtdmreport.a libtdmtp.a $(CURL_LIBS) $(COMMON_LIBS)
@@ -15,8 +14,6 @@ TESTS += tests/unit/test-report
 tests_unit_test_report_SOURCES = tests/unit/test-report.c
 tests_unit_test_report_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CURL_CFLAGS)
 tests_unit_test_report_LDADD = $(TDM_REPORT_LIBS)
-# glue.c (rank reporter + the launcher's worker_lost) is linked into tandem-worker by whoever
-# calls tdm_report_rank_start / tdm_report_launcher_install; the unit test does not pull it.
 # a clean stop sends `shutdown`: no WORKER_LOST in a real tandemd
 TESTS += tests/integration/test-clean-stop.sh
 dist_check_SCRIPTS += tests/integration/test-clean-stop.sh

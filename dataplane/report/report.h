@@ -14,7 +14,7 @@
  * keep seeing the rank while the stored batches wait, still in order.
  *
  * While tandemd is unreachable, batches queue up to `spool_max_bytes`. With a spool directory
- * each queued batch is also a file (spool.c: magic + version + length framing), so the queue
+ * each queued batch is also a file (report_spool.c: magic + version + length framing), so the queue
  * survives a restart and is replayed, in order, by the next reporter on the same directory.
  * fsync policy: a batch holding events is fsync'ed (file and directory) before it counts as
  * spooled; a samples-only batch is not (a power cut may lose recent samples, never events).
@@ -86,7 +86,7 @@ typedef struct tdm_report_stats {
 
 void tdm_report_stats(tdm_report_t *r, tdm_report_stats_t *ret);
 
-/* ---- worker glue (glue.c; dataplane/sched/worker.h) ----------------------------------------
+/* ---- worker glue (dataplane/worker/report_hooks.c) ----------------------------------------
  * Each rank: tdm_report_rank_start(w) after the page is mapped (no-op without --control-plane),
  * tdm_report_rank_stop(w, clean) at teardown; `clean` (the rank leaves on purpose: a stop, the
  * SHUTDOWN plan) first enqueues the `shutdown` event, which tells tandemd the rank's silence

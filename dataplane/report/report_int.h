@@ -1,5 +1,6 @@
 /*
- * dataplane/report/report_int.h — the reporter's queue records and their spool files (spool.c).
+ * dataplane/report/report_int.h — the reporter's queue records and their spool files
+ * (report_spool.c).
  *
  * Spool file `<dir>/<order:016x>.tsb`, one batch each, little-endian:
  *   magic "TRSP" (u32 0x50535254), version u16 (1), header length u16 (32), flags u32 (bit 0:

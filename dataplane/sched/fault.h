@@ -1,7 +1,7 @@
 /*
  * dataplane/sched/fault.h — the run-time fault points of the serving loop (docs/contracts.md §e).
  *
- * One table per worker group, in the group's shared area (dataplane/sched/worker.h): rank 0's
+ * One table per worker group, in the group's shared area (dataplane/worker/worker.h): rank 0's
  * /admin/faults arms an entry, and every rank's executor checks it at each iteration, so a fault
  * can be aimed at any rank from the leader. The HTTP layer arms faults only when
  * --enable-fault-injection is set and the admin token matches; this module does not check that.

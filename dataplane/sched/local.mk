@@ -1,14 +1,11 @@
 # dataplane/sched/ — plan (I1), scheduler, executor, loops, launcher (docs/serving.md).
 noinst_LIBRARIES += libtdmsched.a
 libtdmsched_a_SOURCES = \
-	dataplane/sched/plan.c \
+	dataplane/sched/plan_codec.c \
 	dataplane/sched/fault.c \
 	dataplane/sched/exec.c \
 	dataplane/sched/prefix.c \
 	dataplane/sched/sched.c \
-	dataplane/sched/launcher.c \
-	dataplane/sched/worker.c \
-	dataplane/sched/worker_hicache.c \
 	kernels/cuda/loader.c
 # --device cuda without a linked CUDA runtime loads $(pkglibdir)/backend-cuda.so (kernels/cuda/module.h)
 libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS) \
@@ -23,9 +20,8 @@ SCHED_CUDA_LIBS = libtdmcuda.a
 SCHED_CUDA_SYS = $(CUDA_LIBS) -lstdc++
 endif
 endif
-noinst_HEADERS += dataplane/sched/plan.h dataplane/sched/sched.h dataplane/sched/worker.h \
-	dataplane/sched/fault.h dataplane/sched/sched_int.h \
-	dataplane/sched/worker_int.h
+noinst_HEADERS += dataplane/sched/plan_codec.h dataplane/sched/sched.h dataplane/sched/fault.h \
+	dataplane/sched/sched_int.h
 
 check_PROGRAMS += tests/unit/test-plan
 TESTS += tests/unit/test-plan

@@ -27,7 +27,7 @@
 
 #include "dataplane/model/graph.h"
 #include "dataplane/sched/fault.h"
-#include "dataplane/sched/plan.h"
+#include "dataplane/sched/plan_codec.h"
 #include "dataplane/sched/sched.h"
 #include "dataplane/tp/comm.h"
 #include "kernels/backend.h"

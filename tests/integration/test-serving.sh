@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-serving.sh — the serving runtime end to end through the launcher (docs/serving.md):
 # tandem-worker --tp-size 2 --device cpu on a fixture gives the same tokens as --tp-size 1, bit for
-# bit, in both loops (self-test client of dataplane/sched/worker.h: a batch of greedy and sampled
+# bit, in both loops (self-test client of dataplane/worker/worker.h: a batch of greedy and sampled
 # requests submitted at once); SIGTERM ends the group cleanly; kill -9 of a rank makes the
 # launcher exit non-zero naming the rank, with no rank left behind and the shm files removed;
 # each rank's resident weight bytes from /metrics at TP=2 against TP=1.

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataplane/sched/plan.h"
+#include "dataplane/sched/plan_codec.h"
 #include "tap.h"
 
 int main(void)

@@ -1,14 +1,14 @@
 /*
- * dataplane/sched/worker_int.h — what the launcher and the rank share: the names of the group's
+ * dataplane/worker/worker_int.h — what the launcher and the rank share: the names of the group's
  * shm files and the sizes of the collective regions.
  */
-#ifndef TDM_SCHED_WORKER_INT_H
-#define TDM_SCHED_WORKER_INT_H
+#ifndef TDM_WORKER_WORKER_INT_H
+#define TDM_WORKER_WORKER_INT_H
 
 #include <stddef.h>
 
 #include "dataplane/sched/sched_int.h"
-#include "dataplane/sched/worker.h"
+#include "dataplane/worker/worker.h"
 
 enum { SHM_PROGRESS = 0, SHM_TENSOR, SHM_PLAN, SHM_GROUP, SHM_COUNT };
 

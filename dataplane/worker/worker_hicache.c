@@ -16,7 +16,7 @@
 #include <tdm/log.h>
 
 #include "dataplane/report/report.h"
-#include "dataplane/sched/worker_int.h"
+#include "dataplane/worker/worker_int.h"
 
 #pragma weak tdm_report_rank_reporter
 #pragma weak tdm_report_event

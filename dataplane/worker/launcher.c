@@ -32,7 +32,7 @@
 #include <tdm/xfer.h>
 
 #include "dataplane/report/report.h"
-#include "dataplane/sched/worker_int.h"
+#include "dataplane/worker/worker_int.h"
 
 /* The reporter's worker_lost hook (weak: tandem-worker links it, the scheduler's tests do not). */
 #pragma weak tdm_report_launcher_install

@@ -1,5 +1,5 @@
 /*
- * worker.c — a rank of a serving group (contract in worker.h): map the group's shared files,
+ * rank.c — a rank of a serving group (contract in worker.h): map the group's shared files,
  * load this rank's share of the model, build the KV pool, the graph and the executor, and run
  * the loop. Rank 0 also runs the scheduler, starts the HTTP layer (weak hook) and, with
  * TDM_SCHED_SELFTEST, the self-test client. Signals go to one thread (sigwait): on rank 0
@@ -33,7 +33,7 @@
 #include <tdm/time.h>
 
 #include "dataplane/report/report.h"
-#include "dataplane/sched/worker_int.h"
+#include "dataplane/worker/worker_int.h"
 
 /* The reporter is linked into tandem-worker (dataplane/worker.mk) but not into the scheduler's
  * own tests: weak, like the HTTP hooks. */

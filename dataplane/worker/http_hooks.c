@@ -1,5 +1,5 @@
 /*
- * glue.c — the worker's HTTP hooks of dataplane/sched/worker.h: tdm_api_serve() builds the
+ * http_hooks.c — the worker's HTTP hooks of dataplane/worker/worker.h: tdm_api_serve() builds the
  * server's options from the assembled worker (scheduler, progress page, the shared area's fault
  * table and per-rank resident weight bytes), binds and writes the ready file on the caller's
  * thread (so a bind failure fails the start), then runs the h2o loop on a thread of its own;
@@ -17,7 +17,7 @@
 
 #include "dataplane/api/api.h"
 #include "dataplane/report/report.h"
-#include "dataplane/sched/worker.h"
+#include "dataplane/worker/worker.h"
 
 /* The reporter is optional in a worker build: weak, so the api links without it. */
 #pragma weak tdm_report_rank_reporter

@@ -1,7 +1,8 @@
 /*
- * spool.c — the reporter's on-disk queue: one framed file per batch (format in report_int.h), so
- * that thinning an old batch (I9: samples dropped oldest-first) rewrites one small file and a
- * restart replays the directory in order. Events are durable before they count as spooled.
+ * report_spool.c — the reporter's on-disk queue: one framed file per batch (format in
+ * report_int.h), so that thinning an old batch (I9: samples dropped oldest-first) rewrites one
+ * small file and a restart replays the directory in order. Events are durable before they count as
+ * spooled.
  */
 #include "config.h"
 

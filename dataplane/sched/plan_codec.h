@@ -1,5 +1,5 @@
 /*
- * dataplane/sched/plan.h — the per-iteration plan that rank 0 broadcasts (invariant I1).
+ * dataplane/sched/plan_codec.h — the per-iteration plan that rank 0 broadcasts (invariant I1).
  *
  * Format (docs/serving.md): a fixed 48-byte little-endian header, then n_seqs entries, each
  * followed by its token ids and its full page table. Followers keep no sequence state: a plan is
@@ -9,8 +9,8 @@
  * The builder writes into a caller-owned buffer that grows (tdm_realloc) and is reused every
  * iteration; the parser validates every count against the buffer and yields views into it.
  */
-#ifndef TDM_SCHED_PLAN_H
-#define TDM_SCHED_PLAN_H
+#ifndef TDM_SCHED_PLAN_CODEC_H
+#define TDM_SCHED_PLAN_CODEC_H
 
 #include <stddef.h>
 #include <stdint.h>

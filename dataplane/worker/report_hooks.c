@@ -1,7 +1,7 @@
 /*
- * glue.c — the reporter inside tandem-worker (dataplane/sched/worker.h): one reporter per rank,
- * and the launcher's worker_lost event. Identity and policy are in report.h. The hooks carry no
- * context, so the rank's reporter and the launcher's configuration live in file-static records
+ * report_hooks.c — the reporter inside tandem-worker (dataplane/worker/worker.h): one reporter per
+ * rank, and the launcher's worker_lost event. Identity and policy are in report.h. The hooks carry
+ * no context, so the rank's reporter and the launcher's configuration live in file-static records
  * (one of each per process).
  */
 #include "config.h"
@@ -15,7 +15,7 @@
 #include <tdm/time.h>
 
 #include "dataplane/report/report.h"
-#include "dataplane/sched/worker.h"
+#include "dataplane/worker/worker.h"
 
 static tdm_report_t *rank_reporter;
 

@@ -1,7 +1,7 @@
 /*
- * plan.c — plan encoding and strict decoding. Entries are 20 bytes of fixed fields followed by
- * u32 arrays, so the payload stays 4-byte aligned and token/page arrays are usable in place.
- * The plan hash covers the payload only; the header carries it.
+ * plan_codec.c — plan encoding and strict decoding. Entries are 20 bytes of fixed fields followed
+ * by u32 arrays, so the payload stays 4-byte aligned and token/page arrays are usable in place. The
+ * plan hash covers the payload only; the header carries it.
  */
 #include "config.h"
 
@@ -10,7 +10,7 @@
 #include <tdm/hash.h>
 #include <tdm/mem.h>
 
-#include "dataplane/sched/plan.h"
+#include "dataplane/sched/plan_codec.h"
 
 #define ENTRY_FIXED 20u
 

@@ -1,5 +1,5 @@
 /*
- * dataplane/sched/worker.h — how a serving worker group is assembled (docs/serving.md
+ * dataplane/worker/worker.h — how a serving worker group is assembled (docs/serving.md
  * "Processes" and "Threads"), and what the HTTP layer (dataplane/api) and the telemetry reporter
  * (dataplane/report) get from it.
  *
@@ -31,8 +31,8 @@
  * submit/abort/drain/stats are thread-safe (sched.h); the progress page and the shared area are
  * read lock-free; the tokenizer and the model config are immutable.
  */
-#ifndef TDM_SCHED_WORKER_H
-#define TDM_SCHED_WORKER_H
+#ifndef TDM_WORKER_WORKER_H
+#define TDM_WORKER_WORKER_H
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * main.c — tandem-worker's entry point: resolve the worker's tunables (CLI > env > config files >
  * defaults, include/tdm/config.h) and hand over to a mode: the one-shot CLI of docs/contracts.md §f
  * (--prompt / --prompt-ids), else the serving runtime (launcher or rank,
- * dataplane/sched/worker.h). Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
+ * dataplane/worker/worker.h). Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
  */
 #include "config.h"
 
@@ -13,8 +13,8 @@
 #include <tdm/log.h>
 #include <tdm/mem.h>
 
-#include "dataplane/sched/worker.h"
-#include "oneshot.h"
+#include "dataplane/worker/worker.h"
+#include "dataplane/oneshot.h"
 
 int main(int argc, char **argv)
 {
@@ -76,7 +76,7 @@ int main(int argc, char **argv)
                 strcmp(cfg.device, "cpu") ? "--device cuda" : "--tp-size > 1");
         goto out;
     }
-    /* serving: the launcher (no --rank) or one rank of the group (dataplane/sched/worker.h) */
+    /* serving: the launcher (no --rank) or one rank of the group (dataplane/worker/worker.h) */
     rc = tdm_worker_main(&cfg, w_argc, w_argv);
 out:
     tdm_params_free(params);
