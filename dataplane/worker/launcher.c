@@ -111,10 +111,30 @@ static uint64_t new_group_id(void)
     return x ? x : 1;
 }
 
+/* Every /dev/shm/tandem-<pid>-* of one group, whatever its suffix: the four group files, the
+ * ranks' -kv<r> pools, the transfer relay's -xfer (docs/serving.md) and any a later version adds.
+ */
+static void unlink_group(long pid)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    char prefix[64], path[512];
+    int plen = snprintf(prefix, sizeof(prefix), "tandem-%ld-", pid);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        (void)unlink(path);
+    }
+    closedir(d);
+}
+
 /* A launcher killed with SIGKILL cannot remove its group's files (/dev/shm/tandem-<pid>-*). Each
  * launcher holds a flock on its progress file while it runs; at start, the files of a group whose
- * progress file nobody holds go. A lock, not the PID: PIDs of other PID namespaces sharing
- * /dev/shm are not visible here. */
+ * progress file nobody holds go (all of them: unlink_group). A lock, not the PID: PIDs of other
+ * PID namespaces sharing /dev/shm are not visible here. */
 static void remove_stale_files(void)
 {
     DIR *d = opendir("/dev/shm");
@@ -122,7 +142,7 @@ static void remove_stale_files(void)
         return;
     struct dirent *e;
     unsigned removed = 0;
-    char prefix[64], path[512];
+    char path[512];
     while ((e = readdir(d)) != NULL) {
         char *end;
         if (strncmp(e->d_name, "tandem-", 7) || e->d_name[7] < '1' || e->d_name[7] > '9')
@@ -135,8 +155,7 @@ static void remove_stale_files(void)
         if (fd < 0)
             continue;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            snprintf(prefix, sizeof(prefix), "/dev/shm/tandem-%ld", pid);
-            unlink_all(prefix);
+            unlink_group(pid);
             removed++;
         }
         close(fd);

@@ -8,8 +8,9 @@
 #   teardown aborts with signal 6).
 # Three rounds (TDM_STOP_ROUNDS=N for more by hand). Before them, shared files of a dead
 # launcher are left in /dev/shm (as kill -9 of a launcher leaves them): a start removes them, not
-# those of a running launcher (which holds a lock on its progress file). The client is python3's
-# standard library.
+# those of a running launcher (which holds a lock on its progress file); all of a dead group's
+# files go, whatever their suffix (the ranks' -kv<r>, the transfer relay's -xfer). The client is
+# python3's standard library.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -120,7 +121,7 @@ sh -c 'exit 0' &
 dead=$!
 wait $dead
 while kill -0 $dead 2> /dev/null; do dead=$((dead + 7919)); done
-for f in progress tensor plan group kv0; do
+for f in progress tensor plan group kv0 kv1 xfer; do # every file of the group, the relay's -xfer too
     : > "/dev/shm/tandem-$dead-$f"
 done
 # a running launcher's (it holds a lock on its progress file): kept
