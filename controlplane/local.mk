@@ -59,3 +59,6 @@ include controlplane/ctl/ctl.mk
 # a PostgreSQL outage under a reporting worker: no WORKER_LOST, a wedge alerted, events once
 TESTS += tests/integration/test-cp-db-outage.sh
 dist_check_SCRIPTS += tests/integration/test-cp-db-outage.sh
+# the supervisor across restarts: stable ports
+TESTS += tests/integration/test-cp-super.sh
+dist_check_SCRIPTS += tests/integration/test-cp-super.sh

@@ -11,8 +11,8 @@
 #
 # State lives in ./.state (TDM_STATE_DIR): PostgreSQL data, tandemd's state (its groups/ holds
 # each group's config, record and worker.log), logs/. Ports: tandemd 8470 (TDM_DEMO_CP_PORT),
-# prefill bootstrap 8998 (TDM_DEMO_BOOTSTRAP_PORT); the workers' HTTP ports are chosen by the
-# supervisor (tandemctl status lists them).
+# prefill bootstrap 8998 (TDM_DEMO_BOOTSTRAP_PORT), the workers' HTTP ports 30001 prefill
+# (TDM_DEMO_PREFILL_PORT) and 30000 decode (TDM_DEMO_DECODE_PORT), kept across restarts.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${TDM_BUILD_DIR:-$top/build-demo}
@@ -35,6 +35,8 @@ for a in "$@"; do
 done
 cp_port=${TDM_DEMO_CP_PORT:-8470}
 bootstrap_port=${TDM_DEMO_BOOTSTRAP_PORT:-8998}
+prefill_port=${TDM_DEMO_PREFILL_PORT:-30001}
+decode_port=${TDM_DEMO_DECODE_PORT:-30000}
 model=${TDM_DEMO_MODEL:-$top/models/demo}
 
 say() { echo "demo: $*"; }
@@ -87,6 +89,7 @@ served_model_name = demo
 device = cpu
 kv_cpu_bytes = 33554432
 disaggregation_mode = prefill
+port = $prefill_port
 disaggregation_bootstrap_port = $bootstrap_port
 pair = demo-decode
 [group.demo-decode]
@@ -95,6 +98,7 @@ served_model_name = demo
 device = cpu
 kv_cpu_bytes = 33554432
 disaggregation_mode = decode
+port = $decode_port
 disaggregation_prefill_addr = 127.0.0.1:$bootstrap_port
 pair = demo-prefill
 EOF

@@ -51,6 +51,8 @@ typedef struct act_group {
     char admin_url[256];
     char host[128];
     uint16_t port;
+    int listen_port; /* supervised: the stable --port of every start (docs/groups.md); 0 = any */
+    int port_set;    /* `port` was in the section */
     /* state */
     act_state_t state;
     int ready;                      /* last /ready probe said 200 */

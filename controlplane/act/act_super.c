@@ -178,9 +178,20 @@ static int on_kv(void *vctx, const char *section, const char *key, const char *v
         }
         fclose(f);
         g->token[strcspn(g->token, "\r\n ")] = '\0';
+    } else if (!strcmp(k, "port")) {
+        char *end;
+        errno = 0;
+        long p = strtol(value, &end, 10);
+        if (errno || end == value || *end || p < 0 || p > 65535) {
+            snprintf(err, err_len, "line %u: port \"%s\": the worker's HTTP port, 0..65535", line,
+                     value);
+            return -1;
+        }
+        g->listen_port = (int)p;
+        g->port_set = 1;
     } else {
-        if (!strcmp(k, "group") || !strcmp(k, "port") || !strcmp(k, "ready_file") ||
-            !strcmp(k, "control_plane") || !strcmp(k, "admin_token_file") || !strcmp(k, "rank")) {
+        if (!strcmp(k, "group") || !strcmp(k, "ready_file") || !strcmp(k, "control_plane") ||
+            !strcmp(k, "admin_token_file") || !strcmp(k, "rank")) {
             snprintf(err, err_len, "line %u: %s is set by tandemd's supervisor", line, key);
             return -1;
         }
@@ -205,6 +216,41 @@ static tdm_status_t mkdirs(const char *path, char *err, size_t err_len)
     return TDM_OK;
 }
 
+/* Every supervised group listens on a port that restarts keep (docs/groups.md "Ports"): its
+ * `port`, else its role's default (the worker's: 30001 prefill, 30000 decode or colocated). Two
+ * groups on one port (two of one role without ports, or a port given twice) are refused here,
+ * naming both, rather than found at the second start. */
+static tdm_status_t check_ports(tdm_cp_act_t *a, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < a->n_groups; i++) {
+        act_group_t *g = &a->groups[i];
+        if (g->kind == ACT_KIND_SUPERVISED && !g->port_set)
+            g->listen_port = !strcmp(g->mode, "prefill") ? 30001 : 30000;
+    }
+    for (size_t i = 0; i < a->n_groups; i++) {
+        act_group_t *g = &a->groups[i];
+        if (g->kind != ACT_KIND_SUPERVISED || !g->listen_port)
+            continue;
+        for (size_t j = 0; j < i; j++) {
+            act_group_t *h = &a->groups[j];
+            if (h->kind != ACT_KIND_SUPERVISED || h->listen_port != g->listen_port)
+                continue;
+            if (g->port_set && h->port_set)
+                snprintf(err, err_len, "groups %s and %s both have port = %d: each needs its own",
+                         h->name, g->name, g->listen_port);
+            else
+                snprintf(err, err_len,
+                         "groups %s and %s would both listen on port %d (the %s default): two "
+                         "groups of one role need `port = N`, a stable port of their own, in "
+                         "their sections",
+                         h->name, g->name, g->listen_port,
+                         g->listen_port == 30001 ? "prefill" : "decode and colocated");
+            return TDM_ERR_INVAL;
+        }
+    }
+    return TDM_OK;
+}
+
 tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
 {
     char path[4200];
@@ -224,6 +270,18 @@ tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
         g->kind = g->unit[0]        ? ACT_KIND_UNIT
                   : g->admin_url[0] ? ACT_KIND_EXTERNAL
                                     : ACT_KIND_SUPERVISED;
+        if (g->kind != ACT_KIND_SUPERVISED && g->port_set) {
+            snprintf(err, err_len,
+                     "group %s: port is for supervised groups (a unit's or an external group's "
+                     "port is the one in its url)",
+                     g->name);
+            return TDM_ERR_INVAL;
+        }
+    }
+    if ((st = check_ports(a, err, err_len)) != TDM_OK)
+        return st;
+    for (size_t i = 0; i < a->n_groups; i++) {
+        act_group_t *g = &a->groups[i];
         if (g->kind == ACT_KIND_UNIT && !g->admin_url[0]) {
             snprintf(err, err_len, "group %s: a unit needs url = the worker's HTTP base URL",
                      g->name);
@@ -295,11 +353,12 @@ tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size
     snprintf(cp, sizeof(cp), "http://127.0.0.1:%d", a->tandemd_port);
     unlink(ready);
     char f_config[] = "--config", f_ovr[] = "--override-config", f_group[] = "--group",
-         f_port[] = "--port", zero[] = "0", f_ready[] = "--ready-file", f_cp[] = "--control-plane",
+         f_port[] = "--port", port_s[16], f_ready[] = "--ready-file", f_cp[] = "--control-plane",
          f_tok[] = "--admin-token-file", f_cptok[] = "--control-plane-token-file";
+    snprintf(port_s, sizeof(port_s), "%d", g->listen_port); /* the same on every start */
     /* the same token authorises tandemd's calls to the worker's /admin and the worker's
      * telemetry to tandemd */
-    char *argv[] = {a->worker_bin, f_config, base, f_ovr, ovr,   f_group, g->name, f_port, zero,
+    char *argv[] = {a->worker_bin, f_config, base, f_ovr, ovr,   f_group, g->name, f_port, port_s,
                     f_ready,       ready,    f_cp, cp,    f_tok, tok,     f_cptok, tok,    NULL};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;

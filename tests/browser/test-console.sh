@@ -43,6 +43,7 @@ trap cleanup EXIT
 psql_ -d postgres -c "CREATE DATABASE $db" >/dev/null || { echo "Bail out! cannot create a database"; exit 1; }
 cat >"$tmp/groups.ini" <<INI
 [group.b]
+port = 0
 model_path = $TDM_SRCDIR/models/demo
 device = cpu
 kv_cpu_bytes = 16777216

@@ -46,13 +46,21 @@ n=0
 ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 check() { if eval "$1"; then ok 0 "$2"; else ok 1 "$2"; fi; }
 
+# two colocated groups: each on a port of its own (docs/groups.md "Ports"), kept across restarts
+set -- $($PY -c "
+import socket
+ss=[socket.socket() for _ in range(2)]
+for s in ss: s.bind(('127.0.0.1',0))
+print(' '.join(str(s.getsockname()[1]) for s in ss))")
 cat >"$tmp/groups.ini" <<EOF
 [group.a]
+port = $1
 model_path = $model
 device = cpu
 kv_cpu_bytes = 16777216
 enable_fault_injection = true
 [group.b]
+port = $2
 model_path = $model
 device = cpu
 kv_cpu_bytes = 16777216

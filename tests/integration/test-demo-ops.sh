@@ -86,7 +86,7 @@ check "[ '$got' = drain ]" "completion: 'tandemctl dr<TAB>' → drain (got '$got
 # ---- the stack ------------------------------------------------------------------------------
 ports=$($PY -c "
 import socket
-ss=[socket.socket() for _ in range(2)]
+ss=[socket.socket() for _ in range(4)]
 for s in ss: s.bind(('127.0.0.1',0))
 print(' '.join(str(s.getsockname()[1]) for s in ss))")
 set -- $ports
@@ -96,6 +96,7 @@ cp_port=$1
 # test is about, so the stack runs without leak detection (ASan's other checks stay on)
 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 \
     TDM_BUILD_DIR=$B TDM_STATE_DIR=$tmp/state TDM_DEMO_CP_PORT=$1 TDM_DEMO_BOOTSTRAP_PORT=$2 \
+    TDM_DEMO_PREFILL_PORT=$3 TDM_DEMO_DECODE_PORT=$4 \
     sh "$TDM_SRCDIR/tools/demo.sh" --no-build >"$tmp/demo.out" 2>&1 &
 dpid=$!
 up=1

@@ -1,0 +1,116 @@
+#!/bin/sh
+# test-cp-super.sh — tandemd's supervisor across restarts (docs/groups.md). On a fresh database,
+# with CPU groups of the tiny-llama3 fixture:
+#   ports: two supervised groups of one role without `port` are refused at load, naming both and
+#   what to write; with their own ports each group listens on its port, and keeps it across an
+#   operator's restart and a supervisor's restart after a kill -9.
+set -u
+SRC=${TDM_SRCDIR:-.}
+. "$SRC/tests/integration/tap-lib.sh"
+. "$SRC/tests/integration/cp-lib.sh"
+tap_need_exec "$BIN"
+CPL_DB=test_cp_super_$$
+cpl_require
+M="$SRC/tests/fixtures/models/tiny-llama3"
+export TDM_CPU_THREADS=1
+# the supervised launchers run in sessions of their own: stop them too
+super_cleanup() {
+    for r in "$CPL_T"/state/groups/*/record.json "$CPL_T"/dupstate/groups/*/record.json; do
+        [ -f "$r" ] || continue
+        p=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$r")
+        [ -n "$p" ] && kill -9 "-$p" "$p" 2> /dev/null
+    done
+    cpl_cleanup
+}
+trap super_cleanup EXIT
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+group() { # name [key = value lines...]
+    printf '[group.%s]\nmodel_path = %s\ndevice = cpu\nkv_cpu_bytes = 4194304\ndrain_timeout = 1\n' "$1" "$M"
+    shift
+    for kv in "$@"; do printf '%s\n' "$kv"; done
+}
+status() { # group expr → expr over the group's entry of /api/v1/status
+    cpl_api "$url/api/v1/status" | python3 -c '
+import json, sys
+g = [g for g in json.load(sys.stdin)["groups"] if g["name"] == sys.argv[1]]
+print(eval(sys.argv[2], {"g": g[0]}) if g else "")' "$1" "$2" 2> /dev/null
+}
+wait_ready() { # group... (≤ 60 s)
+    i=0
+    while [ $i -lt 300 ]; do
+        all=1
+        for g in "$@"; do
+            [ "$(status "$g" "g['ready'] and g['state'] == 'running'")" = True ] || all=0
+        done
+        [ $all = 1 ] && return 0
+        sleep 0.2
+        i=$((i + 1))
+    done
+    return 1
+}
+rec_pid() { sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$CPL_T/state/groups/$1/record.json" 2> /dev/null; }
+url_port() { status "$1" "g['admin_url'].rsplit(':', 1)[-1]"; }
+
+# ---- two groups of one role need ports of their own ----
+{
+    group p1
+    group p2
+} > "$CPL_T/dup.ini"
+"$BUILD/tandemd" --listen 127.0.0.1:0 --state-dir "$CPL_T/dupstate" --pg-dsn "$cpl_dsn" \
+    --groups-config "$CPL_T/dup.ini" --worker-bin "$BIN" > "$CPL_T/dup.log" 2>&1 &
+dp=$!
+i=0
+while [ $i -lt 100 ] && kill -0 $dp 2> /dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -0 $dp 2> /dev/null && { kill -9 $dp; echo "# tandemd still running"; }
+wait $dp
+rc=$?
+[ $rc != 0 ] && grep -q 'groups p1 and p2 .*port = N' "$CPL_T/dup.log"
+ok $? "two colocated groups without ports are refused at load, naming both (rc $rc: $(grep -o 'groups p1 and p2.*' "$CPL_T/dup.log" | head -c 160))"
+
+# ---- stable ports ----
+px=$(free_port)
+py=$(free_port)
+while [ "$py" = "$px" ]; do py=$(free_port); done
+{
+    group x "port = $px" "enable_fault_injection = true"
+    group y "port = $py"
+} > "$CPL_T/groups.ini"
+cpl_start --groups-config "$CPL_T/groups.ini" --worker-bin "$BIN"
+ok $? "tandemd starts with two colocated groups on ports of their own"
+wait_ready x y
+ok $? "both supervised groups become ready"
+[ $fail = 0 ] || { sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15; tap_done; }
+[ "$(url_port x)" = "$px" ] && [ "$(url_port y)" = "$py" ]
+ok $? "each group listens on its configured port (x $(url_port x) = $px, y $(url_port y) = $py)"
+
+xpid=$(rec_pid x)
+cpl_api -X POST -m 120 "$url/api/v1/groups/x/restart" > "$CPL_T/restart"
+grep -q '"outcome": *"ok"' "$CPL_T/restart" && wait_ready x && [ "$(rec_pid x)" != "$xpid" ] &&
+    [ "$(url_port x)" = "$px" ]
+ok $? "an operator's restart of x: a new launcher on the same port ($(url_port x))"
+
+kill_rank() { # group: kill -9 of its rank 0 (the launcher's child)
+    lp=$(rec_pid "$1")
+    kill -9 "$(pgrep -P "$lp" | head -n 1)" 2> /dev/null
+}
+lost_ids() { # group → the ids of its live WORKER_LOST alerts, oldest first
+    cpl_api "$url/api/v1/alerts?source=live" | python3 -c '
+import json, sys
+print(" ".join(str(a["id"]) for a in sorted(json.load(sys.stdin).get("alerts", []), key=lambda a: a["id"])
+               if a.get("kind") == "WORKER_LOST" and a.get("group") == sys.argv[1]))' "$1" 2> /dev/null
+}
+restarted() { # group old-pid: a new launcher (≤ 30 s), then ready
+    i=0
+    while [ $i -lt 150 ] && [ "$(rec_pid "$1")" = "$2" ]; do sleep 0.2; i=$((i + 1)); done
+    [ "$(rec_pid "$1")" != "$2" ] && wait_ready "$1"
+}
+xpid=$(rec_pid x)
+kill_rank x
+restarted x "$xpid" && [ "$(url_port x)" = "$px" ]
+ok $? "kill -9 of x's rank: the supervisor's restart listens on the same port ($(url_port x))"
+
+[ $fail = 0 ] || { sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15; tail -8 "$CPL_T"/state/groups/*/worker.log | sed 's/^/# /'; }
+cpl_stop
+tap_done
