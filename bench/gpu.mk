@@ -10,4 +10,11 @@ bench_gpu_decode_SOURCES = bench/gpu_decode.c kernels/cuda/smoke.cu
 bench_gpu_decode_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/dataplane/model \
 	$(CUDA_CFLAGS)
 bench_gpu_decode_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+
+# HiCache on the GPU: TTFT of a 32k-token prefix served from the host tier against recomputing it
+# (bench/gpu_hicache.c; $TDM_BENCH_OUT/hicache_gpu.json, merged into bench/results/hicache.json)
+noinst_PROGRAMS += bench/gpu_hicache
+bench_gpu_hicache_SOURCES = bench/gpu_hicache.c kernels/cuda/smoke.cu
+bench_gpu_hicache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+bench_gpu_hicache_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 endif

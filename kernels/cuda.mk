@@ -6,15 +6,16 @@
 # The GPU decode benchmark (bench/gpu.mk) is included from here.
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu \
 	kernels/cuda/ops_gemm.cu kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
-	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
+	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu kernels/cuda/hicache.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h kernels/cuda/ops_int.cuh \
-	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h
+	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h \
+	kernels/cuda/hicache.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
 libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu kernels/cuda/ops_gemm.cu \
 	kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
 	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu \
-	kernels/cuda/exec_cuda.c kernels/cuda/module.c
+	kernels/cuda/hicache.cu kernels/cuda/exec_cuda.c kernels/cuda/module.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
 if HAVE_CUDA_RT
@@ -22,7 +23,7 @@ CUDA_ENGINE_LIBS = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a $(COMMO
 	$(CUDA_LIBS) -lstdc++
 
 GPU_TESTS = tests/gpu/test-cuda-smoke tests/gpu/test-cuda-ops tests/gpu/test-cuda-forward \
-	tests/gpu/test-cuda-exec
+	tests/gpu/test-cuda-exec tests/gpu/test-cuda-hicache
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS) tests/gpu/test-worker-cuda.sh
 tests_gpu_test_cuda_smoke_SOURCES = tests/gpu/test-cuda-smoke.c kernels/cuda/smoke.cu
@@ -41,6 +42,10 @@ tests_gpu_test_cuda_forward_LDADD = $(CUDA_ENGINE_LIBS)
 tests_gpu_test_cuda_exec_SOURCES = tests/gpu/test-cuda-exec.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_exec_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_exec_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+
+tests_gpu_test_cuda_hicache_SOURCES = tests/gpu/test-cuda-hicache.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_hicache_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+tests_gpu_test_cuda_hicache_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 else
 TESTS += tests/gpu/skip-no-cudart.sh
 endif

@@ -6,7 +6,9 @@
  * complete in ticket order per layer (one copy thread, or one copy stream on the GPU), so one
  * high-water mark per layer is the whole state: done[layer] >= need means every page of every
  * load up to `need` has that layer in place. On the GPU the mark becomes one event per
- * (ticket, layer) and the wait a cudaStreamWaitEvent; the interface is the same.
+ * (ticket, layer) recorded after the copy thread enqueued the layer's copies, and the wait is
+ * this CPU wait (for the enqueue) plus a cudaStreamWaitEvent by the reader on the event
+ * tdm_kv_layer_acquire_dev returns (kernels/cuda/hicache.cu).
  */
 #include "config.h"
 
@@ -25,6 +27,8 @@ struct tdm_kv_gate {
     uint64_t *done; /* per layer, under mu */
     int (*skip)(void *ctx, uint64_t iter, uint32_t layer);
     void *skip_ctx;
+    void *(*event)(void *ctx, uint64_t ticket, uint32_t layer);
+    void *event_ctx;
     uint64_t bypasses, poison, waits; /* atomics */
 };
 
@@ -71,6 +75,13 @@ void tdm_kv_gate_set_skip(tdm_kv_gate_t *g, int (*skip)(void *ctx, uint64_t iter
     g->skip_ctx = ctx;
 }
 
+void tdm_kv_gate_set_events(tdm_kv_gate_t *g,
+                            void *(*event)(void *ctx, uint64_t ticket, uint32_t layer), void *ctx)
+{
+    g->event = event;
+    g->event_ctx = ctx;
+}
+
 void tdm_kv_gate_publish(tdm_kv_gate_t *g, uint64_t ticket, uint32_t layer)
 {
     if (layer >= g->layout.num_layers)
@@ -85,6 +96,14 @@ void tdm_kv_gate_publish(tdm_kv_gate_t *g, uint64_t ticket, uint32_t layer)
 const tdm_kv_buffers_t *tdm_kv_layer_acquire(tdm_kv_gate_t *g, const tdm_kv_batch_t *b,
                                              uint32_t layer)
 {
+    return tdm_kv_layer_acquire_dev(g, b, layer, NULL);
+}
+
+const tdm_kv_buffers_t *tdm_kv_layer_acquire_dev(tdm_kv_gate_t *g, const tdm_kv_batch_t *b,
+                                                 uint32_t layer, void **ret_event)
+{
+    if (ret_event)
+        *ret_event = NULL;
     if (!b || b->need == 0 || layer >= g->layout.num_layers)
         return &g->kv;
     int skipped = g->skip && g->skip(g->skip_ctx, b->iter, layer);
@@ -98,7 +117,10 @@ const tdm_kv_buffers_t *tdm_kv_layer_acquire(tdm_kv_gate_t *g, const tdm_kv_batc
 #endif
     int early = g->done[layer] < b->need;
     pthread_mutex_unlock(&g->mu);
-    (void)skipped;
+    /* GPU: the copies of (need, layer) are enqueued and their event recorded; the reader's
+     * stream waits on it. Skipped or early: no wait, the read races the copy. */
+    if (ret_event && !early && !skipped && g->event)
+        *ret_event = g->event(g->event_ctx, b->need, layer);
     if (early) {
         /* a read of a layer still loading: only a missing wait gets here */
         __atomic_fetch_add(&g->bypasses, 1, __ATOMIC_RELAXED);

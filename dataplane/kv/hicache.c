@@ -151,7 +151,8 @@ tdm_status_t tdm_hicache_init(const tdm_hicache_cfg_t *cfg, const tdm_kv_buffers
     hc->bytes = bytes;
     hc->L = hl.num_layers;
     hc->ps = hl.page_size;
-    hc->base = aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
+    hc->dv = cfg->dev;
+    hc->base = hc->dv ? hc->dv->host_alloc(bytes) : aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
     hc->toks = calloc((size_t)n * hc->ps, sizeof(int32_t));
     hc->ck = calloc((size_t)n * hc->L, sizeof(uint64_t));
     hc->ents = calloc(n, sizeof(hent_t));
@@ -162,7 +163,8 @@ tdm_status_t tdm_hicache_init(const tdm_hicache_cfg_t *cfg, const tdm_kv_buffers
         st = TDM_ERR_NOMEM;
         goto err_free;
     }
-    memset(hc->base, 0, bytes);
+    if (!hc->dv)
+        memset(hc->base, 0, bytes);
     for (uint32_t i = 0; i < n; i++)
         hc->free_list[i] = n - 1 - i;
     hc->n_free = n;
@@ -194,6 +196,37 @@ tdm_status_t tdm_hicache_init(const tdm_hicache_cfg_t *cfg, const tdm_kv_buffers
         snprintf(err, err_len, "HiCache gate: %s", tdm_status_str(st));
         goto err_free;
     }
+    if (hc->dv) {
+        tdm_hicache_geom_t g;
+        memset(&g, 0, sizeof(g));
+        g.num_layers = hc->L;
+        g.n_sub = hc->dlayout.n_sub;
+        g.n_copy_sub = hc->n_copy_sub;
+        g.page_first = cfg->mem_layout == TDM_HICACHE_PAGE_FIRST;
+        g.kv_dtype = (uint32_t)hc->dlayout.kv_dtype;
+        g.dev_pages = device->num_pages;
+        g.host_pages = n;
+        g.dev_base = device->base;
+        g.d_layer_bytes = device->layer_bytes;
+        g.host_base = hc->base;
+        g.h_layer_bytes = hc->h_layer_bytes;
+        g.h_page_bytes = hc->h_page_bytes;
+        g.h_page_layer = hc->h_page_layer;
+        for (uint32_t s = 0; s < TDM_KV_SUB_MAX; s++) {
+            g.d_off[s] = s < g.n_sub ? device->sub_offset[s] : 0;
+            g.d_stride[s] = s < g.n_sub ? hc->dlayout.sub[s].page_stride : 0;
+            g.h_off[s] = hc->h_sub_off[s];
+            g.h_stride[s] = s < hl.n_sub ? hl.sub[s].page_stride : 0;
+            g.h_in_page[s] = hc->h_in_page[s];
+            g.copy_bytes[s] = hc->copy_bytes[s];
+        }
+        st = hc->dv->open(&g, cfg->max_jobs, &hc->dh);
+        if (st != TDM_OK) {
+            snprintf(err, err_len, "HiCache copy stream: %s", tdm_status_str(st));
+            goto err_free;
+        }
+        tdm_kv_gate_set_events(tdm_hicache_gate(hc), tdm_hicache_layer_event, hc);
+    }
     hc->jobs = tdm_calloc(cfg->max_jobs, sizeof(hjob_t));
     hc->next_ticket = 1;
     hc->proc_ticket = 1;
@@ -220,8 +253,14 @@ void tdm_hicache_free(tdm_hicache_t *hc)
             tdm_free(hc->jobs[j].dev);
         }
     tdm_free(hc->jobs);
+    if (hc->dh)
+        hc->dv->close(hc->dh);
     tdm_kv_gate_free(hc->gate);
-    free(hc->base);
+    if (hc->dv && hc->base)
+        hc->dv->host_free(hc->base);
+    else
+        free(hc->base);
+    free(hc->vck);
     free(hc->toks);
     free(hc->ck);
     free(hc->ents);
@@ -345,7 +384,14 @@ tdm_status_t tdm_hicache_store(tdm_hicache_t *hc, uint32_t page, uint64_t hash, 
     }
     uint32_t hp = hc->free_list[--hc->n_free];
     /* checksums of the device source first: a wrongly sized host copy cannot hide */
-    for (uint32_t l = 0; l < hc->L; l++) {
+    if (hc->dv) {
+        tdm_status_t st = hc->dv->store(hc->dh, page, hp, hc->ck + (size_t)hp * hc->L);
+        if (st != TDM_OK) {
+            hc->free_list[hc->n_free++] = hp;
+            return st;
+        }
+    }
+    for (uint32_t l = 0; l < hc->L && !hc->dv; l++) {
         hc->ck[(size_t)hp * hc->L + l] = tdm_hicache_dev_checksum(hc, page, l);
         for (uint32_t s = 0; s < hc->n_copy_sub; s++)
             memcpy(tdm_hicache_host_addr(hc, hp, l, s),

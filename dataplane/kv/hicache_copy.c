@@ -70,9 +70,14 @@ tdm_status_t tdm_hicache_load(tdm_hicache_t *hc, const uint32_t *host, const uin
     j->verify = hc->cfg.verify_every && hc->loads % hc->cfg.verify_every == 0;
     j->result = TDM_OK;
     j->bad_page = j->bad_layer = 0;
-    if (hc->cfg.poison)
+    if (hc->cfg.poison && hc->dv) {
+        tdm_status_t st = hc->dv->poison(hc->dh, dev, n);
+        if (st != TDM_OK)
+            return st;
+    } else if (hc->cfg.poison) {
         for (uint32_t i = 0; i < n; i++)
             poison_page(hc, dev[i]);
+    }
     hc->loads++;
     hc->load_pages += n;
     hc->hits += n;
@@ -85,12 +90,28 @@ tdm_status_t tdm_hicache_load(tdm_hicache_t *hc, const uint32_t *host, const uin
     return TDM_OK;
 }
 
-static hjob_t *job_of(tdm_hicache_t *hc, uint64_t ticket)
+int32_t tdm_hicache_job_slot(tdm_hicache_t *hc, uint64_t ticket)
 {
     for (uint32_t k = 0; k < hc->cfg.max_jobs; k++)
         if (hc->jobs[k].ticket == ticket)
-            return &hc->jobs[k];
-    return NULL;
+            return (int32_t)k;
+    return -1;
+}
+
+static hjob_t *job_of(tdm_hicache_t *hc, uint64_t ticket)
+{
+    int32_t k = tdm_hicache_job_slot(hc, ticket);
+    return k < 0 ? NULL : &hc->jobs[k];
+}
+
+void *tdm_hicache_layer_event(void *ctx, uint64_t ticket, uint32_t layer)
+{
+    tdm_hicache_t *hc = ctx;
+    pthread_mutex_lock(&hc->mu);
+    int32_t k = tdm_hicache_job_slot(hc, ticket);
+    pthread_mutex_unlock(&hc->mu);
+    /* a retired ticket has nothing left to wait for */
+    return k < 0 ? NULL : hc->dv->event(hc->dh, (uint32_t)k, layer);
 }
 
 tdm_status_t tdm_hicache_wait(tdm_hicache_t *hc, uint64_t ticket, uint32_t *ret_page,
@@ -159,6 +180,55 @@ static void copy_layer(tdm_hicache_t *hc, const hjob_t *j, uint32_t l)
     __atomic_fetch_add(&hc->load_bytes, moved, __ATOMIC_RELAXED);
 }
 
+/* The device half: each layer's copies enqueued on the copy stream and its event recorded before
+ * the publish; the verification on the device destination once every layer landed. */
+static void run_job_dev(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
+{
+    uint32_t ms = 0, slot = (uint32_t)(j - hc->jobs);
+    tdm_status_t st = TDM_OK;
+    for (uint32_t l = 0; l < hc->L; l++) {
+        if (hc->cfg.fault && hc->cfg.fault(hc->cfg.fault_ctx, TDM_HICACHE_FAULT_SLOW_COPY, &ms))
+            sleep_ms(ms);
+        if (st == TDM_OK)
+            st = hc->dv->load_layer(hc->dh, slot, j->host, j->dev, j->n, l,
+                                    hc->cfg.io == TDM_HICACHE_IO_KERNEL);
+        if (st == TDM_OK) {
+            uint64_t moved = 0;
+            for (uint32_t s = 0; s < hc->n_copy_sub; s++)
+                moved += hc->copy_bytes[s] * j->n;
+            __atomic_fetch_add(&hc->load_bytes, moved, __ATOMIC_RELAXED);
+        }
+        /* published even after a failure: nobody waits forever; the result says CUDA */
+        tdm_kv_gate_publish(hc->gate, ticket, l);
+    }
+    size_t need = (size_t)j->n * hc->L;
+    if (j->verify && need > hc->vck_cap) {
+        free(hc->vck);
+        hc->vck = malloc(need * sizeof(uint64_t));
+        hc->vck_cap = hc->vck ? need : 0;
+    }
+    uint64_t *ck = j->verify && hc->vck ? hc->vck : NULL;
+    tdm_status_t est = hc->dv->load_end(hc->dh, slot, j->dev, j->n, ck);
+    if (st == TDM_OK)
+        st = est;
+    if (st != TDM_OK) {
+        j->result = st;
+        return;
+    }
+    if (!ck)
+        return;
+    __atomic_fetch_add(&hc->verified, 1, __ATOMIC_RELAXED);
+    for (uint32_t l = 0; l < hc->L; l++)
+        for (uint32_t i = 0; i < j->n; i++)
+            if (ck[(size_t)i * hc->L + l] != hc->ck[(size_t)j->host[i] * hc->L + l]) {
+                __atomic_fetch_add(&hc->verify_failures, 1, __ATOMIC_RELAXED);
+                j->result = TDM_ERR_CORRUPT;
+                j->bad_page = j->dev[i];
+                j->bad_layer = l;
+                return;
+            }
+}
+
 static void run_job(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
 {
     uint32_t ms = 0;
@@ -166,6 +236,10 @@ static void run_job(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
         /* the top exponent bit of the first K element of the job's first page, layer 0 */
         uint8_t *p = tdm_hicache_host_addr(hc, j->host[0], 0, TDM_KV_SUB_K);
         p[hc->dlayout.kv_dtype == TDM_DTYPE_FP8_E4M3 ? 0 : 1] ^= 0x40;
+    }
+    if (hc->dv) {
+        run_job_dev(hc, j, ticket);
+        return;
     }
     for (uint32_t l = 0; l < hc->L; l++) {
         if (hc->cfg.fault && hc->cfg.fault(hc->cfg.fault_ctx, TDM_HICACHE_FAULT_SLOW_COPY, &ms))

@@ -33,6 +33,10 @@ struct tdm_hicache {
     uint32_t n, L, ps;
     uint64_t bytes;
     uint8_t *base;
+    const tdm_hicache_dev_t *dv; /* the device half (GPU pools), or NULL */
+    void *dh;                    /* its handle */
+    uint64_t *vck;               /* copy thread: verification checksums of one job */
+    size_t vck_cap;
     /* host addressing */
     uint64_t h_layer_bytes, h_sub_off[TDM_KV_SUB_MAX];              /* layer_first */
     uint64_t h_page_bytes, h_page_layer, h_in_page[TDM_KV_SUB_MAX]; /* page_first */
@@ -59,6 +63,10 @@ struct tdm_hicache {
     int started, quit;
 };
 
+/* job slot of a ticket (under mu or on the scheduler thread) */
+int32_t tdm_hicache_job_slot(tdm_hicache_t *hc, uint64_t ticket);
+/* the gate's event source with a device half: the event of (ticket's job slot, layer) */
+void *tdm_hicache_layer_event(void *ctx, uint64_t ticket, uint32_t layer);
 uint8_t *tdm_hicache_host_addr(const tdm_hicache_t *hc, uint32_t hp, uint32_t layer, uint32_t sub);
 uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer);
 void tdm_hicache_drop(tdm_hicache_t *hc, uint32_t hp);

@@ -104,13 +104,6 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
     TDM_CHECK_GOTO(tdm_model_view_init(cfg->model, cfg->tp_size, cfg->rank, &x->view, err, err_len),
                    st, err_free);
     x->have_view = 1;
-    if (cfg->device_cuda && cfg->hicache) {
-        /* the host tier's CUDA half (pinned host pool, copy stream, one event per (load, layer)
-         * behind the same gate) is not built yet: refuse rather than serve without it */
-        SET_ERR("--enable-hierarchical-cache: the host tier is built for --device cpu only");
-        st = TDM_ERR_UNSUPPORTED;
-        goto err_free;
-    }
     if (cfg->device_cuda) {
         /* weights and the KV pool on the device (pool sized from --mem-fraction-static, capped
          * at cfg->num_pages); the scheduler's page allocator over exactly the engine's pages.
@@ -134,6 +127,27 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         if (st != TDM_OK) {
             SET_ERR("KV page allocator of %u pages: %s", x->cfg.num_pages, tdm_status_str(st));
             goto err_free;
+        }
+        if (cfg->hicache) {
+            /* the tier over the engine's device pool: pinned host pool, copy stream, one event
+             * per (load, layer) that attention waits on through the same gate
+             * (kernels/cuda/hicache.h) */
+            tdm_hicache_cfg_t hcfg = *cfg->hicache;
+            hcfg.layout = x->cu->exec_layout(x->cuda);
+            hcfg.device_pages = x->cfg.num_pages;
+            hcfg.dev = x->cu->hicache_dev();
+            hcfg.fault = cfg->faults ? hicache_fault : NULL;
+            hcfg.fault_ctx = x;
+            st = tdm_hicache_init(&hcfg, x->cu->exec_kv(x->cuda), &x->hc, err, err_len);
+            if (st != TDM_OK)
+                goto err_free;
+            if (cfg->faults)
+                tdm_kv_gate_set_skip(tdm_hicache_gate(x->hc), gate_skip, x);
+            st = x->cu->exec_use_gate(x->cuda, tdm_hicache_gate(x->hc));
+            if (st != TDM_OK) {
+                SET_ERR("HiCache gate on the CUDA engine: %s", tdm_status_str(st));
+                goto err_free;
+            }
         }
         goto buffers;
     }
@@ -331,7 +345,10 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
         uint64_t poison0 = 0, bypass0 = 0;
         if (x->hc) {
             tdm_kv_batch_t kb = {h->iter, it ? it->kv_need : 0};
-            tdm_graph_set_batch(x->graph, &kb);
+            if (x->cuda)
+                x->cu->exec_set_batch(x->cuda, &kb);
+            else
+                tdm_graph_set_batch(x->graph, &kb);
             poison0 = tdm_kv_gate_poison_reads(tdm_hicache_gate(x->hc));
             bypass0 = tdm_kv_gate_bypasses(tdm_hicache_gate(x->hc));
         }

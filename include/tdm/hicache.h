@@ -80,6 +80,16 @@ void tdm_kv_gate_publish(tdm_kv_gate_t *g, uint64_t ticket, uint32_t layer);
 /* Fault hook: when skip(ctx, iter, layer) returns 1 the acquire does not wait. */
 void tdm_kv_gate_set_skip(tdm_kv_gate_t *g, int (*skip)(void *ctx, uint64_t iter, uint32_t layer),
                           void *ctx);
+/* GPU pools: the same acquire, plus in *ret_event the device event (a cudaEvent_t) the reading
+ * stream must wait on before it reads the layer: the copy stream's event of (batch->need, layer),
+ * NULL when the batch needs no load or the wait was skipped (fault) or dropped
+ * (TDM_TEST_DROP_GATE_WAIT). The CPU wait still runs first: it orders the read after the copy
+ * thread has ENQUEUED the layer's copies and recorded that event. */
+const tdm_kv_buffers_t *tdm_kv_layer_acquire_dev(tdm_kv_gate_t *g, const tdm_kv_batch_t *b,
+                                                 uint32_t layer, void **ret_event);
+/* Where acquire_dev finds the event of (ticket, layer) (set by the tier with a device half). */
+void tdm_kv_gate_set_events(tdm_kv_gate_t *g,
+                            void *(*event)(void *ctx, uint64_t ticket, uint32_t layer), void *ctx);
 uint64_t tdm_kv_gate_bypasses(const tdm_kv_gate_t *g);
 uint64_t tdm_kv_gate_poison_reads(const tdm_kv_gate_t *g);
 uint64_t tdm_kv_gate_waits(const tdm_kv_gate_t *g); /* acquires that had to block */
@@ -117,6 +127,47 @@ tdm_status_t tdm_hicache_mem_layout_parse(const char *s, tdm_hicache_mem_layout_
 tdm_status_t tdm_hicache_io_parse(const char *s, tdm_hicache_io_t *ret);
 const char *tdm_hicache_policy_name(tdm_hicache_policy_t p);
 
+/* ---- the device half (GPU pools) ----
+ * With cfg.dev set the device pool is GPU memory (kernels/cuda/hicache.cu provides the half):
+ * the host pool comes from dev->host_alloc (pinned, mapped into the device's address space), and
+ * every touch of device bytes goes through dev on its own copy stream: stores (checksums of the
+ * device source computed on the device, then the page copied down), the canary poison of load
+ * destinations, the layer-by-layer copies of a load (a gather kernel for KERNEL, one
+ * cudaMemcpyAsync per run for DIRECT) each followed by the (job slot, layer) event the gate hands
+ * to readers, and the verification checksums of the device destination. The geometry says where
+ * a (page, layer, sub-buffer) lives in either pool. */
+typedef struct tdm_hicache_geom {
+    uint32_t num_layers, n_sub, n_copy_sub, page_first, kv_dtype, dev_pages, host_pages;
+    uint8_t *dev_base; /* device: base + layer * d_layer_bytes + d_off[s] + page * d_stride[s] */
+    uint64_t d_layer_bytes, d_off[TDM_KV_SUB_MAX], d_stride[TDM_KV_SUB_MAX];
+    uint8_t *host_base; /* page_first: base + hp * h_page_bytes + layer * h_page_layer +
+                         * h_in_page[s]; layer_first: base + layer * h_layer_bytes + h_off[s] +
+                         * hp * h_stride[s] */
+    uint64_t h_layer_bytes, h_off[TDM_KV_SUB_MAX], h_stride[TDM_KV_SUB_MAX];
+    uint64_t h_page_bytes, h_page_layer, h_in_page[TDM_KV_SUB_MAX];
+    uint64_t copy_bytes[TDM_KV_SUB_MAX]; /* bytes moved per (page, layer, sub) */
+} tdm_hicache_geom_t;
+
+typedef struct tdm_hicache_dev {
+    void *(*host_alloc)(uint64_t bytes); /* zeroed; NULL when it cannot */
+    void (*host_free)(void *p);
+    tdm_status_t (*open)(const tdm_hicache_geom_t *g, uint32_t max_jobs, void **ret);
+    void (*close)(void *d); /* waits for its copy stream */
+    /* device page -> host page hp, ck[layer] = the XXH64 of the device source (as
+     * tdm_hicache_dev_checksum), computed before the copy; returns when the copy is done */
+    tdm_status_t (*store)(void *d, uint32_t page, uint32_t hp, uint64_t *ck);
+    /* fill every layer and sub-buffer of the pages with the kv dtype's poison; returns when done */
+    tdm_status_t (*poison)(void *d, const uint32_t *pages, uint32_t n);
+    /* enqueue the copy of `layer` of n host pages into device pages for job `slot`, then record
+     * the slot's event of that layer */
+    tdm_status_t (*load_layer)(void *d, uint32_t slot, const uint32_t *host, const uint32_t *dev,
+                               uint32_t n, uint32_t layer, int io_kernel);
+    /* wait for every copy of the slot's job; then, when ck is not NULL, ck[i * L + l] = the
+     * checksum of device page dev[i], layer l */
+    tdm_status_t (*load_end)(void *d, uint32_t slot, const uint32_t *dev, uint32_t n, uint64_t *ck);
+    void *(*event)(void *d, uint32_t slot, uint32_t layer); /* cudaEvent_t */
+} tdm_hicache_dev_t;
+
 typedef struct tdm_hicache_cfg {
     const tdm_kv_layout_t *layout; /* the device pool's descriptor */
     uint32_t device_pages;
@@ -133,6 +184,7 @@ typedef struct tdm_hicache_cfg {
     /* fault check, may be NULL; returns 1 when the point fires (duration in *ret_ms) */
     int (*fault)(void *ctx, tdm_hicache_fault_t f, uint32_t *ret_ms);
     void *fault_ctx;
+    const tdm_hicache_dev_t *dev; /* NULL: the device pool is host memory (CPU) */
 } tdm_hicache_cfg_t;
 
 typedef struct tdm_hicache tdm_hicache_t;

@@ -271,6 +271,7 @@ void tdm_cuda_engine_free(tdm_cuda_engine_t *e)
     for (int i = 0; i < MAX_BUCKETS; i++)
         if (e->graph[i])
             cudaGraphExecDestroy(e->graph[i]);
+    tdm_cuda_hc_free(&e->hc);
     if (e->cublas)
         cublasDestroy(e->cublas);
     cudaFree(e->cublas_ws);
@@ -304,4 +305,17 @@ const tdm_kv_buffers_t *tdm_cuda_engine_kv(const tdm_cuda_engine_t *e)
 uint64_t tdm_cuda_engine_weight_bytes(const tdm_cuda_engine_t *e)
 {
     return e->wbytes;
+}
+
+tdm_status_t tdm_cuda_engine_use_gate(tdm_cuda_engine_t *e, tdm_kv_gate_t *gate)
+{
+    return e ? tdm_cuda_hc_use_gate(&e->hc, gate) : TDM_ERR_INVAL;
+}
+
+void tdm_cuda_engine_set_batch(tdm_cuda_engine_t *e, const tdm_kv_batch_t *b)
+{
+    if (b)
+        e->hc.batch = *b;
+    else
+        memset(&e->hc.batch, 0, sizeof(e->hc.batch));
 }

@@ -157,6 +157,15 @@ const tdm_kv_layout_t *tdm_cuda_engine_layout(const tdm_cuda_engine_t *e);
 const tdm_kv_buffers_t *tdm_cuda_engine_kv(const tdm_cuda_engine_t *e);
 uint64_t tdm_cuda_engine_weight_bytes(const tdm_cuda_engine_t *e);
 
+/* HiCache (kernels/cuda/hicache.h): from now on attention reads each layer of the pool through
+ * `gate` (tdm_kv_layer_acquire_dev; the compute stream waits on the layer's copy event), for the
+ * batch of the next forward calls set by set_batch (b NULL: none). A forward whose batch depends
+ * on a load launches eagerly (no decode graph). */
+struct tdm_kv_gate;
+struct tdm_kv_batch;
+tdm_status_t tdm_cuda_engine_use_gate(tdm_cuda_engine_t *e, struct tdm_kv_gate *gate);
+void tdm_cuda_engine_set_batch(tdm_cuda_engine_t *e, const struct tdm_kv_batch *b);
+
 /* Run one batch. Rows of logits as in tdm_graph_forward; logits (host, cap_rows × vocab) may be
  * NULL; ret_ids (host, cap_rows) receives each logits row's argmax and may be NULL. */
 tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,

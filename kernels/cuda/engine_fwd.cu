@@ -161,6 +161,9 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (w->qk_norm)
             TDM_TRY(tdm_cuda_qk_norm(e->qkv, n, e->qkvd, e->H, e->KV, e->hd, w->qk_norm,
                                      w->qk_norm + e->hd, eps, s));
+        /* I7: a layer that may still be loading from the host tier only through the gate */
+        if (e->hc.gate)
+            TDM_TRY(tdm_cuda_hc_layer(&e->hc, &e->kv, l, &rows, n, s));
         if (e->o.ablate & TDM_CUDA_ABLATE_ATTN)
             goto mlp;
         if (e->ntiles) {
@@ -331,7 +334,7 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
             tdm_cuda_flash_tiles(e->h_plan + plan_off(e, P_POS), e->h_plan + plan_off(e, P_PTOFF),
                                  n, e->h_plan + plan_off(e, P_TILES), e->tiles_cap);
     }
-    if (decode && e->o.use_graphs) {
+    if (decode && e->o.use_graphs && !tdm_cuda_hc_pending(&e->hc)) {
         uint32_t b;
         bi = bucket_of(n, &b);
         if (b <= e->o.max_batch && bi < MAX_BUCKETS && b <= e->T) {
@@ -389,6 +392,8 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
                                             cudaMemcpyDeviceToHost, e->stream),
                             st, out);
     TDM_CUDA_CHECK_GOTO(cudaStreamSynchronize(e->stream), st, out);
+    if ((st = tdm_cuda_hc_after(&e->hc)) != TDM_OK)
+        goto out;
     if (ret_ids)
         memcpy(ret_ids, e->h_ids_out, (size_t)m * 4);
     *ret_rows = m;

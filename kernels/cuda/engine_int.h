@@ -14,6 +14,7 @@
 
 #include "cuda_int.h"
 #include "engine.h"
+#include "hicache.h"
 
 extern "C" {
 #include <tdm/mem.h>
@@ -67,6 +68,7 @@ struct tdm_cuda_engine {
     cublasHandle_t cublas;
     void *cublas_ws;
     cudaGraphExec_t graph[MAX_BUCKETS];
+    tdm_cuda_hc_t hc; /* the HiCache layer gate (hicache.h); hc.gate NULL: none */
 };
 
 /* plan block layout, in uint32 units */

@@ -14,6 +14,8 @@
 #include "engine.h"
 #include "exec_cuda.h"
 
+const tdm_hicache_dev_t *tdm_cuda_hicache_dev(void); /* hicache.cu */
+
 struct tdm_exec_cuda {
     tdm_cuda_engine_t *e;
     tdm_cuda_seq_t *seqs; /* max_seqs */
@@ -99,6 +101,21 @@ const tdm_kv_buffers_t *tdm_exec_cuda_kv(const tdm_exec_cuda_t *x)
 uint64_t tdm_exec_cuda_weight_bytes(const tdm_exec_cuda_t *x)
 {
     return tdm_cuda_engine_weight_bytes(x->e);
+}
+
+tdm_status_t tdm_exec_cuda_use_gate(tdm_exec_cuda_t *x, tdm_kv_gate_t *gate)
+{
+    return x ? tdm_cuda_engine_use_gate(x->e, gate) : TDM_ERR_INVAL;
+}
+
+void tdm_exec_cuda_set_batch(tdm_exec_cuda_t *x, const tdm_kv_batch_t *b)
+{
+    tdm_cuda_engine_set_batch(x->e, b);
+}
+
+const tdm_hicache_dev_t *tdm_exec_cuda_hicache_dev(void)
+{
+    return tdm_cuda_hicache_dev();
 }
 
 tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,

@@ -58,6 +58,13 @@ uint64_t tdm_exec_cuda_kv_bytes(const tdm_exec_cuda_t *x);
 const tdm_kv_buffers_t *tdm_exec_cuda_kv(const tdm_exec_cuda_t *x);
 uint64_t tdm_exec_cuda_weight_bytes(const tdm_exec_cuda_t *x);
 
+/* HiCache: attention reads the pool through `gate` (engine.h tdm_cuda_engine_use_gate), for the
+ * batch set before each forward (b NULL: no load in flight); the tier's device half
+ * (kernels/cuda/hicache.h). */
+tdm_status_t tdm_exec_cuda_use_gate(tdm_exec_cuda_t *x, tdm_kv_gate_t *gate);
+void tdm_exec_cuda_set_batch(tdm_exec_cuda_t *x, const tdm_kv_batch_t *b);
+const tdm_hicache_dev_t *tdm_exec_cuda_hicache_dev(void);
+
 tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
                                    float *logits, uint32_t cap_rows, uint32_t *ret_rows);
 

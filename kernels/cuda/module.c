@@ -17,6 +17,9 @@ static const tdm_cuda_module_t cuda_module = {
     .exec_kv = tdm_exec_cuda_kv,
     .exec_weight_bytes = tdm_exec_cuda_weight_bytes,
     .exec_forward = tdm_exec_cuda_forward,
+    .exec_use_gate = tdm_exec_cuda_use_gate,
+    .exec_set_batch = tdm_exec_cuda_set_batch,
+    .hicache_dev = tdm_exec_cuda_hicache_dev,
 };
 
 const tdm_cuda_module_t *tdm_cuda_module_v1(void)

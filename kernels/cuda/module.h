@@ -49,6 +49,10 @@ typedef struct tdm_cuda_module {
     uint64_t (*exec_weight_bytes)(const tdm_exec_cuda_t *x);
     tdm_status_t (*exec_forward)(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
                                  float *logits, uint32_t cap_rows, uint32_t *ret_rows);
+    /* HiCache on the GPU (exec_cuda.h); entries a module of an older build lacks (size) */
+    tdm_status_t (*exec_use_gate)(tdm_exec_cuda_t *x, tdm_kv_gate_t *gate);
+    void (*exec_set_batch)(tdm_exec_cuda_t *x, const tdm_kv_batch_t *b);
+    const tdm_hicache_dev_t *(*hicache_dev)(void);
 } tdm_cuda_module_t;
 
 typedef const tdm_cuda_module_t *(*tdm_cuda_module_fn)(void);

@@ -6,7 +6,11 @@
 # for token on every prompt; a streamed request gives the same text as the whole one; 12
 # concurrent requests (batched decode, several graph buckets) all finish with their token count;
 # /metrics reports the weights resident and a KV pool sized from --mem-fraction-static; after the
-# load every page is free again; SIGTERM exits cleanly. Skips without a GPU or a CUDA build.
+# load every page is free again; SIGTERM exits cleanly. HiCache on the GPU (kernels/cuda/hicache.h):
+# a worker with --enable-hierarchical-cache (verify rate 1, canary poison, one slot so its pool is
+# 128 pages) serves a prompt whose pages were pushed out of the device pool from the host tier:
+# the greedy output equals the GPU worker's without HiCache, /metrics shows the hits, verified
+# loads and no verify failure, poison read or gate bypass. Skips without a GPU or a CUDA build.
 # TAP; python3 standard library only.
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -64,7 +68,7 @@ def complete(w, prompt, max_tokens=16, stream=False):
     return st, out
 
 
-print("1..9")
+print("1..12")
 try:
     gpu = start("cuda", "cuda", ["--mem-fraction-static", "0.10"])
     cpu = start("cpu", "cpu")
@@ -118,6 +122,41 @@ try:
     rc = gpu["proc"].wait(timeout=30)
     cpu["proc"].wait(timeout=30)
     ok(rc == 0, "SIGTERM: the GPU worker exits 0 (rc %s)" % rc, logtail(gpu))
+
+    # HiCache: P, then prompts that push P's pages out of the 128-page pool, then P again
+    one = ["--mem-fraction-static", "0.10", "--max-running-requests", "1"]
+    P = pdlib.prompt_ids(1, 300)
+    FILL = [pdlib.prompt_ids(100 + i, 500) for i in range(5)]
+
+    def evict_then_hit(w):
+        outs = [pdlib.gen(w, P, 8, 120)[1]]
+        for f in FILL:
+            pdlib.gen(w, f, 4, 120)
+        outs.append(pdlib.gen(w, P + [7], 8, 120)[1])
+        return outs
+
+    ref = start("cuda-ref", "cuda", one)
+    hc = start("cuda-hc", "cuda", one + ["--enable-hierarchical-cache", "--hicache-verify-rate",
+                                         "1", "--hicache-poison", "--hicache-ratio", "4"])
+    if ok("port" in ref and "port" in hc, "a GPU worker with HiCache and one without start",
+          logtail(ref) + "\n" + logtail(hc)):
+        want, got = evict_then_hit(ref), evict_then_hit(hc)
+        ok(all(want) and got == want,
+           "HiCache on the GPU: greedy outputs equal the GPU worker's without it", "%s\n%s" %
+           (got, want))
+        m = metrics(hc)
+        hm = {k: v for k, v in m.items() if "hicache" in k}
+        ok(m.get("tandem_hicache_hits_total", 0) > 0 and
+           m.get("tandem_hicache_verified_total", 0) > 0 and
+           m.get("tandem_hicache_verify_failures_total", 1) == 0 and
+           m.get("tandem_hicache_poison_reads_total", 1) == 0 and
+           m.get("tandem_hicache_gate_bypasses_total", 1) == 0 and
+           m.get("tandem_hicache_corruption_events_total", 1) == 0,
+           "HiCache on the GPU: served from the host tier (hits %s), verified on the device, no "
+           "CORRUPTION" % m.get("tandem_hicache_hits_total"), json.dumps(hm))
+    else:
+        ok(False, "HiCache on the GPU: outputs")
+        ok(False, "HiCache on the GPU: metrics")
 finally:
     kill_all()
 sys.exit(1 if taplib.failed else 0)
