@@ -68,12 +68,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-worker: --model-path DIR is required\n");
         goto out;
     }
-    if (cfg.enable_hierarchical_cache && (strcmp(cfg.device, "cpu") || cfg.tp_size > 1)) {
-        /* the CUDA copy stream and the per-rank tiers driven by the plan are not built yet */
-        fprintf(stderr,
-                "tandem-worker: --enable-hierarchical-cache: not built for %s (this build: "
-                "--device cpu --tp-size 1)\n",
-                strcmp(cfg.device, "cpu") ? "--device cuda" : "--tp-size > 1");
+    if (cfg.enable_hierarchical_cache && cfg.tp_size > 1) {
+        /* the per-rank tiers driven by the plan are not built yet */
+        fprintf(stderr, "tandem-worker: --enable-hierarchical-cache: not built for --tp-size > 1 "
+                        "(this build: --tp-size 1, --device cpu or cuda)\n");
         goto out;
     }
     /* serving: the launcher (no --rank) or one rank of the group (dataplane/worker/worker.h) */

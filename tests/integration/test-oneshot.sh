@@ -176,8 +176,6 @@ try:
          "--device cuda is not supported"),
         ("HiCache in one-shot", ["--model-path", mdir, "--prompt-ids", "1",
                                  "--enable-hierarchical-cache"], "one-shot CLI has none"),
-        ("HiCache on --device cuda", ["--model-path", mdir, "--enable-hierarchical-cache",
-                                      "--device", "cuda"], "not built for --device cuda"),
         ("HiCache at --tp-size 2", ["--model-path", mdir, "--enable-hierarchical-cache",
                                     "--device", "cpu", "--tp-size", "2"],
          "not built for --tp-size > 1"),
