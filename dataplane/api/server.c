@@ -401,6 +401,11 @@ void tdm_api_server_sample_stats(tdm_api_t *a, tdm_tm_sample_t *s)
     s->requests_done = ss.requests_finished;
     s->kv_pages_total = ss.pages_total;
     s->kv_pages_used = ss.pages_total > ss.pages_free ? ss.pages_total - ss.pages_free : 0;
+    /* the HiCache host tier (0 without one) and its CORRUPTION evidence (load checksum
+     * mismatches, poison reads, gate bypasses) */
+    s->host_pages_used = ss.hicache_on ? ss.hicache.host_pages_used : 0;
+    s->host_pages_total = ss.hicache_on ? ss.hicache.host_pages_total : 0;
+    s->corruption_total = ss.corruption_events;
     tdm_api_hist_snap(&a->ttft, &ttft);
     tdm_api_hist_snap(&a->itl, &itl);
     uint64_t q[4] = {tdm_api_hist_quantile_us(&a->ttft, &a->ttft_prev, &ttft, 0.5),

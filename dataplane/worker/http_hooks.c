@@ -31,13 +31,14 @@ static struct {
     tdm_worker_t *w;
 } the_api;
 
-/* The reporter's serving statistics (rank 0): the server's, plus the transfer engine's corruption
- * counters (KV checksum and aux mismatches, rooms whose ABORT_ACK timed out). */
+/* The reporter's serving statistics (rank 0): the server's (the HiCache tier's corruption events
+ * among them), plus the transfer engine's corruption counters (KV checksum and aux mismatches,
+ * rooms whose ABORT_ACK timed out). */
 static void sample_stats(void *ctx, tdm_tm_sample_t *s)
 {
     (void)ctx;
     tdm_api_server_sample_stats(the_api.srv, s);
-    s->corruption_total = tdm_worker_pd_corruption(the_api.w);
+    s->corruption_total += tdm_worker_pd_corruption(the_api.w);
 }
 
 static void post_event(void *ctx, const char *type, json_t *data)

@@ -499,7 +499,11 @@ static void test_sample_stats(void)
     tdm_sched_stats_t ss;
     tdm_sched_stats(&sched, &ss);
     ok(s.tokens_out == ss.tokens_generated && s.requests_done == ss.requests_finished &&
-           s.kv_pages_total == ss.pages_total && s.kv_pages_used == ss.pages_total - ss.pages_free,
+           s.kv_pages_total == ss.pages_total &&
+           s.kv_pages_used == ss.pages_total - ss.pages_free &&
+           s.host_pages_total == (ss.hicache_on ? ss.hicache.host_pages_total : 0) &&
+           s.host_pages_used == (ss.hicache_on ? ss.hicache.host_pages_used : 0) &&
+           s.corruption_total == ss.corruption_events,
        "counters and KV pool from the scheduler (%llu tokens, %llu requests)",
        (unsigned long long)s.tokens_out, (unsigned long long)s.requests_done);
     ok(s.ttft_p50_us > 0 && s.ttft_p99_us >= s.ttft_p50_us && s.itl_p99_us >= s.itl_p50_us,
