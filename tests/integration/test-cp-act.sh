@@ -2,7 +2,9 @@
 # test-cp-act.sh — tandemd's actions on real CPU workers it supervises(docs/design.md §5):
 # the /v1 router (plain, streaming, unknown model 404, none ready 503 + Retry-After), a drain of
 # one of two groups under load with 0 failed requests, reconfigure overlap=off (config version,
-# override file, the worker restarts in the lockstep loop), restart, kill -9 of a rank →
+# override file, the worker restarts in the lockstep loop), reconfigure hicache on (REST) then off
+# (tandemctl): each a drain → restart with the override, the restarted worker's /metrics
+# tandem_hicache_enabled follows, config versions stored; restart, kill -9 of a rank →
 # WORKER_LOST → supervisor restart, re-adoption after tandemd restarts, every action in the
 # audit log with timestamps; then faults → telemetry → detectors → alerts → policy actions
 # (stall_loop → WEDGE → reconfigure overlap=off; rank_idle_path on rank 1 → RANK_DIVERGENCE naming
@@ -41,7 +43,7 @@ cleanup() {
 trap cleanup EXIT
 psql_ -d postgres -c "CREATE DATABASE $db" >/dev/null || { echo "Bail out! cannot create a database"; exit 1; }
 
-echo "1..29"
+echo "1..33"
 n=0
 ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 check() { if eval "$1"; then ok 0 "$2"; else ok 1 "$2"; fi; }
@@ -135,6 +137,21 @@ check "[ \"\$(j \"d['outcome']\" <$tmp/rc)\" = ok ] && grep -q 'disable_overlap_
 check "last_start a | grep -q 'lockstep loop'" "the restarted worker runs the normal (non-overlap) loop"
 check "[ \$(sql \"SELECT config->>'overlap' FROM config_versions WHERE group_name='a' ORDER BY id DESC LIMIT 1\") = off ]" \
     "config version stored in Postgres"
+# HiCache on through the REST API, off through tandemctl: drain → restart with the new flags
+hc_metric() { # group → tandem_hicache_enabled on the group's worker
+    p=$($PY -c "import json;print(json.load(open('$tmp/state/groups/$1/ready.json'))['http'])")
+    curl -s "http://127.0.0.1:$p/metrics" | awk '$1 == "tandem_hicache_enabled" { print $2 }'
+}
+api -X POST "$url/api/v1/groups/a/reconfigure" -d '{"hicache":"on"}' >"$tmp/rc"
+check "[ \"\$(j \"d['outcome']\" <$tmp/rc)\" = ok ] && grep -q 'enable_hierarchical_cache = true' $tmp/state/groups/a/override.ini && wait_ready a" \
+    "reconfigure hicache=on (REST): override file written, drain → restart ok"
+check "[ \"\$(hc_metric a)\" = 1 ] && [ \$(sql \"SELECT config->>'hicache' FROM config_versions WHERE group_name='a' ORDER BY id DESC LIMIT 1\") = on ]" \
+    "the restarted worker serves with HiCache on (/metrics tandem_hicache_enabled 1), config version stored"
+"$TDM_BUILDDIR/tandemctl" --url "$url" --token-file "$tmp/state/admin.token" set a hicache off >"$tmp/rcoff" 2>&1
+check "wait_ready a && grep -q 'enable_hierarchical_cache = false' $tmp/state/groups/a/override.ini && [ \"\$(complete)\" = 200 ]" \
+    "tandemctl set a hicache off: drain → restart, serving again"
+check "[ \"\$(hc_metric a)\" = 0 ] && [ \$(sql \"SELECT config->>'hicache' FROM config_versions WHERE group_name='a' ORDER BY id DESC LIMIT 1\") = off ]" \
+    "the restarted worker serves with HiCache off (/metrics tandem_hicache_enabled 0), config version stored"
 api -X POST "$url/api/v1/groups/b/restart" >"$tmp/rs"
 check "[ \"\$(j \"d['outcome']\" <$tmp/rs)\" = ok ] && wait_ready a b" "restart of the drained group b; both serve again"
 code=$(api -X POST -o /dev/null -w "%{http_code}" "$url/api/v1/groups/a/reconfigure" -d '{"tp_size":4}')
