@@ -2,8 +2,8 @@
  * tests/pgtest.h — a fresh PostgreSQL database per test (header-only; link $(LIBPQ_LIBS)).
  *
  * `make check` starts one private cluster (`tdm-pg start`) and exports TDM_TEST_PGHOST,
- * TDM_TEST_PGPORT and TDM_TEST_PGUSER to every test. A test calls pgtest_require() first (it
- * prints "1..0 # SKIP" and exits when the variables are absent, e.g. a test run by hand), then
+ * TDM_TEST_PGPORT and TDM_TEST_PGUSER to every test. A test calls pgtest_require() first (a
+ * missing test PostgreSQL is a failure: "Bail out!" when the variables are absent), then
  * pgtest_db_create("test_foo", dsn, sizeof(dsn)) which drops any database of that name (its
  * connections forced off) and creates it empty, writing a libpq DSN for it. Names are
  * [a-z0-9_], at most 63 bytes: use the test's own name so parallel tests never share one.
@@ -31,7 +31,7 @@ static inline int pgtest_available(void)
 static inline void pgtest_require(void)
 {
     if (!pgtest_available())
-        skip_all("no test PostgreSQL (TDM_TEST_PGHOST/PORT/USER unset; run under make check)");
+        bail_out("no test PostgreSQL (TDM_TEST_PGHOST/PORT/USER unset; run under make check)");
 }
 
 /* DSN of database `dbname` on the test cluster; -1 if it does not fit or the env is absent. */

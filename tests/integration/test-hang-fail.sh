@@ -10,28 +10,14 @@
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
-tap_need_exec "$BIN"
-M="$SRC/tests/fixtures/models/tiny-llama3"
-T=$(mktemp -d)
-lp=""
-trap '[ -n "$lp" ] && kill -9 $lp 2>/dev/null; rm -rf "$T"' EXIT
-export TDM_CPU_THREADS=1
+. "$SRC/tests/integration/worker-lib.sh"
 echo "h4ng-f41l" > "$T/token"
 TIMEOUT=1
 
 start() { # tag flags... → port
-    rm -f "$T/ready"
     tag=$1
     shift
-    "$BIN" --model-path "$M" --device cpu --port 0 --ready-file "$T/ready" \
-        --admin-token-file "$T/token" "$@" > "$T/log-$tag" 2>&1 &
-    lp=$!
-    i=0
-    while [ $i -lt 300 ] && [ ! -s "$T/ready" ] && kill -0 $lp 2> /dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2> /dev/null)
+    worker_start "$T/log-$tag" --admin-token-file "$T/token" "$@"
 }
 
 cat > "$T/client.py" << 'PY'

@@ -13,31 +13,19 @@
 #   after the stall the request completes (200, its 4 tokens) and /health is 200 again.
 # The client is tests/integration/test-load; the sink is python3's standard library.
 set -u
-B=${TDM_BUILDDIR:-.}
-S=${TDM_SRCDIR:-.}
-W="$B/tandem-worker"
-L="$B/tests/integration/test-load"
-M="$S/tests/fixtures/models/tiny-llama3"
-if [ ! -x "$W" ] || [ ! -x "$L" ] || [ ! -f "$M/config.json" ]; then
-    echo "Bail out! tandem-worker, test-load or the fixture model is missing"
-    exit 1
-fi
+SRC=${TDM_SRCDIR:-.}
+. "$SRC/tests/integration/tap-lib.sh"
+. "$SRC/tests/integration/worker-lib.sh"
+L="$BUILD/tests/integration/test-load"
+tap_need_exec "$L"
 if ! command -v python3 > /dev/null; then
     echo "Bail out! python3 (the telemetry sink) is missing"
     exit 1
 fi
-T=$(mktemp -d)
-lp=""
-sp=""
 rp=""
-trap 'for p in $lp $sp $rp; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
-export TDM_CPU_THREADS=1
 echo "h4ng-t0ken" > "$T/token"
 TIMEOUT=3
 STALL_MS=6000
-n=0
-fail=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fail=1; fi; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 now() { awk '{ print $1 }' /proc/uptime; }
 
@@ -62,7 +50,7 @@ open(sys.argv[2], "w").write(str(s.server_address[1]))
 s.serve_forever()
 PY
 python3 "$T/sink.py" "$T/sink.jsonl" "$T/sink.port" &
-sp=$!
+WL_PIDS="$!"
 i=0
 while [ $i -lt 100 ] && [ ! -s "$T/sink.port" ]; do sleep 0.05; i=$((i + 1)); done
 sink_port=$(cat "$T/sink.port" 2> /dev/null)
@@ -94,19 +82,10 @@ page_rank0() { # → r0 (the page's rank 0 line)
 run() { # tag worker-flags...
     tag=$1
     shift
-    rm -f "$T/ready"
     : > "$T/sink.jsonl"
-    "$W" --model-path "$M" --device cpu --tp-size 2 --port 0 --ready-file "$T/ready" \
-        --admin-token-file "$T/token" --enable-fault-injection \
+    worker_start "$T/log-$tag" --tp-size 2 --admin-token-file "$T/token" --enable-fault-injection \
         --health-progress-timeout $TIMEOUT --control-plane "http://127.0.0.1:$sink_port" \
-        --group "idle-hang-$tag" "$@" > "$T/log-$tag" 2>&1 &
-    lp=$!
-    i=0
-    while [ $i -lt 300 ] && [ ! -s "$T/ready" ] && kill -0 $lp 2> /dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2> /dev/null)
+        --group "idle-hang-$tag" "$@"
     if [ -z "$port" ]; then
         ok 1 "$tag: the group starts"
         sed 's/^/# /' "$T/log-$tag" | tail -20
@@ -189,5 +168,4 @@ run() { # tag worker-flags...
 
 run overlap
 run lockstep --disable-overlap-schedule
-echo "1..$n"
-exit $fail
+tap_done

@@ -62,7 +62,13 @@ sleep 0.5
 run 1.2
 t2=$t0
 ok $rc "run 2: the worker ran and stopped cleanly (rc $rc)"
-sleep 1
+i=0 # run 2's samples reach the database (at most 20 s)
+while [ $i -lt 200 ]; do
+    s2=$(cpl_sql "SELECT count(*) FROM samples WHERE group_name = 'pid-repeat' AND ts_us >= $t2")
+    [ "${s2:-0}" -gt 0 ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
 s1=$(cpl_sql "SELECT count(*) FROM samples WHERE group_name = 'pid-repeat' AND ts_us >= $t1 AND ts_us < $t2")
 s2=$(cpl_sql "SELECT count(*) FROM samples WHERE group_name = 'pid-repeat' AND ts_us >= $t2")
 ids=$(cpl_sql "SELECT count(DISTINCT instance_id) FROM samples WHERE group_name = 'pid-repeat'")

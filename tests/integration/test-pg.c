@@ -91,10 +91,8 @@ static void test_adopt_shared(void)
     const char *b = getenv("TDM_BUILDDIR");
     char dir[1024];
     tdm_pg_info_t info;
-    if (!b) {
-        skip("TDM_BUILDDIR unset: cannot find the shared cluster");
-        return;
-    }
+    if (!b)
+        bail_out("TDM_BUILDDIR unset: cannot find the shared cluster (run under make check)");
     snprintf(dir, sizeof(dir), "%s/tests/.pg", b);
     tdm_status_t st = tdm_pg_cluster_start(dir, NULL, &info);
     is_int(st, TDM_OK, "start on the shared cluster's directory");

@@ -14,12 +14,7 @@
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
-tap_need_exec "$BIN"
-M="$SRC/tests/fixtures/models/tiny-llama3"
-T=$(mktemp -d)
-lp=""
-trap '[ -n "$lp" ] && kill -9 $lp 2>/dev/null; rm -rf "$T"' EXIT
-export TDM_CPU_THREADS=1
+. "$SRC/tests/integration/worker-lib.sh"
 
 cat > "$T/client.py" << 'PY'
 # argv: port started-file out-file. Opens the streams and the idle connections, writes
@@ -73,16 +68,8 @@ PY
 
 round() { # round-number
     r=$1
-    rm -f "$T/ready" "$T/started" "$T/out"
-    "$BIN" --model-path "$M" --device cpu --tp-size 2 --port 0 --ready-file "$T/ready" \
-        --drain-timeout 0.3 --group "stop-$r" > "$T/log-$r" 2>&1 &
-    lp=$!
-    i=0
-    while [ $i -lt 300 ] && [ ! -s "$T/ready" ] && kill -0 $lp 2> /dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2> /dev/null)
+    rm -f "$T/started" "$T/out"
+    worker_start "$T/log-$r" --tp-size 2 --drain-timeout 0.3 --group "stop-$r"
     if [ -z "$port" ]; then
         ok 1 "round $r: the group starts"
         sed 's/^/# /' "$T/log-$r" | tail -20
@@ -90,11 +77,7 @@ round() { # round-number
     fi
     python3 "$T/client.py" "$port" "$T/started" "$T/out" > "$T/client-$r" 2>&1 &
     cp=$!
-    i=0
-    while [ $i -lt 200 ] && [ ! -s "$T/started" ] && kill -0 $cp 2> /dev/null; do
-        sleep 0.05
-        i=$((i + 1))
-    done
+    wait_file "$T/started" $cp 200 0.05
     [ -s "$T/started" ]
     ok $? "round $r: 8 streams are producing tokens"
     kill -TERM $lp

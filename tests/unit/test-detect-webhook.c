@@ -179,8 +179,12 @@ int main(void)
     tdm_cp_webhook_stats(w, &ws);
     ok(ws.queued == 100 && ws.dropped >= 95, "bounded queue: %llu dropped of 100",
        (unsigned long long)ws.dropped);
-    usleep(500000);
-    tdm_cp_webhook_stats(w, &ws);
+    /* the post in progress times out after 300 ms: poll for its failure (at most 10 s) */
+    for (uint64_t end = tdm_time_mono_us() + 10000000; tdm_time_mono_us() < end; usleep(10000)) {
+        tdm_cp_webhook_stats(w, &ws);
+        if (ws.failed >= 1)
+            break;
+    }
     ok(ws.failed >= 1, "the hung post times out and is counted as failed");
     t0 = tdm_time_mono_us();
     tdm_cp_webhook_stop(w);
