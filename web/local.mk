@@ -1,7 +1,7 @@
 # web/ — the operator console: static HTML/JS/CSS compiled into tandemd (web/embed.sh) and served
 # at /console by controlplane/http/console.c, with uPlot (web/uplot.pin, installed by
 # tools/install-deps.sh, never committed) and the alerts runbook the alert view quotes.
-WEB_ASSETS = web/console.html web/console.js web/console.css
+WEB_ASSETS = web/console.html web/console.js web/console-views.js web/console.css
 WEB_EXTRA = $(UPLOT_DIR)/dist/uPlot.iife.min.js $(UPLOT_DIR)/dist/uPlot.min.css web/uPlot.LICENSE \
 	$(top_srcdir)/docs/alerts.md
 EXTRA_DIST += $(WEB_ASSETS) web/embed.sh web/uplot.pin docs/alerts.md
