@@ -269,9 +269,10 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
 {
     const char *action = json_string_value(json_object_get(request, "action"));
     const char *group = json_string_value(json_object_get(request, "group"));
-    if (!action || (strcmp(action, "drain") && strcmp(action, "resume") &&
-                    strcmp(action, "restart") && strcmp(action, "reconfigure"))) {
-        snprintf(err, err_len, "action must be drain, resume, restart or reconfigure");
+    if (!action ||
+        (strcmp(action, "drain") && strcmp(action, "resume") && strcmp(action, "restart") &&
+         strcmp(action, "reconfigure") && strcmp(action, "fault"))) {
+        snprintf(err, err_len, "action must be drain, resume, restart, reconfigure or fault");
         return TDM_ERR_INVAL;
     }
     pthread_mutex_lock(&a->mu);
@@ -298,6 +299,11 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
         return TDM_ERR_UNSUPPORTED;
     }
     json_t *params = json_object_get(request, "params");
+    if (!strcmp(action, "fault")) {
+        tdm_status_t st = act_fault_check(params, kind == ACT_KIND_SUPERVISED, err, err_len);
+        if (st != TDM_OK)
+            return st;
+    }
     if (!strcmp(action, "reconfigure")) {
         json_t *merged = NULL;
         tdm_status_t st = tdm_cp_act_config_merge(NULL, params, &merged, err, err_len);

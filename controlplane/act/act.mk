@@ -8,6 +8,7 @@ libtdmcp_a_SOURCES += \
 	controlplane/act/act_http.c \
 	controlplane/act/act_super.c \
 	controlplane/act/act_exec.c \
+	controlplane/act/act_fault.c \
 	controlplane/act/act_watch.c
 noinst_HEADERS += \
 	controlplane/act/act.h \

@@ -358,6 +358,7 @@ static void run_one(exec_t *x, act_req_t *r)
         g->busy = 1;
     pthread_mutex_unlock(&a->mu);
     tdm_status_t st;
+    long wstatus = 0;
     tdm_info(TDM_SUB_CP, "msg=\"action\" action=%s group=%s actor=%s", action, group, r->actor);
     if (!g) {
         snprintf(detail, sizeof(detail), "no such group");
@@ -367,6 +368,8 @@ static void run_one(exec_t *x, act_req_t *r)
     } else if (!strcmp(action, "drain")) {
         double t = json_number_value(json_object_get(params, "timeout_s"));
         st = do_drain(x, g, t > 0 ? t : a->o.drain_timeout_s, detail, sizeof(detail));
+    } else if (!strcmp(action, "fault")) {
+        st = act_do_fault(a, g, params, &wstatus, detail, sizeof(detail));
     } else if (!strcmp(action, "resume")) {
         st = do_resume(x, g, detail, sizeof(detail));
     } else if (!strcmp(action, "restart")) {
@@ -416,6 +419,8 @@ static void run_one(exec_t *x, act_req_t *r)
                             (json_int_t)t0, "finished_us", (json_int_t)t1);
     if (json_is_integer(alert))
         json_object_set(res, "alert_id", alert);
+    if (wstatus > 0)
+        json_object_set_new(res, "status", json_integer(wstatus));
     act_post(a, ACT_MSG_DONE, res, r->done, r->ctx);
 }
 

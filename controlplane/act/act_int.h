@@ -146,6 +146,14 @@ void act_url_hostport(act_group_t *g);
 /* act.c: "ok", the last /ready reason, or the state when not running (caller holds mu) */
 const char *act_health(const act_group_t *g);
 
+/* act_fault.c — the fault route (docs/contracts.md §e). act_fault_check: at submission, the
+ * params are a fault (the signal point fully checked: it needs a supervised group). act_do_fault:
+ * on the executor, forward to the worker's /admin/faults or send the signal; *wstatus is the HTTP
+ * status the reply should carry (the worker's, or 409/502), 0 for the default. */
+tdm_status_t act_fault_check(const json_t *params, int supervised, char *err, size_t err_len);
+tdm_status_t act_do_fault(tdm_cp_act_t *a, act_group_t *g, const json_t *params, long *wstatus,
+                          char *detail, size_t len);
+
 /* act_exec.c */
 void *act_exec_main(void *arg);
 /* act_watch.c */

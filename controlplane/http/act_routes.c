@@ -1,9 +1,9 @@
 /*
  * act_routes.c — tandemd's routes for actions and the OpenAI router (a second route table, so
- * the first stays the database API's): POST /api/v1/groups/{g}/drain|restart|reconfigure (admin;
- * the reply comes when the action ends, or at once with 202 for ?wait=0), GET /api/v1/status
- * (groups, ranks, open alerts), and the /v1 routes proxied by h2o's reverse proxy — chunk by
- * chunk, so streaming works — to a ready decode (or colocated) group serving the request's
+ * the first stays the database API's): POST /api/v1/groups/{g}/drain|restart|reconfigure|faults
+ * (admin; the reply comes when the action ends, or at once with 202 for ?wait=0), GET
+ * /api/v1/status (groups, ranks, open alerts), and the /v1 routes proxied by h2o's reverse proxy —
+ * chunk by chunk, so streaming works — to a ready decode (or colocated) group serving the request's
  * `model`.
  * No group ready → 503 with Retry-After; no group serves the model → 404 model_not_found.
  */
@@ -49,7 +49,14 @@ static void on_action_done(void *ctx, json_t *result)
         char *body = h2o_mem_alloc_pool(&l->req->pool, n + 1);
         memcpy(body, text, n + 1);
         free(text);
-        tdm_cp_send_json(l->req, outcome && !strcmp(outcome, "ok") ? 200 : 500, body, n);
+        /* a fault's reply carries the worker's status (400 for a point it refuses) */
+        json_int_t status = json_integer_value(json_object_get(result, "status"));
+        int ok = outcome && !strcmp(outcome, "ok");
+        tdm_cp_send_json(l->req,
+                         ok                              ? 200
+                         : status >= 400 && status < 600 ? (int)status
+                                                         : 500,
+                         body, n);
     }
     tdm_free(l);
 }
@@ -137,6 +144,12 @@ static void h_reconfigure(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
                           const tdm_cp_token_t *who)
 {
     h_action(s, req, a, who, "reconfigure");
+}
+
+static void h_fault(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
+                    const tdm_cp_token_t *who)
+{
+    h_action(s, req, a, who, "fault");
 }
 
 /* ---- status --------------------------------------------------------------------------------- */
@@ -263,6 +276,7 @@ const tdm_cp_route_t tdm_cp_act_routes[] = {
     {"POST", "/api/v1/groups/{group}/restart", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_restart},
     {"POST", "/api/v1/groups/{group}/reconfigure", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL,
      h_reconfigure},
+    {"POST", "/api/v1/groups/{group}/faults", TDM_CP_ROLE_ADMIN, TDM_CP_BODY_SMALL, h_fault},
     {"GET", "/api/v1/status", TDM_CP_ROLE_READ, 0, h_status},
     {"POST", "/v1/completions", TDM_CP_ROLE_NONE, BODY_V1, h_v1_proxy},
     {"POST", "/v1/chat/completions", TDM_CP_ROLE_NONE, BODY_V1, h_v1_proxy},
