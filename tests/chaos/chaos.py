@@ -1,0 +1,783 @@
+"""tests/chaos/chaos.py — the chaos suite (docs/design.md §5): one supervised stack (chaoslib.Stack)
+under a steady seeded load of greedy streaming chat requests; each scenario injects one fault
+through tandemd's audited route (docs/contracts.md §e) and measures, from the records in
+Postgres, detection, the evidence, recovery and what happened to every request.
+
+usage: chaos.py --build DIR --src DIR [--long] [--only 1,2,...] [--out FILE]
+  short (make check): detection asserted within 3x the targets; long (make chaos): the targets,
+  longer outages and storms; --out writes bench/results/chaos.json's shape.
+Scenarios share the stack; each starts from a ready stack with no open alert on its groups.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chaoslib import Load, Stack, http, note, now_us, tap, wait_until  # noqa: E402
+import chaoslib  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--build", required=True)
+ap.add_argument("--src", required=True)
+ap.add_argument("--long", action="store_true")
+ap.add_argument("--only", default="")
+ap.add_argument("--out", default="")
+ap.add_argument("--keep", action="store_true")
+A = ap.parse_args()
+LONG = A.long
+SLACK = 1.0 if LONG else 3.0  # make check: 3x the latency targets (sanitizers, 2 cores)
+ONLY = set(A.only.split(",")) if A.only else None
+RESULTS = []
+
+
+def want(n):
+    return ONLY is None or str(n) in ONLY
+
+
+tmp = tempfile.mkdtemp(prefix="chaos-")
+os.chmod(tmp, 0o755)
+S = Stack(A.build, A.src, tmp)
+L = None
+
+
+def cleanup():
+    if L:
+        L.stop_ev.set()
+    S.tandemd_stop()
+    for g in ("pre", "dec", "hc"):
+        p = S.launcher_pid(g)
+        if p:
+            try:
+                os.killpg(p, signal.SIGKILL)
+            except OSError:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+    S.pg_destroy()
+    if not A.keep:
+        subprocess.run(["rm", "-rf", tmp])
+
+
+def bail(msg, diag=""):
+    print("Bail out! " + msg, flush=True)
+    for line in str(diag).splitlines()[-20:]:
+        print("#   " + line, flush=True)
+    cleanup()
+    sys.exit(1)
+
+
+def logtail(name, n=15):
+    try:
+        return "\n".join(open(os.path.join(tmp, name)).read().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def wlog(group, n=15):
+    return logtail(os.path.join("state", "groups", group, "worker.log"), n)
+
+
+# ---------------------------------------------------------------- the stack
+ok_pg, err = S.pg_start()
+if not ok_pg:
+    bail("tdm-pg cannot start a private cluster", err)
+if not S.tandemd_start():
+    bail("tandemd did not start", logtail("tandemd.log"))
+if not wait_until(S.ready, 240, 0.3):
+    bail("the prefill and decode groups (TP=2) did not become ready",
+         logtail("tandemd.log") + "\n" + wlog("pre") + "\n" + wlog("dec"))
+note("stack ready: tandemd :%d, pre and dec at TP=2 (%s)" % (S.cp_port, S.model))
+L = Load(S.cp_port, n_prompts=12, max_tokens=24 if LONG else 16)
+good, why = L.make_goldens()
+if not good:
+    bail("goldens from a fault-free run", why + "\n" + wlog("dec"))
+note("goldens: %d seeded prompts, e.g. %r -> %r" % (len(L.golden), L.prompts[0], L.golden[0]))
+L.start(3 if LONG else 2)
+time.sleep(1.0)
+
+
+# ---------------------------------------------------------------- the fault route itself
+def check_route():
+    st, r = S.fault("pre", {"name": "stall_transfer", "rank": 0, "count": 1, "duration_ms": 1})
+    st_ro, _ = S.api("POST", "/api/v1/groups/dec/faults", {"name": "stall_loop", "rank": 0},
+                     token="not-a-token")
+    st_bad, rb = S.fault("dec", {"name": "no_such_point", "rank": 0})
+    st_ng, _ = S.fault("nosuch", {"name": "stall_loop", "rank": 0})
+    st_sig, rs = S.fault("dec", {"name": "signal", "rank": 1, "signal": "HUP"})
+    tap(st_ro == 401 and st_bad == 400 and "unknown fault point" in json.dumps(rb) and st_ng == 404
+        and st_sig == 400,
+        "fault route: auth-checked (401 without a token), the worker's 400 passed on, 404 for an "
+        "unknown group, a bad signal refused",
+        "%s %s %s %s %s %s" % (st_ro, st_bad, rb, st_ng, st_sig, rs))
+    # a disarm is a fault action too (the worker answers armed false)
+    st2, r2 = S.fault("pre", {"name": "stall_transfer", "rank": 0, "disarm": True})
+    rows = S.sql("SELECT action, target, outcome, params->>'name', finished_us >= ts_us FROM "
+                 "actions WHERE action = 'fault' ORDER BY ts_us")
+    tap(st == 200 and st2 == 200 and r.get("outcome") == "ok" and
+        ["fault", "pre", "ok", "stall_transfer", "t"] in rows and
+        ["fault", "dec", "failed", "no_such_point", "t"] in rows,
+        "fault route: forwarded to the worker and recorded as an audited action with its "
+        "executed time (ok and failed rows)", "%s %s %s" % (r, r2, rows))
+
+
+# ---------------------------------------------------------------- measurement
+def settle(t_until, limit=65):
+    """Wait until every request of the load that started before t_until has ended."""
+    def done():
+        with L.lock:
+            return all(t >= t_until for t in L.inflight.values())
+    return wait_until(done, limit, 0.2)
+
+
+def quiet(groups=("pre", "dec"), limit=120):
+    """A ready stack with no open alert on the groups and no action queued or running."""
+    def fine():
+        if not S.ready(groups):
+            return False
+        st, j = S.api("GET", "/api/v1/alerts?source=live", timeout=5)
+        if st != 200:
+            return False
+        if any(a.get("state") == "open" and a.get("group") in groups for a in j.get("alerts", [])):
+            return False
+        return S.sql1("SELECT count(*) FROM actions WHERE outcome = 'pending'", "1") == "0"
+    return wait_until(fine, limit, 0.3)
+
+
+def recover(groups, t_alert_us, limit=30, fresh=None):
+    """(recovered, the time) — groups /ready and a fresh request served with its golden."""
+    deadline = t_alert_us / 1e6 + limit
+    while time.time() < deadline:
+        if S.ready(groups) and all(
+                http(S.worker_port(g), "GET", "/ready", timeout=3)[0] == 200 for g in groups):
+            if (fresh or L.fresh)(limit=max(1, deadline - time.time())) is not None:
+                return True, time.time()
+        time.sleep(0.2)
+    return False, time.time()
+
+
+def measure(name, group, body, kinds, alert_group=None, target=None, evidence=None,
+            groups=("pre", "dec"), during=None, after=None, inject=None, fresh=None, wrong=None):
+    """One fault, its alert (first of kinds), recovery and the requests of the window."""
+    alert_group = alert_group or group
+    if not quiet(groups):
+        tap(False, "%s: the stack is quiet before the fault" % name, logtail("tandemd.log"))
+    t_mark = time.time()
+    if inject:
+        st, res = inject()
+    else:
+        st, res = S.fault(group, body)
+    aid = res.get("action_id", 0) if isinstance(res, dict) else 0
+    row = wait_until(lambda: (lambda r: r if r and r[1] > 0 else None)(S.action_row(aid)), 30) \
+        if aid else None
+    if not tap(st == 200 and row is not None and row[2] == "ok",
+               "%s: %s injected through tandemd (audited action %s)" % (name, body.get("name"), aid),
+               "%s %s" % (st, res)):
+        return None
+    executed = row[1]
+    if during:
+        during()
+    found = None
+    limit = max(30, 3 * SLACK * (target or 10) + 10)
+    deadline = time.time() + limit
+    while time.time() < deadline and not found:
+        for k in kinds:
+            a = S.alert_after(k, alert_group, row[0])
+            if a and (not found or a[1] < found[1][1]):
+                found = (k, a)
+        if not found:
+            time.sleep(0.1)
+    detected = found is not None
+    detect_s = (found[1][1] - executed) / 1e6 if found else None
+    ev_ok = bool(found) and (evidence(found[0], found[1][2]) if evidence else True)
+    tap(detected and (target is None or detect_s <= SLACK * target),
+        "%s: %s detected in %s s (target %s s x %.0f)" % (
+            name, found[0] if found else "/".join(kinds),
+            "%.2f" % detect_s if found else "-", target, SLACK),
+        logtail("tandemd.log"))
+    tap(ev_ok, "%s: the evidence names the right rank / room / thread" % name,
+        json.dumps(found[1][2])[:1500] if found else "no alert")
+    rec_ok, t_rec = recover(groups, found[1][1] if found else now_us(), fresh=fresh)
+    recover_s = t_rec - executed / 1e6
+    extra = after() if after else {}
+    settle(t_rec)
+    win = L.window(t_mark, t_rec)
+    lost = [r for r in win if r["lost"]]
+    wrong = [r for r in win if L.wrong(r)] + (wrong or [])
+    errs = sum(1 for r in win if r["err"])
+    tap(rec_ok, "%s: recovered (/ready and a fresh request served) %.2f s after the fault"
+        % (name, recover_s), wlog(group))
+    tap(not lost and not wrong,
+        "%s: %d requests, %d ended in an explicit error, %d lost, %d wrong tokens served"
+        % (name, len(win), errs, len(lost), len(wrong)),
+        json.dumps((lost + wrong)[:3], default=str))
+    r = {"name": name, "detected": detected, "detect_s": round(detect_s, 3) if found else None,
+         "alert": found[0] if found else None, "evidence_ok": ev_ok, "recovered": rec_ok,
+         "recover_s": round(recover_s, 3), "requests": len(win), "errors": errs,
+         "lost": len(lost), "wrong_tokens_served": len(wrong)}
+    r.update(extra)
+    RESULTS.append(r)
+    note(json.dumps(r))
+    return r
+
+
+def policy_after(since_us, group, action, param=None):
+    for row in S.actions_after(since_us):
+        if row[3] == group and row[2] == action and row[4] == "ok":
+            if param is None:
+                return row
+            p = S.sql1("SELECT params->>'%s' FROM actions WHERE id = %s" % (param[0], row[0]))
+            if p == param[1]:
+                return row
+    return None
+
+
+def minority(rank):
+    return lambda k, ev: ev.get("minority_ranks") == [rank] and ev.get("op") in (
+        "allreduce", "allgather", "broadcast")
+
+
+def lost_rank(rank):
+    def f(k, ev):
+        if k != "WORKER_LOST":
+            return any(r.get("rank") == rank for r in ev.get("ranks", []))
+        la = ev.get("launcher") or {}
+        return la.get("rank") == rank or any(s.get("rank") == rank for s in ev.get("silent") or [])
+    return f
+
+
+# ---------------------------------------------------------------- scenarios
+def s1():
+    t0 = now_us()
+    measure("1 rank desync (rank_idle_path, decode rank 1)", "dec",
+            {"name": "rank_idle_path", "rank": 1, "count": 0, "after_iter": 0},
+            ["RANK_DIVERGENCE"], target=2.0, evidence=minority(1))
+    p = wait_until(lambda: policy_after(t0, "dec", "reconfigure", ("overlap", "off")), 30)
+    tap(p is not None, "1: the policy restarted decode with overlap off (audited)",
+        S.actions_after(t0))
+
+
+def storm(n, port, max_tokens=400):
+    """n streaming sessions through the router, each reset (RST) once it streams."""
+    socks = []
+    body = [json.dumps({"model": chaoslib.MODEL_NAME, "stream": True, "max_tokens": max_tokens,
+                        "ignore_eos": True, "temperature": 0,
+                        "messages": [{"role": "user", "content": "tell me a long story %d" % i}]})
+            for i in range(n)]
+    for b in body:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                   "application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)).encode())
+        socks.append(s)
+    deadline = time.time() + 30
+    streaming = 0
+    for s in socks:
+        s.settimeout(max(0.1, deadline - time.time()))
+        try:
+            got = b""
+            while b"data:" not in got:
+                c = s.recv(4096)
+                if not c:
+                    break
+                got += c
+            streaming += b"data:" in got
+        except OSError:
+            pass
+    for s in socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    return streaming
+
+
+def s2():
+    # (a) two storms without faults: no thread dies, a fresh request right after each
+    quiet()
+    t0 = now_us()
+    fresh = []
+    streams = []
+    n = 60
+    for _ in range(2):
+        streams.append(storm(n, S.cp_port))
+        t = L.fresh(limit=30)
+        fresh.append(t)
+    health = [http(S.worker_port(g), "GET", "/health")[0] for g in ("pre", "dec")]
+    deaths = S.sql1("SELECT count(*) FROM events WHERE ts_us >= %d AND type = 'thread_exit'" % t0, "?")
+    alerts = S.sql1("SELECT count(*) FROM alerts WHERE opened_us >= %d" % t0, "?")
+    tap(all(f is not None and f < 0.1 * SLACK for f in fresh) and health == [200, 200] and
+        deaths == "0" and alerts == "0",
+        "2a: two storms of %d streams reset mid-flight (%s streaming): a fresh request served in "
+        "%s s after each, /health 200, 0 thread deaths, 0 alerts" % (n, streams, fresh),
+        "health %s deaths %s alerts %s" % (health, deaths, alerts))
+    RESULTS.append({"name": "2a abort storm x2 (no fault)", "detected": None, "detect_s": None,
+                    "evidence_ok": deaths == "0" and alerts == "0", "recovered": all(
+                        f is not None for f in fresh), "recover_s": max(
+                            [f for f in fresh if f is not None] or [0]),
+                    "requests": 2 * n, "lost": 0, "wrong_tokens_served": 0,
+                    "fresh_after_storm_s": fresh})
+
+    # (b) drop_abort_handler on prefill: rooms whose ABORT is never ACKed stay quarantined
+    def abort_during_transfer():
+        S.fault("pre", {"name": "stall_transfer", "rank": 0, "count": 4, "duration_ms": 4000})
+        socks = []
+        for i in range(4):
+            b = json.dumps({"input_ids": [5 + i, 6, 7, 8, 9], "max_new_tokens": 4,
+                            "stream": True})
+            s = socket.create_connection(("127.0.0.1", S.worker_port("dec")), timeout=10)
+            s.sendall(("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: %d\r\n\r\n%s" % (len(b), b)).encode())
+            socks.append(s)
+        time.sleep(1.0)  # the rooms wait for the stalled transfers
+        for s in socks:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+
+    quar = {}
+
+    def held():
+        m = metrics(S.worker_port("dec"))
+        quar["q"] = m.get("tandem_xfer_quarantined", -1)
+        # the operator's remedy for an unacked abort: restart the peer named (docs/alerts.md)
+        S.api("POST", "/api/v1/groups/pre/restart")
+        return {"quarantined_while_open": quar["q"]}
+
+    measure("2b abort storm with drop_abort_handler (prefill)", "pre",
+            {"name": "drop_abort_handler", "rank": 0, "count": 4}, ["ABORT_UNACKED"],
+            alert_group="dec", target=6.0, during=abort_during_transfer, after=held,
+            evidence=lambda k, ev: ev.get("unacked", 0) >= 1 and all(
+                a.get("room") for a in ev.get("aborts", [])))
+    tap(quar.get("q", 0) >= 1, "2b: decode keeps the unacked rooms' pages quarantined (%s rooms)"
+        % quar.get("q"))
+
+    # (c) the prefill's bootstrap thread killed: heartbeat alert, restart, no request waits forever
+    measure("2c kill_thread bootstrap (prefill)", "pre",
+            {"name": "kill_thread", "rank": 0, "thread": "bootstrap"}, ["TRANSFER_STALL"],
+            target=5.0, evidence=lambda k, ev: any(h.get("thread") == "bootstrap"
+                                                   for h in ev.get("heartbeats", [])))
+
+
+def metrics(port):
+    st, body = http(port, "GET", "/metrics", timeout=5)
+    m = {}
+    for line in body.splitlines() if st == 200 else []:
+        if line.startswith("#") or " " not in line:
+            continue
+        k, v = line.rsplit(" ", 1)
+        try:
+            m[k] = float(v)
+        except ValueError:
+            pass
+    return m
+
+
+def s4():
+    seen = {}
+
+    def probe():
+        port = S.worker_port("dec")
+        r = wait_until(lambda: (lambda h, rd: (h, rd) if h == 503 and rd == 503 else None)(
+            http(port, "GET", "/health", timeout=2)[0], http(port, "GET", "/ready", timeout=2)[0]),
+            15 * SLACK / 3 + 10, 0.2)
+        seen["503"] = r is not None
+
+    measure("4a wedge (stall_loop, decode rank 0)", "dec",
+            {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
+             "duration_ms": 60000}, ["WEDGE"], target=5.0, during=probe,
+            evidence=lambda k, ev: ev.get("pending", 0) >= 1)
+    tap(seen.get("503"), "4a: /health and /ready answer 503 while the group is wedged")
+    measure("4b SIGSTOP of decode rank 1", "dec", {"name": "signal", "rank": 1, "signal": "STOP"},
+            ["WEDGE", "WORKER_LOST"], target=5.0, evidence=lost_rank(1))
+
+
+def s5():
+    for g, rank, what in (("dec", 1, "non-leader"), ("dec", 0, "leader"), ("pre", 1, "non-leader"),
+                          ("pre", 0, "leader")):
+        t0 = now_us()
+        r = measure("5 kill -9 of %s %s (rank %d)" % (g, what, rank), g,
+                    {"name": "signal", "rank": rank, "signal": "KILL"}, ["WORKER_LOST"],
+                    target=3.0, evidence=lost_rank(rank))
+        row = None
+        for a in S.sql("SELECT ts_us FROM actions WHERE ts_us >= %d AND target = '%s' AND "
+                       "action = 'restart' ORDER BY ts_us LIMIT 1" % (t0, g)):
+            row = int(a[0])
+        f = S.sql("SELECT finished_us FROM actions WHERE ts_us >= %d AND action = 'fault' "
+                  "ORDER BY ts_us LIMIT 1" % t0)
+        issued = (row - int(f[0][0])) / 1e6 if row and f else None
+        tap(issued is not None and issued <= 5.0 * SLACK,
+            "5 %s rank %d: restart issued %s s after the kill (target 5 s)" % (g, rank, issued))
+        if r:
+            r["restart_issued_s"] = issued
+
+
+def s6():
+    out = 60 if LONG else 12
+    t_out = now_us()
+    holder = {}
+
+    def inject():
+        S.pg_stop()
+        time.sleep(2)
+        # a wedge during the outage: tandemd must see it from its ring
+        st, res = S.fault("dec", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
+                                  "duration_ms": 60000})
+        holder["t_fault"] = time.time()
+        return st, res
+
+    quiet()
+    t_mark = time.time()
+    st, res = inject()
+    wedge_live = wait_until(lambda: any(
+        a.get("kind") == "WEDGE" and a.get("group") == "dec" for a in
+        S.api("GET", "/api/v1/alerts?source=live", timeout=3)[1].get("alerts", [])), 5 * SLACK + 5)
+    lost_healthy = [a for a in S.api("GET", "/api/v1/alerts?source=live", timeout=3)[1].get(
+        "alerts", []) if a.get("kind") == "WORKER_LOST" and a.get("opened_us", 0) >= t_out]
+    time.sleep(max(0, out - (time.time() - t_mark)))
+    ok_pg, err = S.pg_start()
+    tap(st == 200 and ok_pg, "6: PostgreSQL stopped %d s and started again; a fault armed through "
+        "tandemd during the outage (%s)" % (out, res), err)
+    tap(bool(wedge_live) and not lost_healthy,
+        "6: the wedge injected during the outage alerted from tandemd's ring; no WORKER_LOST",
+        json.dumps(lost_healthy)[:500])
+    aid = res.get("action_id", 0) if isinstance(res, dict) else 0
+    row = wait_until(lambda: (lambda r: r if r and r[1] > 0 else None)(S.action_row(aid)), 30)
+    a = wait_until(lambda: S.alert_after("WEDGE", "dec", row[0] if row else 0), 30)
+    detect_s = (a[1] - row[1]) / 1e6 if a and row else None
+    rec_ok, t_rec = recover(("pre", "dec"), a[1] if a else now_us(), limit=60)
+    settle(t_rec)
+    win = L.window(t_mark, t_rec)
+    lost = [r for r in win if r["lost"]]
+    wrong = [r for r in win if L.wrong(r)]
+    dups = wait_until(lambda: S.sql1(
+        "SELECT count(*) FROM (SELECT 1 FROM events WHERE batch_seq IS NOT NULL GROUP BY "
+        "instance_id, rank, batch_seq, idx HAVING count(*) > 1) d", None), 10)
+    tdups = S.sql1("SELECT count(*) FROM (SELECT 1 FROM transfer_events GROUP BY instance_id, "
+                   "rank, batch_seq, idx HAVING count(*) > 1) d", "?")
+    gap = S.sql("SELECT instance_id, rank, max(d) FROM (SELECT instance_id, rank, ts_us - lag(ts_us) "
+                "OVER (PARTITION BY instance_id, rank ORDER BY ts_us) AS d FROM samples WHERE ts_us "
+                "BETWEEN %d AND %d AND group_name = 'pre') x GROUP BY 1, 2" % (t_out, t_out + out * 10**6))
+    max_gap = max([int(g[2] or 0) for g in gap] or [-1]) / 1e6
+    audit = S.sql1("SELECT count(*) FROM actions WHERE id = %d" % aid, "0")
+    tap(dups == "0" and tdups == "0" and audit == "1" and 0 <= max_gap <= 2.0,
+        "6: after the return every event is stored once (%s, %s duplicates), the audited fault "
+        "is in the log, the healthy group's samples through the outage have no gap over 2 s "
+        "(max %.2f s)" % (dups, tdups, max_gap), json.dumps(gap))
+    tap(rec_ok and not lost and not wrong,
+        "6: recovered; %d requests, %d lost, %d wrong" % (len(win), len(lost), len(wrong)))
+    RESULTS.append({"name": "6 PostgreSQL stopped %d s (wedge injected during it)" % out,
+                    "detected": bool(a), "detect_s": round(detect_s, 3) if detect_s else None,
+                    "evidence_ok": not lost_healthy and dups == "0", "recovered": rec_ok,
+                    "recover_s": round(t_rec - row[1] / 1e6, 3) if row else None,
+                    "requests": len(win), "lost": len(lost), "wrong_tokens_served": len(wrong),
+                    "max_sample_gap_s": max_gap})
+
+
+def s7():
+    quiet()
+    t_mark = time.time()
+    pids = {g: S.launcher_pid(g) for g in ("pre", "dec")}
+    t_kill = now_us()
+    S.tandemd_kill()
+    # the workers keep serving without it: a request straight to decode (its port from before)
+    st, body = http(PORTS["dec"], "POST", "/v1/chat/completions", L.body(0, 8) | {"stream": False},
+                    timeout=30)
+    time.sleep(3)
+    okk = S.tandemd_start()
+    tap(okk and wait_until(S.ready, 60, 0.3) and st == 200,
+        "7: tandemd killed (-9): decode served a request directly (%s); tandemd restarted" % st)
+    readopt = open(os.path.join(tmp, "tandemd.log")).read()
+    tap(all(pids[g] and S.launcher_pid(g) == pids[g] and
+            ("re-adopted worker group\" group=%s pid=%d" % (g, pids[g])) in readopt for g in pids),
+        "7: the supervisor re-adopted both groups (same launcher pids %s)" % pids)
+    time.sleep(3)
+    dups = S.sql1("SELECT count(*) FROM (SELECT 1 FROM events WHERE batch_seq IS NOT NULL GROUP BY "
+                  "instance_id, rank, batch_seq, idx HAVING count(*) > 1) d", "?")
+    wl = S.sql1("SELECT count(*) FROM alerts WHERE opened_us >= %d" % t_kill, "?")
+    tap(dups == "0" and wl == "0", "7: the backlog replayed without duplicates (%s); no alert "
+        "opened by the restart (%s)" % (dups, wl))
+    rec_ok, t_rec = recover(("pre", "dec"), now_us())
+    settle(t_rec)
+    win = L.window(t_mark, t_rec)
+    lost = [r for r in win if r["lost"]]
+    wrong = [r for r in win if L.wrong(r)]
+    tap(rec_ok and not lost and not wrong, "7: %d requests, %d lost, %d wrong" % (
+        len(win), len(lost), len(wrong)))
+    RESULTS.append({"name": "7 tandemd killed (-9) and restarted", "detected": None,
+                    "detect_s": None, "evidence_ok": dups == "0" and wl == "0",
+                    "recovered": rec_ok, "recover_s": round(t_rec - t_kill / 1e6, 3),
+                    "requests": len(win), "lost": len(lost), "wrong_tokens_served": len(wrong)})
+
+
+# ---------------------------------------------------------------- 3: the host mirror and the gate
+HC_P = [5 + (i * 37) % 1800 for i in range(100)]
+HC_FILL = [[5 + (j * 131 + i * 17) % 1800 for i in range(120)] for j in range(4)]
+HC = {}
+
+
+def gen_stream(port, ids, max_new=8, timeout=60):
+    """Streamed /generate: (status, token ids before the end, error text or None)."""
+    st, body = http(port, "POST", "/generate", {"input_ids": ids, "max_new_tokens": max_new,
+                                                 "ignore_eos": True, "stream": True},
+                    timeout=timeout)
+    toks, err = [], None
+    if st != 200:
+        return st, toks, body[:300]
+    for line in body.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        try:
+            ev = json.loads(line[6:])
+        except ValueError:
+            continue
+        if "token_id" in ev:
+            toks.append(ev["token_id"])
+        if "error" in ev:
+            err = json.dumps(ev["error"])[:300]
+    return st, toks, err
+
+
+def hc_fresh(limit=30):
+    t = time.time()
+    st, toks, err = gen_stream(S.worker_port("hc"), HC_P, 8, timeout=limit)
+    return time.time() - t if st == 200 and err is None and toks == HC["golden"] else None
+
+
+def hc_evict():
+    port = S.worker_port("hc")
+    gen_stream(port, HC_P, 8)
+    for f in HC_FILL:
+        gen_stream(port, f, 4)
+
+
+def hc_wrong():
+    """The faulted request: tokens served before its error must be the golden's prefix."""
+    st, toks, err = HC["faulted"]
+    return [] if toks == HC["golden"][:len(toks)] and (err or toks == HC["golden"]) else [
+        {"faulted": HC["faulted"]}]
+
+
+def s3():
+    # (a) the fp8 host-layout formula: refused at start, naming the sub-buffer
+    r = subprocess.run([os.path.join(A.build, "tandem-worker"), "--device", "cpu", "--model-path",
+                        os.path.join(A.src, "models/demo"), "--port", "0",
+                        "--kv-cpu-bytes", "1048576", "--enable-hierarchical-cache",
+                        "--enable-fault-injection", "--fault-at-start", "host_layout_fp8_formula"],
+                       capture_output=True, text=True, timeout=120)
+    refused = r.returncode != 0 and "sub-buffer K" in r.stderr
+    tap(refused, "3a: host_layout_fp8_formula: the worker refuses to start naming the sub-buffer",
+        r.stderr[-800:])
+    RESULTS.append({"name": "3a host_layout_fp8_formula at start", "detected": refused,
+                    "detect_s": 0.0 if refused else None, "evidence_ok": refused,
+                    "recovered": True, "recover_s": 0.0, "requests": 0, "lost": 0,
+                    "wrong_tokens_served": 0})
+    port = S.worker_port("hc")
+    st, toks, err = gen_stream(port, HC_P, 8)
+    HC["golden"] = toks
+    tap(st == 200 and len(toks) == 8 and err is None, "3: the HiCache group's golden (%s)" % toks)
+
+    # (b) a bit flipped in a host page: CORRUPTION before the token, restart with HiCache off
+    def load_flipped():
+        HC["faulted"] = gen_stream(S.worker_port("hc"), HC_P, 8)
+
+    def inj_flip():
+        hc_evict()
+        return S.fault("hc", {"name": "flip_host_bits", "rank": 0})
+
+    t0 = now_us()
+    measure("3b flip_host_bits (host tier)", "hc", {"name": "flip_host_bits"}, ["CORRUPTION"],
+            target=2.0, groups=("hc",), inject=inj_flip, during=load_flipped, fresh=hc_fresh,
+            evidence=lambda k, ev: bool(ev.get("host_tier")), wrong=None)
+    tap(not hc_wrong(), "3b: the faulted request ended in an error, no wrong token (%s)"
+        % (HC.get("faulted"),))
+    p = wait_until(lambda: policy_after(t0, "hc", "reconfigure", ("hicache", "off")), 30)
+    tap(p is not None, "3b: the policy restarted the HiCache group with HiCache off (audited)")
+    # (c) the gate skipped while host copies are slow: the poison read / bypass is CORRUPTION
+    st, res = S.api("POST", "/api/v1/groups/hc/reconfigure", {"hicache": "on"})
+    tap(st == 200 and wait_until(lambda: S.ready(("hc",)), 60), "3c: HiCache on again (%s)" % res)
+
+    def inj_gate():
+        hc_evict()
+        S.fault("hc", {"name": "slow_host_copy", "rank": 0, "duration_ms": 40})
+        return S.fault("hc", {"name": "skip_layer_gate", "rank": 0})
+
+    measure("3c skip_layer_gate + slow_host_copy", "hc", {"name": "skip_layer_gate"},
+            ["CORRUPTION"], target=2.0, groups=("hc",), inject=inj_gate, during=lambda: HC.update(
+                faulted=gen_stream(S.worker_port("hc"), HC_P, 8)), fresh=hc_fresh)
+    tap(not hc_wrong(), "3c: the faulted request ended in an error, no wrong token (%s)"
+        % (HC.get("faulted"),))
+    # (d) flip_kv_bits on the transfer path: decode's checksums catch it
+    measure("3d flip_kv_bits (PD transfer)", "dec", {"name": "flip_kv_bits", "rank": 0,
+                                                     "count": 1, "duration_ms": 4},
+            ["CORRUPTION"], target=2.0,
+            evidence=lambda k, ev: any(e.get("type") == "checksum_mismatch"
+                                       for e in ev.get("events", [])))
+
+
+# ---------------------------------------------------------------- 8: a partition between hosts
+def s8():
+    """Each group in its own network namespace needs veth + tc netem; where the machine refuses
+    either, the scenario is reported as a skip naming the error."""
+    ns = "chaos%d" % os.getpid()
+    steps = [["ip", "netns", "add", ns],
+             ["ip", "link", "add", ns + "a", "type", "veth", "peer", "name", ns + "b"],
+             ["tc", "qdisc", "add", "dev", ns + "a", "root", "netem", "loss", "10%"]]
+    err = None
+    for st in steps:
+        r = subprocess.run(st, capture_output=True, text=True)
+        if r.returncode != 0:
+            err = "%s: %s" % (" ".join(st), (r.stderr or r.stdout).strip())
+            break
+    subprocess.run(["ip", "link", "del", ns + "a"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    if err is None:
+        err = ("namespaces, veth and netem work here, but the partitioned deployment (each "
+               "supervised group in its own namespace) is not built yet")
+    chaoslib._n[0] += 1
+    print("ok %d # SKIP 8 network partition: %s" % (chaoslib._n[0], err), flush=True)
+    RESULTS.append({"name": "8 network partition (netns + veth + tc netem)", "skipped": err,
+                    "detected": None, "detect_s": None, "evidence_ok": None, "recovered": None,
+                    "recover_s": None, "requests": 0, "lost": 0, "wrong_tokens_served": 0})
+
+
+# ---------------------------------------------------------------- 9: bad bytes at every listener
+def junk(port, n=1 << 20):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(os.urandom(n))
+        s.close()
+    except OSError:
+        pass  # a listener may reset a connection that sends garbage: that is its right
+
+
+def big_body(port, path, mb=20):
+    """A client that sends a whole 20 MB body, then reads the answer (as Node's does):
+    (status line or the error, body head)."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        n = mb << 20
+        s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %d\r\n\r\n" % (path, n)).encode())
+        chunk = b"x" * (1 << 20)
+        for _ in range(mb):
+            s.sendall(chunk)
+        got = b""
+        while b"\r\n\r\n" not in got or len(got) < 64:
+            c = s.recv(65536)
+            if not c:
+                break
+            got += c
+        s.close()
+        head = got.split(b"\r\n", 1)[0].decode(errors="replace")
+        return head, got.decode(errors="replace")[-300:]
+    except OSError as e:
+        return "error: %s" % e, ""
+
+
+def s9():
+    http_ports = {"tandemd": S.cp_port, "pre": S.worker_port("pre"), "dec": S.worker_port("dec"),
+                  "hc": S.worker_port("hc")}
+    all_ports = dict(http_ports, bootstrap=S.boot_port)
+    before = metrics(S.worker_port("pre"))
+    pids = {g: S.launcher_pid(g) for g in ("pre", "dec", "hc")}
+    t_mark = time.time()
+    rounds = 3 if LONG else 1
+    for _ in range(rounds):
+        for name, port in all_ports.items():
+            junk(port)
+    # half-open connections and slowloris headers, all at once, held while the load runs
+    held = []
+    for name, port in all_ports.items():
+        for i in range(10):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"
+                          if name != "bootstrap" else os.urandom(7))
+                held.append(s)
+            except OSError:
+                pass
+    slow = []
+    for name, port in http_ports.items():
+        for i in range(5):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+                slow.append(s)
+            except OSError:
+                pass
+    for i in range(20 if LONG else 6):
+        for s in slow:
+            try:
+                s.sendall(b"X-Slow-%d: %d\r\n" % (i, i))
+            except OSError:
+                pass
+        time.sleep(0.5)
+    during_ok = L.fresh(limit=30) is not None
+    for s in held + slow:
+        s.close()
+    bodies = {}
+    for name, port in http_ports.items():
+        bodies[name] = big_body(port, "/v1/chat/completions")
+    alive = S.tpid is not None and S.tpid.poll() is None and all(
+        p and os.path.exists("/proc/%d" % p) and S.launcher_pid(g) == p for g, p in pids.items())
+    after = metrics(S.worker_port("pre"))
+    moved = sum(after.get("tandem_xfer_frames_%s_total" % k, 0) -
+                before.get("tandem_xfer_frames_%s_total" % k, 0)
+                for k in ("malformed", "unknown")) + \
+        after.get("tandem_xfer_conns_closed_bad_total", 0) - \
+        before.get("tandem_xfer_conns_closed_bad_total", 0)
+    rec_ok = L.fresh(limit=30) is not None and hc_fresh_any()
+    tap(during_ok, "9: served while half-open and slowloris connections were held")
+    tap(alive and rec_ok, "9: after 1 MB of random bytes, half-open connections, slowloris headers "
+        "and 20 MB bodies at every listener, every process is alive (same pids) and serving",
+        "%s %s" % (pids, {g: S.launcher_pid(g) for g in pids}))
+    tap(moved >= 1, "9: the bootstrap listener's frame-error counters moved (+%d)" % moved)
+    for name, (head, tail) in bodies.items():
+        tap(" 413 " in head + " " and '"error"' in tail,
+            "9: a 20 MB body to %s is answered 413 (JSON) to a client that sends it all: %s"
+            % (name, head), tail)
+    settle(time.time())
+    win = L.window(t_mark, time.time())
+    lost = [r for r in win if r["lost"]]
+    wrong = [r for r in win if L.wrong(r)]
+    tap(not lost and not wrong, "9: %d requests, %d lost, %d wrong" % (len(win), len(lost),
+                                                                       len(wrong)))
+    RESULTS.append({"name": "9 bad bytes at every listener", "detected": moved >= 1,
+                    "detect_s": None, "evidence_ok": all(" 413 " in h + " " for h, _ in
+                                                         bodies.values()),
+                    "recovered": alive and rec_ok, "recover_s": None, "requests": len(win),
+                    "lost": len(lost), "wrong_tokens_served": len(wrong),
+                    "big_body": {k: v[0] for k, v in bodies.items()}})
+
+
+def hc_fresh_any():
+    st, toks, err = gen_stream(S.worker_port("hc"), HC_P, 8)
+    return st == 200 and err is None and len(toks) == 8
+
+
+PORTS = {}
+try:
+    if want(0) or ONLY is None:
+        check_route()
+    for n, fn in ((1, s1), (2, s2), (3, s3), (4, s4), (5, s5), (6, s6), (7, s7), (8, s8), (9, s9)):
+        if want(n):
+            PORTS.update({g: S.worker_port(g) for g in ("pre", "dec")})
+            note("---- scenario %d" % n)
+            try:
+                fn()
+            except Exception:  # a harness error is a failed scenario, named, not a lost suite
+                tap(False, "scenario %d ran to its end" % n, traceback.format_exc())
+finally:
+    L.stop()
+    summary = {"scenarios": RESULTS}
+    if A.out:
+        with open(A.out, "w") as f:
+            json.dump(summary, f, indent=1)
+    cleanup()
+print("1..%d" % chaoslib._n[0])
+sys.exit(1 if chaoslib._fail[0] else 0)

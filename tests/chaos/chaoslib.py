@@ -1,0 +1,369 @@
+"""tests/chaos/chaoslib.py — the chaos suite's stack and measurements (docs/design.md §5, the
+failure scenarios of tests/chaos/chaos.py).
+
+Stack: a private PostgreSQL cluster (tdm-pg), tandemd on a port picked beforehand (so a
+restarted tandemd comes back where the workers post telemetry) with its supervisor and
+`--alert-policy all=auto`, a prefill group and a decode group at TP=2 on CPU (the bundled
+3.2M-parameter demo model: its greedy answers differ per prompt), faults armed through tandemd's audited route (POST /api/v1/groups/{g}/faults,
+docs/contracts.md §e).
+
+Load: client threads sending seeded greedy streaming chat requests through tandemd's /v1 router;
+every answer is compared with the fault-free golden of the same seeded request.
+
+Figures come from records (Postgres): detect_s = the alert's opened_us minus the fault action's
+finished_us (when the fault took effect); recovered = the group /ready and a fresh request served
+within 30 s of the alert; lost = a request with neither tokens nor an error within 60 s (a stream
+that never ends is lost too); wrong_tokens_served = an answer, or the tokens streamed before an
+error, that is not the golden (or a prefix of it)."""
+import http.client as hc
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import threading
+import time
+
+MODEL_NAME = "chaos"
+WORDS = ("the weather in paris is sunny and warm today while the river flows under old bridges "
+         "a cat sleeps near the window of a small house as the train leaves the station at noon "
+         "numbers one two three four five six seven eight nine ten").split()
+
+_n = [0]
+_fail = [0]
+
+
+def tap(cond, msg, diag=""):
+    _n[0] += 1
+    print("%sok %d - %s" % ("" if cond else "not ", _n[0], msg), flush=True)
+    if not cond:
+        _fail[0] += 1
+        for line in str(diag).splitlines()[-15:]:
+            print("#   " + line, flush=True)
+    return cond
+
+
+def note(msg):
+    print("# " + msg, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def now_us():
+    return int(time.time() * 1e6)
+
+
+def wait_until(fn, limit, step=0.1):
+    deadline = time.time() + limit
+    while True:
+        v = fn()
+        if v or time.time() >= deadline:
+            return v
+        time.sleep(step)
+
+
+def http(port, method, path, body=None, headers=None, timeout=30, raw=None):
+    """(status, text); -1 and the error on a connection failure."""
+    c = hc.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        return r.status, r.read().decode(errors="replace")
+    except (OSError, hc.HTTPException) as e:
+        return -1, str(e)
+    finally:
+        c.close()
+
+
+class Stack:
+    def __init__(self, build, src, tmp, tp=2, model=None, extra_groups=""):
+        self.build, self.src, self.tmp, self.tp = build, src, tmp, tp
+        self.model = model or os.path.join(src, "models/demo")
+        self.extra_groups = extra_groups
+        self.cp_port = free_port()
+        self.boot_port = free_port()
+        self.tpid = None
+        self.pg = {}
+        self.state = os.path.join(tmp, "state")
+        os.makedirs(self.state, exist_ok=True)
+
+    # ---- PostgreSQL
+    def pg_start(self):
+        r = subprocess.run([os.path.join(self.build, "tdm-pg"), "start", os.path.join(self.tmp, "pg")],
+                           capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            m = re.match(r"(?:export )?(TDM_TEST_PG\w+)=['\"]?([^'\"]*)", line)
+            if m:
+                self.pg[m.group(1)] = m.group(2)
+        return r.returncode == 0 and "TDM_TEST_PGHOST" in self.pg, r.stderr
+
+    def pg_stop(self):
+        return subprocess.run([os.path.join(self.build, "tdm-pg"), "stop",
+                               os.path.join(self.tmp, "pg")], capture_output=True).returncode == 0
+
+    def pg_destroy(self):
+        subprocess.run([os.path.join(self.build, "tdm-pg"), "destroy", os.path.join(self.tmp, "pg")],
+                       capture_output=True)
+
+    def dsn(self):
+        return "host=%s port=%s user=%s dbname=postgres connect_timeout=2" % (
+            self.pg["TDM_TEST_PGHOST"], self.pg["TDM_TEST_PGPORT"], self.pg["TDM_TEST_PGUSER"])
+
+    def sql(self, q):
+        """Rows as lists of strings ([] on an error)."""
+        r = subprocess.run(["psql", "-X", "-q", "-tA", "-F", "\t", "-h", self.pg["TDM_TEST_PGHOST"],
+                            "-p", self.pg["TDM_TEST_PGPORT"], "-U", self.pg["TDM_TEST_PGUSER"],
+                            "-d", "postgres", "-c", q], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            return []
+        return [line.split("\t") for line in r.stdout.splitlines() if line]
+
+    def sql1(self, q, default=None):
+        rows = self.sql(q)
+        return rows[0][0] if rows and rows[0] and rows[0][0] != "" else default
+
+    # ---- tandemd and its groups
+    def groups_ini(self, hicache=False):
+        common = ("model_path = %s\nserved_model_name = %s\ndevice = cpu\nkv_cpu_bytes = 8388608\n"
+                  "tp_size = %d\nenable_fault_injection = true\n" % (self.model, MODEL_NAME, self.tp))
+        return ("[group.pre]\n" + common +
+                "disaggregation_mode = prefill\ndisaggregation_bootstrap_port = %d\npair = dec\n"
+                % self.boot_port +
+                "[group.dec]\n" + common +
+                "disaggregation_mode = decode\ndisaggregation_prefill_addr = 127.0.0.1:%d\n"
+                "pair = pre\n" % self.boot_port +
+                # a colocated group with the HiCache host tier under a small device pool
+                # (scenario 3), on the demo model as tests/integration/test-hicache.sh
+                "[group.hc]\nmodel_path = %s\nserved_model_name = chaos-hc\ndevice = cpu\n"
+                "kv_cpu_bytes = 1048576\nenable_fault_injection = true\n"
+                "enable_hierarchical_cache = true\nhicache_verify_rate = 1\nhicache_poison = true\n"
+                % os.path.join(self.src, "models/demo") + self.extra_groups)
+
+    def tandemd_start(self):
+        with open(os.path.join(self.tmp, "groups.ini"), "w") as f:
+            f.write(self.groups_ini())
+        ready = os.path.join(self.tmp, "tandemd.ready")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        log = open(os.path.join(self.tmp, "tandemd.log"), "a")
+        env = dict(os.environ, TDM_CPU_THREADS="1")
+        p = subprocess.Popen([os.path.join(self.build, "tandemd"), "--listen",
+                              "127.0.0.1:%d" % self.cp_port, "--state-dir", self.state,
+                              "--pg-dsn", self.dsn(), "--ready-file", ready,
+                              "--groups-config", os.path.join(self.tmp, "groups.ini"),
+                              "--worker-bin", os.path.join(self.build, "tandem-worker"),
+                              "--alert-policy", "all=auto"],
+                             stdout=log, stderr=log, env=env, start_new_session=True)
+        self.tpid = p
+        ok = wait_until(lambda: os.path.exists(ready) and os.path.getsize(ready) > 0
+                        or p.poll() is not None, 30)
+        self.token = open(os.path.join(self.state, "admin.token")).read().strip()
+        return bool(ok) and p.poll() is None
+
+    def tandemd_kill(self):
+        if self.tpid:
+            self.tpid.kill()
+            self.tpid.wait()
+            self.tpid = None
+
+    def tandemd_stop(self):
+        if self.tpid:
+            self.tpid.terminate()
+            try:
+                self.tpid.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.tpid.kill()
+            self.tpid = None
+
+    def api(self, method, path, body=None, token=None, timeout=60):
+        h = {"Authorization": "Bearer " + (token if token is not None else self.token)}
+        st, text = http(self.cp_port, method, path, body, h, timeout=timeout)
+        try:
+            return st, json.loads(text)
+        except ValueError:
+            return st, text
+
+    def groups(self):
+        st, j = self.api("GET", "/api/v1/status", timeout=5)
+        return {g["name"]: g for g in j.get("groups", [])} if st == 200 and isinstance(j, dict) else {}
+
+    def ready(self, names=("pre", "dec", "hc")):
+        g = self.groups()
+        return all(n in g and g[n].get("ready") and g[n].get("state") == "running" for n in names)
+
+    def admin_url(self, name):
+        return self.groups().get(name, {}).get("admin_url", "")
+
+    def worker_port(self, name):
+        m = re.search(r":(\d+)$", self.admin_url(name) or "")
+        return int(m.group(1)) if m else 0
+
+    def launcher_pid(self, name):
+        try:
+            return json.load(open(os.path.join(self.state, "groups", name, "record.json")))["pid"]
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def fault(self, group, body):
+        """(http status, the action's result) of tandemd's audited fault route."""
+        return self.api("POST", "/api/v1/groups/%s/faults" % group, body)
+
+    def action_row(self, action_id):
+        r = self.sql("SELECT ts_us, finished_us, outcome FROM actions WHERE id = %d" % int(action_id))
+        return (int(r[0][0]), int(r[0][1] or 0), r[0][2]) if r else None
+
+    def alert_after(self, kind, group, since_us):
+        """(id, opened_us, evidence) of the first stored alert of kind on group opened at or after
+        since_us, or None."""
+        r = self.sql("SELECT id, opened_us, evidence::text FROM alerts WHERE kind = '%s' AND "
+                     "group_name = '%s' AND opened_us >= %d ORDER BY opened_us LIMIT 1"
+                     % (kind, group, since_us))
+        return (int(r[0][0]), int(r[0][1]), json.loads(r[0][2])) if r else None
+
+    def actions_after(self, since_us, actor_prefix="policy:"):
+        return self.sql("SELECT id, actor, action, target, outcome, ts_us, coalesce(finished_us,0) "
+                        "FROM actions WHERE ts_us >= %d AND actor LIKE '%s%%' ORDER BY ts_us"
+                        % (since_us, actor_prefix))
+
+
+class Load:
+    """Client threads sending seeded greedy streaming chat requests through tandemd's router."""
+
+    def __init__(self, port, n_prompts=12, max_tokens=16, seed=7):
+        self.port = port
+        rnd = random.Random(seed)
+        self.prompts = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randrange(4, 14)))
+                        for _ in range(n_prompts)]
+        self.max_tokens = max_tokens
+        self.golden = {}
+        self.records = []
+        self.lock = threading.Lock()
+        self.stop_ev = threading.Event()
+        self.paused = threading.Event()
+        self.threads = []
+        self.inflight = {}
+
+    def body(self, k, max_tokens=None):
+        return {"model": MODEL_NAME, "temperature": 0, "stream": True,
+                "max_tokens": max_tokens or self.max_tokens,
+                "messages": [{"role": "user", "content": self.prompts[k]}]}
+
+    def one(self, k, max_tokens=None, limit=60.0):
+        """One streaming request: a record {k, t0, t_first, t_end, text, err, status, lost}."""
+        rec = {"k": k, "t0": time.time(), "t_first": None, "t_end": None, "text": "", "err": None,
+               "status": None, "lost": False, "done": False}
+        deadline = rec["t0"] + limit
+        c = hc.HTTPConnection("127.0.0.1", self.port, timeout=limit)
+        try:
+            c.request("POST", "/v1/chat/completions", body=json.dumps(self.body(k, max_tokens)),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            rec["status"] = r.status
+            if r.status != 200:
+                rec["err"] = "HTTP %d %s" % (r.status, r.read(300).decode(errors="replace"))
+            else:
+                while True:
+                    c.sock.settimeout(max(0.1, deadline - time.time()))
+                    line = r.fp.readline()
+                    if not line:
+                        if not rec["done"] and rec["err"] is None:
+                            rec["err"] = "stream closed without [DONE]"
+                        break
+                    line = line.decode(errors="replace").strip()
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        rec["done"] = True
+                        break
+                    try:
+                        o = json.loads(data)
+                    except ValueError:
+                        continue
+                    if "error" in o:
+                        rec["err"] = json.dumps(o["error"])[:300]
+                        continue
+                    for ch in o.get("choices", []):
+                        t = (ch.get("delta") or {}).get("content")
+                        if t:
+                            if rec["t_first"] is None:
+                                rec["t_first"] = time.time()
+                            rec["text"] += t
+        except socket.timeout:
+            rec["lost"] = True
+        except (OSError, hc.HTTPException) as e:
+            if rec["err"] is None:
+                rec["err"] = "connection: %s" % e
+        finally:
+            c.close()
+        rec["t_end"] = time.time()
+        if rec["err"] is None and not rec["done"] and not rec["lost"]:
+            rec["lost"] = True
+        return rec
+
+    def make_goldens(self):
+        for k in range(len(self.prompts)):
+            r = self.one(k)
+            if r["err"] or not r["done"]:
+                return False, "prompt %d: %s" % (k, r["err"])
+            self.golden[k] = r["text"]
+        return True, ""
+
+    def wrong(self, rec):
+        g = self.golden.get(rec["k"])
+        if g is None or rec["lost"]:
+            return False
+        if rec["err"] is None and rec["done"]:
+            return rec["text"] != g
+        return not g.startswith(rec["text"])  # tokens before an error: a prefix of the golden
+
+    def _run(self, tid):
+        rnd = random.Random(1000 + tid)
+        while not self.stop_ev.is_set():
+            if self.paused.is_set():
+                time.sleep(0.05)
+                continue
+            k = rnd.randrange(len(self.prompts))
+            key = object()
+            with self.lock:
+                self.inflight[key] = time.time()
+            rec = self.one(k)
+            with self.lock:
+                self.records.append(rec)
+                del self.inflight[key]
+            if rec["err"]:
+                time.sleep(0.2)  # a client backs off after an error
+
+    def start(self, n):
+        for i in range(n):
+            t = threading.Thread(target=self._run, args=(i,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(timeout=70)
+
+    def window(self, t_from, t_to):
+        """Records that started in [t_from, t_to] (wall seconds)."""
+        with self.lock:
+            return [r for r in self.records if t_from <= r["t0"] <= t_to]
+
+    def fresh(self, limit=30):
+        """A fresh request served with the golden: the time it took, or None."""
+        k = 0
+        r = self.one(k, limit=limit)
+        if r["err"] is None and r["done"] and r["text"] == self.golden.get(k):
+            return r["t_end"] - r["t0"]
+        return None
