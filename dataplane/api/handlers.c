@@ -407,7 +407,7 @@ void tdm_api_h_config_post(tdm_api_t *a, h2o_req_t *req)
 const char *const tdm_api_fault_names[] = {
     "rank_idle_path",          "rank_skip_collective", "stall_loop",     "slow_host_copy",
     "drop_abort_handler",      "kill_thread",          "stall_transfer", "flip_kv_bits",
-    "host_layout_fp8_formula", "skip_layer_gate",
+    "host_layout_fp8_formula", "skip_layer_gate",      "flip_host_bits",
 };
 const size_t tdm_api_fault_names_count =
     sizeof(tdm_api_fault_names) / sizeof(tdm_api_fault_names[0]);
