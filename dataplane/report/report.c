@@ -56,8 +56,9 @@ struct tdm_report {
      * outage holds it), it is tried again every HEAD_RETRY_US only, and every tick's sample goes
      * out live (seq 0) meanwhile, so tandemd's detectors keep seeing the rank. */
     tdm_tm_sample_t live;
-    int live_fresh;        /* taken since the last live send */
-    uint64_t head_next_us; /* mono; 0 = the head is not waiting */
+    int live_fresh;               /* taken since the last live send */
+    uint64_t head_next_us;        /* mono; 0 = the head is not waiting */
+    uint8_t hb_stale[TDM_HB_MAX]; /* last heartbeat state reported per thread (watch_heartbeats) */
 };
 
 #define HEAD_RETRY_US 2000000u
@@ -462,6 +463,38 @@ static void send_live(tdm_report_t *r)
     }
 }
 
+/* A control thread's heartbeat older than this is reported stale: the worker's /health heartbeat
+ * timeout at the default --health-progress-timeout (dataplane/api/handlers.c). */
+#define HB_STALE_US 3000000u
+
+/* Edge-triggered heartbeat events (docs/alerts.md, TRANSFER_STALL): heartbeat_stale {thread,
+ * age_us} when a control thread of this rank other than the loop (WEDGE's business) and this
+ * reporter goes stale, heartbeat_fresh {thread} when it beats again or stops cleanly. Without
+ * them a dead bootstrap, recv or transfer thread was visible on /health but never alerted. */
+static void watch_heartbeats(tdm_report_t *r)
+{
+    if (!r->o.page)
+        return;
+    uint64_t now = tdm_time_mono_us();
+    for (int t = TDM_HB_LOOP + 1; t < TDM_HB_MAX; t++) {
+        if (t == TDM_HB_REPORTER)
+            continue;
+        uint64_t hb = atomic_load(&r->o.page->slot[r->o.rank].heartbeat_us[t]);
+        int stale = hb && now > hb && now - hb > HB_STALE_US;
+        if (stale == r->hb_stale[t])
+            continue;
+        r->hb_stale[t] = (uint8_t)stale;
+        const char *name = tdm_hb_thread_name((tdm_hb_thread_t)t);
+        if (stale)
+            tdm_report_event(
+                r, "heartbeat_stale", NULL, NULL, NULL, NULL,
+                json_pack("{s:s,s:I}", "thread", name, "age_us", (json_int_t)(now - hb)));
+        else
+            tdm_report_event(r, "heartbeat_fresh", NULL, NULL, NULL, NULL,
+                             json_pack("{s:s}", "thread", name));
+    }
+}
+
 static void *report_thread(void *arg)
 {
     tdm_report_t *r = arg;
@@ -476,6 +509,8 @@ static void *report_thread(void *arg)
         pthread_mutex_lock(&r->mu);
         int stop = r->stop, has_events = r->ev_pending > 0;
         pthread_mutex_unlock(&r->mu);
+        if (tick)
+            watch_heartbeats(r);
         if (tick || has_events || stop)
             form_batches(r, tick || stop);
         uint64_t budget = stop ? (uint64_t)r->flush_ms * 1000 : interval;
