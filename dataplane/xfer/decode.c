@@ -244,6 +244,21 @@ void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
     send_abort(x, room, "decode abort");
 }
 
+/* A registration was accepted (again): ask once more for every room still quarantined. A prefill
+ * that never had the room — a new incarnation, whose predecessor's processes and mappings are
+ * gone — answers ABORT_ACK at once ("unknown to prefill") and the pages go back; one that still
+ * has the room answers after its flush, as the first time (I5). Without this, rooms whose ACK
+ * was lost stayed quarantined for the life of the decode group even after the operator's
+ * remedy, a restart of the prefill group (docs/alerts.md ABORT_UNACKED). */
+void xfer_decode_registered(tdm_xfer_t *x)
+{
+    for (uint32_t i = 0; i <= x->map_mask; i++) {
+        xroom_t *r = x->map[i];
+        if (r && r->quarantined)
+            send_abort(x, r->room, "decode abort (asked again after re-registration)");
+    }
+}
+
 void xfer_decode_peer_lost(tdm_xfer_t *x)
 {
     for (uint32_t i = 0; i <= x->map_mask; i++) {

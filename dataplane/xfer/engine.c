@@ -1079,6 +1079,7 @@ static void decode_handshake(tdm_xfer_t *x)
             x->last_rx_us = x->last_hb_us = xfer_now();
             out_reset(x);
             xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, msg);
+            xfer_decode_registered(x);
             pthread_cond_broadcast(&x->cv);
             pthread_mutex_unlock(&x->mu);
             wake(x->wake_recv);

@@ -245,6 +245,8 @@ void xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *
 void xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
 void xfer_prefill_peer_lost(tdm_xfer_t *x);
 void xfer_decode_peer_lost(tdm_xfer_t *x);
+/* a registration was accepted: ask again for the rooms still quarantined (decode.c) */
+void xfer_decode_registered(tdm_xfer_t *x);
 void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room);
 void xfer_decode_tick(tdm_xfer_t *x, uint64_t now);
 /* prefill bootstrap: validate a REGISTER against this engine; 0 or a message in why. */
