@@ -444,6 +444,7 @@ static void on_corruption(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, j
     int host = strcmp(e->type, "hicache_load_mismatch") == 0 || (tier && !strcmp(tier, "host"));
     g->corr_rx = now;
     g->corr_seen = 1;
+    g->corr_inst = r->inst;
     g->corr_count++;
     if (host) {
         g->corr_host_rx = now;

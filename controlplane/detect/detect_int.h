@@ -62,6 +62,7 @@ typedef struct det_group {
     /* CORRUPTION */
     uint64_t corr_rx, corr_host_rx, corr_count;
     uint8_t corr_seen, corr_host_seen;
+    int corr_inst; /* the incarnation of the last corruption event (its restart ends the finding) */
     json_t *corr_events; /* array of the last DET_CORR_KEEP events */
     /* OUTPUT_ANOMALY */
     det_out_bucket_t out[DET_OUT_BUCKETS];

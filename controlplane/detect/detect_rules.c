@@ -513,7 +513,12 @@ static void rule_abort(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_findings_
 static void rule_corruption(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_findings_t *out)
 {
     const det_group_t *gr = &d->groups[g];
-    if (!gr->corr_seen || now - gr->corr_rx >= d->cfg.event_hold_us)
+    /* The finding lasts event_hold_us after the last event, and ends with the incarnation that
+     * sent it: a remedy's restart resolves the alert and mutes the class until the finding is
+     * false, so a finding that outlived the restart hid a new corruption of the new incarnation
+     * for as long as events kept coming (docs/alerts.md CORRUPTION). */
+    if (!gr->corr_seen || now - gr->corr_rx >= d->cfg.event_hold_us ||
+        !d->insts[gr->corr_inst].current)
         return;
     tdm_cp_finding_t *f = tdm_cp_findings_add(out, TDM_CP_ALERT_CORRUPTION, gr->name);
     if (!f)
