@@ -517,7 +517,11 @@ static void *report_thread(void *arg)
         drain_queue(r, tdm_time_mono_us() + budget, stop);
         if (stop)
             break;
-        if (r->q_head && r->head_next_us && r->live_fresh)
+        /* the newest sample goes out live while the head waits for its ack, and while a backlog
+         * drains (tandemd back after an outage): the backlog's samples are older than what the
+         * ring holds, so without this a rank whose backlog took over 2 s to commit read as
+         * silent and healthy groups were restarted as WORKER_LOST (docs/contracts.md §c) */
+        if (r->q_head && r->live_fresh && (r->head_next_us || r->q_n > 1))
             send_live(r);
         /* sleep until the next tick or an event */
         uint64_t wake = next_tick;
