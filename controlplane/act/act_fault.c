@@ -110,7 +110,7 @@ static pid_t rank_pid(pid_t parent, long rank)
         n = fread(cmd, 1, sizeof(cmd) - 1, f);
         fclose(f);
         cmd[n] = '\0';
-        /* NUL-separated arguments: the last two are "--rank" and R (dataplane/sched/launcher.c) */
+        /* NUL-separated arguments: the last two are "--rank" and R (dataplane/worker/launcher.c) */
         const char *args[64];
         size_t na = 0;
         for (size_t i = 0; i < n && na < 64; i += strlen(cmd + i) + 1)
