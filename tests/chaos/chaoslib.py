@@ -92,6 +92,7 @@ class Stack:
         self.extra_groups = extra_groups
         self.cp_port = free_port()
         self.boot_port = free_port()
+        self.ports = {g: free_port() for g in ("pre", "dec", "hc")}
         self.tpid = None
         self.pg = {}
         self.state = os.path.join(tmp, "state")
@@ -139,15 +140,17 @@ class Stack:
         common = ("model_path = %s\nserved_model_name = %s\ndevice = cpu\nkv_cpu_bytes = 8388608\n"
                   "chunked_prefill_size = 256\n"
                   "tp_size = %d\nenable_fault_injection = true\n" % (self.model, MODEL_NAME, self.tp))
-        return ("[group.pre]\n" + common +
+        # each group on a port of its own, kept across restarts (docs/groups.md "Ports")
+        return ("[group.pre]\nport = %d\n" % self.ports["pre"] + common +
                 "disaggregation_mode = prefill\ndisaggregation_bootstrap_port = %d\npair = dec\n"
                 % self.boot_port +
-                "[group.dec]\n" + common +
+                "[group.dec]\nport = %d\n" % self.ports["dec"] + common +
                 "disaggregation_mode = decode\ndisaggregation_prefill_addr = 127.0.0.1:%d\n"
                 "pair = pre\n" % self.boot_port +
                 # a colocated group with the HiCache host tier under a small device pool
                 # (scenario 3), on the demo model as tests/integration/test-hicache.sh
-                "[group.hc]\nmodel_path = %s\nserved_model_name = chaos-hc\ndevice = cpu\n"
+                "[group.hc]\nport = %d\n" % self.ports["hc"] +
+                "model_path = %s\nserved_model_name = chaos-hc\ndevice = cpu\n"
                 "kv_cpu_bytes = 1048576\nenable_fault_injection = true\n"
                 "enable_hierarchical_cache = true\nhicache_verify_rate = 1\nhicache_poison = true\n"
                 % os.path.join(self.src, "models/demo") + self.extra_groups)
