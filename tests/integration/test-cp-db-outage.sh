@@ -121,7 +121,12 @@ wait $wp
 rc=$?
 wp=""
 ok $rc "the worker stops cleanly (rc $rc)"
-sleep 3
+i=0 # the shutdown event reaches the database (at most 30 s)
+while [ $i -lt 300 ]; do
+    [ "$(sql "SELECT count(*) FROM events WHERE group_name = '$G' AND type = 'shutdown'")" -ge 1 ] 2>/dev/null && break
+    sleep 0.1
+    i=$((i + 1))
+done
 dup=$(sql "SELECT count(*) - count(DISTINCT (instance_id, rank, batch_seq, idx)) FROM events WHERE group_name = '$G'")
 shut=$(sql "SELECT count(*) FROM events WHERE group_name = '$G' AND type = 'shutdown'")
 [ "$dup" = 0 ] && [ "$shut" = 1 ]
