@@ -17,10 +17,10 @@ set -u
 : "${TDM_BUILDDIR:=$(pwd)}"
 B=$TDM_BUILDDIR
 for p in tandemd tandem-worker tandemctl tdm-pg; do
-    [ -x "$B/$p" ] || { echo "1..0 # SKIP $p not built"; exit 0; }
+    [ -x "$B/$p" ] || { echo "Bail out! $p not built"; exit 1; }
 done
-[ -f "$TDM_SRCDIR/models/demo/model.safetensors" ] || { echo "1..0 # SKIP no demo model"; exit 0; }
-command -v promtool >/dev/null 2>&1 || { echo "1..1"; echo "not ok 1 - promtool missing (tools/install-deps.sh installs prometheus)"; exit 1; }
+[ -f "$TDM_SRCDIR/models/demo/model.safetensors" ] || { echo "Bail out! no demo model in $TDM_SRCDIR/models/demo"; exit 1; }
+command -v promtool >/dev/null 2>&1 || { echo "Bail out! promtool missing (tools/install-deps.sh installs prometheus)"; exit 1; }
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 tmp=$(mktemp -d)
@@ -229,7 +229,7 @@ EOF" "packaging/grafana-tandem.json: every metric its panels query is exported"
 curl -s -H 'X-Request-Id: ops-test-42' -o /dev/null -D "$tmp/hdr" "$(ctl -o json status | j "[x['admin_url'] for x in d['groups'] if x['name']=='demo-decode'][0]")/v1/completions" \
     -H 'Content-Type: application/json' -d '{"model":"demo","prompt":"Hi","max_tokens":3}'
 check "grep -qi '^x-request-id: ops-test-42' $tmp/hdr" "X-Request-Id is echoed"
-sleep 0.3
+for _ in $(seq 1 100); do grep -q 'request_id=ops-test-42' "$tmp/state/tandemd/groups/demo-decode/worker.log" && break; sleep 0.1; done
 check "grep -q 'msg=\"request\" method=POST path=\"/v1/completions\" status=200 .*request_id=ops-test-42 prompt_tokens=[0-9]* completion_tokens=[0-9]* ttft_ms=' $tmp/state/tandemd/groups/demo-decode/worker.log" \
     "the worker logs the request: method, path, status, duration, request id, tokens, TTFT"
 check "grep -q 'msg=\"action\" action=drain group=demo-decode actor=admin' $tmp/state/logs/tandemd.log &&

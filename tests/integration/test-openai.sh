@@ -6,7 +6,7 @@
 # example of docs/api.md run as printed (only the host:port replaced by the test's), then a
 # clean exit on SIGTERM. TAP.
 #
-# Fails (Bail out!) when tandem-worker is not built or serves no HTTP, or when node/npm or the
+# Fails (Bail out!) when tandem-worker is not built, or when node/npm or the
 # `openai` package cannot be had (node_modules is installed from package-lock.json on first use).
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -15,10 +15,6 @@ BIN=${TDM_OAI_WORKER:-$BUILD/tandem-worker}
 IT="$SRC/tests/integration"
 if [ ! -x "$BIN" ]; then
     echo "Bail out! $BIN not built"
-    exit 1
-fi
-if ! grep -q "/v1/chat/completions" "$BIN" 2>/dev/null; then
-    echo "Bail out! tandem-worker serves no OpenAI API in this build (dataplane/api is not linked into it)"
     exit 1
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
