@@ -30,6 +30,13 @@ noinst_HEADERS += \
 	include/tdm/hash.h \
 	include/tdm/net.h
 
+# The h2o server scaffold of both daemons (tdm/httpd.h); in COMMON_LIBS, pulled in by the
+# programs that serve HTTP (they link $(H2O_LIBS)).
+noinst_LIBRARIES += libtdmhttpd.a
+libtdmhttpd_a_SOURCES = common/httpd.c
+libtdmhttpd_a_CPPFLAGS = $(AM_CPPFLAGS) $(H2O_CFLAGS)
+noinst_HEADERS += include/tdm/httpd.h
+
 # docs/params.md is generated from include/tdm/config.h; test-params fails when it is stale.
 noinst_PROGRAMS += tools/gen-params-doc
 tools_gen_params_doc_SOURCES = tools/gen-params-doc.c

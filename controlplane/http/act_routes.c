@@ -52,11 +52,11 @@ static void on_action_done(void *ctx, json_t *result)
         /* a fault's reply carries the worker's status (400 for a point it refuses) */
         json_int_t status = json_integer_value(json_object_get(result, "status"));
         int ok = outcome && !strcmp(outcome, "ok");
-        tdm_cp_send_json(l->req,
-                         ok                              ? 200
-                         : status >= 400 && status < 600 ? (int)status
-                                                         : 500,
-                         body, n);
+        tdm_httpd_send_json(l->req,
+                            ok                              ? 200
+                            : status >= 400 && status < 600 ? (int)status
+                                                            : 500,
+                            body, n);
     }
     tdm_free(l);
 }
@@ -66,7 +66,7 @@ static void h_action(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *ar
 {
     char group[TDM_CP_ACT_NAME_MAX], err[512], wait[8];
     if (args->v[0].len >= sizeof(group)) {
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such group");
+        tdm_httpd_send_error(req, 404, "not_found", "not_found_error", "no such group");
         return;
     }
     memcpy(group, args->v[0].base, args->v[0].len);
@@ -77,15 +77,15 @@ static void h_action(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *ar
         params = json_loadb(req->entity.base, req->entity.len, 0, &je);
         if (!json_is_object(params)) {
             json_decref(params);
-            tdm_cp_send_error(req, 400, "invalid_json", "invalid_request_error",
-                              "the body must be a JSON object");
+            tdm_httpd_send_error(req, 400, "invalid_json", "invalid_request_error",
+                                 "the body must be a JSON object");
             return;
         }
     }
     if (!s->act) {
         json_decref(params);
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error",
-                          "no worker groups (tandemd runs without --groups-config)");
+        tdm_httpd_send_error(req, 404, "not_found", "not_found_error",
+                             "no worker groups (tandemd runs without --groups-config)");
         return;
     }
     json_t *r = json_pack("{s:s,s:s,s:o}", "action", action, "group", group, "params",
@@ -109,16 +109,16 @@ static void h_action(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *ar
             tdm_free(l);
         }
         if (st == TDM_ERR_NOTFOUND)
-            tdm_cp_send_error(req, 404, "not_found", "not_found_error", "%s", err);
+            tdm_httpd_send_error(req, 404, "not_found", "not_found_error", "%s", err);
         else if (st == TDM_ERR_UNSUPPORTED)
-            tdm_cp_send_error(req, 409, "not_supervised", "invalid_request_error", "%s", err);
+            tdm_httpd_send_error(req, 409, "not_supervised", "invalid_request_error", "%s", err);
         else
-            tdm_cp_send_error(req, 400, "invalid_value", "invalid_request_error", "%s", err);
+            tdm_httpd_send_error(req, 400, "invalid_value", "invalid_request_error", "%s", err);
         return;
     }
     if (nowait) {
         static const char body[] = "{\"queued\":true}";
-        tdm_cp_send_json(req, 202, body, sizeof(body) - 1);
+        tdm_httpd_send_json(req, 202, body, sizeof(body) - 1);
     }
 }
 
@@ -162,7 +162,7 @@ static void send_obj(h2o_req_t *req, int status, json_t *o)
     char *body = h2o_mem_alloc_pool(&req->pool, n + 1);
     memcpy(body, text, n + 1);
     free(text);
-    tdm_cp_send_json(req, status, body, n);
+    tdm_httpd_send_json(req, status, body, n);
 }
 
 static void h_status(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,

@@ -40,12 +40,12 @@ static json_t *body_object(h2o_req_t *req)
     json_t *root = json_loadb(req->entity.base ? req->entity.base : "", req->entity.len, 0, &jerr);
     if (!root || !json_is_object(root)) {
         if (root)
-            tdm_cp_send_error(req, 400, "invalid_json", "invalid_request_error",
-                              "the body must be a JSON object");
+            tdm_httpd_send_error(req, 400, "invalid_json", "invalid_request_error",
+                                 "the body must be a JSON object");
         else
-            tdm_cp_send_error(req, 400, "invalid_json", "invalid_request_error",
-                              "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
-                              jerr.text);
+            tdm_httpd_send_error(req, 400, "invalid_json", "invalid_request_error",
+                                 "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                                 jerr.text);
         json_decref(root);
         return NULL;
     }
@@ -89,8 +89,8 @@ static int field_str(h2o_req_t *req, json_t *o, const char *key, int required, s
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required) {
-            tdm_cp_send_error(req, 400, "missing_field", "invalid_request_error", "missing \"%s\"",
-                              key);
+            tdm_httpd_send_error(req, 400, "missing_field", "invalid_request_error",
+                                 "missing \"%s\"", key);
             return -1;
         }
         *out = NULL;
@@ -98,9 +98,9 @@ static int field_str(h2o_req_t *req, json_t *o, const char *key, int required, s
     }
     const char *s = json_string_value(v);
     if (!s || strlen(s) > max || (required && !*s)) {
-        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
-                          "\"%s\" must be a%s string of at most %zu bytes", key,
-                          required ? " non-empty" : "", max);
+        tdm_httpd_send_error(req, 400, "invalid_field", "invalid_request_error",
+                             "\"%s\" must be a%s string of at most %zu bytes", key,
+                             required ? " non-empty" : "", max);
         return -1;
     }
     *out = s;
@@ -113,16 +113,16 @@ static int field_int(h2o_req_t *req, json_t *o, const char *key, int required, l
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required) {
-            tdm_cp_send_error(req, 400, "missing_field", "invalid_request_error", "missing \"%s\"",
-                              key);
+            tdm_httpd_send_error(req, 400, "missing_field", "invalid_request_error",
+                                 "missing \"%s\"", key);
             return -1;
         }
         *out = min;
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
-                          "\"%s\" must be an integer in %lld..%lld", key, min, max);
+        tdm_httpd_send_error(req, 400, "invalid_field", "invalid_request_error",
+                             "\"%s\" must be an integer in %lld..%lld", key, min, max);
         return -1;
     }
     *out = json_integer_value(v);
@@ -140,8 +140,8 @@ static int query_uint(h2o_req_t *req, const char *key, unsigned long long max,
     char *end;
     unsigned long long v = strtoull(buf, &end, 10);
     if (!buf[0] || *end || buf[0] == '-' || v > max) {
-        tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
-                          "query parameter %s must be an integer in 0..%llu", key, max);
+        tdm_httpd_send_error(req, 400, "invalid_query", "invalid_request_error",
+                             "query parameter %s must be an integer in 0..%llu", key, max);
         return -1;
     }
     *out = v;
@@ -202,7 +202,7 @@ static int path_arg(h2o_req_t *req, const tdm_cp_args_t *a, int i, char *buf, si
                     const char *what)
 {
     if (a->v[i].len >= len) {
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such %s", what);
+        tdm_httpd_send_error(req, 404, "not_found", "not_found_error", "no such %s", what);
         return 0;
     }
     memcpy(buf, a->v[i].base, a->v[i].len);
@@ -256,7 +256,7 @@ static void h_health(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
                      "{\"status\":\"ok\",\"ready\":%s,\"db\":\"%s\",\"uptime_s\":%llu}",
                      s->ready ? "true" : "false", atomic_load(&ds->up) ? "up" : "down",
                      (unsigned long long)((tdm_time_wall_us() - s->started_us) / 1000000u));
-    tdm_cp_send_json(req, 200, body, (size_t)n);
+    tdm_httpd_send_json(req, 200, body, (size_t)n);
 }
 
 /* Open alerts by class and group, from the live set (sum() gives the total), and the build. */
@@ -403,13 +403,13 @@ static void register_body(tdm_cp_server_t *s, h2o_req_t *req, json_t *o, const t
         field_int(req, o, "pid", 0, 0, INT32_MAX, &pid))
         return;
     if (strcmp(mode, "prefill") != 0 && strcmp(mode, "decode") != 0 && strcmp(mode, "null") != 0) {
-        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
-                          "\"role\" must be prefill, decode or null");
+        tdm_httpd_send_error(req, 400, "invalid_field", "invalid_request_error",
+                             "\"role\" must be prefill, decode or null");
         return;
     }
     if (rank >= tp) {
-        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
-                          "\"rank\" %lld is not below tp_size %lld", rank, tp);
+        tdm_httpd_send_error(req, 400, "invalid_field", "invalid_request_error",
+                             "\"rank\" %lld is not below tp_size %lld", rank, tp);
         return;
     }
     char pidv[24];
@@ -512,7 +512,7 @@ static void h_ranks(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
         tdm_cp_buf_puts(&b, "}");
     }
     tdm_cp_buf_puts(&b, "]}");
-    tdm_cp_send_json(req, 200, b.data, b.len);
+    tdm_httpd_send_json(req, 200, b.data, b.len);
     tdm_cp_buf_free(&b);
 }
 
@@ -582,8 +582,8 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
     char *end;
     unsigned long r = strtoul(rank, &end, 10);
     if (!rank[0] || *end || r > 1023) {
-        tdm_cp_send_error(req, 400, "invalid_path", "invalid_request_error",
-                          "rank must be an integer in 0..1023");
+        tdm_httpd_send_error(req, 400, "invalid_path", "invalid_request_error",
+                             "rank must be an integer in 0..1023");
         return;
     }
     unsigned long long since, until, limit, step;
@@ -607,7 +607,7 @@ static void h_rank_history(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args
                            (size_t)limit, &b)) {
         h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-tandem-source"), 0, NULL,
                               H2O_STRLIT("memory"));
-        tdm_cp_send_json(req, 200, b.data, b.len);
+        tdm_httpd_send_json(req, 200, b.data, b.len);
         tdm_cp_buf_free(&b);
         return;
     }
@@ -629,8 +629,8 @@ static int parse_room(h2o_req_t *req, const char *room, size_t n, uint64_t *ret)
         v = v << 4 | (uint64_t)(d < 0 ? 0 : d);
     }
     if (bad) {
-        tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
-                          "room must be lowercase hex, at most 16 digits");
+        tdm_httpd_send_error(req, 400, "invalid_query", "invalid_request_error",
+                             "room must be lowercase hex, at most 16 digits");
         return -1;
     }
     *ret = v;
@@ -746,9 +746,9 @@ static void on_alerts_flight(tdm_cp_job_t *job)
         if (job->st != TDM_OK)
             tdm_cp_job_send_error(w->req, job);
         else if (!job->result)
-            tdm_cp_send_error(w->req, 404, "not_found", "not_found_error", "no such object");
+            tdm_httpd_send_error(w->req, 404, "not_found", "not_found_error", "no such object");
         else
-            tdm_cp_send_json(w->req, 200, job->result, strlen(job->result));
+            tdm_httpd_send_json(w->req, 200, job->result, strlen(job->result));
     }
     f->busy = 0;
     tdm_cp_job_free(job);
@@ -809,8 +809,8 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     char state[16];
     int has_state = tdm_cp_query_get(req, "state", state, sizeof(state));
     if (has_state && strcmp(state, "open") != 0 && strcmp(state, "resolved") != 0) {
-        tdm_cp_send_error(req, 400, "invalid_query", "invalid_request_error",
-                          "state must be open or resolved");
+        tdm_httpd_send_error(req, 400, "invalid_query", "invalid_request_error",
+                             "state must be open or resolved");
         return;
     }
     unsigned long long limit;
@@ -822,7 +822,7 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     if (tdm_cp_query_get(req, "source", src, sizeof(src)) && strcmp(src, "live") == 0) {
         json_t *j = tdm_cp_alerts_to_json(s->alerts, has_state ? state : NULL, NULL);
         char *txt = json_dumps(j, JSON_COMPACT);
-        tdm_cp_send_json(req, 200, txt, strlen(txt));
+        tdm_httpd_send_json(req, 200, txt, strlen(txt));
         free(txt);
         json_decref(j);
         return;
@@ -833,7 +833,7 @@ static void h_alerts(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,
     snprintf(key, sizeof(key), "alerts %s %llu", has_state ? state : "*", limit);
     const char *hit = tdm_cp_db_cache_get(s->db, key, ALERTS_CACHE_US);
     if (hit) {
-        tdm_cp_send_json(req, 200, hit, strlen(hit));
+        tdm_httpd_send_json(req, 200, hit, strlen(hit));
         /* refreshed ahead of its expiry, so a steady reader never waits on the query */
         if (tdm_cp_db_cache_claim_refresh(s->db, key, ALERTS_REFRESH_US)) {
             tdm_cp_job_t *job = tdm_cp_job_new(sql_alerts, on_alerts_refreshed, s);
@@ -923,12 +923,12 @@ static void on_token_created(tdm_cp_job_t *job)
         json_t *o = json_loads(job->result, 0, NULL);
         json_object_set_new(o, "token", json_string(token));
         char *text = json_dumps(o, JSON_COMPACT);
-        tdm_cp_send_json(req, 201, text, strlen(text));
+        tdm_httpd_send_json(req, 201, text, strlen(text));
         free(text);
         json_decref(o);
     } else if (strcmp(job->sqlstate, "23505") == 0) {
-        tdm_cp_send_error(req, 409, "conflict", "invalid_request_error",
-                          "a token named '%s' already exists", job->params[0]);
+        tdm_httpd_send_error(req, 409, "conflict", "invalid_request_error",
+                             "a token named '%s' already exists", job->params[0]);
     } else {
         tdm_cp_job_send_error(req, job);
     }
@@ -944,18 +944,18 @@ static void tokens_create_body(tdm_cp_server_t *s, h2o_req_t *req, json_t *o,
         field_str(req, o, "role", 1, 16, &role))
         return;
     if (!name_ok(name, TDM_CP_TOKEN_NAME_MAX - 1) || strcmp(name, TDM_CP_ADMIN_TOKEN_NAME) == 0) {
-        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
-                          "\"name\" must be 1-63 of [A-Za-z0-9._-] and not \"admin\"");
+        tdm_httpd_send_error(req, 400, "invalid_field", "invalid_request_error",
+                             "\"name\" must be 1-63 of [A-Za-z0-9._-] and not \"admin\"");
         return;
     }
     if (tdm_cp_role_parse(role, &r) != TDM_OK) {
-        tdm_cp_send_error(req, 400, "invalid_field", "invalid_request_error",
-                          "\"role\" must be read or admin");
+        tdm_httpd_send_error(req, 400, "invalid_field", "invalid_request_error",
+                             "\"role\" must be read or admin");
         return;
     }
     char token[TDM_CP_TOKEN_LEN + 1];
     if (tdm_cp_auth_token_new(token) != TDM_OK) {
-        tdm_cp_send_error(req, 500, "internal", "server_error", "no randomness available");
+        tdm_httpd_send_error(req, 500, "internal", "server_error", "no randomness available");
         return;
     }
     uint8_t h[32];
@@ -998,8 +998,8 @@ static void h_tokens_revoke(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_arg
     if (!path_arg(req, a, 0, name, sizeof(name), "token"))
         return;
     if (strcmp(name, TDM_CP_ADMIN_TOKEN_NAME) == 0) {
-        tdm_cp_send_error(req, 400, "invalid_request", "invalid_request_error",
-                          "the admin token is managed through state_dir/admin.token");
+        tdm_httpd_send_error(req, 400, "invalid_request", "invalid_request_error",
+                             "the admin token is managed through state_dir/admin.token");
         return;
     }
     query(s, req, who, sql_token_revoke, on_token_revoked, "sus", name,

@@ -14,6 +14,7 @@
 
 #include <openssl/evp.h>
 
+#include <tdm/httpd.h>
 #include <tdm/mem.h>
 
 #include "controlplane/http/auth.h"
@@ -184,18 +185,11 @@ void tdm_cp_auth_remove(tdm_cp_auth_t *a, const char *name)
 
 const tdm_cp_token_t *tdm_cp_auth_check(const tdm_cp_auth_t *a, const char *hdr, size_t len)
 {
-    if (len < 7 || strncasecmp(hdr, "Bearer ", 7) != 0)
-        return NULL;
-    hdr += 7;
-    len -= 7;
-    while (len && *hdr == ' ') {
-        hdr++;
-        len--;
-    }
-    if (!token_wellformed(hdr, len))
+    h2o_iovec_t tok;
+    if (!tdm_httpd_bearer_parse(hdr, len, &tok) || !token_wellformed(tok.base, tok.len))
         return NULL;
     uint8_t h[32];
-    tdm_cp_auth_sha256(hdr, len, h);
+    tdm_cp_auth_sha256(tok.base, tok.len, h);
     for (size_t i = 0; i < a->n; i++)
         if (memcmp(a->v[i].hash, h, 32) == 0)
             return &a->v[i];

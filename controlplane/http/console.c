@@ -26,7 +26,7 @@ void tdm_cp_h_console(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a
     (void)s, (void)args, (void)who;
     const tdm_cp_asset_t *a = tdm_cp_asset_find(req->path.base, req->path.len);
     if (!a) {
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such console file");
+        tdm_httpd_send_error(req, 404, "not_found", "not_found_error", "no such console file");
         return;
     }
     req->res.status = 200;

@@ -21,6 +21,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <tdm/httpd.h>
 #include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
@@ -34,44 +35,6 @@
 #define RING_MAX_RANKS 4096
 #define HIST_CAP_PER_RANK 1024 /* persisted rows: 102 s at 10 Hz (grown on demand) */
 #define HIST_MAX_RANKS 1024    /* the ranks past it are read from the database */
-
-/* ---- responses ------------------------------------------------------------------------------ */
-
-static const char *reason_of(int status)
-{
-    return tdm_http_reason(status);
-}
-
-void tdm_cp_send_json(h2o_req_t *req, int status, const char *body, size_t len)
-{
-    req->res.status = status;
-    req->res.reason = reason_of(status);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("application/json"));
-    h2o_send_inline(req, body, len);
-}
-
-void tdm_cp_send_error(h2o_req_t *req, int status, const char *code, const char *type,
-                       const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    tdm_cp_buf_t b = TDM_CP_BUF_INIT;
-    tdm_cp_buf_puts(&b, "{\"error\":{\"code\":");
-    tdm_cp_buf_json_str(&b, code);
-    tdm_cp_buf_puts(&b, ",\"message\":");
-    tdm_cp_buf_json_str(&b, msg);
-    tdm_cp_buf_puts(&b, ",\"type\":");
-    tdm_cp_buf_json_str(&b, type);
-    tdm_cp_buf_puts(&b, "}}");
-    if (status == 503)
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
-    tdm_cp_send_json(req, status, b.data, b.len);
-    tdm_cp_buf_free(&b);
-}
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
@@ -110,14 +73,14 @@ h2o_req_t *tdm_cp_job_req(tdm_cp_job_t *job)
 void tdm_cp_job_send_error(h2o_req_t *req, const tdm_cp_job_t *job)
 {
     if (job->st == TDM_ERR_DB && strcmp(job->err, "database unavailable") == 0)
-        tdm_cp_send_error(req, 503, "db_unavailable", "unavailable_error",
-                          "the database is unavailable; retry later");
+        tdm_httpd_send_error(req, 503, "db_unavailable", "unavailable_error",
+                             "the database is unavailable; retry later");
     else if (job->st == TDM_ERR_ABORTED)
-        tdm_cp_send_error(req, 503, "shutting_down", "unavailable_error", "tandemd is stopping");
+        tdm_httpd_send_error(req, 503, "shutting_down", "unavailable_error", "tandemd is stopping");
     else if (strncmp(job->sqlstate, "22", 2) == 0 || strncmp(job->sqlstate, "23", 2) == 0)
-        tdm_cp_send_error(req, 400, "invalid_value", "invalid_request_error", "%s", job->err);
+        tdm_httpd_send_error(req, 400, "invalid_value", "invalid_request_error", "%s", job->err);
     else
-        tdm_cp_send_error(req, 500, "internal", "server_error", "database error: %s", job->err);
+        tdm_httpd_send_error(req, 500, "internal", "server_error", "database error: %s", job->err);
 }
 
 void tdm_cp_job_reply_json(tdm_cp_job_t *job)
@@ -128,9 +91,9 @@ void tdm_cp_job_reply_json(tdm_cp_job_t *job)
     if (job->st != TDM_OK)
         tdm_cp_job_send_error(req, job);
     else if (!job->result)
-        tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no such object");
+        tdm_httpd_send_error(req, 404, "not_found", "not_found_error", "no such object");
     else
-        tdm_cp_send_json(req, 200, job->result, strlen(job->result));
+        tdm_httpd_send_json(req, 200, job->result, strlen(job->result));
     tdm_cp_job_free(job);
 }
 
@@ -239,46 +202,45 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (!route) {
         s->http_errors++;
         if (path_found)
-            tdm_cp_send_error(req, 405, "method_not_allowed", "invalid_request_error",
-                              "method %.*s not allowed here", (int)req->method.len,
-                              req->method.base);
+            tdm_httpd_send_error(req, 405, "method_not_allowed", "invalid_request_error",
+                                 "method %.*s not allowed here", (int)req->method.len,
+                                 req->method.base);
         else
-            tdm_cp_send_error(req, 404, "not_found", "not_found_error", "no route %.*s", (int)plen,
-                              req->path_normalized.base);
+            tdm_httpd_send_error(req, 404, "not_found", "not_found_error", "no route %.*s",
+                                 (int)plen, req->path_normalized.base);
         return 0;
     }
     const tdm_cp_token_t *who = NULL;
     if (route->role != TDM_CP_ROLE_NONE) {
         ssize_t hi = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
-        if (hi >= 0)
+        int present = hi >= 0;
+        if (present)
             who = tdm_cp_auth_check(&s->auth, req->headers.entries[hi].value.base,
                                     req->headers.entries[hi].value.len);
         if (!who) {
             s->http_errors++;
-            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
-                           H2O_STRLIT("Bearer"));
-            tdm_cp_send_error(req, 401, "unauthorized", "authentication_error",
-                              hi >= 0 ? "unknown or revoked token" : "a bearer token is required");
+            tdm_httpd_send_unauthorized(req, present ? "unknown or revoked token"
+                                                     : "a bearer token is required");
             return 0;
         }
         if (who->role < route->role) {
             s->http_errors++;
-            tdm_cp_send_error(req, 403, "forbidden", "permission_error",
-                              "token '%s' has role %s; this needs %s", who->name,
-                              tdm_cp_role_name(who->role), tdm_cp_role_name(route->role));
+            tdm_httpd_send_error(req, 403, "forbidden", "permission_error",
+                                 "token '%s' has role %s; this needs %s", who->name,
+                                 tdm_cp_role_name(who->role), tdm_cp_role_name(route->role));
             return 0;
         }
     }
     if (req->entity.base && req->entity.len > route->max_body) {
         s->http_errors++;
-        tdm_cp_send_error(req, 413, "body_too_large", "invalid_request_error",
-                          "request body of %zu bytes exceeds the %zu-byte limit of this route",
-                          req->entity.len, route->max_body);
+        tdm_httpd_send_error(req, 413, "body_too_large", "invalid_request_error",
+                             "request body of %zu bytes exceeds the %zu-byte limit of this route",
+                             req->entity.len, route->max_body);
         return 0;
     }
     if (!s->db) {
         /* shutting down: the DB threads are gone, so nothing may be queued to them */
-        tdm_cp_send_error(req, 503, "shutting_down", "unavailable_error", "tandemd is stopping");
+        tdm_httpd_send_error(req, 503, "shutting_down", "unavailable_error", "tandemd is stopping");
         return 0;
     }
     route->handler(s, req, &args, who);
@@ -286,16 +248,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 }
 
 /* ---- listener ------------------------------------------------------------------------------- */
-
-static void on_accept(h2o_socket_t *listener, const char *err)
-{
-    tdm_cp_server_t *s = listener->data;
-    if (err)
-        return;
-    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock)
-        h2o_accept(&s->accept_ctx, sock);
-}
 
 static tdm_status_t listen_on(tdm_cp_server_t *s, const char *spec, char *err, size_t err_len)
 {
@@ -313,26 +265,17 @@ static tdm_status_t listen_on(tdm_cp_server_t *s, const char *spec, char *err, s
     }
     char what[300];
     snprintf(what, sizeof(what), "--listen %s", spec);
-    int fd;
-    tdm_status_t st = tdm_net_listen(host, colon + 1, what, &fd, &s->port, err, err_len);
-    if (st != TDM_OK)
-        return st;
-    s->listener = h2o_evloop_socket_create(s->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
-    s->listener->data = s;
-    h2o_socket_read_start(s->listener, on_accept);
-    return TDM_OK;
+    tdm_status_t st =
+        tdm_httpd_listen(&s->http, s->loop, &s->accept_ctx, host, colon + 1, what, err, err_len);
+    s->port = s->http.port;
+    return st;
 }
 
 static tdm_status_t write_ready_file(const char *path, int port, char *err, size_t err_len)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "{\"http\":%d}\n", port) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-        snprintf(err, err_len, "--ready-file %s: %s", path, strerror(errno));
-        return TDM_ERR_IO;
-    }
-    return TDM_OK;
+    char body[32];
+    snprintf(body, sizeof(body), "{\"http\":%d}\n", port);
+    return tdm_httpd_write_ready_file(path, body, err, err_len);
 }
 
 static void loop_tick(tdm_cp_server_t *s);
@@ -495,10 +438,7 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
 err_loop:
     tdm_cp_webhook_stop(s->webhook); /* NULL-safe */
     s->webhook = NULL;
-    if (s->listener) {
-        h2o_socket_read_stop(s->listener);
-        h2o_socket_close(s->listener);
-    }
+    tdm_httpd_listener_close(&s->http);
     h2o_multithread_unregister_receiver(s->mq, &s->db_rx);
     h2o_multithread_destroy_queue(s->mq);
     h2o_context_dispose(&s->ctx);
@@ -579,8 +519,7 @@ static int ctx_quiet(h2o_context_t *c)
 
 void tdm_cp_server_free(tdm_cp_server_t *s)
 {
-    h2o_socket_read_stop(s->listener);
-    h2o_socket_close(s->listener);
+    tdm_httpd_stop_accepting(&s->http);
     tdm_cp_act_stop(s->act); /* its last results are delivered by the runs below */
     tdm_cp_db_stop(s->db);
     s->db = NULL; /* requests that still arrive get 503 (on_req) instead of a freed queue */
@@ -597,6 +536,7 @@ void tdm_cp_server_free(tdm_cp_server_t *s)
         return;
     }
     tdm_cp_act_free(s->act);
+    tdm_httpd_listener_close(&s->http);
     h2o_multithread_unregister_receiver(s->mq, &s->db_rx);
     h2o_multithread_destroy_queue(s->mq);
     h2o_context_dispose(&s->ctx);

@@ -20,6 +20,7 @@
 
 #include <h2o.h>
 
+#include <tdm/httpd.h>
 #include <tdm/status.h>
 
 #include "controlplane/act/act.h"      /* actions, supervisor, router */
@@ -75,7 +76,7 @@ struct tdm_cp_server {
     h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
     h2o_evloop_t *loop;
-    h2o_socket_t *listener;
+    tdm_httpd_listener_t http; /* listener, open connections, lingering closes */
     int port;
     h2o_multithread_queue_t *mq;
     h2o_multithread_receiver_t db_rx;
@@ -120,10 +121,7 @@ void tdm_cp_hist_sync(tdm_cp_server_t *s);
 void tdm_cp_server_run(tdm_cp_server_t *s, volatile int *stop);
 void tdm_cp_server_free(tdm_cp_server_t *s);
 
-/* Responses. */
-void tdm_cp_send_json(h2o_req_t *req, int status, const char *body, size_t len);
-void tdm_cp_send_error(h2o_req_t *req, int status, const char *code, const char *type,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Responses: tdm_httpd_send_json / tdm_httpd_send_error (tdm/httpd.h). */
 
 /* Hand `job` to the query thread; `job->done` runs later on the loop with job->ctx pointing at a
  * tdm_cp_pending_t (or NULL when the request is gone). */

@@ -15,3 +15,9 @@ noinst_HEADERS += \
 	controlplane/http/cp_server.h \
 	controlplane/http/console.h \
 	controlplane/http/stream.h
+
+# Both daemons' scaffold (common/httpd.c): a 20 MB body gets a 413 the client can read (lingering
+# close), from Node's fetch and curl, on a worker and on tandemd.
+dist_check_SCRIPTS += tests/integration/test-http-413.sh
+TESTS += tests/integration/test-http-413.sh
+EXTRA_DIST += tests/integration/big-body.mjs

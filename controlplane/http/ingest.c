@@ -348,10 +348,10 @@ static void on_ingested(tdm_cp_job_t *job)
         char body[64];
         size_t n = 0;
         tdm_tm_ack_encode(job->acked_seq, body, sizeof(body), &n);
-        tdm_cp_send_json(req, 200, body, n);
+        tdm_httpd_send_json(req, 200, body, n);
     } else if (job->st == TDM_ERR_INVAL) {
-        tdm_cp_send_error(req, 422, "rejected", "invalid_request_error",
-                          "the database rejected the batch: %s", job->err);
+        tdm_httpd_send_error(req, 422, "rejected", "invalid_request_error",
+                             "the database rejected the batch: %s", job->err);
     } else {
         tdm_cp_job_send_error(req, job);
     }
@@ -377,14 +377,15 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
                                           NULL, &tb, err, sizeof(err));
     if (st != TDM_OK) {
         s->ingest_rejected++;
-        tdm_cp_send_error(req, 400, "invalid_telemetry", "invalid_request_error", "%s", err);
+        tdm_httpd_send_error(req, 400, "invalid_telemetry", "invalid_request_error", "%s", err);
         return;
     }
     if (tb.seq == 0 && tb.n_events) {
         s->ingest_rejected++;
-        tdm_cp_send_error(req, 400, "invalid_telemetry", "invalid_request_error",
-                          "seq: stored batches count from 1; a live batch (seq 0) carries samples "
-                          "only");
+        tdm_httpd_send_error(
+            req, 400, "invalid_telemetry", "invalid_request_error",
+            "seq: stored batches count from 1; a live batch (seq 0) carries samples "
+            "only");
         tdm_tm_batch_clear(&tb);
         return;
     }
@@ -398,8 +399,8 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     st = tdm_cp_rings_rank(&s->rings, inst, tb.rank, 1, &rk);
     if (st != TDM_OK) {
         s->ingest_rejected++;
-        tdm_cp_send_error(req, 503, "too_many_ranks", "unavailable_error",
-                          "tandemd tracks at most %zu ranks", s->rings.max_ranks);
+        tdm_httpd_send_error(req, 503, "too_many_ranks", "unavailable_error",
+                             "tandemd tracks at most %zu ranks", s->rings.max_ranks);
         goto out;
     }
     snprintf(rk->group, sizeof(rk->group), "%s", tb.group);
@@ -415,7 +416,7 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
         char body[64];
         size_t n = 0;
         tdm_tm_ack_encode(0, body, sizeof(body), &n);
-        tdm_cp_send_json(req, 200, body, n);
+        tdm_httpd_send_json(req, 200, body, n);
         goto out;
     }
     /* A replay the ring already holds is not pushed again; its rows are still offered to the
@@ -502,7 +503,8 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
     tdm_cp_batch_t *batch;
     if (tdm_cp_batch_encode(&parts, &batch) != TDM_OK) {
         s->ingest_rejected++;
-        tdm_cp_send_error(req, 413, "body_too_large", "invalid_request_error", "batch too large");
+        tdm_httpd_send_error(req, 413, "body_too_large", "invalid_request_error",
+                             "batch too large");
         goto out;
     }
     tdm_cp_job_t *job = tdm_cp_server_job(s, req, NULL, on_ingested, who);
@@ -514,8 +516,8 @@ void tdm_cp_ingest_handle(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_
         pd->job = NULL;
         tdm_cp_job_free(job);
         s->ingest_rejected++;
-        tdm_cp_send_error(req, 503, "ingest_full", "unavailable_error",
-                          "ingest buffer and spool are full; retry later");
+        tdm_httpd_send_error(req, 503, "ingest_full", "unavailable_error",
+                             "ingest buffer and spool are full; retry later");
     }
 out:
     tdm_free(hr);

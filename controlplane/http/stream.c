@@ -229,9 +229,9 @@ void tdm_cp_h_stream(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *ar
     if (st->n >= TDM_CP_STREAM_MAX) {
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
                        H2O_STRLIT("10"));
-        tdm_cp_send_error(req, 503, "too_many_streams", "unavailable_error",
-                          "%d event streams are open; poll the REST API instead",
-                          TDM_CP_STREAM_MAX);
+        tdm_httpd_send_error(req, 503, "too_many_streams", "unavailable_error",
+                             "%d event streams are open; poll the REST API instead",
+                             TDM_CP_STREAM_MAX);
         return;
     }
     sub_t *u = h2o_mem_alloc_shared(&req->pool, sizeof(*u), sub_dispose);

@@ -11,6 +11,8 @@
 
 #include <h2o.h>
 
+#include <tdm/httpd.h>
+
 #include "dataplane/api/api.h"
 #include "dataplane/api/openai_int.h"
 
@@ -25,7 +27,7 @@ struct tdm_api {
     h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
     h2o_evloop_t *loop;
-    h2o_socket_t *listener;
+    tdm_httpd_listener_t http; /* listener, open connections, lingering closes */
     int port;
     h2o_multithread_queue_t *mq;
     h2o_multithread_receiver_t gen_rx; /* scheduler → loop: a generate request has news */
@@ -37,9 +39,6 @@ struct tdm_api {
     /* open /generate requests (loop thread) */
     h2o_linklist_t gens;
     size_t n_gens;
-    /* accepted connections not yet closed by h2o (loop thread; server.c) */
-    h2o_linklist_t conns;
-    size_t n_conns;
     /* metrics; histograms are observed on the scheduler thread */
     tdm_api_hist_t ttft, itl, e2e, queue;
     tdm_api_hist_snap_t ttft_prev, itl_prev; /* tdm_api_server_sample_stats' caller only */

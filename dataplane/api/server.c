@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <tdm/httpd.h>
 #include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
@@ -54,34 +55,20 @@ const char *tdm_api_auth_name(tdm_api_auth_t a)
 
 /* ---- responses ------------------------------------------------------------------------------ */
 
-static const char *reason_of(int status)
-{
-    return tdm_http_reason(status);
-}
-
 void tdm_api_send_text(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
 {
-    req->res.status = status;
-    req->res.reason = reason_of(status);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype,
-                   strlen(ctype));
-    h2o_send_inline(req, body, len);
+    tdm_httpd_send(req, status, ctype, body, len);
 }
 
 void tdm_api_send_json(h2o_req_t *req, int status, const char *body, size_t len)
 {
-    tdm_api_send_text(req, status, "application/json", body, len);
+    tdm_httpd_send_json(req, status, body, len);
 }
 
 static void send_error_obj(tdm_api_t *a, h2o_req_t *req, int status, json_t *err)
 {
-    char *text = tdm_json_dumps(err);
-    json_decref(err);
     a->http_errors++;
-    if (status == 503 || status == 429)
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
-    tdm_api_send_json(req, status, text, strlen(text));
-    free(text);
+    tdm_httpd_send_error_obj(req, status, err);
 }
 
 void tdm_api_send_error(tdm_api_t *a, h2o_req_t *req, int status, const char *code,
@@ -127,29 +114,16 @@ json_t *tdm_api_body_object(tdm_api_t *a, h2o_req_t *req)
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
-/* Constant time in the length of the expected token. */
-static int token_equal(const char *want, size_t want_len, const char *got, size_t got_len)
-{
-    unsigned diff = (unsigned)(want_len ^ got_len);
-    for (size_t i = 0; i < want_len; i++)
-        diff |= (unsigned char)want[i] ^ (unsigned char)(i < got_len ? got[i] : 0);
-    return diff == 0;
-}
-
 /* 1 when the request carries `Authorization: Bearer <want>`; else answers 401 and returns 0. */
 static int check_bearer(tdm_api_t *a, h2o_req_t *req, const char *want, size_t want_len)
 {
-    ssize_t hi = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
-    if (hi >= 0) {
-        h2o_iovec_t v = req->headers.entries[hi].value;
-        if (v.len > 7 && h2o_lcstris(v.base, 7, H2O_STRLIT("bearer ")) &&
-            token_equal(want, want_len, v.base + 7, v.len - 7))
-            return 1;
-    }
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
-                   H2O_STRLIT("Bearer"));
-    tdm_api_send_error(a, req, 401, "unauthorized", "authentication_error", "%s",
-                       hi >= 0 ? "invalid bearer token" : "a bearer token is required");
+    h2o_iovec_t got;
+    int present = tdm_httpd_bearer(req, &got);
+    if (got.base && tdm_httpd_token_equal(want, want_len, got.base, got.len))
+        return 1;
+    a->http_errors++;
+    tdm_httpd_send_unauthorized(req,
+                                present ? "invalid bearer token" : "a bearer token is required");
     return 0;
 }
 
@@ -229,43 +203,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 
 /* ---- listener ------------------------------------------------------------------------------- */
 
-/* Every accepted connection, until h2o closes its socket: at a stop the ones left (idle
- * keep-alive connections, a client that stopped reading) must be ended before the context goes,
- * or h2o_context_dispose finds their timeouts still armed and asserts. h2o 2.2 has no call that
- * closes a server connection, so the stop shuts the socket down and h2o's own read or write
- * error path closes it. */
-typedef struct api_conn {
-    h2o_linklist_t link; /* in api->conns */
-    h2o_socket_t *sock;
-    tdm_api_t *api;
-} api_conn_t;
-
-static void on_conn_close(void *data)
-{
-    api_conn_t *c = data;
-    h2o_linklist_unlink(&c->link);
-    c->api->n_conns--;
-    tdm_free(c);
-}
-
-static void on_accept(h2o_socket_t *listener, const char *err)
-{
-    tdm_api_t *a = listener->data;
-    if (err)
-        return;
-    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (!sock)
-        return;
-    api_conn_t *c = tdm_calloc(1, sizeof(*c));
-    c->sock = sock;
-    c->api = a;
-    h2o_linklist_insert(&a->conns, &c->link);
-    a->n_conns++;
-    sock->on_close.cb = on_conn_close;
-    sock->on_close.data = c;
-    h2o_accept(&a->accept_ctx, sock);
-}
-
 /* Run the loop until `pred` is false or `us` passed. */
 static void run_while(tdm_api_t *a, int (*pred)(const tdm_api_t *), uint64_t us)
 {
@@ -279,22 +216,12 @@ static int gens_open(const tdm_api_t *a)
     return a->n_gens > 0;
 }
 
-static int conns_open(const tdm_api_t *a)
-{
-    return a->n_gens > 0 || a->n_conns > 0;
-}
-
-/* End every connection (see api_conn_t); 1 when none is left. */
+/* End every connection (at a stop the ones left — idle keep-alive connections, a client that
+ * stopped reading — must be ended before the context goes, or h2o_context_dispose finds their
+ * timeouts still armed and asserts); 1 when none is left. */
 static int close_conns(tdm_api_t *a)
 {
-    for (h2o_linklist_t *l = a->conns.next; l != &a->conns; l = l->next) {
-        api_conn_t *c = H2O_STRUCT_FROM_MEMBER(api_conn_t, link, l);
-        int fd = h2o_socket_get_fd(c->sock);
-        if (fd >= 0)
-            shutdown(fd, SHUT_RDWR);
-    }
-    run_while(a, conns_open, 2000000);
-    return !conns_open(a);
+    return tdm_httpd_close_conns(&a->http, 2000000) && a->n_gens == 0;
 }
 
 static tdm_status_t listen_on(tdm_api_t *a, const char *host, int port, char *err, size_t err_len)
@@ -302,36 +229,18 @@ static tdm_status_t listen_on(tdm_api_t *a, const char *host, int port, char *er
     char portstr[16], what[320];
     snprintf(portstr, sizeof(portstr), "%d", port);
     snprintf(what, sizeof(what), "--host %s --port %d", host, port);
-    int fd;
     tdm_status_t st =
-        tdm_net_listen(*host ? host : NULL, portstr, what, &fd, &a->port, err, err_len);
-    if (st != TDM_OK)
-        return st;
-    a->listener = h2o_evloop_socket_create(a->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
-    a->listener->data = a;
-    h2o_socket_read_start(a->listener, on_accept);
-    return TDM_OK;
+        tdm_httpd_listen(&a->http, a->loop, &a->accept_ctx, host, portstr, what, err, err_len);
+    a->port = a->http.port;
+    return st;
 }
 
 static tdm_status_t write_ready_file(const char *path, int http, int bootstrap, char *err,
                                      size_t err_len)
 {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
-        snprintf(err, err_len, "--ready-file: path too long");
-        return TDM_ERR_RANGE;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     char body[64];
-    int n = snprintf(body, sizeof(body), "{\"http\":%d,\"bootstrap\":%d}\n", http, bootstrap);
-    if (fd < 0 || write(fd, body, (size_t)n) != n || fsync(fd) != 0 || close(fd) != 0 ||
-        rename(tmp, path) != 0) {
-        snprintf(err, err_len, "--ready-file %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            unlink(tmp);
-        return TDM_ERR_IO;
-    }
-    return TDM_OK;
+    snprintf(body, sizeof(body), "{\"http\":%d,\"bootstrap\":%d}\n", http, bootstrap);
+    return tdm_httpd_write_ready_file(path, body, err, err_len);
 }
 
 static tdm_status_t read_admin_token(tdm_api_t *a, const char *path, char *err, size_t err_len)
@@ -358,28 +267,18 @@ static tdm_status_t read_admin_token(tdm_api_t *a, const char *path, char *err, 
     return TDM_OK;
 }
 
-/* h2o 2.2.5 (libh2o 0.13) forgets to free the queue object in its evloop build; call after
- * h2o_multithread_destroy_queue (or h2o_context_dispose for the context's own queue). */
-static void free_queue(h2o_multithread_queue_t *q)
-{
-#if H2O_LIBRARY_VERSION_MAJOR == 0 && H2O_LIBRARY_VERSION_MINOR <= 13
-    free(q);
-#else
-    (void)q;
-#endif
-}
-
 /* Tear down the receiver, context, loop and config that tdm_api_server_init set up (the
  * listener already closed). */
 static void loop_dispose(tdm_api_t *a)
 {
+    tdm_httpd_listener_close(&a->http);
     h2o_multithread_unregister_receiver(a->mq, &a->gen_rx);
     h2o_multithread_destroy_queue(a->mq);
     h2o_context_dispose(&a->ctx); /* destroys ctx.queue */
     /* socket closes are deferred to the loop: let them happen before it goes */
     h2o_evloop_run(a->loop, 0);
-    free_queue(a->mq);
-    free_queue(a->ctx.queue);
+    tdm_httpd_free_queue(a->mq);
+    tdm_httpd_free_queue(a->ctx.queue);
     h2o_evloop_destroy(a->loop);
     h2o_config_dispose(&a->config);
 }
@@ -437,7 +336,6 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     a->started_us = tdm_time_wall_us();
     atomic_store(&a->health_timeout_us, (uint64_t)(o->cfg->health_progress_timeout * 1e6));
     h2o_linklist_init_anchor(&a->gens);
-    h2o_linklist_init_anchor(&a->conns);
     tdm_api_hist_init(&a->ttft, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0]));
     tdm_api_hist_init(&a->itl, itl_bounds, sizeof(itl_bounds) / sizeof(itl_bounds[0]));
     tdm_api_hist_init(&a->e2e, e2e_bounds, sizeof(e2e_bounds) / sizeof(e2e_bounds[0]));
@@ -490,10 +388,6 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     return TDM_OK;
 
 err_loop:
-    if (a->listener) {
-        h2o_socket_read_stop(a->listener);
-        h2o_socket_close(a->listener);
-    }
     loop_dispose(a);
 err_free:
     tdm_free(a);
@@ -527,8 +421,7 @@ void tdm_api_server_free(tdm_api_t *a)
 {
     if (!a)
         return;
-    h2o_socket_read_stop(a->listener);
-    h2o_socket_close(a->listener);
+    tdm_httpd_stop_accepting(&a->http);
     /* Every open request must see its final scheduler event before its context is freed, and
      * its client the end of its stream (an error event, then [DONE]) before the sockets go. */
     tdm_api_gen_abort_all(a);
@@ -536,7 +429,7 @@ void tdm_api_server_free(tdm_api_t *a)
     int closed = close_conns(a);
     if (!closed)
         tdm_err(TDM_SUB_API, "msg=\"connections still open at shutdown\" requests=%zu conns=%zu",
-                a->n_gens, a->n_conns);
+                a->n_gens, a->http.n_conns);
     /* clear the heartbeat: the thread is gone on purpose, not stale */
     atomic_store(&a->o.page->slot[a->o.rank].heartbeat_us[TDM_HB_HTTP], 0);
     if (!closed) {
