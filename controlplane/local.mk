@@ -59,6 +59,6 @@ include controlplane/ctl/ctl.mk
 # a PostgreSQL outage under a reporting worker: no WORKER_LOST, a wedge alerted, events once
 TESTS += tests/integration/test-cp-db-outage.sh
 dist_check_SCRIPTS += tests/integration/test-cp-db-outage.sh
-# the supervisor across restarts: stable ports
+# the supervisor across restarts: stable ports, the spool, WORKER_LOST after WORKER_LOST
 TESTS += tests/integration/test-cp-super.sh
 dist_check_SCRIPTS += tests/integration/test-cp-super.sh

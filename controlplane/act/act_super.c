@@ -358,8 +358,19 @@ tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size
     snprintf(port_s, sizeof(port_s), "%d", g->listen_port); /* the same on every start */
     /* the same token authorises tandemd's calls to the worker's /admin and the worker's
      * telemetry to tandemd */
-    char *argv[] = {a->worker_bin, f_config, base, f_ovr, ovr,   f_group, g->name, f_port, port_s,
-                    f_ready,       ready,    f_cp, cp,    f_tok, tok,     f_cptok, tok,    NULL};
+    /* telemetry the worker could not deliver (tandemd down or restarting while it stops) waits
+     * on disk and is replayed by the next start: its spool directory, unless the section names
+     * one (docs/groups.md) */
+    char spool[4200], f_spool[] = "--spool-dir";
+    gpath(a, g, "spool", spool, sizeof(spool));
+    char *argv[20] = {a->worker_bin, f_config, base, f_ovr, ovr,   f_group, g->name, f_port, port_s,
+                      f_ready,       ready,    f_cp, cp,    f_tok, tok,     f_cptok, tok};
+    size_t argc = 17;
+    if (!json_object_get(g->base, "spool_dir")) {
+        argv[argc++] = f_spool;
+        argv[argc++] = spool;
+    }
+    argv[argc] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);

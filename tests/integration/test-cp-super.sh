@@ -3,7 +3,11 @@
 # with CPU groups of the tiny-llama3 fixture:
 #   ports: two supervised groups of one role without `port` are refused at load, naming both and
 #   what to write; with their own ports each group listens on its port, and keeps it across an
-#   operator's restart and a supervisor's restart after a kill -9.
+#   operator's restart and a supervisor's restart after a kill -9;
+#   a restarted group killed again opens a new WORKER_LOST and is restarted again;
+#   spool: a group that stops while tandemd is down keeps its telemetry in its spool directory
+#   (STATE_DIR/groups/NAME/spool), and its next start replays it (the stop's shutdown event and
+#   the samples of the time tandemd was away are stored).
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -110,6 +114,43 @@ xpid=$(rec_pid x)
 kill_rank x
 restarted x "$xpid" && [ "$(url_port x)" = "$px" ]
 ok $? "kill -9 of x's rank: the supervisor's restart listens on the same port ($(url_port x))"
+
+# ---- a restarted group lost again: a new WORKER_LOST, restarted again ----
+first=$(lost_ids x)
+xpid=$(rec_pid x)
+kill_rank x
+i=0
+while [ $i -lt 100 ] && [ "$(lost_ids x)" = "$first" ]; do sleep 0.1; i=$((i + 1)); done
+second=$(lost_ids x)
+restarted x "$xpid" && [ -n "$first" ] && [ -n "$second" ] && [ "$second" != "$first" ] &&
+    [ "$(url_port x)" = "$px" ]
+ok $? "x killed again once restarted: a new WORKER_LOST opens (live ids: '$first' then '$second') and the supervisor restarts it again"
+
+# ---- telemetry of a worker that stops while tandemd is down: spooled, replayed ----
+cpl_stop
+t_down=$(date +%s%6N)
+ypid=$(rec_pid y)
+sleep 1
+kill -TERM "$ypid"
+i=0
+while [ $i -lt 200 ] && kill -0 "$ypid" 2> /dev/null; do sleep 0.1; i=$((i + 1)); done
+t_stop=$(date +%s%6N)
+nf=$(find "$CPL_T/state/groups/y" -name '*.tsb' 2> /dev/null | wc -l)
+[ "$nf" -gt 0 ]
+ok $? "y stopped while tandemd was down: its telemetry is spooled in its state directory ($nf batches)"
+cpl_start --groups-config "$CPL_T/groups.ini" --worker-bin "$BIN"
+wait_ready x y
+i=0
+shut=0
+while [ $i -lt 100 ]; do
+    shut=$(cpl_sql "SELECT count(*) FROM events WHERE group_name = 'y' AND type = 'shutdown' AND ts_us > $t_down")
+    [ "${shut:-0}" -ge 1 ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+during=$(cpl_sql "SELECT count(*) FROM samples WHERE group_name = 'y' AND ts_us > $t_down AND ts_us < $t_stop")
+[ "$shut" = 1 ] && [ "${during:-0}" -gt 0 ]
+ok $? "y's next start replays the spool: the stop's shutdown event ($shut) and the samples taken while tandemd was down ($during) are stored"
 
 [ $fail = 0 ] || { sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15; tail -8 "$CPL_T"/state/groups/*/worker.log | sed 's/^/# /'; }
 cpl_stop
