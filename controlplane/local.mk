@@ -62,3 +62,6 @@ dist_check_SCRIPTS += tests/integration/test-cp-db-outage.sh
 # the supervisor across restarts: stable ports, the spool, WORKER_LOST after WORKER_LOST
 TESTS += tests/integration/test-cp-super.sh
 dist_check_SCRIPTS += tests/integration/test-cp-super.sh
+# 5 restarts with 8 open streams: no WORKER_LOST, every stream ended (TDM_RESTART_ROUNDS=20 long)
+TESTS += tests/integration/test-restart-streams.sh
+dist_check_SCRIPTS += tests/integration/test-restart-streams.sh
