@@ -12,7 +12,8 @@ export UCX_TLS=tcp,sm,self UCX_NET_DEVICES=lo
 "$PY" "$S/tests/chaos/chaos.py" --build "$B" --src "$S" --long --out "$out" ${TDM_CHAOS_ONLY:+--only "$TDM_CHAOS_ONLY"}
 rc=$?
 sha=$(git -C "$S" rev-parse HEAD 2>/dev/null || echo unknown)
-sanitized=$(grep -c -- '-fsanitize' "$B/Makefile" 2>/dev/null)
+# the configure line of the build (the fuzz rule's -fsanitize=fuzzer is in every Makefile)
+sanitized=$(grep -c '^  \$ .*configure.*--enable-sanitizers' "$B/config.log" 2>/dev/null)
 "$PY" - "$out" "$S/bench/results/chaos.json" "$sha" "$rc" "$sanitized" <<'PY'
 import json, os, platform, sys, time
 src, dst, sha, rc, san = sys.argv[1:6]
