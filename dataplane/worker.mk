@@ -1,8 +1,8 @@
 # dataplane/worker.mk — the tandem-worker binary, whose process lives in dataplane/worker/:
 # main.c dispatches to the one-shot CLI (docs/contracts.md §f) on a scheduler-less CPU engine that
-# bench/cpu_engine shares, or to the serving runtime (launcher.c + rank.c, dataplane/worker/worker.h)
-# with the HTTP layer (dataplane/api, through http_hooks.c) and the telemetry reporter
-# (dataplane/report, through report_hooks.c).
+# bench/cpu_engine shares, or to the serving runtime (launcher.c, rank*.c; worker.h), to which it
+# hands explicit hook tables: the HTTP layer (dataplane/api, through http_hooks.c) and the
+# telemetry reporter (dataplane/report, through report_hooks.c). No weak symbols, no -Wl,-u.
 bin_PROGRAMS += tandem-worker
 noinst_LIBRARIES += libtdmoneshot.a
 libtdmoneshot_a_SOURCES = dataplane/oneshot_engine.c
@@ -14,11 +14,13 @@ tandem_worker_SOURCES = \
 	dataplane/worker/main.c \
 	dataplane/worker/launcher.c \
 	dataplane/worker/rank.c \
+	dataplane/worker/rank_pd.c \
+	dataplane/worker/rank_selftest.c \
 	dataplane/worker/worker_hicache.c \
 	dataplane/worker/http_hooks.c \
 	dataplane/worker/report_hooks.c \
 	dataplane/oneshot.c
-noinst_HEADERS += dataplane/worker/worker.h dataplane/worker/worker_int.h
+noinst_HEADERS += dataplane/worker/worker.h dataplane/worker/worker_int.h dataplane/worker/hooks.h
 tandem_worker_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS) $(H2O_CFLAGS) \
 	$(CURL_CFLAGS)
 if HAVE_CUDA_RT

@@ -108,11 +108,8 @@ void tdm_api_server_free(tdm_api_t *a);
  * previous call. One caller thread (the rank's reporter); leaves the corruption counter alone. */
 void tdm_api_server_sample_stats(tdm_api_t *a, tdm_tm_sample_t *s);
 
-/* The worker's hooks (dataplane/worker/worker.h): tdm_api_serve(tdm_worker_t *) builds the opts
- * from the worker (scheduler, progress page, fault table and per-rank weight bytes of the shared
- * area), binds, writes the ready file and runs the loop on a thread of its own;
- * tdm_api_stop(tdm_worker_t *) stops and frees it (dataplane/worker/http_hooks.c). One server per
- * process. */
+/* The worker process builds the opts from its assembled worker and runs the server on a thread
+ * of its own (dataplane/worker/http_hooks.c). */
 
 /* ---- route table (tests enumerate it) ------------------------------------------------------ */
 

@@ -86,26 +86,4 @@ typedef struct tdm_report_stats {
 
 void tdm_report_stats(tdm_report_t *r, tdm_report_stats_t *ret);
 
-/* ---- worker glue (dataplane/worker/report_hooks.c) ----------------------------------------
- * Each rank: tdm_report_rank_start(w) after the page is mapped (no-op without --control-plane),
- * tdm_report_rank_stop(w, clean) at teardown; `clean` (the rank leaves on purpose: a stop, the
- * SHUTDOWN plan) first enqueues the `shutdown` event, which tells tandemd the rank's silence
- * that follows is not a lost worker. Identity: instance_id = the group id (shared by the ranks,
- * 64 random bits new on every launch, never the PID: docs/contracts.md §c), worker = --group or
- * "<mode>-<port>", group = the same, role = the mode.
- * Launcher: tdm_report_launcher_install(cfg, group_id) before tdm_worker_launch registers the
- * rank-exit hook; on an abnormal rank exit it POSTs a `worker_lost` event for (instance, rank)
- * at once (data {"rank","pid","code","signal"}), with a seq from the wall clock so it sorts after
- * anything the dead rank sent, and waits up to 1 s for the ack (spooled if tandemd is away). */
-struct tdm_worker;
-tdm_status_t tdm_report_rank_start(struct tdm_worker *w);
-void tdm_report_rank_stop(struct tdm_worker *w, int clean);
-/* The rank's reporter for tdm_report_event (the HTTP layer's events), NULL when not started. */
-tdm_report_t *tdm_report_rank_reporter(void);
-/* The source of the rank's serving statistics: rank 0's HTTP layer sets it once its server runs
- * and clears it (fn NULL) before freeing it; a call in progress finishes first. */
-void tdm_report_rank_set_stats(tdm_report_stats_fn fn, void *ctx);
-struct tdm_worker_config;
-void tdm_report_launcher_install(const struct tdm_worker_config *cfg, uint64_t group_id);
-
 #endif

@@ -1,10 +1,10 @@
 /*
- * http_hooks.c — the worker's HTTP hooks of dataplane/worker/worker.h: tdm_api_serve() builds the
- * server's options from the assembled worker (scheduler, progress page, the shared area's fault
- * table and per-rank resident weight bytes), binds and writes the ready file on the caller's
- * thread (so a bind failure fails the start), then runs the h2o loop on a thread of its own;
- * tdm_api_stop() stops and frees it. The hook signatures carry no context, so the one server of
- * the process lives in a file-static record; rank 0 is the only caller.
+ * http_hooks.c — the worker's HTTP layer (hooks.h): api.serve builds the server's options from
+ * the assembled worker (scheduler, progress page, the shared area's fault table and per-rank
+ * resident weight bytes), binds and writes the ready file on the caller's thread (so a bind
+ * failure fails the start), then runs the h2o loop on a thread of its own; api.stop stops and
+ * frees it. Its events and serving statistics reach the reporter through the report hooks it was
+ * given. Rank 0 is the only caller.
  */
 #include "config.h"
 
@@ -14,44 +14,59 @@
 
 #include <tdm/chat.h>
 #include <tdm/log.h>
+#include <tdm/mem.h>
 
 #include "dataplane/api/api.h"
-#include "dataplane/report/report.h"
-#include "dataplane/worker/worker.h"
+#include "dataplane/worker/hooks.h"
 
-/* The reporter is optional in a worker build: weak, so the api links without it. */
-#pragma weak tdm_report_rank_reporter
-#pragma weak tdm_report_event
-#pragma weak tdm_report_rank_set_stats
-
-static struct {
+struct tdm_worker_http {
+    tdm_worker_report_hooks_t report;
     tdm_api_t *srv;
     pthread_t th;
     tdm_chat_template_t *chat;
     tdm_worker_t *w;
-} the_api;
+};
+
+tdm_worker_http_t *tdm_worker_http_new(const tdm_worker_report_hooks_t *report)
+{
+    tdm_worker_http_t *h = tdm_calloc(1, sizeof(*h));
+    if (report)
+        h->report = *report;
+    return h;
+}
+
+void tdm_worker_http_free(tdm_worker_http_t *h)
+{
+    tdm_free(h);
+}
 
 /* The reporter's serving statistics (rank 0): the server's (the HiCache tier's corruption events
  * among them), plus the transfer engine's corruption counters (KV checksum and aux mismatches,
  * rooms whose ABORT_ACK timed out). */
 static void sample_stats(void *ctx, tdm_tm_sample_t *s)
 {
-    (void)ctx;
-    tdm_api_server_sample_stats(the_api.srv, s);
-    s->corruption_total += tdm_worker_pd_corruption(the_api.w);
+    tdm_worker_http_t *h = ctx;
+    tdm_api_server_sample_stats(h->srv, s);
+    s->corruption_total += tdm_worker_pd_corruption(h->w);
 }
 
+/* No reporter (no --control-plane): the event is dropped, as the reporter's absence means. */
 static void post_event(void *ctx, const char *type, json_t *data)
 {
-    (void)ctx;
-    tdm_report_t *r =
-        tdm_report_rank_reporter && tdm_report_event ? tdm_report_rank_reporter() : NULL;
-    if (!r) {
+    tdm_worker_http_t *h = ctx;
+    if (!h->report.event) {
         json_decref(data);
         return;
     }
-    if (tdm_report_event(r, type, NULL, NULL, NULL, NULL, data) != TDM_OK)
+    tdm_status_t st = h->report.event(h->report.ctx, type, NULL, NULL, NULL, NULL, data);
+    if (st != TDM_OK && st != TDM_ERR_STATE)
         tdm_warn(TDM_SUB_API, "msg=\"telemetry event refused\" type=%s", type);
+}
+
+static void set_stats(tdm_worker_http_t *h, tdm_worker_stats_fn fn)
+{
+    if (h->report.set_stats)
+        h->report.set_stats(h->report.ctx, fn, fn ? h : NULL);
 }
 
 static tdm_status_t arm_fault(void *ctx, const tdm_api_fault_t *f, char *err, size_t err_len)
@@ -103,10 +118,11 @@ static void *http_thread(void *arg)
     return NULL;
 }
 
-tdm_status_t tdm_api_serve(tdm_worker_t *w)
+static tdm_status_t serve(void *ctx, tdm_worker_t *w)
 {
+    tdm_worker_http_t *h = ctx;
     char err[512] = "";
-    if (the_api.srv) {
+    if (h->srv) {
         tdm_err(TDM_SUB_API, "msg=\"HTTP layer already started\"");
         return TDM_ERR_STATE;
     }
@@ -116,8 +132,8 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
     const tdm_model_config_t *mc = tdm_worker_model_config(w);
     /* no chat template (or one that does not parse): chat answers 400, completions still work;
      * an explicit --chat-template that cannot be used stops the worker instead */
-    tdm_status_t cst = tdm_chat_template_open(cfg->model_path, cfg->chat_template, &the_api.chat,
-                                              err, sizeof(err));
+    tdm_status_t cst =
+        tdm_chat_template_open(cfg->model_path, cfg->chat_template, &h->chat, err, sizeof(err));
     if (cst != TDM_OK && cfg->chat_template[0]) {
         tdm_err(TDM_SUB_API, "msg=\"--chat-template unusable\" err=\"%s\"", err);
         return cst;
@@ -125,7 +141,7 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
     if (cst != TDM_OK) {
         tdm_warn(TDM_SUB_API, "msg=\"no chat template: /v1/chat/completions disabled\" err=\"%s\"",
                  err);
-        the_api.chat = NULL;
+        h->chat = NULL;
     }
     tdm_api_opts_t o = {
         .cfg = tdm_worker_config(w),
@@ -138,49 +154,53 @@ tdm_status_t tdm_api_serve(tdm_worker_t *w)
         .weight_bytes = sh ? weight_bytes : NULL,
         .weight_ctx = sh,
         .tok = tdm_worker_tokenizer(w),
-        .chat = the_api.chat,
+        .chat = h->chat,
         .max_context = mc ? mc->max_position_embeddings : 0,
         .event = post_event,
+        .event_ctx = h,
         .pd_ready = tdm_worker_xfer(w) ? pd_ready : NULL,
         .pd_metrics = tdm_worker_xfer(w) ? pd_metrics : NULL,
         .pd_ctx = w,
     };
-    tdm_status_t st = tdm_api_server_init(&o, &the_api.srv, err, sizeof(err));
+    tdm_status_t st = tdm_api_server_init(&o, &h->srv, err, sizeof(err));
     if (st != TDM_OK) {
         tdm_err(TDM_SUB_API, "msg=\"cannot start the HTTP layer\" err=\"%s\"", err);
-        tdm_chat_template_free(the_api.chat);
-        the_api.chat = NULL;
+        tdm_chat_template_free(h->chat);
+        h->chat = NULL;
         return st;
     }
     /* worker.h: this hook runs once the scheduler accepts requests — the model is loaded */
     atomic_store(&page->loaded, 1);
-    the_api.w = w;
-    if (tdm_report_rank_set_stats)
-        tdm_report_rank_set_stats(sample_stats, NULL);
-    if (pthread_create(&the_api.th, NULL, http_thread, the_api.srv) != 0) {
-        if (tdm_report_rank_set_stats)
-            tdm_report_rank_set_stats(NULL, NULL);
-        tdm_api_server_free(the_api.srv);
-        the_api.srv = NULL;
-        tdm_chat_template_free(the_api.chat);
-        the_api.chat = NULL;
+    h->w = w;
+    set_stats(h, sample_stats);
+    if (pthread_create(&h->th, NULL, http_thread, h->srv) != 0) {
+        set_stats(h, NULL);
+        tdm_api_server_free(h->srv);
+        h->srv = NULL;
+        tdm_chat_template_free(h->chat);
+        h->chat = NULL;
         tdm_err(TDM_SUB_API, "msg=\"cannot start the http thread\"");
         return TDM_ERR_NOMEM;
     }
     return TDM_OK;
 }
 
-void tdm_api_stop(tdm_worker_t *w)
+static void stop(void *ctx, tdm_worker_t *w)
 {
+    tdm_worker_http_t *h = ctx;
     (void)w;
-    if (!the_api.srv)
+    if (!h->srv)
         return;
-    if (tdm_report_rank_set_stats)
-        tdm_report_rank_set_stats(NULL, NULL);
-    tdm_api_server_stop(the_api.srv);
-    pthread_join(the_api.th, NULL);
-    tdm_api_server_free(the_api.srv);
-    the_api.srv = NULL;
-    tdm_chat_template_free(the_api.chat);
-    the_api.chat = NULL;
+    set_stats(h, NULL);
+    tdm_api_server_stop(h->srv);
+    pthread_join(h->th, NULL);
+    tdm_api_server_free(h->srv);
+    h->srv = NULL;
+    tdm_chat_template_free(h->chat);
+    h->chat = NULL;
+}
+
+void tdm_worker_http_hooks(tdm_worker_http_t *h, tdm_worker_hooks_t *hooks)
+{
+    hooks->api = (tdm_worker_api_hooks_t){.ctx = h, .serve = serve, .stop = stop};
 }

@@ -4,9 +4,9 @@
  * per rank, supervise. The first abnormal rank exit takes the whole group down: a log line naming
  * the rank, the on_rank_exit hook (the reporter's worker_lost event), the abort word so peers leave
  * their collectives, SIGTERM to the others and SIGKILL after 2 s. SIGTERM/SIGINT are forwarded.
- * The shm files are removed on every path. The launcher never restarts a rank. With
- * --control-plane the reporter's hook (tdm_report_launcher_install) posts `worker_lost` for the
- * group id of the page (the launcher's pid) from the rank-exit hook.
+ * The shm files are removed on every path. The launcher never restarts a rank. The launch hooks
+ * (worker.h) learn the group id once the files exist and the first abnormal rank exit (with
+ * --control-plane the reporter posts `worker_lost` from it).
  */
 #include "config.h"
 
@@ -31,22 +31,9 @@
 #include <tdm/time.h>
 #include <tdm/xfer.h>
 
-#include "dataplane/report/report.h"
 #include "dataplane/worker/worker_int.h"
 
-/* The reporter's worker_lost hook (weak: tandem-worker links it, the scheduler's tests do not). */
-#pragma weak tdm_report_launcher_install
-
 extern char **environ;
-
-static tdm_worker_rank_exit_fn g_exit_fn;
-static void *g_exit_ctx;
-
-void tdm_worker_set_rank_exit_hook(tdm_worker_rank_exit_fn fn, void *ctx)
-{
-    g_exit_fn = fn;
-    g_exit_ctx = ctx;
-}
 
 static const char *const shm_names[] = {"progress", "tensor", "plan", "group"};
 
@@ -162,9 +149,9 @@ static void remove_stale_files(void)
     }
     closedir(d);
     if (removed)
-        fprintf(stderr,
-                "tandem-worker: removed the shared files of %u launcher%s no longer running\n",
-                removed, removed > 1 ? "s" : "");
+        tdm_info(TDM_SUB_CORE,
+                 "msg=\"removed the shared files of %u launcher%s no longer running\"", removed,
+                 removed > 1 ? "s" : "");
 }
 
 /* The lock that marks this launcher's files as in use (see remove_stale_files), taken before
@@ -258,8 +245,10 @@ static pid_t spawn_rank(uint32_t r, int argc, char **argv, const char *prefix,
     return pid;
 }
 
-int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
+int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
 {
+    const tdm_worker_config_t *cfg = w->cfg;
+    const tdm_worker_launch_hooks_t *hooks = &w->hooks.launch;
     uint32_t n = (uint32_t)cfg->tp_size;
     char prefix[256];
     tdm_progress_page_t *page = NULL;
@@ -294,8 +283,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
                 strerror(errno));
         goto out;
     }
-    if (tdm_report_launcher_install)
-        tdm_report_launcher_install(cfg, page->group_id);
+    if (hooks->group_created)
+        hooks->group_created(hooks->ctx, cfg, page->group_id);
     tdm_info(TDM_SUB_CORE, "msg=\"launching %u rank%s (group %s)\"", n, n > 1 ? "s" : "", prefix);
     for (uint32_t r = 0; r < n; r++) {
         pids[r] = spawn_rank(r, argc, argv, prefix, &old);
@@ -361,8 +350,8 @@ int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv)
                          code);
             if (!failed) {
                 failed = 1;
-                if (g_exit_fn)
-                    g_exit_fn(g_exit_ctx, r, (int32_t)p, code, signo);
+                if (hooks->rank_exit)
+                    hooks->rank_exit(hooks->ctx, r, (int32_t)p, code, signo);
                 uint32_t zero = 0;
                 atomic_compare_exchange_strong(&page->dead_rank_plus1, &zero, r + 1);
                 atomic_store(&page->abort, 1);

@@ -2,7 +2,9 @@
  * main.c — tandem-worker's entry point: resolve the worker's tunables (CLI > env > config files >
  * defaults, include/tdm/config.h) and hand over to a mode: the one-shot CLI of docs/contracts.md §f
  * (--prompt / --prompt-ids), else the serving runtime (launcher or rank,
- * dataplane/worker/worker.h). Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
+ * dataplane/worker/worker.h): main builds the process's tdm_worker_t with its hook tables — the
+ * HTTP layer and the telemetry reporter (dataplane/worker/hooks.h) — and runs it. Every message
+ * goes through tdm_log. Exit status: 0 done, 1 runtime failure, 2 bad usage (flags, paths).
  */
 #include "config.h"
 
@@ -13,8 +15,24 @@
 #include <tdm/log.h>
 #include <tdm/mem.h>
 
-#include "dataplane/worker/worker.h"
+#include "dataplane/worker/hooks.h"
 #include "dataplane/oneshot.h"
+
+/* The serving runtime: one worker with its hook tables, each over a record owned here. */
+static int serve(const tdm_worker_config_t *cfg, int argc, char **argv)
+{
+    tdm_worker_hooks_t hooks = {0};
+    tdm_worker_telemetry_t *tel = tdm_worker_telemetry_new();
+    tdm_worker_telemetry_hooks(tel, &hooks);
+    tdm_worker_http_t *http = tdm_worker_http_new(&hooks.report);
+    tdm_worker_http_hooks(http, &hooks);
+    tdm_worker_t *w = tdm_worker_new(cfg, &hooks);
+    int rc = tdm_worker_run(w, argc, argv);
+    tdm_worker_free(w);
+    tdm_worker_http_free(http);
+    tdm_worker_telemetry_free(tel);
+    return rc;
+}
 
 int main(int argc, char **argv)
 {
@@ -29,7 +47,7 @@ int main(int argc, char **argv)
     tdm_oneshot_split_argv(argc, argv, &w_argc, w_argv, &r_argc, r_argv);
     if (tdm_params_init(&tdm_worker_config_table, &cfg, &params, err, sizeof(err)) != TDM_OK ||
         tdm_params_load(params, w_argc, w_argv, NULL, err, sizeof(err)) != TDM_OK) {
-        fprintf(stderr, "tandem-worker: %s\n", err);
+        tdm_err(TDM_SUB_CORE, "%s", err);
         goto out;
     }
     if (tdm_params_want_help(params)) {
@@ -55,9 +73,9 @@ int main(int argc, char **argv)
         tdm_params_source(params, "prompt") != TDM_PARAM_SRC_DEFAULT ||
         tdm_params_source(params, "prompt_ids") != TDM_PARAM_SRC_DEFAULT) {
         if (cfg.enable_hierarchical_cache) {
-            fprintf(stderr, "tandem-worker: --enable-hierarchical-cache: the HiCache host tier "
-                            "sits under a serving worker's prefix cache; the one-shot CLI has "
-                            "none\n");
+            tdm_err(TDM_SUB_CORE, "msg=\"--enable-hierarchical-cache: the HiCache host tier sits "
+                                  "under a serving worker's prefix cache; the one-shot CLI has "
+                                  "none\"");
             goto out;
         }
         rc = tdm_oneshot_main(&cfg, tdm_params_source(params, "device") != TDM_PARAM_SRC_DEFAULT,
@@ -65,17 +83,18 @@ int main(int argc, char **argv)
         goto out;
     }
     if (!cfg.model_path[0]) {
-        fprintf(stderr, "tandem-worker: --model-path DIR is required\n");
+        tdm_err(TDM_SUB_CORE, "msg=\"--model-path DIR is required\"");
         goto out;
     }
     if (cfg.enable_hierarchical_cache && cfg.tp_size > 1) {
         /* the per-rank tiers driven by the plan are not built yet */
-        fprintf(stderr, "tandem-worker: --enable-hierarchical-cache: not built for --tp-size > 1 "
-                        "(this build: --tp-size 1, --device cpu or cuda)\n");
+        tdm_err(TDM_SUB_CORE,
+                "msg=\"--enable-hierarchical-cache: not built for --tp-size > 1 (this "
+                "build: --tp-size 1, --device cpu or cuda)\"");
         goto out;
     }
     /* serving: the launcher (no --rank) or one rank of the group (dataplane/worker/worker.h) */
-    rc = tdm_worker_main(&cfg, w_argc, w_argv);
+    rc = serve(&cfg, w_argc, w_argv);
 out:
     tdm_params_free(params);
     tdm_free(w_argv);

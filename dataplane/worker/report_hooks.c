@@ -1,8 +1,11 @@
 /*
- * report_hooks.c — the reporter inside tandem-worker (dataplane/worker/worker.h): one reporter per
- * rank, and the launcher's worker_lost event. Identity and policy are in report.h. The hooks carry
- * no context, so the rank's reporter and the launcher's configuration live in file-static records
- * (one of each per process).
+ * report_hooks.c — the reporter inside tandem-worker (hooks.h): one reporter per rank, and the
+ * launcher's worker_lost event. Identity and policy are in dataplane/report/report.h: instance_id
+ * = the group id (shared by the ranks, 64 random bits new on every launch, never the PID:
+ * docs/contracts.md §c), worker = --group or "<mode>-<port>", group = the same, role = the mode.
+ * On an abnormal rank exit the launcher POSTs a `worker_lost` event for (instance, rank) at once
+ * (data {"rank","pid","code","signal"}), with a seq from the wall clock so it sorts after
+ * anything the dead rank sent, and waits up to 1 s for the ack (spooled if tandemd is away).
  */
 #include "config.h"
 
@@ -12,42 +15,57 @@
 
 #include <tdm/config.h>
 #include <tdm/log.h>
+#include <tdm/mem.h>
 #include <tdm/time.h>
 
 #include "dataplane/report/report.h"
-#include "dataplane/worker/worker.h"
+#include "dataplane/worker/hooks.h"
 
-static tdm_report_t *rank_reporter;
-
-/* The statistics source (tdm_report_rank_set_stats); the lock keeps a call from overlapping the
- * source's teardown. */
-static struct {
+struct tdm_worker_telemetry {
+    tdm_report_t *rank_reporter; /* the rank's (NULL: not started) */
+    /* the statistics source (set_stats); the lock keeps a call from overlapping the source's
+     * teardown */
     pthread_mutex_t mu;
-    tdm_report_stats_fn fn;
-    void *ctx;
-} stats_src = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
+    tdm_worker_stats_fn stats_fn;
+    void *stats_ctx;
+    /* the launcher's group (group_created) */
+    const tdm_worker_config_t *cfg;
+    uint64_t group_id;
+    char token[520]; /* --control-plane-token-file's first line */
+};
 
-void tdm_report_rank_set_stats(tdm_report_stats_fn fn, void *ctx)
+tdm_worker_telemetry_t *tdm_worker_telemetry_new(void)
 {
-    pthread_mutex_lock(&stats_src.mu);
-    stats_src.fn = fn;
-    stats_src.ctx = ctx;
-    pthread_mutex_unlock(&stats_src.mu);
+    tdm_worker_telemetry_t *t = tdm_calloc(1, sizeof(*t));
+    pthread_mutex_init(&t->mu, NULL);
+    return t;
+}
+
+void tdm_worker_telemetry_free(tdm_worker_telemetry_t *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_destroy(&t->mu);
+    tdm_free(t);
+}
+
+static void set_stats(void *ctx, tdm_worker_stats_fn fn, void *fn_ctx)
+{
+    tdm_worker_telemetry_t *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    t->stats_fn = fn;
+    t->stats_ctx = fn_ctx;
+    pthread_mutex_unlock(&t->mu);
 }
 
 static void rank_stats(void *ctx, tdm_tm_sample_t *s)
 {
-    (void)ctx;
-    pthread_mutex_lock(&stats_src.mu);
-    if (stats_src.fn)
-        stats_src.fn(stats_src.ctx, s);
-    pthread_mutex_unlock(&stats_src.mu);
+    tdm_worker_telemetry_t *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    if (t->stats_fn)
+        t->stats_fn(t->stats_ctx, s);
+    pthread_mutex_unlock(&t->mu);
 }
-
-static struct {
-    const tdm_worker_config_t *cfg;
-    uint64_t group_id;
-} launcher;
 
 static void identity(const tdm_worker_config_t *cfg, char *name, size_t len)
 {
@@ -59,11 +77,9 @@ static void identity(const tdm_worker_config_t *cfg, char *name, size_t len)
 
 /* The token file is read once per reporter start; a missing or unreadable file is logged and
  * telemetry goes without a token (tandemd then answers 401 and the spool keeps the batches). */
-static char cp_token[520];
-
-static void load_token(const tdm_worker_config_t *cfg)
+static void load_token(tdm_worker_telemetry_t *t, const tdm_worker_config_t *cfg)
 {
-    cp_token[0] = '\0';
+    t->token[0] = '\0';
     if (!cfg->control_plane_token_file || !cfg->control_plane_token_file[0])
         return;
     FILE *f = fopen(cfg->control_plane_token_file, "r");
@@ -72,17 +88,18 @@ static void load_token(const tdm_worker_config_t *cfg)
                  cfg->control_plane_token_file);
         return;
     }
-    if (!fgets(cp_token, sizeof(cp_token), f))
-        cp_token[0] = '\0';
+    if (!fgets(t->token, sizeof(t->token), f))
+        t->token[0] = '\0';
     fclose(f);
-    cp_token[strcspn(cp_token, " \t\r\n")] = '\0';
+    t->token[strcspn(t->token, " \t\r\n")] = '\0';
 }
 
-static void fill_opts(tdm_report_opts_t *o, const tdm_worker_config_t *cfg, char *name)
+static void fill_opts(tdm_worker_telemetry_t *t, tdm_report_opts_t *o,
+                      const tdm_worker_config_t *cfg, char *name)
 {
     memset(o, 0, sizeof(*o));
-    load_token(cfg);
-    o->token = cp_token;
+    load_token(t, cfg);
+    o->token = t->token;
     o->control_plane = cfg->control_plane;
     o->spool_dir = cfg->spool_dir;
     o->worker = name;
@@ -90,49 +107,67 @@ static void fill_opts(tdm_report_opts_t *o, const tdm_worker_config_t *cfg, char
     o->role = cfg->disaggregation_mode;
 }
 
-tdm_status_t tdm_report_rank_start(tdm_worker_t *w)
+static tdm_status_t rank_start(void *ctx, tdm_worker_t *w)
 {
+    tdm_worker_telemetry_t *t = ctx;
     const tdm_worker_config_t *cfg = tdm_worker_config(w);
     char name[80], err[512];
-    if (!cfg->control_plane || !*cfg->control_plane || rank_reporter)
+    if (!cfg->control_plane || !*cfg->control_plane || t->rank_reporter)
         return TDM_OK;
     identity(cfg, name, sizeof(name));
     tdm_report_opts_t o;
-    fill_opts(&o, cfg, name);
+    fill_opts(t, &o, cfg, name);
     o.instance_id = tdm_worker_group_id(w);
     o.rank = tdm_worker_rank(w);
     o.page = tdm_worker_progress(w);
     o.stats = rank_stats;
-    tdm_status_t st = tdm_report_start(&o, &rank_reporter, err, sizeof(err));
+    o.stats_ctx = t;
+    tdm_status_t st = tdm_report_start(&o, &t->rank_reporter, err, sizeof(err));
     if (st != TDM_OK)
         tdm_err(TDM_SUB_REPORT, "msg=\"cannot start the reporter\" err=\"%s\"", err);
     return st;
 }
 
-tdm_report_t *tdm_report_rank_reporter(void)
+static void rank_stop(void *ctx, tdm_worker_t *w, int clean)
 {
-    return rank_reporter;
-}
-
-void tdm_report_rank_stop(tdm_worker_t *w, int clean)
-{
+    tdm_worker_telemetry_t *t = ctx;
     (void)w;
-    if (clean && rank_reporter &&
-        tdm_report_event(rank_reporter, "shutdown", NULL, NULL, NULL, NULL, NULL) != TDM_OK)
+    if (clean && t->rank_reporter &&
+        tdm_report_event(t->rank_reporter, "shutdown", NULL, NULL, NULL, NULL, NULL) != TDM_OK)
         tdm_warn(TDM_SUB_REPORT, "msg=\"cannot enqueue the shutdown event\"");
-    tdm_report_stop(rank_reporter, 1000);
-    rank_reporter = NULL;
+    tdm_report_stop(t->rank_reporter, 1000);
+    t->rank_reporter = NULL;
 }
 
-static void on_rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal)
+static tdm_status_t post_event(void *ctx, const char *type, const uint64_t *room, const char *from,
+                               const char *to, const char *reason, json_t *data)
 {
-    (void)ctx;
-    const tdm_worker_config_t *cfg = launcher.cfg;
+    tdm_worker_telemetry_t *t = ctx;
+    if (!t->rank_reporter) {
+        json_decref(data);
+        return TDM_ERR_STATE;
+    }
+    return tdm_report_event(t->rank_reporter, type, room, from, to, reason, data);
+}
+
+static void group_created(void *ctx, const tdm_worker_config_t *cfg, uint64_t group_id)
+{
+    tdm_worker_telemetry_t *t = ctx;
+    t->cfg = cfg;
+    t->group_id = group_id;
+}
+
+static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal)
+{
+    tdm_worker_telemetry_t *t = ctx;
+    const tdm_worker_config_t *cfg = t->cfg;
     char name[80], err[512], reason[128];
+    if (!cfg || !cfg->control_plane || !*cfg->control_plane)
+        return;
     identity(cfg, name, sizeof(name));
     tdm_report_opts_t o;
-    fill_opts(&o, cfg, name);
-    o.instance_id = launcher.group_id;
+    fill_opts(t, &o, cfg, name);
+    o.instance_id = t->group_id;
     o.rank = rank;
     o.first_seq = tdm_time_wall_us(); /* after every seq the dead rank used (1 per 200 ms) */
     tdm_report_t *r;
@@ -151,11 +186,13 @@ static void on_rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int si
     tdm_report_stop(r, 1000);
 }
 
-void tdm_report_launcher_install(const tdm_worker_config_t *cfg, uint64_t group_id)
+void tdm_worker_telemetry_hooks(tdm_worker_telemetry_t *t, tdm_worker_hooks_t *hooks)
 {
-    if (!cfg->control_plane || !*cfg->control_plane)
-        return;
-    launcher.cfg = cfg;
-    launcher.group_id = group_id;
-    tdm_worker_set_rank_exit_hook(on_rank_exit, NULL);
+    hooks->report = (tdm_worker_report_hooks_t){.ctx = t,
+                                                .rank_start = rank_start,
+                                                .rank_stop = rank_stop,
+                                                .event = post_event,
+                                                .set_stats = set_stats};
+    hooks->launch = (tdm_worker_launch_hooks_t){
+        .ctx = t, .group_created = group_created, .rank_exit = rank_exit};
 }

@@ -1,33 +1,30 @@
 /*
  * dataplane/worker/worker.h — how a serving worker group is assembled (docs/serving.md
- * "Processes" and "Threads"), and what the HTTP layer (dataplane/api) and the telemetry reporter
- * (dataplane/report) get from it.
+ * "Processes" and "Threads"), and what the HTTP layer and the telemetry reporter get from it.
  *
- * tandem-worker without --rank is the launcher: tdm_worker_launch() creates the group's shared
- * files (/dev/shm/tandem-<pid>-{progress,tensor,plan,group}), posix_spawns the binary N times
- * with `--rank r` (every other flag passed through; the shm prefix travels in the environment
- * variable TDM_GROUP_SHM because it is not a user tunable), supervises, and on the first
- * abnormal rank exit logs `rank R exited (code C | signal S)`, calls the on_rank_exit hook (the
- * reporter posts `worker_lost` from it), sets the page's abort word, SIGTERMs the others,
- * SIGKILLs after 2 s, removes the shm files and exits 1. A clean exit of every rank (after a
- * SHUTDOWN plan) exits 0. SIGTERM/SIGINT to the launcher are forwarded to the ranks.
+ * main.c builds one tdm_worker_t per process (tdm_worker_new) with explicit hook tables — the
+ * HTTP layer (http_hooks.c over dataplane/api), the rank's reporter and the launcher's rank-exit
+ * report (report_hooks.c over dataplane/report) — and runs it (tdm_worker_run). Each table carries
+ * its own context; a NULL function is "none" (a build or a test without that part).
  *
- * tandem-worker --rank r is a rank: tdm_worker_rank_main() maps the shared files, loads the
- * model view of its TP share, builds the KV pool, the forward graph and the executor, and runs
- * the loop. Rank 0 also owns the scheduler (dataplane/sched/sched.h) and starts the HTTP layer
- * through the hook below once the scheduler accepts requests. When the loop ends (SIGTERM on
- * rank 0 → SHUTDOWN plan; abort word; a dead peer) the rank stops the HTTP layer, frees
- * everything and returns its exit code.
+ * tandem-worker without --rank is the launcher (launcher.c): it creates the group's shared
+ * files (/dev/shm/tandem-<pid>-{progress,tensor,plan,group}), calls launch.group_created with
+ * the group id, posix_spawns the binary N times with `--rank r` (every other flag passed
+ * through; the shm prefix travels in the environment variable TDM_GROUP_SHM because it is not a
+ * user tunable), supervises, and on the first abnormal rank exit logs `rank R exited (code C |
+ * signal S)`, calls launch.rank_exit (the reporter posts `worker_lost` from it), sets the page's
+ * abort word, SIGTERMs the others, SIGKILLs after 2 s, removes the shm files and exits 1. A clean
+ * exit of every rank (after a SHUTDOWN plan) exits 0. SIGTERM/SIGINT are forwarded to the ranks.
  *
- * HTTP hook (the API engineer implements it in dataplane/api/): rank 0 calls
- *     tdm_status_t tdm_api_serve(tdm_worker_t *w);   starts h2o on threads of its own and returns
- *     void tdm_api_stop(tdm_worker_t *w);            stops them (called once before teardown)
- * These are weak references: a build without dataplane/api serves no HTTP. A weak reference
- * does not pull an object out of a static library, so the api objects must be linked in on
- * their own (list them in tandem_worker_SOURCES, or add `-Wl,-u,tdm_api_serve` before the
- * library). The ready file (--ready-file) is written by tdm_api_serve after bind.
+ * tandem-worker --rank r is a rank (rank.c), started phase by phase: signals, the group's shared
+ * files, the reporter (report.rank_start), the model, the KV sizing, the PD pools, the executor;
+ * then followers run the loop and rank 0 owns the transfer engine (rank_pd.c), the scheduler
+ * (dataplane/sched/sched.h) and starts the HTTP layer (api.serve) once the scheduler accepts
+ * requests. When the loop ends (SIGTERM on rank 0 → SHUTDOWN plan; abort word; a dead peer) the
+ * rank calls api.stop, report.rank_stop, frees everything and returns its exit code. The ready
+ * file (--ready-file) is written by api.serve after bind.
  *
- * Everything an accessor returns lives until tdm_api_stop has returned. The scheduler's
+ * Everything an accessor returns lives until api.stop has returned. The scheduler's
  * submit/abort/drain/stats are thread-safe (sched.h); the progress page and the shared area are
  * read lock-free; the tokenizer and the model config are immutable.
  */
@@ -42,6 +39,7 @@
 #include <tdm/model.h>
 #include <tdm/progress.h>
 #include <tdm/status.h>
+#include <tdm/telemetry.h>
 #include <tdm/tokenizer.h>
 
 #include "dataplane/sched/fault.h"
@@ -63,18 +61,58 @@ typedef struct tdm_worker_shared {
 } tdm_worker_shared_t;
 
 typedef struct tdm_worker tdm_worker_t;
+struct json_t;
 
-/* Entry from main(): launcher (cfg->rank == -1) or rank. argc/argv are the worker's own flags
- * (what the launcher passes through to ranks). Returns the process exit code. */
-int tdm_worker_main(const tdm_worker_config_t *cfg, int argc, char **argv);
-int tdm_worker_launch(const tdm_worker_config_t *cfg, int argc, char **argv);
-int tdm_worker_rank_main(const tdm_worker_config_t *cfg);
+/* ---- hooks: what main.c plugs into the runtime ---- */
 
-/* Launcher hook for the reporter: called once, on the launcher's thread, when a rank exits
- * abnormally (`signal` 0 → `code` is the exit status). Set before tdm_worker_launch. */
-typedef void (*tdm_worker_rank_exit_fn)(void *ctx, uint32_t rank, int32_t pid, int code,
-                                        int signal);
-void tdm_worker_set_rank_exit_hook(tdm_worker_rank_exit_fn fn, void *ctx);
+/* The HTTP layer (rank 0): serve once the scheduler accepts requests — bind, write the ready
+ * file, run on threads of its own — on the rank's main thread; stop once, before teardown. */
+typedef struct tdm_worker_api_hooks {
+    void *ctx;
+    tdm_status_t (*serve)(void *ctx, tdm_worker_t *w);
+    void (*stop)(void *ctx, tdm_worker_t *w);
+} tdm_worker_api_hooks_t;
+
+/* A source of the rank's serving statistics (the HTTP layer's, set while it serves). */
+typedef void (*tdm_worker_stats_fn)(void *ctx, tdm_tm_sample_t *s);
+
+/* The rank's telemetry reporter: rank_start after the page is mapped (a failure is logged and
+ * the rank serves without it), rank_stop at teardown before the page is unmapped (`clean`: the
+ * rank leaves on purpose, so the `shutdown` event goes first). event queues one event
+ * (docs/contracts.md §c) from any thread and takes `data` (freed when no reporter runs);
+ * set_stats installs the statistics source (fn NULL clears it; a call in progress finishes
+ * first). */
+typedef struct tdm_worker_report_hooks {
+    void *ctx;
+    tdm_status_t (*rank_start)(void *ctx, tdm_worker_t *w);
+    void (*rank_stop)(void *ctx, tdm_worker_t *w, int clean);
+    tdm_status_t (*event)(void *ctx, const char *type, const uint64_t *room, const char *from,
+                          const char *to, const char *reason, struct json_t *data);
+    void (*set_stats)(void *ctx, tdm_worker_stats_fn fn, void *fn_ctx);
+} tdm_worker_report_hooks_t;
+
+/* The launcher's exits: group_created once the shared files exist (the group id is known), then
+ * rank_exit at most once, on the launcher's thread, for the first abnormal rank exit (`signal` 0
+ * → `code` is the exit status). */
+typedef struct tdm_worker_launch_hooks {
+    void *ctx;
+    void (*group_created)(void *ctx, const tdm_worker_config_t *cfg, uint64_t group_id);
+    void (*rank_exit)(void *ctx, uint32_t rank, int32_t pid, int code, int signal);
+} tdm_worker_launch_hooks_t;
+
+typedef struct tdm_worker_hooks {
+    tdm_worker_api_hooks_t api;
+    tdm_worker_report_hooks_t report;
+    tdm_worker_launch_hooks_t launch;
+} tdm_worker_hooks_t;
+
+/* The process's worker over `cfg` (kept by the caller until tdm_worker_free) and a copy of the
+ * hook tables. */
+tdm_worker_t *tdm_worker_new(const tdm_worker_config_t *cfg, const tdm_worker_hooks_t *hooks);
+void tdm_worker_free(tdm_worker_t *w);
+/* The launcher (cfg->rank == -1) or a rank. argc/argv are the worker's own flags (what the
+ * launcher passes through to ranks). Returns the process exit code. */
+int tdm_worker_run(tdm_worker_t *w, int argc, char **argv);
 
 /* ---- accessors for the HTTP layer and the reporter (rank 0 unless noted) ---- */
 const tdm_worker_config_t *tdm_worker_config(const tdm_worker_t *w);
@@ -104,13 +142,9 @@ uint64_t tdm_worker_pd_corruption(tdm_worker_t *w);
 /* Ask the worker to end (rank 0: SHUTDOWN plan after the HTTP layer stopped); any thread. */
 void tdm_worker_request_stop(tdm_worker_t *w);
 
-/* The HTTP layer (weak; see the top of this file). */
-tdm_status_t tdm_api_serve(tdm_worker_t *w) __attribute__((weak));
-void tdm_api_stop(tdm_worker_t *w) __attribute__((weak));
-
-/* Self-test hook (before /generate exists, and for the TP/loop equivalence test): with
- * TDM_SCHED_SELFTEST=FILE rank 0 reads one request per line ("max_new_tokens seed temperature
- * id,id,..."), submits them all at once, writes one line per request in input order to
- * TDM_SCHED_SELFTEST_OUT ("finish_reason id,id,.."), and shuts the group down cleanly. */
+/* Self-test hook (for the TP/loop equivalence test): with TDM_SCHED_SELFTEST=FILE rank 0 reads
+ * one request per line ("max_new_tokens seed temperature ignore_eos id,id,..."), submits them
+ * all at once, writes one line per request in input order to TDM_SCHED_SELFTEST_OUT
+ * ("finish_reason id,id,.."), and shuts the group down cleanly (rank_selftest.c). */
 
 #endif

@@ -15,11 +15,7 @@
 
 #include <tdm/log.h>
 
-#include "dataplane/report/report.h"
 #include "dataplane/worker/worker_int.h"
-
-#pragma weak tdm_report_rank_reporter
-#pragma weak tdm_report_event
 
 tdm_status_t tdm_worker_faults_at_start(const tdm_worker_config_t *cfg, tdm_fault_table_t *t,
                                         uint32_t n_ranks, char *err, size_t err_len)
@@ -84,13 +80,12 @@ tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, uint32_t tp,
     return TDM_OK;
 }
 
-void tdm_worker_hicache_report(const tdm_hicache_cfg_t *hcfg, int refused)
+void tdm_worker_hicache_report(const tdm_worker_report_hooks_t *rep, const tdm_hicache_cfg_t *hcfg,
+                               int refused)
 {
-    tdm_report_t *rep =
-        tdm_report_rank_reporter && tdm_report_event ? tdm_report_rank_reporter() : NULL;
     tdm_kv_layout_t hl;
     tdm_layout_record_t d, h;
-    if (!rep || tdm_hicache_host_layout(hcfg, &hl) != TDM_OK)
+    if (!rep->event || tdm_hicache_host_layout(hcfg, &hl) != TDM_OK)
         return;
     tdm_kv_layout_record(hcfg->layout, hcfg->device_pages, &d);
     tdm_kv_layout_record(&hl, 0, &h);
@@ -98,19 +93,19 @@ void tdm_worker_hicache_report(const tdm_hicache_cfg_t *hcfg, int refused)
     json_object_set_new(data, "device", tdm_layout_to_json(&d));
     json_object_set_new(data, "host", tdm_layout_to_json(&h));
     json_object_set_new(data, "pool", json_string("hicache"));
-    (void)tdm_report_event(rep, refused ? "layout_mismatch" : "layout", NULL, NULL, NULL,
-                           refused ? "HiCache host pool layout differs from the device pool" : NULL,
-                           data);
+    (void)rep->event(rep->ctx, refused ? "layout_mismatch" : "layout", NULL, NULL, NULL,
+                     refused ? "HiCache host pool layout differs from the device pool" : NULL,
+                     data);
 }
 
 void tdm_worker_sched_event(void *ctx, const char *type, const char *reason, json_t *data)
 {
-    (void)ctx;
-    tdm_report_t *rep =
-        tdm_report_rank_reporter && tdm_report_event ? tdm_report_rank_reporter() : NULL;
-    if (!rep || tdm_report_event(rep, type, NULL, NULL, NULL, reason, data) != TDM_OK) {
-        if (!rep)
-            json_decref(data);
+    const tdm_worker_report_hooks_t *rep = ctx;
+    if (!rep->event) {
+        json_decref(data);
         tdm_dbg(TDM_SUB_SCHED, "msg=\"event not reported\" type=%s", type);
+        return;
     }
+    if (rep->event(rep->ctx, type, NULL, NULL, NULL, reason, data) != TDM_OK)
+        tdm_dbg(TDM_SUB_SCHED, "msg=\"event not reported\" type=%s", type);
 }
