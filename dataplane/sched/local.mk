@@ -6,6 +6,10 @@ libtdmsched_a_SOURCES = \
 	dataplane/sched/exec.c \
 	dataplane/sched/prefix.c \
 	dataplane/sched/sched.c \
+	dataplane/sched/sched_batch.c \
+	dataplane/sched/sched_events.c \
+	dataplane/sched/sched_pd.c \
+	dataplane/sched/loop.c \
 	kernels/cuda/loader.c
 # --device cuda without a linked CUDA runtime loads $(pkglibdir)/backend-cuda.so (kernels/cuda/module.h)
 libtdmsched_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(SYSTEMD_CFLAGS) \
@@ -21,7 +25,7 @@ SCHED_CUDA_SYS = $(CUDA_LIBS) -lstdc++
 endif
 endif
 noinst_HEADERS += dataplane/sched/plan_codec.h dataplane/sched/sched.h dataplane/sched/fault.h \
-	dataplane/sched/sched_int.h
+	dataplane/sched/sched_int.h dataplane/sched/sched_state.h
 
 check_PROGRAMS += tests/unit/test-plan
 TESTS += tests/unit/test-plan

@@ -7,7 +7,8 @@
  * samples on rank 0 and records the iteration (I2). Rank 0 hands it, beside the plan bytes, one
  * tdm_sreq_t pointer per entry: the request whose sampling state it advances.
  *
- * Scheduler (sched.c, rank 0): requests, queues, pages, prefix cache, plans, results, events.
+ * Scheduler (sched.c and the files sched_state.h lists, rank 0): requests, queues, pages, prefix
+ * cache, plans, results, events.
  * The loops (loop.c) connect the two: lockstep calls the executor inline; overlap runs it on its
  * own thread with a queue of depth 1.
  */

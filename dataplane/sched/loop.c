@@ -1,0 +1,279 @@
+/*
+ * loop.c — the scheduler's loops around the executor (sched_state.h): lockstep calls the
+ * executor inline; overlap runs it on its own thread with a queue of depth 1, building plan N+1
+ * while N runs. Each iteration is published to the progress page; idle, the loop waits for work,
+ * a transfer event or the idle-plan heartbeat.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include <tdm/log.h>
+#include <tdm/mem.h>
+#include <tdm/time.h>
+
+#include "dataplane/sched/sched_state.h"
+
+/* Ended requests whose pages wait only for their room's release (no iteration needed). */
+static uint32_t rooms_held(const tdm_sched_t *s)
+{
+    uint32_t n = 0;
+    for (const tdm_sreq_t *r = s->ending; r; r = r->ending_next)
+        n += r->room != 0 && !tdm_sched_in_flight(s, r);
+    return n;
+}
+
+static uint32_t n_ending(const tdm_sched_t *s)
+{
+    uint32_t n = 0;
+    for (const tdm_sreq_t *r = s->ending; r; r = r->ending_next)
+        n++;
+    return n;
+}
+
+/* Work that needs iterations now (PD waits — TRANSFERRING requests, held rooms — do not: the
+ * loop polls them every PD_POLL_US and transfer events wake it). */
+static int has_work(tdm_sched_t *s)
+{
+    return s->waiting.n || s->running.n || (s->ending && n_ending(s) > rooms_held(s));
+}
+
+static int pd_waiting(tdm_sched_t *s)
+{
+    return s->xferring.n || s->ending;
+}
+
+static void publish(tdm_sched_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int drained = s->draining && !s->inbox.n && !has_work(s) && !pd_waiting(s);
+    if (drained && !s->pub.drained)
+        tdm_prefix_flush(s->cache); /* a drained worker holds no pages */
+    tdm_sched_stats_t *p = &s->pub;
+    *p = s->st;
+    p->waiting = s->waiting.n + s->inbox.n;
+    p->running = s->running.n;
+    p->pages_total = s->num_pages;
+    p->pages_free = tdm_kv_pool_free_pages(s->pool);
+    p->pages_cached = tdm_prefix_count(s->cache);
+    p->iter = s->iter;
+    p->draining = s->draining;
+    p->drained = drained;
+    p->transferring = s->xferring.n;
+    p->rooms_held = rooms_held(s);
+    if (s->hc) {
+        p->hicache_on = 1;
+        tdm_hicache_stats(s->hc, &p->hicache);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (s->cfg.on_iter)
+        s->cfg.on_iter(s->cfg.on_iter_ctx);
+}
+
+/* Sleep until there is something to do or `us` passed; returns 1 when asked to stop. */
+static int wait_for_work(tdm_sched_t *s, uint64_t us)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop && !s->inbox.n && !s->n_aborts && !s->kick && !has_work(s)) {
+        if (pd_waiting(s) && us > PD_POLL_US)
+            us = PD_POLL_US;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + us * 1000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    int stop = s->stop;
+    s->kick = 0;
+    pthread_mutex_unlock(&s->mu);
+    return stop;
+}
+
+/* ---------------------------------------------------------------- loops */
+
+static void *exec_main(void *arg)
+{
+    tdm_sched_t *s = arg;
+    pthread_mutex_lock(&s->qmu);
+    for (;;) {
+        while (!s->q_in && !s->q_quit)
+            pthread_cond_wait(&s->qcv, &s->qmu);
+        if (!s->q_in)
+            break;
+        iter_buf_t *ib = s->q_in;
+        pthread_mutex_unlock(&s->qmu);
+        ib->it.status = tdm_exec_lead(s->x, &ib->it);
+        pthread_mutex_lock(&s->qmu);
+        s->q_in = NULL;
+        s->q_done = ib;
+        pthread_cond_broadcast(&s->qcv);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    return NULL;
+}
+
+static void exec_submit(tdm_sched_t *s, iter_buf_t *ib)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->q_in = ib;
+    s->q_done = NULL;
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+}
+
+static iter_buf_t *exec_wait(tdm_sched_t *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    while (!s->q_done)
+        pthread_cond_wait(&s->qcv, &s->qmu);
+    iter_buf_t *ib = s->q_done;
+    s->q_done = NULL;
+    pthread_mutex_unlock(&s->qmu);
+    return ib;
+}
+
+/* Run one plan to completion (inline in lockstep, on the executor thread in overlap). */
+static tdm_status_t run_sync(tdm_sched_t *s, iter_buf_t *ib)
+{
+    if (!s->cfg.overlap)
+        return tdm_exec_lead(s->x, &ib->it);
+    exec_submit(s, ib);
+    return exec_wait(s)->it.status;
+}
+
+static tdm_status_t loop_lockstep(tdm_sched_t *s)
+{
+    iter_buf_t *ib = &s->ib[0];
+    while (!wait_for_work(s, s->cfg.idle_plan_us)) {
+        tdm_sched_build(s, ib, s->iter + 1);
+        s->iter++;
+        TDM_TRY(tdm_exec_lead(s->x, &ib->it));
+        tdm_sched_process_results(s, &ib->it);
+        publish(s);
+    }
+    return TDM_OK;
+}
+
+/* Build N+1 while N runs; submit N+1 as soon as N is done; process N while N+1 runs. */
+static tdm_status_t loop_overlap(tdm_sched_t *s)
+{
+    iter_buf_t *inflight = NULL;
+    int k = 0;
+    tdm_status_t st = TDM_OK;
+    for (;;) {
+        int stop;
+        if (inflight) {
+            pthread_mutex_lock(&s->mu);
+            stop = s->stop;
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            stop = wait_for_work(s, s->cfg.idle_plan_us);
+        }
+        if (stop)
+            break;
+        iter_buf_t *next = &s->ib[k];
+        tdm_plan_kind_t kind = tdm_sched_build(s, next, s->iter + 1);
+        if (inflight) {
+            iter_buf_t *done = exec_wait(s);
+            if (done->it.status != TDM_OK) {
+                st = done->it.status;
+                inflight = NULL;
+                break;
+            }
+        }
+        if (kind == TDM_PLAN_BATCH || !inflight) {
+            s->iter++;
+            exec_submit(s, next);
+            k ^= 1;
+        }
+        if (inflight)
+            tdm_sched_process_results(s, &inflight->it);
+        publish(s);
+        inflight = (kind == TDM_PLAN_BATCH || !inflight) ? next : NULL;
+        if (inflight && kind != TDM_PLAN_BATCH) {
+            /* an IDLE heartbeat plan: nothing to overlap with */
+            iter_buf_t *done = exec_wait(s);
+            inflight = NULL;
+            if (done->it.status != TDM_OK) {
+                st = done->it.status;
+                break;
+            }
+            tdm_sched_process_results(s, &done->it);
+            publish(s);
+        }
+    }
+    if (inflight) {
+        iter_buf_t *done = exec_wait(s);
+        if (done->it.status == TDM_OK)
+            tdm_sched_process_results(s, &done->it);
+        else if (st == TDM_OK)
+            st = done->it.status;
+    }
+    return st;
+}
+
+/* End whatever is left with an explicit error (I9) and release it. */
+void tdm_sched_fail_all(tdm_sched_t *s, tdm_status_t why, const char *msg)
+{
+    tdm_sched_intake(s);
+    while (s->xferring.head) {
+        tdm_sched_pd_abort_room(s, s->xferring.head,
+                                why == TDM_ERR_ABORTED ? "shutdown" : "group failed");
+        tdm_sched_finish(s, s->xferring.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
+    }
+    while (s->running.head)
+        tdm_sched_finish(s, s->running.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
+    while (s->waiting.head)
+        tdm_sched_finish(s, s->waiting.head, TDM_FINISH_ERROR, why, msg, -1, NULL, 0);
+    /* the loop is over: no iteration is in flight any more, whatever was planned ahead */
+    s->completed_iter = UINT64_MAX;
+    tdm_sched_reap_ending_ex(s, 1); /* the engine goes next: held rooms are dropped with it */
+    publish(s);
+}
+
+tdm_status_t tdm_sched_run(tdm_sched_t *s)
+{
+    tdm_status_t st;
+    if (s->cfg.overlap) {
+        if (pthread_create(&s->exec_thread, NULL, exec_main, s) != 0)
+            return TDM_ERR_NOMEM;
+        s->exec_started = 1;
+        st = loop_overlap(s);
+    } else {
+        st = loop_lockstep(s);
+    }
+    if (st == TDM_OK) {
+        /* the last plan: followers return from their loops */
+        iter_buf_t *ib = &s->ib[0];
+        tdm_plan_begin(&ib->pb);
+        ib->it.n_reqs = 0;
+        tdm_plan_finish(&ib->pb, ++s->iter, TDM_PLAN_SHUTDOWN, &ib->it.plan, &ib->it.plan_len,
+                        &ib->it.hdr);
+        st = run_sync(s, ib);
+    } else {
+        tdm_err(TDM_SUB_SCHED, "msg=\"executor failed; ending every request\" status=%s",
+                tdm_status_name(st));
+    }
+    /* pages of requests in a plan that never completed are released too: the group is over */
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1; /* later submissions are refused (BUSY) */
+    pthread_mutex_unlock(&s->mu);
+    tdm_sched_fail_all(s, st == TDM_OK ? TDM_ERR_ABORTED : st,
+                       st == TDM_OK ? "the worker is shutting down" : "the worker group failed");
+    if (s->exec_started) {
+        pthread_mutex_lock(&s->qmu);
+        s->q_quit = 1;
+        pthread_cond_broadcast(&s->qcv);
+        pthread_mutex_unlock(&s->qmu);
+        pthread_join(s->exec_thread, NULL);
+        s->exec_started = 0;
+    }
+    return st;
+}
