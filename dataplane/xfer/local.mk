@@ -3,6 +3,10 @@ noinst_LIBRARIES += libtdmxfer.a
 libtdmxfer_a_SOURCES = \
 	dataplane/xfer/room.c \
 	dataplane/xfer/engine.c \
+	dataplane/xfer/outq.c \
+	dataplane/xfer/recv.c \
+	dataplane/xfer/mover.c \
+	dataplane/xfer/bootstrap.c \
 	dataplane/xfer/prefill.c \
 	dataplane/xfer/decode.c \
 	dataplane/xfer/ucx.c \

@@ -19,7 +19,7 @@ typedef struct entry {
     uint8_t state; /* combined (MIN over ranks) */
     uint8_t tomb;
     uint8_t aborted;
-    uint8_t rank_state[TDM_XFER_MAX_RANKS];
+    uint8_t rank_state[TDM_XFER_RANKS_MAX];
     uint64_t created_us, changed_us;
 } entry_t;
 
@@ -44,7 +44,7 @@ static uint64_t mix64(uint64_t x)
 
 tdm_status_t tdm_xfer_rooms_init(const tdm_xfer_room_cfg_t *cfg, tdm_xfer_rooms_t **ret)
 {
-    if (!cfg || cfg->capacity == 0 || cfg->n_ranks == 0 || cfg->n_ranks > TDM_XFER_MAX_RANKS ||
+    if (!cfg || cfg->capacity == 0 || cfg->n_ranks == 0 || cfg->n_ranks > TDM_XFER_RANKS_MAX ||
         cfg->capacity > (1u << 28))
         return TDM_ERR_INVAL;
     uint32_t n = 16;

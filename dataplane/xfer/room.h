@@ -19,8 +19,7 @@
 
 #include <tdm/frame.h>
 #include <tdm/status.h>
-
-#define TDM_XFER_MAX_RANKS 64
+#include <tdm/xfer.h>
 
 typedef struct tdm_xfer_room_event {
     uint64_t room;
@@ -33,7 +32,7 @@ typedef void (*tdm_xfer_room_event_fn)(void *ctx, const tdm_xfer_room_event_t *e
 
 typedef struct tdm_xfer_room_cfg {
     uint32_t capacity;             /* max live rooms + tombstones */
-    uint32_t n_ranks;              /* ranks whose states are combined */
+    uint32_t n_ranks;              /* ranks whose states are combined (<= TDM_XFER_RANKS_MAX) */
     uint64_t bootstrap_timeout_us; /* BOOTSTRAPPING longer than this → FAILED */
     uint64_t waiting_timeout_us;   /* WAITING_FOR_INPUT/TRANSFERRING longer → FAILED */
     uint64_t tombstone_us;         /* how long aborted/failed/unknown rooms are remembered */

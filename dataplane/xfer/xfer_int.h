@@ -24,9 +24,10 @@
 #define XFER_MAX_PENDING_CONNS 16
 #define XFER_OUTQ_MAX (64u << 20)
 /* The transfer thread holds the STATUS frames of finished rooms while more rooms wait in its
- * ring, and sends them itself in one write: at most this long, and never across a room of more
- * than XFER_HOLD_MAX_BYTES (whose copy would delay them further). */
-#define XFER_HOLD_US 200
+ * ring, and sends them itself in one write: at most cfg.cork_hold_us (the same bound as a
+ * caller's cork; this default when 0), and never across a room of more than XFER_HOLD_MAX_BYTES
+ * (whose copy would delay them further). */
+#define XFER_HOLD_DEFAULT_US 200
 #define XFER_HOLD_MAX_BYTES (2u << 20)
 /* Rooms of at least this many bytes are copied into decode's mapped memory with non-temporal
  * stores (ucx.c): larger than the cache keeps, they would only evict it, and a cached store
@@ -38,7 +39,7 @@
  * the transfer thread. Larger rooms overlap with the caller's next work on the transfer thread
  * (a 16 MiB copy is ~0.5 ms; the hand-off, one wake, ~80 µs on the bench VM). */
 #define XFER_INLINE_MAX_BYTES (16u << 20)
-/* A burst of inline copies (engine.c recv_thread_policy): rooms copied by API callers less than
+/* A burst of inline copies (recv.c xfer_recv_thread_policy): rooms copied by API callers less than
  * this long ago. */
 #define XFER_BATCH_US 1000
 
@@ -125,7 +126,7 @@ struct tdm_xfer {
      * xfer_out_push: a frame queued with a wake meanwhile must wake the receive thread */
     int out_quiet;
     tdm_frame_reader_t chan_rd;
-    /* Frames are appended to outq under `mu`; a sender (engine.c out_flush) swaps outq's bytes
+    /* Frames are appended to outq under `mu`; a sender (outq.c xfer_out_flush) swaps outq's bytes
      * into sendq and writes them with `mu` released, one sender at a time (`sending`), so frames
      * leave in the order they were queued (I5) while the other threads keep the lock. */
     uint8_t *outq;
@@ -181,16 +182,30 @@ struct tdm_xfer {
     uint64_t flip_rng; /* flip_kv_bits: commit callers only, under their room's ownership */
 };
 
-/* engine.c */
+/* engine.c: the room map, events, the threads' common helpers */
 xroom_t *xfer_map_get(tdm_xfer_t *x, uint64_t room);
 void xfer_map_put(tdm_xfer_t *x, xroom_t *r);
 void xfer_map_del(tdm_xfer_t *x, uint64_t room);
 void xroom_free(xroom_t *r);
 void xfer_event(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from, tdm_kvpoll_t to,
                 const char *reason);
-/* Append an encoded frame to the outbound queue (mu held); TDM_ERR_PEER without a channel. */
+/* The thread's heartbeat on the progress page (I8); wake / drain an eventfd. */
+void xfer_hb(tdm_xfer_t *x, tdm_hb_thread_t t);
+void xfer_wake(int fd);
+void xfer_drain(int fd);
+
+/* outq.c: append an encoded frame to the outbound queue (mu held); TDM_ERR_PEER without a
+ * channel. */
 tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len);
-/* engine.c, API entry points, mu NOT held: a thread that corked x sends what it queued when the
+/* Bytes queued, not yet written; forget them (the channel closed). */
+size_t xfer_out_pending(const tdm_xfer_t *x);
+void xfer_out_reset(tdm_xfer_t *x);
+/* Write what the queue holds (mu held; released while writing); is_recv: the receive thread
+ * (may leave the rest for POLLOUT). */
+void xfer_out_flush(tdm_xfer_t *x, int is_recv);
+/* Send what the queue holds from the calling thread (mu not held). */
+void xfer_out_send_now(tdm_xfer_t *x);
+/* outq.c, API entry points, mu NOT held: a thread that corked x sends what it queued when the
  * oldest of it waited cfg.cork_hold_us, or at once before it copies a room of copy_pages pages of
  * more than XFER_HOLD_MAX_BYTES, so a cork never holds a frame through a long copy. Without a
  * cork on x it returns at once. */
@@ -253,7 +268,21 @@ void xfer_decode_tick(tdm_xfer_t *x, uint64_t now);
 int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, char *why,
                                 size_t why_len);
 void xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r);
-/* engine.c, mu held: may tdm_xfer_prefill_send's caller write this XR_PUTTING room itself? */
+/* recv.c: the receive thread; close the registered channel (mu held); the thread's scheduling
+ * policy while API callers copy rooms in a burst. */
+void *xfer_recv_main(void *arg);
+void xfer_close_channel(tdm_xfer_t *x, const char *why);
+void xfer_recv_thread_policy(int batch);
+
+/* bootstrap.c: the bootstrap thread; close pending connection i. */
+void *xfer_boot_main(void *arg);
+void xfer_conn_close(tdm_xfer_t *x, uint32_t i);
+
+/* mover.c: the transfer thread; send the frames it holds; move rooms on after their writes. */
+void *xfer_main(void *arg);
+void xfer_out_push(tdm_xfer_t *x);
+void xfer_advance(tdm_xfer_t *x);
+/* mover.c, mu held: may tdm_xfer_prefill_send's caller write this XR_PUTTING room itself? */
 int xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r);
 /* The caller's copy of a room xfer_inline_ok accepted (inline_copies counted it), without mu:
  * write, fence, finalize. */
