@@ -25,6 +25,9 @@ mkdir -p "$build"
 stage configure sh -c "cd '$build' && '$top/configure' --enable-werror --enable-sanitizers=address,undefined >configure.out || { tail -40 configure.out; exit 1; }; grep -A6 '^  tandem ' configure.out || true"
 stage build make -C "$build" -j"$jobs"
 stage format-check make -C "$build" format-check
-stage package make -C "$build" deb-check TDM_DEB_JOBS="$jobs"
+# both packages where configure found nvcc (CI has it): tandem, and tandem-cuda (backend-cuda.so)
+deb_cuda=0
+test -n "$(sed -n 's/^NVCC = //p' "$build/Makefile")" && deb_cuda=1
+stage package make -C "$build" deb-check TDM_DEB_JOBS="$jobs" TDM_DEB_CUDA=$deb_cuda
 stage check env TDM_DEB_REQUIRED=1 make -C "$build" -j"$jobs" check
 echo "== total: $(( $(date +%s) - t_all )) s"

@@ -11,6 +11,7 @@
 #include <tdm/layout.h>
 #include <tdm/mem.h>
 
+#include "device.h"
 #include "engine.h"
 #include "exec_cuda.h"
 
@@ -42,6 +43,9 @@ tdm_status_t tdm_exec_cuda_init(const tdm_exec_cuda_cfg_t *cfg, tdm_exec_cuda_t 
                 cfg->view->tp_size);
         return TDM_ERR_UNSUPPORTED;
     }
+    st = tdm_cuda_device_check(err, err_len);
+    if (st != TDM_OK)
+        return st;
     tdm_cuda_engine_opts_default(&o);
     o.mem_fraction_static = cfg->mem_fraction_static;
     o.max_tokens = cfg->max_tokens;

@@ -38,7 +38,14 @@ tdm_status_t tdm_cuda_module_load(const char *path, const tdm_cuda_module_t **re
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        SET_ERR("GPU backend %s cannot be loaded: %s", path, why ? why : "unknown dlopen error");
+        /* the module links the CUDA runtime in, but cuBLAS comes from NVIDIA's toolkit */
+        if (why && strstr(why, "libcublas"))
+            SET_ERR("GPU backend %s needs NVIDIA's cuBLAS 13 (libcublas.so.13, libcublasLt.so.13 "
+                    "from the CUDA toolkit) on the library path: %s",
+                    path, why);
+        else
+            SET_ERR("GPU backend %s cannot be loaded: %s", path,
+                    why ? why : "unknown dlopen error");
         return TDM_ERR_UNSUPPORTED;
     }
     tdm_cuda_module_fn fn;

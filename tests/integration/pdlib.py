@@ -46,6 +46,11 @@ def start(name, extra, device="cpu", device_args=()):
     log = open(os.path.join(_cfg["tmp"], name + ".log"), "w+")
     args = [_cfg["bin"], "--device", device, "--model-path", _cfg["model"], "--port", "0",
             "--ready-file", ready] + _cfg["base"] + list(device_args)
+    # A build configured with --enable-cuda-module has the engine in backend-cuda.so beside the
+    # worker (not yet installed in PKGLIBDIR): --device cuda loads it from there.
+    module = os.path.join(os.path.dirname(_cfg["bin"]), "backend-cuda.so")
+    if device == "cuda" and os.path.exists(module):
+        args += ["--cuda-backend", module]
     p = subprocess.Popen(args + list(extra), stdout=subprocess.DEVNULL, stderr=log,
                          start_new_session=True)
     procs.append(p)

@@ -112,6 +112,56 @@ rc=$?
 [ $rc != 0 ] && grep -q "GPU backend not installed: install tandem-cuda (/usr/lib/$multiarch/tandem/backend-cuda.so" "$TMP/cuda.log"
 okf $? "--device cuda without tandem-cuda: exit $rc, 'GPU backend not installed: install tandem-cuda'" "$TMP/cuda.log"
 
+# tandem-cuda: built wherever configure found nvcc (CI included; TDM_DEB_CUDA=1 in tools/check.sh).
+# It installs without a GPU or driver; the worker then says the GPU is absent, and says which
+# library is missing when cuBLAS is not on the library path (masked here in a mount namespace).
+CUDA_DEB=$(ls "$(dirname "$DEB")"/tandem-cuda_*.deb 2>/dev/null | head -n 1)
+nvcc=$(sed -n 's/^NVCC = //p' "$BUILD/Makefile" 2>/dev/null)
+if [ -z "$CUDA_DEB" ] && { [ -z "$nvcc" ] || [ "${TDM_DEB_REQUIRED:-0}" != 1 ]; }; then
+    for i in 1 2 3 4 5 6; do skip "no tandem-cuda package (configure found no nvcc: ${nvcc:-none})"; done
+elif [ -z "$CUDA_DEB" ]; then
+    ok 1 "tandem-cuda package built (nvcc $nvcc found, TDM_DEB_REQUIRED=1: make deb TDM_DEB_CUDA=1)"
+    for i in 2 3 4 5 6; do ok 1 "tandem-cuda checks (no package)"; done
+else
+    deb_apt install "$CUDA_DEB" >"$TMP/cuda-install.log" 2>&1
+    okf $? "apt-get install ./$(basename "$CUDA_DEB") (no CUDA toolkit needed by dpkg)" "$TMP/cuda-install.log"
+    mod=/usr/lib/$multiarch/tandem/backend-cuda.so
+    got=$(stat -c '%a %U:%G' "$mod" 2>/dev/null)
+    [ "$got" = "644 root:root" ]; ok $? "$mod: 644 root:root (got: ${got:-absent})"
+    needed=$(objdump -p "$mod" 2>/dev/null | awk '$1 == "NEEDED" {print $2}' | tr '\n' ' ')
+    case " $needed" in *" libcudart"*) false ;; *libcublas.so.*) true ;; *) false ;; esac
+    ok $? "the CUDA runtime is linked in; cuBLAS from the toolkit (NEEDED: $needed)"
+    cuda_worker() {
+        setpriv --reuid=tandem --regid=tandem --init-groups -- env -i PATH=/usr/bin:/bin \
+            /usr/bin/tandem-worker --config /etc/tandem/workers/demo.conf --device cuda \
+            --host 127.0.0.1 --port 0
+    }
+    if nvidia-smi -L >/dev/null 2>&1; then
+        skip "a GPU is present: the no-GPU message is not checked here"
+    else
+        cuda_worker >"$TMP/cuda2.log" 2>&1
+        rc=$?
+        [ $rc != 0 ] && grep -q "no NVIDIA GPU on this machine" "$TMP/cuda2.log"
+        okf $? "tandem-cuda installed, no GPU: exit $rc, 'no NVIDIA GPU on this machine'" "$TMP/cuda2.log"
+    fi
+    # every directory the linker cache has cuBLAS in, hidden under an empty tmpfs
+    dirs=$(ldconfig -p | awk '/libcublas\.so\.[0-9]/ {print $NF}' | xargs -r -n1 dirname | sort -u | tr '\n' ' ')
+    if [ -z "$dirs" ]; then
+        skip "cuBLAS is not on this machine's library path: nothing to hide"
+    else
+        export dirs
+        unshare -m sh -c 'for d in $dirs; do mount -t tmpfs none "$d" || exit 99; done
+            setpriv --reuid=tandem --regid=tandem --init-groups -- env -i PATH=/usr/bin:/bin \
+            /usr/bin/tandem-worker --config /etc/tandem/workers/demo.conf --device cuda \
+            --host 127.0.0.1 --port 0' >"$TMP/cuda3.log" 2>&1
+        rc=$?
+        [ $rc != 0 ] && [ $rc != 99 ] && grep -q "needs NVIDIA's cuBLAS 13 (libcublas.so.13" "$TMP/cuda3.log"
+        okf $? "cuBLAS hidden ($dirs): exit $rc, the worker names libcublas.so.13" "$TMP/cuda3.log"
+    fi
+    deb_apt purge tandem-cuda >"$TMP/cuda-purge.log" 2>&1 && [ ! -e "$mod" ]
+    okf $? "apt-get purge tandem-cuda removes $mod" "$TMP/cuda-purge.log"
+fi
+
 # purge: every file the package listed, the conffiles, /etc/tandem, the state dir, the maintainer
 # scripts' state and the units' enablement links are gone; the tandem user stays (policy).
 dpkg-query -L tandem >"$TMP/files" 2>/dev/null
