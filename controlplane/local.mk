@@ -65,3 +65,6 @@ dist_check_SCRIPTS += tests/integration/test-cp-super.sh
 # 5 restarts with 8 open streams: no WORKER_LOST, every stream ended (TDM_RESTART_ROUNDS=20 long)
 TESTS += tests/integration/test-restart-streams.sh
 dist_check_SCRIPTS += tests/integration/test-restart-streams.sh
+# a 10 s PostgreSQL outage under the auto policy on supervised groups (TDM_OUTAGE_S=60 long)
+TESTS += tests/integration/test-cp-outage-auto.sh
+dist_check_SCRIPTS += tests/integration/test-cp-outage-auto.sh

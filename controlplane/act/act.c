@@ -103,6 +103,11 @@ static void on_event_msg(tdm_cp_act_t *a, json_t *p)
     const char *group = json_string_value(json_object_get(p, "group"));
     const char *type = json_string_value(json_object_get(p, "type"));
     const char *reason = json_string_value(json_object_get(p, "reason"));
+    if (group && type && !strcmp(type, "planned_stop")) {
+        size_t n = tdm_cp_detect_retire_group(s->detect, group);
+        tdm_info(TDM_SUB_CP, "msg=\"planned stop: ranks retired\" group=%s ranks=%zu", group, n);
+        return;
+    }
     char inst[TDM_CP_NAME_MAX];
     snprintf(inst, sizeof(inst), "tandemd-%.40s-%llu", group ? group : "?",
              (unsigned long long)(tdm_time_wall_us() / 1000000u));

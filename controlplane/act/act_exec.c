@@ -8,6 +8,8 @@
  * action's id is assigned here, once. If the database is unreachable at the start, the whole row
  * is written at the end (with the true start time); if that fails too, the row is kept in memory,
  * in order, and written when the database is back (tried before each action and every 2 s).
+ * A reconfigure's config version is numbered here too and kept the same way, so a remedy (e.g.
+ * WEDGE's overlap=off) runs while the database is down.
  */
 #include "config.h"
 
@@ -26,16 +28,19 @@
 #include "controlplane/act/act_int.h"
 #include "controlplane/http/cp_server.h"
 
-/* An audit row the database did not take (down): kept, in order, and written when it is back. */
+/* A row the database did not take (down): kept, in order, and written when it is back. */
 typedef struct audit_row {
     struct audit_row *next;
-    char *p[9]; /* sql_whole's parameters */
+    const char *sql; /* sql_whole or sql_version */
+    int n;
+    char *p[9]; /* its parameters */
 } audit_row_t;
 
 typedef struct exec {
     tdm_cp_act_t *a;
     PGconn *pg;
     uint64_t next_id;                     /* action ids: assigned here, once (see run_one) */
+    uint64_t next_ver;                    /* config version ids, the same way */
     audit_row_t *pending, **pending_tail; /* rows waiting for the database */
 } exec_t;
 
@@ -90,34 +95,39 @@ static const char sql_whole[] =
     "  finished_us = EXCLUDED.finished_us";
 
 /* Write the rows kept while the database was down, oldest first; stops at the first failure. */
+/* a config version, numbered by the executor (ids grow: wall clock µs, or one past the last) */
+static const char sql_version[] =
+    "INSERT INTO config_versions (group_name, created_us, created_by, config, id) "
+    "VALUES ($1, $2::bigint, $3, $4::jsonb, $5::bigint) ON CONFLICT (id) DO NOTHING";
+
 static void audit_flush(exec_t *x)
 {
     while (x->pending) {
         audit_row_t *w = x->pending;
-        if (pg_run(x, sql_whole, 9, (const char *const *)w->p, NULL, 0) != 0)
+        if (pg_run(x, w->sql, w->n, (const char *const *)w->p, NULL, 0) != 0)
             return;
-        tdm_info(TDM_SUB_CP, "msg=\"audit row written late\" id=%s action=%s group=%s", w->p[8],
-                 w->p[2], w->p[3]);
+        tdm_info(TDM_SUB_CP, "msg=\"%s written late\" id=%s group=%s",
+                 w->sql == sql_whole ? "audit row" : "config version", w->p[w->n - 1],
+                 w->sql == sql_whole ? w->p[3] : w->p[0]);
         x->pending = w->next;
         if (!x->pending)
             x->pending_tail = &x->pending;
-        for (int i = 0; i < 9; i++)
+        for (int i = 0; i < w->n; i++)
             free(w->p[i]);
         tdm_free(w);
     }
 }
 
-static void audit_keep(exec_t *x, const char *const *p)
+static void audit_keep(exec_t *x, const char *sql, int n, const char *const *p)
 {
     audit_row_t *w = tdm_calloc(1, sizeof(*w));
-    for (int i = 0; i < 9; i++)
+    w->sql = sql;
+    w->n = n;
+    for (int i = 0; i < n; i++)
         w->p[i] = strdup(p[i] ? p[i] : "");
     *x->pending_tail = w;
     x->pending_tail = &w->next;
 }
-static const char sql_version[] =
-    "INSERT INTO config_versions (group_name, created_us, created_by, config) "
-    "VALUES ($1, $2::bigint, $3, $4::jsonb) RETURNING id";
 
 /* ---- steps ---------------------------------------------------------------------------------- */
 
@@ -269,15 +279,19 @@ static tdm_status_t do_reconfigure(exec_t *x, act_group_t *g, json_t *params, in
             return st;
         }
         char *cfg_text = json_dumps(merged, JSON_SORT_KEYS);
-        snprintf(now, sizeof(now), "%" PRIu64, tdm_time_wall_us());
-        const char *p[4] = {h->name, now, actor, cfg_text};
-        if (pg_run(x, sql_version, 4, p, idtxt, sizeof(idtxt)) != 0) {
-            snprintf(detail + off, len - off, "cannot store the config version");
-            free(cfg_text);
-            json_decref(merged);
-            return TDM_ERR_DB;
+        uint64_t wall = tdm_time_wall_us();
+        uint64_t version = x->next_ver > wall ? x->next_ver : wall;
+        x->next_ver = version + 1;
+        snprintf(now, sizeof(now), "%" PRIu64, wall);
+        snprintf(idtxt, sizeof(idtxt), "%" PRIu64, version);
+        const char *p[5] = {h->name, now, actor, cfg_text, idtxt};
+        /* after the rows already waiting (order), else now; kept if the database is down */
+        if (x->pending || pg_run(x, sql_version, 5, p, NULL, 0) != 0) {
+            tdm_warn(TDM_SUB_CP,
+                     "msg=\"config version kept until the database is back\" id=%s group=%s", idtxt,
+                     h->name);
+            audit_keep(x, sql_version, 5, p);
         }
-        uint64_t version = strtoull(idtxt, NULL, 10);
         char *ini = tdm_cp_act_config_ini(merged);
         json_t *stored = json_deep_copy(merged);
         json_object_set_new(stored, "_version", json_integer((json_int_t)version));
@@ -408,7 +422,7 @@ static void run_one(exec_t *x, act_req_t *r)
                  "msg=\"audit row kept until the database is back\" id=%s action=%s group=%s "
                  "outcome=%s",
                  idtxt, action, group, outcome);
-        audit_keep(x, wp);
+        audit_keep(x, sql_whole, 9, wp);
     }
     free(ptext);
     tdm_info(TDM_SUB_CP, "msg=\"action done\" id=%s action=%s group=%s outcome=%s detail=\"%s\"",
@@ -426,7 +440,7 @@ static void run_one(exec_t *x, act_req_t *r)
 
 void *act_exec_main(void *arg)
 {
-    exec_t x = {arg, NULL, 0, NULL, NULL};
+    exec_t x = {arg, NULL, 0, 0, NULL, NULL};
     x.pending_tail = &x.pending;
     tdm_cp_act_t *a = x.a;
     for (;;) {
@@ -483,11 +497,15 @@ void *act_exec_main(void *arg)
     audit_flush(&x);
     for (audit_row_t *w = x.pending; w;) {
         audit_row_t *n = w->next;
-        tdm_err(TDM_SUB_CP,
-                "msg=\"audit row lost at shutdown\" id=%s action=%s group=%s actor=%s "
-                "outcome=%s detail=\"%s\"",
-                w->p[8], w->p[2], w->p[3], w->p[1], w->p[5], w->p[6]);
-        for (int i = 0; i < 9; i++)
+        if (w->sql != sql_whole)
+            tdm_err(TDM_SUB_CP, "msg=\"config version lost at shutdown\" id=%s group=%s config=%s",
+                    w->p[4], w->p[0], w->p[3]);
+        else
+            tdm_err(TDM_SUB_CP,
+                    "msg=\"audit row lost at shutdown\" id=%s action=%s group=%s actor=%s "
+                    "outcome=%s detail=\"%s\"",
+                    w->p[8], w->p[2], w->p[3], w->p[1], w->p[5], w->p[6]);
+        for (int i = 0; i < w->n; i++)
             free(w->p[i]);
         tdm_free(w);
         w = n;

@@ -467,6 +467,11 @@ tdm_status_t act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_
         snprintf(detail, len, "had already exited");
         return TDM_OK;
     }
+    /* a stop tandemd asks for is not a loss: its ranks are retired at once, without waiting
+     * for their `shutdown` events, which sit behind unacknowledged batches while the database
+     * is down (docs/alerts.md WORKER_LOST) */
+    act_post(a, ACT_MSG_EVENT, json_pack("{s:s,s:s}", "group", g->name, "type", "planned_stop"),
+             NULL, NULL);
     kill(g->pid, SIGTERM);
     uint64_t deadline = tdm_time_mono_us() + 15000000u;
     int killed = 0;

@@ -583,6 +583,18 @@ void tdm_cp_detect_event(tdm_cp_detect_t *d, const tdm_cp_rank_t *rk, const tdm_
     json_decref(data);
 }
 
+size_t tdm_cp_detect_retire_group(tdm_cp_detect_t *d, const char *group)
+{
+    int g = tdm_cp_det_group_find(d, group, 0);
+    size_t n = 0;
+    for (size_t k = 0; g >= 0 && k < d->n_ranks; k++)
+        if (d->insts[d->ranks[k].inst].group == g && !d->ranks[k].retired) {
+            d->ranks[k].retired = 1;
+            n++;
+        }
+    return n;
+}
+
 /* ---- evaluation ----------------------------------------------------------------------------- */
 
 /* Notice new samples, then decide which incarnations are current. */

@@ -114,6 +114,11 @@ void tdm_cp_detect_free(tdm_cp_detect_t *d);
 void tdm_cp_detect_event(tdm_cp_detect_t *d, const tdm_cp_rank_t *rk, const tdm_tm_event_t *e,
                          uint64_t now_us);
 
+/* A stop the supervisor asked for: every rank of the group's incarnations seen so far counts as
+ * retired (as after its `shutdown` event), so the silence rule does not take the stop for a loss
+ * when the event is late (held behind unacknowledged batches). Returns how many ranks. */
+size_t tdm_cp_detect_retire_group(tdm_cp_detect_t *d, const char *group);
+
 /* The 100 ms tick: returns 0 without doing anything when less than tick_us passed since the last
  * evaluation; else clears `out`, evaluates every rule at `now_us` and returns 1. */
 int tdm_cp_detect_tick(tdm_cp_detect_t *d, const tdm_cp_rings_t *rings, uint64_t now_us,
