@@ -139,13 +139,25 @@ static void on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages
             /* an action that came from an alert resolves it ("resolved_by": action:<id>) */
             json_t *aid = json_object_get(m->payload, "alert_id");
             const char *outcome = json_string_value(json_object_get(m->payload, "outcome"));
-            if (json_is_integer(aid) && outcome && !strcmp(outcome, "ok")) {
-                char by[64];
-                snprintf(by, sizeof(by), "action:%lld",
-                         (long long)json_integer_value(json_object_get(m->payload, "action_id")));
+            char by[64];
+            snprintf(by, sizeof(by), "action:%lld",
+                     (long long)json_integer_value(json_object_get(m->payload, "action_id")));
+            int ok = outcome && !strcmp(outcome, "ok");
+            if (json_is_integer(aid) && ok)
                 tdm_cp_alerts_resolve(a->srv->alerts, (uint64_t)json_integer_value(aid), by,
                                       tdm_time_wall_us());
-            }
+            /* a group (re)started since it was lost, whose new incarnation reports (the rule is
+             * false at the last tick), is no longer lost: the supervisor's restart after an exit
+             * is WORKER_LOST's remedy, so a later loss opens an alert of its own rather than
+             * extending one whose worker is back (docs/alerts.md) */
+            const char *action = json_string_value(json_object_get(m->payload, "action"));
+            const char *group = json_string_value(json_object_get(m->payload, "group"));
+            const tdm_cp_alert_t *lost =
+                ok && action && group && (!strcmp(action, "restart") || !strcmp(action, "start"))
+                    ? tdm_cp_alerts_open_get(a->srv->alerts, group, TDM_CP_ALERT_WORKER_LOST)
+                    : NULL;
+            if (lost && !tdm_cp_findings_get(&a->srv->findings, group, TDM_CP_ALERT_WORKER_LOST))
+                tdm_cp_alerts_resolve(a->srv->alerts, lost->id, by, tdm_time_wall_us());
             if (m->done)
                 m->done(m->ctx, m->payload);
         }
