@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tdm/hash.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
@@ -47,12 +48,9 @@ struct tdm_cp_stream {
     uint64_t alerts_hash, status_hash, health_hash;
 };
 
-static uint64_t fnv(const char *p)
+static uint64_t text_hash(const char *p)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    return h;
+    return tdm_hash_xxh3(p, strlen(p));
 }
 
 static char *event_text(const char *name, json_t *o)
@@ -187,19 +185,19 @@ static void render_shared(tdm_cp_server_t *s, tdm_cp_stream_t *st, uint64_t now)
 {
     tdm_free(st->alerts);
     st->alerts = event_text("alerts", tdm_cp_alerts_to_json(s->alerts, NULL, NULL));
-    st->alerts_hash = st->alerts ? fnv(st->alerts) : 0;
+    st->alerts_hash = st->alerts ? text_hash(st->alerts) : 0;
     if (now - st->last_status_us < STATUS_EVERY_US && st->status)
         return;
     st->last_status_us = now;
     tdm_free(st->status);
     st->status =
         event_text("status", s->act ? tdm_cp_act_status(s->act) : json_pack("{s:[]}", "groups"));
-    st->status_hash = st->status ? fnv(st->status) : 0;
+    st->status_hash = st->status ? text_hash(st->status) : 0;
     tdm_free(st->health);
     st->health =
         event_text("health", json_pack("{s:s,s:b,s:s}", "status", "ok", "ready", s->ready, "db",
                                        atomic_load(&tdm_cp_db_stats(s->db)->up) ? "up" : "down"));
-    st->health_hash = st->health ? fnv(st->health) : 0;
+    st->health_hash = st->health ? text_hash(st->health) : 0;
 }
 
 void tdm_cp_stream_tick(tdm_cp_server_t *s, uint64_t now)

@@ -23,6 +23,7 @@
 
 #include <tdm/json.h>
 #include <tdm/log.h>
+#include <tdm/hash.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
@@ -1127,10 +1128,7 @@ typedef struct recent {
 
 static uint64_t batch_key(const tdm_cp_batch_t *b)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)b->instance_id; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    return (h ^ b->rank) * 1099511628211ull;
+    return tdm_hash_combine(tdm_hash_xxh3(b->instance_id, strlen(b->instance_id)), b->rank);
 }
 
 /* A small open-addressing set of keys (at most RECENT_KEYS of them). */

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include <tdm/hash.h>
 #include <tdm/mem.h>
 
 #include "controlplane/store/hist.h"
@@ -23,10 +24,7 @@ struct tdm_cp_hist_rank {
 
 static uint64_t key_hash(const char *inst, uint32_t rank)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)inst; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    return (h ^ rank) * 1099511628211ull;
+    return tdm_hash_combine(tdm_hash_xxh3(inst, strlen(inst)), rank);
 }
 
 void tdm_cp_hist_init(tdm_cp_hist_t *h, size_t cap_per_rank, size_t max_ranks)
