@@ -40,9 +40,6 @@ static void print_routes(void)
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         printf("%s %s %s %zu\n", tdm_cp_routes[i].method, tdm_cp_routes[i].path,
                tdm_cp_role_name(tdm_cp_routes[i].role), tdm_cp_routes[i].max_body);
-    for (size_t i = 0; i < tdm_cp_act_routes_count; i++)
-        printf("%s %s %s %zu\n", tdm_cp_act_routes[i].method, tdm_cp_act_routes[i].path,
-               tdm_cp_role_name(tdm_cp_act_routes[i].role), tdm_cp_act_routes[i].max_body);
 }
 
 /* Start/adopt the private cluster and make sure database "tandem" exists. */

@@ -188,11 +188,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     const tdm_cp_route_t *route = NULL;
     int path_found = 0;
     tdm_cp_args_t args;
-    /* two tables, the database API's then the actions/router's */
-    for (size_t i = 0; !route && i < tdm_cp_routes_count + tdm_cp_act_routes_count; i++) {
-        const tdm_cp_route_t *r = i < tdm_cp_routes_count
-                                      ? &tdm_cp_routes[i]
-                                      : &tdm_cp_act_routes[i - tdm_cp_routes_count];
+    for (size_t i = 0; !route && i < tdm_cp_routes_count; i++) {
+        const tdm_cp_route_t *r = &tdm_cp_routes[i];
         if (!route_match(r->path, req->path_normalized.base, plen, &args))
             continue;
         path_found = 1;
@@ -373,9 +370,6 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         if (tdm_cp_routes[i].max_body > max_body)
             max_body = tdm_cp_routes[i].max_body;
-    for (size_t i = 0; i < tdm_cp_act_routes_count; i++)
-        if (tdm_cp_act_routes[i].max_body > max_body)
-            max_body = tdm_cp_act_routes[i].max_body;
     /* h2o refuses bodies over its own limit with a plain-text 413 before a route sees them: its
      * limit is kept well above the largest route's, so that bodies near a limit get the routes'
      * JSON 413; only bodies past 2x the largest limit (+64 KiB) still get h2o's. */

@@ -2,8 +2,8 @@
  * controlplane/http/cp_server.h — tandemd's HTTP side: the h2o loop, the route table, the glue that
  * turns database jobs back into responses.
  *
- * Every route is one row of tdm_cp_routes[] (method, path, role, body limit, handler); the
- * dispatcher matches it, enforces the body limit and the role (no token → 401, too weak → 403),
+ * Every route is one row of tdm_cp_routes[] (routes.c: method, path, role, body limit, handler);
+ * the dispatcher matches it, enforces the body limit and the role (no token → 401, too weak → 403),
  * and calls the handler on the loop thread. A handler either answers at once (health, ring reads)
  * or hands a job to the database threads (tdm_cp_server_submit) and answers when it comes back —
  * no handler ever blocks on the database. If the client goes away meanwhile the reply is dropped.
@@ -55,9 +55,6 @@ typedef struct tdm_cp_route {
 
 extern const tdm_cp_route_t tdm_cp_routes[];
 extern const size_t tdm_cp_routes_count;
-/* actions, status and the /v1 router (act_routes.c), dispatched after tdm_cp_routes */
-extern const tdm_cp_route_t tdm_cp_act_routes[];
-extern const size_t tdm_cp_act_routes_count;
 
 typedef struct tdm_cp_server_opts {
     const char *listen; /* host:port */
@@ -85,7 +82,7 @@ struct tdm_cp_server {
     /* the recent persisted samples per rank: history reads it covers skip the database */
     tdm_cp_hist_t hist;
     uint64_t hist_spool_replays; /* stats.spool_replayed when the cache last saw it */
-    /* cached reads being fetched: requests that miss wait on the one query (api.c) */
+    /* cached reads being fetched: requests that miss wait on the one query (rest_reads.c) */
     struct tdm_cp_flight {
         tdm_cp_server_t *srv;
         int busy;

@@ -5,14 +5,21 @@ libtdmcp_a_SOURCES += \
 	controlplane/http/auth.c \
 	controlplane/http/cp_server.c \
 	controlplane/http/ingest.c \
-	controlplane/http/api.c \
-	controlplane/http/act_routes.c \
+	controlplane/http/routes.c \
+	controlplane/http/rest_util.c \
+	controlplane/http/rest_health.c \
+	controlplane/http/rest_workers.c \
+	controlplane/http/rest_reads.c \
+	controlplane/http/rest_tokens.c \
+	controlplane/http/rest_act.c \
+	controlplane/http/v1_router.c \
 	controlplane/http/console.c \
 	controlplane/http/stream.c
 nodist_libtdmcp_a_SOURCES += web/assets.c
 noinst_HEADERS += \
 	controlplane/http/auth.h \
 	controlplane/http/cp_server.h \
+	controlplane/http/rest.h \
 	controlplane/http/console.h \
 	controlplane/http/stream.h
 
