@@ -8,6 +8,9 @@ libtdmcp_a_SOURCES += \
 	controlplane/store/db_spool.c \
 	controlplane/store/migrate.c \
 	controlplane/store/db.c \
+	controlplane/store/db_query.c \
+	controlplane/store/db_commit.c \
+	controlplane/store/db_ingest.c \
 	controlplane/store/hist.c
 noinst_HEADERS += \
 	controlplane/store/buf.h \
@@ -16,4 +19,5 @@ noinst_HEADERS += \
 	controlplane/store/db_spool.h \
 	controlplane/store/migrate.h \
 	controlplane/store/db.h \
+	controlplane/store/db_int.h \
 	controlplane/store/hist.h
