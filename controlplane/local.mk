@@ -68,3 +68,8 @@ dist_check_SCRIPTS += tests/integration/test-restart-streams.sh
 # a 10 s PostgreSQL outage under the auto policy on supervised groups (TDM_OUTAGE_S=60 long)
 TESTS += tests/integration/test-cp-outage-auto.sh
 dist_check_SCRIPTS += tests/integration/test-cp-outage-auto.sh
+# the long forms of the two above (docs/alerts.md): a 60 s outage, 20 restarts with open streams
+check-reliability-long: tandem-worker tandemd tandemctl tdm-pg
+	TDM_OUTAGE_S=60 TDM_RESTART_ROUNDS=20 $(MAKE) $(AM_MAKEFLAGS) check \
+	  TESTS='tests/integration/test-cp-outage-auto.sh tests/integration/test-restart-streams.sh'
+.PHONY: check-reliability-long

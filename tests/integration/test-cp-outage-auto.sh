@@ -3,7 +3,7 @@
 # (docs/design.md §5, docs/alerts.md). tandemd (--alert-policy all=auto, its own tdm-pg cluster)
 # supervises two CPU groups of the tiny-llama3 fixture, h and w, each on a port of its own; h
 # serves a steady load (a /generate every ~0.2 s) throughout. The cluster is stopped for
-# TDM_OUTAGE_S seconds (10 in make check; 60 for the long form, by hand or in the chaos runs):
+# TDM_OUTAGE_S seconds (10 in make check; 60 in `make check-reliability-long`):
 #   no WORKER_LOST on either group and no action on the healthy group h (the policy would restart
 #   it): detection runs from the ring, not the database;
 #   a wedge injected on w during the outage (stall_loop, then a request) is alerted as WEDGE

@@ -8,7 +8,7 @@
 #   no rank of any incarnation dies on a signal (an abort at teardown is signal 6).
 # After the rounds (and the silence rule's 2 s), no WORKER_LOST names the group, live or stored:
 # a restart's own stop is not a lost worker. 5 rounds in make check; TDM_RESTART_ROUNDS=20 for
-# the long form (tests/integration, by hand or in the chaos runs).
+# the long form (`make check-reliability-long`).
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
