@@ -58,8 +58,8 @@ static int reps_for(uint64_t bytes)
 }
 
 /* Rooms per round, the same for every size. Default 1: same-host rooms up to 16 MiB are copied
- * by the sending thread itself (engine: xfer_inline_ok), so the rooms of a round are written one
- * after another anyway, and one room per round writes the same decode pages every round (freed
+ * by the sending thread itself (engine: tdm_xfer_inline_ok), so the rooms of a round are written
+ * one after another anyway, and one room per round writes the same decode pages every round (freed
  * and taken again, as a LIFO page pool does) as perftest re-puts one buffer. More rooms per round
  * (TDM_BENCH_INFLIGHT) write distinct decode pages: a larger working set. Each line also carries
  * the mean send→SUCCESS latency of one room. */

@@ -27,7 +27,7 @@
 
 /* ---- bootstrap thread ---- */
 
-void xfer_conn_close(tdm_xfer_t *x, uint32_t i)
+void tdm_xfer_conn_close(tdm_xfer_t *x, uint32_t i)
 {
     close(x->conns[i].fd);
     tdm_frame_reader_free(&x->conns[i].rd);
@@ -41,7 +41,7 @@ static void refuse(tdm_xfer_t *x, int fd, const char *why)
     size_t len;
     pthread_mutex_lock(&x->mu);
     x->st.register_refused++;
-    xfer_event(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
+    tdm_xfer_emit(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
     pthread_mutex_unlock(&x->mu);
     tdm_warn(TDM_SUB_XFER, "REGISTER refused: %s", why);
     memset(&f, 0, sizeof(f));
@@ -49,7 +49,7 @@ static void refuse(tdm_xfer_t *x, int fd, const char *why)
     f.message.data = (const uint8_t *)why;
     f.message.len = (uint32_t)strnlen(why, TDM_FRAME_MAX_MSG);
     if (tdm_frame_encode_status(&f, NULL, buf, sizeof(buf), &len) == TDM_OK)
-        xfer_write_all(fd, buf, len, 500000);
+        tdm_xfer_write_all(fd, buf, len, 500000);
 }
 
 /* Whether the peer of a connected socket is on this host: a loopback address, or the address
@@ -101,7 +101,7 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
         refuse(x, c->fd, "busy: another decode group is registered");
         goto out_close;
     }
-    if (xfer_prefill_check_register(x, f, why, sizeof(why))) {
+    if (tdm_xfer_prefill_check_register(x, f, why, sizeof(why))) {
         refuse(x, c->fd, why);
         goto out_close;
     }
@@ -115,9 +115,9 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
     f = NULL;
     copy = NULL;
     x->connect_done = 0;
-    xfer_cmd_push(x, XCMD_CONNECT, 0);
-    uint64_t end = xfer_now() + 5000000;
-    while (!x->connect_done && !atomic_load(&x->stop) && xfer_now() < end) {
+    tdm_xfer_cmd_push(x, XCMD_CONNECT, 0);
+    uint64_t end = tdm_xfer_now() + 5000000;
+    while (!x->connect_done && !atomic_load(&x->stop) && tdm_xfer_now() < end) {
         pthread_mutex_unlock(&x->mu);
         tdm_time_sleep_us(1000);
         pthread_mutex_lock(&x->mu);
@@ -136,13 +136,13 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
     x->chan_rd = c->rd;
     x->ready = 1;
     x->chan_kill = 0;
-    x->last_rx_us = x->last_hb_us = xfer_now();
-    xfer_out_reset(x);
+    x->last_rx_us = x->last_hb_us = tdm_xfer_now();
+    tdm_xfer_out_reset(x);
     /* chunk_tokens of the verdict tells decode whether this side computes KV checksums (0 = off,
      * --disaggregation-disable-checksums); decode refuses a registration that disagrees */
-    xfer_out_status(x, 0, TDM_KVPOLL_SUCCESS, "registered", NULL, 0,
-                    x->cfg.disable_checksums ? 0 : x->page_size);
-    xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, "registered");
+    tdm_xfer_out_status(x, 0, TDM_KVPOLL_SUCCESS, "registered", NULL, 0,
+                        x->cfg.disable_checksums ? 0 : x->page_size);
+    tdm_xfer_emit(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, "registered");
     tdm_info(TDM_SUB_XFER, "decode group %016llx registered (%u ranks)",
              (unsigned long long)x->reg->instance_id, x->reg->n_ranks);
     pthread_cond_broadcast(&x->cv);
@@ -153,7 +153,7 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
 out_close:
     free(f);
     free(copy);
-    xfer_conn_close(x, ci);
+    tdm_xfer_conn_close(x, ci);
     return 1;
 }
 
@@ -168,7 +168,7 @@ static void prefill_poll_conns(tdm_xfer_t *x)
     if (poll(p, 2 + n_conns, 100) <= 0)
         goto expire;
     if (p[0].revents)
-        xfer_drain(x->wake_boot);
+        tdm_xfer_drain(x->wake_boot);
     if (p[1].revents & POLLIN) {
         int fd = accept4(x->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) {
@@ -179,7 +179,7 @@ static void prefill_poll_conns(tdm_xfer_t *x)
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 xfer_conn_t *c = &x->conns[x->n_conns++];
                 c->fd = fd;
-                c->since_us = xfer_now();
+                c->since_us = tdm_xfer_now();
                 tdm_frame_reader_init(&c->rd, TDM_FRAME_MAX_BODY);
                 pthread_mutex_lock(&x->mu);
                 x->st.conns_accepted++;
@@ -197,7 +197,7 @@ static void prefill_poll_conns(tdm_xfer_t *x)
         tdm_frame_reader_space(&c->rd, &space, &avail);
         ssize_t r = avail ? recv(c->fd, space, avail, MSG_DONTWAIT) : 0;
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-            xfer_conn_close(x, k);
+            tdm_xfer_conn_close(x, k);
             continue;
         }
         if (r < 0)
@@ -218,7 +218,7 @@ static void prefill_poll_conns(tdm_xfer_t *x)
             }
             pthread_mutex_unlock(&x->mu);
             if (st != TDM_OK) {
-                xfer_conn_close(x, k);
+                tdm_xfer_conn_close(x, k);
                 break;
             }
             if (h.type == TDM_FRAME_REGISTER) {
@@ -235,11 +235,11 @@ static void prefill_poll_conns(tdm_xfer_t *x)
     }
 expire:
     for (uint32_t k = x->n_conns; k-- > 0;)
-        if (xfer_now() - x->conns[k].since_us > x->cfg.peer_timeout_us) {
+        if (tdm_xfer_now() - x->conns[k].since_us > x->cfg.peer_timeout_us) {
             pthread_mutex_lock(&x->mu);
             x->st.conns_closed_bad++;
             pthread_mutex_unlock(&x->mu);
-            xfer_conn_close(x, k);
+            tdm_xfer_conn_close(x, k);
         }
 }
 
@@ -278,15 +278,15 @@ static void decode_handshake(tdm_xfer_t *x)
     size_t len;
     char msg[TDM_FRAME_MAX_MSG + 1];
     int fd = connect_to(x->cfg.host, x->cfg.port, 1000000);
-    x->next_connect_us = xfer_now() + 1000000;
+    x->next_connect_us = tdm_xfer_now() + 1000000;
     if (fd < 0)
         return;
-    if (xfer_decode_register_frame(x, &buf, &len) != TDM_OK ||
-        xfer_write_all(fd, buf, len, x->cfg.peer_timeout_us) != TDM_OK)
+    if (tdm_xfer_decode_register_frame(x, &buf, &len) != TDM_OK ||
+        tdm_xfer_write_all(fd, buf, len, x->cfg.peer_timeout_us) != TDM_OK)
         goto out_close;
     tdm_frame_reader_free(&x->chan_rd);
     tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
-    uint64_t end = xfer_now() + x->cfg.peer_timeout_us;
+    uint64_t end = tdm_xfer_now() + x->cfg.peer_timeout_us;
     for (;;) {
         tdm_frame_hdr_t h;
         const uint8_t *body;
@@ -309,11 +309,11 @@ static void decode_handshake(tdm_xfer_t *x)
                 x->refused = 1;
                 snprintf(x->refusal, sizeof(x->refusal), "%s", msg);
                 x->st.register_refused++;
-                xfer_event(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, msg);
+                tdm_xfer_emit(x, "register_refused", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, msg);
                 pthread_cond_broadcast(&x->cv);
                 pthread_mutex_unlock(&x->mu);
                 tdm_err(TDM_SUB_XFER, "registration with the prefill group refused: %s", msg);
-                x->next_connect_us = xfer_now() + 5000000;
+                x->next_connect_us = tdm_xfer_now() + 5000000;
                 goto out_close;
             }
             x->chan_fd = fd;
@@ -321,18 +321,18 @@ static void decode_handshake(tdm_xfer_t *x)
             x->ready = 1;
             x->refused = 0;
             x->chan_kill = 0;
-            x->last_rx_us = x->last_hb_us = xfer_now();
-            xfer_out_reset(x);
-            xfer_event(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, msg);
-            xfer_decode_registered(x);
+            x->last_rx_us = x->last_hb_us = tdm_xfer_now();
+            tdm_xfer_out_reset(x);
+            tdm_xfer_emit(x, "peer_registered", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_SUCCESS, msg);
+            tdm_xfer_decode_registered(x);
             pthread_cond_broadcast(&x->cv);
             pthread_mutex_unlock(&x->mu);
-            xfer_wake(x->wake_recv);
+            tdm_xfer_wake(x->wake_recv);
             goto out_close;
         }
         if (st != TDM_ERR_AGAIN)
             goto out_close;
-        uint64_t now = xfer_now();
+        uint64_t now = tdm_xfer_now();
         if (now >= end || atomic_load(&x->stop))
             goto out_close;
         struct pollfd p = {fd, POLLIN, 0};
@@ -353,22 +353,22 @@ out_close:
     free(buf);
 }
 
-void *xfer_boot_main(void *arg)
+void *tdm_xfer_boot_main(void *arg)
 {
     tdm_xfer_t *x = arg;
     while (!atomic_load(&x->stop)) {
-        xfer_hb(x, TDM_HB_BOOTSTRAP);
-        if (xfer_fault(x, TDM_XFER_FAULT_KILL_BOOTSTRAP, NULL)) {
-            xfer_thread_killed(x, "bootstrap");
+        tdm_xfer_hb(x, TDM_HB_BOOTSTRAP);
+        if (tdm_xfer_fault_fires(x, TDM_XFER_FAULT_KILL_BOOTSTRAP, NULL)) {
+            tdm_xfer_thread_killed(x, "bootstrap");
             return NULL;
         }
         pthread_mutex_lock(&x->mu);
         /* read the clock under the lock: a stamp taken before it could predate a room opened
          * or a frame received meanwhile, and an unsigned age would wrap into a timeout */
-        uint64_t now = xfer_now();
+        uint64_t now = tdm_xfer_now();
         tdm_xfer_rooms_tick(x->rooms, now);
         if (x->cfg.role == TDM_XFER_DECODE)
-            xfer_decode_tick(x, now);
+            tdm_xfer_decode_tick(x, now);
         int have_chan = x->chan_fd >= 0;
         if (have_chan && x->ready) {
             if (now - x->last_hb_us >= x->cfg.heartbeat_us) {
@@ -376,12 +376,12 @@ void *xfer_boot_main(void *arg)
                 uint8_t buf[64];
                 size_t len;
                 if (tdm_frame_encode_heartbeat(&f, buf, sizeof(buf), &len) == TDM_OK)
-                    xfer_out(x, buf, len);
+                    tdm_xfer_out(x, buf, len);
                 x->last_hb_us = now;
             }
             if (now - x->last_rx_us >= x->cfg.peer_timeout_us && !x->chan_kill) {
                 x->chan_kill = 1;
-                xfer_wake(x->wake_recv);
+                tdm_xfer_wake(x->wake_recv);
             }
         }
         pthread_mutex_unlock(&x->mu);
@@ -392,7 +392,7 @@ void *xfer_boot_main(void *arg)
         } else {
             struct pollfd p = {x->wake_boot, POLLIN, 0};
             if (poll(&p, 1, 100) > 0)
-                xfer_drain(x->wake_boot);
+                tdm_xfer_drain(x->wake_boot);
         }
     }
     return NULL;

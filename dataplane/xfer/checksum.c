@@ -12,7 +12,7 @@
 
 #include "dataplane/xfer/xfer_int.h"
 
-uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page)
+uint64_t tdm_xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page)
 {
     const tdm_kv_layout_t *l = kv->layout;
     uint64_t h = 0;
@@ -24,7 +24,7 @@ uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page)
     return h;
 }
 
-uint64_t xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages)
+uint64_t tdm_xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages)
 {
     uint64_t b = 0;
     for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
@@ -47,7 +47,7 @@ static uint32_t get32(const uint8_t *p)
 }
 
 /* Slot: magic u32, n_top u32, room u64, first_token u32, first_logprob f32, top[20]{id, lp}. */
-void xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES])
+void tdm_xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES])
 {
     uint32_t n = a->n_top > TDM_FRAME_MAX_TOP ? TDM_FRAME_MAX_TOP : a->n_top;
     uint32_t f;
@@ -66,7 +66,7 @@ void xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES])
     }
 }
 
-tdm_status_t xfer_aux_decode(const uint8_t in[TDM_XFER_AUX_BYTES], tdm_xfer_aux_t *ret)
+tdm_status_t tdm_xfer_aux_decode(const uint8_t in[TDM_XFER_AUX_BYTES], tdm_xfer_aux_t *ret)
 {
     tdm_xfer_aux_t a;
     uint32_t f;

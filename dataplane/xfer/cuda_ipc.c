@@ -422,7 +422,7 @@ static tdm_status_t page_sums_locked(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
                            c->sum_stream),
            "cudaMemcpyAsync (hashes)");
     CU_TRY(cudaStreamSynchronize(c->sum_stream), "cudaStreamSynchronize (checksums)");
-    /* the fold of xfer_page_sum: layer-major, sub-buffer order, from 0 */
+    /* the fold of tdm_xfer_page_sum: layer-major, sub-buffer order, from 0 */
     for (uint32_t i = 0; i < n; i++) {
         uint64_t h = 0;
         for (size_t k = 0; k < per; k++)

@@ -8,7 +8,7 @@
  * there are only one or two), then records an event: a room is delivered
  * (the UCX flush of the host path, I5) only once that event completed. Checksums are computed on
  * the GPU (kernels/cuda/xfer_ops.cu: XXH64 per segment, folded on the host with
- * tdm_hash_combine), equal to xfer_page_sum over the same bytes.
+ * tdm_hash_combine), equal to tdm_xfer_page_sum over the same bytes.
  *
  * Pages are named as on the host path: region(layer, sub) offsets from
  * tdm_kv_layout_region_offset for the pool's page count, page_stride per page; runs of pages
@@ -70,7 +70,7 @@ void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev);
 void *xfer_cuda_stream(xfer_cuda_t *c);
 /* Wait until every queued copy finished (error paths). */
 void xfer_cuda_drain(xfer_cuda_t *c);
-/* One checksum per page over device pool `kv` (== xfer_page_sum of the same bytes). */
+/* One checksum per page over device pool `kv` (== tdm_xfer_page_sum of the same bytes). */
 tdm_status_t xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv, const uint32_t *pages,
                                  uint32_t n, uint64_t *ret_sums);
 /* Fault injection: *dev_byte ^= mask in device memory. */

@@ -18,7 +18,7 @@
 
 #include "dataplane/xfer/xfer_int.h"
 
-tdm_status_t xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t *ret_len)
+tdm_status_t tdm_xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t *ret_len)
 {
     tdm_frame_register_t *f = tdm_calloc(1, sizeof(*f));
     uint8_t *blobs[TDM_XFER_RANKS_MAX] = {0};
@@ -77,7 +77,7 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
         if (page_ids[i] >= x->cfg.kv[0]->num_pages)
             return TDM_ERR_RANGE;
     size_t cap = 512 + ((size_t)n_prompt + n_pages) * 4, len;
-    xfer_cork_due(x, 0);
+    tdm_xfer_cork_due(x, 0);
     uint8_t *buf = tdm_malloc(cap);
     pthread_mutex_lock(&x->mu);
     if (!x->ready) {
@@ -89,7 +89,7 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
         goto out;
     }
     uint64_t room = tdm_xfer_room_id_new(x->rooms);
-    TDM_CHECK_GOTO(tdm_xfer_room_open(x->rooms, room, xfer_now()), st, out);
+    TDM_CHECK_GOTO(tdm_xfer_room_open(x->rooms, room, tdm_xfer_now()), st, out);
     tdm_frame_transfer_info_t f;
     memset(&f, 0, sizeof(f));
     f.room = room;
@@ -104,9 +104,9 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
     memset(x->aux[0] + (size_t)f.aux_slot * TDM_XFER_AUX_BYTES, 0, TDM_XFER_AUX_BYTES);
     st = tdm_frame_encode_transfer_info(&f, prompt_ids, page_ids, buf, cap, &len);
     if (st == TDM_OK)
-        st = xfer_out(x, buf, len);
+        st = tdm_xfer_out(x, buf, len);
     if (st != TDM_OK) {
-        tdm_xfer_room_abort(x->rooms, room, "send failed", xfer_now());
+        tdm_xfer_room_abort(x->rooms, room, "send failed", tdm_xfer_now());
         goto out;
     }
     x->n_aux_free--;
@@ -118,8 +118,8 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
     r->pages = tdm_calloc(n_pages, sizeof(uint32_t));
     memcpy(r->pages, page_ids, (size_t)n_pages * sizeof(uint32_t));
     r->info_sent = 1;
-    xfer_map_put(x, r);
-    xfer_room_set_all(x, room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info sent");
+    tdm_xfer_map_put(x, r);
+    tdm_xfer_room_set_all(x, room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info sent");
     *ret_room = room;
 out:
     pthread_mutex_unlock(&x->mu);
@@ -136,14 +136,14 @@ static void on_status(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         tdm_warn(TDM_SUB_XFER, "dropped malformed STATUS: %s", why);
         return;
     }
-    xroom_t *r = xfer_map_get(x, f.room);
+    xroom_t *r = tdm_xfer_map_get(x, f.room);
     if (!r) {
         x->st.frames_unexpected++;
         return;
     }
     switch (f.state) {
     case TDM_KVPOLL_TRANSFERRING:
-        xfer_room_set_all(x, f.room, TDM_KVPOLL_TRANSFERRING, "prefill transferring");
+        tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_TRANSFERRING, "prefill transferring");
         break;
     case TDM_KVPOLL_SUCCESS:
         if (r->final_rx)
@@ -152,7 +152,8 @@ static void on_status(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         if (f.n_checksums &&
             (f.chunk_tokens != x->page_size || f.n_checksums != x->n_ranks * r->n_pages)) {
             x->st.frames_malformed++;
-            xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED, "STATUS checksums do not match room");
+            tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED,
+                                  "STATUS checksums do not match room");
             break;
         }
         r->n_sums = f.n_checksums;
@@ -161,13 +162,13 @@ static void on_status(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
             for (uint32_t i = 0; i < f.n_checksums; i++)
                 r->sums[i] = tdm_frame_u64_at(f.checksums, i);
         }
-        xfer_room_set_all(x, f.room, TDM_KVPOLL_SUCCESS, "prefill flushed");
+        tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_SUCCESS, "prefill flushed");
         break;
     case TDM_KVPOLL_FAILED:
         r->final_rx = 1;
         snprintf(why, sizeof(why), "prefill: %.*s", (int)f.message.len,
                  (const char *)f.message.data);
-        xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED, why);
+        tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED, why);
         break;
     default:
         x->st.frames_unexpected++;
@@ -191,7 +192,7 @@ static void on_abort_ack(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         return;
     }
     x->st.aborts_acked++;
-    xroom_t *r = xfer_map_get(x, f.room);
+    xroom_t *r = tdm_xfer_map_get(x, f.room);
     if (!r)
         return; /* an ABORT for a room this side never had */
     if (!f.flushed) {
@@ -200,11 +201,11 @@ static void on_abort_ack(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
     }
     unquarantine(x, r);
     r->final_rx = 1;
-    xfer_event(x, "abort_acked", f.room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED,
-               f.known ? "flushed" : "unknown to prefill");
+    tdm_xfer_emit(x, "abort_acked", f.room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED,
+                  f.known ? "flushed" : "unknown to prefill");
 }
 
-void xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
+void tdm_xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
 {
     switch (h->type) {
     case TDM_FRAME_STATUS:
@@ -225,21 +226,21 @@ static void send_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
     uint8_t buf[512];
     size_t len;
     if (tdm_frame_encode_abort(&f, buf, sizeof(buf), &len) == TDM_OK &&
-        xfer_out(x, buf, len) == TDM_OK) {
+        tdm_xfer_out(x, buf, len) == TDM_OK) {
         x->st.aborts_sent++;
         /* with abort_acked, what ABORT_UNACKED is computed from (docs/alerts.md) */
-        xfer_event(x, "abort_sent", room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, reason);
+        tdm_xfer_emit(x, "abort_sent", room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, reason);
     }
 }
 
 /* The room became FAILED: if prefill may still write into its pages, hold them and ask. */
-void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
+void tdm_xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
 {
-    xroom_t *r = xfer_map_get(x, room);
+    xroom_t *r = tdm_xfer_map_get(x, room);
     if (!r || !r->info_sent || r->final_rx || r->quarantined)
         return;
     r->quarantined = 1;
-    r->q_since_us = xfer_now();
+    r->q_since_us = tdm_xfer_now();
     x->st.quarantined++;
     send_abort(x, room, "decode abort");
 }
@@ -250,7 +251,7 @@ void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
  * has the room answers after its flush, as the first time (I5). Without this, rooms whose ACK
  * was lost stayed quarantined for the life of the decode group even after the operator's
  * remedy, a restart of the prefill group (docs/alerts.md ABORT_UNACKED). */
-void xfer_decode_registered(tdm_xfer_t *x)
+void tdm_xfer_decode_registered(tdm_xfer_t *x)
 {
     for (uint32_t i = 0; i <= x->map_mask; i++) {
         xroom_t *r = x->map[i];
@@ -259,18 +260,18 @@ void xfer_decode_registered(tdm_xfer_t *x)
     }
 }
 
-void xfer_decode_peer_lost(tdm_xfer_t *x)
+void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
 {
     for (uint32_t i = 0; i <= x->map_mask; i++) {
         xroom_t *r = x->map[i];
         tdm_xfer_room_info_t info;
         if (r && tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
             info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED)
-            xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
+            tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
     }
 }
 
-void xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
+void tdm_xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
 {
     for (uint32_t i = 0; i <= x->map_mask; i++) {
         xroom_t *r = x->map[i];
@@ -282,8 +283,8 @@ void xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
         tdm_warn(TDM_SUB_XFER, "room %016llx: no ABORT_ACK after %llu ms, pages stay quarantined",
                  (unsigned long long)r->room,
                  (unsigned long long)(x->cfg.abort_ack_timeout_us / 1000));
-        xfer_event(x, "abort_unacked", r->room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED,
-                   "ABORT_ACK timeout");
+        tdm_xfer_emit(x, "abort_unacked", r->room, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED,
+                      "ABORT_ACK timeout");
     }
 }
 
@@ -295,7 +296,7 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
     if (x->cfg.role != TDM_XFER_DECODE || !ret_aux)
         return TDM_ERR_INVAL;
     pthread_mutex_lock(&x->mu);
-    xroom_t *r = xfer_map_get(x, room);
+    xroom_t *r = tdm_xfer_map_get(x, room);
     if (!r) {
         pthread_mutex_unlock(&x->mu);
         return TDM_ERR_NOTFOUND;
@@ -309,8 +310,8 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
     pthread_mutex_unlock(&x->mu);
 
     uint32_t n_flip;
-    if (xfer_fault(x, TDM_XFER_FAULT_FLIP_KV_BITS, &n_flip))
-        xfer_flip_kv_bits(x, r, n_flip ? n_flip : 1);
+    if (tdm_xfer_fault_fires(x, TDM_XFER_FAULT_FLIP_KV_BITS, &n_flip))
+        tdm_xfer_flip_kv_bits(x, r, n_flip ? n_flip : 1);
 
     int bad_sum = 0, bad_aux = 0;
     uint64_t t0 = tdm_time_mono_ns();
@@ -321,7 +322,7 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
         }
         uint64_t *mine = tdm_calloc(r->n_pages ? r->n_pages : 1, sizeof(uint64_t));
         for (uint32_t rank = 0; rank < x->n_ranks && !bad_sum; rank++) {
-            if (xfer_kv_sums(x, rank, r->pages, r->n_pages, mine) != TDM_OK) {
+            if (tdm_xfer_kv_sums(x, rank, r->pages, r->n_pages, mine) != TDM_OK) {
                 bad_sum = 1;
                 snprintf(why, sizeof(why), "checksums of rank %u not computed", rank);
                 break;
@@ -340,12 +341,12 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
         uint64_t dt = tdm_time_mono_ns() - t0;
         pthread_mutex_lock(&x->mu);
         x->st.checksum_ns += dt;
-        x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
+        x->st.checksum_bytes += tdm_xfer_room_sum_bytes(x, r->n_pages);
         pthread_mutex_unlock(&x->mu);
     }
-    if (!bad_sum &&
-        (xfer_aux_decode(x->aux[0] + (size_t)r->aux_slot * TDM_XFER_AUX_BYTES, &aux) != TDM_OK ||
-         aux.room != room)) {
+    if (!bad_sum && (tdm_xfer_aux_decode(x->aux[0] + (size_t)r->aux_slot * TDM_XFER_AUX_BYTES,
+                                         &aux) != TDM_OK ||
+                     aux.room != room)) {
         bad_aux = 1;
         snprintf(why, sizeof(why), "aux slot %u does not hold this room", r->aux_slot);
     }
@@ -360,27 +361,27 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
         x->st.aux_mismatch++;
     tdm_warn(TDM_SUB_XFER, "room %016llx corrupt: %s", (unsigned long long)room, why);
     /* the detector's vocabulary (docs/alerts.md): CORRUPTION opens on either */
-    xfer_event(x, bad_sum ? "checksum_mismatch" : "aux_room_mismatch", room, TDM_KVPOLL_SUCCESS,
-               TDM_KVPOLL_FAILED, why);
-    xfer_room_set_all(x, room, TDM_KVPOLL_FAILED, why);
+    tdm_xfer_emit(x, bad_sum ? "checksum_mismatch" : "aux_room_mismatch", room, TDM_KVPOLL_SUCCESS,
+                  TDM_KVPOLL_FAILED, why);
+    tdm_xfer_room_set_all(x, room, TDM_KVPOLL_FAILED, why);
     pthread_mutex_unlock(&x->mu);
     return TDM_ERR_CORRUPT;
 }
 
-tdm_status_t xfer_decode_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
+tdm_status_t tdm_xfer_decode_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
 {
-    xroom_t *r = xfer_map_get(x, room);
-    tdm_xfer_room_abort(x->rooms, room, reason ? reason : "abort", xfer_now());
+    xroom_t *r = tdm_xfer_map_get(x, room);
+    tdm_xfer_room_abort(x->rooms, room, reason ? reason : "abort", tdm_xfer_now());
     if (!r)
         send_abort(x, room, reason ? reason : "abort"); /* unknown here: prefill tombstones it */
     else
-        xfer_decode_room_failed(x, room); /* no-op unless prefill may still write */
+        tdm_xfer_decode_room_failed(x, room); /* no-op unless prefill may still write */
     return TDM_OK;
 }
 
-tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room)
+tdm_status_t tdm_xfer_decode_release(tdm_xfer_t *x, uint64_t room)
 {
-    xroom_t *r = xfer_map_get(x, room);
+    xroom_t *r = tdm_xfer_map_get(x, room);
     tdm_xfer_room_info_t info;
     if (!r)
         return TDM_ERR_NOTFOUND;
@@ -390,9 +391,9 @@ tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room)
     if (r->quarantined)
         return TDM_ERR_BUSY;
     x->aux_free[x->n_aux_free++] = r->aux_slot;
-    xfer_map_del(x, room);
-    xroom_free(r);
-    tdm_xfer_room_close(x->rooms, room, xfer_now());
+    tdm_xfer_map_del(x, room);
+    tdm_xroom_free(r);
+    tdm_xfer_room_close(x->rooms, room, tdm_xfer_now());
     return TDM_OK;
 }
 
@@ -402,10 +403,10 @@ tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room)
  * The bit is bit 6 of an element's last byte in every KV dtype we hold (little-endian f32 bit
  * 30, bf16/f16 bit 14, fp8 e4m3 bit 6): a value below 2 in magnitude becomes ~2^64..2^128
  * times larger (f32/bf16). */
-void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
+void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
 {
     if (!x->flip_rng)
-        x->flip_rng = xfer_now() * 0x9e3779b97f4a7c15ull | 1;
+        x->flip_rng = tdm_xfer_now() * 0x9e3779b97f4a7c15ull | 1;
     for (uint32_t k = 0; k < n; k++) {
         uint64_t v = x->flip_rng;
         v ^= v << 13;
@@ -422,7 +423,7 @@ void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
         uint32_t n_elem = l->sub[sub].bytes_per_token / (uint32_t)(esz ? esz : 1);
         uint32_t elem = (uint32_t)((v >> 41) % (n_elem ? n_elem : 1));
         uint8_t *p = tdm_kv_slot(kv, layer, sub, r->pages[tok / x->page_size], tok % x->page_size);
-        xfer_kv_flip_byte(x, p + (size_t)elem * esz + esz - 1, 0x40); /* host or device */
+        tdm_xfer_kv_flip_byte(x, p + (size_t)elem * esz + esz - 1, 0x40); /* host or device */
     }
     tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: %u value(s) of room %016llx flipped", n,
              (unsigned long long)r->room);

@@ -27,18 +27,18 @@
 
 #include "dataplane/xfer/xfer_int.h"
 
-uint64_t xfer_now(void)
+uint64_t tdm_xfer_now(void)
 {
     return tdm_time_mono_us();
 }
 
-void xfer_hb(tdm_xfer_t *x, tdm_hb_thread_t t)
+void tdm_xfer_hb(tdm_xfer_t *x, tdm_hb_thread_t t)
 {
     if (x->cfg.progress)
-        tdm_progress_heartbeat(x->cfg.progress, t, xfer_now());
+        tdm_progress_heartbeat(x->cfg.progress, t, tdm_xfer_now());
 }
 
-int xfer_fault(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg)
+int tdm_xfer_fault_fires(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg)
 {
     uint32_t arg = 0;
     if (!x->cfg.fault || !x->cfg.fault(x->cfg.ctx, f, &arg))
@@ -49,24 +49,24 @@ int xfer_fault(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg)
     return 1;
 }
 
-void xfer_thread_killed(tdm_xfer_t *x, const char *thread)
+void tdm_xfer_thread_killed(tdm_xfer_t *x, const char *thread)
 {
     char why[96];
     snprintf(why, sizeof(why), "fault kill_thread: the %s thread exits", thread);
     tdm_err(TDM_SUB_XFER, "%s (its heartbeat stops; /health reports it)", why);
     pthread_mutex_lock(&x->mu);
-    xfer_event(x, "thread_exit", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
+    tdm_xfer_emit(x, "thread_exit", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
     pthread_mutex_unlock(&x->mu);
 }
 
-void xfer_wake(int fd)
+void tdm_xfer_wake(int fd)
 {
     uint64_t one = 1;
     ssize_t n = write(fd, &one, sizeof(one));
     (void)n;
 }
 
-void xfer_drain(int fd)
+void tdm_xfer_drain(int fd)
 {
     uint64_t v;
     ssize_t n = read(fd, &v, sizeof(v));
@@ -81,7 +81,7 @@ static uint32_t map_home(const tdm_xfer_t *x, uint64_t room)
     return (uint32_t)(h >> 32) & x->map_mask;
 }
 
-xroom_t *xfer_map_get(tdm_xfer_t *x, uint64_t room)
+xroom_t *tdm_xfer_map_get(tdm_xfer_t *x, uint64_t room)
 {
     for (uint32_t i = map_home(x, room);; i = (i + 1) & x->map_mask) {
         if (!x->map[i])
@@ -91,7 +91,7 @@ xroom_t *xfer_map_get(tdm_xfer_t *x, uint64_t room)
     }
 }
 
-void xfer_map_put(tdm_xfer_t *x, xroom_t *r)
+void tdm_xfer_map_put(tdm_xfer_t *x, xroom_t *r)
 {
     uint32_t i = map_home(x, r->room);
     while (x->map[i])
@@ -100,7 +100,7 @@ void xfer_map_put(tdm_xfer_t *x, xroom_t *r)
     x->map_used++;
 }
 
-void xfer_map_del(tdm_xfer_t *x, uint64_t room)
+void tdm_xfer_map_del(tdm_xfer_t *x, uint64_t room)
 {
     uint32_t i = map_home(x, room);
     while (x->map[i] && x->map[i]->room != room)
@@ -126,7 +126,7 @@ void xfer_map_del(tdm_xfer_t *x, uint64_t room)
     }
 }
 
-void xroom_free(xroom_t *r)
+void tdm_xroom_free(xroom_t *r)
 {
     if (!r)
         return;
@@ -139,19 +139,19 @@ void xroom_free(xroom_t *r)
 
 /* ---- events ---- */
 
-void xfer_event(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from, tdm_kvpoll_t to,
-                const char *reason)
+void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
+                   tdm_kvpoll_t to, const char *reason)
 {
     if (!x->cfg.on_event)
         return;
-    tdm_xfer_event_t ev = {xfer_now(), type, room, from, to, reason ? reason : ""};
+    tdm_xfer_event_t ev = {tdm_xfer_now(), type, room, from, to, reason ? reason : ""};
     x->cfg.on_event(x->cfg.ctx, &ev);
 }
 
 static void room_event_cb(void *ctx, const tdm_xfer_room_event_t *ev)
 {
     tdm_xfer_t *x = ctx;
-    xfer_event(x, "kvpoll", ev->room, ev->from, ev->to, ev->reason);
+    tdm_xfer_emit(x, "kvpoll", ev->room, ev->from, ev->to, ev->reason);
     if (ev->to == TDM_KVPOLL_TRANSFERRING)
         atomic_fetch_add(&x->n_transferring, 1);
     if (ev->from == TDM_KVPOLL_TRANSFERRING)
@@ -159,13 +159,13 @@ static void room_event_cb(void *ctx, const tdm_xfer_room_event_t *ev)
     if (ev->to == TDM_KVPOLL_FAILED && ev->from != TDM_KVPOLL_FAILED) {
         x->st.rooms_failed++;
         if (x->cfg.role == TDM_XFER_DECODE)
-            xfer_decode_room_failed(x, ev->room);
+            tdm_xfer_decode_room_failed(x, ev->room);
     }
 }
 
-void xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason)
+void tdm_xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason)
 {
-    uint64_t now = xfer_now();
+    uint64_t now = tdm_xfer_now();
     for (uint32_t r = 0; r < x->n_ranks; r++)
         tdm_xfer_room_set(x->rooms, room, r, to, reason, now);
 }
@@ -330,20 +330,20 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
     } else {
         TDM_CHECK_GOTO(listen_on(x), st, err_free);
     }
-    TDM_CHECK_GOTO(xfer_kvmem_init(x), st, err_free);
+    TDM_CHECK_GOTO(tdm_xfer_kvmem_init(x), st, err_free);
     for (uint32_t r = 0; r < x->n_ranks; r++)
-        TDM_CHECK_GOTO(xfer_ucx_init(x, r), st, err_free);
-    if (pthread_create(&x->xfer_th, NULL, xfer_main, x) != 0) {
+        TDM_CHECK_GOTO(tdm_xfer_ucx_init(x, r), st, err_free);
+    if (pthread_create(&x->xfer_th, NULL, tdm_xfer_main, x) != 0) {
         st = TDM_ERR_IO;
         goto err_free;
     }
-    if (pthread_create(&x->recv_th, NULL, xfer_recv_main, x) != 0) {
+    if (pthread_create(&x->recv_th, NULL, tdm_xfer_recv_main, x) != 0) {
         atomic_store(&x->stop, 1);
         pthread_join(x->xfer_th, NULL);
         st = TDM_ERR_IO;
         goto err_free;
     }
-    if (pthread_create(&x->boot_th, NULL, xfer_boot_main, x) != 0) {
+    if (pthread_create(&x->boot_th, NULL, tdm_xfer_boot_main, x) != 0) {
         atomic_store(&x->stop, 1);
         pthread_join(x->xfer_th, NULL);
         pthread_join(x->recv_th, NULL);
@@ -365,28 +365,28 @@ void tdm_xfer_free(tdm_xfer_t *x)
         return;
     if (x->threads_started) {
         atomic_store(&x->stop, 1);
-        xfer_wake(x->wake_boot);
-        xfer_wake(x->wake_recv);
-        xfer_wake(x->wake_xfer);
+        tdm_xfer_wake(x->wake_boot);
+        tdm_xfer_wake(x->wake_recv);
+        tdm_xfer_wake(x->wake_xfer);
         pthread_join(x->boot_th, NULL);
         pthread_join(x->recv_th, NULL);
         pthread_join(x->xfer_th, NULL);
     }
     /* rooms still moving data hold UCX requests: progress them out before tearing down */
     for (int spin = 0; x->active && spin < 100000; spin++) {
-        xfer_ucx_progress(x);
-        xfer_advance(x);
+        tdm_xfer_ucx_progress(x);
+        tdm_xfer_advance(x);
     }
     for (uint32_t r = 0; r < x->n_ranks; r++)
         if (x->ucx[r].ctx)
-            xfer_ucx_fini(x, r);
-    xfer_kvmem_fini(x); /* before the eventfds close: its stream may still write wake_xfer */
+            tdm_xfer_ucx_fini(x, r);
+    tdm_xfer_kvmem_fini(x); /* before the eventfds close: its stream may still write wake_xfer */
     if (x->chan_fd >= 0)
         close(x->chan_fd);
     if (x->listen_fd >= 0)
         close(x->listen_fd);
     while (x->n_conns)
-        xfer_conn_close(x, 0);
+        tdm_xfer_conn_close(x, 0);
     if (x->wake_recv >= 0)
         close(x->wake_recv);
     if (x->wake_xfer >= 0)
@@ -395,7 +395,7 @@ void tdm_xfer_free(tdm_xfer_t *x)
         close(x->wake_boot);
     if (x->map)
         for (uint32_t i = 0; i <= x->map_mask; i++)
-            xroom_free(x->map[i]);
+            tdm_xroom_free(x->map[i]);
     free(x->map);
     free(x->cmds);
     free(x->reqq);
@@ -425,7 +425,7 @@ uint16_t tdm_xfer_port(const tdm_xfer_t *x)
 
 tdm_status_t tdm_xfer_wait_ready(tdm_xfer_t *x, uint64_t timeout_us, char *why, size_t why_len)
 {
-    uint64_t end = xfer_now() + timeout_us;
+    uint64_t end = tdm_xfer_now() + timeout_us;
     tdm_status_t st = TDM_ERR_TIMEOUT;
     pthread_mutex_lock(&x->mu);
     for (;;) {
@@ -439,7 +439,7 @@ tdm_status_t tdm_xfer_wait_ready(tdm_xfer_t *x, uint64_t timeout_us, char *why, 
             st = TDM_ERR_CORRUPT;
             break;
         }
-        if (xfer_now() >= end)
+        if (tdm_xfer_now() >= end)
             break;
         pthread_mutex_unlock(&x->mu);
         tdm_time_sleep_us(1000);
@@ -479,7 +479,7 @@ tdm_status_t tdm_xfer_poll(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t *ret_state
     tdm_xfer_room_info_t info;
     pthread_mutex_lock(&x->mu);
     tdm_status_t st = tdm_xfer_room_get(x->rooms, room, &info);
-    if (st != TDM_OK && xfer_map_get(x, room)) {
+    if (st != TDM_OK && tdm_xfer_map_get(x, room)) {
         info.state = TDM_KVPOLL_FAILED; /* tombstone expired, room not released yet */
         st = TDM_OK;
     }
@@ -494,8 +494,8 @@ tdm_status_t tdm_xfer_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
     if (room == 0 || room > 0x7fffffffffffffffull)
         return TDM_ERR_INVAL;
     pthread_mutex_lock(&x->mu);
-    tdm_status_t st = x->cfg.role == TDM_XFER_PREFILL ? xfer_prefill_abort(x, room, reason)
-                                                      : xfer_decode_abort(x, room, reason);
+    tdm_status_t st = x->cfg.role == TDM_XFER_PREFILL ? tdm_xfer_prefill_abort(x, room, reason)
+                                                      : tdm_xfer_decode_abort(x, room, reason);
     pthread_mutex_unlock(&x->mu);
     return st;
 }
@@ -503,8 +503,8 @@ tdm_status_t tdm_xfer_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
 tdm_status_t tdm_xfer_release(tdm_xfer_t *x, uint64_t room)
 {
     pthread_mutex_lock(&x->mu);
-    tdm_status_t st = x->cfg.role == TDM_XFER_PREFILL ? xfer_prefill_release(x, room)
-                                                      : xfer_decode_release(x, room);
+    tdm_status_t st = x->cfg.role == TDM_XFER_PREFILL ? tdm_xfer_prefill_release(x, room)
+                                                      : tdm_xfer_decode_release(x, room);
     pthread_mutex_unlock(&x->mu);
     return st;
 }

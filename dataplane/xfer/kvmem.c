@@ -1,6 +1,6 @@
 /*
  * kvmem.c — where the transfer engine touches KV bytes, in host or device memory: the per-page
- * checksums (xfer_page_sum on the CPU, the XXH64 segment kernel on the GPU — the same values),
+ * checksums (tdm_xfer_page_sum on the CPU, the XXH64 segment kernel on the GPU — the same values),
  * the flip_kv_bits fault's byte, and for a device pool (cfg.kv_cuda) the GPU data mover's part of
  * a room: the CUDA IPC record decode registers, the device-to-device copies prefill queues next
  * to the UCX write of the aux slot, and the event that must complete before the room counts as
@@ -15,7 +15,7 @@
 
 #include "dataplane/xfer/xfer_int.h"
 
-tdm_status_t xfer_kvmem_init(tdm_xfer_t *x)
+tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x)
 {
     if (!x->cfg.kv_cuda)
         return TDM_OK;
@@ -29,31 +29,31 @@ tdm_status_t xfer_kvmem_init(tdm_xfer_t *x)
     for (uint32_t r = 0; r < x->n_ranks && x->cfg.role == TDM_XFER_DECODE; r++) {
         st = xfer_cuda_export(x->cuda, x->cfg.kv[r], x->cuda_rec[r]);
         if (st != TDM_OK) {
-            xfer_kvmem_fini(x);
+            tdm_xfer_kvmem_fini(x);
             return st;
         }
     }
     return TDM_OK;
 }
 
-void xfer_kvmem_fini(tdm_xfer_t *x)
+void tdm_xfer_kvmem_fini(tdm_xfer_t *x)
 {
     xfer_cuda_free(x->cuda);
     x->cuda = NULL;
 }
 
-tdm_status_t xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
-                          uint64_t *ret_sums)
+tdm_status_t tdm_xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
+                              uint64_t *ret_sums)
 {
     const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
     if (x->cuda)
         return xfer_cuda_page_sums(x->cuda, kv, pages, n, ret_sums);
     for (uint32_t i = 0; i < n; i++)
-        ret_sums[i] = xfer_page_sum(kv, pages[i]);
+        ret_sums[i] = tdm_xfer_page_sum(kv, pages[i]);
     return TDM_OK;
 }
 
-void xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask)
+void tdm_xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask)
 {
     if (!x->cuda) {
         *p ^= mask;
@@ -66,7 +66,7 @@ void xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask)
 }
 
 /* Transfer thread, without mu (the room's arrays are fixed while it is XR_PUTTING). */
-void xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes)
+void tdm_xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes)
 {
     if (!x->cuda || r->put_error)
         return;
@@ -87,7 +87,7 @@ void xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *byt
     }
 }
 
-int xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r)
+int tdm_xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r)
 {
     if (!r->cuda_ev)
         return 1;

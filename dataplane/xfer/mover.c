@@ -30,10 +30,10 @@
 
 /* Send the queued frames from the transfer thread, without waking the receive thread unless the
  * socket takes only part (it then polls for POLLOUT). Under `mu` the channel cannot close. */
-void xfer_out_push(tdm_xfer_t *x)
+void tdm_xfer_out_push(tdm_xfer_t *x)
 {
     x->out_held_us = 0;
-    xfer_out_send_now(x);
+    tdm_xfer_out_send_now(x);
 }
 
 /* Move a room on once its writes completed: flush, then (flush completed) finalize. Returns 1 when
@@ -42,24 +42,24 @@ static int xfer_room_step(tdm_xfer_t *x, xroom_t *r)
 {
     if (r->phase == XR_PUTTING && r->ops_pending == 0) {
         r->phase = XR_FLUSHING;
-        xfer_ucx_flush_room(x, r);
+        tdm_xfer_ucx_flush_room(x, r);
     }
     /* a device pool's room is delivered when its copies' event completed too (I5) */
-    if (r->phase != XR_FLUSHING || r->flush_pending != 0 || !xfer_cuda_room_done(x, r))
+    if (r->phase != XR_FLUSHING || r->flush_pending != 0 || !tdm_xfer_cuda_room_done(x, r))
         return 0;
     pthread_mutex_lock(&x->mu);
-    x->out_nowake = 1; /* its STATUS waits for xfer_out_push */
-    xfer_prefill_finalize(x, r);
+    x->out_nowake = 1; /* its STATUS waits for tdm_xfer_out_push */
+    tdm_xfer_prefill_finalize(x, r);
     x->out_nowake = 0;
     pthread_mutex_unlock(&x->mu);
     if (!x->out_held_us)
-        x->out_held_us = xfer_now();
+        x->out_held_us = tdm_xfer_now();
     return 1;
 }
 
 /* Hash (checksums on) and write a room: its copies or puts, without `mu` (the API callers and
  * the receive thread keep going meanwhile). The transfer thread, or tdm_xfer_prefill_send's
- * caller for a room xfer_inline_ok accepted. */
+ * caller for a room tdm_xfer_inline_ok accepted. */
 typedef struct room_write_stats {
     uint64_t sum_ns, puts, bytes;
 } room_write_stats_t;
@@ -68,12 +68,12 @@ static void room_write(tdm_xfer_t *x, xroom_t *r, room_write_stats_t *ret)
 {
     uint64_t t0 = r->sums ? tdm_time_mono_ns() : 0;
     for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++)
-        if (xfer_kv_sums(x, rank, r->src_pages, r->n_pages, r->sums + (size_t)rank * r->n_pages) !=
-            TDM_OK)
+        if (tdm_xfer_kv_sums(x, rank, r->src_pages, r->n_pages,
+                             r->sums + (size_t)rank * r->n_pages) != TDM_OK)
             r->put_error = 1;
     ret->sum_ns = r->sums ? tdm_time_mono_ns() - t0 : 0;
-    xfer_ucx_put_room(x, r, &ret->puts, &ret->bytes);
-    xfer_cuda_put_room(x, r, &ret->puts, &ret->bytes); /* device pool: KV copies + event */
+    tdm_xfer_ucx_put_room(x, r, &ret->puts, &ret->bytes);
+    tdm_xfer_cuda_put_room(x, r, &ret->puts, &ret->bytes); /* device pool: KV copies + event */
 }
 
 /* The stats of a room_write (mu held). */
@@ -81,7 +81,7 @@ static void room_write_count(tdm_xfer_t *x, const xroom_t *r, const room_write_s
 {
     if (r->sums) {
         x->st.checksum_ns += w->sum_ns;
-        x->st.checksum_bytes += xfer_room_sum_bytes(x, r->n_pages);
+        x->st.checksum_bytes += tdm_xfer_room_sum_bytes(x, r->n_pages);
     }
     x->st.puts += w->puts;
     x->st.bytes_put += w->bytes;
@@ -90,20 +90,20 @@ static void room_write_count(tdm_xfer_t *x, const xroom_t *r, const room_write_s
 static void xfer_issue(tdm_xfer_t *x, uint64_t room)
 {
     pthread_mutex_lock(&x->mu);
-    xroom_t *r = xfer_map_get(x, room);
+    xroom_t *r = tdm_xfer_map_get(x, room);
     int ok = r && r->phase == XR_PUTTING;
     int skip = ok && r->abort_req;
     if (x->out_quiet && !x->out_held_us)
-        x->out_held_us = xfer_now(); /* the room's TRANSFERRING frame (tdm_xfer_prefill_send) */
+        x->out_held_us = tdm_xfer_now(); /* the room's TRANSFERRING frame (tdm_xfer_prefill_send) */
     pthread_mutex_unlock(&x->mu);
     if (!ok)
         return;
     uint32_t slow_ms = 0;
-    int slow = !skip && xfer_fault(x, TDM_XFER_FAULT_SLOW_HOST_COPY, &slow_ms);
+    int slow = !skip && tdm_xfer_fault_fires(x, TDM_XFER_FAULT_SLOW_HOST_COPY, &slow_ms);
     /* held STATUS frames do not wait through a long copy (or an injected delay) */
-    if (x->out_held_us && (slow || xfer_now() - x->out_held_us >= x->cfg.cork_hold_us ||
-                           xfer_room_sum_bytes(x, r->n_pages) > XFER_HOLD_MAX_BYTES))
-        xfer_out_push(x);
+    if (x->out_held_us && (slow || tdm_xfer_now() - x->out_held_us >= x->cfg.cork_hold_us ||
+                           tdm_xfer_room_sum_bytes(x, r->n_pages) > XFER_HOLD_MAX_BYTES))
+        tdm_xfer_out_push(x);
     if (slow)
         tdm_time_sleep_us((uint64_t)slow_ms * 1000);
     if (!skip) {
@@ -114,19 +114,19 @@ static void xfer_issue(tdm_xfer_t *x, uint64_t room)
         pthread_mutex_unlock(&x->mu);
     }
     /* Written by copies into mapped memory the room is delivered already: it is finalized now,
-     * not after the rooms queued behind it (its STATUS frame joins theirs, xfer_out_push). */
+     * not after the rooms queued behind it (its STATUS frame joins theirs, tdm_xfer_out_push). */
     if (!xfer_room_step(x, r)) {
         r->next_active = x->active;
         x->active = r;
     }
 }
 
-int xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r)
+int tdm_xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r)
 {
     /* fault hooks act on the transfer thread (slow_host_copy, stall_transfer, kill_thread):
      * with them configured every room takes that path */
     if (x->cuda || x->cfg.fault || x->disconnect_pending ||
-        xfer_room_sum_bytes(x, r->n_pages) > XFER_INLINE_MAX_BYTES)
+        tdm_xfer_room_sum_bytes(x, r->n_pages) > XFER_INLINE_MAX_BYTES)
         return 0;
     for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
         const xfer_ucx_t *u = &x->ucx[rank];
@@ -136,21 +136,21 @@ int xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r)
     return 1;
 }
 
-void xfer_issue_inline(tdm_xfer_t *x, xroom_t *r)
+void tdm_xfer_issue_inline(tdm_xfer_t *x, xroom_t *r)
 {
     room_write_stats_t w;
     room_write(x, r, &w);
     r->phase = XR_FLUSHING;
-    xfer_ucx_flush_room(x, r); /* every rank mapped: the fences, no UCX call */
+    tdm_xfer_ucx_flush_room(x, r); /* every rank mapped: the fences, no UCX call */
     pthread_mutex_lock(&x->mu);
     room_write_count(x, r, &w);
-    x->copy_us = xfer_now(); /* the receive thread's policy (xfer_recv_thread_policy) */
-    xfer_prefill_finalize(x, r);
+    x->copy_us = tdm_xfer_now(); /* the receive thread's policy (tdm_xfer_recv_thread_policy) */
+    tdm_xfer_prefill_finalize(x, r);
     x->inline_copies--;
     pthread_mutex_unlock(&x->mu);
 }
 
-void xfer_advance(tdm_xfer_t *x)
+void tdm_xfer_advance(tdm_xfer_t *x)
 {
     xroom_t **pp = &x->active;
     while (*pp) {
@@ -164,7 +164,7 @@ void xfer_advance(tdm_xfer_t *x)
     }
 }
 
-void *xfer_main(void *arg)
+void *tdm_xfer_main(void *arg)
 {
     tdm_xfer_t *x = arg;
     int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -176,23 +176,23 @@ void *xfer_main(void *arg)
         epoll_ctl(ep, EPOLL_CTL_ADD, x->ucx[r].efd, &ev);
     }
     while (!atomic_load(&x->stop)) {
-        xfer_hb(x, TDM_HB_TRANSFER);
-        if (xfer_fault(x, TDM_XFER_FAULT_KILL_TRANSFER, NULL)) {
-            xfer_thread_killed(x, "transfer");
+        tdm_xfer_hb(x, TDM_HB_TRANSFER);
+        if (tdm_xfer_fault_fires(x, TDM_XFER_FAULT_KILL_TRANSFER, NULL)) {
+            tdm_xfer_thread_killed(x, "transfer");
             break;
         }
         pthread_mutex_lock(&x->mu);
         int moving = x->active || x->cmd_len > 0 || atomic_load(&x->n_transferring) > 0;
         pthread_mutex_unlock(&x->mu);
         uint32_t stall_ms;
-        if (moving && xfer_fault(x, TDM_XFER_FAULT_STALL_TRANSFER, &stall_ms)) {
+        if (moving && tdm_xfer_fault_fires(x, TDM_XFER_FAULT_STALL_TRANSFER, &stall_ms)) {
             tdm_warn(TDM_SUB_XFER, "fault stall_transfer: no progress for %u ms", stall_ms);
-            xfer_out_push(x); /* frames held for this thread do not wait through the stall */
-            for (uint64_t end = xfer_now() + (uint64_t)stall_ms * 1000;
-                 !atomic_load(&x->stop) && xfer_now() < end;)
+            tdm_xfer_out_push(x); /* frames held for this thread do not wait through the stall */
+            for (uint64_t end = tdm_xfer_now() + (uint64_t)stall_ms * 1000;
+                 !atomic_load(&x->stop) && tdm_xfer_now() < end;)
                 tdm_time_sleep_us(10000);
         }
-        xfer_ucx_progress(x);
+        tdm_xfer_ucx_progress(x);
         for (;;) {
             pthread_mutex_lock(&x->mu);
             if (x->cmd_len == 0 ||
@@ -206,7 +206,7 @@ void *xfer_main(void *arg)
             if (c.kind == XCMD_CONNECT) {
                 tdm_status_t st = TDM_OK;
                 for (uint32_t r = 0; r < x->n_ranks && st == TDM_OK; r++)
-                    st = xfer_ucx_connect(x, r, &x->reg->ranks[r], x->reg->layout.num_pages);
+                    st = tdm_xfer_ucx_connect(x, r, &x->reg->ranks[r], x->reg->layout.num_pages);
                 x->connect_result = st;
                 x->connect_done = 1;
                 pthread_cond_broadcast(&x->cv);
@@ -217,16 +217,16 @@ void *xfer_main(void *arg)
             if (c.kind == XCMD_ISSUE)
                 xfer_issue(x, c.room);
         }
-        xfer_ucx_progress(x);
-        xfer_advance(x);
+        tdm_xfer_ucx_progress(x);
+        tdm_xfer_advance(x);
         if (x->out_held_us)
-            xfer_out_push(x); /* the ring is empty: the held STATUS frames go now */
+            tdm_xfer_out_push(x); /* the ring is empty: the held STATUS frames go now */
         pthread_mutex_lock(&x->mu);
         int inline_busy = x->inline_copies > 0; /* callers still copying through the mappings */
         pthread_mutex_unlock(&x->mu);
         if (x->disconnect_pending && !x->active && !inline_busy) {
             for (uint32_t r = 0; r < x->n_ranks; r++)
-                xfer_ucx_disconnect(x, r);
+                tdm_xfer_ucx_disconnect(x, r);
             pthread_mutex_lock(&x->mu);
             x->disconnect_pending = 0;
             pthread_mutex_unlock(&x->mu);
@@ -251,7 +251,7 @@ void *xfer_main(void *arg)
         int n = epoll_wait(ep, out, 8, busy_rooms ? 1 : 100);
         for (int i = 0; i < n; i++)
             if (out[i].data.fd == x->wake_xfer)
-                xfer_drain(x->wake_xfer);
+                tdm_xfer_drain(x->wake_xfer);
     }
     close(ep);
     return NULL;

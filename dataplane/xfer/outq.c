@@ -29,13 +29,13 @@
 /* ---- outbound queue ---- */
 
 /* Bytes queued and not yet taken by the socket (mu held). */
-size_t xfer_out_pending(const tdm_xfer_t *x)
+size_t tdm_xfer_out_pending(const tdm_xfer_t *x)
 {
     return x->outq_len - x->outq_off + x->sendq_len - x->sendq_off;
 }
 
 /* A new or closed channel starts with empty queues (mu held, no sender active). */
-void xfer_out_reset(tdm_xfer_t *x)
+void tdm_xfer_out_reset(tdm_xfer_t *x)
 {
     x->outq_len = x->outq_off = 0;
     x->sendq_len = x->sendq_off = 0;
@@ -44,10 +44,10 @@ void xfer_out_reset(tdm_xfer_t *x)
 
 /* Send what the outbound queue holds from the calling thread (mu not held): no wake of the
  * receive thread unless the socket takes only part. */
-void xfer_out_send_now(tdm_xfer_t *x)
+void tdm_xfer_out_send_now(tdm_xfer_t *x)
 {
     pthread_mutex_lock(&x->mu);
-    xfer_out_flush(x, 0);
+    tdm_xfer_out_flush(x, 0);
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -57,15 +57,15 @@ static _Thread_local const tdm_xfer_t *tl_cork;
 static _Thread_local uint32_t tl_cork_depth;
 static _Thread_local uint64_t tl_cork_first_us;
 
-void xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages)
+void tdm_xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages)
 {
     if (tl_cork != x || !tl_cork_first_us)
         return;
-    if (xfer_now() - tl_cork_first_us < x->cfg.cork_hold_us &&
-        !(copy_pages && xfer_room_sum_bytes(x, copy_pages) > XFER_HOLD_MAX_BYTES))
+    if (tdm_xfer_now() - tl_cork_first_us < x->cfg.cork_hold_us &&
+        !(copy_pages && tdm_xfer_room_sum_bytes(x, copy_pages) > XFER_HOLD_MAX_BYTES))
         return;
     tl_cork_first_us = 0;
-    xfer_out_send_now(x);
+    tdm_xfer_out_send_now(x);
 }
 
 void tdm_xfer_cork(tdm_xfer_t *x)
@@ -82,27 +82,27 @@ void tdm_xfer_uncork(tdm_xfer_t *x)
         return;
     tl_cork = NULL;
     tl_cork_first_us = 0;
-    xfer_out_send_now(x);
+    tdm_xfer_out_send_now(x);
 }
 
-tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
+tdm_status_t tdm_xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
 {
     if (x->chan_fd < 0 || !x->ready)
         return TDM_ERR_PEER;
     /* The receive thread sends everything queued whenever it runs: it needs a wake only when
      * the queue goes from empty to not and no sender is active (a sender takes every byte
      * queued before it stops, under `mu`). One eventfd write per burst of frames, not per
-     * frame. Frames queued without a xfer_wake (out_nowake: the transfer thread sends them itself,
-     * xfer_out_push) leave the queue "quiet": the next frame queued with a wake wakes the
-     * receive thread, which sends them all, in order. While the receive thread is awake
+     * frame. Frames queued without a tdm_xfer_wake (out_nowake: the transfer thread sends them
+     * itself, tdm_xfer_out_push) leave the queue "quiet": the next frame queued with a wake wakes
+     * the receive thread, which sends them all, in order. While the receive thread is awake
      * (recv_awake) it sends them before it sleeps again: no wake either. A thread that corked
      * the engine (tdm_xfer_cork) queues without a wake and sends at its uncork. */
-    int was_empty = (xfer_out_pending(x) == 0 && !x->sending) || x->out_quiet;
+    int was_empty = (tdm_xfer_out_pending(x) == 0 && !x->sending) || x->out_quiet;
     if (x->outq_off > 0 && x->outq_off == x->outq_len)
         x->outq_off = x->outq_len = 0;
-    if (xfer_out_pending(x) + len > XFER_OUTQ_MAX) {
+    if (tdm_xfer_out_pending(x) + len > XFER_OUTQ_MAX) {
         x->chan_kill = 1; /* the peer stopped reading */
-        xfer_wake(x->wake_recv);
+        tdm_xfer_wake(x->wake_recv);
         return TDM_ERR_PEER;
     }
     if (x->outq_len + len > x->outq_cap) {
@@ -123,12 +123,12 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
     x->outq_len += len;
     x->st.frames_tx++;
     if (tl_cork == x && !tl_cork_first_us)
-        tl_cork_first_us = xfer_now();
+        tl_cork_first_us = tdm_xfer_now();
     if (x->out_nowake || tl_cork == x) {
         x->out_quiet |= was_empty;
     } else if (was_empty && !x->recv_awake) {
         x->out_quiet = 0;
-        xfer_wake(x->wake_recv);
+        tdm_xfer_wake(x->wake_recv);
     }
     return TDM_OK;
 }
@@ -137,7 +137,7 @@ tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len)
  * send and held again on return). A no-op while another thread is sending: that one takes these
  * bytes too before it stops. What the socket does not take waits for the receive thread's
  * POLLOUT: another caller (is_recv 0) wakes it for them. */
-void xfer_out_flush(tdm_xfer_t *x, int is_recv)
+void tdm_xfer_out_flush(tdm_xfer_t *x, int is_recv)
 {
     if (x->sending || x->chan_fd < 0)
         return;
@@ -179,12 +179,12 @@ void xfer_out_flush(tdm_xfer_t *x, int is_recv)
     x->sending = 0;
     pthread_cond_broadcast(&x->cv); /* close_channel may wait for this sender */
     /* leftovers wait for POLLOUT on the receive thread; a dead socket, for its close */
-    if ((xfer_out_pending(x) || x->chan_kill) && !is_recv)
-        xfer_wake(x->wake_recv);
+    if ((tdm_xfer_out_pending(x) || x->chan_kill) && !is_recv)
+        tdm_xfer_wake(x->wake_recv);
 }
 
-tdm_status_t xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
-                             const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens)
+tdm_status_t tdm_xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
+                                 const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens)
 {
     tdm_frame_status_t f;
     size_t cap = 256 + TDM_FRAME_MAX_MSG + (size_t)n_sums * 8, len;
@@ -201,21 +201,21 @@ tdm_status_t xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, c
     uint8_t *buf = tdm_malloc(cap);
     tdm_status_t st = tdm_frame_encode_status(&f, sums, buf, cap, &len);
     if (st == TDM_OK)
-        st = xfer_out(x, buf, len);
+        st = tdm_xfer_out(x, buf, len);
     free(buf);
     return st;
 }
 
-tdm_status_t xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known)
+tdm_status_t tdm_xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known)
 {
     tdm_frame_abort_ack_t f = {room, 1, (uint8_t)known};
     uint8_t buf[64];
     size_t len;
     TDM_TRY(tdm_frame_encode_abort_ack(&f, buf, sizeof(buf), &len));
-    return xfer_out(x, buf, len);
+    return tdm_xfer_out(x, buf, len);
 }
 
-void xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room)
+void tdm_xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room)
 {
     if (x->cmd_len == x->cmd_cap) {
         /* grow: commands are bounded by rooms, this only happens under a burst of CONNECTs */
@@ -231,12 +231,12 @@ void xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room)
     /* the transfer thread takes commands until the ring is empty and looks again under `mu`
      * before it sleeps: only the first command of a burst needs the eventfd */
     if (x->cmd_len++ == 0)
-        xfer_wake(x->wake_xfer);
+        tdm_xfer_wake(x->wake_xfer);
 }
 
-tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us)
+tdm_status_t tdm_xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us)
 {
-    uint64_t end = xfer_now() + timeout_us;
+    uint64_t end = tdm_xfer_now() + timeout_us;
     while (len) {
         ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
@@ -246,7 +246,7 @@ tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t tim
         }
         if (n < 0 && errno != EAGAIN && errno != EINTR)
             return TDM_ERR_IO;
-        uint64_t now = xfer_now();
+        uint64_t now = tdm_xfer_now();
         if (now >= end)
             return TDM_ERR_TIMEOUT;
         struct pollfd p = {fd, POLLOUT, 0};

@@ -21,8 +21,8 @@ static const char *mem_kind_name(uint16_t k)
     return k == TDM_XFER_MEM_HOST ? "host" : k == TDM_XFER_MEM_CUDA_IPC ? "cuda_ipc" : "unknown";
 }
 
-int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, char *why,
-                                size_t why_len)
+int tdm_xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, char *why,
+                                    size_t why_len)
 {
     char w[192];
     uint64_t expect;
@@ -94,14 +94,14 @@ int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, ch
 static void refuse_room(tdm_xfer_t *x, uint64_t room, const char *why)
 {
     tdm_warn(TDM_SUB_XFER, "room %016llx refused: %s", (unsigned long long)room, why);
-    xfer_out_status(x, room, TDM_KVPOLL_FAILED, why, NULL, 0, 0);
+    tdm_xfer_out_status(x, room, TDM_KVPOLL_FAILED, why, NULL, 0, 0);
 }
 
 static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
 {
     tdm_frame_transfer_info_t f;
     char why[160];
-    uint64_t now = xfer_now();
+    uint64_t now = tdm_xfer_now();
     if (tdm_frame_decode_transfer_info(body, len, &f, why, sizeof(why)) != TDM_OK) {
         x->st.frames_malformed++;
         tdm_warn(TDM_SUB_XFER, "dropped malformed TRANSFER_INFO: %s", why);
@@ -129,7 +129,7 @@ static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
                  (unsigned long long)aux_slots);
         goto err_refuse;
     }
-    if (xfer_map_get(x, f.room)) {
+    if (tdm_xfer_map_get(x, f.room)) {
         x->st.frames_unexpected++; /* a repeated TRANSFER_INFO */
         return;
     }
@@ -160,10 +160,10 @@ static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
     for (uint32_t i = 0; i < f.n_prompt; i++)
         r->prompt[i] = tdm_frame_u32_at(f.prompt_ids, i);
     r->queued = 1;
-    xfer_map_put(x, r);
+    tdm_xfer_map_put(x, r);
     x->reqq[(x->reqq_head + x->reqq_len) % x->reqq_cap] = f.room;
     x->reqq_len++;
-    xfer_room_set_all(x, f.room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info");
+    tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info");
     return;
 
 err_refuse:
@@ -181,23 +181,23 @@ static void on_abort(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         return;
     }
     x->st.aborts_received++;
-    if (xfer_fault(x, TDM_XFER_FAULT_DROP_ABORT, NULL)) {
+    if (tdm_xfer_fault_fires(x, TDM_XFER_FAULT_DROP_ABORT, NULL)) {
         tdm_warn(TDM_SUB_XFER, "fault drop_abort_handler: ABORT for room %016llx dropped (no ACK)",
                  (unsigned long long)f.room);
         return;
     }
-    int known = tdm_xfer_room_abort(x->rooms, f.room, "abort from decode", xfer_now());
-    xroom_t *r = xfer_map_get(x, f.room);
+    int known = tdm_xfer_room_abort(x->rooms, f.room, "abort from decode", tdm_xfer_now());
+    xroom_t *r = tdm_xfer_map_get(x, f.room);
     if (r && (r->phase == XR_PUTTING || r->phase == XR_FLUSHING)) {
         r->abort_req = 1; /* the transfer thread ACKs once the flush completed */
         return;
     }
     /* Nothing of this room is in flight: no put was issued, or all were flushed already. */
-    xfer_out_abort_ack(x, f.room, known || r);
+    tdm_xfer_out_abort_ack(x, f.room, known || r);
     x->st.aborts_acked++;
 }
 
-void xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
+void tdm_xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
 {
     switch (h->type) {
     case TDM_FRAME_TRANSFER_INFO:
@@ -212,7 +212,7 @@ void xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *
     }
 }
 
-void xfer_prefill_peer_lost(tdm_xfer_t *x)
+void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x)
 {
     for (uint32_t i = 0; i <= x->map_mask; i++) {
         xroom_t *r = x->map[i];
@@ -223,39 +223,39 @@ void xfer_prefill_peer_lost(tdm_xfer_t *x)
             r->fail_req = 1;
         if (tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
             info.state != TDM_KVPOLL_SUCCESS)
-            xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
+            tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
     }
-    xfer_cmd_push(x, XCMD_DISCONNECT, 0);
+    tdm_xfer_cmd_push(x, XCMD_DISCONNECT, 0);
 }
 
-void xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r)
+void tdm_xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r)
 {
     r->phase = XR_DONE;
     if (r->abort_req) {
-        xfer_out_abort_ack(x, r->room, 1);
+        tdm_xfer_out_abort_ack(x, r->room, 1);
         x->st.aborts_acked++;
         return;
     }
     if (r->fail_req || r->put_error) {
-        xfer_out_status(x, r->room, TDM_KVPOLL_FAILED,
-                        r->put_error ? "transfer failed: UCX error" : "transfer failed", NULL, 0,
-                        0);
-        xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "transfer failed");
+        tdm_xfer_out_status(x, r->room, TDM_KVPOLL_FAILED,
+                            r->put_error ? "transfer failed: UCX error" : "transfer failed", NULL,
+                            0, 0);
+        tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "transfer failed");
         return;
     }
-    xfer_out_status(x, r->room, TDM_KVPOLL_SUCCESS, NULL, r->sums, r->sums ? r->n_sums : 0,
-                    x->page_size);
+    tdm_xfer_out_status(x, r->room, TDM_KVPOLL_SUCCESS, NULL, r->sums, r->sums ? r->n_sums : 0,
+                        x->page_size);
     tdm_xfer_room_info_t info;
     if (tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK) {
         static const uint64_t bounds[TDM_XFER_LAT_NB] = TDM_XFER_LAT_BOUNDS_US;
-        uint64_t now = xfer_now(), us = now > info.created_us ? now - info.created_us : 0;
+        uint64_t now = tdm_xfer_now(), us = now > info.created_us ? now - info.created_us : 0;
         size_t b = 0;
         while (b < TDM_XFER_LAT_NB && us > bounds[b])
             b++;
         x->st.room_lat[b]++;
         x->st.room_lat_sum_us += us;
     }
-    xfer_room_set_all(x, r->room, TDM_KVPOLL_SUCCESS, "flushed");
+    tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_SUCCESS, "flushed");
     x->st.rooms_ok++;
 }
 
@@ -276,13 +276,13 @@ tdm_status_t tdm_xfer_prefill_next(tdm_xfer_t *x, tdm_xfer_request_t *ret)
         uint64_t room = x->reqq[x->reqq_head];
         x->reqq_head = (x->reqq_head + 1) % x->reqq_cap;
         x->reqq_len--;
-        xroom_t *r = xfer_map_get(x, room);
+        xroom_t *r = tdm_xfer_map_get(x, room);
         if (!r || !r->queued)
             continue;
         r->queued = 0;
         if (room_dead(x, room)) { /* aborted while queued: nobody else holds it */
-            xfer_map_del(x, room);
-            xroom_free(r);
+            tdm_xfer_map_del(x, room);
+            tdm_xroom_free(r);
             continue;
         }
         ret->room = room;
@@ -318,9 +318,9 @@ tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t 
     for (uint32_t i = 0; i < n_pages; i++)
         if (src_pages[i] >= x->cfg.kv[0]->num_pages)
             return TDM_ERR_RANGE;
-    xfer_cork_due(x, n_pages);
+    tdm_xfer_cork_due(x, n_pages);
     pthread_mutex_lock(&x->mu);
-    xroom_t *r = xfer_map_get(x, room);
+    xroom_t *r = tdm_xfer_map_get(x, room);
     if (!r) {
         st = TDM_ERR_NOTFOUND;
         goto out;
@@ -341,49 +341,49 @@ tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t 
     memcpy(r->src_pages, src_pages, (size_t)n_pages * sizeof(uint32_t));
     tdm_xfer_aux_t a = *aux;
     a.room = room;
-    xfer_aux_encode(&a, r->aux_wire);
+    tdm_xfer_aux_encode(&a, r->aux_wire);
     if (!x->cfg.disable_checksums) {
         r->n_sums = x->n_ranks * n_pages;
         r->sums = tdm_calloc(r->n_sums, sizeof(uint64_t));
     }
     r->phase = XR_PUTTING;
-    xfer_room_set_all(x, room, TDM_KVPOLL_TRANSFERRING, "send");
+    tdm_xfer_room_set_all(x, room, TDM_KVPOLL_TRANSFERRING, "send");
     /* No wake of the receive thread for this frame, whose send would compete with the copy for
      * the cores: it leaves with the room's STATUS SUCCESS (copied here, below) or with the
      * transfer thread's next send (before a long copy, else with the STATUS in one write). */
     x->out_nowake = 1;
-    xfer_out_status(x, room, TDM_KVPOLL_TRANSFERRING, NULL, NULL, 0, 0);
+    tdm_xfer_out_status(x, room, TDM_KVPOLL_TRANSFERRING, NULL, NULL, 0, 0);
     x->out_nowake = 0;
-    if (xfer_inline_ok(x, r)) {
+    if (tdm_xfer_inline_ok(x, r)) {
         /* A same-host room of plain copies is written by this thread: handing it to the
          * transfer thread costs a wake of another core (~80 µs on the bench VM) per burst, more
          * than copying a page chunk. ABORT meanwhile is answered after the fence (I5). */
         x->inline_copies++;
         pthread_mutex_unlock(&x->mu);
-        xfer_issue_inline(x, r);
+        tdm_xfer_issue_inline(x, r);
         return TDM_OK;
     }
-    xfer_cmd_push(x, XCMD_ISSUE, room);
+    tdm_xfer_cmd_push(x, XCMD_ISSUE, room);
 out:
     pthread_mutex_unlock(&x->mu);
     return st;
 }
 
-tdm_status_t xfer_prefill_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
+tdm_status_t tdm_xfer_prefill_abort(tdm_xfer_t *x, uint64_t room, const char *reason)
 {
-    xroom_t *r = xfer_map_get(x, room);
-    tdm_xfer_room_abort(x->rooms, room, reason ? reason : "abort", xfer_now());
+    xroom_t *r = tdm_xfer_map_get(x, room);
+    tdm_xfer_room_abort(x->rooms, room, reason ? reason : "abort", tdm_xfer_now());
     if (r && (r->phase == XR_PUTTING || r->phase == XR_FLUSHING))
         r->fail_req = 1; /* STATUS FAILED once the flush completed */
     else if (r && r->phase == XR_NEW)
-        xfer_out_status(x, room, TDM_KVPOLL_FAILED, reason ? reason : "aborted by prefill", NULL, 0,
-                        0);
+        tdm_xfer_out_status(x, room, TDM_KVPOLL_FAILED, reason ? reason : "aborted by prefill",
+                            NULL, 0, 0);
     return TDM_OK;
 }
 
-tdm_status_t xfer_prefill_release(tdm_xfer_t *x, uint64_t room)
+tdm_status_t tdm_xfer_prefill_release(tdm_xfer_t *x, uint64_t room)
 {
-    xroom_t *r = xfer_map_get(x, room);
+    xroom_t *r = tdm_xfer_map_get(x, room);
     tdm_xfer_room_info_t info;
     if (!r)
         return TDM_ERR_NOTFOUND;
@@ -392,8 +392,8 @@ tdm_status_t xfer_prefill_release(tdm_xfer_t *x, uint64_t room)
     if (tdm_xfer_room_get(x->rooms, room, &info) == TDM_OK && !info.tombstone &&
         info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED)
         return TDM_ERR_STATE;
-    xfer_map_del(x, room);
-    xroom_free(r);
-    tdm_xfer_room_close(x->rooms, room, xfer_now());
+    tdm_xfer_map_del(x, room);
+    tdm_xroom_free(r);
+    tdm_xfer_room_close(x->rooms, room, tdm_xfer_now());
     return TDM_OK;
 }

@@ -27,7 +27,7 @@
 
 /* ---- receive thread: the registered channel ---- */
 
-void xfer_close_channel(tdm_xfer_t *x, const char *why)
+void tdm_xfer_close_channel(tdm_xfer_t *x, const char *why)
 {
     pthread_mutex_lock(&x->mu);
     while (x->sending) /* a sender writes the socket without `mu`: never close under it */
@@ -38,17 +38,17 @@ void xfer_close_channel(tdm_xfer_t *x, const char *why)
         int was_ready = x->ready;
         x->ready = 0;
         x->chan_kill = 0;
-        xfer_out_reset(x);
+        tdm_xfer_out_reset(x);
         tdm_frame_reader_free(&x->chan_rd);
         tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
         if (was_ready) {
             x->st.peer_lost++;
             tdm_warn(TDM_SUB_XFER, "peer lost: %s", why);
-            xfer_event(x, "peer_lost", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
+            tdm_xfer_emit(x, "peer_lost", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
             if (x->cfg.role == TDM_XFER_PREFILL)
-                xfer_prefill_peer_lost(x);
+                tdm_xfer_prefill_peer_lost(x);
             else
-                xfer_decode_peer_lost(x);
+                tdm_xfer_decode_peer_lost(x);
         }
         pthread_cond_broadcast(&x->cv);
     }
@@ -57,7 +57,7 @@ void xfer_close_channel(tdm_xfer_t *x, const char *why)
 
 static void dispatch(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body)
 {
-    x->last_rx_us = xfer_now();
+    x->last_rx_us = tdm_xfer_now();
     x->st.frames_rx++;
     if (h->type == 0 || h->type >= TDM_FRAME_TYPE_MAX) {
         x->st.frames_unknown++;
@@ -73,12 +73,12 @@ static void dispatch(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *bod
         return;
     }
     if (x->cfg.role == TDM_XFER_PREFILL)
-        xfer_prefill_frame(x, h, body);
+        tdm_xfer_prefill_frame(x, h, body);
     else
-        xfer_decode_frame(x, h, body);
+        tdm_xfer_decode_frame(x, h, body);
 }
 
-/* During a burst of rooms copied by an API caller (xfer_issue_inline within the last
+/* During a burst of rooms copied by an API caller (tdm_xfer_issue_inline within the last
  * XFER_BATCH_US) the prefill receive thread runs under SCHED_BATCH: woken for a STATUS to send or
  * a TRANSFER_INFO to read, it does not preempt the caller's copy but runs when a core is free (at
  * once on an idle host, after the copier's slice on a busy one), with every frame queued meanwhile
@@ -87,7 +87,7 @@ static void dispatch(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *bod
  * prefill receive thread ~0.5-0.9 and 28-39 GB/s (on the decode one as well: no further gain).
  * Outside bursts the thread runs under the default policy, so a frame on a host busy with other
  * work (the worker's forward pass) waits for no scheduler tick. */
-void xfer_recv_thread_policy(int batch)
+void tdm_xfer_recv_thread_policy(int batch)
 {
 #ifdef SCHED_BATCH
     struct sched_param sp = {0};
@@ -98,14 +98,14 @@ void xfer_recv_thread_policy(int batch)
 #endif
 }
 
-void *xfer_recv_main(void *arg)
+void *tdm_xfer_recv_main(void *arg)
 {
     tdm_xfer_t *x = arg;
     int batch = 0; /* this thread's policy: SCHED_BATCH during a burst of inline copies */
     while (!atomic_load(&x->stop)) {
-        xfer_hb(x, TDM_HB_RECV);
-        if (xfer_fault(x, TDM_XFER_FAULT_KILL_RECV, NULL)) {
-            xfer_thread_killed(x, "recv");
+        tdm_xfer_hb(x, TDM_HB_RECV);
+        if (tdm_xfer_fault_fires(x, TDM_XFER_FAULT_KILL_RECV, NULL)) {
+            tdm_xfer_thread_killed(x, "recv");
             return NULL;
         }
         pthread_mutex_lock(&x->mu);
@@ -113,18 +113,18 @@ void *xfer_recv_main(void *arg)
         /* frames queued while this thread was awake went without a wake: they leave now, and
          * what the socket does not take waits for POLLOUT */
         if (fd >= 0 && !x->chan_kill)
-            xfer_out_flush(x, 1);
+            tdm_xfer_out_flush(x, 1);
         int kill = x->chan_kill;
-        int want_out = xfer_out_pending(x) > 0 && !x->sending; /* an active sender takes them */
+        int want_out = tdm_xfer_out_pending(x) > 0 && !x->sending; /* an active sender takes them */
         x->recv_awake = 0; /* from here a frame queued wakes us */
-        const int burst = x->copy_us && xfer_now() - x->copy_us < XFER_BATCH_US;
+        const int burst = x->copy_us && tdm_xfer_now() - x->copy_us < XFER_BATCH_US;
         pthread_mutex_unlock(&x->mu);
         if (burst != batch) {
-            xfer_recv_thread_policy(burst);
+            tdm_xfer_recv_thread_policy(burst);
             batch = burst;
         }
         if (fd >= 0 && kill) {
-            xfer_close_channel(x, "peer timeout (no frame for the heartbeat timeout)");
+            tdm_xfer_close_channel(x, "peer timeout (no frame for the heartbeat timeout)");
             continue;
         }
         struct pollfd p[2] = {{x->wake_recv, POLLIN, 0}, {fd, POLLIN, 0}};
@@ -135,7 +135,7 @@ void *xfer_recv_main(void *arg)
         if (n <= 0)
             continue;
         if (p[0].revents)
-            xfer_drain(x->wake_recv);
+            tdm_xfer_drain(x->wake_recv);
         if (fd < 0 || !(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
             continue; /* frames queued, or POLLOUT: sent at the loop's top */
         uint8_t *space;
@@ -143,7 +143,7 @@ void *xfer_recv_main(void *arg)
         tdm_frame_reader_space(&x->chan_rd, &space, &avail);
         ssize_t r = avail ? recv(fd, space, avail, MSG_DONTWAIT) : 0;
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-            xfer_close_channel(x, r == 0 ? "peer closed the channel" : "channel read error");
+            tdm_xfer_close_channel(x, r == 0 ? "peer closed the channel" : "channel read error");
             continue;
         }
         if (r < 0)
@@ -162,7 +162,7 @@ void *xfer_recv_main(void *arg)
             if (st != TDM_OK) {
                 x->st.frames_malformed++;
                 pthread_mutex_unlock(&x->mu);
-                xfer_close_channel(x, "bad frame header on the channel");
+                tdm_xfer_close_channel(x, "bad frame header on the channel");
                 pthread_mutex_lock(&x->mu);
                 break;
             }

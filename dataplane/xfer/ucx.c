@@ -105,7 +105,7 @@ static tdm_status_t map_region(ucp_context_h ctx, void **addr, size_t len, ucp_m
     return TDM_OK;
 }
 
-tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
+tdm_status_t tdm_xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
     const tdm_kv_layout_t *lay =
@@ -177,14 +177,14 @@ tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank)
     return TDM_OK;
 
 err_cleanup:
-    xfer_ucx_fini(x, rank);
+    tdm_xfer_ucx_fini(x, rank);
     return st;
 }
 
-void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank)
+void tdm_xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
-    xfer_ucx_disconnect(x, rank);
+    tdm_xfer_ucx_disconnect(x, rank);
     if (u->aux_rkey)
         ucp_rkey_buffer_release(u->aux_rkey);
     if (u->kv_rkey)
@@ -229,15 +229,15 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
              ucs_status_string(status));
 }
 
-tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
-                              uint32_t remote_num_pages)
+tdm_status_t tdm_xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
+                                  uint32_t remote_num_pages)
 {
     xfer_ucx_t *u = &x->ucx[rank];
     ucp_ep_params_t ep;
     ucs_status_t s;
     tdm_status_t st;
 
-    xfer_ucx_disconnect(x, rank);
+    tdm_xfer_ucx_disconnect(x, rank);
     int peer = x->cfg.ep_err_mode == TDM_XFER_ERR_PEER ||
                (x->cfg.ep_err_mode == TDM_XFER_ERR_AUTO && !x->peer_same_host);
     memset(&ep, 0, sizeof(ep));
@@ -293,11 +293,11 @@ tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank
     return TDM_OK;
 
 err_disconnect:
-    xfer_ucx_disconnect(x, rank);
+    tdm_xfer_ucx_disconnect(x, rank);
     return st;
 }
 
-void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
+void tdm_xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
     xfer_cuda_close(x->cuda, rank);
@@ -355,7 +355,7 @@ static int track(xroom_t *r, ucs_status_ptr_t sp, uint32_t *pending)
 /* A copy whose stores bypass the cache (non-temporal), for rooms larger than the cache holds:
  * the destination is not read before it is written (no read-for-ownership) and the room does not
  * evict the source of the copies after it. The stores are weakly ordered: the room's fence
- * (xfer_ucx_flush_room) orders them before its STATUS/ABORT_ACK. */
+ * (tdm_xfer_ucx_flush_room) orders them before its STATUS/ABORT_ACK. */
 #if defined(__x86_64__) && defined(__SSE2__)
 /* 32-byte streaming stores: ~15% more than 16-byte ones for 64 MiB rooms on the bench host */
 __attribute__((target("avx2"))) static void copy_stream_avx2(uint8_t *dst, const uint8_t *src,
@@ -432,10 +432,11 @@ static void put_one(xfer_ucx_t *u, xroom_t *r, const void *src, size_t len, uint
 /* For each rank, layer and sub-buffer: one write per run of pages contiguous on both sides.
  * Transfer thread, without `mu`: the room's arrays are fixed while it is XR_PUTTING, and the
  * UCX objects are this thread's. ret_puts/ret_bytes: writes issued, for the stats. */
-tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, uint64_t *ret_bytes)
+tdm_status_t tdm_xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts,
+                                   uint64_t *ret_bytes)
 {
     uint64_t puts = 0, bytes = 0;
-    const int stream = xfer_room_sum_bytes(x, r->n_pages) >= XFER_STREAM_MIN_BYTES;
+    const int stream = tdm_xfer_room_sum_bytes(x, r->n_pages) >= XFER_STREAM_MIN_BYTES;
     for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
         xfer_ucx_t *u = &x->ucx[rank];
         const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
@@ -444,7 +445,7 @@ tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, ui
             r->put_error = 1;
             break;
         }
-        /* a device pool's pages are copied by xfer_cuda_put_room; only the aux slot is UCX's */
+        /* a device pool's pages are copied by tdm_xfer_cuda_put_room; only the aux slot is UCX's */
         for (uint32_t layer = 0; !x->cuda && layer < l->num_layers; layer++)
             for (uint32_t s = 0; s < l->n_sub; s++) {
                 uint64_t stride = l->sub[s].page_stride;
@@ -478,7 +479,7 @@ tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, ui
     return r->put_error ? TDM_ERR_UCX : TDM_OK;
 }
 
-tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r)
+tdm_status_t tdm_xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r)
 {
     for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
         xfer_ucx_t *u = &x->ucx[rank];
@@ -506,7 +507,7 @@ tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r)
     return r->put_error ? TDM_ERR_UCX : TDM_OK;
 }
 
-int xfer_ucx_progress(tdm_xfer_t *x)
+int tdm_xfer_ucx_progress(tdm_xfer_t *x)
 {
     int n = 0;
     for (uint32_t rank = 0; rank < x->n_ranks; rank++)

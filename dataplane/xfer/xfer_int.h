@@ -35,12 +35,12 @@
  * 23-35 GB/s streamed vs 17-30 cached; 4 MiB rooms 40 cached vs 32 streamed. */
 #define XFER_STREAM_MIN_BYTES (8u << 20)
 /* Same-host rooms of at most this many bytes, every rank written by plain copies into decode's
- * mapped memory, are copied by tdm_xfer_prefill_send's caller (xfer_inline_ok): no hand-off to
+ * mapped memory, are copied by tdm_xfer_prefill_send's caller (tdm_xfer_inline_ok): no hand-off to
  * the transfer thread. Larger rooms overlap with the caller's next work on the transfer thread
  * (a 16 MiB copy is ~0.5 ms; the hand-off, one wake, ~80 µs on the bench VM). */
 #define XFER_INLINE_MAX_BYTES (16u << 20)
-/* A burst of inline copies (recv.c xfer_recv_thread_policy): rooms copied by API callers less than
- * this long ago. */
+/* A burst of inline copies (recv.c tdm_xfer_recv_thread_policy): rooms copied by API callers less
+ * than this long ago. */
 #define XFER_BATCH_US 1000
 
 /* One rank's UCX side. */
@@ -120,15 +120,15 @@ struct tdm_xfer {
     /* the registered leader<->leader channel */
     int chan_fd; /* -1 when none; closed only by the receive thread */
     int chan_kill;
-    int out_nowake;       /* (mu) xfer_out queues without a wake: the transfer thread sends */
+    int out_nowake;       /* (mu) tdm_xfer_out queues without a wake: the transfer thread sends */
     uint64_t out_held_us; /* transfer thread: since when it holds queued frames, 0 if none */
     /* (mu) what outq holds was queued without a wake and waits for the transfer thread's
-     * xfer_out_push: a frame queued with a wake meanwhile must wake the receive thread */
+     * tdm_xfer_out_push: a frame queued with a wake meanwhile must wake the receive thread */
     int out_quiet;
     tdm_frame_reader_t chan_rd;
-    /* Frames are appended to outq under `mu`; a sender (outq.c xfer_out_flush) swaps outq's bytes
-     * into sendq and writes them with `mu` released, one sender at a time (`sending`), so frames
-     * leave in the order they were queued (I5) while the other threads keep the lock. */
+    /* Frames are appended to outq under `mu`; a sender (outq.c tdm_xfer_out_flush) swaps outq's
+     * bytes into sendq and writes them with `mu` released, one sender at a time (`sending`), so
+     * frames leave in the order they were queued (I5) while the other threads keep the lock. */
     uint8_t *outq;
     size_t outq_len, outq_off, outq_cap;
     uint8_t *sendq; /* the sender's bytes: only the thread that set `sending` reads them */
@@ -150,7 +150,7 @@ struct tdm_xfer {
     uint32_t cmd_head, cmd_len, cmd_cap;
     xroom_t *active;           /* transfer thread only */
     atomic_int n_transferring; /* rooms in TRANSFERRING: the transfer thread busy-polls UCX */
-    uint32_t inline_copies;    /* (mu) callers copying a room (xfer_issue_inline): no disconnect */
+    uint32_t inline_copies; /* (mu) callers copying a room (tdm_xfer_issue_inline): no disconnect */
     int disconnect_pending, connect_result, connect_done;
     tdm_frame_register_t *reg; /* CONNECT argument (prefill) */
     uint8_t *reg_body;         /* the body `reg` points into */
@@ -183,114 +183,116 @@ struct tdm_xfer {
 };
 
 /* engine.c: the room map, events, the threads' common helpers */
-xroom_t *xfer_map_get(tdm_xfer_t *x, uint64_t room);
-void xfer_map_put(tdm_xfer_t *x, xroom_t *r);
-void xfer_map_del(tdm_xfer_t *x, uint64_t room);
-void xroom_free(xroom_t *r);
-void xfer_event(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from, tdm_kvpoll_t to,
-                const char *reason);
+xroom_t *tdm_xfer_map_get(tdm_xfer_t *x, uint64_t room);
+void tdm_xfer_map_put(tdm_xfer_t *x, xroom_t *r);
+void tdm_xfer_map_del(tdm_xfer_t *x, uint64_t room);
+void tdm_xroom_free(xroom_t *r);
+void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
+                   tdm_kvpoll_t to, const char *reason);
 /* The thread's heartbeat on the progress page (I8); wake / drain an eventfd. */
-void xfer_hb(tdm_xfer_t *x, tdm_hb_thread_t t);
-void xfer_wake(int fd);
-void xfer_drain(int fd);
+void tdm_xfer_hb(tdm_xfer_t *x, tdm_hb_thread_t t);
+void tdm_xfer_wake(int fd);
+void tdm_xfer_drain(int fd);
 
 /* outq.c: append an encoded frame to the outbound queue (mu held); TDM_ERR_PEER without a
  * channel. */
-tdm_status_t xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len);
+tdm_status_t tdm_xfer_out(tdm_xfer_t *x, const uint8_t *frame, size_t len);
 /* Bytes queued, not yet written; forget them (the channel closed). */
-size_t xfer_out_pending(const tdm_xfer_t *x);
-void xfer_out_reset(tdm_xfer_t *x);
+size_t tdm_xfer_out_pending(const tdm_xfer_t *x);
+void tdm_xfer_out_reset(tdm_xfer_t *x);
 /* Write what the queue holds (mu held; released while writing); is_recv: the receive thread
  * (may leave the rest for POLLOUT). */
-void xfer_out_flush(tdm_xfer_t *x, int is_recv);
+void tdm_xfer_out_flush(tdm_xfer_t *x, int is_recv);
 /* Send what the queue holds from the calling thread (mu not held). */
-void xfer_out_send_now(tdm_xfer_t *x);
+void tdm_xfer_out_send_now(tdm_xfer_t *x);
 /* outq.c, API entry points, mu NOT held: a thread that corked x sends what it queued when the
  * oldest of it waited cfg.cork_hold_us, or at once before it copies a room of copy_pages pages of
  * more than XFER_HOLD_MAX_BYTES, so a cork never holds a frame through a long copy. Without a
  * cork on x it returns at once. */
-void xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages);
-tdm_status_t xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
-                             const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens);
-tdm_status_t xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known);
-void xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room);
-void xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason);
+void tdm_xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages);
+tdm_status_t tdm_xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
+                                 const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens);
+tdm_status_t tdm_xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known);
+void tdm_xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room);
+void tdm_xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason);
 /* Blocking write of a whole buffer with a deadline (handshake only). */
-tdm_status_t xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us);
-uint64_t xfer_now(void);
+tdm_status_t tdm_xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us);
+uint64_t tdm_xfer_now(void);
 /* Whether fault point f fires now (cfg.fault); *ret_arg (may be NULL) gets its argument. */
-int xfer_fault(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg);
+int tdm_xfer_fault_fires(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg);
 /* Bytes the checksums of a room of n_pages cover (every rank, layer and sub-buffer). */
-uint64_t xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages);
+uint64_t tdm_xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages);
 /* A fault killed the calling engine thread: log, count and emit "thread_exit". */
-void xfer_thread_killed(tdm_xfer_t *x, const char *thread);
+void tdm_xfer_thread_killed(tdm_xfer_t *x, const char *thread);
 /* flip_kv_bits: flip the top exponent bit of n random K/V values in the room's prompt tokens. */
-void xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n);
+void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n);
 
 /* kvmem.c: KV bytes in host or device memory (cfg.kv_cuda) */
-tdm_status_t xfer_kvmem_init(tdm_xfer_t *x);
-void xfer_kvmem_fini(tdm_xfer_t *x);
-/* One checksum per page of rank's pool (xfer_page_sum's value, on the GPU for a device pool). */
-tdm_status_t xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
-                          uint64_t *ret_sums);
-void xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask);
+tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x);
+void tdm_xfer_kvmem_fini(tdm_xfer_t *x);
+/* One checksum per page of rank's pool (tdm_xfer_page_sum's value, on the GPU for a device pool).
+ */
+tdm_status_t tdm_xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
+                              uint64_t *ret_sums);
+void tdm_xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask);
 /* Device pool: queue the room's KV copies and the event behind them (no-op for host pools). */
-void xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes);
+void tdm_xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes);
 /* 1 when the room's copies completed (or it has none), 0 while they run. */
-int xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r);
+int tdm_xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r);
 
 /* checksum.c */
-uint64_t xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);
-void xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES]);
-tdm_status_t xfer_aux_decode(const uint8_t in[TDM_XFER_AUX_BYTES], tdm_xfer_aux_t *ret);
+uint64_t tdm_xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);
+void tdm_xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES]);
+tdm_status_t tdm_xfer_aux_decode(const uint8_t in[TDM_XFER_AUX_BYTES], tdm_xfer_aux_t *ret);
 
 /* ucx.c */
-tdm_status_t xfer_ucx_init(tdm_xfer_t *x, uint32_t rank);
-void xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank);
-tdm_status_t xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
-                              uint32_t remote_num_pages);
-void xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank);
+tdm_status_t tdm_xfer_ucx_init(tdm_xfer_t *x, uint32_t rank);
+void tdm_xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank);
+tdm_status_t tdm_xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_rank_t *fr,
+                                  uint32_t remote_num_pages);
+void tdm_xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank);
 /* Issue every write of a room (transfer thread, without mu); out: writes issued, bytes. */
-tdm_status_t xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts, uint64_t *ret_bytes);
-tdm_status_t xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r);
-int xfer_ucx_progress(tdm_xfer_t *x);
+tdm_status_t tdm_xfer_ucx_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *ret_puts,
+                                   uint64_t *ret_bytes);
+tdm_status_t tdm_xfer_ucx_flush_room(tdm_xfer_t *x, xroom_t *r);
+int tdm_xfer_ucx_progress(tdm_xfer_t *x);
 
 /* prefill.c / decode.c: role handlers, called with mu held */
-void xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
-void xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
-void xfer_prefill_peer_lost(tdm_xfer_t *x);
-void xfer_decode_peer_lost(tdm_xfer_t *x);
+void tdm_xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
+void tdm_xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
+void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x);
+void tdm_xfer_decode_peer_lost(tdm_xfer_t *x);
 /* a registration was accepted: ask again for the rooms still quarantined (decode.c) */
-void xfer_decode_registered(tdm_xfer_t *x);
-void xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room);
-void xfer_decode_tick(tdm_xfer_t *x, uint64_t now);
+void tdm_xfer_decode_registered(tdm_xfer_t *x);
+void tdm_xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room);
+void tdm_xfer_decode_tick(tdm_xfer_t *x, uint64_t now);
 /* prefill bootstrap: validate a REGISTER against this engine; 0 or a message in why. */
-int xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, char *why,
-                                size_t why_len);
-void xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r);
+int tdm_xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f, char *why,
+                                    size_t why_len);
+void tdm_xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r);
 /* recv.c: the receive thread; close the registered channel (mu held); the thread's scheduling
  * policy while API callers copy rooms in a burst. */
-void *xfer_recv_main(void *arg);
-void xfer_close_channel(tdm_xfer_t *x, const char *why);
-void xfer_recv_thread_policy(int batch);
+void *tdm_xfer_recv_main(void *arg);
+void tdm_xfer_close_channel(tdm_xfer_t *x, const char *why);
+void tdm_xfer_recv_thread_policy(int batch);
 
 /* bootstrap.c: the bootstrap thread; close pending connection i. */
-void *xfer_boot_main(void *arg);
-void xfer_conn_close(tdm_xfer_t *x, uint32_t i);
+void *tdm_xfer_boot_main(void *arg);
+void tdm_xfer_conn_close(tdm_xfer_t *x, uint32_t i);
 
 /* mover.c: the transfer thread; send the frames it holds; move rooms on after their writes. */
-void *xfer_main(void *arg);
-void xfer_out_push(tdm_xfer_t *x);
-void xfer_advance(tdm_xfer_t *x);
+void *tdm_xfer_main(void *arg);
+void tdm_xfer_out_push(tdm_xfer_t *x);
+void tdm_xfer_advance(tdm_xfer_t *x);
 /* mover.c, mu held: may tdm_xfer_prefill_send's caller write this XR_PUTTING room itself? */
-int xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r);
-/* The caller's copy of a room xfer_inline_ok accepted (inline_copies counted it), without mu:
+int tdm_xfer_inline_ok(tdm_xfer_t *x, const xroom_t *r);
+/* The caller's copy of a room tdm_xfer_inline_ok accepted (inline_copies counted it), without mu:
  * write, fence, finalize. */
-void xfer_issue_inline(tdm_xfer_t *x, xroom_t *r);
-tdm_status_t xfer_prefill_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
-tdm_status_t xfer_prefill_release(tdm_xfer_t *x, uint64_t room);
-tdm_status_t xfer_decode_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
-tdm_status_t xfer_decode_release(tdm_xfer_t *x, uint64_t room);
-tdm_status_t xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t *ret_len);
+void tdm_xfer_issue_inline(tdm_xfer_t *x, xroom_t *r);
+tdm_status_t tdm_xfer_prefill_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
+tdm_status_t tdm_xfer_prefill_release(tdm_xfer_t *x, uint64_t room);
+tdm_status_t tdm_xfer_decode_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
+tdm_status_t tdm_xfer_decode_release(tdm_xfer_t *x, uint64_t room);
+tdm_status_t tdm_xfer_decode_register_frame(tdm_xfer_t *x, uint8_t **ret_buf, size_t *ret_len);
 
 #endif

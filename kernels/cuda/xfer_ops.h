@@ -6,7 +6,7 @@
  *
  * Contract: a segment is one page of one (layer, sub-buffer) region of a KV pool laid out by its
  * descriptor: page_stride bytes at tdm_kv_slot(kv, layer, sub, page, 0). The per-page checksum
- * of the transfer (dataplane/xfer/checksum.c, xfer_page_sum) folds the segment hashes (seed 0)
+ * of the transfer (dataplane/xfer/checksum.c, tdm_xfer_page_sum) folds the segment hashes (seed 0)
  * layer-major, sub-buffer order with tdm_hash_combine; the GPU computes the segment hashes, the
  * caller folds them on the host with the same function. Any alignment and length is handled
  * (8-byte loads when the segment is 8-byte aligned, byte loads otherwise).

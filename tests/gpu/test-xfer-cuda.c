@@ -3,7 +3,7 @@
  * kernels/cuda/xfer_ops.h) against the CPU:
  *  - XXH64 on the GPU == libxxhash's (tdm_hash_xxh64) for every length 0..300 and larger ones,
  *    at every misalignment 0..7 and several seeds;
- *  - per-page checksums of a device pool == xfer_page_sum (checksum.c) of the same bytes on the
+ *  - per-page checksums of a device pool == tdm_xfer_page_sum (checksum.c) of the same bytes on the
  *    host, for bf16 and fp8 layouts (fp8 at page size 3: 24-byte scale segments, the
  *    short-input path of XXH64), and a one-byte flip on the device changes exactly that page's
  *    checksum and flipping it back restores it;
@@ -180,11 +180,11 @@ static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
     }
     for (uint32_t i = 0; i < NPAGES; i++) {
         pages[i] = (i * 7u) % NPAGES; /* every page, out of order */
-        cpu[i] = xfer_page_sum(hb, pages[i]);
+        cpu[i] = tdm_xfer_page_sum(hb, pages[i]);
     }
     tdm_status_t st = xfer_cuda_page_sums(c, &db, pages, NPAGES, gpu);
     ok(st == TDM_OK && memcmp(cpu, gpu, sizeof(cpu)) == 0,
-       "%s page %u (%u sub-buffers, strides %llu/%llu): GPU page checksums == xfer_page_sum on "
+       "%s page %u (%u sub-buffers, strides %llu/%llu): GPU page checksums == tdm_xfer_page_sum on "
        "%u pages",
        tdm_dtype_name(dt), page_size, l.n_sub, (unsigned long long)l.sub[0].page_stride,
        (unsigned long long)l.sub[l.n_sub - 1].page_stride, NPAGES);
@@ -1084,8 +1084,8 @@ static void test_ipc(int rfd, int wfd)
     xfer_cuda_fence_free(c, ev);
     uint64_t want[N_COPY + 1], got[N_COPY + 1];
     for (uint32_t i = 0; i < N_COPY; i++)
-        want[i] = xfer_page_sum(hb, src[i]);
-    want[N_COPY] = xfer_page_sum(tdm_kv_pool_buffers(zp), 0);
+        want[i] = tdm_xfer_page_sum(hb, src[i]);
+    want[N_COPY] = tdm_xfer_page_sum(tdm_kv_pool_buffers(zp), 0);
     peer_t p = {rfd, wfd, c, sb, want[N_COPY]};
     int io = peer_sums(&p, dst, N_COPY + 1, got);
     ok(!io && memcmp(want, got, sizeof(uint64_t) * N_COPY) == 0,

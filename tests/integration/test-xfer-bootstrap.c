@@ -238,7 +238,7 @@ int main(void)
     uint8_t *reg = NULL, edited[8192];
     size_t reg_len = 0, n;
     if (tdm_xfer_init(&shadow.cfg, &shadow.x) != TDM_OK ||
-        xfer_decode_register_frame(shadow.x, &reg, &reg_len) != TDM_OK) {
+        tdm_xfer_decode_register_frame(shadow.x, &reg, &reg_len) != TDM_OK) {
         ok(0, "shadow decode");
         return exit_status();
     }

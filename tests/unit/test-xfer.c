@@ -184,7 +184,7 @@ static void test_large_rooms(void)
         memset(&probe, 0, sizeof(probe));
         probe.n_pages = n;
         pthread_mutex_lock(&pre.x->mu);
-        int inl = xfer_inline_ok(pre.x, &probe);
+        int inl = tdm_xfer_inline_ok(pre.x, &probe);
         pthread_mutex_unlock(&pre.x->mu);
         tdm_xfer_aux_t aux = {0, 77u + (uint32_t)k, -1.f, 0, {{0, 0}}}, got;
         uint64_t room;
@@ -696,7 +696,7 @@ static void test_aux_check(void)
     if (one_room(&pre, &dec, 3, dp, sp, &room, &aux) != TDM_KVPOLL_SUCCESS)
         ok(0, "aux: room transferred");
     /* another room's id in the slot (a mis-addressed aux write) */
-    xroom_t *r = xfer_map_get(dec.x, room);
+    xroom_t *r = tdm_xfer_map_get(dec.x, room);
     uint8_t *slot = dec.x->aux[0] + (size_t)r->aux_slot * TDM_XFER_AUX_BYTES;
     slot[8] ^= 0x01;
     is_int(tdm_xfer_decode_commit(dec.x, room, &got), TDM_ERR_CORRUPT, "aux room id mismatch");
