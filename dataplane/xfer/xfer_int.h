@@ -64,6 +64,20 @@ typedef struct xfer_ucx {
     uint8_t *r_kv_ptr, *r_aux_ptr;
 } xfer_ucx_t;
 
+/* A room has two state records, keyed by the same id: its KVPoll state in the room table
+ * (room.c, I4: combined over ranks, tombstones) and, in the engine's map (x->map), the mover's
+ * record below. On prefill the mover phase drives the KVPoll state:
+ *   XR_NEW       TRANSFER_INFO accepted (tdm_xfer_room_accept_info), waiting for the scheduler;
+ *                a local abort sends STATUS FAILED, an ABORT is ACKed at once (nothing moved).
+ *   XR_PUTTING   tdm_xfer_prefill_send: KVPoll TRANSFERRING on every rank, STATUS TRANSFERRING
+ *                sent; the writes are issued (transfer thread, or the caller's inline copy).
+ *   XR_FLUSHING  every write completed; the flush (and a GPU pool's copies) outstanding.
+ *   XR_DONE      tdm_xfer_prefill_finalize after the flush: ABORT_ACK if an ABORT arrived in
+ *                PUTTING/FLUSHING (abort_req, I5), else STATUS FAILED + KVPoll FAILED on a local
+ *                failure (fail_req, put_error), else STATUS SUCCESS with the checksums + KVPoll
+ *                SUCCESS.
+ * Release refuses PUTTING/FLUSHING (TDM_ERR_BUSY) and a KVPoll state that is not terminal; then
+ * both records go (the room table keeps a tombstone for a FAILED room). */
 typedef enum xr_phase { XR_NEW = 0, XR_PUTTING, XR_FLUSHING, XR_DONE } xr_phase_t;
 
 typedef struct xroom {
