@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -420,9 +421,19 @@ def s4():
             15 * SLACK / 3 + 10, 0.2)
         seen["503"] = r is not None
 
+    def inject_pending():
+        # work pending when the loop stalls: a long stream straight to decode (the router stops
+        # choosing a group whose /ready fails, so the load alone may leave it idle)
+        long = threading.Thread(target=gen_stream, args=(S.worker_port("dec"), [5, 6, 7, 8],
+                                                         4000, 90), daemon=True)
+        long.start()
+        wait_until(lambda: metrics(S.worker_port("dec")).get("tandem_requests_running", 0) >= 1,
+                   10, 0.05)
+        return S.fault("dec", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
+                               "duration_ms": 60000})
+
     measure("4a wedge (stall_loop, decode rank 0)", "dec",
-            {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
-             "duration_ms": 60000}, ["WEDGE"], target=5.0, during=probe,
+            {"name": "stall_loop"}, ["WEDGE"], target=5.0, during=probe, inject=inject_pending,
             evidence=lambda k, ev: ev.get("pending", 0) >= 1)
     tap(seen.get("503"), "4a: /health and /ready answer 503 while the group is wedged")
     measure("4b SIGSTOP of decode rank 1", "dec", {"name": "signal", "rank": 1, "signal": "STOP"},
@@ -766,7 +777,7 @@ def s9():
                 for k in ("malformed", "unknown")) + \
         after.get("tandem_xfer_conns_closed_bad_total", 0) - \
         before.get("tandem_xfer_conns_closed_bad_total", 0)
-    rec_ok = L.fresh(limit=30) is not None and hc_fresh_any()
+    rec_ok = wait_until(lambda: L.fresh(limit=10) is not None and hc_fresh_any(), 30, 0.5)
     tap(during_ok, "9: served while half-open and slowloris connections were held")
     tap(alive and rec_ok, "9: after 1 MB of random bytes, half-open connections, slowloris headers "
         "and 20 MB bodies at every listener, every process is alive (same pids) and serving",
