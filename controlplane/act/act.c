@@ -15,7 +15,7 @@
 #include <tdm/time.h>
 
 #include "controlplane/act/act_int.h"
-#include "controlplane/http/cp_server.h"
+#include "controlplane/detect/alert.h"
 
 static const char *const state_names[] = {"stopped", "starting",   "running", "draining",
                                           "drained", "restarting", "failed"};
@@ -77,19 +77,19 @@ void act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_
 
 /* The ring rank an event of `group` is attributed to: the group's most recently heard rank (its
  * current incarnation), else a rank of tandemd's own under `fallback_instance`. */
-static tdm_cp_rank_t *event_rank(tdm_cp_server_t *s, const char *group,
+static tdm_cp_rank_t *event_rank(tdm_cp_rings_t *rings, const char *group,
                                  const char *fallback_instance)
 {
     tdm_cp_rank_t *best = NULL;
-    for (size_t i = 0; i < s->rings.n; i++) {
-        tdm_cp_rank_t *rk = s->rings.ranks[i];
+    for (size_t i = 0; i < rings->n; i++) {
+        tdm_cp_rank_t *rk = rings->ranks[i];
         if (strcmp(rk->group, group) == 0 &&
             (!best || rk->last_recv_mono_us > best->last_recv_mono_us))
             best = rk;
     }
     if (best)
         return best;
-    if (tdm_cp_rings_rank(&s->rings, fallback_instance, 0, 1, &best) != TDM_OK)
+    if (tdm_cp_rings_rank(rings, fallback_instance, 0, 1, &best) != TDM_OK)
         return NULL;
     snprintf(best->group, sizeof(best->group), "%s", group);
     snprintf(best->worker, sizeof(best->worker), "%s", group);
@@ -99,19 +99,18 @@ static tdm_cp_rank_t *event_rank(tdm_cp_server_t *s, const char *group,
 
 static void on_event_msg(tdm_cp_act_t *a, json_t *p)
 {
-    tdm_cp_server_t *s = a->srv;
     const char *group = json_string_value(json_object_get(p, "group"));
     const char *type = json_string_value(json_object_get(p, "type"));
     const char *reason = json_string_value(json_object_get(p, "reason"));
     if (group && type && !strcmp(type, "planned_stop")) {
-        size_t n = tdm_cp_detect_retire_group(s->detect, group);
+        size_t n = tdm_cp_detect_retire_group(a->env.detect, group);
         tdm_info(TDM_SUB_CP, "msg=\"planned stop: ranks retired\" group=%s ranks=%zu", group, n);
         return;
     }
     char inst[TDM_CP_NAME_MAX];
     snprintf(inst, sizeof(inst), "tandemd-%.40s-%llu", group ? group : "?",
              (unsigned long long)(tdm_time_wall_us() / 1000000u));
-    tdm_cp_rank_t *rk = group && type ? event_rank(s, group, inst) : NULL;
+    tdm_cp_rank_t *rk = group && type ? event_rank(a->env.rings, group, inst) : NULL;
     if (!rk)
         return;
     tdm_tm_event_t e;
@@ -120,7 +119,7 @@ static void on_event_msg(tdm_cp_act_t *a, json_t *p)
     snprintf(e.type, sizeof(e.type), "%s", type);
     snprintf(e.reason, sizeof(e.reason), "%s", reason ? reason : "");
     e.data = json_object_get(p, "data");
-    tdm_cp_detect_event(s->detect, rk, &e, tdm_time_mono_us());
+    tdm_cp_detect_event(a->env.detect, rk, &e, tdm_time_mono_us());
     tdm_info(TDM_SUB_CP, "msg=\"event\" group=%s type=%s reason=\"%s\"", group, type,
              reason ? reason : "");
 }
@@ -144,7 +143,7 @@ static void on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages
                      (long long)json_integer_value(json_object_get(m->payload, "action_id")));
             int ok = outcome && !strcmp(outcome, "ok");
             if (json_is_integer(aid) && ok)
-                tdm_cp_alerts_resolve(a->srv->alerts, (uint64_t)json_integer_value(aid), by,
+                tdm_cp_alerts_resolve(a->env.alerts, (uint64_t)json_integer_value(aid), by,
                                       tdm_time_wall_us());
             /* a group (re)started since it was lost, whose new incarnation reports (the rule is
              * false at the last tick), is no longer lost: the supervisor's restart after an exit
@@ -154,10 +153,10 @@ static void on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages
             const char *group = json_string_value(json_object_get(m->payload, "group"));
             const tdm_cp_alert_t *lost =
                 ok && action && group && (!strcmp(action, "restart") || !strcmp(action, "start"))
-                    ? tdm_cp_alerts_open_get(a->srv->alerts, group, TDM_CP_ALERT_WORKER_LOST)
+                    ? tdm_cp_alerts_open_get(a->env.alerts, group, TDM_CP_ALERT_WORKER_LOST)
                     : NULL;
-            if (lost && !tdm_cp_findings_get(&a->srv->findings, group, TDM_CP_ALERT_WORKER_LOST))
-                tdm_cp_alerts_resolve(a->srv->alerts, lost->id, by, tdm_time_wall_us());
+            if (lost && !tdm_cp_findings_get(a->env.findings, group, TDM_CP_ALERT_WORKER_LOST))
+                tdm_cp_alerts_resolve(a->env.alerts, lost->id, by, tdm_time_wall_us());
             if (m->done)
                 m->done(m->ctx, m->payload);
         }
@@ -168,11 +167,11 @@ static void on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 
-tdm_status_t tdm_cp_act_init(struct tdm_cp_server *s, const tdm_cp_act_opts_t *o,
+tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_t *o,
                              tdm_cp_act_t **ret, char *err, size_t err_len)
 {
     tdm_cp_act_t *a = tdm_calloc(1, sizeof(*a));
-    a->srv = s;
+    a->env = *env;
     a->o = *o;
     snprintf(a->state_dir, sizeof(a->state_dir), "%s", o->state_dir);
     snprintf(a->worker_bin, sizeof(a->worker_bin), "%s",
@@ -189,7 +188,7 @@ tdm_status_t tdm_cp_act_init(struct tdm_cp_server *s, const tdm_cp_act_opts_t *o
     tdm_status_t st = act_super_load(a, err, err_len);
     if (st != TDM_OK)
         goto err_free;
-    a->mq = s->mq;
+    a->mq = env->mq;
     h2o_multithread_register_receiver(a->mq, &a->rx, on_messages);
     /* supervised groups that were not re-adopted start now, through the executor (audited) */
     for (size_t i = 0; i < a->n_groups; i++) {
@@ -376,7 +375,7 @@ const char *act_remedy_in_progress(const tdm_cp_act_t *a, const char *group)
 static void take_remedies(tdm_cp_act_t *a)
 {
     tdm_cp_remedy_t rm;
-    while (tdm_cp_alerts_take_remedy(a->srv->alerts, &rm)) {
+    while (tdm_cp_alerts_take_remedy(a->env.alerts, &rm)) {
         pthread_mutex_lock(&a->mu);
         const char *busy = act_remedy_in_progress(a, rm.group);
         char busy_actor[72];

@@ -84,7 +84,20 @@ tdm_status_t tdm_cp_sdbus_restart_unit(const char *host, const char *unit, char 
 /* ---- the subsystem --------------------------------------------------------------------------- */
 
 typedef struct tdm_cp_act tdm_cp_act_t;
-struct tdm_cp_server;
+
+/* What the actions read and touch of the rest of tandemd (all owned by its loop thread, which
+ * also delivers the actions' messages through `mq`): the ring (events are attributed to a rank),
+ * the detectors (a planned stop retires ranks; an event goes in), the alert store and the current
+ * findings (an action resolves alerts; remedies are taken from it), and the database (the
+ * executor waits for its schema). */
+typedef struct tdm_cp_act_env {
+    struct tdm_cp_rings *rings;
+    struct tdm_cp_detect *detect;
+    struct tdm_cp_alerts *alerts;
+    struct tdm_cp_findings *findings;
+    struct tdm_cp_db *db;
+    struct st_h2o_multithread_queue_t *mq;
+} tdm_cp_act_env_t;
 
 typedef struct tdm_cp_act_opts {
     const char *groups_config; /* "" or NULL: no groups */
@@ -99,7 +112,7 @@ typedef struct tdm_cp_act_opts {
 } tdm_cp_act_opts_t;
 
 /* Parse the groups config, adopt or queue the start of supervised groups, start the threads. */
-tdm_status_t tdm_cp_act_init(struct tdm_cp_server *s, const tdm_cp_act_opts_t *o,
+tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_t *o,
                              tdm_cp_act_t **ret, char *err, size_t err_len);
 /* Stop the threads (the action in progress is abandoned at its next step; every request not
  * finished gets its `done` with outcome "failed", delivered by the loop afterwards); supervised

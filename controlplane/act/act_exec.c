@@ -26,7 +26,7 @@
 #include <tdm/time.h>
 
 #include "controlplane/act/act_int.h"
-#include "controlplane/http/cp_server.h"
+#include "controlplane/store/db.h"
 
 /* A row the database did not take (down): kept, in order, and written when it is back. */
 typedef struct audit_row {
@@ -51,7 +51,7 @@ static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, 
                   size_t out_len)
 {
     /* the query thread applies the migrations; statements before that would only fail */
-    for (int i = 0; i < 300 && !atomic_load(&tdm_cp_db_stats(x->a->srv->db)->schema_ready); i++)
+    for (int i = 0; i < 300 && !atomic_load(&tdm_cp_db_stats(x->a->env.db)->schema_ready); i++)
         if (act_sleep(x->a, 100))
             return -1;
     for (int attempt = 0; attempt < 3; attempt++) {

@@ -94,7 +94,7 @@ typedef struct act_req {
 } act_req_t;
 
 struct tdm_cp_act {
-    struct tdm_cp_server *srv;
+    tdm_cp_act_env_t env; /* the rest of tandemd (act.h) */
     tdm_cp_act_opts_t o;
     char state_dir[4096], worker_bin[1024], pg_dsn[2048], admin_token[128];
     int tandemd_port;

@@ -414,7 +414,8 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     ao.pg_dsn = opts->db.dsn;
     ao.admin_token = s->admin_token;
     ao.tandemd_port = s->port;
-    st = tdm_cp_act_init(s, &ao, &s->act, err, err_len);
+    tdm_cp_act_env_t env = {&s->rings, s->detect, s->alerts, &s->findings, s->db, s->mq};
+    st = tdm_cp_act_init(&env, &ao, &s->act, err, err_len);
     if (st != TDM_OK) {
         tdm_cp_db_stop(s->db);
         goto err_loop;
