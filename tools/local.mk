@@ -22,6 +22,11 @@ EXTRA_DIST += tools/device-bundle.sh tools/device-run.sh
 # README.md's architecture map must name only paths that exist.
 TESTS += tests/unit/test-archmap.sh
 dist_check_SCRIPTS += tests/unit/test-archmap.sh
+# The tree's shape with fixed thresholds: no circle between folders, only the worker's main.c
+# reaches into dataplane/worker/, at most 6 source files over 800 lines, no citation of documents
+# outside the repository, no ok() with a constant condition in tests.
+TESTS += tests/unit/test-structure.sh
+dist_check_SCRIPTS += tests/unit/test-structure.sh
 # tandemd across a restart of a tdm-pg cluster: same address, reconnect, /health db down meanwhile
 TESTS += tests/integration/test-cp-pg-restart.sh
 dist_check_SCRIPTS += tests/integration/test-cp-pg-restart.sh
