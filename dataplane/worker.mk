@@ -27,6 +27,10 @@ if HAVE_CUDA_RT
 if !CUDA_MODULE
 # rank.c refuses --device cuda PD without the CUDA runtime (dataplane/sched/local.mk)
 tandem_worker_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1
+if HAVE_NCCL
+# rank.c accepts --device cuda at --tp-size > 1 (the GPU collectives, dataplane/sched/local.mk)
+tandem_worker_CPPFLAGS += -DTDM_SCHED_GPU_TP=1
+endif
 endif
 endif
 tandem_worker_LDADD = libtdmapi.a libtdmchat.a libtdmreport.a $(SCHED_LIBS) $(WORKER_ENGINE_LIBS) \

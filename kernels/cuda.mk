@@ -6,8 +6,8 @@
 # The GPU decode benchmark (bench/gpu.mk) is included from here.
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu \
 	kernels/cuda/ops_gemm.cu kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
-	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu kernels/cuda/hicache.cu \
-	kernels/cuda/device.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
+	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu kernels/cuda/ops_host.cu \
+	kernels/cuda/hicache.cu kernels/cuda/device.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h kernels/cuda/ops_int.cuh \
 	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h \
 	kernels/cuda/hicache.h kernels/cuda/device.h
@@ -15,8 +15,8 @@ if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
 libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu kernels/cuda/ops_gemm.cu \
 	kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
-	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/ops_host.cu \
-	kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/exec_cuda.c kernels/cuda/module.c
+	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu \
+	kernels/cuda/ops_host.cu kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/exec_cuda.c kernels/cuda/module.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
 if HAVE_CUDA_RT
@@ -47,6 +47,15 @@ tests_gpu_test_cuda_exec_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 tests_gpu_test_cuda_hicache_SOURCES = tests/gpu/test-cuda-hicache.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_hicache_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_hicache_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+if HAVE_NCCL
+# TP on one GPU: host-staged TP=2 vs TP=1 (§9 margin rule), the one-rank NCCL communicator bit for
+# bit, the device marks of a stuck rank and their cost (dataplane/tp/gpu.h)
+check_PROGRAMS += tests/gpu/test-cuda-tp
+TESTS += tests/gpu/test-cuda-tp
+tests_gpu_test_cuda_tp_SOURCES = tests/gpu/test-cuda-tp.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_tp_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+tests_gpu_test_cuda_tp_LDADD = libtdmtpgpu.a libtdmtp.a $(CUDA_ENGINE_LIBS) $(NCCL_LIBS)
+endif
 else
 TESTS += tests/gpu/skip-no-cudart.sh
 endif

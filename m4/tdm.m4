@@ -131,6 +131,17 @@ int cublasLtCreate(void **);]],
   AC_SUBST([CUDA_LIBS])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$have_cuda" = xyes])
   AM_CONDITIONAL([HAVE_CUDA_RT], [test "x$have_cuda_rt" = xyes])
+  # NCCL (GPU tensor parallelism, dataplane/tp/nccl.c): nccl.h and libnccl beside the runtime
+  have_nccl=no
+  NCCL_LIBS=""
+  AS_IF([test "x$have_cuda_rt" = xyes], [
+    AC_MSG_CHECKING([for NCCL])
+    AS_IF([test -e "${CUDA_INCDIR:-$CUDA_HOME/include}/nccl.h" && test -e "$CUDA_LIBDIR/libnccl.so"],
+      [have_nccl=yes; NCCL_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lnccl"])
+    AC_MSG_RESULT([$have_nccl])
+  ])
+  AC_SUBST([NCCL_LIBS])
+  AM_CONDITIONAL([HAVE_NCCL], [test "x$have_nccl" = xyes])
 ])
 
 # AX_PTHREAD_SIMPLE: glibc >= 2.34 has pthreads in libc; -pthread is still the portable spelling.

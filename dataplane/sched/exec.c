@@ -28,6 +28,9 @@
 
 #include "dataplane/sched/sched_int.h"
 #include "kernels/cuda/module.h"
+#ifdef TDM_SCHED_GPU_TP
+#include "dataplane/tp/gpu.h"
+#endif
 
 struct tdm_exec {
     tdm_exec_cfg_t cfg;
@@ -39,6 +42,9 @@ struct tdm_exec {
     tdm_hicache_t *hc;           /* HiCache host tier (NULL = off) */
     const tdm_cuda_module_t *cu; /* --device cuda: the engine's table (module.h) */
     tdm_exec_cuda_t *cuda;       /* --device cuda: the forward; graph and be unused */
+#ifdef TDM_SCHED_GPU_TP
+    tdm_gpu_comm_t *gpu; /* --device cuda at tp > 1 (or TDM_TP_BACKEND set): the collectives */
+#endif
     uint32_t vocab;
     float *logits;       /* max_seqs rows */
     tdm_graph_seq_t *gs; /* max_seqs */
@@ -88,6 +94,48 @@ static int gate_skip(void *ctx, uint64_t iter, uint32_t layer)
 
 #define SET_ERR(...) snprintf(err, err_len, __VA_ARGS__)
 
+/* --device cuda: the GPU collectives (dataplane/tp/gpu.h) at tp > 1, or at tp 1 when
+ * TDM_TP_BACKEND names a backend (the one-rank NCCL communicator). TDM_TP_BACKEND "nccl" or
+ * "host"; unset: NCCL when every rank has a GPU of its own, else host-staged. */
+static tdm_status_t gpu_collectives(tdm_exec_t *x, const tdm_model_config_t *mc, char *err,
+                                    size_t err_len)
+{
+    const char *env = getenv("TDM_TP_BACKEND");
+    if (x->cfg.tp_size == 1 && (!env || !env[0]))
+        return TDM_OK;
+#ifdef TDM_SCHED_GPU_TP
+    tdm_gpu_comm_cfg_t gc = {.tensor = x->cfg.tensor, .deadline_us = x->cfg.gpu_deadline_us};
+    if (env && env[0]) {
+        if (tdm_gpu_comm_kind_parse(env, &gc.kind) != TDM_OK) {
+            SET_ERR("TDM_TP_BACKEND=%s: expected nccl or host", env);
+            return TDM_ERR_INVAL;
+        }
+    } else {
+        gc.kind = tdm_gpu_comm_kind_default(x->cfg.tp_size);
+    }
+    const size_t vcap = ((size_t)mc->vocab_size + x->cfg.tp_size - 1) / x->cfg.tp_size;
+    gc.max_floats = (size_t)x->cfg.max_tokens * mc->hidden_size;
+    if ((size_t)x->cfg.max_seqs * vcap > gc.max_floats)
+        gc.max_floats = (size_t)x->cfg.max_seqs * vcap;
+    TDM_TRY(tdm_gpu_comm_init(&gc, &x->gpu, err, err_len));
+    if (!x->cu->exec_set_coll) {
+        SET_ERR("the CUDA module has no tensor-parallel entry (an older backend-cuda.so)");
+        return TDM_ERR_UNSUPPORTED;
+    }
+    tdm_status_t st = x->cu->exec_set_coll(x->cuda, tdm_gpu_comm_coll(x->gpu));
+    if (st != TDM_OK)
+        SET_ERR("CUDA engine: attaching the %s collectives (rank %u of %u): %s",
+                tdm_gpu_comm_kind_name(gc.kind), x->cfg.rank, x->cfg.tp_size, tdm_status_str(st));
+    return st;
+#else
+    (void)mc;
+    SET_ERR("--device cuda at --tp-size %u (or TDM_TP_BACKEND) needs the GPU collectives (NCCL "
+            "and the CUDA runtime); this build has none",
+            x->cfg.tp_size);
+    return TDM_ERR_UNSUPPORTED;
+#endif
+}
+
 tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *err, size_t err_len)
 {
     tdm_status_t st;
@@ -121,6 +169,8 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
                                   cfg->num_pages, cfg->mem_fraction_static};
         st = x->cu->exec_init(&cc, &x->cuda, err, err_len);
         if (st != TDM_OK)
+            goto err_free;
+        if ((st = gpu_collectives(x, mc, err, err_len)) != TDM_OK)
             goto err_free;
         x->cfg.num_pages = x->cu->exec_num_pages(x->cuda);
         st = tdm_kv_pool_init_pages(x->cu->exec_layout(x->cuda), x->cfg.num_pages, &x->pool);
@@ -230,6 +280,9 @@ void tdm_exec_free(tdm_exec_t *x)
     tdm_hicache_free(x->hc); /* its copy thread writes the pool: gone before the pool */
     if (x->cuda)
         x->cu->exec_free(x->cuda);
+#ifdef TDM_SCHED_GPU_TP
+    tdm_gpu_comm_free(x->gpu); /* after the engine: its graphs hold the host functions' args */
+#endif
     tdm_kv_pool_free(x->pool);
     if (x->have_be)
         tdm_backend_cpu_free(&x->be);

@@ -22,6 +22,12 @@ if !CUDA_MODULE
 libtdmsched_a_CPPFLAGS += -DTDM_HAVE_CUDA_RT=1
 SCHED_CUDA_LIBS = libtdmcuda.a
 SCHED_CUDA_SYS = $(CUDA_LIBS) -lstdc++
+if HAVE_NCCL
+# --device cuda at --tp-size > 1: the GPU collectives (dataplane/tp/gpu.h: NCCL, host-staged)
+libtdmsched_a_CPPFLAGS += -DTDM_SCHED_GPU_TP=1
+SCHED_CUDA_LIBS += libtdmtpgpu.a
+SCHED_CUDA_SYS += $(NCCL_LIBS)
+endif
 endif
 endif
 noinst_HEADERS += dataplane/sched/plan_codec.h dataplane/sched/sched.h dataplane/sched/fault.h \

@@ -112,10 +112,12 @@ typedef struct tdm_exec_cfg {
     /* HiCache (--enable-hierarchical-cache): the host tier over this rank's pool, NULL = off;
      * its fault hook is the executor's (slow_host_copy, flip_host_bits, skip_layer_gate) */
     const tdm_hicache_cfg_t *hicache;
-    int device_cuda;            /* 1: the forward runs on the CUDA engine (--device cuda, tp 1) */
+    int device_cuda;            /* 1: the forward runs on the CUDA engine (--device cuda) */
     double mem_fraction_static; /* --device cuda: share of free GPU memory for weights + KV */
     const char *cuda_backend;   /* --device cuda without a linked runtime: backend-cuda.so
                                    (NULL/"" = the installed one, kernels/cuda/module.h) */
+    uint64_t gpu_deadline_us;   /* --device cuda: a step's wait is aborted past it (2 x
+                                   --health-progress-timeout; dataplane/tp/gpu.h) */
 } tdm_exec_cfg_t;
 
 typedef struct tdm_exec tdm_exec_t;

@@ -132,3 +132,42 @@ void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running, 
     s->rec.taken = taken;
     tdm_progress_write_end(s);
 }
+
+void tdm_comm_gpu_begin(tdm_comm_t *c, const tdm_gpu_step_t *g, uint64_t now_us)
+{
+    if (!c->page)
+        return;
+    tdm_progress_slot_t *s = &c->page->slot[c->rank];
+    tdm_progress_write_begin(s);
+    atomic_store_explicit(&s->gpu_mark, 0, memory_order_relaxed);
+    s->rec.gpu = *g;
+    s->rec.gpu.group = c->group;
+    s->rec.gpu.base_seq = s->rec.coll_seq;
+    s->rec.gpu.base_hash = s->rec.coll_hash;
+    s->rec.gpu.since_us = now_us;
+    s->rec.in_coll_op = TDM_COLL_NONE;
+    tdm_progress_write_end(s);
+}
+
+void tdm_comm_gpu_end(tdm_comm_t *c)
+{
+    if (!c->page)
+        return;
+    tdm_progress_slot_t *s = &c->page->slot[c->rank];
+    if (!s->rec.gpu.n_runs)
+        return;
+    uint32_t mark = atomic_load_explicit(&s->gpu_mark, memory_order_acquire);
+    tdm_rank_record_t r = s->rec;
+    tdm_progress_gpu_fold(&r.gpu, mark, &r);
+    tdm_progress_write_begin(s);
+    s->rec.coll_seq = r.coll_seq;
+    s->rec.coll_hash = r.coll_hash;
+    s->rec.in_coll_op = TDM_COLL_NONE;
+    s->rec.gpu.n_runs = 0;
+    tdm_progress_write_end(s);
+}
+
+uint32_t *tdm_comm_gpu_mark(tdm_comm_t *c)
+{
+    return c->page ? (uint32_t *)&c->page->slot[c->rank].gpu_mark : NULL;
+}

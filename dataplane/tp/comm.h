@@ -66,6 +66,20 @@ void tdm_comm_record_iter(tdm_comm_t *c, uint64_t iter, tdm_path_t path, uint64_
 void tdm_comm_record_pending(tdm_comm_t *c, uint32_t waiting, uint32_t running, uint64_t taken);
 
 /*
+ * I2 for a GPU rank (docs/design.md §3): its collectives run inside CUDA graphs, so the recorder
+ * cannot wrap each call. Before the launch, gpu_begin announces the step's collectives (g's
+ * runs; group, bases and since are filled here) and zeroes the slot's mark word, which the device
+ * then writes around each collective (include/tdm/progress.h gpu_mark); tdm_progress_read folds
+ * the two into in_coll / coll_seq / coll_hash while the step runs. gpu_end, after the wait,
+ * commits the fold (the collectives the device marked done) and clears the step.
+ */
+void tdm_comm_gpu_begin(tdm_comm_t *c, const tdm_gpu_step_t *g, uint64_t now_us);
+void tdm_comm_gpu_end(tdm_comm_t *c);
+/* The slot's mark word (the page is mapped for the device by dataplane/tp/gpu.c); NULL without
+ * a page. */
+uint32_t *tdm_comm_gpu_mark(tdm_comm_t *c);
+
+/*
  * Shared-memory backend for CPU ranks (separate processes or threads on one host).
  * The region holds per-rank arrival counters, announcements (op, bytes, seq) and one data slot
  * per rank. Waits spin briefly (bounded, so two cores are not starved) and then sleep on a futex;

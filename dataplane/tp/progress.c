@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <tdm/hash.h>
 #include <tdm/progress.h>
 
 static const char *const coll_op_names[] = {"none", "allreduce", "broadcast", "allgather",
@@ -142,22 +143,56 @@ void tdm_progress_heartbeat(tdm_progress_slot_t *s, tdm_hb_thread_t t, uint64_t 
         atomic_store_explicit(&s->heartbeat_us[t], now_us ? now_us : 1, memory_order_relaxed);
 }
 
+void tdm_progress_gpu_fold(const tdm_gpu_step_t *g, uint32_t mark, tdm_rank_record_t *r)
+{
+    uint64_t done = mark / 2, total = 0, k = 0, h = g->base_hash;
+    uint32_t in_op = TDM_COLL_NONE;
+    const uint32_t nr = g->n_runs < TDM_GPU_RUNS ? g->n_runs : TDM_GPU_RUNS;
+    for (uint32_t i = 0; i < nr; i++)
+        total += g->run[i].count;
+    if (done > total)
+        done = total;
+    for (uint32_t i = 0; i < nr; i++)
+        for (uint32_t c = 0; c < g->run[i].count; c++, k++) {
+            if (k == done) {
+                in_op = g->run[i].op;
+                goto folded;
+            }
+            h = tdm_hash_coll_step(h, g->run[i].op, g->run[i].bytes, g->group);
+        }
+folded:
+    r->coll_seq = g->base_seq + done;
+    r->coll_hash = h;
+    if ((mark & 1) && done < total) {
+        r->in_coll_op = in_op;
+        r->in_coll_seq = g->base_seq + done;
+        r->in_coll_since_us = g->since_us;
+    } else {
+        r->in_coll_op = TDM_COLL_NONE;
+    }
+}
+
 void tdm_progress_read(const tdm_progress_slot_t *s, tdm_rank_record_t *ret)
 {
     tdm_progress_slot_t *ms = (tdm_progress_slot_t *)s;
+    uint32_t mark = 0;
     for (int tries = 0;; tries++) {
         uint64_t a = atomic_load_explicit(&ms->seq, memory_order_acquire);
         if (!(a & 1)) {
             memcpy(ret, (const void *)&s->rec, sizeof(*ret));
+            mark = atomic_load_explicit(&ms->gpu_mark, memory_order_acquire);
             atomic_thread_fence(memory_order_acquire);
             if (atomic_load_explicit(&ms->seq, memory_order_relaxed) == a)
-                return;
+                break;
         }
         if (tries > 1000) { /* the writer died mid-write: take what is there */
             memcpy(ret, (const void *)&s->rec, sizeof(*ret));
-            return;
+            mark = atomic_load_explicit(&ms->gpu_mark, memory_order_acquire);
+            break;
         }
     }
+    if (ret->gpu.n_runs) /* a GPU rank's step in flight: where its device is (I2) */
+        tdm_progress_gpu_fold(&ret->gpu, mark, ret);
 }
 
 void tdm_progress_note_submitted(tdm_progress_page_t *p)

@@ -249,10 +249,13 @@ static int rank_check(tdm_worker_t *w, const char *prefix)
                               "tandem-worker without --rank\"");
         return 2;
     }
+#ifndef TDM_SCHED_GPU_TP
     if (w->on_cuda && cfg->tp_size != 1) {
-        tdm_err(TDM_SUB_CORE, "msg=\"--device cuda runs --tp-size 1 only in this build\"");
+        tdm_err(TDM_SUB_CORE, "msg=\"--device cuda --tp-size > 1 needs the GPU collectives (NCCL "
+                              "and the CUDA runtime); this build has none\"");
         return 2;
     }
+#endif
 #ifndef TDM_HAVE_CUDA_RT
     if (w->on_cuda && strcmp(cfg->disaggregation_mode, "null") != 0) {
         /* GPU KV moves by CUDA IPC (dataplane/xfer/cuda_ipc.c), built only with the runtime */
@@ -436,7 +439,8 @@ static tdm_status_t rank_exec(tdm_worker_t *w, uint64_t t0, char *err, size_t er
                          .hicache = cfg->enable_hierarchical_cache ? &hcfg : NULL,
                          .device_cuda = w->on_cuda,
                          .mem_fraction_static = cfg->mem_fraction_static,
-                         .cuda_backend = cfg->cuda_backend};
+                         .cuda_backend = cfg->cuda_backend,
+                         .gpu_deadline_us = (uint64_t)(2e6 * cfg->health_progress_timeout)};
     tdm_status_t st = tdm_exec_init(&xc, &w->x, err, err_len);
     if (xc.hicache && (st == TDM_OK || st == TDM_ERR_FORMAT))
         tdm_worker_hicache_report(&w->hooks.report, &hcfg, st != TDM_OK);

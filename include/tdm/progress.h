@@ -26,7 +26,7 @@
 #include <tdm/status.h>
 
 #define TDM_PROGRESS_MAGIC 0x47525054u /* "TPRG" */
-#define TDM_PROGRESS_VERSION 2
+#define TDM_PROGRESS_VERSION 3
 #define TDM_PROGRESS_MAX_RANKS 64
 
 typedef enum tdm_path {
@@ -61,6 +61,20 @@ typedef enum tdm_hb_thread {
 const char *tdm_hb_thread_name(tdm_hb_thread_t t);
 
 /* A consistent copy of one rank's record. */
+/* I2 on the device (docs/design.md §3): the collectives of the forward in flight on a GPU rank,
+ * as runs of (op, count, bytes) in issue order, announced by the host before the launch. */
+#define TDM_GPU_RUNS 4
+typedef struct tdm_gpu_step {
+    uint32_t n_runs; /* 0: no device step in flight */
+    uint32_t group;
+    uint64_t base_seq, base_hash; /* coll_seq and coll_hash before the step */
+    uint64_t since_us;            /* the launch: in_coll_since of the step's collectives */
+    struct {
+        uint32_t op, count;
+        uint64_t bytes;
+    } run[TDM_GPU_RUNS];
+} tdm_gpu_step_t;
+
 typedef struct tdm_rank_record {
     uint64_t iter;
     uint32_t path; /* tdm_path_t of the last iteration */
@@ -78,12 +92,17 @@ typedef struct tdm_rank_record {
                      * counters above were counted (0 on other ranks) */
     int32_t pid;
     uint32_t alive; /* 1 while the rank runs; 0 after a clean exit */
+    tdm_gpu_step_t gpu;
 } tdm_rank_record_t;
 
 typedef struct tdm_progress_slot {
     _Atomic uint64_t seq; /* seqlock: odd while being written */
     tdm_rank_record_t rec;
     _Atomic uint64_t heartbeat_us[TDM_HB_MAX]; /* 0 = thread not running in this rank */
+    /* written by the device inside the step's graph (host-mapped): 2k+1 entering collective k
+     * of rec.gpu, 2k+2 after it, 0 before the first; tdm_progress_read folds it into in_coll,
+     * coll_seq and coll_hash */
+    _Alignas(64) _Atomic uint32_t gpu_mark;
     uint8_t pad[64];
 } tdm_progress_slot_t;
 
@@ -118,6 +137,9 @@ void tdm_progress_heartbeat(tdm_progress_slot_t *s, tdm_hb_thread_t t, uint64_t 
 
 /* Reader side: consistent snapshot of a slot's record (spins briefly; never blocks). */
 void tdm_progress_read(const tdm_progress_slot_t *s, tdm_rank_record_t *ret);
+/* The device step g with its mark word folded into r: coll_seq and coll_hash advanced over the
+ * collectives left, in_coll set while one is entered (the one I2 hash, tdm_hash_coll_step). */
+void tdm_progress_gpu_fold(const tdm_gpu_step_t *g, uint32_t mark, tdm_rank_record_t *r);
 
 /* The leader's submit path: one more request in the scheduler's inbox (any thread; lock-free). */
 void tdm_progress_note_submitted(tdm_progress_page_t *p);

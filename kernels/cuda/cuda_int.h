@@ -158,6 +158,14 @@ tdm_status_t tdm_cuda_gemm_bf16(cublasHandle_t h, const uint16_t *xb, uint32_t n
 tdm_status_t tdm_cuda_embed(const void *table, int dtype, const int32_t *ids, uint32_t n,
                             uint32_t d, float *out, cudaStream_t stream);
 
+/* out (n, d): the rows of ids in [lo, lo + cnt) from table (cnt, d) (rows lo.. of the
+ * vocabulary), -0.0 for the others (the vocab-parallel embedding before its all-reduce). */
+tdm_status_t tdm_cuda_embed_range(const void *table, int dtype, const int32_t *ids, uint32_t n,
+                                  uint32_t d, uint32_t lo, uint32_t cnt, float *out,
+                                  cudaStream_t stream);
+/* *p = v from the stream (p: device address of host-mapped memory), visible to the host. */
+tdm_status_t tdm_cuda_mark(uint32_t *p, uint32_t v, cudaStream_t stream);
+
 /* Fused residual add + RMSNorm: if add, resid += add; out[j] = resid[row(j)] * rs * w.
  * xrow NULL: row(j) = j (in place add on every row); else gathered rows (add must be NULL).
  * Exactly one of out_f32 / out_bf16 is non-NULL. */

@@ -132,15 +132,32 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     e->hd = e->cfg.head_dim;
     e->I = view->inter_r;
     e->V = e->cfg.vocab_size;
+    e->tp = view->tp_size;
+    e->tp_rank = view->tp_rank;
+    e->vlo = view->vocab_lo;
+    e->vr = view->vocab_r;
+    e->vcap = (uint32_t)((e->V + (uint64_t)e->tp - 1) / e->tp);
+    e->marks = 1;
     e->L = e->cfg.num_layers;
     e->qkvd = (e->H + 2 * e->KV) * e->hd;
     if (e->o.max_logit_rows < e->o.max_batch)
         e->o.max_logit_rows = e->o.max_batch;
-    if ((st = tdm_kv_layout_init(&e->cfg, e->o.kv_dtype, e->o.page_size, 1, 0, &e->layout)) !=
-        TDM_OK)
+    if ((st = tdm_kv_layout_init(&e->cfg, e->o.kv_dtype, e->o.page_size, e->tp, e->tp_rank,
+                                 &e->layout)) != TDM_OK)
         goto err;
     e->layers = (layer_dev_t *)tdm_calloc(e->L, sizeof(layer_dev_t));
 
+    if (e->tp > 1) {
+        /* rank r on device r mod the devices this process sees (one GPU: every rank on it, with
+         * the host-staged collectives, dataplane/tp/gpu.h) */
+        int ndev = 0;
+        TDM_CUDA_CHECK_GOTO(cudaGetDeviceCount(&ndev), st, err);
+        if (ndev <= 0) {
+            st = TDM_ERR_CUDA;
+            goto err;
+        }
+        TDM_CUDA_CHECK_GOTO(cudaSetDevice((int)(e->tp_rank % (uint32_t)ndev)), st, err);
+    }
     TDM_CUDA_CHECK_GOTO(cudaMemGetInfo(&free_b, &total_b), st, err);
     /* Every initialising copy and memset goes to e->stream, never the legacy default stream: a
      * non-blocking stream does not wait for the legacy stream, and cudaMemset of device memory
@@ -251,6 +268,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     TDM_CUBLAS_CHECK_GOTO(cublasSetStream(e->cublas, e->stream), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->cublas_ws, 32u << 20), st, err);
     TDM_CUBLAS_CHECK_GOTO(cublasSetWorkspace(e->cublas, e->cublas_ws, 32u << 20), st, err);
+    if ((st = tdm_cuda_engine_tp_init(e)) != TDM_OK)
+        goto err;
     TDM_CUDA_CHECK_GOTO(cudaStreamSynchronize(e->stream), st, err);
     tdm_info(TDM_SUB_CUDA,
              "msg=\"cuda engine ready\" weights_bytes=%llu kv_pages=%u kv_bytes=%llu free=%zu "
@@ -268,9 +287,8 @@ void tdm_cuda_engine_free(tdm_cuda_engine_t *e)
 {
     if (!e)
         return;
-    for (int i = 0; i < MAX_BUCKETS; i++)
-        if (e->graph[i])
-            cudaGraphExecDestroy(e->graph[i]);
+    tdm_cuda_engine_drop_graphs(e);
+    tdm_cuda_engine_tp_free(e);
     tdm_cuda_hc_free(&e->hc);
     if (e->cublas)
         cublasDestroy(e->cublas);

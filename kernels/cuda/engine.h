@@ -1,7 +1,7 @@
 /*
- * kernels/cuda/engine.h — the GPU forward of one rank (tp_size 1): the Llama/Qwen2 graph of
- * dataplane/model/forward.c on the CUDA kernels, with the weights and the paged KV pool resident on
- * the device.
+ * kernels/cuda/engine.h — the GPU forward of one rank (any tp_size, below): the Llama/Qwen2 graph
+ * of dataplane/model/forward.c on the CUDA kernels, with the weights and the paged KV pool resident
+ * on the device.
  *
  * Contract:
  *  - Weights are copied once from a tdm_model_view_t (any of bf16/f16/f32, kept in that dtype;
@@ -21,7 +21,7 @@
  *  - Results are held to a tolerance against the CPU backend, not bit-exactness (docs/design.md
  * §9). Threading: one thread at a time per engine. Errors: TDM_ERR_INVAL (shapes), TDM_ERR_RANGE
  * (ids, positions, pages), TDM_ERR_OVERFLOW (batch beyond the limits), TDM_ERR_UNSUPPORTED (dtype,
- * head size, GQA group > 8, tp_size > 1), TDM_ERR_NOMEM, TDM_ERR_CUDA (logged once); a failed
+ * head size, GQA group > 8), TDM_ERR_NOMEM, TDM_ERR_CUDA (logged once), the coll's codes; a failed
  * forward may have written KV of the positions of that call only.
  */
 #ifndef TDM_KERNELS_CUDA_ENGINE_H
@@ -146,10 +146,59 @@ typedef struct tdm_cuda_seq {
     int all_logits;
 } tdm_cuda_seq_t;
 
-/* view must outlive the call only (weights are copied). */
+/*
+ * Tensor parallelism (docs/design.md §3, §9): a view of tp_size N > 1 (weights sharded at load by
+ * tdm_model_view_init: q/k/v and gate/up by rows, o and down by columns, KV heads split, embedding
+ * and lm_head by vocab rows) runs the Megatron forward: the vocab-parallel embedding all-reduced,
+ * an all-reduce of the residual after o and after down (rank 0 adds its partial to the residual,
+ * the others contribute theirs alone), the logits slice of each rank all-gathered in rank order and
+ * laid out as the full vocab before the argmax. The collectives are the caller's (dataplane/tp:
+ * NCCL or the host-staged shared-memory backend), enqueued on the engine's stream, so they are
+ * captured in the decode graphs with the kernels. A coll with N = 1 issues every collective too
+ * (the one-rank NCCL communicator), with results equal to the engine without one bit for bit.
+ *
+ * I2 on the device: with `mark` set, each collective k of a forward is bracketed by two 4-byte
+ * stream writes into that host-mapped word, 2k+1 before it and 2k+2 after it (constants of the
+ * capture). step_begin announces the forward's collectives as runs of (op, bytes, count) before
+ * the launch, step_end closes the step after the wait: the recorder (dataplane/tp/comm.c) turns
+ * word and runs into in_coll / coll_seq / coll_hash of the rank's progress slot.
+ */
+typedef struct tdm_cuda_coll_run {
+    uint32_t op;    /* tdm_coll_op_t */
+    uint32_t count; /* collectives of this run */
+    uint64_t bytes; /* bytes of each */
+} tdm_cuda_coll_run_t;
+
+#define TDM_CUDA_COLL_RUNS 4
+/* the ops of the runs: tdm_coll_op_t's values (include/tdm/progress.h; C11 atomics there) */
+#define TDM_CUDA_COLL_ALLREDUCE 1u
+#define TDM_CUDA_COLL_ALLGATHER 3u
+
+typedef struct tdm_cuda_coll {
+    uint32_t rank, size;
+    void *ctx;
+    /* in-place sum of n floats of device memory, enqueued on stream (a cudaStream_t) */
+    tdm_status_t (*allreduce)(void *ctx, float *buf, size_t n, void *stream);
+    /* out (device): size * n floats, rank r's n floats at r * n */
+    tdm_status_t (*allgather)(void *ctx, const float *in, float *out, size_t n, void *stream);
+    /* wait for the stream's work (errors, abort and the deadline polled); NULL: synchronize */
+    tdm_status_t (*sync)(void *ctx, void *stream);
+    void (*step_begin)(void *ctx, const tdm_cuda_coll_run_t *runs, uint32_t n_runs);
+    void (*step_end)(void *ctx, tdm_status_t st);
+    uint32_t *mark; /* host-mapped word of the marks (cudaHostRegisterMapped); NULL: no marks */
+} tdm_cuda_coll_t;
+
+/* view must outlive the call only (weights are copied). A view of tp_size > 1 needs a coll of
+ * that size and rank (tdm_cuda_engine_set_coll) before its first forward. */
 tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_engine_opts_t *opts,
                                   tdm_cuda_engine_t **ret_engine);
 void tdm_cuda_engine_free(tdm_cuda_engine_t *e);
+
+/* Attach the collectives (copied; ctx must outlive the engine) or detach them (NULL: only for
+ * tp_size 1). Drops the captured graphs. TDM_ERR_INVAL when size or rank differ from the view's. */
+tdm_status_t tdm_cuda_engine_set_coll(tdm_cuda_engine_t *e, const tdm_cuda_coll_t *coll);
+/* Benchmark diagnostic: the I2 marks on (1, the default) or off; drops the captured graphs. */
+void tdm_cuda_engine_set_marks(tdm_cuda_engine_t *e, int on);
 
 uint32_t tdm_cuda_engine_num_pages(const tdm_cuda_engine_t *e);
 const tdm_kv_layout_t *tdm_cuda_engine_layout(const tdm_cuda_engine_t *e);

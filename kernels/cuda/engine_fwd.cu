@@ -115,18 +115,27 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     /* L2 prefetch (docs/cuda.md): apf bytes of o|gate_up from each decode attention grid, tpf
      * bytes of the next GEMV's weights from each one-row GEMV's tail */
     const uint64_t apf = (uint64_t)e->o.l2pf_mb << 20, tpf = (uint64_t)e->o.l2pf_tail_mb << 20;
-    const uint64_t wdown = (uint64_t)d * I * e->wes, wlm = (uint64_t)e->V * d * e->wes;
+    const uint64_t wdown = (uint64_t)d * I * e->wes, wlm = (uint64_t)e->vr * d * e->wes;
     const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0};
     /* run 11: the MLP activation in the gate|up GEMV's epilogue, the argmax in lm_head's */
     const int swiglu = e->gu_il; /* then every one-row call is fusable (gemv_fusable) */
-    const int am =
-        use_gemv(e, m) && e->o.argmax_fused && !apf && tdm_cuda_engine_gemv_fusable(e, m, d);
+    /* tensor parallelism (engine.h): rank 0 adds its partials to the residual, the others
+     * contribute theirs alone, and the all-reduce sums them; the logits slice is gathered first */
+    const int tpc = e->has_coll, accf = !tpc || e->tp_rank == 0 ? TDM_GEMV_ACCUM : 0;
+    float *lgo = tpc ? e->lg_local : e->logits;
+    const int am = !tpc && use_gemv(e, m) && e->o.argmax_fused && !apf &&
+                   tdm_cuda_engine_gemv_fusable(e, m, d);
 
     /* run 12: one row's embedding lookup folded into layer 0's qkv GEMV (no embed node) */
-    const int emb = small && e->o.embed_fused && e->wdt == TDM_DTYPE_BF16 &&
+    const int emb = e->tp == 1 && small && e->o.embed_fused && e->wdt == TDM_DTYPE_BF16 &&
                     tdm_cuda_engine_gemv_fusable(e, n, d);
-    if (!emb)
+    e->nmark = 0;
+    if (e->tp > 1) { /* vocab-parallel: own rows, -0.0 elsewhere, summed */
+        TDM_TRY(tdm_cuda_embed_range(e->embed, e->wdt, ids, n, d, e->vlo, e->vr, e->x, s));
+        TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
+    } else if (!emb) {
         TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
+    }
     for (uint32_t l = 0; l < e->L; l++) {
         const layer_dev_t *w = &e->layers[l];
         const uint8_t *o_b = (const uint8_t *)w->o, *gu_b = (const uint8_t *)w->gu;
@@ -187,31 +196,37 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (e->o.ablate & TDM_CUDA_ABLATE_GEMM)
             continue;
         if (small) {
-            TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, TDM_GEMV_ACCUM, e->x, d,
-                         t_o));
+            TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, accf, e->x, d, t_o));
+            if (tpc)
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
             if (swiglu) { /* use_gemv: one row only */ /* gate|up writes silu(gate) * up: down reads
                                                           I floats, no SiLU */
                 TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, I, NULL, w->mlp_norm,
                              TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu));
-                TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, TDM_GEMV_ACCUM, e->x,
-                             d, t_down));
+                TDM_TRY(
+                    gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, accf, e->x, d, t_down));
             } else {
                 /* ABLATE_SILU (timing only): down stages I floats of the gate, no SiLU·up */
                 const int ab = (e->o.ablate & TDM_CUDA_ABLATE_SILU) != 0;
                 TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm, TDM_GEMV_NORM,
                              e->gu, 2 * I, t_gu));
                 TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
-                             ab ? TDM_GEMV_ACCUM : TDM_GEMV_SILU | TDM_GEMV_ACCUM, e->x, d,
-                             t_down));
+                             ab ? accf : TDM_GEMV_SILU | accf, e->x, d, t_down));
             }
+            if (tpc)
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
         } else {
-            TDM_TRY(gemm(e, n, qd, w->o, d, 1, e->x));
+            TDM_TRY(gemm(e, n, qd, w->o, d, accf != 0, e->x));
+            if (tpc)
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->mlp_norm, eps, n, d, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, d, w->gu, 2 * I, 0, e->gu));
             /* silu·mul stays its own launch: fused into the skinny kernel's input every block
              * re-read the fp32 gate|up (run 3: bs32 3.8 ms/step against 2.3) */
             TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, e->gu_il, NULL, e->xb, s));
-            TDM_TRY(gemm(e, n, I, w->down, d, 1, e->x));
+            TDM_TRY(gemm(e, n, I, w->down, d, accf != 0, e->x));
+            if (tpc)
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
         }
     }
     if (am) { /* the argmax in the epilogue: no argmax node */
@@ -222,12 +237,14 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         return tdm_cuda_gemv(&a, s);
     }
     if (use_gemv(e, m)) {
-        TDM_TRY(gemv(e, e->x, d, outrows, m, d, e->lm_head, e->V, NULL, e->final_norm,
-                     TDM_GEMV_NORM, e->logits, e->V, none));
+        TDM_TRY(gemv(e, e->x, d, outrows, m, d, e->lm_head, e->vr, NULL, e->final_norm,
+                     TDM_GEMV_NORM, lgo, e->vr, none));
     } else {
         TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, outrows, e->final_norm, eps, m, d, NULL, e->xb, s));
-        TDM_TRY(gemm(e, m, d, e->lm_head, e->V, 0, e->logits));
+        TDM_TRY(gemm(e, m, d, e->lm_head, e->vr, 0, lgo));
     }
+    if (tpc)
+        TDM_TRY(tdm_cuda_engine_gather_logits(e, m));
     /* the next step's first weights (layer 0's qkv, then apf more) during the host round trip */
     const uint8_t *qkv0 = (const uint8_t *)e->layers[0].qkv, *o0 = (const uint8_t *)e->layers[0].o;
     const tdm_cuda_l2pf_t pf_next =
@@ -310,10 +327,12 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
     tdm_status_t st = TDM_OK;
     uint32_t n, m, rows_run;
     size_t np;
-    int decode, bi = -1;
+    int decode, bi = -1, begun = 0;
 
     if (!e || !seqs || n_seqs == 0 || !ret_rows)
         return TDM_ERR_INVAL;
+    if (e->tp > 1 && !e->has_coll)
+        return TDM_ERR_STATE; /* a sharded view needs its collectives (set_coll) */
     /* decode calls (one token per sequence, at most max_batch rows) lay the plan out on the
      * compact stride the graphs were captured with; others on T */
     e->prow = e->o.max_batch < e->T ? e->o.max_batch : e->T;
@@ -357,6 +376,12 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
     TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->d_plan, e->h_plan, (plan_off(e, P_PAGES) + np) * 4,
                                         cudaMemcpyHostToDevice, e->stream),
                         st, out);
+    if (e->has_coll) { /* the collectives this forward will issue, for the recorder (I2) */
+        tdm_cuda_engine_plan_runs(e, bi >= 0 ? rows_run : n, bi >= 0 ? rows_run : m);
+        if (e->coll.step_begin)
+            e->coll.step_begin(e->coll.ctx, e->runs, e->n_runs);
+        begun = 1;
+    }
     if (bi >= 0) {
         if (!e->graph[bi]) {
             cudaGraph_t g = NULL;
@@ -391,13 +416,16 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(logits, e->logits, (size_t)m * e->V * 4,
                                             cudaMemcpyDeviceToHost, e->stream),
                             st, out);
-    TDM_CUDA_CHECK_GOTO(cudaStreamSynchronize(e->stream), st, out);
+    if ((st = tdm_cuda_engine_wait(e)) != TDM_OK)
+        goto out;
     if ((st = tdm_cuda_hc_after(&e->hc)) != TDM_OK)
         goto out;
     if (ret_ids)
         memcpy(ret_ids, e->h_ids_out, (size_t)m * 4);
     *ret_rows = m;
 out:
+    if (begun && e->coll.step_end)
+        e->coll.step_end(e->coll.ctx, st);
     return st;
 }
 

@@ -69,6 +69,18 @@ struct tdm_cuda_engine {
     void *cublas_ws;
     cudaGraphExec_t graph[MAX_BUCKETS];
     tdm_cuda_hc_t hc; /* the HiCache layer gate (hicache.h); hc.gate NULL: none */
+    /* tensor parallelism (engine.h): the view's shares; vocab rows [vlo, vlo + vr) of V, vcap
+     * the largest rank's share (the all-gather's block) */
+    uint32_t tp, tp_rank, vlo, vr, vcap;
+    int has_coll, marks;
+    tdm_cuda_coll_t coll;
+    uint32_t *d_mark; /* device address of coll.mark (NULL: no marks) */
+    uint32_t nmark;   /* collectives enqueued so far in this forward */
+    float *lg_local;  /* max_logit_rows x vcap: this rank's logits slice */
+    float *lg_all;    /* tp x max_logit_rows x vcap: every rank's, in rank order */
+    void *write32;    /* cuStreamWriteValue32 (driver entry point), NULL: the mark kernel */
+    tdm_cuda_coll_run_t runs[TDM_CUDA_COLL_RUNS];
+    uint32_t n_runs;
 };
 
 /* plan block layout, in uint32 units */
@@ -97,5 +109,15 @@ tdm_status_t tdm_cuda_engine_check_view(const tdm_model_view_t *v, int wdt);
 /* engine_fwd.cu: 1 when the one-row GEMV of K inputs with the fused RMSNorm runs the streaming
  * V2 form, the one with the SwiGLU and argmax epilogues (ops_gemv.cu gemv1_kernel) */
 int tdm_cuda_engine_gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K);
+/* engine_tp.cu: the collectives of a forward with their I2 marks (engine.h) */
+tdm_status_t tdm_cuda_engine_tp_init(tdm_cuda_engine_t *e);
+void tdm_cuda_engine_tp_free(tdm_cuda_engine_t *e);
+void tdm_cuda_engine_drop_graphs(tdm_cuda_engine_t *e);
+tdm_status_t tdm_cuda_engine_allreduce(tdm_cuda_engine_t *e, float *buf, size_t n);
+/* lm_head's slice (lg_local, m rows of vr) gathered into e->logits (m rows of V) */
+tdm_status_t tdm_cuda_engine_gather_logits(tdm_cuda_engine_t *e, uint32_t m);
+/* the runs of a forward over n rows and m logit rows (what the marks will count) */
+void tdm_cuda_engine_plan_runs(tdm_cuda_engine_t *e, uint32_t n, uint32_t m);
+tdm_status_t tdm_cuda_engine_wait(tdm_cuda_engine_t *e);
 
 #endif

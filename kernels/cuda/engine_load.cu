@@ -68,10 +68,10 @@ tdm_status_t tdm_cuda_engine_upload(tdm_cuda_engine_t *e, const tdm_model_view_t
     }
     off = lbytes * e->L;
     o_embed = off;
-    off += align256((uint64_t)e->V * d * es);
+    off += align256((uint64_t)e->vr * d * es);
     o_lm = off;
     if (!tied)
-        off += align256((uint64_t)e->V * d * es);
+        off += align256((uint64_t)e->vr * d * es);
     o_fn = off;
     off += align256((uint64_t)d * 4);
     o_freq = off;
@@ -79,7 +79,7 @@ tdm_status_t tdm_cuda_engine_upload(tdm_cuda_engine_t *e, const tdm_model_view_t
     e->wbytes = off;
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->wbuf, off), st, out);
 
-    stage_bytes = (size_t)e->V * d * es;
+    stage_bytes = (size_t)e->vr * d * es;
     if ((size_t)2 * I * d * es > stage_bytes)
         stage_bytes = (size_t)2 * I * d * es;
     if ((size_t)e->qkvd * d * es > stage_bytes)
@@ -142,11 +142,11 @@ tdm_status_t tdm_cuda_engine_upload(tdm_cuda_engine_t *e, const tdm_model_view_t
         ld->qk_norm = has_qkn ? (const float *)(e->wbuf + b + per_layer[7]) : NULL;
     }
     stage_rows(&v->embed, es, stage);
-    PUT(o_embed, (size_t)e->V * d * es);
+    PUT(o_embed, (size_t)e->vr * d * es);
     e->embed = e->wbuf + o_embed;
     if (!tied) {
         stage_rows(&v->lm_head, es, stage);
-        PUT(o_lm, (size_t)e->V * d * es);
+        PUT(o_lm, (size_t)e->vr * d * es);
         e->lm_head = e->wbuf + o_lm;
     } else {
         e->lm_head = e->embed;
@@ -169,16 +169,14 @@ tdm_status_t tdm_cuda_engine_check_view(const tdm_model_view_t *v, int wdt)
 {
     const tdm_model_config_t *c = v->cfg;
     uint32_t d = c->hidden_size, hd = c->head_dim, qd = v->heads_r * hd, kd = v->kv_heads_r * hd;
-    if (v->tp_size != 1)
-        return TDM_ERR_UNSUPPORTED;
     if (!v->layers || d == 0 || hd == 0 || v->kv_heads_r == 0 || v->heads_r % v->kv_heads_r)
         return TDM_ERR_INVAL;
     if (v->heads_r / v->kv_heads_r > TDM_CUDA_MAX_GROUP || hd > TDM_CUDA_MAX_HD || hd % 16 ||
         d % 8 || qd % 8 || v->inter_r % 8)
         return TDM_ERR_UNSUPPORTED;
 #define T_OK(t, r, cc) ((t).data && (t).dtype == wdt && (t).rows == (r) && (t).cols == (cc))
-    if (!T_OK(v->embed, c->vocab_size, d) || !T_OK(v->lm_head, c->vocab_size, d) ||
-        (uint64_t)v->final_norm.rows * v->final_norm.cols != d)
+    if (v->tp_size == 0 || v->vocab_r == 0 || !T_OK(v->embed, v->vocab_r, d) ||
+        !T_OK(v->lm_head, v->vocab_r, d) || (uint64_t)v->final_norm.rows * v->final_norm.cols != d)
         return TDM_ERR_INVAL;
     for (uint32_t l = 0; l < c->num_layers; l++) {
         const tdm_layer_weights_t *w = &v->layers[l];

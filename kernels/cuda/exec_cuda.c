@@ -38,11 +38,6 @@ tdm_status_t tdm_exec_cuda_init(const tdm_exec_cuda_cfg_t *cfg, tdm_exec_cuda_t 
         SET_ERR("CUDA executor: bad configuration");
         return TDM_ERR_INVAL;
     }
-    if (cfg->view->tp_size != 1) {
-        SET_ERR("CUDA executor: tp_size %u (the CUDA engine runs tp_size 1 only)",
-                cfg->view->tp_size);
-        return TDM_ERR_UNSUPPORTED;
-    }
     st = tdm_cuda_device_check(err, err_len);
     if (st != TDM_OK)
         return st;
@@ -77,6 +72,11 @@ void tdm_exec_cuda_free(tdm_exec_cuda_t *x)
     tdm_cuda_engine_free(x->e);
     tdm_free(x->seqs);
     tdm_free(x);
+}
+
+tdm_status_t tdm_exec_cuda_set_coll(tdm_exec_cuda_t *x, const tdm_cuda_coll_t *coll)
+{
+    return x ? tdm_cuda_engine_set_coll(x->e, coll) : TDM_ERR_INVAL;
 }
 
 uint32_t tdm_exec_cuda_num_pages(const tdm_exec_cuda_t *x)

@@ -15,7 +15,8 @@
  *    sequence, or of every token with all_logits; rows in order; cap_rows rows of vocab floats);
  *    returns once the logits are on the host. Decode calls (one token per sequence) replay CUDA
  *    graphs, other calls (prefill chunks, mixed) launch eagerly.
- *  - tp_size 1 only (TDM_ERR_UNSUPPORTED otherwise).
+ *  - any tp_size: a view of tp_size > 1 runs on device tp_rank mod the visible devices and needs
+ *    its collectives (set_coll, engine.h "Tensor parallelism") before the first forward.
  * Errors: init writes a one-line reason into err; TDM_ERR_INVAL (configuration), the engine's
  * codes otherwise (TDM_ERR_NOMEM when the fraction leaves no room for one page, TDM_ERR_CUDA).
  * Threading: one thread at a time per adapter.
@@ -31,6 +32,7 @@
 #include <tdm/status.h>
 
 #include "../../dataplane/model/graph.h"
+#include "engine.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +53,8 @@ tdm_status_t tdm_exec_cuda_init(const tdm_exec_cuda_cfg_t *cfg, tdm_exec_cuda_t 
                                 size_t err_len);
 void tdm_exec_cuda_free(tdm_exec_cuda_t *x);
 
+/* The group's collectives (engine.h tdm_cuda_coll_t; NULL detaches them at tp_size 1). */
+tdm_status_t tdm_exec_cuda_set_coll(tdm_exec_cuda_t *x, const tdm_cuda_coll_t *coll);
 uint32_t tdm_exec_cuda_num_pages(const tdm_exec_cuda_t *x);
 const tdm_kv_layout_t *tdm_exec_cuda_layout(const tdm_exec_cuda_t *x);
 uint64_t tdm_exec_cuda_kv_bytes(const tdm_exec_cuda_t *x);

@@ -53,6 +53,7 @@ typedef struct tdm_cuda_module {
     tdm_status_t (*exec_use_gate)(tdm_exec_cuda_t *x, tdm_kv_gate_t *gate);
     void (*exec_set_batch)(tdm_exec_cuda_t *x, const tdm_kv_batch_t *b);
     const tdm_hicache_dev_t *(*hicache_dev)(void);
+    tdm_status_t (*exec_set_coll)(tdm_exec_cuda_t *x, const tdm_cuda_coll_t *coll);
 } tdm_cuda_module_t;
 
 typedef const tdm_cuda_module_t *(*tdm_cuda_module_fn)(void);

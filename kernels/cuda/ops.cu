@@ -80,6 +80,58 @@ tdm_status_t tdm_cuda_embed(const void *table, int dtype, const int32_t *ids, ui
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
+/* Vocab-parallel: rows of ids in [lo, lo + cnt) from this rank's table slice, -0.0 (the exact
+ * additive identity) elsewhere, so the all-reduce of every rank's rows is the full lookup. */
+template <typename T>
+__global__ void embed_range_kernel(const T *table, const int32_t *ids, uint32_t d, uint32_t lo,
+                                   uint32_t cnt, float *out)
+{
+    pdl_sync();
+    const uint32_t id = (uint32_t)ids[blockIdx.x];
+    const bool own = id >= lo && id - lo < cnt;
+    const T *row = table + (size_t)(own ? id - lo : 0) * d;
+    for (uint32_t j = threadIdx.x; j < d; j += blockDim.x)
+        out[(size_t)blockIdx.x * d + j] = own ? ld_elem<T>(row, j) : -0.0f;
+}
+
+tdm_status_t tdm_cuda_embed_range(const void *table, int dtype, const int32_t *ids, uint32_t n,
+                                  uint32_t d, uint32_t lo, uint32_t cnt, float *out,
+                                  cudaStream_t stream)
+{
+    if (n == 0)
+        return TDM_OK;
+    switch (dtype) {
+    case TDM_DTYPE_BF16:
+        launch(embed_range_kernel<uint16_t>, n, 256, 0, stream, (const uint16_t *)table, ids, d, lo,
+               cnt, out);
+        break;
+    case TDM_DTYPE_F16:
+        launch(embed_range_kernel<__half>, n, 256, 0, stream, (const __half *)table, ids, d, lo,
+               cnt, out);
+        break;
+    case TDM_DTYPE_F32:
+        launch(embed_range_kernel<float>, n, 256, 0, stream, (const float *)table, ids, d, lo, cnt,
+               out);
+        break;
+    default:
+        return TDM_ERR_UNSUPPORTED;
+    }
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
+/* One 4-byte I2 mark into host-mapped memory (where the driver has no cuStreamWriteValue32). */
+__global__ void mark_kernel(volatile uint32_t *p, uint32_t v)
+{
+    *p = v;
+    __threadfence_system();
+}
+
+tdm_status_t tdm_cuda_mark(uint32_t *p, uint32_t v, cudaStream_t stream)
+{
+    mark_kernel<<<1, 1, 0, stream>>>(p, v);
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+}
+
 /* ---------------------------------------------------------------- RMSNorm */
 
 /* one block per output row */

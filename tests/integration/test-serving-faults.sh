@@ -12,6 +12,9 @@
 #     a collective and rank 1 outside any (the stalled one), healthy again once the stall ends,
 #     and every stream completes.
 # The client is tests/integration/test-load; the sink is python3's standard library.
+# TDM_FAULTS_DEVICE=cuda runs the same group on the GPU (tests/gpu, bench/multi-gpu.sh: two ranks
+# on one device through the host-staged collectives, dataplane/tp/gpu.h), with
+# TDM_FAULTS_ARGS added to the worker's flags (e.g. --mem-fraction-static 0.3).
 set -u
 B=${TDM_BUILDDIR:-.}
 S=${TDM_SRCDIR:-.}
@@ -70,7 +73,8 @@ start_group() { # tag extra-flags... → lp, port
     tag=$1
     shift
     rm -f "$T/ready"
-    "$W" --model-path "$M" --device cpu --tp-size 2 --port 0 --ready-file "$T/ready" \
+    "$W" --model-path "$M" --device "${TDM_FAULTS_DEVICE:-cpu}" --tp-size 2 --port 0 \
+        --ready-file "$T/ready" ${TDM_FAULTS_ARGS:-} \
         --admin-token-file "$T/token" --enable-fault-injection \
         --health-progress-timeout $TIMEOUT "$@" > "$T/log-$tag" 2>&1 &
     lp=$!
