@@ -86,6 +86,19 @@ tdm_status_t tdm_cuda_engine_set_coll(tdm_cuda_engine_t *e, const tdm_cuda_coll_
         void *dp = NULL;
         TDM_CUDA_CHECK_GOTO(cudaHostGetDevicePointer(&dp, coll->mark, 0), st, out);
         e->d_mark = (uint32_t *)dp;
+        /* stream memory operations on this mapping: tried once, else the one-thread kernel
+         * (seen on the H200 with host memory registered by cudaHostRegister: INVALID_VALUE) */
+        if (e->write32) {
+            CUresult r = ((write32_fn)e->write32)((CUstream)e->stream, (CUdeviceptr)e->d_mark, 0,
+                                                  CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+            if (r != CUDA_SUCCESS) {
+                tdm_info(TDM_SUB_CUDA,
+                         "msg=\"I2 marks by a one-thread kernel (cuStreamWriteValue32 refused "
+                         "the mapped page)\" cu_error=%d",
+                         (int)r);
+                e->write32 = NULL;
+            }
+        }
     }
     e->coll = *coll;
     e->has_coll = 1;
