@@ -10,8 +10,9 @@
  *    one step, rank 0's slot shows in_coll = allreduce with its seq (time to visible reported),
  *    and rank 0's wait aborts at its deadline with TDM_ERR_TIMEOUT (never a hang), the group's
  *    abort word set;
- *  - the one-rank NCCL communicator: every collective issued (coll_seq = forwards x (2L + 1),
- *    coll_hash = the chain of tdm_comm_hash_step over them) and prefill + decode logits and
+ *  - the one-rank NCCL communicator: every collective issued (coll_seq = 1 + forwards x (2L + 1):
+ *    the unique id's broadcast, then the steps; coll_hash = the chain of tdm_comm_hash_step over
+ *    them) and prefill + decode logits and
  *    tokens equal to TP=1 without collectives bit for bit;
  *  - the cost of the marks: bs1 decode graph replay with the marks on and off, alternated in one
  *    process (medians), and NCCL's one-rank all-reduce times.
@@ -361,7 +362,10 @@ int main(void)
         uint64_t h = r.coll_hash, want = 0, n_coll = 0;
         {
             uint32_t rows_seen;
-            uint64_t hh = 0;                    /* a fresh page */
+            /* a fresh page; the first collective is NCCL's unique-id broadcast on the shm comm
+             * (tdm_nccl_init), recorded like any other */
+            uint64_t hh = tdm_comm_hash_step(0, TDM_COLL_BROADCAST, 128, 0);
+            n_coll = 1;
             for (uint32_t i = 0; i < NP; i++) { /* prefills: eager, n = len rows, m = 1 */
                 for (uint32_t k = 0; k < 2 * L; k++)
                     hh = tdm_comm_hash_step(hh, TDM_COLL_ALLREDUCE,
