@@ -243,26 +243,25 @@ static void rank_free(tdm_worker_t *w)
 /* Before anything starts: what the launcher and this build allow (exit status 2 otherwise). */
 static int rank_check(tdm_worker_t *w, const char *prefix)
 {
-    const tdm_worker_config_t *cfg = w->cfg;
     if (!prefix || !prefix[0]) {
         tdm_err(TDM_SUB_CORE, "msg=\"--rank is set by the launcher (TDM_GROUP_SHM missing); run "
                               "tandem-worker without --rank\"");
         return 2;
     }
 #ifndef TDM_SCHED_GPU_TP
-    if (w->on_cuda && cfg->tp_size != 1) {
+    if (w->on_cuda && w->cfg->tp_size != 1) {
         tdm_err(TDM_SUB_CORE, "msg=\"--device cuda --tp-size > 1 needs the GPU collectives (NCCL "
                               "and the CUDA runtime); this build has none\"");
         return 2;
     }
 #endif
 #ifndef TDM_HAVE_CUDA_RT
-    if (w->on_cuda && strcmp(cfg->disaggregation_mode, "null") != 0) {
+    if (w->on_cuda && strcmp(w->cfg->disaggregation_mode, "null") != 0) {
         /* GPU KV moves by CUDA IPC (dataplane/xfer/cuda_ipc.c), built only with the runtime */
         tdm_err(TDM_SUB_CORE,
                 "msg=\"--disaggregation-mode %s with --device cuda needs the CUDA runtime (KV "
                 "transfer by CUDA IPC); this build has none\"",
-                cfg->disaggregation_mode);
+                w->cfg->disaggregation_mode);
         return 2;
     }
 #endif
