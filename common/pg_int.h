@@ -12,6 +12,8 @@
 
 #define PG_SUPERUSER "postgres"
 #define TOOL_OUT_MAX 4096
+#define PG_SOCK_TEMPLATE "/tmp/tdm-pg-XXXXXX"
+#define PG_SOCKDIR_FILE "tandem.sockdir" /* in the data directory (pgport.c) */
 
 /* Who runs the PostgreSQL tools: ourselves, or user postgres when we are root. */
 typedef struct run_as {
@@ -35,5 +37,13 @@ tdm_status_t tdm_pg_tool_run(const run_as_t *ru, const char *bindir, const char 
                              char out[TOOL_OUT_MAX], int *ret_exit);
 /* The same, where a non-zero exit is an error: logged once with the output, TDM_ERR_DB. */
 tdm_status_t tdm_pg_tool_run_ok(const run_as_t *ru, const char *bindir, const char *const argv[]);
+
+/* pgport.c: the port and socket directory of a cluster, remembered in its data directory. */
+tdm_status_t tdm_pg_free_port(int *ret_port);
+int tdm_pg_port_is_free(int port);
+int tdm_pg_remembered_port(const char *data);
+void tdm_pg_remember_port(const char *data, int port);
+int tdm_pg_remembered_sockdir(const char *data, const run_as_t *ru, char *out, size_t len);
+void tdm_pg_remember_sockdir(const char *data, const char *sockdir);
 
 #endif

@@ -32,7 +32,6 @@
 
 #include "pg_int.h"
 
-#define PG_SOCK_TEMPLATE "/tmp/tdm-pg-XXXXXX"
 #define PG_RELOCATE_FMT "/var/tmp/tandem-pg-%016llx"
 #define PG_SERVER_LOG "server.log"
 #define START_TRIES 3
@@ -395,71 +394,6 @@ static tdm_status_t datadir_prepare(const run_as_t *ru, pg_paths_t *p)
     return TDM_OK;
 }
 
-static tdm_status_t free_port(int *ret_port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    socklen_t len = sizeof(sa);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return tdm_pg_errno_status(errno);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        int e = errno;
-        close(fd);
-        tdm_err(TDM_SUB_DB, "msg=\"cannot find a free port on 127.0.0.1\" err=\"%s\"", strerror(e));
-        return TDM_ERR_IO;
-    }
-    close(fd);
-    *ret_port = ntohs(sa.sin_port);
-    return TDM_OK;
-}
-
-/* A restarted cluster comes back on the port it had, so clients holding its address (tandemd
- * after a database outage) reconnect without being told. The port is remembered in the data
- * directory; if it is taken now, a fresh one is picked. */
-#define PG_PORT_FILE "tandem.port"
-
-static int port_is_free(int port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(fd);
-    return ok;
-}
-
-static int remembered_port(const char *data)
-{
-    char path[TDM_PG_PATH_MAX], buf[16] = "";
-    if (tdm_pg_path_join(path, sizeof(path), data, PG_PORT_FILE) != TDM_OK)
-        return 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    int port = fgets(buf, sizeof(buf), f) ? (int)strtol(buf, NULL, 10) : 0;
-    fclose(f);
-    return port > 1024 && port < 65536 && port_is_free(port) ? port : 0;
-}
-
-static void remember_port(const char *data, int port)
-{
-    char path[TDM_PG_PATH_MAX];
-    if (tdm_pg_path_join(path, sizeof(path), data, PG_PORT_FILE) != TDM_OK)
-        return;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return; /* only a convenience: the next start picks a fresh port */
-    fprintf(f, "%d\n", port);
-    fclose(f);
-}
-
-/* The last bytes of the server log, for an error line. */
 static void file_tail(const char *path, char *buf, size_t len)
 {
     buf[0] = '\0';
@@ -484,44 +418,6 @@ static void file_tail(const char *path, char *buf, size_t len)
  * it (the demo's tandemd), and a new directory at every start would leave that client connecting
  * to nothing. Remembered in the data directory; reused when it is still ours (a directory, not a
  * link, owned by the server's user) or can be made again under its name; else a fresh one. */
-#define PG_SOCKDIR_FILE "tandem.sockdir"
-
-static int remembered_sockdir(const char *data, const run_as_t *ru, char *out, size_t len)
-{
-    char path[TDM_PG_PATH_MAX], buf[TDM_PG_HOST_MAX] = "";
-    if (tdm_pg_path_join(path, sizeof(path), data, PG_SOCKDIR_FILE) != TDM_OK)
-        return 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    int got = fgets(buf, sizeof(buf), f) != NULL;
-    fclose(f);
-    buf[strcspn(buf, "\n")] = '\0';
-    const char *pre = "/tmp/tdm-pg-";
-    if (!got || strlen(buf) != strlen(PG_SOCK_TEMPLATE) || strncmp(buf, pre, strlen(pre)) ||
-        strchr(buf + strlen(pre), '/') || strstr(buf, "..") || strlen(buf) >= len)
-        return 0;
-    struct stat sb;
-    if (mkdir(buf, 0700) != 0) {
-        if (errno != EEXIST || lstat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
-            sb.st_uid != (ru->switch_user ? ru->uid : geteuid()))
-            return 0;
-    }
-    snprintf(out, len, "%s", buf);
-    return 1;
-}
-
-static void remember_sockdir(const char *data, const char *sockdir)
-{
-    char path[TDM_PG_PATH_MAX];
-    if (tdm_pg_path_join(path, sizeof(path), data, PG_SOCKDIR_FILE) != TDM_OK)
-        return;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return; /* only a convenience, as the port */
-    fprintf(f, "%s\n", sockdir);
-    fclose(f);
-}
 
 static tdm_status_t cluster_initdb(const run_as_t *ru, const char *bindir, const char *data,
                                    int for_tests)
@@ -543,7 +439,7 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
     for (int attempt = 1;; attempt++) {
         char sockdir[] = PG_SOCK_TEMPLATE;
         int port = 0, code = 0;
-        if ((attempt > 1 || !remembered_sockdir(data, ru, sockdir, sizeof(sockdir))) &&
+        if ((attempt > 1 || !tdm_pg_remembered_sockdir(data, ru, sockdir, sizeof(sockdir))) &&
             !mkdtemp(sockdir)) {
             int e = errno;
             tdm_err(TDM_SUB_DB, "msg=\"cannot create socket directory\" err=\"%s\"", strerror(e));
@@ -554,9 +450,9 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
             st = tdm_pg_errno_status(errno);
             goto err_rmdir;
         }
-        port = attempt == 1 ? remembered_port(data) : 0;
+        port = attempt == 1 ? tdm_pg_remembered_port(data) : 0;
         if (!port)
-            TDM_CHECK_GOTO(free_port(&port), st, err_rmdir);
+            TDM_CHECK_GOTO(tdm_pg_free_port(&port), st, err_rmdir);
         snprintf(opts, sizeof(opts),
                  "-c port=%d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s%s", port,
                  sockdir,
@@ -572,8 +468,8 @@ static tdm_status_t cluster_launch(const run_as_t *ru, const char *bindir, const
                 goto err_rmdir;
             tdm_info(TDM_SUB_DB, "msg=\"started\" datadir=%s port=%d host=%s pid=%d", data,
                      ret_pf->port, ret_pf->sockdir, (int)ret_pf->pid);
-            remember_port(data, ret_pf->port);
-            remember_sockdir(data, ret_pf->sockdir);
+            tdm_pg_remember_port(data, ret_pf->port);
+            tdm_pg_remember_sockdir(data, ret_pf->sockdir);
             return TDM_OK;
         }
         rmdir(sockdir);
