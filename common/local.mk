@@ -14,6 +14,8 @@ libtdmcommon_a_SOURCES = \
 	common/json.c \
 	common/layout.c \
 	common/telemetry.c \
+	common/telemetry_scan.c \
+	common/telemetry_scan_batch.c \
 	common/hash.c \
 	common/net.c
 noinst_HEADERS += \
@@ -27,6 +29,7 @@ noinst_HEADERS += \
 	include/tdm/config.h \
 	include/tdm/json.h \
 	include/tdm/telemetry.h \
+	common/telemetry_int.h \
 	include/tdm/hash.h \
 	include/tdm/net.h
 
@@ -80,7 +83,8 @@ tests_fuzz_replay_telemetry_SOURCES = tests/fuzz/fuzz-telemetry.c tests/fuzz/rep
 tests_fuzz_replay_telemetry_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_fuzz_replay_telemetry_LDADD = $(COMMON_LIBS)
 FUZZ_BINS += fuzz/fuzz-telemetry
-fuzz/fuzz-telemetry: $(top_srcdir)/tests/fuzz/fuzz-telemetry.c $(top_srcdir)/common/telemetry.c $(top_srcdir)/common/json.c $(top_srcdir)/common/mem.c $(top_srcdir)/common/log.c $(top_srcdir)/common/status.c
+fuzz/fuzz-telemetry: $(top_srcdir)/tests/fuzz/fuzz-telemetry.c $(top_srcdir)/common/telemetry.c $(top_srcdir)/common/telemetry_scan.c \
+	$(top_srcdir)/common/telemetry_scan_batch.c $(top_srcdir)/common/json.c $(top_srcdir)/common/mem.c $(top_srcdir)/common/log.c $(top_srcdir)/common/status.c
 	$(TDM_FUZZ_LINK) $^ $(JANSSON_LIBS) -lm
 tests_unit_test_telemetry_diff_SOURCES = tests/unit/test-telemetry-diff.c
 tests_unit_test_telemetry_diff_CPPFLAGS = $(TEST_CPPFLAGS)
