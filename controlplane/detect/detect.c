@@ -41,26 +41,6 @@ tdm_status_t tdm_cp_alert_class_parse(const char *name, tdm_cp_alert_class_t *re
     return TDM_ERR_INVAL;
 }
 
-void tdm_cp_detect_cfg_default(tdm_cp_detect_cfg_t *ret)
-{
-    *ret = (tdm_cp_detect_cfg_t){
-        .tick_us = 100000,
-        .wedge_us = 3000000,
-        .div_in_coll_us = 1000000,
-        .div_window_us = 2000000,
-        .stall_room_us = 10000000,
-        .abort_ack_us = 5000000,
-        .lost_us = 2000000,
-        .event_hold_us = 30000000,
-        .output_window_us = 60000000,
-        .output_baseline = 0.01,
-        .output_min_responses = 20,
-        .max_rooms = 65536,
-        .max_aborts = 4096,
-        .max_groups = 1024,
-    };
-}
-
 /* ---- findings ------------------------------------------------------------------------------- */
 
 void tdm_cp_findings_clear(tdm_cp_findings_t *f)

@@ -80,6 +80,9 @@ static json_t *ranks_table(const view_t *w, uint64_t now)
     return arr;
 }
 
+/* WEDGE's threshold (docs/design.md §4), beside the rule. */
+#define WEDGE_US_DEFAULT 3000000
+
 static void rule_wedge(tdm_cp_detect_t *d, det_inst_t *in, const view_t *w, uint64_t now,
                        tdm_cp_findings_t *out)
 {
@@ -203,6 +206,10 @@ static int compare_positions(tdm_cp_detect_t *d, view_t *w, uint64_t *ret_seq)
     return n_clusters > 1;
 }
 
+/* RANK_DIVERGENCE's thresholds (docs/design.md §4). */
+#define DIV_IN_COLL_US_DEFAULT 1000000
+#define DIV_WINDOW_US_DEFAULT 2000000
+
 static void rule_divergence(tdm_cp_detect_t *d, det_inst_t *in, const view_t *wc, uint64_t now,
                             tdm_cp_findings_t *out)
 {
@@ -306,6 +313,9 @@ out:
     tdm_free(minority);
     tdm_free(disagree);
 }
+
+/* WORKER_LOST's threshold (docs/design.md §4). */
+#define LOST_US_DEFAULT 2000000
 
 static void rule_lost(tdm_cp_detect_t *d, const det_inst_t *in, const char *group, uint64_t now,
                       tdm_cp_findings_t *out)
@@ -416,6 +426,9 @@ static void stuck_collect(tdm_cp_detect_t *d, uint64_t now, stuck_rooms_t *ret)
     qsort(ret->v, ret->n, sizeof(*ret->v), cmp_room_age);
 }
 
+/* TRANSFER_STALL's threshold (docs/design.md §4). */
+#define STALL_ROOM_US_DEFAULT 10000000
+
 static void rule_transfer_stall(tdm_cp_detect_t *d, int g, const stuck_rooms_t *st, uint64_t now,
                                 tdm_cp_findings_t *out)
 {
@@ -473,6 +486,9 @@ static void rule_transfer_stall(tdm_cp_detect_t *d, int g, const stuck_rooms_t *
                             gr->has_success ? json_integer((json_int_t)(now - gr->last_success_rx))
                                             : json_null());
 }
+
+/* ABORT_UNACKED's threshold (docs/design.md §4). */
+#define ABORT_ACK_US_DEFAULT 5000000
 
 static void rule_abort(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_findings_t *out)
 {
@@ -532,6 +548,11 @@ static void rule_corruption(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_find
                             f->host_tier, "events", gr->corr_events);
 }
 
+/* The output rule's window, baseline and fewest responses (docs/design.md §4). */
+#define OUTPUT_WINDOW_US_DEFAULT 60000000
+#define OUTPUT_BASELINE_DEFAULT 0.01
+#define OUTPUT_MIN_RESPONSES_DEFAULT 20
+
 static void rule_output(tdm_cp_detect_t *d, int g, uint64_t now, tdm_cp_findings_t *out)
 {
     const det_group_t *gr = &d->groups[g];
@@ -582,4 +603,28 @@ void tdm_cp_det_rules_events(tdm_cp_detect_t *d, uint64_t now, tdm_cp_findings_t
                  group, json_string_value(json_object_get(in->layout_bad, "why")));
         f->evidence = json_deep_copy(in->layout_bad);
     }
+}
+
+/* ---- defaults ------------------------------------------------------------------------------- */
+
+/* Each rule's thresholds are defined beside the rule above; the engine's own (tick, event hold,
+ * table sizes) here. */
+void tdm_cp_detect_cfg_default(tdm_cp_detect_cfg_t *ret)
+{
+    *ret = (tdm_cp_detect_cfg_t){
+        .tick_us = 100000,
+        .wedge_us = WEDGE_US_DEFAULT,
+        .div_in_coll_us = DIV_IN_COLL_US_DEFAULT,
+        .div_window_us = DIV_WINDOW_US_DEFAULT,
+        .stall_room_us = STALL_ROOM_US_DEFAULT,
+        .abort_ack_us = ABORT_ACK_US_DEFAULT,
+        .lost_us = LOST_US_DEFAULT,
+        .event_hold_us = 30000000,
+        .output_window_us = OUTPUT_WINDOW_US_DEFAULT,
+        .output_baseline = OUTPUT_BASELINE_DEFAULT,
+        .output_min_responses = OUTPUT_MIN_RESPONSES_DEFAULT,
+        .max_rooms = 65536,
+        .max_aborts = 4096,
+        .max_groups = 1024,
+    };
 }
