@@ -17,6 +17,7 @@ libtdmcommon_a_SOURCES = \
 	common/telemetry_scan.c \
 	common/telemetry_scan_batch.c \
 	common/hash.c \
+	common/httpc.c \
 	common/net.c
 noinst_HEADERS += \
 	include/tdm/status.h \
@@ -31,6 +32,7 @@ noinst_HEADERS += \
 	include/tdm/telemetry.h \
 	common/telemetry_int.h \
 	include/tdm/hash.h \
+	include/tdm/httpc.h \
 	include/tdm/net.h
 
 # The h2o server scaffold of both daemons (tdm/httpd.h); in COMMON_LIBS, pulled in by the

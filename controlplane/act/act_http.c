@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tdm/httpc.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
@@ -17,31 +18,13 @@
 
 #define ACT_HTTP_MAX_BODY (8u << 20)
 
-typedef struct body {
-    char *data;
-    size_t len;
-} body_t;
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-    body_t *b = ud;
-    size_t add = size * n;
-    if (b->len + add > ACT_HTTP_MAX_BODY)
-        return 0;
-    b->data = tdm_realloc(b->data, b->len + add + 1);
-    memcpy(b->data + b->len, p, add);
-    b->len += add;
-    b->data[b->len] = '\0';
-    return add;
-}
-
 long act_http(const char *method, const char *url, const char *token, const char *body,
               long timeout_ms, char **ret_body)
 {
     CURL *c = curl_easy_init();
     if (!c)
         return -1;
-    body_t b = {0};
+    tdm_httpc_body_t b = {NULL, 0, ACT_HTTP_MAX_BODY};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     char auth[512];
     if (token && *token) {
@@ -54,7 +37,7 @@ long act_http(const char *method, const char *url, const char *token, const char
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 2000 ? timeout_ms : 2000);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tdm_httpc_collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     if (body)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);

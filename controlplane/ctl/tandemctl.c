@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tdm/httpc.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
 
@@ -51,24 +52,6 @@ struct ctl_cmd {
 };
 
 /* ---- HTTP ----------------------------------------------------------------------------------- */
-
-typedef struct body {
-    char *data;
-    size_t len;
-} body_t;
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-    body_t *b = ud;
-    size_t add = size * n;
-    if (b->len + add > (16u << 20))
-        return 0; /* a reply this large is not from tandemd */
-    b->data = tdm_realloc(b->data, b->len + add + 1);
-    memcpy(b->data + b->len, p, add);
-    b->len += add;
-    b->data[b->len] = '\0';
-    return add;
-}
 
 static int load_token(ctl_t *c)
 {
@@ -113,7 +96,7 @@ static int request(ctl_t *c, const char *method, const char *path, const char *p
         fprintf(stderr, "tandemctl: curl_easy_init failed\n");
         return 1;
     }
-    body_t b = {NULL, 0};
+    tdm_httpc_body_t b = {NULL, 0, 16u << 20}; /* a reply this large is not from tandemd */
     char auth[300], url[4096];
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
     snprintf(url, sizeof(url), "%s%s", c->url, path);
@@ -122,7 +105,7 @@ static int request(ctl_t *c, const char *method, const char *path, const char *p
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tdm_httpc_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     /* actions answer when they end: a drain or restart may take minutes */
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 900L);
