@@ -99,6 +99,37 @@ int tdm_httpd_token_equal(const char *want, size_t want_len, const char *got, si
     return diff == 0;
 }
 
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+h2o_pathconf_t *tdm_httpd_config(h2o_globalconf_t *config, size_t max_entity,
+                                 int (*on_req)(h2o_handler_t *, h2o_req_t *), void *self)
+{
+    h2o_config_init(config);
+    config->max_request_entity_size = max_entity;
+    h2o_hostconf_t *host =
+        h2o_config_register_host(config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *pc = h2o_config_register_path(host, "/", 0);
+    h2o_handler_t *handler = h2o_create_handler(pc, sizeof(*handler) + sizeof(self));
+    *(void **)(handler + 1) = self;
+    handler->on_req = on_req;
+    return pc;
+}
+
+void *tdm_httpd_self(h2o_handler_t *handler)
+{
+    return *(void **)(handler + 1);
+}
+
+h2o_evloop_t *tdm_httpd_loop(h2o_globalconf_t *config, h2o_context_t *ctx,
+                             h2o_accept_ctx_t *accept_ctx)
+{
+    h2o_evloop_t *loop = h2o_evloop_create();
+    h2o_context_init(ctx, loop, config);
+    accept_ctx->ctx = ctx;
+    accept_ctx->hosts = config->hosts;
+    return loop;
+}
+
 /* ---- listener ------------------------------------------------------------------------------- */
 
 /* One accepted connection: h2o's socket, and the duplicate of its descriptor that outlives it

@@ -182,7 +182,7 @@ static int route_match(const char *pat, const char *path, size_t plen, tdm_cp_ar
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
-    tdm_cp_server_t *s = *(tdm_cp_server_t **)(self + 1);
+    tdm_cp_server_t *s = tdm_httpd_self(self);
     s->http_requests++;
     size_t plen = req->path_normalized.len;
     const tdm_cp_route_t *route = NULL;
@@ -365,7 +365,6 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     tdm_cp_auth_sha256(s->admin_token, TDM_CP_TOKEN_LEN, h);
     tdm_cp_auth_put(&s->auth, TDM_CP_ADMIN_TOKEN_NAME, TDM_CP_ROLE_ADMIN, h);
 
-    h2o_config_init(&s->config);
     size_t max_body = 0;
     for (size_t i = 0; i < tdm_cp_routes_count; i++)
         if (tdm_cp_routes[i].max_body > max_body)
@@ -373,18 +372,8 @@ tdm_status_t tdm_cp_server_init(tdm_cp_server_t *s, const tdm_cp_server_opts_t *
     /* h2o refuses bodies over its own limit with a plain-text 413 before a route sees them: its
      * limit is kept well above the largest route's, so that bodies near a limit get the routes'
      * JSON 413; only bodies past 2x the largest limit (+64 KiB) still get h2o's. */
-    s->config.max_request_entity_size = 2 * max_body + (64u << 10);
-    h2o_hostconf_t *host =
-        h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    h2o_handler_t *handler = h2o_create_handler(path, sizeof(*handler) + sizeof(s));
-    *(tdm_cp_server_t **)(handler + 1) = s;
-    handler->on_req = on_req;
-
-    s->loop = h2o_evloop_create();
-    h2o_context_init(&s->ctx, s->loop, &s->config);
-    s->accept_ctx.ctx = &s->ctx;
-    s->accept_ctx.hosts = s->config.hosts;
+    tdm_httpd_config(&s->config, 2 * max_body + (64u << 10), on_req, s);
+    s->loop = tdm_httpd_loop(&s->config, &s->ctx, &s->accept_ctx);
     s->mq = h2o_multithread_create_queue(s->loop);
     h2o_multithread_register_receiver(s->mq, &s->db_rx, on_db_messages);
 

@@ -152,7 +152,7 @@ static int authorize(tdm_api_t *a, h2o_req_t *req, tdm_api_auth_t auth)
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
-    tdm_api_t *a = *(tdm_api_t **)(self + 1);
+    tdm_api_t *a = tdm_httpd_self(self);
     a->http_requests++;
     tdm_api_access_begin(a, req);
     h2o_iovec_t path = req->path_normalized;
@@ -355,24 +355,14 @@ tdm_status_t tdm_api_server_init(const tdm_api_opts_t *o, tdm_api_t **ret, char 
     if (o->cfg->admin_token_file && *o->cfg->admin_token_file)
         TDM_CHECK_GOTO(read_admin_token(a, o->cfg->admin_token_file, err, err_len), st, err_free);
 
-    h2o_config_init(&a->config);
     /* h2o answers bodies over its own limit with a plain-text 413 before we see them; keep its
      * limit well above ours so that bodies near --max-request-bytes get our JSON 413. Bodies
-     * past 2× the limit (+64 KiB) still get h2o's 413: we never buffer more than that. */
+     * past 2× the limit (+64 KiB) still get h2o's 413, at the headers (the lingering close of
+     * tdm/httpd.h lets the client read it): we never buffer more than that. */
     uint64_t max = (uint64_t)o->cfg->max_request_bytes;
-    a->config.max_request_entity_size = (size_t)(2 * max + (64u << 10));
-    h2o_hostconf_t *host =
-        h2o_config_register_host(&a->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *pc = h2o_config_register_path(host, "/", 0);
-    h2o_handler_t *handler = h2o_create_handler(pc, sizeof(*handler) + sizeof(a));
-    *(tdm_api_t **)(handler + 1) = a;
-    handler->on_req = on_req;
+    h2o_pathconf_t *pc = tdm_httpd_config(&a->config, (size_t)(2 * max + (64u << 10)), on_req, a);
     tdm_api_access_register(a, pc);
-
-    a->loop = h2o_evloop_create();
-    h2o_context_init(&a->ctx, a->loop, &a->config);
-    a->accept_ctx.ctx = &a->ctx;
-    a->accept_ctx.hosts = a->config.hosts;
+    a->loop = tdm_httpd_loop(&a->config, &a->ctx, &a->accept_ctx);
     a->mq = h2o_multithread_create_queue(a->loop);
     h2o_multithread_register_receiver(a->mq, &a->gen_rx, tdm_api_gen_on_messages);
 

@@ -52,6 +52,19 @@ int tdm_httpd_bearer_parse(const char *hdr, size_t len, h2o_iovec_t *token);
 /* Constant time in want_len. */
 int tdm_httpd_token_equal(const char *want, size_t want_len, const char *got, size_t got_len);
 
+/* ---- setup -------------------------------------------------------------------------------- */
+
+/* h2o's configuration: one host ("default") whose "/" goes to `on_req`, which reads `self` back
+ * with tdm_httpd_self(handler); bodies past `max_entity` get h2o's own 413 at the headers (the
+ * daemons keep it at twice their largest limit + 64 KiB so that bodies near a limit get their
+ * JSON 413). Returns the path configuration (for loggers). */
+h2o_pathconf_t *tdm_httpd_config(h2o_globalconf_t *config, size_t max_entity,
+                                 int (*on_req)(h2o_handler_t *, h2o_req_t *), void *self);
+void *tdm_httpd_self(h2o_handler_t *handler);
+/* An evloop, and a context and accept context on it for `config`. */
+h2o_evloop_t *tdm_httpd_loop(h2o_globalconf_t *config, h2o_context_t *ctx,
+                             h2o_accept_ctx_t *accept_ctx);
+
 /* ---- listener ----------------------------------------------------------------------------- */
 
 typedef struct tdm_httpd_listener {
