@@ -10,7 +10,7 @@ libtdmcp_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS) $(LIBPQ_CFLAG
 include controlplane/store/store.mk
 include controlplane/http/http.mk
 # libcrypto: SHA-256 of API tokens (h2o links it already).
-TDM_CP_LIBS = libtdmcp.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) $(LIBCRYPTO_LIBS) $(COMMON_LIBS)
+TDM_CP_LIBS = libtdmcp.a libtdmhttpd.a $(H2O_LIBS) $(LIBPQ_LIBS) $(SYSTEMD_LIBS) $(LIBCRYPTO_LIBS) $(COMMON_LIBS)
 
 tandemd_SOURCES = controlplane/tandemd.c
 tandemd_CPPFLAGS = $(libtdmcp_a_CPPFLAGS)

@@ -34,7 +34,7 @@ endif
 endif
 endif
 tandem_worker_LDADD = libtdmapi.a libtdmchat.a libtdmreport.a $(SCHED_LIBS) $(WORKER_ENGINE_LIBS) \
-	libtdmtok.a libtdmsample.a libtdmtp.a $(H2O_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
+	libtdmtok.a libtdmsample.a libtdmtp.a libtdmhttpd.a $(H2O_LIBS) $(CURL_LIBS) $(COMMON_LIBS)
 
 # End to end on every fixture model against the transformers goldens, plus the error paths.
 TESTS += tests/integration/test-oneshot.sh

@@ -13,14 +13,14 @@ libtdmapi_a_SOURCES = \
 	dataplane/api/openai_resp.c
 libtdmapi_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
 noinst_HEADERS += dataplane/api/api.h dataplane/api/api_int.h dataplane/api/openai_int.h
-TDM_API_LIBS = libtdmapi.a libtdmchat.a libtdmtok.a libtdmsample.a $(H2O_LIBS) $(COMMON_LIBS)
+TDM_API_LIBS = libtdmapi.a libtdmchat.a libtdmtok.a libtdmsample.a libtdmhttpd.a $(H2O_LIBS) $(COMMON_LIBS)
 
 check_PROGRAMS += tests/unit/test-api
 TESTS += tests/unit/test-api
 tests_unit_test_api_SOURCES = tests/unit/test-api.c tests/unit/api-testutil.h
 tests_unit_test_api_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
 tests_unit_test_api_LDADD = libtdmapi.a libtdmtp.a libtdmchat.a libtdmtok.a libtdmsample.a \
-	$(H2O_LIBS) $(COMMON_LIBS)
+	libtdmhttpd.a $(H2O_LIBS) $(COMMON_LIBS)
 
 # End to end on a real CPU worker (skips while tandem-worker has no serving mode).
 TESTS += tests/integration/test-api.sh
@@ -35,7 +35,7 @@ tests_unit_test_openai_SOURCES = tests/unit/test-openai.c tests/unit/openai-fake
 	tests/unit/api-testutil.h
 tests_unit_test_openai_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
 tests_unit_test_openai_LDADD = libtdmapi.a libtdmtp.a libtdmchat.a libtdmtok.a libtdmsample.a \
-	$(H2O_LIBS) $(COMMON_LIBS)
+	libtdmhttpd.a $(H2O_LIBS) $(COMMON_LIBS)
 tests_unit_test_openai_malformed_SOURCES = tests/unit/test-openai-malformed.c \
 	tests/unit/openai-fakesched.h tests/unit/api-testutil.h
 tests_unit_test_openai_malformed_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(H2O_CFLAGS)
