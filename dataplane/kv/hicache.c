@@ -261,6 +261,7 @@ void tdm_hicache_free(tdm_hicache_t *hc)
     else
         free(hc->base);
     free(hc->vck);
+    tdm_free(hc->jr);
     free(hc->toks);
     free(hc->ck);
     free(hc->ents);
@@ -363,6 +364,146 @@ int tdm_hicache_contains(tdm_hicache_t *hc, uint64_t hash, uint64_t parent, cons
     return find(hc, hash, parent, toks) != NONE;
 }
 
+/* The device page's bytes into host page hp: checksums of the device source first, so a
+ * wrongly sized host copy cannot hide. */
+static tdm_status_t store_bytes(tdm_hicache_t *hc, uint32_t page, uint32_t hp)
+{
+    if (hc->dv)
+        return hc->dv->store(hc->dh, page, hp, hc->ck + (size_t)hp * hc->L);
+    for (uint32_t l = 0; l < hc->L; l++) {
+        hc->ck[(size_t)hp * hc->L + l] = tdm_hicache_dev_checksum(hc, page, l);
+        for (uint32_t s = 0; s < hc->n_copy_sub; s++)
+            memcpy(tdm_hicache_host_addr(hc, hp, l, s),
+                   tdm_kv_slot(&hc->dev, l, (tdm_kv_sub_t)s, page, 0), hc->copy_bytes[s]);
+    }
+    return TDM_OK;
+}
+
+/* Index host page hp (taken from the free list) under (hash, parent, toks). */
+static void index_page(tdm_hicache_t *hc, uint32_t hp, uint64_t hash, uint64_t parent,
+                       const int32_t *toks)
+{
+    hent_t *x = &hc->ents[hp];
+    x->hash = hash;
+    x->parent = parent;
+    x->in = 1;
+    x->pin = 0;
+    if (toks)
+        memcpy(hc->toks + (size_t)hp * hc->ps, toks, hc->ps * sizeof(int32_t));
+    else
+        memset(hc->toks + (size_t)hp * hc->ps, 0, hc->ps * sizeof(int32_t));
+    x->bnext = hc->bucket[hash & hc->mask];
+    hc->bucket[hash & hc->mask] = (int32_t)hp;
+    lru_push_mru(hc, (int32_t)hp);
+    hc->used++;
+    hc->stores++;
+}
+
+void tdm_hicache_journal_put(tdm_hicache_t *hc, const uint32_t *w, uint32_t n)
+{
+    if (hc->jr_n + n > hc->jr_cap) {
+        while (hc->jr_n + n > hc->jr_cap)
+            hc->jr_cap = hc->jr_cap ? hc->jr_cap * 2 : 256;
+        hc->jr = tdm_realloc(hc->jr, hc->jr_cap * sizeof(uint32_t));
+    }
+    memcpy(hc->jr + hc->jr_n, w, n * sizeof(uint32_t));
+    hc->jr_n += n;
+}
+
+void tdm_hicache_journal(const tdm_hicache_t *hc, const uint32_t **ret_words, uint32_t *ret_n)
+{
+    *ret_words = hc->jr;
+    *ret_n = hc->jr_n;
+}
+
+void tdm_hicache_journal_reset(tdm_hicache_t *hc)
+{
+    hc->jr_n = 0;
+}
+
+/* Replica: rank 0 stored device page `page` into host page hp (it evicted whatever hp held). */
+static tdm_status_t replica_store(tdm_hicache_t *hc, uint32_t page, uint32_t hp)
+{
+    if (page >= hc->dev.num_pages || hp >= hc->n)
+        return TDM_ERR_STATE;
+    if (hc->ents[hp].in)
+        tdm_hicache_drop(hc, hp);
+    uint32_t i = 0;
+    while (i < hc->n_free && hc->free_list[i] != hp)
+        i++;
+    if (i == hc->n_free)
+        return TDM_ERR_STATE;
+    hc->free_list[i] = hc->free_list[--hc->n_free];
+    tdm_status_t st = store_bytes(hc, page, hp);
+    if (st != TDM_OK) {
+        hc->free_list[hc->n_free++] = hp;
+        return st;
+    }
+    index_page(hc, hp, hp, 0, NULL); /* no tokens here: indexed by the host page id */
+    return TDM_OK;
+}
+
+/* Replica: retire every load up to `upto`, the first verification failure kept pending. */
+static void replica_retire_keep(tdm_hicache_t *hc, uint64_t upto)
+{
+    while (hc->rep_retired < upto && hc->rep_retired + 1 < hc->next_ticket) {
+        uint32_t page = 0, layer = 0;
+        uint64_t t = ++hc->rep_retired;
+        if (tdm_hicache_wait(hc, t, &page, &layer) != TDM_OK && !hc->rep_bad_ticket) {
+            hc->rep_bad_ticket = t;
+            hc->rep_bad_page = page;
+            hc->rep_bad_layer = layer;
+        }
+    }
+}
+
+void tdm_hicache_replica_retire(tdm_hicache_t *hc, uint64_t upto, uint64_t *ret_ticket,
+                                uint32_t *ret_page, uint32_t *ret_layer)
+{
+    replica_retire_keep(hc, upto);
+    *ret_ticket = hc->rep_bad_ticket;
+    *ret_page = hc->rep_bad_page;
+    *ret_layer = hc->rep_bad_layer;
+    hc->rep_bad_ticket = 0;
+}
+
+tdm_status_t tdm_hicache_replay(tdm_hicache_t *hc, const uint32_t *w, uint32_t n)
+{
+    uint32_t i = 0;
+    if (!hc->cfg.replica)
+        return TDM_ERR_STATE;
+    /* the loads of earlier plans end first: rank 0 reuses a load's device and host pages only
+     * after its own wait, which this rank's copy thread must not outlive */
+    replica_retire_keep(hc, UINT64_MAX);
+    while (i < n) {
+        if (w[i] == 1) {
+            if (n - i < 3)
+                return TDM_ERR_FORMAT;
+            TDM_TRY(replica_store(hc, w[i + 1], w[i + 2]));
+            i += 3;
+        } else if (w[i] == 2) {
+            if (n - i < 4)
+                return TDM_ERR_FORMAT;
+            uint32_t k = w[i + 1];
+            uint64_t ticket = w[i + 2] | (uint64_t)w[i + 3] << 32, got = 0;
+            if (k == 0 || (n - i - 4) / 2 < k)
+                return TDM_ERR_FORMAT;
+            if (ticket != hc->next_ticket)
+                return TDM_ERR_STATE;
+            /* the loads before this one retire first (a failure is kept for the gather): the
+             * job slots rank 0 found free are free here too */
+            replica_retire_keep(hc, ticket - 1);
+            TDM_TRY(tdm_hicache_load(hc, w + i + 4, w + i + 4 + k, k, &got));
+            if (got != ticket)
+                return TDM_ERR_STATE;
+            i += 4 + 2 * k;
+        } else {
+            return TDM_ERR_FORMAT;
+        }
+    }
+    return TDM_OK;
+}
+
 tdm_status_t tdm_hicache_store(tdm_hicache_t *hc, uint32_t page, uint64_t hash, uint64_t parent,
                                const int32_t *toks)
 {
@@ -383,31 +524,16 @@ tdm_status_t tdm_hicache_store(tdm_hicache_t *hc, uint32_t page, uint64_t hash, 
         tdm_hicache_drop(hc, (uint32_t)p);
     }
     uint32_t hp = hc->free_list[--hc->n_free];
-    /* checksums of the device source first: a wrongly sized host copy cannot hide */
-    if (hc->dv) {
-        tdm_status_t st = hc->dv->store(hc->dh, page, hp, hc->ck + (size_t)hp * hc->L);
-        if (st != TDM_OK) {
-            hc->free_list[hc->n_free++] = hp;
-            return st;
-        }
+    tdm_status_t st = store_bytes(hc, page, hp);
+    if (st != TDM_OK) {
+        hc->free_list[hc->n_free++] = hp;
+        return st;
     }
-    for (uint32_t l = 0; l < hc->L && !hc->dv; l++) {
-        hc->ck[(size_t)hp * hc->L + l] = tdm_hicache_dev_checksum(hc, page, l);
-        for (uint32_t s = 0; s < hc->n_copy_sub; s++)
-            memcpy(tdm_hicache_host_addr(hc, hp, l, s),
-                   tdm_kv_slot(&hc->dev, l, (tdm_kv_sub_t)s, page, 0), hc->copy_bytes[s]);
+    if (hc->cfg.journal) {
+        uint32_t w[3] = {1, page, hp};
+        tdm_hicache_journal_put(hc, w, 3);
     }
-    hent_t *x = &hc->ents[hp];
-    x->hash = hash;
-    x->parent = parent;
-    x->in = 1;
-    x->pin = 0;
-    memcpy(hc->toks + (size_t)hp * hc->ps, toks, hc->ps * sizeof(int32_t));
-    x->bnext = hc->bucket[hash & hc->mask];
-    hc->bucket[hash & hc->mask] = (int32_t)hp;
-    lru_push_mru(hc, (int32_t)hp);
-    hc->used++;
-    hc->stores++;
+    index_page(hc, hp, hash, parent, toks);
     return TDM_OK;
 }
 

@@ -87,6 +87,12 @@ tdm_status_t tdm_hicache_load(tdm_hicache_t *hc, const uint32_t *host, const uin
     pthread_cond_broadcast(&hc->cv);
     pthread_mutex_unlock(&hc->mu);
     *ret_ticket = j->ticket;
+    if (hc->cfg.journal) {
+        uint32_t w[4] = {2, n, (uint32_t)j->ticket, (uint32_t)(j->ticket >> 32)};
+        tdm_hicache_journal_put(hc, w, 4);
+        tdm_hicache_journal_put(hc, host, n);
+        tdm_hicache_journal_put(hc, dev, n);
+    }
     return TDM_OK;
 }
 
@@ -127,8 +133,9 @@ tdm_status_t tdm_hicache_wait(tdm_hicache_t *hc, uint64_t ticket, uint32_t *ret_
     tdm_status_t st = j->result;
     tdm_hicache_unpin(hc, j->host, j->n);
     if (st != TDM_OK) {
-        /* a bad host copy must not serve another load */
-        for (uint32_t i = 0; i < j->n; i++)
+        /* a bad host copy must not serve another load (a replica keeps it: rank 0's tier
+         * decides, and its journal names the pages) */
+        for (uint32_t i = 0; i < j->n && !hc->cfg.replica; i++)
             if (!hc->ents[j->host[i]].pin)
                 tdm_hicache_drop(hc, j->host[i]);
         if (ret_page)

@@ -61,6 +61,12 @@ struct tdm_hicache {
     pthread_cond_t cv;
     pthread_t thread;
     int started, quit;
+    /* journal (rank 0 at TP > 1) and the replica's retirement state (followers) */
+    uint32_t *jr;
+    uint32_t jr_n, jr_cap;
+    uint64_t rep_retired; /* replica: every ticket up to this one is retired */
+    uint64_t rep_bad_ticket;
+    uint32_t rep_bad_page, rep_bad_layer;
 };
 
 /* job slot of a ticket (under mu or on the scheduler thread) */
@@ -70,6 +76,7 @@ void *tdm_hicache_layer_event(void *ctx, uint64_t ticket, uint32_t layer);
 uint8_t *tdm_hicache_host_addr(const tdm_hicache_t *hc, uint32_t hp, uint32_t layer, uint32_t sub);
 uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer);
 void tdm_hicache_drop(tdm_hicache_t *hc, uint32_t hp);
+void tdm_hicache_journal_put(tdm_hicache_t *hc, const uint32_t *w, uint32_t n);
 tdm_status_t tdm_hicache_copy_start(tdm_hicache_t *hc);
 void tdm_hicache_copy_stop(tdm_hicache_t *hc);
 

@@ -53,6 +53,8 @@ struct tdm_exec {
     int32_t *last_tok;   /* rank 0: the last token sampled per slot */
     uint8_t *rx;         /* followers: received plan */
     size_t rx_cap;
+    uint32_t *tier; /* HiCache at TP > 1: the plan's tier segment (sent or received) */
+    uint32_t tier_cap;
     tdm_sample_scratch_t scratch;
     uint64_t iter_seen;
 };
@@ -231,6 +233,9 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
     if (cfg->hicache) {
         tdm_hicache_cfg_t hcfg = *cfg->hicache;
         hcfg.fault = cfg->faults ? hicache_fault : NULL;
+        /* TP > 1: rank 0's tier decides and journals; followers replay it (docs/design.md §I1) */
+        hcfg.journal = cfg->tp_size > 1 && cfg->rank == 0;
+        hcfg.replica = cfg->rank > 0;
         hcfg.fault_ctx = x;
         st = tdm_hicache_init(&hcfg, tdm_kv_pool_buffers(x->pool), &x->hc, err, err_len);
         if (st != TDM_OK)
@@ -295,6 +300,7 @@ void tdm_exec_free(tdm_exec_t *x)
     tdm_free(x->prev);
     tdm_free(x->last_tok);
     tdm_free(x->rx);
+    tdm_free(x->tier);
     tdm_free(x);
 }
 
@@ -339,9 +345,50 @@ static void sleep_ms(uint32_t ms)
         ;
 }
 
-/* Steps 3-6 on a validated plan; `reqs` is NULL on followers. */
+static void tier_room(tdm_exec_t *x, uint32_t words)
+{
+    if (words > x->tier_cap) {
+        x->tier = tdm_realloc(x->tier, (size_t)words * sizeof(uint32_t));
+        x->tier_cap = words;
+    }
+}
+
+/* HiCache at TP > 1, after a forward that reads host-tier loads (need > 0): followers retire
+ * their loads up to `need` and every rank's first verification failure is gathered, so rank 0
+ * knows of a follower's bad shard before it sends a token computed from it. */
+static tdm_status_t tier_gather(tdm_exec_t *x, uint64_t need, tdm_exec_iter_t *it)
+{
+    uint32_t mine[4] = {0, 0, 0, 0}, page = 0, layer = 0;
+    uint64_t bad = 0;
+    if (x->cfg.rank > 0)
+        tdm_hicache_replica_retire(x->hc, need, &bad, &page, &layer);
+    mine[0] = (uint32_t)bad;
+    mine[1] = (uint32_t)(bad >> 32);
+    mine[2] = page;
+    mine[3] = layer;
+    if (bad)
+        tdm_err(TDM_SUB_SCHED,
+                "msg=\"HiCache load failed verification\" rank=%u ticket=%llu page=%u layer=%u",
+                x->cfg.rank, (unsigned long long)bad, page, layer);
+    uint32_t *all = tdm_calloc((size_t)x->cfg.tp_size * 4, sizeof(uint32_t));
+    tdm_status_t st = tdm_comm_allgather(x->cfg.tensor, mine, all, sizeof(mine));
+    for (uint32_t r = 1; st == TDM_OK && it && r < x->cfg.tp_size && !it->tier_bad_ticket; r++) {
+        uint64_t t = all[r * 4] | (uint64_t)all[r * 4 + 1] << 32;
+        if (!t)
+            continue;
+        it->tier_bad_ticket = t;
+        it->tier_bad_rank = r;
+        it->tier_bad_page = all[r * 4 + 2];
+        it->tier_bad_layer = all[r * 4 + 3];
+    }
+    tdm_free(all);
+    return st;
+}
+
+/* Steps 3-6 on a validated plan; `reqs` is NULL on followers; need: the newest HiCache load
+ * ticket the batch reads (0 = none). */
 static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8_t *payload,
-                             size_t plen, tdm_exec_iter_t *it)
+                             size_t plen, tdm_exec_iter_t *it, uint64_t need)
 {
     tdm_status_t st;
     uint32_t n_prev = 0, n = 0, tok_off = 0, rows = 0, dur = 0;
@@ -397,7 +444,7 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
         }
         uint64_t poison0 = 0, bypass0 = 0;
         if (x->hc) {
-            tdm_kv_batch_t kb = {h->iter, it ? it->kv_need : 0};
+            tdm_kv_batch_t kb = {h->iter, need};
             if (x->cuda)
                 x->cu->exec_set_batch(x->cuda, &kb);
             else
@@ -421,6 +468,8 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
         if (rows != n)
             return TDM_ERR_STATE;
     }
+    if (h->kind == TDM_PLAN_BATCH && h->tier_words && need)
+        TDM_TRY(tier_gather(x, need, it));
     if (lead && path == TDM_PATH_BATCH) {
         off = 0;
         uint32_t i = 0;
@@ -454,15 +503,31 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
 tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it)
 {
     uint8_t hdr[TDM_PLAN_HDR_BYTES];
+    uint32_t tw = 0;
     memcpy(hdr, it->plan, TDM_PLAN_HDR_BYTES);
     it->n_results = 0;
+    it->tier_bad_ticket = 0;
+    if (x->hc && x->cfg.tp_size > 1 && it->hdr.kind != TDM_PLAN_SHUTDOWN) {
+        /* the tier segment: the batch's load ticket, then rank 0's journal */
+        tw = 2 + it->tier_words;
+        tier_room(x, tw);
+        x->tier[0] = (uint32_t)it->kv_need;
+        x->tier[1] = (uint32_t)(it->kv_need >> 32);
+        if (it->tier_words)
+            memcpy(x->tier + 2, it->tier, it->tier_words * sizeof(uint32_t));
+        tdm_plan_set_tier_words(hdr, tw);
+    }
     TDM_TRY(tdm_comm_broadcast(x->cfg.plan, hdr, sizeof(hdr), 0));
     size_t plen = it->plan_len - TDM_PLAN_HDR_BYTES;
     if (plen)
         TDM_TRY(tdm_comm_broadcast(x->cfg.plan, (void *)(it->plan + TDM_PLAN_HDR_BYTES), plen, 0));
+    if (tw)
+        TDM_TRY(tdm_comm_broadcast(x->cfg.plan, x->tier, tw * sizeof(uint32_t), 0));
     if (it->hdr.kind == TDM_PLAN_SHUTDOWN)
         return TDM_OK;
-    return run_plan(x, &it->hdr, it->plan + TDM_PLAN_HDR_BYTES, plen, it);
+    tdm_plan_hdr_t h = it->hdr;
+    h.tier_words = tw;
+    return run_plan(x, &h, it->plan + TDM_PLAN_HDR_BYTES, plen, it, it->kv_need);
 }
 
 tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop)
@@ -491,8 +556,30 @@ tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop)
                     (unsigned long long)h.iter, tdm_status_name(st));
             return st;
         }
+        uint64_t need = 0;
+        if (h.tier_words) {
+            tier_room(x, h.tier_words);
+            TDM_TRY(tdm_comm_broadcast(x->cfg.plan, x->tier, h.tier_words * sizeof(uint32_t), 0));
+            if (!x->hc || h.tier_words < 2) {
+                tdm_err(TDM_SUB_SCHED,
+                        "msg=\"plan carries a HiCache tier segment this rank "
+                        "cannot apply\" rank=%u iter=%llu",
+                        x->cfg.rank, (unsigned long long)h.iter);
+                return TDM_ERR_FORMAT;
+            }
+            need = x->tier[0] | (uint64_t)x->tier[1] << 32;
+            /* rank 0's stores and loads since the last plan, on this rank's shard (I1) */
+            st = tdm_hicache_replay(x->hc, x->tier + 2, h.tier_words - 2);
+            if (st != TDM_OK) {
+                tdm_err(TDM_SUB_SCHED,
+                        "msg=\"HiCache journal not applied\" rank=%u iter=%llu "
+                        "status=%s",
+                        x->cfg.rank, (unsigned long long)h.iter, tdm_status_name(st));
+                return st;
+            }
+        }
         if (h.kind == TDM_PLAN_SHUTDOWN)
             return TDM_OK;
-        TDM_TRY(run_plan(x, &h, x->rx, h.payload_bytes, NULL));
+        TDM_TRY(run_plan(x, &h, x->rx, h.payload_bytes, NULL, need));
     }
 }

@@ -60,7 +60,7 @@ tdm_status_t tdm_fault_arm(tdm_fault_table_t *t, uint32_t n_ranks, tdm_fault_poi
                  n_ranks - 1);
         return TDM_ERR_INVAL;
     }
-    if (f >= TDM_FAULT_SLOW_HOST_COPY && spec->rank != 0) {
+    if (f >= TDM_FAULT_SLOW_HOST_COPY && f != TDM_FAULT_FLIP_HOST_BITS && spec->rank != 0) {
         snprintf(err, err_len,
                  "fault %s: rank must be 0 (the transfer engine runs in rank 0 in this build)",
                  fault_names[f]);

@@ -119,8 +119,28 @@ static void *exec_main(void *arg)
     return NULL;
 }
 
+/* TP > 1: rank 0's tier journal since the last plan goes with the plan about to be sent. */
+static void take_tier(tdm_sched_t *s, iter_buf_t *ib)
+{
+    const uint32_t *w = NULL;
+    uint32_t n = 0;
+    ib->it.tier_words = 0;
+    if (!s->hc)
+        return;
+    tdm_hicache_journal(s->hc, &w, &n);
+    if (n > ib->it.tier_cap) {
+        ib->it.tier = tdm_realloc(ib->it.tier, (size_t)n * sizeof(uint32_t));
+        ib->it.tier_cap = n;
+    }
+    if (n)
+        memcpy(ib->it.tier, w, (size_t)n * sizeof(uint32_t));
+    ib->it.tier_words = n;
+    tdm_hicache_journal_reset(s->hc);
+}
+
 static void exec_submit(tdm_sched_t *s, iter_buf_t *ib)
 {
+    take_tier(s, ib);
     pthread_mutex_lock(&s->qmu);
     s->q_in = ib;
     s->q_done = NULL;
@@ -142,8 +162,10 @@ static iter_buf_t *exec_wait(tdm_sched_t *s)
 /* Run one plan to completion (inline in lockstep, on the executor thread in overlap). */
 static tdm_status_t run_sync(tdm_sched_t *s, iter_buf_t *ib)
 {
-    if (!s->cfg.overlap)
+    if (!s->cfg.overlap) {
+        take_tier(s, ib);
         return tdm_exec_lead(s->x, &ib->it);
+    }
     exec_submit(s, ib);
     return exec_wait(s)->it.status;
 }
@@ -154,6 +176,7 @@ static tdm_status_t loop_lockstep(tdm_sched_t *s)
     while (!wait_for_work(s, s->cfg.idle_plan_us)) {
         tdm_sched_build(s, ib, s->iter + 1);
         s->iter++;
+        take_tier(s, ib);
         TDM_TRY(tdm_exec_lead(s->x, &ib->it));
         tdm_sched_process_results(s, &ib->it);
         publish(s);

@@ -118,6 +118,11 @@ void tdm_plan_finish(tdm_plan_builder_t *b, uint64_t iter, tdm_plan_kind_t kind,
         *ret_hdr = h;
 }
 
+void tdm_plan_set_tier_words(uint8_t *hdr_buf, uint32_t words)
+{
+    put32(hdr_buf + 40, words);
+}
+
 tdm_status_t tdm_plan_hdr_parse(const uint8_t *buf, size_t len, tdm_plan_hdr_t *ret)
 {
     tdm_plan_hdr_t h;
@@ -132,9 +137,11 @@ tdm_status_t tdm_plan_hdr_parse(const uint8_t *buf, size_t len, tdm_plan_hdr_t *
     h.n_tokens = get32(buf + 28);
     h.payload_bytes = get32(buf + 32);
     h.flags = get32(buf + 36);
-    h.reserved = get64(buf + 40);
+    h.tier_words = get32(buf + 40);
+    h.reserved = get32(buf + 44);
     if (h.magic != TDM_PLAN_MAGIC || h.version != TDM_PLAN_VERSION || h.kind >= TDM_PLAN_KIND_MAX ||
         h.n_seqs > TDM_PLAN_MAX_SEQS || h.n_tokens > TDM_PLAN_MAX_TOKENS ||
+        h.tier_words > TDM_PLAN_MAX_TIER_WORDS || h.reserved != 0 ||
         (h.kind != TDM_PLAN_BATCH && h.n_seqs != 0))
         return TDM_ERR_FORMAT;
     *ret = h;

@@ -23,6 +23,7 @@
 #define TDM_PLAN_MAX_SEQS 4096
 #define TDM_PLAN_MAX_TOKENS (1u << 20)
 #define TDM_PLAN_MAX_PAGES (1u << 20)
+#define TDM_PLAN_MAX_TIER_WORDS (1u << 24)
 
 typedef enum tdm_plan_kind {
     TDM_PLAN_IDLE = 0,
@@ -45,7 +46,10 @@ typedef struct tdm_plan_hdr {
     uint32_t n_tokens; /* sum of entries' n_tokens */
     uint32_t payload_bytes;
     uint32_t flags;
-    uint64_t reserved;
+    /* HiCache at TP > 1: words of the tier segment broadcast after the payload (0 = none):
+     * {kv_need lo, kv_need hi, rank 0's tier journal (tdm/hicache.h)} */
+    uint32_t tier_words;
+    uint32_t reserved;
 } tdm_plan_hdr_t;
 
 typedef struct tdm_plan_entry {
@@ -75,6 +79,9 @@ tdm_status_t tdm_plan_add(tdm_plan_builder_t *b, uint32_t slot, uint32_t pos0, u
  * plan (header + payload) in *ret_buf / *ret_len, valid until the next begin. */
 void tdm_plan_finish(tdm_plan_builder_t *b, uint64_t iter, tdm_plan_kind_t kind,
                      const uint8_t **ret_buf, size_t *ret_len, tdm_plan_hdr_t *ret_hdr);
+
+/* Rank 0: set the tier segment's size in a finished plan's header bytes. */
+void tdm_plan_set_tier_words(uint8_t *hdr_buf, uint32_t words);
 
 /* Parse and validate a received plan header (magic, version, kind, bounds). */
 tdm_status_t tdm_plan_hdr_parse(const uint8_t *buf, size_t len, tdm_plan_hdr_t *ret);

@@ -344,6 +344,7 @@ void tdm_sched_free(tdm_sched_t *s)
     tdm_prefix_free(s->cache);
     for (int i = 0; i < 2; i++) {
         tdm_plan_builder_free(&s->ib[i].pb);
+        tdm_free(s->ib[i].it.tier);
         tdm_free(s->ib[i].it.reqs);
         tdm_free(s->ib[i].it.results);
     }

@@ -207,6 +207,7 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
             m = 0;
         } else {
             r->hc_loaded = 1;
+            r->hc_ticket = r->load_ticket;
             s->st.host_hit_tokens += (uint64_t)m * s->ps;
         }
     }

@@ -293,12 +293,61 @@ static void hc_check_iter(tdm_sched_t *s, tdm_exec_iter_t *it)
     }
 }
 
+/* TP > 1: a follower's shard of a host-tier load failed verification (gathered by the
+ * executor before this iteration's tokens): CORRUPTION evidence naming the rank, page and
+ * layer; the requests that read the load end with an error before any token of theirs is sent
+ * (every request of the batch that reads host-tier pages when none can be named), and the tier
+ * forgets every page no load holds, since the follower's copies of them are suspect. */
+static void hc_check_followers(tdm_sched_t *s, tdm_exec_iter_t *it)
+{
+    uint64_t t = it->tier_bad_ticket;
+    int found = 0;
+    if (!t)
+        return;
+    s->st.corruption_events++;
+    tdm_err(TDM_SUB_SCHED,
+            "msg=\"HiCache load failed verification on a follower\" rank=%u ticket=%llu page=%u "
+            "layer=%u",
+            it->tier_bad_rank, (unsigned long long)t, it->tier_bad_page, it->tier_bad_layer);
+    hc_event(s, "hicache_load_mismatch", "host tier load checksum mismatch",
+             json_pack("{s:[i],s:i,s:s,s:i}", "pages", (json_int_t)it->tier_bad_page, "layer",
+                       (json_int_t)it->tier_bad_layer, "tier", "host", "rank",
+                       (int)it->tier_bad_rank));
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < it->n_reqs; i++) {
+            tdm_sreq_t *r = it->reqs[i];
+            if (r->state == SREQ_ENDING || !r->hc_loaded || (pass == 0 && r->hc_ticket != t))
+                continue;
+            found = 1;
+            hc_retire(s, r); /* rank 0's own load done: its host pages unpinned */
+            r->kv_bad = 1;
+            tdm_sched_finish(s, r, TDM_FINISH_ERROR, TDM_ERR_CORRUPT,
+                             "KV loaded from the host tier failed verification", -1, NULL, 0);
+        }
+        for (tdm_sreq_t *r = s->running.head, *nx; pass == 0 && r; r = nx) {
+            nx = r->next;
+            if (r->hc_ticket != t || !r->hc_loaded)
+                continue;
+            found = 1;
+            hc_retire(s, r);
+            r->kv_bad = 1;
+            tdm_sched_finish(s, r, TDM_FINISH_ERROR, TDM_ERR_CORRUPT,
+                             "KV loaded from the host tier failed verification", -1, NULL, 0);
+        }
+        if (found)
+            break;
+    }
+    tdm_hicache_flush(s->hc); /* after the retires: the bad load's host pages are unpinned */
+}
+
 void tdm_sched_process_results(tdm_sched_t *s, tdm_exec_iter_t *it)
 {
     /* prefill (PD): the STATUS frames of the rooms this iteration finished leave in one write */
     tdm_xfer_cork(s->cfg.xfer);
-    if (s->hc)
+    if (s->hc) {
         hc_check_iter(s, it);
+        hc_check_followers(s, it);
+    }
     for (uint32_t i = 0; i < it->n_results; i++) {
         tdm_exec_result_t *res = &it->results[i];
         if (res->req->state == SREQ_ENDING)

@@ -83,6 +83,7 @@ struct tdm_sreq {
     /* HiCache: the load of this request's host-tier pages not yet waited for (0 = none); set
      * when any of its pages came from the host tier; its KV failed verification */
     uint64_t load_ticket;
+    uint64_t hc_ticket; /* the ticket of its newest load, kept after the wait (TP > 1 gather) */
     int hc_loaded, kv_bad;
 
     tdm_tok_stream_t *stream;
@@ -143,6 +144,13 @@ typedef struct tdm_exec_iter {
     uint64_t kv_need;      /* the newest HiCache load ticket the batch reads (0 = none) */
     uint64_t poison_reads; /* out: poison reads and gate bypasses during this forward */
     uint64_t gate_bypasses;
+    /* HiCache at TP > 1: rank 0's tier journal since the previous plan (sent with this one),
+     * and out: the first follower load that failed verification (ticket 0 = none), gathered
+     * through the tensor comm before any token of this iteration is sent */
+    uint32_t *tier;
+    uint32_t tier_words, tier_cap;
+    uint64_t tier_bad_ticket;
+    uint32_t tier_bad_rank, tier_bad_page, tier_bad_layer;
     tdm_status_t status;
 } tdm_exec_iter_t;
 

@@ -55,9 +55,10 @@ tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, uint32_t tp,
 {
     tdm_hicache_cfg_t c;
     memset(&c, 0, sizeof(c));
-    if (tp > 1) {
-        /* every rank would need its own tier driven by the plan (I1): not built */
-        snprintf(err, err_len, "--enable-hierarchical-cache: not built for --tp-size > 1");
+    if (tp > 1 && strcmp(cfg->device, "cuda") == 0) {
+        /* the CUDA engine runs at --tp-size 1 only */
+        snprintf(err, err_len,
+                 "--enable-hierarchical-cache: --tp-size > 1 is built for --device cpu");
         return TDM_ERR_UNSUPPORTED;
     }
     if (tdm_hicache_policy_parse(cfg->hicache_write_policy, &c.policy) != TDM_OK ||

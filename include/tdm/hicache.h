@@ -185,6 +185,11 @@ typedef struct tdm_hicache_cfg {
     int (*fault)(void *ctx, tdm_hicache_fault_t f, uint32_t *ret_ms);
     void *fault_ctx;
     const tdm_hicache_dev_t *dev; /* NULL: the device pool is host memory (CPU) */
+    /* TP > 1 (docs/design.md §I1): rank 0's tier journals every store it makes and every load
+     * it queues (tdm_hicache_journal); a follower's tier is a replica with no index of its own
+     * that applies rank 0's journal to its own KV-head shard (tdm_hicache_replay) */
+    int journal;
+    int replica;
 } tdm_hicache_cfg_t;
 
 typedef struct tdm_hicache tdm_hicache_t;
@@ -225,6 +230,24 @@ tdm_status_t tdm_hicache_load(tdm_hicache_t *hc, const uint32_t *host, const uin
  * ticket already retired returns TDM_OK. */
 tdm_status_t tdm_hicache_wait(tdm_hicache_t *hc, uint64_t ticket, uint32_t *ret_page,
                               uint32_t *ret_layer);
+/* ---- TP > 1: the journal rank 0 carries to followers in the plan ----
+ * Words: STORE = {1, device page, host page}; LOAD = {2, n, ticket lo, ticket hi, host[n],
+ * dev[n]}. The journal holds what happened since the last reset, in order. A replica applies
+ * it: a store copies its own shard of the device page into the named host page (checksums of
+ * its own device source), a load queues the same job with the same ticket (verification rate
+ * and poison as rank 0's, since the load count is the same); a replica keeps a host page whose
+ * load failed verification (rank 0 decides what the tier drops). */
+void tdm_hicache_journal(const tdm_hicache_t *hc, const uint32_t **ret_words, uint32_t *ret_n);
+void tdm_hicache_journal_reset(tdm_hicache_t *hc);
+/* Replica: apply journal words; before a load it retires every load in flight, the first
+ * verification failure among them kept for tdm_hicache_replica_retire. TDM_ERR_FORMAT on a
+ * malformed journal, TDM_ERR_STATE when the replica diverged (a ticket or page out of step). */
+tdm_status_t tdm_hicache_replay(tdm_hicache_t *hc, const uint32_t *w, uint32_t n);
+/* Replica: retire every load with a ticket <= upto; returns the first verification failure
+ * since the last call (its ticket, device page and layer), ticket 0 when none. */
+void tdm_hicache_replica_retire(tdm_hicache_t *hc, uint64_t upto, uint64_t *ret_ticket,
+                                uint32_t *ret_page, uint32_t *ret_layer);
+
 /* Drop every host page that is not loading. */
 void tdm_hicache_flush(tdm_hicache_t *hc);
 

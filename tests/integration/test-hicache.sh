@@ -11,6 +11,10 @@
 #     request with an error and no token streamed, CORRUPTION counted;
 #   - skip_layer_gate + slow_host_copy through /admin/faults: the poison read or the bypass
 #     counter raises CORRUPTION and the request fails;
+#   - --tp-size 2 (every rank's tier holds its KV-head shard, rank 0's stores and loads carried
+#     in the plan): greedy output bit-identical to TP 1 and to TP 2 without HiCache, verified
+#     loads on every rank; flip_host_bits on rank 1 (a follower) ends the request with an error
+#     before any token is streamed, CORRUPTION counted — never a wrong token;
 #   - 64 concurrent sessions with random client aborts: no CORRUPTION, /health green throughout,
 #     afterwards no load in flight, no host page pinned, every device page free after a drain.
 set -u
@@ -101,6 +105,32 @@ for pol, ml, io in cases:
     w["proc"].terminate()
     w["proc"].wait(timeout=30)
 
+# ---------------------------------------------------------------- TP 2: on/off bit-identical
+# the per-rank pool holds half the KV heads: half the bytes keep the 32-page device pool
+TP2 = ["--tp-size", "2", "--kv-cpu-bytes", "524288"]
+ref2 = start("ref-tp2", TP2)
+ok(wait_ready(ref2), "TP 2 reference worker (no HiCache) ready", logtail(ref2))
+st, want2, body = evict_then_hit(ref2)
+ok(st == 200 and want2 == want, "TP 2 without HiCache: greedy outputs equal TP 1's",
+   "%s\n%s" % (want2, want))
+ref2["proc"].terminate()
+ref2["proc"].wait(timeout=30)
+w = start("hc-tp2", HC + TP2 + ["--hicache-write-policy", "write_back"])
+if ok(wait_ready(w), "TP 2 with HiCache: ready", logtail(w)):
+    st, got, body = evict_then_hit(w)
+    m = metrics(w)
+    ok(st == 200 and got == want2,
+       "TP 2: greedy outputs with HiCache bit-identical to TP 2 without it", "%s\n%s" % (got, want2))
+    ok(m.get("tandem_kv_pages_capacity") == 32 and m.get("tandem_hicache_hits_total", 0) > 0
+       and m.get("tandem_hicache_verified_total", 0) > 0
+       and m.get("tandem_hicache_corruption_events_total", 1) == 0
+       and m.get("tandem_hicache_poison_reads_total", 1) == 0,
+       "TP 2: prefix served from the host tiers, verified, no CORRUPTION (hits %s)" %
+       m.get("tandem_hicache_hits_total"), json.dumps(
+           {k: v for k, v in m.items() if "hicache" in k or "kv_pages" in k}))
+    w["proc"].terminate()
+    w["proc"].wait(timeout=30)
+
 
 def stream_tokens(w, ids, max_new=8):
     """Streamed /generate: (status, number of token chunks before the end, last event)."""
@@ -145,6 +175,30 @@ if ok(wait_ready(w), "forced past the layout check: starts (test only)", logtail
     ok(m.get("tandem_hicache_verify_failures_total", 0) >= 1
        and m.get("tandem_hicache_corruption_events_total", 0) >= 1,
        "verify failure and CORRUPTION counted")
+    w["proc"].terminate()
+    w["proc"].wait(timeout=30)
+
+# ---------------------------------------------------------------- TP 2: a follower's bad shard
+w = start("flip-tp2", HC + TP2 + ["--hicache-write-policy", "write_back",
+                                  "--enable-fault-injection"])
+if ok(wait_ready(w), "TP 2 fault worker ready", logtail(w)):
+    gen(w, P, 8)
+    for f in FILL:
+        gen(w, f, 4)
+    a = arm(w, {"name": "flip_host_bits", "rank": 1})
+    ok(a[0] == 200, "flip_host_bits armed on rank 1", str(a))
+    st, n, last = stream_tokens(w, P + [7], 8)
+    m = metrics(w)
+    ok(n == 0 and last is not None and "verification" in last,
+       "flip_host_bits on a follower: the request fails before any token is sent",
+       "status %s tokens %s last %s" % (st, n, last))
+    ok(m.get("tandem_hicache_corruption_events_total", 0) >= 1,
+       "flip_host_bits on a follower: CORRUPTION counted", json.dumps(
+           {k: v for k, v in m.items() if "hicache" in k}))
+    arm(w, {"name": "flip_host_bits", "rank": 1, "disarm": True})
+    st, o, body = gen(w, P + [7], 8)
+    ok(st == 200 and o == want[1], "TP 2 after the fault: the prompt is served right again",
+       "%s %s" % (st, body[:200]))
     w["proc"].terminate()
     w["proc"].wait(timeout=30)
 
