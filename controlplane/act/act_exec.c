@@ -95,7 +95,10 @@ static const char sql_whole[] =
     "  finished_us = EXCLUDED.finished_us";
 
 /* Write the rows kept while the database was down, oldest first; stops at the first failure. */
-/* a config version, numbered by the executor (ids grow: wall clock µs, or one past the last) */
+/* the largest stored config version (numbering continues from it) */
+static const char sql_version_max[] = "SELECT coalesce(max(id), 0) FROM config_versions";
+/* a config version, numbered by the executor: one past the stored maximum, or, while the
+ * database has never answered, the wall clock in µs */
 static const char sql_version[] =
     "INSERT INTO config_versions (group_name, created_us, created_by, config, id) "
     "VALUES ($1, $2::bigint, $3, $4::jsonb, $5::bigint) ON CONFLICT (id) DO NOTHING";
@@ -280,7 +283,15 @@ static tdm_status_t do_reconfigure(exec_t *x, act_group_t *g, json_t *params, in
         }
         char *cfg_text = json_dumps(merged, JSON_SORT_KEYS);
         uint64_t wall = tdm_time_wall_us();
-        uint64_t version = x->next_ver > wall ? x->next_ver : wall;
+        /* Versions are what operators read ("version 3 of b"): one past the stored maximum,
+         * learnt once from the database; only while it has never answered, the wall clock in µs
+         * (still growing, so later versions sort after the ones kept for the outage). */
+        if (x->next_ver == 0 && !x->pending) {
+            char maxtxt[32] = "";
+            if (pg_run(x, sql_version_max, 0, NULL, maxtxt, sizeof(maxtxt)) == 0 && maxtxt[0])
+                x->next_ver = strtoull(maxtxt, NULL, 10) + 1;
+        }
+        uint64_t version = x->next_ver ? x->next_ver : wall;
         x->next_ver = version + 1;
         snprintf(now, sizeof(now), "%" PRIu64, wall);
         snprintf(idtxt, sizeof(idtxt), "%" PRIu64, version);

@@ -116,6 +116,19 @@ restarted x "$xpid" && [ "$(url_port x)" = "$px" ]
 ok $? "kill -9 of x's rank: the supervisor's restart listens on the same port ($(url_port x))"
 
 # ---- a restarted group lost again: a new WORKER_LOST, restarted again ----
+# "again" once the restarted group reports: its first samples close the open WORKER_LOST (a kill
+# before that is the same loss, still open). Polled, ≤ 30 s.
+open_lost() { # group → ids of its open live WORKER_LOST alerts
+    cpl_api "$url/api/v1/alerts?source=live" | python3 -c '
+import json, sys
+print(" ".join(str(a["id"]) for a in json.load(sys.stdin).get("alerts", [])
+               if a.get("kind") == "WORKER_LOST" and a.get("group") == sys.argv[1]
+               and a.get("state") == "open"))' "$1" 2> /dev/null
+}
+i=0
+while [ $i -lt 300 ] && [ -n "$(open_lost x)" ]; do sleep 0.1; i=$((i + 1)); done
+[ -z "$(open_lost x)" ]
+ok $? "the restarted x reports: its WORKER_LOST is resolved (open: '$(open_lost x)')"
 first=$(lost_ids x)
 xpid=$(rec_pid x)
 kill_rank x
