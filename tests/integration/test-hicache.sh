@@ -44,6 +44,12 @@ init(os.environ["TDM_HC_BIN"], os.environ["TDM_HC_MODEL"], "test-hicache-",
 HC = ["--enable-hierarchical-cache", "--hicache-verify-rate", "1", "--hicache-poison"]
 
 
+def metrics_when(w, pred, limit=10):
+    """The worker publishes its counters at the end of the scheduler iteration that ended the
+    request, which can be after the client saw the error: poll until pred holds (or limit)."""
+    return wait_until(lambda: (lambda m: m if pred(m) else None)(metrics(w)), limit) or metrics(w)
+
+
 def prompt(seed, k):
     rnd = random.Random(seed)
     return [5 + rnd.randrange(1800) for _ in range(k)]
@@ -168,7 +174,8 @@ if ok(wait_ready(w), "forced past the layout check: starts (test only)", logtail
     for f in FILL:
         gen(w, f, 4)
     st, n, last = stream_tokens(w, P + [7], 8)
-    m = metrics(w)
+    m = metrics_when(w, lambda m: m.get("tandem_hicache_verify_failures_total", 0) >= 1
+                     and m.get("tandem_hicache_corruption_events_total", 0) >= 1)
     ok(n == 0 and last is not None and "verification" in last,
        "truncated host pages: the load checksum fails the request before any token is sent",
        "status %s tokens %s last %s" % (st, n, last))
@@ -188,7 +195,7 @@ if ok(wait_ready(w), "TP 2 fault worker ready", logtail(w)):
     a = arm(w, {"name": "flip_host_bits", "rank": 1})
     ok(a[0] == 200, "flip_host_bits armed on rank 1", str(a))
     st, n, last = stream_tokens(w, P + [7], 8)
-    m = metrics(w)
+    m = metrics_when(w, lambda m: m.get("tandem_hicache_corruption_events_total", 0) >= 1)
     ok(n == 0 and last is not None and "verification" in last,
        "flip_host_bits on a follower: the request fails before any token is sent",
        "status %s tokens %s last %s" % (st, n, last))
@@ -212,7 +219,9 @@ if ok(wait_ready(w), "gate worker ready", logtail(w)):
     a2 = arm(w, {"name": "skip_layer_gate", "rank": 0})
     ok(a1[0] == 200 and a2[0] == 200, "slow_host_copy and skip_layer_gate armed", "%s %s" % (a1, a2))
     st, o, body = gen(w, P + [7], 8)
-    m = metrics(w)
+    m = metrics_when(w, lambda m: (m.get("tandem_hicache_poison_reads_total", 0) > 0
+                                   or m.get("tandem_hicache_gate_bypasses_total", 0) > 0)
+                     and m.get("tandem_hicache_corruption_events_total", 0) >= 1)
     ok(st != 200 and (m.get("tandem_hicache_poison_reads_total", 0) > 0
                       or m.get("tandem_hicache_gate_bypasses_total", 0) > 0)
        and m.get("tandem_hicache_corruption_events_total", 0) >= 1,
