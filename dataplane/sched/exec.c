@@ -183,12 +183,16 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         if (cfg->hicache) {
             /* the tier over the engine's device pool: pinned host pool, copy stream, one event
              * per (load, layer) that attention waits on through the same gate
-             * (kernels/cuda/hicache.h) */
+             * (kernels/cuda/hicache.h); at TP > 1 over this rank's KV-head shard, rank 0's tier
+             * deciding and journaling, the followers' replaying it as on the CPU
+             * (docs/design.md §I1) */
             tdm_hicache_cfg_t hcfg = *cfg->hicache;
             hcfg.layout = x->cu->exec_layout(x->cuda);
             hcfg.device_pages = x->cfg.num_pages;
             hcfg.dev = x->cu->hicache_dev();
             hcfg.fault = cfg->faults ? hicache_fault : NULL;
+            hcfg.journal = cfg->tp_size > 1 && cfg->rank == 0;
+            hcfg.replica = cfg->rank > 0;
             hcfg.fault_ctx = x;
             st = tdm_hicache_init(&hcfg, x->cu->exec_kv(x->cuda), &x->hc, err, err_len);
             if (st != TDM_OK)

@@ -86,12 +86,6 @@ int main(int argc, char **argv)
         tdm_err(TDM_SUB_CORE, "msg=\"--model-path DIR is required\"");
         goto out;
     }
-    if (cfg.enable_hierarchical_cache && cfg.tp_size > 1 && strcmp(cfg.device, "cuda") == 0) {
-        /* the CUDA engine runs at --tp-size 1; the per-rank tiers of TP > 1 are the CPU's */
-        tdm_err(TDM_SUB_CORE, "msg=\"--enable-hierarchical-cache: --tp-size > 1 is built for "
-                              "--device cpu (this build: --device cuda at --tp-size 1)\"");
-        goto out;
-    }
     /* serving: the launcher (no --rank) or one rank of the group (dataplane/worker/worker.h) */
     rc = serve(&cfg, w_argc, w_argv);
 out:

@@ -417,7 +417,7 @@ static tdm_status_t rank_exec(tdm_worker_t *w, uint64_t t0, char *err, size_t er
     if (w->rank == 0)
         TDM_TRY(tdm_worker_faults_at_start(cfg, &w->shared->faults, w->tp, err, err_len));
     if (cfg->enable_hierarchical_cache)
-        TDM_TRY(tdm_worker_hicache_cfg(cfg, w->tp, &w->layout, w->num_pages, w->max_running,
+        TDM_TRY(tdm_worker_hicache_cfg(cfg, &w->layout, w->num_pages, w->max_running,
                                        &w->shared->faults, &hcfg, err, err_len));
     tdm_exec_cfg_t xc = {.model = w->model,
                          .tp_size = w->tp,

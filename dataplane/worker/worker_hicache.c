@@ -48,19 +48,13 @@ tdm_status_t tdm_worker_faults_at_start(const tdm_worker_config_t *cfg, tdm_faul
     return TDM_OK;
 }
 
-tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, uint32_t tp,
-                                    const tdm_kv_layout_t *layout, uint32_t num_pages,
-                                    uint32_t max_running, tdm_fault_table_t *faults,
-                                    tdm_hicache_cfg_t *ret, char *err, size_t err_len)
+tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, const tdm_kv_layout_t *layout,
+                                    uint32_t num_pages, uint32_t max_running,
+                                    tdm_fault_table_t *faults, tdm_hicache_cfg_t *ret, char *err,
+                                    size_t err_len)
 {
     tdm_hicache_cfg_t c;
     memset(&c, 0, sizeof(c));
-    if (tp > 1 && strcmp(cfg->device, "cuda") == 0) {
-        /* the CUDA engine runs at --tp-size 1 only */
-        snprintf(err, err_len,
-                 "--enable-hierarchical-cache: --tp-size > 1 is built for --device cpu");
-        return TDM_ERR_UNSUPPORTED;
-    }
     if (tdm_hicache_policy_parse(cfg->hicache_write_policy, &c.policy) != TDM_OK ||
         tdm_hicache_mem_layout_parse(cfg->hicache_mem_layout, &c.mem_layout) != TDM_OK ||
         tdm_hicache_io_parse(cfg->hicache_io_backend, &c.io) != TDM_OK) {

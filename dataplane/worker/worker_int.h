@@ -95,10 +95,10 @@ void *tdm_worker_selftest_main(void *arg);
  * sink (ctx: the rank's tdm_worker_report_hooks_t). */
 tdm_status_t tdm_worker_faults_at_start(const tdm_worker_config_t *cfg, tdm_fault_table_t *t,
                                         uint32_t n_ranks, char *err, size_t err_len);
-tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, uint32_t tp,
-                                    const tdm_kv_layout_t *layout, uint32_t num_pages,
-                                    uint32_t max_running, tdm_fault_table_t *faults,
-                                    tdm_hicache_cfg_t *ret, char *err, size_t err_len);
+tdm_status_t tdm_worker_hicache_cfg(const tdm_worker_config_t *cfg, const tdm_kv_layout_t *layout,
+                                    uint32_t num_pages, uint32_t max_running,
+                                    tdm_fault_table_t *faults, tdm_hicache_cfg_t *ret, char *err,
+                                    size_t err_len);
 void tdm_worker_hicache_report(const tdm_worker_report_hooks_t *rep, const tdm_hicache_cfg_t *hcfg,
                                int refused);
 void tdm_worker_sched_event(void *ctx, const char *type, const char *reason, struct json_t *data);

@@ -10,7 +10,12 @@
 # a worker with --enable-hierarchical-cache (verify rate 1, canary poison, one slot so its pool is
 # 128 pages) serves a prompt whose pages were pushed out of the device pool from the host tier:
 # the greedy output equals the GPU worker's without HiCache, /metrics shows the hits, verified
-# loads and no verify failure, poison read or gate bypass. Skips without a GPU or a CUDA build.
+# loads and no verify failure, poison read or gate bypass. HiCache at --tp-size 2 on this ONE GPU
+# (two rank processes, the host-staged collectives of dataplane/tp/gpu.h; every rank's tier over
+# its KV-head shard, rank 0's stores and loads replayed by rank 1): greedy outputs equal TP 2
+# without HiCache, a host hit verified on the device; flip_host_bits armed on rank 1 ends the
+# request with an error before any token is streamed, CORRUPTION counted, and the prompt is served
+# right once disarmed. Skips without a GPU or a CUDA build.
 # TAP; python3 standard library only.
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -38,7 +43,8 @@ import taplib
 from pdlib import kill_all, logtail, metrics, ok
 
 BIN, MODEL = os.environ["TDM_W_BIN"], os.environ["TDM_W_MODEL"]
-pdlib.init(BIN, MODEL, "test-worker-cuda-", ["--max-running-requests", "16"])
+pdlib.init(BIN, MODEL, "test-worker-cuda-", ["--max-running-requests", "16"],
+           token_file_arg=True)
 
 
 def start(name, device, extra=()):
@@ -68,7 +74,7 @@ def complete(w, prompt, max_tokens=16, stream=False):
     return st, out
 
 
-print("1..12")
+print("1..19")
 try:
     gpu = start("cuda", "cuda", ["--mem-fraction-static", "0.10"])
     cpu = start("cpu", "cpu")
@@ -157,6 +163,59 @@ try:
     else:
         ok(False, "HiCache on the GPU: outputs")
         ok(False, "HiCache on the GPU: metrics")
+    for w in (ref, hc):
+        w["proc"].terminate()
+        w["proc"].wait(timeout=30)
+
+    # HiCache at TP 2 on one GPU: the same flow, then a follower's bad host copy
+    Q = pdlib.prompt_ids(2, 300)
+    tp2 = one + ["--tp-size", "2", "--enable-fault-injection"]
+    ref2 = start("cuda-ref-tp2", "cuda", tp2)
+    hc2 = start("cuda-hc-tp2", "cuda", tp2 + ["--enable-hierarchical-cache",
+                                              "--hicache-verify-rate", "1", "--hicache-poison",
+                                              "--hicache-ratio", "4", "--hicache-write-policy",
+                                              "write_back"])
+    if ok("port" in ref2 and "port" in hc2,
+          "TP 2 on one GPU: a group with HiCache and one without start",
+          logtail(ref2) + "\n" + logtail(hc2)):
+        want, got = evict_then_hit(ref2), evict_then_hit(hc2)
+        ok(all(want) and got == want,
+           "HiCache at TP 2 on the GPU: greedy outputs equal TP 2 without it", "%s\n%s" %
+           (got, want))
+        m = pdlib.wait_until(lambda: (lambda m: m if m.get("tandem_hicache_verified_total", 0) > 0
+                                      else None)(metrics(hc2)), 10) or metrics(hc2)
+        ok(m.get("tandem_hicache_hits_total", 0) > 0 and
+           m.get("tandem_hicache_verified_total", 0) > 0 and
+           m.get("tandem_hicache_verify_failures_total", 1) == 0 and
+           m.get("tandem_hicache_poison_reads_total", 1) == 0 and
+           m.get("tandem_hicache_gate_bypasses_total", 1) == 0 and
+           m.get("tandem_hicache_corruption_events_total", 1) == 0,
+           "HiCache at TP 2 on the GPU: host hits (%s) verified on the device, no CORRUPTION"
+           % m.get("tandem_hicache_hits_total"), json.dumps(
+               {k: v for k, v in m.items() if "hicache" in k}))
+        # Q's pages pushed out to the host tiers, then Q + [7] loads them with rank 1's copy bad
+        want_q = pdlib.gen(ref2, Q + [7], 8, 120)[1]
+        pdlib.gen(hc2, Q, 8, 120)
+        for f in FILL:
+            pdlib.gen(hc2, f, 4, 120)
+        a = pdlib.arm(hc2, {"name": "flip_host_bits", "rank": 1})
+        ok(a[0] == 200, "flip_host_bits armed on rank 1", str(a))
+        st, n, last = pdlib.stream_gen(hc2, Q + [7], 8, 120)
+        ok(n == 0 and last is not None and "verification" in last,
+           "flip_host_bits on rank 1: the request fails before any token is sent",
+           "status %s tokens %s last %s" % (st, n, last))
+        m = pdlib.wait_until(lambda: (lambda m: m if m.get(
+            "tandem_hicache_corruption_events_total", 0) >= 1 else None)(metrics(hc2)), 10)
+        ok(m, "flip_host_bits on rank 1: CORRUPTION counted", json.dumps(
+            {k: v for k, v in metrics(hc2).items() if "hicache" in k}))
+        pdlib.arm(hc2, {"name": "flip_host_bits", "rank": 1, "disarm": True})
+        st, o, body = pdlib.gen(hc2, Q + [7], 8, 120)
+        ok(st == 200 and want_q and o == want_q,
+           "TP 2 on the GPU after the fault: the prompt is served right again",
+           "%s %s / %s" % (st, body[:200], want_q))
+    else:
+        for what in ("outputs", "metrics", "armed", "fails first", "CORRUPTION", "after"):
+            ok(False, "HiCache at TP 2 on the GPU: " + what)
 finally:
     kill_all()
 sys.exit(1 if taplib.failed else 0)

@@ -131,6 +131,31 @@ def gen(w, ids, max_new=8, timeout=60):
         return st, None, b
 
 
+def stream_gen(w, ids, max_new=8, timeout=60):
+    """Streamed greedy /generate: (status, number of token chunks before the end, last event)."""
+    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=timeout)
+    n, last = 0, None
+    try:
+        c.request("POST", "/generate", body=json.dumps(
+            {"input_ids": ids, "max_new_tokens": max_new, "ignore_eos": True, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            return r.status, 0, r.read().decode()
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            last = line[6:]
+            if "token_id" in json.loads(last):
+                n += 1
+        return 200, n, last
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        return -1, n, str(e)
+    finally:
+        c.close()
+
+
 def prompt_ids(seed, k):
     rnd = random.Random(seed)
     return [5 + rnd.randrange(1800) for _ in range(k)]

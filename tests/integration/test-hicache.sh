@@ -28,7 +28,6 @@ if [ ! -x "$W" ] || [ ! -f "$M/config.json" ]; then
 fi
 TDM_HC_BIN="$W" TDM_HC_MODEL="$M" TDM_CPU_THREADS=1 PYTHONPATH="$S/tests/integration" \
     exec python3 - <<'PY'
-import http.client
 import json
 import os
 import random
@@ -36,7 +35,7 @@ import threading
 import time
 
 from pdlib import (ADMIN, arm, finish, gen, init, logtail, metrics, note, ok, request, start,
-                   wait_ready, wait_until)
+                   stream_gen, wait_ready, wait_until)
 
 init(os.environ["TDM_HC_BIN"], os.environ["TDM_HC_MODEL"], "test-hicache-",
      base_args=["--kv-cpu-bytes", "1048576", "--max-running-requests", "16"],
@@ -138,32 +137,6 @@ if ok(wait_ready(w), "TP 2 with HiCache: ready", logtail(w)):
     w["proc"].wait(timeout=30)
 
 
-def stream_tokens(w, ids, max_new=8):
-    """Streamed /generate: (status, number of token chunks before the end, last event)."""
-    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=60)
-    n, last = 0, None
-    try:
-        c.request("POST", "/generate", body=json.dumps(
-            {"input_ids": ids, "max_new_tokens": max_new, "ignore_eos": True, "stream": True}),
-            headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        if r.status != 200:
-            return r.status, 0, r.read().decode()
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            last = line[6:]
-            ev = json.loads(last)
-            if "token_id" in ev:
-                n += 1
-        return 200, n, last
-    except (OSError, ValueError, http.client.HTTPException) as e:
-        return -1, n, str(e)
-    finally:
-        c.close()
-
-
 # ---------------------------------------------------------------- forced past the layout check
 # (no poison here: the truncated pages' untouched halves would be caught as poison reads first)
 w = start("forced", ["--enable-hierarchical-cache", "--hicache-verify-rate", "1",
@@ -173,7 +146,7 @@ if ok(wait_ready(w), "forced past the layout check: starts (test only)", logtail
     gen(w, P, 8)
     for f in FILL:
         gen(w, f, 4)
-    st, n, last = stream_tokens(w, P + [7], 8)
+    st, n, last = stream_gen(w, P + [7], 8)
     m = metrics_when(w, lambda m: m.get("tandem_hicache_verify_failures_total", 0) >= 1
                      and m.get("tandem_hicache_corruption_events_total", 0) >= 1)
     ok(n == 0 and last is not None and "verification" in last,
@@ -194,7 +167,7 @@ if ok(wait_ready(w), "TP 2 fault worker ready", logtail(w)):
         gen(w, f, 4)
     a = arm(w, {"name": "flip_host_bits", "rank": 1})
     ok(a[0] == 200, "flip_host_bits armed on rank 1", str(a))
-    st, n, last = stream_tokens(w, P + [7], 8)
+    st, n, last = stream_gen(w, P + [7], 8)
     m = metrics_when(w, lambda m: m.get("tandem_hicache_corruption_events_total", 0) >= 1)
     ok(n == 0 and last is not None and "verification" in last,
        "flip_host_bits on a follower: the request fails before any token is sent",
