@@ -4,8 +4,23 @@ through tandemd's audited route (docs/contracts.md §e) and measures, from the r
 Postgres, detection, the evidence, recovery and what happened to every request.
 
 usage: chaos.py --build DIR --src DIR [--long] [--only 1,2,...] [--out FILE]
+                [--device cpu|cuda] [--tp N] [--cuda-backend PATH] [--mem-fraction F]
+                [--pg-bindir DIR] [--keep]
   short (make check): detection asserted within 3x the targets; long (make chaos): the targets,
   longer outages and storms; --out writes bench/results/chaos.json's shape.
+  --device cuda (env TDM_CHAOS_DEVICE): every group on the GPU (device = cuda in tandemd's groups
+  file), each with --mem-fraction (TDM_CHAOS_MEM_FRACTION, 0.05) of the free device memory;
+  --cuda-backend (TDM_CHAOS_CUDA_BACKEND; default DIR/backend-cuda.so when the build has it, as
+  tests/integration/pdlib.py) for a --enable-cuda-module build; --tp (TDM_CHAOS_TP; default 2 on
+  cpu, 1 on cuda: one GPU, every rank on base GPU 0 + rank). At TP 1 the scenarios that need a
+  second rank (1, 5's non-leader kills) are named skips and 4b stops rank 0.
+  --pg-bindir (TDM_CHAOS_PG_BINDIR): initdb, pg_ctl, postgres and psql from DIR (a machine
+  without the server: the Debian postgresql-15 and postgresql-client-15 packages unpacked with
+  dpkg -x, e.g. DIR=ROOT/usr/lib/postgresql/15/bin); default: tdm-pg's configured bindir, psql
+  on PATH.
+  The GPU run of scenarios 1-4 on a device bundle (tools/device-bundle.sh):
+    chaos.py --build .device-bundle --src . --device cuda --only 1,2,3,4 --long --out F
+  (tests/chaos/chaos.sh with TDM_CHAOS_DEVICE=cuda stores it under "gpu" in chaos.json).
 Scenarios share the stack; each starts from a ready stack with no open alert on its groups.
 """
 import argparse
@@ -32,7 +47,27 @@ ap.add_argument("--long", action="store_true")
 ap.add_argument("--only", default="")
 ap.add_argument("--out", default="")
 ap.add_argument("--keep", action="store_true")
+ap.add_argument("--device", choices=("cpu", "cuda"),
+                default=os.environ.get("TDM_CHAOS_DEVICE") or "cpu")
+ap.add_argument("--tp", type=int, default=int(os.environ.get("TDM_CHAOS_TP") or 0))
+ap.add_argument("--cuda-backend", default=os.environ.get("TDM_CHAOS_CUDA_BACKEND") or "")
+ap.add_argument("--mem-fraction", type=float,
+                default=float(os.environ.get("TDM_CHAOS_MEM_FRACTION") or 0.05))
+ap.add_argument("--pg-bindir", default=os.environ.get("TDM_CHAOS_PG_BINDIR") or "")
 A = ap.parse_args()
+GPU = A.device == "cuda"
+TP = A.tp or (1 if GPU else 2)
+if TP < 1 or not 0.05 <= A.mem_fraction <= 0.99:
+    sys.exit("chaos.py: --tp must be >= 1 and --mem-fraction in 0.05..0.99")
+if GPU and not A.cuda_backend and os.path.exists(os.path.join(A.build, "backend-cuda.so")):
+    A.cuda_backend = os.path.abspath(os.path.join(A.build, "backend-cuda.so"))
+for path, what in ((A.cuda_backend, "--cuda-backend"), (A.pg_bindir, "--pg-bindir")):
+    if path and not os.path.exists(path):
+        sys.exit("chaos.py: %s %s does not exist" % (what, path))
+if GPU:  # the aux slot still moves by UCX (host memory): UCX's hooks off, as tests/gpu do
+    for k, v in (("UCX_MEM_MALLOC_HOOKS", "no"), ("UCX_MEM_MMAP_HOOK_MODE", "none"),
+                 ("UCX_MEM_EVENTS", "no")):
+        os.environ.setdefault(k, v)
 LONG = A.long
 SLACK = 1.0 if LONG else 3.0  # make check: 3x the latency targets (sanitizers, 2 cores)
 ONLY = set(A.only.split(",")) if A.only else None
@@ -51,7 +86,8 @@ signal.signal(signal.SIGTERM, on_signal)
 signal.signal(signal.SIGINT, on_signal)
 tmp = tempfile.mkdtemp(prefix="chaos-")
 os.chmod(tmp, 0o755)
-S = Stack(A.build, A.src, tmp)
+S = Stack(A.build, A.src, tmp, tp=TP, device=A.device, cuda_backend=A.cuda_backend,
+          mem_fraction=A.mem_fraction, pg_bindir=A.pg_bindir)
 L = None
 
 
@@ -105,9 +141,10 @@ if not ok_pg:
 if not S.tandemd_start():
     bail("tandemd did not start", logtail("tandemd.log"))
 if not wait_until(S.ready, 240, 0.3):
-    bail("the prefill and decode groups (TP=2) did not become ready",
+    bail("the prefill and decode groups (TP=%d, %s) did not become ready" % (TP, A.device),
          logtail("tandemd.log") + "\n" + wlog("pre") + "\n" + wlog("dec"))
-note("stack ready: tandemd :%d, pre and dec at TP=2 (%s)" % (S.cp_port, S.model))
+note("stack ready: tandemd :%d, pre and dec at TP=%d on %s (%s)" % (S.cp_port, TP, A.device,
+                                                                    S.model))
 L = Load(S.cp_port, n_prompts=12, max_tokens=24 if LONG else 16)
 good, why = L.make_goldens()
 if not good:
@@ -269,8 +306,21 @@ def lost_rank(rank):
     return f
 
 
+def skip(name, why):
+    """A named skip: TAP's SKIP and a results row saying why."""
+    chaoslib._n[0] += 1
+    print("ok %d # SKIP %s: %s" % (chaoslib._n[0], name, why), flush=True)
+    RESULTS.append({"name": name, "skipped": why, "detected": None, "detect_s": None,
+                    "evidence_ok": None, "recovered": None, "recover_s": None, "requests": 0,
+                    "lost": 0, "wrong_tokens_served": 0})
+
+
 # ---------------------------------------------------------------- scenarios
 def s1():
+    if TP < 2:
+        skip("1 rank desync (rank_idle_path, decode rank 1)",
+             "needs a second rank (--tp 2; this run: --tp %d on %s)" % (TP, A.device))
+        return
     t0 = now_us()
     measure("1 rank desync (rank_idle_path, decode rank 1)", "dec",
             {"name": "rank_idle_path", "rank": 1, "count": 0, "after_iter": 0},
@@ -436,8 +486,10 @@ def s4():
             {"name": "stall_loop"}, ["WEDGE"], target=5.0, during=probe, inject=inject_pending,
             evidence=lambda k, ev: ev.get("pending", 0) >= 1)
     tap(seen.get("503"), "4a: /health and /ready answer 503 while the group is wedged")
-    measure("4b SIGSTOP of decode rank 1", "dec", {"name": "signal", "rank": 1, "signal": "STOP"},
-            ["WEDGE", "WORKER_LOST"], target=5.0, evidence=lost_rank(1))
+    last = TP - 1  # a non-leader where there is one
+    measure("4b SIGSTOP of decode rank %d" % last, "dec",
+            {"name": "signal", "rank": last, "signal": "STOP"},
+            ["WEDGE", "WORKER_LOST"], target=5.0, evidence=lost_rank(last))
 
 
 def s5():
@@ -445,6 +497,10 @@ def s5():
              ("pre", 0, "leader"))
     # make check: a decode non-leader and a prefill leader (both roles, both kinds of rank)
     for g, rank, what in kills if LONG else (kills[0], kills[3]):
+        if rank >= TP:
+            skip("5 kill -9 of %s %s (rank %d)" % (g, what, rank), "--tp %d has no rank %d"
+                 % (TP, rank))
+            continue
         t0 = now_us()
         r = measure("5 kill -9 of %s %s (rank %d)" % (g, what, rank), g,
                     {"name": "signal", "rank": rank, "signal": "KILL"}, ["WORKER_LOST"],
@@ -562,7 +618,10 @@ def s7():
 
 # ---------------------------------------------------------------- 3: the host mirror and the gate
 HC_P = [5 + (i * 37) % 1800 for i in range(100)]
-HC_FILL = [[5 + (j * 131 + i * 17) % 1800 for i in range(120)] for j in range(4)]
+# prompts that push HC_P's pages out of the device pool: 4 x 120 tokens over the CPU's 1 MiB pool,
+# 5 x 500 over the GPU's 128 pages (one slot)
+HC_FILL = [[5 + (j * 131 + i * 17) % 1800 for i in range(500 if GPU else 120)]
+           for j in range(5 if GPU else 4)]
 HC = {}
 
 
@@ -610,13 +669,14 @@ def hc_wrong():
 
 def s3():
     # (a) the fp8 host-layout formula: refused at start, naming the sub-buffer
-    r = subprocess.run([os.path.join(A.build, "tandem-worker"), "--device", "cpu", "--model-path",
-                        os.path.join(A.src, "models/demo"), "--port", "0",
+    r = subprocess.run([os.path.join(A.build, "tandem-worker")] + S.worker_device_args() +
+                       ["--model-path", os.path.join(A.src, "models/demo"), "--port", "0",
                         "--kv-cpu-bytes", "1048576", "--enable-hierarchical-cache",
                         "--enable-fault-injection", "--fault-at-start", "host_layout_fp8_formula"],
                        capture_output=True, text=True, timeout=120)
     refused = r.returncode != 0 and "sub-buffer K" in r.stderr
-    tap(refused, "3a: host_layout_fp8_formula: the worker refuses to start naming the sub-buffer",
+    tap(refused, "3a: host_layout_fp8_formula: the worker (%s) refuses to start naming the "
+        "sub-buffer" % A.device,
         r.stderr[-800:])
     RESULTS.append({"name": "3a host_layout_fp8_formula at start", "detected": refused,
                     "detect_s": 0.0 if refused else None, "evidence_ok": refused,

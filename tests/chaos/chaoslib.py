@@ -4,8 +4,12 @@ failure scenarios of tests/chaos/chaos.py).
 Stack: a private PostgreSQL cluster (tdm-pg), tandemd on a port picked beforehand (so a
 restarted tandemd comes back where the workers post telemetry) with its supervisor and
 `--alert-policy all=auto`, a prefill group and a decode group at TP=2 on CPU (the bundled
-3.2M-parameter demo model: its greedy answers differ per prompt), faults armed through tandemd's audited route (POST /api/v1/groups/{g}/faults,
-docs/contracts.md §e).
+3.2M-parameter demo model: its greedy answers differ per prompt), faults armed through tandemd's
+audited route (POST /api/v1/groups/{g}/faults, docs/contracts.md §e).
+On the GPU (device "cuda"): every group `device = cuda` with a share of the free device memory
+(mem_fraction_static), `cuda_backend` when the build has backend-cuda.so (a --enable-cuda-module
+build), TP as asked (1 on one GPU); the PostgreSQL programs (initdb, pg_ctl, postgres, psql) from
+pg_bindir when given (a machine without the server: the Debian packages unpacked with dpkg -x).
 
 Load: client threads sending seeded greedy streaming chat requests through tandemd's /v1 router;
 every answer is compared with the fault-free golden of the same seeded request.
@@ -86,8 +90,11 @@ def http(port, method, path, body=None, headers=None, timeout=30, raw=None):
 
 
 class Stack:
-    def __init__(self, build, src, tmp, tp=2, model=None, extra_groups=""):
+    def __init__(self, build, src, tmp, tp=2, model=None, extra_groups="", device="cpu",
+                 cuda_backend="", mem_fraction=0.05, pg_bindir=""):
         self.build, self.src, self.tmp, self.tp = build, src, tmp, tp
+        self.device, self.cuda_backend, self.mem_fraction = device, cuda_backend, mem_fraction
+        self.pg_bindir = pg_bindir
         self.model = model or os.path.join(src, "models/demo")
         self.extra_groups = extra_groups
         self.cp_port = free_port()
@@ -100,7 +107,9 @@ class Stack:
 
     # ---- PostgreSQL
     def pg_start(self):
-        r = subprocess.run([os.path.join(self.build, "tdm-pg"), "start", os.path.join(self.tmp, "pg")],
+        r = subprocess.run([os.path.join(self.build, "tdm-pg"), "start",
+                            os.path.join(self.tmp, "pg")] +
+                           (["--bindir", self.pg_bindir] if self.pg_bindir else []),
                            capture_output=True, text=True)
         for line in r.stdout.splitlines():
             m = re.match(r"(?:export )?(TDM_TEST_PG\w+)=['\"]?([^'\"]*)", line)
@@ -122,7 +131,8 @@ class Stack:
 
     def sql(self, q):
         """Rows as lists of strings ([] on an error)."""
-        r = subprocess.run(["psql", "-X", "-q", "-tA", "-F", "\t", "-h", self.pg["TDM_TEST_PGHOST"],
+        psql = os.path.join(self.pg_bindir, "psql") if self.pg_bindir else "psql"
+        r = subprocess.run([psql, "-X", "-q", "-tA", "-F", "\t", "-h", self.pg["TDM_TEST_PGHOST"],
                             "-p", self.pg["TDM_TEST_PGPORT"], "-U", self.pg["TDM_TEST_PGUSER"],
                             "-d", "postgres", "-c", q], capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
@@ -134,12 +144,27 @@ class Stack:
         return rows[0][0] if rows and rows[0] and rows[0][0] != "" else default
 
     # ---- tandemd and its groups
+    def device_ini(self, cpu_kv_bytes, gpu_extra=""):
+        """A group's device lines: the CPU's KV pool bytes, or the GPU's share of free memory."""
+        if self.device != "cuda":
+            return "device = cpu\nkv_cpu_bytes = %d\n" % cpu_kv_bytes
+        return ("device = cuda\nmem_fraction_static = %g\n" % self.mem_fraction +
+                ("cuda_backend = %s\n" % self.cuda_backend if self.cuda_backend else "") +
+                gpu_extra)
+
+    def worker_device_args(self):
+        """The same for a tandem-worker command line."""
+        if self.device != "cuda":
+            return ["--device", "cpu"]
+        return (["--device", "cuda", "--mem-fraction-static", "%g" % self.mem_fraction] +
+                (["--cuda-backend", self.cuda_backend] if self.cuda_backend else []))
+
     def groups_ini(self, hicache=False):
         # chunked prefill of 256 tokens bounds an iteration on a 2-core sanitizer build: a
         # 60-stream storm's 2048-token chunk took over WEDGE's 3 s there
-        common = ("model_path = %s\nserved_model_name = %s\ndevice = cpu\nkv_cpu_bytes = 8388608\n"
-                  "chunked_prefill_size = 256\n"
-                  "tp_size = %d\nenable_fault_injection = true\n" % (self.model, MODEL_NAME, self.tp))
+        common = ("model_path = %s\nserved_model_name = %s\n" % (self.model, MODEL_NAME) +
+                  self.device_ini(8388608) + "chunked_prefill_size = 256\n"
+                  "tp_size = %d\nenable_fault_injection = true\n" % self.tp)
         # each group on a port of its own, kept across restarts (docs/groups.md "Ports")
         return ("[group.pre]\nport = %d\n" % self.ports["pre"] + common +
                 "disaggregation_mode = prefill\ndisaggregation_bootstrap_port = %d\npair = dec\n"
@@ -148,12 +173,15 @@ class Stack:
                 "disaggregation_mode = decode\ndisaggregation_prefill_addr = 127.0.0.1:%d\n"
                 "pair = pre\n" % self.boot_port +
                 # a colocated group with the HiCache host tier under a small device pool
-                # (scenario 3), on the demo model as tests/integration/test-hicache.sh
+                # (scenario 3), on the demo model as tests/integration/test-hicache.sh (on the
+                # GPU one slot, so a 128-page pool, as tests/gpu/test-worker-cuda.sh)
                 "[group.hc]\nport = %d\n" % self.ports["hc"] +
-                "model_path = %s\nserved_model_name = chaos-hc\ndevice = cpu\n"
-                "kv_cpu_bytes = 1048576\nenable_fault_injection = true\n"
+                "model_path = %s\nserved_model_name = chaos-hc\n" % os.path.join(
+                    self.src, "models/demo") +
+                self.device_ini(1048576, "max_running_requests = 1\nhicache_ratio = 4\n") +
+                "enable_fault_injection = true\n"
                 "enable_hierarchical_cache = true\nhicache_verify_rate = 1\nhicache_poison = true\n"
-                % os.path.join(self.src, "models/demo") + self.extra_groups)
+                + self.extra_groups)
 
     def tandemd_start(self):
         with open(os.path.join(self.tmp, "groups.ini"), "w") as f:
