@@ -22,7 +22,13 @@ What varies, so that the model learns the request rather than a template:
     ("what about X?", "and the time there?") and answers after tool results.
 Variant 1 (the default) trained the candidates in bench/results/cpu_engine.json; variant 2
 (set_variant(2)) also draws random tool and argument names and mostly generated entities, which a
-model can only get right by copying.
+model can only get right by copying. Variant 3 (set_variant(3); lexicon3.json) adds requests
+composed from far larger per-intent vocabularies (verbs, nouns, adjectives, openers and closers),
+entities from a much larger space (syllables with accents and place affixes, general nouns and
+adjectives, the bundled tokenizer's own word pieces, random currency codes, composed phrases,
+languages, rooms, songs, subjects, tasks, topics, addresses), tool descriptions composed from
+parts with generic or random names, and plain chat composed from greetings, thanks,
+acknowledgements, names and places, topic mentions and open questions.
 The evaluation prompts (tests/fixtures/demo/eval_*.jsonl, tools/demo/gen_eval.py) are written apart
 from this file: every entity they use is removed from the lists below, and a conversation whose
 user text shares a word 4-gram with an evaluation prompt is drawn again (tools/demo/overlap.py
@@ -73,6 +79,8 @@ from lexicon import (  # noqa: E402  (names other tools reach as gen_data.X)
     LEX, PHRASES, ROOMS, TOOL_BY_NAME, TOOLS, VARIANT, _TOPIC_B, _TOPIC_N, _keep, _tool, amount,
     city, email_addr, fake_word, fold, grams4, minutes, num_text, seen_eval, set_variant, song,
     subject, task, ticker, topic, words)
+from lexicon import (  # noqa: E402  (variant 3)
+    ADJS3, LEX3, NOUNS3, code3, fake_place3, fake_word3, language3, phrase3, room3)
 
 
 def make_env():
@@ -144,6 +152,23 @@ def random_name(rng, taken=()):
             return n
 
 
+def random_generic(rng):
+    """A generic tool name of the kind people give placeholders (tool_k, fn_b, helper3, ...)."""
+    while True:
+        n = rng.choice(["tool_%s", "fn_%s", "func_%s", "helper%s", "action_%s", "t_%s", "svc_%s",
+                        "api_%s", "op%s", "%s"]) % rng.choice(
+            list("abcdefghijklmnopqrstuvwxyz") + [str(i) for i in range(10, 40)])
+        if n not in EVAL_TOOL_NAMES and n not in TOOL_BY_NAME:
+            return n
+
+
+def description3(rng, intent):
+    """A tool description composed from parts (lexicon3.json DESC_*): what tells generic tools apart."""
+    d = "%s %s %s" % (rng.choice(LEX3["DESC_V"]), rng.choice(LEX3["DESC_O"][intent]),
+                      rng.choice(LEX3["DESC_Q"][intent]))
+    return d.replace(" .", ".")
+
+
 def make_tool(rng, intent):
     """A schema for intent: (tool json, {role: arg name}). A generic name leaves the description
     to tell two tools apart; variant 2 also makes names and argument names random, so the call
@@ -158,6 +183,27 @@ def make_tool(rng, intent):
         if rng.random() < 0.1 and len(args) == 1:
             a = args[0]
             args = [(a[0], rng.choice(GENERIC_ARGS)) + tuple(a[2:])]
+    elif VARIANT["v"] == 3:
+        if name in TOOL_BY_NAME and rng.random() < 0.4:
+            return TOOL_BY_NAME[name], {a[0]: a[1] for a in args}
+        r = rng.random()
+        if r < 0.25:
+            name = random_name(rng)
+        elif r < 0.45:
+            name, desc = rng.choice(GENERIC_NAMES + [random_generic(rng)]), description3(rng, intent)
+        elif r < 0.7:
+            name, desc = random_name(rng), description3(rng, intent)
+        elif r < 0.8:
+            desc = description3(rng, intent)
+        if rng.random() < 0.4:
+            taken, renamed = set(), []
+            for a in args:
+                n = rng.choice(GENERIC_ARGS) if rng.random() < 0.3 else random_name(rng)
+                while n in taken:
+                    n = random_name(rng)
+                taken.add(n)
+                renamed.append((a[0], n) + tuple(a[2:]))
+            args = renamed
     else:
         if name in TOOL_BY_NAME and rng.random() < 0.5:
             return TOOL_BY_NAME[name], {a[0]: a[1] for a in args}
@@ -215,11 +261,14 @@ def typo(rng, text, keep):
 def dress(rng, text, keep):
     """Filler, casing, punctuation and typo variants of a request; keep: entity strings whose
     casing is reflected in the arguments (lowercasing lowercases them too)."""
-    o = rng.choice(OPENERS)
+    v3 = VARIANT["v"] == 3 and rng.random() < 0.7
+    o = rng.choice(LEX3["OPENERS3"] if v3 else OPENERS)
+    if v3 and o and rng.random() < 0.5:
+        o = o[0].upper() + o[1:]
     if o and o[-2:] == ", " and rng.random() < 0.6 and not any(text.startswith(k) for k in keep):
         text = text[0].lower() + text[1:]
     text = o + text
-    c = rng.choice(CLOSERS)
+    c = rng.choice(LEX3["CLOSERS3"] if v3 else CLOSERS)
     if c:
         text = text.rstrip("?.!") + c
     r = rng.random()
@@ -265,8 +314,115 @@ FOLLOW_SAME = LEX["FOLLOW_SAME"]
 FOLLOW_THERE = LEX["FOLLOW_THERE"]
 
 
+class _R3:
+    busy = False
+
+
+def _cap(rng, q):
+    return q[0].upper() + q[1:] if q and rng.random() < 0.55 else q
+
+
+def request3(rng, intent, place=None):
+    """Variant 3: the request from lexicon3.json's larger, composed phrasings, or None to use
+    request()'s (its entities still come from variant 3's generators)."""
+    X = LEX3
+    if intent in ("weather", "time"):
+        c = place or city(rng)
+        if intent == "weather":
+            q = pick(rng, X["WEATHER3"], c=c, w=rng.choice(X["WEATHER_W"]),
+                     a=rng.choice(X["WEATHER_A"]), v=rng.choice(X["WEATHER_V"]),
+                     i=rng.choice(X["WEATHER_ITEM"]))
+        else:
+            q = pick(rng, X["TIME3"], c=c, w=rng.choice(X["TIME_W"]), d=rng.choice(X["TIME_D"]))
+        base = request(rng, intent, place=c)
+        if "unit" in base[1]:
+            q = q.rstrip("?.!") + pick(rng, WEATHER_UNIT, u=rng.choice(
+                [base[1]["unit"], base[1]["unit"].capitalize()]))
+        return (_cap(rng, q),) + base[1:]
+    if intent == "money":
+        a = amount(rng)
+        if rng.random() < 0.6:
+            s_, d_ = code3(rng), None
+            d_ = code3(rng, (s_,))
+            sw, dw = s_, d_
+        else:
+            s_, d_ = rng.sample(CODES, 2)
+            sw = rng.choice(CURRENCY_NAMES[s_]) if s_ in CURRENCY_NAMES and rng.random() < 0.3 else s_
+            dw = rng.choice(CURRENCY_NAMES[d_]) if d_ in CURRENCY_NAMES and rng.random() < 0.3 else d_
+        q = pick(rng, X["MONEY3"], a=num_text(a), s=sw, d=dw, v=rng.choice(X["MONEY_V"]))
+        v = round(a * rng.uniform(0.01, 150.0), 2)
+        res = {"amount": a, "from": s_, "to": d_, "result": v}
+        return _cap(rng, q), {"amount": a, "src": s_, "dst": d_}, res, "%s %s is about %s %s." % (
+            num_text(a), s_, v, d_), [s_, d_]
+    if intent == "timer":
+        m = minutes(rng)
+        return _cap(rng, pick(rng, X["TIMER3"], m=m)), {"min": m}, {
+            "status": "started", "minutes": m}, "Timer set for %d minutes." % m, []
+    if intent == "stock":
+        t = ticker(rng)
+        p_ = round(rng.uniform(2, 900), 2)
+        return _cap(rng, pick(rng, X["STOCK3"], t=t)), {"sym": t}, {
+            "symbol": t, "price": p_, "currency": "USD"}, "%s is trading at %s USD." % (t, p_), [t]
+    if intent == "translate":
+        p_ = phrase3(rng) if rng.random() < 0.75 else rng.choice(PHRASES)
+        lang = language3(rng) if rng.random() < 0.5 else rng.choice(LANGUAGES)
+        q = pick(rng, X["TRANSLATE3"], p=p_, l=lang)
+        tr = "(%s) %s" % (lang, p_)
+        return _cap(rng, q), {"text": p_, "lang": lang}, {"translation": tr}, \
+            "In %s: %s" % (lang, tr), [p_, lang]
+    if intent == "email":
+        e, s_ = email_addr(rng), subject(rng)
+        q = pick(rng, X["EMAIL3"], e=e, s=s_)
+        return _cap(rng, q), {"to": e, "subj": s_}, {"status": "sent", "id": rng.randint(
+            1000, 9999)}, "Done, I emailed %s." % e, [e, s_]
+    if intent == "search":
+        t = topic(rng)
+        q = pick(rng, X["SEARCH3"], q=t, v=rng.choice(X["SEARCH_V"]))
+        url = "https://example.com/%d" % rng.randint(1, 999)
+        return _cap(rng, q), {"q": t}, {"results": [{"title": t.capitalize(), "url": url}]}, \
+            "I found a page titled \"%s\": %s" % (t.capitalize(), url), [t]
+    if intent == "lights":
+        r, on = room3(rng) if rng.random() < 0.75 else rng.choice(ROOMS), rng.random() < 0.5
+        if rng.random() < 0.2:
+            q = pick(rng, X["LIGHTS3_ON_X"] if on else X["LIGHTS3_OFF_X"], r=r)
+        else:
+            q = pick(rng, X["LIGHTS3"], r=r, o="on" if on else "off",
+                     v=rng.choice(X["LIGHT_ON_V"] if on else X["LIGHT_OFF_V"]))
+        return _cap(rng, q), {"room": r, "on": on}, {"ok": True}, "The %s lights are %s." % (
+            r, "on" if on else "off"), [r]
+    if intent == "music":
+        s_ = song(rng)
+        q = pick(rng, X["MUSIC3"], s=s_, v=rng.choice(X["MUSIC_V"]))
+        vals = {"song": s_}
+        if rng.random() < 0.2:
+            q = q + rng.choice(MUSIC_SHUF)
+            vals["shuffle"] = True
+        return _cap(rng, q), vals, {"playing": s_}, "Now playing %s." % s_, [s_]
+    if intent == "reminder":
+        k, m = task(rng), rng.choice([5, 10, 15, 20, 30, 45, 60, 90, rng.randint(1, 240)])
+        q = pick(rng, X["REMIND3"], k=k, m=m, v=rng.choice(X["REMIND_V"]),
+                 v_short=rng.choice(X["REMIND_SHORT"]))
+        return _cap(rng, q), {"task": k, "min": m}, {"status": "scheduled"}, \
+            "I'll remind you to %s in %d minutes." % (k, m), [k]
+    if intent == "climate":
+        mode = rng.choice(["heat", "heat", "cool", "cool", "auto"])
+        t = rng.randint(16, 28) if rng.random() < 0.8 else rng.randint(160, 280) / 10
+        q = pick(rng, X["CLIMATE3"][mode], t=num_text(t))
+        return _cap(rng, q), {"temp": t, "mode": mode}, {"ok": True}, \
+            "Set to %s degrees (%s)." % (num_text(t), mode), []
+    return None
+
+
 def request(rng, intent, place=None):
     """(user text, {role: value}, result dict, answer text, entity strings)."""
+    if VARIANT["v"] == 3 and not getattr(_R3, "busy", False) and rng.random() < 0.75:
+        _R3.busy = True
+        try:
+            r = request3(rng, intent, place)
+        finally:
+            _R3.busy = False
+        if r is not None:
+            return r
     if intent in ("weather", "time"):
         c = place or city(rng)
         q = pick(rng, WEATHER_Q if intent == "weather" else TIME_Q, c=c)
@@ -411,9 +567,47 @@ def open_question(rng):
     return q, pick(rng, _Q_ANS, t=t, T=t.capitalize())
 
 
+def plain_turn3(rng):
+    """Variant 3 chat: greetings, thanks, acknowledgements, names and places, mentions of a tool's
+    topic, open questions and small creative requests, composed from lexicon3.json."""
+    X = LEX3
+    r = rng.random()
+    name = (rng.choice(X["FIRST3"]).rstrip("_").capitalize() if rng.random() < 0.6
+            else fake_word3(rng, 1, 3).capitalize())
+    if r < 0.14:
+        q = rng.choice(X["GREET"]) + rng.choice(X["GREET_TAIL"])
+        a = rng.choice(X["GREET_ANS"])
+    elif r < 0.28:
+        q = rng.choice(X["THANKS"]) + rng.choice(["", "", "!", ".", " :)", "!!"])
+        a = rng.choice(X["THANKS_ANS"])
+    elif r < 0.4:
+        q = rng.choice(X["ACKS"]) + rng.choice(["", "", "", ".", "!", "..."])
+        a = rng.choice(X["ACK_ANS"])
+    elif r < 0.52:
+        q = pick(rng, X["NAME_CHAT"], n=name, c=city(rng))
+        a = rng.choice(X["NAME_ANS"])
+    elif r < 0.64:
+        q = pick(rng, X["MENTION"], w=rng.choice(["rainy", "sunny", "snowy", "windy", "grey"]),
+                 W=rng.choice(["Rainy", "Sunny", "Cold", "Hot", "Grey"]), n=rng.choice(NOUNS3),
+                 rel=rng.choice(X["RELS"]), c=city(rng), q=topic(rng))
+        a = rng.choice(X["MENTION_ANS"])
+    else:
+        t = rng.choice(X["THINGS3"])
+        q = pick(rng, X["TRIVIA_TPL"], wv=rng.choice(X["WHO_V"]), n=rng.choice(NOUNS3),
+                 n2=rng.choice(NOUNS3), t=t, sup=rng.choice(X["SUPS"]), a=rng.choice(ADJS3),
+                 f=rng.choice(X["FORMS3"]), sk=rng.choice(X["SKILLS"]), v=rng.choice(X["CAN_V"]),
+                 rel=rng.choice(X["RELS"]), rel_p=rng.choice(X["RELS_P"]))
+        a = pick(rng, X["TRIVIA_ANS"], T=t.capitalize())
+    if rng.random() < 0.5:
+        q = q[0].upper() + q[1:]
+    return q, a
+
+
 def plain_turn(rng):
     r = rng.random()
-    if VARIANT["v"] == 2 and rng.random() < 0.35:
+    if VARIANT["v"] == 3 and rng.random() < 0.6:
+        return plain_turn3(rng)
+    if VARIANT["v"] in (2, 3) and rng.random() < 0.35:
         return open_question(rng)
     if r < 0.12 and COUNTRIES:
         c = rng.choice(COUNTRIES)
@@ -508,8 +702,9 @@ def exchange(rng, offered, intent=None, vals_override=None):
         q, vals, res, ans, ents = vals_override
     q, lower = dress(rng, q, ents)
     if lower:
-        vals = {k: (v.lower() if isinstance(v, str) and k not in ("src", "dst", "unit", "mode")
-                    else v) for k, v in vals.items()}
+        keep = ("unit", "mode") if VARIANT["v"] == 3 else ("src", "dst", "unit", "mode")
+        vals = {k: (v.lower() if isinstance(v, str) and k not in keep else v)
+                for k, v in vals.items()}
     a = args_for(t, roles, vals)
     if rng.random() < 0.25:
         res = rng.choice([{"ok": True}, {"status": "ok"}, {"success": True, "data": "done"},
@@ -577,11 +772,12 @@ def conversation(rng):
                 msgs += f[0]
                 last = (f[1], f[2])
                 continue
-        if offered and r < 0.6:
+        v3 = VARIANT["v"] == 3
+        if offered and r < (0.55 if v3 else 0.6):
             m, i, v = exchange(rng, offered)
             msgs += m
             last = (i, v)
-        elif r < 0.75:
+        elif r < (0.68 if v3 else 0.75):
             msgs += refusal(rng, offered)
             last = None
         else:

@@ -152,25 +152,29 @@ def fake_place(rng):
             return p
 
 
-# VARIANT 1 trained the candidates recorded in bench/results/cpu_engine.json ("demo_frozen_eval";
-# not bundled: see models/demo/README.md). VARIANT 2 makes copying necessary: random tool and
-# argument names, and mostly generated entities; and its plain chat adds open questions composed
-# from parts (its run is still to be made).
+# VARIANT 1 trained the first candidates recorded in bench/results/cpu_engine.json
+# ("demo_frozen_eval"). VARIANT 2 makes copying necessary: random tool and argument names, and
+# mostly generated entities; and its plain chat adds open questions composed from parts.
+# VARIANT 3 (the generators at the end of this file, lexicon3.json) widens every entity space and
+# the phrasings, descriptions and chat (see gen_data.py).
 VARIANT = {"v": 1}
 
 
 def set_variant(v):
-    if v not in (1, 2):
-        raise ValueError("variant must be 1 or 2")
+    if v not in (1, 2, 3):
+        raise ValueError("variant must be 1, 2 or 3")
     VARIANT["v"] = v
 
 
-def _real(rng, p1, p2):
+def _real(rng, p1, p2, p3=None):
     """True when an entity should come from the curated list (else it is generated)."""
-    return rng.random() < (p1 if VARIANT["v"] == 1 else p2)
+    p = {1: p1, 2: p2, 3: p2 if p3 is None else p3}[VARIANT["v"]]
+    return rng.random() < p
 
 
 def city(rng):
+    if VARIANT["v"] == 3:
+        return rng.choice(CITIES) if rng.random() < 0.15 else fake_place3(rng)
     return rng.choice(CITIES) if _real(rng, 0.55, 0.3) else fake_place(rng)
 
 
@@ -208,6 +212,8 @@ _TOPIC_P = LEX["_TOPIC_P"]
 
 
 def topic(rng):
+    if VARIANT["v"] == 3 and rng.random() < 0.6:
+        return topic3(rng)
     while True:
         t = rng.choice(_TOPIC_TPL).format(
             a=rng.choice(_TOPIC_A), b=rng.choice(_TOPIC_B), v=rng.choice(_TOPIC_V),
@@ -218,6 +224,8 @@ def topic(rng):
 
 
 def email_addr(rng):
+    if VARIANT["v"] == 3 and rng.random() < 0.6:
+        return email3(rng)
     while True:
         n = rng.choice(_FIRST)
         r = rng.random()
@@ -235,6 +243,8 @@ def email_addr(rng):
 
 
 def subject(rng):
+    if VARIANT["v"] == 3 and rng.random() < 0.7:
+        return subject3(rng)
     while True:
         s = rng.choice(_SUB_TPL).format(A=rng.choice(SUBJECT_WORDS).capitalize(),
                                         b=rng.choice(SUBJECT_WORDS), c=rng.choice(SUBJECT_WORDS))
@@ -243,6 +253,8 @@ def subject(rng):
 
 
 def song(rng):
+    if VARIANT["v"] == 3 and rng.random() < 0.8:
+        return song3(rng)
     if _real(rng, 0.5, 0.3):
         return rng.choice(SONGS)
     return "%s %s" % (rng.choice(_TITLE_A), rng.choice(_TITLE_B)) if rng.random() < 0.7 else \
@@ -250,6 +262,8 @@ def song(rng):
 
 
 def task(rng):
+    if VARIANT["v"] == 3 and rng.random() < 0.75:
+        return task3(rng)
     if _real(rng, 0.5, 0.35):
         return rng.choice(TASKS)
     return "%s %s" % (rng.choice(_VERBS), rng.choice(_NOUNS))
@@ -281,3 +295,231 @@ def minutes(rng):
 
 def num_text(v):
     return ("%g" % v) if isinstance(v, float) else str(v)
+
+
+# ----------------------------------------------------------------------------------------------
+# Variant 3: entities from a far larger space (lexicon3.json: general nouns, adjectives, verbs,
+# syllables with accents, place affixes), so that every argument has to be copied from the
+# request; the evaluation's entities are rejected as before.
+# ----------------------------------------------------------------------------------------------
+
+with open(os.path.join(HERE, "lexicon3.json"), encoding="utf-8") as _f:
+    LEX3 = json.load(_f)
+NOUNS3 = _keep(LEX3["NOUNS"])
+ADJS3 = _keep(LEX3["ADJS"])
+
+
+def _accent(rng, w):
+    if rng.random() < 0.25:
+        i = [j for j, ch in enumerate(w) if ch.lower() in LEX3["ACCENT"]]
+        if i:
+            j = rng.choice(i)
+            a = rng.choice(LEX3["ACCENT"][w[j].lower()])
+            w = w[:j] + (a.upper() if w[j].isupper() else a) + w[j + 1:]
+    return w
+
+
+def fake_word3(rng, lo=1, hi=4):
+    return _accent(rng, "".join(rng.choice(LEX3["SYL3"]) for _ in range(rng.randint(lo, hi))))
+
+
+def _with_check(gen):
+    def f(rng):
+        while True:
+            x = gen(rng)
+            if x and not seen_eval(x) and not (grams4(x) & EVAL_GRAMS):
+                return x
+    f.__name__ = gen.__name__
+    return f
+
+
+def _byte_decoder():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def _pieces():
+    """The bundled tokenizer's word pieces (letters only, decoded): entities built from them put
+    every piece the model can emit into a copying context."""
+    p = os.path.join(HERE, "..", "..", "models", "demo", "tokenizer.json")
+    dec = _byte_decoder()
+    out = []
+    for tok in json.load(open(p, encoding="utf-8"))["model"]["vocab"]:
+        try:
+            w = bytes(dec[c] for c in tok).decode("utf-8")
+        except (KeyError, UnicodeDecodeError):
+            continue
+        if w.strip().isalpha():
+            out.append(w)
+    return sorted(out)
+
+
+PIECES = _pieces()
+
+
+def piece_word(rng, lo=1, hi=3):
+    """A word made of 1..3 tokenizer pieces (the first without its leading space)."""
+    w = "".join(rng.choice(PIECES) for _ in range(rng.randint(lo, hi))).strip()
+    return " ".join(w.split())
+
+
+@_with_check
+def fake_place3(rng):
+    r = rng.random()
+    if r < 0.2:
+        w = " ".join(x.capitalize() if rng.random() < 0.8 else x
+                     for x in piece_word(rng, 1, 4).split())
+    elif r < 0.65:
+        w = fake_word3(rng, 1, 4).capitalize()
+    elif r < 0.85:
+        w = " ".join(fake_word3(rng, 1, 3).capitalize() for _ in range(2))
+    else:
+        w = "%s-%s" % (fake_word3(rng, 1, 2).capitalize(), fake_word3(rng, 1, 2).capitalize())
+    w = rng.choice(LEX3["PLACE_PRE3"]) + w + rng.choice(LEX3["PLACE_SUF3"])
+    if rng.random() < 0.04:
+        w = w.upper()
+    return w
+
+
+def _title(rng, w):
+    return w if rng.random() < 0.2 else w.capitalize()
+
+
+@_with_check
+def song3(rng):
+    r = rng.random()
+    n = rng.randint(1, 4)
+    pool = [rng.choice(NOUNS3) if rng.random() < 0.45 else rng.choice(ADJS3) if rng.random() < 0.5
+            else fake_word3(rng, 1, 3) if rng.random() < 0.6 else piece_word(rng, 1, 2)
+            for _ in range(n)]
+    t = " ".join(_title(rng, w) for w in pool)
+    if r < 0.15:
+        t = "The " + t
+    elif r < 0.25:
+        t = "%s of the %s" % (t, _title(rng, rng.choice(NOUNS3)))
+    elif r < 0.32:
+        t = "%s %d" % (t, rng.randint(1, 99))
+    return t
+
+
+@_with_check
+def task3(rng):
+    v = rng.choice(LEX3["VERBS_T"])
+    d = rng.choice(LEX3["DETS"])
+    a = rng.choice(ADJS3) + " " if rng.random() < 0.25 else ""
+    n = rng.choice(NOUNS3) if rng.random() < 0.85 else fake_word3(rng, 1, 3)
+    if d in ("two",):
+        n += "s"
+    t = "%s %s %s%s" % (v, d, a, n)
+    if rng.random() < 0.15:
+        t += rng.choice([" for %s" % rng.choice(LEX3["FIRST3"]).capitalize(),
+                         " at the %s" % rng.choice(NOUNS3), " again"])
+    return t
+
+
+@_with_check
+def subject3(rng):
+    ws = [rng.choice(NOUNS3 + ADJS3) if rng.random() < 0.8 else fake_word3(rng, 1, 3)
+          if rng.random() < 0.5 else piece_word(rng, 1, 2) for _ in range(rng.randint(1, 4))]
+    s = " ".join(ws)
+    r = rng.random()
+    if r < 0.1:
+        s = "Re: " + s
+    elif r < 0.18:
+        s = "%s %d" % (s, rng.randint(1, 31))
+    return s[0].upper() + s[1:] if rng.random() < 0.75 else s
+
+
+@_with_check
+def topic3(rng):
+    n, n2, a = rng.choice(NOUNS3), rng.choice(NOUNS3), rng.choice(ADJS3)
+    r = rng.random()
+    if r < 0.2:
+        return "%s %s" % (a, n + "s")
+    if r < 0.35:
+        return "how to %s a %s" % (rng.choice(["fix", "build", "clean", "draw", "choose", "find",
+                                              "paint", "repair", "sell", "store"]), n)
+    if r < 0.5:
+        return ("%s %s %s" % (n, rng.choice(["history", "prices", "facts", "reviews", "ideas",
+                                             "repair", "shops", "myths", "designs", "care"]),
+                              rng.choice(["", "", "near %s" % fake_place3(rng), "for beginners",
+                                          "in winter", "2026"]))).strip()
+    if r < 0.6:
+        return "why %ss are %s" % (n, a)
+    if r < 0.7:
+        return "the %s %s of %s" % (a, n, fake_place3(rng))
+    if r < 0.75:
+        return " ".join(fake_word3(rng, 1, 3) for _ in range(rng.randint(1, 3)))
+    if r < 0.85:
+        return piece_word(rng, 2, 5)
+    return "%s and %s" % (n + "s", n2 + "s")
+
+
+@_with_check
+def email3(rng):
+    n = rng.choice(LEX3["FIRST3"]).rstrip("_") if rng.random() < 0.5 else fake_word3(rng, 1, 3)
+    n = n.replace("ø", "o")
+    r = rng.random()
+    if r < 0.25:
+        n += rng.choice([".", "_", "-"]) + fake_word3(rng, 1, 2)
+    elif r < 0.4:
+        n += str(rng.randint(1, 999))
+    import unicodedata as _u
+    n = "".join(c for c in _u.normalize("NFKD", n) if not _u.combining(c))
+    dom = "".join(c for c in _u.normalize("NFKD", fake_word3(rng, 1, 3))
+                  if not _u.combining(c))
+    if rng.random() < 0.2:
+        dom += "." + "".join(c for c in _u.normalize("NFKD", fake_word3(rng, 1, 2))
+                             if not _u.combining(c))
+    return "%s@%s.%s" % (n.lower(), dom.lower(), rng.choice(LEX3["TLDS"]))
+
+
+@_with_check
+def phrase3(rng):
+    n, n2, a = rng.choice(NOUNS3), rng.choice(NOUNS3), rng.choice(ADJS3)
+    return rng.choice([
+        "the {n} is {a}", "where is the {n}", "I need a {n}", "my {n} is {a}",
+        "we lost the {n}", "I would like {k} {n}s", "do you have a {a} {n}",
+        "the {n} is next to the {n2}", "please bring me the {n}", "is this {n} {a}",
+        "I can't find my {n}", "how much is the {n}", "the {a} {n} is mine",
+        "my {rel} has a {a} {n}", "where can I buy a {n}", "this {n} is too {a}",
+        "can I borrow your {n}", "I left the {n} at home", "the {n} arrives {when}",
+        "we will meet at the {n}", "I love this {n}", "is the {n} open {when}",
+        "the {n} and the {n2} are {a}", "I forgot my {n}"]).format(
+        n=n, n2=n2, a=a, k=rng.choice(["two", "three", "four", "some"]),
+        rel=rng.choice(LEX3["RELS"]), when=rng.choice(["today", "tomorrow", "tonight", "soon",
+                                                        "on Monday", "at noon", "later"]))
+
+
+@_with_check
+def language3(rng):
+    return fake_word3(rng, 1, 2).capitalize() + rng.choice(LEX3["LANG_SUF"])
+
+
+@_with_check
+def room3(rng):
+    r = rng.random()
+    if r < 0.35:
+        return rng.choice(LEX3["ROOM_N"])
+    if r < 0.75:
+        return "%s %s" % (rng.choice(LEX3["ROOM_A"]), rng.choice(LEX3["ROOM_N"]))
+    if r < 0.85:
+        return "%s room" % rng.choice(NOUNS3 + [fake_word3(rng, 1, 2)])
+    if r < 0.92:
+        return piece_word(rng, 1, 3)
+    return "%s %s" % (fake_word3(rng, 1, 2), rng.choice(LEX3["ROOM_N"]))
+
+
+def code3(rng, taken=()):
+    while True:
+        c = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(3))
+        if c not in taken and not seen_eval(c):
+            return c
