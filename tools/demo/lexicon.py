@@ -112,6 +112,18 @@ _sys.path.insert(0, HERE)
 EVAL_ENTITIES, EVAL_GRAMS, EVAL_TOOL_NAMES = _eval_material()
 
 
+def _eval_arg_names():
+    p = os.path.join(FIXTURES, "eval_tools.json")
+    if not os.path.exists(p):
+        return set()
+    bundled = {k for t in TOOLS for k in t["function"]["parameters"]["properties"]}
+    return {k for t in json.load(open(p, encoding="utf-8"))
+            for k in t["function"]["parameters"]["properties"]} - bundled
+
+
+EVAL_ARG_NAMES = _eval_arg_names()
+
+
 _EVAL_WORDSEQ = {tuple(words(e)) for e in EVAL_ENTITIES if words(e)}
 
 
@@ -161,19 +173,19 @@ VARIANT = {"v": 1}
 
 
 def set_variant(v):
-    if v not in (1, 2, 3):
-        raise ValueError("variant must be 1, 2 or 3")
+    if v not in (1, 2, 3, 4):
+        raise ValueError("variant must be 1, 2, 3 or 4")
     VARIANT["v"] = v
 
 
 def _real(rng, p1, p2, p3=None):
     """True when an entity should come from the curated list (else it is generated)."""
-    p = {1: p1, 2: p2, 3: p2 if p3 is None else p3}[VARIANT["v"]]
+    p = {1: p1, 2: p2}.get(VARIANT["v"], p2 if p3 is None else p3)
     return rng.random() < p
 
 
 def city(rng):
-    if VARIANT["v"] == 3:
+    if VARIANT["v"] >= 3:
         return rng.choice(CITIES) if rng.random() < 0.15 else fake_place3(rng)
     return rng.choice(CITIES) if _real(rng, 0.55, 0.3) else fake_place(rng)
 
@@ -212,7 +224,7 @@ _TOPIC_P = LEX["_TOPIC_P"]
 
 
 def topic(rng):
-    if VARIANT["v"] == 3 and rng.random() < 0.6:
+    if VARIANT["v"] >= 3 and rng.random() < 0.6:
         return topic3(rng)
     while True:
         t = rng.choice(_TOPIC_TPL).format(
@@ -224,7 +236,7 @@ def topic(rng):
 
 
 def email_addr(rng):
-    if VARIANT["v"] == 3 and rng.random() < 0.6:
+    if VARIANT["v"] >= 3 and rng.random() < 0.6:
         return email3(rng)
     while True:
         n = rng.choice(_FIRST)
@@ -243,7 +255,7 @@ def email_addr(rng):
 
 
 def subject(rng):
-    if VARIANT["v"] == 3 and rng.random() < 0.7:
+    if VARIANT["v"] >= 3 and rng.random() < 0.7:
         return subject3(rng)
     while True:
         s = rng.choice(_SUB_TPL).format(A=rng.choice(SUBJECT_WORDS).capitalize(),
@@ -253,7 +265,7 @@ def subject(rng):
 
 
 def song(rng):
-    if VARIANT["v"] == 3 and rng.random() < 0.8:
+    if VARIANT["v"] >= 3 and rng.random() < 0.8:
         return song3(rng)
     if _real(rng, 0.5, 0.3):
         return rng.choice(SONGS)
@@ -262,7 +274,7 @@ def song(rng):
 
 
 def task(rng):
-    if VARIANT["v"] == 3 and rng.random() < 0.75:
+    if VARIANT["v"] >= 3 and rng.random() < 0.75:
         return task3(rng)
     if _real(rng, 0.5, 0.35):
         return rng.choice(TASKS)
