@@ -1,6 +1,7 @@
 #!/bin/sh
 # device_run.sh [VARIANT] [SECONDS] — one GPU run that makes demo-model candidates: generate and
-# pack the training set on every CPU (train.py prep; CONVERSATIONS, default 200000), train each
+# pack the training set on every CPU (train.py prep; CONVERSATIONS, default 200000; TOKENIZER
+# bundled or train, default bundled: see train.py), train each
 # preset of PRESETS (default "small base": 5.2M and 10.1M, side by side on the one GPU; one
 # preset gets the whole GPU) for the rest of a SECONDS budget (default 420, counted from the
 # start, prep included), then pack each OUTDIR into $OUT/PRESET.tgz.aa, .ab, ... (pieces of
@@ -11,15 +12,16 @@ VARIANT=${1:-2}
 BUDGET=${2:-420}
 PRESETS=${PRESETS:-small base}
 CONVERSATIONS=${CONVERSATIONS:-200000}
+TOKENIZER=${TOKENIZER:-bundled}
 OUT=${OUT:?OUT must name the folder the results go to}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 W=${TMPDIR:-/tmp}/demo-work
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 start=$(date +%s)
 python3 "$SRC/tools/demo/train.py" prep "$W" --variant "$VARIANT" \
-    --conversations "$CONVERSATIONS" >"$OUT/prep.log" 2>&1 ||
+    --conversations "$CONVERSATIONS" --tokenizer "$TOKENIZER" >"$OUT/prep.log" 2>&1 ||
     { tail -20 "$OUT/prep.log"; exit 1; }
-tail -1 "$OUT/prep.log"
+tail -2 "$OUT/prep.log"
 # about 60 s after training: save, chat goldens, held-out and frozen evaluations
 left=$((BUDGET - ($(date +%s) - start) - 60))
 [ "$left" -gt 60 ] || { echo "device_run: no time left to train ($left s)"; exit 1; }

@@ -200,7 +200,8 @@ def composed_arg(rng, role=None):
 
 
 def description3(rng, intent):
-    """A tool description composed from parts (lexicon3.json DESC_*): what tells generic tools apart."""
+    """A tool description composed from parts (lexicon3.json DESC_*): what tells generic tools
+    apart."""
     d = "%s %s %s" % (rng.choice(LEX3["DESC_V"]), rng.choice(LEX3["DESC_O"][intent]),
                       rng.choice(LEX3["DESC_Q"][intent]))
     return d.replace(" .", ".")
@@ -249,7 +250,8 @@ def make_tool(rng, intent):
         if r < 0.25:
             name = random_name(rng)
         elif r < 0.45:
-            name, desc = rng.choice(GENERIC_NAMES + [random_generic(rng)]), description3(rng, intent)
+            name, desc = (rng.choice(GENERIC_NAMES + [random_generic(rng)]),
+                          description3(rng, intent))
         elif r < 0.7:
             name, desc = random_name(rng), description3(rng, intent)
         elif r < 0.8:
@@ -406,8 +408,10 @@ def request3(rng, intent, place=None):
             sw, dw = s_, d_
         else:
             s_, d_ = rng.sample(CODES, 2)
-            sw = rng.choice(CURRENCY_NAMES[s_]) if s_ in CURRENCY_NAMES and rng.random() < 0.3 else s_
-            dw = rng.choice(CURRENCY_NAMES[d_]) if d_ in CURRENCY_NAMES and rng.random() < 0.3 else d_
+            sw = (rng.choice(CURRENCY_NAMES[s_])
+                  if s_ in CURRENCY_NAMES and rng.random() < 0.3 else s_)
+            dw = (rng.choice(CURRENCY_NAMES[d_])
+                  if d_ in CURRENCY_NAMES and rng.random() < 0.3 else d_)
         q = pick(rng, X["MONEY3"], a=num_text(a), s=sw, d=dw, v=rng.choice(X["MONEY_V"]))
         v = round(a * rng.uniform(0.01, 150.0), 2)
         res = {"amount": a, "from": s_, "to": d_, "result": v}

@@ -3,14 +3,18 @@
 
 Runs on the device machine (torch, transformers, tokenizers, jinja2; one GPU), never in CI:
     python3 tools/demo/train.py prep WORK [--conversations 200000] [--procs 16] [--variant 1]
+                                          [--tokenizer bundled|train]
     python3 tools/demo/train.py train WORK OUTDIR [--preset base] [--train-seconds 420]
 prep generates the conversations (gen_data.corpus_parallel: seeded chunks, one process each),
 renders them with the chat template, encodes them with the bundled tokenizer
-(models/demo/tokenizer.json, kept as is) and packs them into 1024-token rows with loss only on
-assistant turns (WORK/data.pt). train trains a Llama of the preset's shape with AdamW under bf16
-autocast for a wall-clock budget (the cosine schedule is sized from the measured step time; the
-checkpoint is saved however the loop ends), then writes, relative to OUTDIR (unpack at the
-repository root):
+(models/demo/tokenizer.json, kept as is) or, with --tokenizer train, with a byte-level BPE
+(vocab 2048, the bundled one's construction) trained on the first TOK_CONVERSATIONS of the
+training set itself (WORK/tokenizer.json: words the training set never holds, such as the
+evaluation's entities, are split into pieces it does hold), and packs them into 1024-token rows
+with loss only on assistant turns (WORK/data.pt). train trains a Llama of the preset's shape with
+AdamW under bf16 autocast for a wall-clock budget (the cosine schedule is sized from the measured
+step time; the checkpoint is saved however the loop ends), then writes, relative to OUTDIR
+(unpack at the repository root):
   models/demo/                 config.json, model.safetensors (bf16), generation_config.json,
                                tokenizer.json, tokenizer_config.json
   tests/fixtures/demo/         heldout.jsonl (prompts over the bundled tools + transformers
@@ -44,6 +48,9 @@ import evalset as EV  # noqa: E402
 
 SEED = 7
 SEQ = 1024
+TOK_CONVERSATIONS = 40000
+QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 MODEL_DIR = os.path.join(HERE, "..", "..", "models", "demo")
 PRESETS = {  # hidden, intermediate, layers, heads, kv heads (head_dim 64 throughout)
     "small": (256, 768, 6, 4, 2),
@@ -68,11 +75,46 @@ def encode_with_mask(text, enc):
     return enc.ids, mask
 
 
-def _prep_chunk(job):
+def tokenizer_path(work):
+    """The tokenizer prep used: WORK/tokenizer.json when it trained one, else the bundled one."""
+    p = os.path.join(work, "tokenizer.json")
+    return p if os.path.exists(p) else os.path.join(MODEL_DIR, "tokenizer.json")
+
+
+def build_tokenizer(texts):
+    """Byte-level BPE as the bundled tokenizer was made (commit 9df4639): the special tokens first
+    (ids 0..6, as tokenizer_config.json's added_tokens_decoder names them), Qwen2 split regex."""
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors, \
+        trainers
+    tk = Tokenizer(models.BPE())
+    tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in G.SPECIAL_TOKENS])
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                             special_tokens=G.SPECIAL_TOKENS, show_progress=False)
+    tk.train_from_iterator(texts, tr)
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    tk = Tokenizer.from_str(tk.to_str())
+    for i, sp in enumerate(G.SPECIAL_TOKENS):
+        if tk.token_to_id(sp) != i:
+            raise RuntimeError("special token %s got id %s" % (sp, tk.token_to_id(sp)))
+    return tk
+
+
+def _texts_chunk(job):
     seed, n, variant = job
+    G.set_variant(variant)
+    tpl = G.make_env()
+    return [G.render(tpl, c["messages"], c["tools"], False) for c in G.corpus(n, seed)]
+
+
+def _prep_chunk(job):
+    seed, n, variant, tok_path = job
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     G.set_variant(variant)
-    tk = Tokenizer.from_file(os.path.join(MODEL_DIR, "tokenizer.json"))
+    tk = Tokenizer.from_file(tok_path)
     tpl = G.make_env()
     convs = G.corpus(n, seed)
     texts = [G.render(tpl, c["messages"], c["tools"], False) for c in convs]
@@ -87,16 +129,28 @@ def _prep_chunk(job):
 def prep(args):
     import multiprocessing as mp
     os.makedirs(args.work, exist_ok=True)
+    tok = os.path.join(args.work, "tokenizer.json")
+    if os.path.exists(tok):
+        os.unlink(tok)
     jobs = [j + (args.variant,) for j in G.corpus_jobs(args.conversations, SEED)]
     with mp.get_context("fork").Pool(args.procs) as pool:
-        parts = pool.map(_prep_chunk, jobs, chunksize=1)
+        if args.tokenizer == "train":
+            first = [j for j in jobs if j[0] - SEED * 100003 < TOK_CONVERSATIONS // G.CHUNK]
+            texts = [t for part in pool.map(_texts_chunk, first, chunksize=1) for t in part]
+            tk = build_tokenizer(texts)
+            tk.save(tok + ".tmp")
+            os.replace(tok + ".tmp", tok)
+            log("tokenizer trained on %d conversations: vocab %d" % (len(texts),
+                                                                      tk.get_vocab_size()))
+        parts = pool.map(_prep_chunk, [j + (tokenizer_path(args.work),) for j in jobs],
+                         chunksize=1)
     ids = np.concatenate([p[0] for p in parts])
     mask = np.concatenate([p[1] for p in parts])
     n_rows = len(ids) // SEQ
     data = torch.from_numpy(ids[:n_rows * SEQ].astype(np.int16)).view(n_rows, SEQ)
     m = torch.from_numpy(mask[:n_rows * SEQ].astype(np.bool_)).view(n_rows, SEQ)
     torch.save({"data": data, "mask": m, "conversations": args.conversations,
-                "variant": args.variant,
+                "variant": args.variant, "tokenizer": args.tokenizer,
                 "chars": sum(p[2] for p in parts), "tokens": len(ids)},
                os.path.join(args.work, "data.pt"))
     log("prep: %d conversations, %.1f M chars, %.1f M tokens, %d rows, supervised %.3f" % (
@@ -118,7 +172,7 @@ def train(args):
     blob = torch.load(os.path.join(args.work, "data.pt"))
     data, mask = blob["data"], blob["mask"]
     n_rows = data.shape[0]
-    tk = Tokenizer.from_file(os.path.join(MODEL_DIR, "tokenizer.json"))
+    tk = Tokenizer.from_file(tokenizer_path(args.work))
     ids = {s: tk.token_to_id(s) for s in G.SPECIAL_TOKENS}
     log("data: %d rows of %d, tokenizer vocab %d" % (n_rows, SEQ, tk.get_vocab_size()))
 
@@ -212,8 +266,10 @@ def train(args):
         json.dump({"bos_token_id": ids["<|bos|>"], "eos_token_id": ids["<|end|>"],
                    "pad_token_id": ids["<|pad|>"], "do_sample": False, "max_new_tokens": 128,
                    "transformers_version": "4.45.0"}, f, indent=2)
-    for fn in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(MODEL_DIR, fn), os.path.join(mdir, fn))
+    shutil.copy(tokenizer_path(args.work), os.path.join(mdir, "tokenizer.json"))
+    # the chat template and special-token ids are the same for a trained tokenizer
+    shutil.copy(os.path.join(MODEL_DIR, "tokenizer_config.json"),
+                os.path.join(mdir, "tokenizer_config.json"))
     with open(os.path.join(fdir, "tools.json"), "w") as f:
         json.dump(G.TOOLS, f, indent=2, ensure_ascii=False)
     del model
@@ -359,6 +415,7 @@ def evaluate(args, tpl, tk, ids, mdir, fdir, rdir, dev, nparams, blob, B, step, 
            "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
            "seed": SEED, "preset": args.preset, "params": nparams,
            "conversations": blob["conversations"], "variant": blob.get("variant", 1),
+           "tokenizer": blob.get("tokenizer", "bundled"),
            "train_tokens": blob["tokens"],
            "supervised_fraction": float(blob["mask"].float().mean()),
            "batch": [B, SEQ], "lr": args.lr, "steps": step, "train_seconds": round(train_s, 1),
@@ -381,6 +438,8 @@ def main():
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4),
                    help="gen_data variant (see gen_data.VARIANT)")
+    p.add_argument("--tokenizer", default="bundled", choices=("bundled", "train"),
+                   help="encode with models/demo/tokenizer.json or train one on the data")
     t = sub.add_parser("train")
     t.add_argument("work")
     t.add_argument("out")
