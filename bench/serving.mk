@@ -12,3 +12,10 @@ EXTRA_DIST += bench/hicache.sh
 bench-hicache: tandem-worker
 	$(SHELL) $(top_srcdir)/bench/hicache.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-hicache
+
+# `make bench-pd-prefix`: PD's decode-side prefix on vs off (and with HiCache on decode) in the
+# same run, multi-turn chat on models/demo (bench/pd-prefix.sh → bench/results/pd_prefix.json).
+EXTRA_DIST += bench/pd-prefix.sh
+bench-pd-prefix: tandem-worker
+	$(SHELL) $(top_srcdir)/bench/pd-prefix.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
+.PHONY: bench-pd-prefix

@@ -72,11 +72,12 @@ dist_check_SCRIPTS += tests/integration/test-idle-hang.sh
 # kill -9 of the prefill under traffic, then a new prefill on the same port; and a decode pool
 # too small for its batch (retraction after commit, local recompute, output unchanged); the PD
 # fault points and the checksum knob (faults); bit flips caught / changing output (flips); PD at
-# --tp-size 2 (tp; skips until exec.c places the pool in tdm_exec_cfg_t.kv_mem).
+# --tp-size 2 (tp; skips until exec.c places the pool in tdm_exec_cfg_t.kv_mem); multi-turn
+# sessions whose rooms name only the pages decode does not hold (prefix).
 PD_TESTS = tests/integration/test-pd.sh tests/integration/test-pd-storm.sh \
 	tests/integration/test-pd-peer.sh tests/integration/test-pd-retract.sh \
 	tests/integration/test-pd-faults.sh tests/integration/test-pd-flips.sh \
-	tests/integration/test-pd-tp.sh
+	tests/integration/test-pd-tp.sh tests/integration/test-pd-prefix.sh
 TESTS += $(PD_TESTS)
 dist_check_SCRIPTS += $(PD_TESTS)
 # a worker started twice under one PID: two instance ids, both runs' telemetry stored

@@ -111,20 +111,48 @@ static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint
     return n;
 }
 
-/* Decode (PD): allocate the pages the prompt's KV will land in and send TRANSFER_INFO; the
- * request waits in the TRANSFERRING list (no batch) until the room is SUCCESS or FAILED. No
- * prefix sharing here: prefill computes the whole prompt and writes every page. A request
- * retracted after its transfer (n_gen > 0) is recomputed locally like any other. */
+/* Decode (PD): the prompt's prefix this worker holds (pd_prefix: pages of its prefix cache
+ * shared, pages continuing it in the HiCache tier loaded), pages for the rest, and TRANSFER_INFO
+ * naming only those (docs/serving.md "Scheduler hooks"); the request waits in the TRANSFERRING
+ * list (no batch) until the room is SUCCESS or FAILED. Prefill computes the whole prompt all the
+ * same and sends at least the last page. A request retracted after its transfer (n_gen > 0) is
+ * recomputed locally like any other. */
 static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
 {
-    uint32_t need = (r->n_prompt + s->ps - 1) / s->ps;
+    const uint32_t all = (r->n_prompt + s->ps - 1) / s->ps;
+    const uint32_t max_shared = (r->n_prompt - 1) / s->ps; /* prefill sends the last page */
+    uint32_t k = 0, m = 0;
+    if (s->cfg.pd_prefix) {
+        k = tdm_prefix_match(s->cache, r->tokens, max_shared, s->shared);
+        if (s->hc && k < max_shared)
+            m = tdm_hicache_match(s->hc, r->tokens, k, max_shared - k,
+                                  tdm_prefix_chain(r->tokens, k, s->ps), s->host_ids);
+    }
+    uint32_t need = all - k;
     uint32_t free_now = tdm_kv_pool_free_pages(s->pool);
-    if (need > free_now + tdm_prefix_evictable(s->cache))
+    uint32_t avail = free_now + tdm_prefix_evictable(s->cache);
+    for (uint32_t i = 0; i < k; i++) /* shared pages stop being evictable */
+        avail -= tdm_kv_page_refcount(s->pool, s->shared[i]) == 1;
+    if (need > avail) {
+        tdm_hicache_unpin(s->hc, s->host_ids, m);
         return NULL;
+    }
+    if (!r->kv.pages)
+        r->kv.pages = tdm_calloc(r->kv.cap_pages, sizeof(uint32_t));
+    for (uint32_t i = 0; i < k; i++) {
+        (void)tdm_kv_page_ref(s->pool, s->shared[i]);
+        r->kv.pages[i] = s->shared[i];
+    }
+    r->kv.n_pages = k;
+    r->kv.n_tokens = k * s->ps;
     if (need > free_now)
         (void)tdm_prefix_evict(s->cache, need - free_now);
-    if (tdm_kv_seq_reserve(s->pool, &r->kv, r->n_prompt) != TDM_OK)
+    if (tdm_kv_seq_reserve(s->pool, &r->kv, r->n_prompt) != TDM_OK) {
+        tdm_hicache_unpin(s->hc, s->host_ids, m);
+        tdm_kv_seq_release(s->pool, &r->kv);
         return NULL;
+    }
+    const uint32_t held = k + m;
     tdm_frame_sampling_t fs = {.seed = r->sp.seed,
                                .temperature = r->sp.temperature,
                                .top_p = r->sp.top_p,
@@ -135,14 +163,17 @@ static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
                                .frequency_penalty = r->sp.frequency_penalty,
                                .top_logprobs = r->sp.top_logprobs};
     uint64_t room = 0;
-    tdm_status_t st = tdm_xfer_decode_send_info(s->cfg.xfer, (const uint32_t *)r->tokens,
-                                                r->n_prompt, r->kv.pages, need, &fs, &room);
-    if (st == TDM_ERR_AGAIN) { /* rooms or aux slots exhausted: retry next iteration */
-        tdm_kv_seq_release(s->pool, &r->kv);
-        return NULL;
-    }
+    tdm_status_t st =
+        tdm_xfer_decode_send_info(s->cfg.xfer, (const uint32_t *)r->tokens, r->n_prompt,
+                                  r->kv.pages + held, all - held, &fs, &room);
     if (st != TDM_OK) {
+        /* nothing was loaded yet (at TP > 1 nothing journaled): the pages simply go back */
+        tdm_hicache_unpin(s->hc, s->host_ids, m);
         tdm_kv_seq_release(s->pool, &r->kv);
+    }
+    if (st == TDM_ERR_AGAIN) /* rooms or aux slots exhausted: retry next iteration */
+        return NULL;
+    if (st != TDM_OK) {
         s->st.pd_commit_failed++;
         /* no prefill registered: BUSY (HTTP 503, retry later) like a draining worker */
         tdm_sched_finish(s, r, TDM_FINISH_ERROR, st == TDM_ERR_PEER ? TDM_ERR_BUSY : st,
@@ -160,6 +191,26 @@ static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
     if (!r->admitted_us) /* the first admission: a retracted request re-queues */
         r->admitted_us = tdm_time_mono_us();
     rl_append(&s->xferring, r);
+    if (r->cached_tokens < held * s->ps)
+        r->cached_tokens = held * s->ps;
+    s->st.prompt_tokens_cached += (uint64_t)held * s->ps;
+    if (m) {
+        /* the host-tier pages load on the copy thread while the rest is transferred; the first
+         * decode step waits for them through the gate. A load that cannot be queued (a job slot
+         * is always free for a newly admitted request: max_jobs = slots + 1) ends the request:
+         * the room already names only the other pages */
+        st = tdm_hicache_load(s->hc, s->host_ids, r->kv.pages + k, m, &r->load_ticket);
+        if (st != TDM_OK) {
+            tdm_hicache_unpin(s->hc, s->host_ids, m);
+            tdm_sched_pd_abort_room(s, r, "host-tier load could not be queued");
+            tdm_sched_finish(s, r, TDM_FINISH_ERROR, st,
+                             "the prompt's host-tier pages could not be loaded", -1, NULL, 0);
+            return NULL;
+        }
+        r->hc_loaded = 1;
+        r->hc_ticket = r->load_ticket;
+        s->st.host_hit_tokens += (uint64_t)m * s->ps;
+    }
     return r;
 }
 

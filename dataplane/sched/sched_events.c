@@ -173,9 +173,11 @@ static void pd_prefill_send(tdm_sched_t *s, tdm_sreq_t *r, const tdm_exec_result
         aux.top[i].id = (uint32_t)res->sample.top_ids[i];
         aux.top[i].logprob = res->sample.top_logprobs[i];
     }
+    /* the prompt's pages after the ones decode holds (the room's) */
     uint32_t n_pages = (r->n_prompt + s->ps - 1) / s->ps;
-    tdm_status_t st = n_pages <= r->kv.n_pages
-                          ? tdm_xfer_prefill_send(s->cfg.xfer, r->room, r->kv.pages, n_pages, &aux)
+    tdm_status_t st = n_pages <= r->kv.n_pages && r->pd_held < n_pages
+                          ? tdm_xfer_prefill_send(s->cfg.xfer, r->room, r->kv.pages + r->pd_held,
+                                                  n_pages - r->pd_held, &aux)
                           : TDM_ERR_STATE;
     if (st != TDM_OK) {
         /* aborted by decode meanwhile, or refused: make the room terminal so it is released */

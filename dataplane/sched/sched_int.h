@@ -80,6 +80,7 @@ struct tdm_sreq {
      * with the request after its end until tdm_xfer_release() lets them go (prefill: puts in
      * flight; decode: quarantined until ABORT_ACK) */
     uint64_t room;
+    uint32_t pd_held; /* prefill: the room's leading prompt pages decode holds (not sent) */
     /* HiCache: the load of this request's host-tier pages not yet waited for (0 = none); set
      * when any of its pages came from the host tier; its KV failed verification */
     uint64_t load_ticket;
@@ -190,6 +191,9 @@ typedef struct tdm_sched_cfg {
     /* PD role (--disaggregation-mode) and its transfer engine (NULL when colocated) */
     tdm_sched_pd_t pd;
     tdm_xfer_t *xfer;
+    /* decode: match the prompt's prefix against this worker's prefix cache and HiCache tier at
+     * admission, so the room names only the pages it does not hold */
+    int pd_prefix;
     /* called on the scheduler thread after each published iteration (NULL: none); the worker
      * pings systemd's watchdog from it, so only a loop that iterates keeps the unit alive */
     void (*on_iter)(void *ctx);

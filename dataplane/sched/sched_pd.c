@@ -21,6 +21,31 @@
 
 /* ---------------------------------------------------------------- PD */
 
+#define PD_PREFIX_EVERY_US 10000000ull
+
+/* Telemetry, both roles, at most every 10 s while rooms come: the pages the rooms named and the
+ * leading pages decode held instead (docs/contracts.md §d), with their bytes, since the last
+ * report — event pd_prefix (docs/alerts.md). */
+static void pd_prefix_report(tdm_sched_t *s)
+{
+    uint64_t now = tdm_time_mono_us();
+    if (!s->cfg.on_event || now - s->pd_rep_us < PD_PREFIX_EVERY_US)
+        return;
+    tdm_xfer_stats_t st;
+    tdm_xfer_stats(s->cfg.xfer, &st);
+    const uint64_t v[4] = {st.room_pages, st.room_bytes, st.prefix_pages_skipped,
+                           st.prefix_bytes_saved};
+    s->pd_rep_us = now;
+    if (v[0] == s->pd_rep[0])
+        return;
+    json_t *d = json_pack("{s:I,s:I,s:I,s:I}", "pages_named", (json_int_t)(v[0] - s->pd_rep[0]),
+                          "bytes_named", (json_int_t)(v[1] - s->pd_rep[1]), "pages_skipped",
+                          (json_int_t)(v[2] - s->pd_rep[2]), "bytes_saved",
+                          (json_int_t)(v[3] - s->pd_rep[3]));
+    memcpy(s->pd_rep, v, sizeof(v));
+    s->cfg.on_event(s->cfg.on_event_ctx, "pd_prefix", NULL, d);
+}
+
 static void pd_noop_cb(void *ctx, const tdm_req_event_t *ev)
 {
     (void)ctx;
@@ -57,7 +82,8 @@ static void pd_take_room(tdm_sched_t *s, tdm_xfer_request_t *q)
                      q->prompt_ids[i], i);
             goto err_abort;
         }
-    if (q->n_pages != (q->n_prompt + s->ps - 1) / s->ps) {
+    const uint32_t all = (q->n_prompt + s->ps - 1) / s->ps;
+    if (q->n_pages == 0 || q->n_pages > all) {
         snprintf(err, sizeof(err), "%u pages for %u prompt tokens at page size %u", q->n_pages,
                  q->n_prompt, s->ps);
         goto err_abort;
@@ -65,6 +91,7 @@ static void pd_take_room(tdm_sched_t *s, tdm_xfer_request_t *q)
     if (tdm_sched_sreq_new(s, &p, &r, err, sizeof(err)) != TDM_OK)
         goto err_abort;
     r->room = q->room;
+    r->pd_held = all - q->n_pages; /* computed here all the same: decode just has them */
     pthread_mutex_lock(&s->mu);
     r->id = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
@@ -88,6 +115,7 @@ void tdm_sched_pd_poll_prefill(tdm_sched_t *s)
     pthread_mutex_lock(&s->mu);
     draining = s->draining || s->stop;
     pthread_mutex_unlock(&s->mu);
+    pd_prefix_report(s);
     while (s->waiting.n < s->cfg.max_queued) {
         tdm_xfer_request_t q = {0};
         if (tdm_xfer_prefill_next(s->cfg.xfer, &q) != TDM_OK)
@@ -118,6 +146,7 @@ void tdm_sched_pd_poll_prefill(tdm_sched_t *s)
  * request decodes normally; FAILED or a verification failure → ERROR. */
 void tdm_sched_pd_poll_decode(tdm_sched_t *s)
 {
+    pd_prefix_report(s);
     for (tdm_sreq_t *r = s->xferring.head, *nx; r; r = nx) {
         nx = r->next;
         tdm_kvpoll_t k = TDM_KVPOLL_FAILED;

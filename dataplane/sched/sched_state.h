@@ -36,6 +36,9 @@ struct tdm_sched {
     tdm_prefix_t *cache;
     tdm_hicache_t *hc;  /* HiCache host tier (NULL = off) */
     uint32_t *host_ids; /* admission scratch: host pages of a match */
+    /* PD: the pd_prefix telemetry event (sched_pd.c): when it was last sent, and the transfer
+     * engine's room_pages, room_bytes, prefix_pages_skipped, prefix_bytes_saved then */
+    uint64_t pd_rep_us, pd_rep[4];
     uint32_t ps, num_pages, max_context, max_pages_per_seq, max_tokens, vocab;
 
     pthread_mutex_t mu;

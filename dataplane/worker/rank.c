@@ -493,6 +493,7 @@ static int rank0_serve(tdm_worker_t *w, int *ret_failed, char *err, size_t err_l
                           .mc = tdm_model_config(w->model),
                           .pd = w->pd,
                           .xfer = w->xfer,
+                          .pd_prefix = !cfg->disaggregation_disable_decode_prefix,
                           .on_event = tdm_worker_sched_event,
                           .on_event_ctx = &w->hooks.report};
     watchdog_setup(w);

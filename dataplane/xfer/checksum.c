@@ -35,6 +35,14 @@ uint64_t tdm_xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages)
     return b;
 }
 
+void tdm_xfer_count_skip(tdm_xfer_t *x, uint32_t n_pages, uint32_t n_held)
+{
+    x->st.room_pages += n_pages;
+    x->st.room_bytes += tdm_xfer_room_sum_bytes(x, n_pages);
+    x->st.prefix_pages_skipped += n_held;
+    x->st.prefix_bytes_saved += tdm_xfer_room_sum_bytes(x, n_held);
+}
+
 static void put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)

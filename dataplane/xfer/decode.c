@@ -70,8 +70,9 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
                                        const tdm_frame_sampling_t *sampling, uint64_t *ret_room)
 {
     tdm_status_t st;
+    const uint32_t all = (n_prompt + x->page_size - 1) / x->page_size;
     if (x->cfg.role != TDM_XFER_DECODE || !prompt_ids || !page_ids || !ret_room || n_prompt == 0 ||
-        n_prompt > TDM_FRAME_MAX_IDS || n_pages != (n_prompt + x->page_size - 1) / x->page_size)
+        n_prompt > TDM_FRAME_MAX_IDS || n_pages == 0 || n_pages > all)
         return TDM_ERR_INVAL;
     for (uint32_t i = 0; i < n_pages; i++)
         if (page_ids[i] >= x->cfg.kv[0]->num_pages)
@@ -119,6 +120,7 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
     memcpy(r->pages, page_ids, (size_t)n_pages * sizeof(uint32_t));
     r->info_sent = 1;
     tdm_xfer_map_put(x, r);
+    tdm_xfer_count_skip(x, n_pages, all - n_pages);
     tdm_xfer_room_set_all(x, room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info sent");
     *ret_room = room;
 out:
@@ -398,8 +400,9 @@ tdm_status_t tdm_xfer_decode_release(tdm_xfer_t *x, uint64_t room)
 }
 
 /* flip_kv_bits (docs/contracts.md §e): after the room's write completed and before commit verifies
- * it, flip the top exponent bit of `n` random K or V elements among the prompt's tokens of every
- * rank's pages — bytes the next decode step reads, so with checksums off the output changes.
+ * it, flip the top exponent bit of `n` random K or V elements among the room's prompt tokens
+ * (those of its pages: the prompt's last ones) of every rank's pages — bytes the next decode step
+ * reads, so with checksums off the output changes.
  * The bit is bit 6 of an element's last byte in every KV dtype we hold (little-endian f32 bit
  * 30, bf16/f16 bit 14, fp8 e4m3 bit 6): a value below 2 in magnitude becomes ~2^64..2^128
  * times larger (f32/bf16). */
@@ -407,6 +410,9 @@ void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
 {
     if (!x->flip_rng)
         x->flip_rng = tdm_xfer_now() * 0x9e3779b97f4a7c15ull | 1;
+    /* the room's pages are the prompt's last n_pages: tokens [tok0, n_prompt) */
+    const uint32_t held = (r->n_prompt + x->page_size - 1) / x->page_size - r->n_pages;
+    const uint32_t tok0 = held * x->page_size;
     for (uint32_t k = 0; k < n; k++) {
         uint64_t v = x->flip_rng;
         v ^= v << 13;
@@ -417,12 +423,13 @@ void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
         const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
         const tdm_kv_layout_t *l = kv->layout;
         size_t esz = tdm_dtype_size(l->sub[TDM_KV_SUB_K].dtype);
-        uint32_t tok = (uint32_t)((v >> 8) % r->n_prompt);
+        uint32_t tok = tok0 + (uint32_t)((v >> 8) % (r->n_prompt - tok0));
         uint32_t layer = (uint32_t)((v >> 24) % l->num_layers);
         tdm_kv_sub_t sub = (v >> 40) & 1 ? TDM_KV_SUB_V : TDM_KV_SUB_K;
         uint32_t n_elem = l->sub[sub].bytes_per_token / (uint32_t)(esz ? esz : 1);
         uint32_t elem = (uint32_t)((v >> 41) % (n_elem ? n_elem : 1));
-        uint8_t *p = tdm_kv_slot(kv, layer, sub, r->pages[tok / x->page_size], tok % x->page_size);
+        uint8_t *p =
+            tdm_kv_slot(kv, layer, sub, r->pages[tok / x->page_size - held], tok % x->page_size);
         tdm_xfer_kv_flip_byte(x, p + (size_t)elem * esz + esz - 1, 0x40); /* host or device */
     }
     tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: %u value(s) of room %016llx flipped", n,

@@ -113,9 +113,11 @@ static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
     }
     const uint32_t r_pages = x->reg->layout.num_pages;
     const uint64_t aux_slots = x->reg->ranks[0].aux_bytes / TDM_XFER_AUX_BYTES;
-    if (f.n_prompt == 0 || f.n_pages != (f.n_prompt + x->page_size - 1) / x->page_size) {
-        snprintf(why, sizeof(why), "n_pages %u does not cover n_prompt %u at page_size %u",
-                 f.n_pages, f.n_prompt, x->page_size);
+    /* the prompt's last n_pages pages: decode holds the ones before (docs/contracts.md §d) */
+    const uint32_t all = (f.n_prompt + x->page_size - 1) / x->page_size;
+    if (f.n_prompt == 0 || f.n_pages == 0 || f.n_pages > all) {
+        snprintf(why, sizeof(why), "n_pages %u is not 1..%u for n_prompt %u at page_size %u",
+                 f.n_pages, all, f.n_prompt, x->page_size);
         goto err_refuse;
     }
     for (uint32_t i = 0; i < f.n_pages; i++)
@@ -161,6 +163,7 @@ static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         r->prompt[i] = tdm_frame_u32_at(f.prompt_ids, i);
     r->queued = 1;
     tdm_xfer_map_put(x, r);
+    tdm_xfer_count_skip(x, f.n_pages, all - f.n_pages);
     x->reqq[(x->reqq_head + x->reqq_len) % x->reqq_cap] = f.room;
     x->reqq_len++;
     tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_WAITING_FOR_INPUT, "transfer info");

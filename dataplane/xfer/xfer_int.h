@@ -236,6 +236,8 @@ uint64_t tdm_xfer_now(void);
 int tdm_xfer_fault_fires(tdm_xfer_t *x, tdm_xfer_fault_t f, uint32_t *ret_arg);
 /* Bytes the checksums of a room of n_pages cover (every rank, layer and sub-buffer). */
 uint64_t tdm_xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages);
+/* A room's TRANSFER_INFO (under mu): n_pages named, n_held leading pages decode holds. */
+void tdm_xfer_count_skip(tdm_xfer_t *x, uint32_t n_pages, uint32_t n_held);
 /* A fault killed the calling engine thread: log, count and emit "thread_exit". */
 void tdm_xfer_thread_killed(tdm_xfer_t *x, const char *thread);
 /* flip_kv_bits: flip the top exponent bit of n random K/V values in the room's prompt tokens. */

@@ -29,6 +29,7 @@
     P(disaggregation_bootstrap_port, "TDM_DISAGGREGATION_BOOTSTRAP_PORT", "--disaggregation-bootstrap-port", INT64, "8998", "0..65535", "Prefill bootstrap listener port (0 = any free port)") \
     P(disaggregation_prefill_addr, "TDM_DISAGGREGATION_PREFILL_ADDR", "--disaggregation-prefill-addr", STRING, "", "", "Decode: the prefill group's bootstrap address host:port (required with --disaggregation-mode decode)") \
     P(disaggregation_disable_checksums, "TDM_DISAGGREGATION_DISABLE_CHECKSUMS", "--disaggregation-disable-checksums", BOOL, "false", "", "PD: turn off the per-page KV checksums (prefill computes, decode verifies before the first decode step); both groups must agree or decode refuses the registration") \
+    P(disaggregation_disable_decode_prefix, "TDM_DISAGGREGATION_DISABLE_DECODE_PREFIX", "--disaggregation-disable-decode-prefix", BOOL, "false", "", "PD decode: do not match prompts against this worker's prefix cache and HiCache tier at admission (every prompt page is transferred; by default the room names only the pages decode does not hold)") \
     P(disaggregation_bootstrap_timeout, "TDM_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "--disaggregation-bootstrap-timeout", DOUBLE, "300", "0.1..86400", "Seconds a room may wait in bootstrap; also how long prefill keeps tombstones (I4)") \
     P(tp_size, "TDM_TP_SIZE", "--tp-size", INT64, "1", "1..64", "Tensor parallel size: ranks (processes, GPUs) in the group") \
     P(rank, "TDM_RANK", "--rank", INT64, "-1", "-1..63", "Rank of this process; -1 = launcher, which spawns ranks 0..tp-1") \

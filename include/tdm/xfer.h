@@ -192,6 +192,10 @@ typedef struct tdm_xfer_stats {
     uint64_t corruption_risk; /* rooms whose ABORT_ACK timed out: pages stay quarantined */
     uint64_t quarantined;     /* rooms quarantined now */
     uint64_t bytes_put, puts;
+    /* TRANSFER_INFO (decode: sent, prefill: accepted): the prompt pages a room names, and the
+     * leading prompt pages it does not name because decode already holds them (its prefix cache
+     * or HiCache tier), with the KV bytes of every rank each stands for */
+    uint64_t room_pages, room_bytes, prefix_pages_skipped, prefix_bytes_saved;
     uint32_t eps_err_none, eps_err_peer;  /* prefill: connected endpoints by error mode */
     uint64_t faults_fired;                /* fault points that fired in this engine */
     uint64_t checksum_ns, checksum_bytes; /* time in and bytes through the KV checksums */
@@ -205,7 +209,7 @@ typedef struct tdm_xfer_request {
     uint64_t room;
     uint32_t n_prompt;
     uint32_t *prompt_ids;
-    uint32_t n_pages;
+    uint32_t n_pages;   /* the prompt's last n_pages pages (decode holds the ones before) */
     uint32_t *page_ids; /* decode page ids */
     tdm_frame_sampling_t sampling;
 } tdm_xfer_request_t;
@@ -238,9 +242,11 @@ tdm_status_t tdm_xfer_abort(tdm_xfer_t *x, uint64_t room, const char *reason);
  * TDM_ERR_STATE if the room is not terminal, TDM_ERR_NOTFOUND. */
 tdm_status_t tdm_xfer_release(tdm_xfer_t *x, uint64_t room);
 
-/* Decode: register a room for `n_prompt` tokens whose KV goes to `page_ids` (ceil(n_prompt /
- * page_size) pages of every rank's pool) and send TRANSFER_INFO. TDM_ERR_PEER without a
- * registered prefill, TDM_ERR_AGAIN when rooms or aux slots are exhausted. */
+/* Decode: register a room for `n_prompt` tokens whose KV goes to `page_ids` (the last n_pages of
+ * the prompt's ceil(n_prompt / page_size) pages, in every rank's pool; 1 <= n_pages: the pages
+ * before them decode already holds, and prefill does not send) and send TRANSFER_INFO.
+ * TDM_ERR_PEER without a registered prefill, TDM_ERR_AGAIN when rooms or aux slots are
+ * exhausted. */
 tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids, uint32_t n_prompt,
                                        const uint32_t *page_ids, uint32_t n_pages,
                                        const tdm_frame_sampling_t *sampling, uint64_t *ret_room);
@@ -253,7 +259,8 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
 tdm_status_t tdm_xfer_prefill_next(tdm_xfer_t *x, tdm_xfer_request_t *ret);
 void tdm_xfer_request_clear(tdm_xfer_request_t *r);
 /* Prefill: write the room's KV from this side's `src_pages` (same count as the request's decode
- * pages, every rank) and `aux`, asynchronously. TDM_ERR_ABORTED for aborted rooms. */
+ * pages: the prompt's last ones, every rank) and `aux`, asynchronously. TDM_ERR_ABORTED for
+ * aborted rooms. */
 tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t *src_pages,
                                    uint32_t n_pages, const tdm_xfer_aux_t *aux);
 

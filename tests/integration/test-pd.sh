@@ -246,9 +246,11 @@ if SCEN == "flips":
                                      "--disaggregation-bootstrap-port", "0"] + extra + FI[1:])
         if not ok(wait_ready(p), "prefill (checksums %s) ready" % tag, logtail(p)):
             finish()
+        # every trial transfers its whole prompt: no prefix a flipped earlier trial left cached
         d = start("decode-" + tag, ["--disaggregation-mode", "decode",
                                     "--disaggregation-prefill-addr",
-                                    "127.0.0.1:%d" % p["bootstrap"]] + extra + FI
+                                    "127.0.0.1:%d" % p["bootstrap"],
+                                    "--disaggregation-disable-decode-prefix"] + extra + FI
                   + (CP if tag == "on" else []))
         wait_ready(d)
         ok(wait_until(lambda: request(d, "GET", "/ready")[0] == 200, 30),
@@ -346,6 +348,178 @@ if SCEN == "tp":
     note("scenario tp took %.1f s" % (time.time() - t_start))
     finish()
 
+# ---------------------------------------------------------------- decode-side prefix (scenario "prefix")
+#   scenario "prefix" (test-pd-prefix.sh): a prefill worker, a decode worker with HiCache (a
+#     32-page device pool, write_back, verify rate 1, canary poison) and a colocated one; 4
+#     multi-turn sessions (each turn = the last prompt + its output + 8 to 30 new tokens, /generate
+#     greedy): every turn's output equals colocated's; from the second turn on the room names
+#     fewer pages than the prompt has (decode matched the prefix it holds), the pages skipped and
+#     bytes saved are counted, and decode verified exactly the bytes transferred (checksums over
+#     every transferred page, no mismatch); after filler prompts push the sessions out of the
+#     device pool, the next turns' prefixes come from decode's host tier (hits, verified loads,
+#     no CORRUPTION) and still skip their pages; decode's telemetry (a control-plane sink) carries
+#     pd_prefix events whose counts add up to at most its /metrics and show pages skipped; a second
+#     pair with --disaggregation-disable-decode-prefix transfers every page of the same turns, same
+#     output.
+
+if SCEN == "prefix":
+    import threading
+    import http.server
+    t_start = time.time()
+    PS = 16
+    events = []
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            events.extend((e.get("type"), e.get("data")) for e in body.get("events", []))
+            ack = json.dumps({"acked_seq": body["seq"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(ack)))
+            self.end_headers()
+            self.wfile.write(ack)
+
+        def log_message(self, *a):
+            pass
+
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    CP = ["--control-plane", "http://127.0.0.1:%d" % sink.server_address[1], "--group", "prefix"]
+
+    def pair(tag, extra):
+        p = start("prefill-" + tag, ["--disaggregation-mode", "prefill",
+                                     "--disaggregation-bootstrap-port", "0"])
+        if not wait_ready(p):
+            ok(False, "prefill (%s) ready" % tag, logtail(p))
+            finish()
+        d = start("decode-" + tag, ["--disaggregation-mode", "decode",
+                                    "--disaggregation-prefill-addr",
+                                    "127.0.0.1:%d" % p["bootstrap"]] + extra)
+        ok(wait_ready(d) and wait_until(lambda: request(d, "GET", "/ready")[0] == 200, 30),
+           "decode (%s) registered with its prefill" % tag, logtail(d))
+        return p, d
+
+    HCD = ["--kv-cpu-bytes", "1048576", "--enable-hierarchical-cache", "--hicache-verify-rate",
+           "1", "--hicache-poison", "--hicache-write-policy", "write_back"] + CP
+    pre, dec = pair("on", HCD)
+    col = start("colocated", [])
+    ok(wait_ready(col), "colocated ready", logtail(col))
+    rnd = random.Random(21)
+    sess = [prompt_ids(2100 + i, 40 + 9 * i) for i in range(4)]
+    turns = []  # (session, prompt, colocated output)
+    XM = ("room_pages", "room_bytes", "prefix_pages_skipped", "prefix_bytes_saved",
+          "checksum_bytes", "checksum_mismatch")
+
+    def xm(w):
+        m = metrics(w)
+        return {k: m.get("tandem_xfer_%s_total" % k, -1) for k in XM}
+
+    def turn(i, what):
+        """One turn of session i on decode and colocated: (equal, pages named, prompt pages)."""
+        ids = sess[i]
+        a = xm(dec)
+        sd, od, bd = gen(dec, ids, 8)
+        sc, oc, bc = gen(col, ids, 8)
+        b = xm(dec)
+        turns.append((i, list(ids), oc))
+        named = b["room_pages"] - a["room_pages"]
+        all_pages = (len(ids) + PS - 1) // PS
+        same = sd == 200 and sc == 200 and od == oc
+        if same:
+            sess[i] = ids + od + [5 + rnd.randrange(1800) for _ in range(8 + rnd.randrange(23))]
+        return same, named, all_pages, "%s %s / %s %s" % (sd, bd[:200], sc, bc[:200])
+
+    firsts, laters, bad = [], [], []
+    for t in range(3):
+        for i in range(4):
+            same, named, allp, why = turn(i, "turn %d" % t)
+            if not same:
+                bad.append("session %d turn %d: %s" % (i, t, why))
+            (firsts if t == 0 else laters).append((named, allp))
+    ok(not bad, "12 turns of 4 sessions: PD output == colocated on every turn", "\n".join(bad))
+    ok(all(n == a for n, a in firsts),
+       "first turns: the room names every prompt page (%s)" % firsts)
+    ok(all(1 <= n < a for n, a in laters),
+       "later turns: the room names fewer pages than the prompt has (named/prompt pages %s)"
+       % laters)
+    m = xm(dec)
+    skipped = sum(a - n for n, a in firsts + laters)
+    ok(m["prefix_pages_skipped"] == skipped and m["prefix_bytes_saved"] > 0 and
+       m["prefix_bytes_saved"] * m["room_pages"] == m["room_bytes"] * m["prefix_pages_skipped"],
+       "decode counts %d pages skipped, %d bytes saved (same bytes per page as the rooms)" %
+       (m["prefix_pages_skipped"], m["prefix_bytes_saved"]), json.dumps(m))
+    mp = xm(pre)
+    ok(mp["prefix_pages_skipped"] == m["prefix_pages_skipped"] and
+       mp["room_pages"] == m["room_pages"],
+       "prefill took the same rooms: %d pages named, %d skipped" %
+       (mp["room_pages"], mp["prefix_pages_skipped"]), json.dumps(mp))
+    ok(m["checksum_mismatch"] == 0 and m["checksum_bytes"] == m["room_bytes"],
+       "decode verified every transferred page and only those (%d bytes), no mismatch" %
+       m["checksum_bytes"], json.dumps(m))
+    # filler prompts push the sessions' pages out of decode's 32-page pool into its host tier
+    for f in range(4):
+        gen(dec, prompt_ids(2200 + f, 120), 4)
+    h0 = metrics(dec).get("tandem_hicache_hits_total", 0)
+    bad, later2 = [], []
+    for i in range(4):
+        same, named, allp, why = turn(i, "after eviction")
+        later2.append((named, allp))
+        if not same:
+            bad.append("session %d: %s" % (i, why))
+    hm = wait_until(lambda: (lambda m: m if m.get("tandem_hicache_verified_total", 0) > 0
+                             else None)(metrics(dec)), 10) or metrics(dec)
+    ok(not bad and all(1 <= n < a for n, a in later2),
+       "after eviction: PD == colocated and the rooms still skip the held prefix (%s)" % later2,
+       "\n".join(bad))
+    ok(hm.get("tandem_hicache_hits_total", 0) > h0 and
+       hm.get("tandem_hicache_verified_total", 0) > 0 and
+       hm.get("tandem_hicache_verify_failures_total", 1) == 0 and
+       hm.get("tandem_hicache_poison_reads_total", 1) == 0 and
+       hm.get("tandem_hicache_corruption_events_total", 1) == 0,
+       "the evicted prefixes came from decode's host tier (hits %d -> %d), verified, no "
+       "CORRUPTION" % (h0, hm.get("tandem_hicache_hits_total", 0)), json.dumps(
+           {k: v for k, v in hm.items() if "hicache" in k}))
+    m = xm(dec)
+    ok(m["checksum_mismatch"] == 0 and m["checksum_bytes"] == m["room_bytes"],
+       "still every transferred page verified (%d bytes), no mismatch" % m["checksum_bytes"])
+
+    def pd_events():
+        ev = [d for t, d in events if t == "pd_prefix" and d]
+        return ev if sum(e["pages_skipped"] for e in ev) > 0 else None
+
+    ev = wait_until(pd_events, 25) or []
+    tot = {k: sum(e[k] for e in ev) for k in ("pages_named", "bytes_named", "pages_skipped",
+                                               "bytes_saved")}
+    ok(ev and 0 < tot["pages_skipped"] <= m["prefix_pages_skipped"] and
+       tot["bytes_saved"] <= m["prefix_bytes_saved"] and tot["pages_named"] <= m["room_pages"] and
+       tot["bytes_saved"] * tot["pages_named"] == tot["bytes_named"] * tot["pages_skipped"],
+       "telemetry: %d pd_prefix events, %d pages skipped and %d bytes saved so far" %
+       (len(ev), tot["pages_skipped"], tot["bytes_saved"]), json.dumps(ev)[:600])
+    # the same turns through a pair that transfers everything
+    pre2, dec2 = pair("off", ["--disaggregation-disable-decode-prefix"])
+    a = xm(dec2)
+    bad, full = [], True
+    for i, ids, oc in turns:
+        b0 = xm(dec2)["room_pages"]
+        sd, od, bd = gen(dec2, ids, 8)
+        full &= xm(dec2)["room_pages"] - b0 == (len(ids) + PS - 1) // PS
+        if sd != 200 or od != oc:
+            bad.append("session %d: %s %s" % (i, sd, bd[:200]))
+    b = xm(dec2)
+    ok(not bad and full and b["prefix_pages_skipped"] == 0,
+       "--disaggregation-disable-decode-prefix: the same %d turns transfer every page (%d bytes "
+       "vs %d with the prefix matched), same output" % (len(turns), b["room_bytes"] - a["room_bytes"],
+                                                      xm(dec)["room_bytes"]),
+       "\n".join(bad) + json.dumps(b))
+    for w in (pre, dec, pre2, dec2):
+        good, why = drain_all_free(w)
+        ok(good, "%s: every page back after a drain (%s)" % (w["name"], why))
+    note("scenario prefix took %.1f s" % (time.time() - t_start))
+    finish()
+
 # ---------------------------------------------------------------- start the pair
 
 t_start = time.time()
@@ -409,7 +583,7 @@ def compare(body, what):
     if not (sd == 200 and sc == 200):
         return ok(False, what, "decode %s %s / colocated %s %s" % (sd, bd[:300], sc, bc[:300]))
     jd, jc = json.loads(bd), json.loads(bc)
-    # usage but cached_tokens: decode takes no prefix from its cache (prefill computes it all)
+    # usage but cached_tokens: decode's are the prompt pages it held (not transferred)
     use = lambda j: (j["usage"]["prompt_tokens"], j["usage"]["completion_tokens"])
     same = jd["choices"] == jc["choices"] and use(jd) == use(jc)
     return ok(same, "%s: PD == colocated (%d prompt tokens, %d generated)" % (

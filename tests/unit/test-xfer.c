@@ -6,7 +6,8 @@
  * taken by the scheduler, transferring, after success, from prefill) with decode pages
  * quarantined until ABORT_ACK; a lost peer and an unanswered ABORT raise corruption_risk; the
  * heartbeat timeout; bit flips in decode memory after the write are caught by the checksums
- * (and, as the control, not caught with checksums off); a wrong aux slot is caught.
+ * (and, as the control, not caught with checksums off); a wrong aux slot is caught; rooms that
+ * name only the prompt's last pages (decode holds the rest) are moved, verified and counted.
  */
 #include "config.h"
 
@@ -151,6 +152,75 @@ static void test_transfer_mode(tdm_dtype_t dt, uint32_t n_ranks, tdm_xfer_err_mo
            tdm_xfer_kv_pool(pre.x, 0) == NULL && tdm_xfer_kv_pool(dec.x, n_ranks) == NULL,
        "%s tp %u: engine-owned decode pools exactly with ucx_alloc (%d)", tdm_dtype_name(dt),
        n_ranks, ucx_alloc);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+/* Decode-side prefix (docs/contracts.md §d): a room of a 60-token prompt (4 pages) that names
+ * only its last 1..3 pages (decode holds the ones before) at TP 2: prefill is handed that many
+ * pages, writes them, commit verifies exactly their checksums; both engines count the pages
+ * named and skipped with their bytes; 0 pages or more than the prompt has are refused. */
+static void test_held_prefix(void)
+{
+    xt_geom_t gp = {TDM_DTYPE_BF16, 2, 16, 3, 2, 64, 40}, gd = gp;
+    xt_side_t pre, dec;
+    uint64_t seed = 0xbeef;
+    if (xt_pools(&pre, &gp) || xt_pools(&dec, &gd) || xt_start(&pre, &dec) ||
+        tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "held prefix: start");
+        return;
+    }
+    xt_fill_random(&pre, seed);
+    uint32_t prompt[60], dp[4] = {9, 3, 17, 30}, sp[4] = {1, 2, 5, 8};
+    for (uint32_t i = 0; i < 60; i++)
+        prompt[i] = 3 + i;
+    uint64_t room = 0;
+    is_int(tdm_xfer_decode_send_info(dec.x, prompt, 60, dp, 0, NULL, &room), TDM_ERR_INVAL,
+           "held prefix: a room naming no page is refused");
+    is_int(tdm_xfer_decode_send_info(dec.x, prompt, 60, dp, 5, NULL, &room), TDM_ERR_INVAL,
+           "held prefix: a room naming more pages than the prompt has is refused");
+    int all_ok = 1;
+    uint64_t named = 0;
+    for (uint32_t k = 1; k <= 3; k++) {
+        tdm_xfer_request_t req;
+        memset(&req, 0, sizeof(req));
+        tdm_xfer_aux_t aux = {0, 40u + k, -0.25f, 0, {{0, 0.f}}}, got;
+        if (tdm_xfer_decode_send_info(dec.x, prompt, 60, dp + 4 - k, k, NULL, &room) != TDM_OK ||
+            xt_next(pre.x, &req, T_S) != TDM_OK || req.room != room || req.n_pages != k ||
+            req.n_prompt != 60 || req.page_ids[0] != dp[4 - k]) {
+            all_ok = 0;
+            diag("k %u: room not handed to prefill with %u pages (got %u)", k, k, req.n_pages);
+            tdm_xfer_request_clear(&req);
+            continue;
+        }
+        tdm_xfer_request_clear(&req);
+        named += k;
+        if (tdm_xfer_prefill_send(pre.x, room, sp + 4 - k, k, &aux) != TDM_OK ||
+            xt_wait(dec.x, room, TDM_KVPOLL_SUCCESS, T_S) != TDM_KVPOLL_SUCCESS ||
+            tdm_xfer_decode_commit(dec.x, room, &got) != TDM_OK || got.first_token != 40u + k ||
+            !pages_equal(&pre, &dec, sp + 4 - k, dp + 4 - k, k) ||
+            xt_wait(pre.x, room, TDM_KVPOLL_SUCCESS, T_S) != TDM_KVPOLL_SUCCESS ||
+            xt_release(pre.x, room, T_S) != TDM_OK || xt_release(dec.x, room, T_S) != TDM_OK) {
+            all_ok = 0;
+            diag("k %u: room did not complete", k);
+        }
+    }
+    ok(all_ok, "held prefix: rooms naming the last 1, 2 and 3 of 4 pages arrive bit-identical, "
+               "verified by commit");
+    tdm_xfer_stats_t ds, ps;
+    tdm_xfer_stats(dec.x, &ds);
+    tdm_xfer_stats(pre.x, &ps);
+    const uint64_t pb = (uint64_t)page_bytes(&dec) * gd.n_ranks;
+    ok(ds.room_pages == named && ds.prefix_pages_skipped == 3 * 4 - named &&
+           ds.room_bytes == named * pb && ds.prefix_bytes_saved == (3 * 4 - named) * pb &&
+           ds.checksum_bytes == named * pb && ds.checksum_mismatch == 0,
+       "held prefix: decode counts %llu pages named, %llu skipped (%llu bytes saved), verified "
+       "%llu bytes",
+       (unsigned long long)ds.room_pages, (unsigned long long)ds.prefix_pages_skipped,
+       (unsigned long long)ds.prefix_bytes_saved, (unsigned long long)ds.checksum_bytes);
+    ok(ps.room_pages == ds.room_pages && ps.prefix_pages_skipped == ds.prefix_pages_skipped &&
+           ps.prefix_bytes_saved == ds.prefix_bytes_saved,
+       "held prefix: prefill counts the same");
     xt_side_free(&dec);
     xt_side_free(&pre);
 }
@@ -852,6 +922,7 @@ int main(void)
     test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_PEER, 1);
     test_transfer_mode(TDM_DTYPE_BF16, 1, TDM_XFER_ERR_NONE, 0);
     test_large_rooms();
+    test_held_prefix();
     test_decode_dies_err_none();
     test_mismatch();
     test_checksum_knob();
