@@ -549,8 +549,17 @@ def s6():
         json.dumps(lost_healthy)[:500])
     aid = res.get("action_id", 0) if isinstance(res, dict) else 0
     row = wait_until(lambda: (lambda r: r if r and r[1] > 0 else None)(S.action_row(aid)), 30)
-    a = wait_until(lambda: S.alert_after("WEDGE", "dec", row[0] if row else 0), 30)
+    # the alert opened during the outage reaches the store when the query thread reconnects
+    # (its INSERT waits in order for the database): polled with a deadline
+    a = wait_until(lambda: S.alert_after("WEDGE", "dec", row[0] if row else 0), 60, 0.3)
     detect_s = (a[1] - row[1]) / 1e6 if a and row else None
+    tap(a is not None and row is not None and detect_s is not None and
+        detect_s <= SLACK * 5.0 and a[2].get("pending", 0) >= 1,
+        "6: the WEDGE opened during the outage is stored after it (opened %s s after the fault, "
+        "target 5 s x %.0f; evidence pending %s)" % (
+            "%.2f" % detect_s if detect_s is not None else "-", SLACK,
+            a[2].get("pending") if a else None),
+        "action %s alert %s\n%s" % (row, a, logtail("tandemd.log")))
     rec_ok, t_rec = recover(("pre", "dec"), a[1] if a else now_us(), limit=60)
     settle(t_rec)
     win = L.window(t_mark, t_rec)
@@ -561,15 +570,33 @@ def s6():
         "instance_id, rank, batch_seq, idx HAVING count(*) > 1) d", None), 10)
     tdups = S.sql1("SELECT count(*) FROM (SELECT 1 FROM transfer_events GROUP BY instance_id, "
                    "rank, batch_seq, idx HAVING count(*) > 1) d", "?")
-    gap = S.sql("SELECT instance_id, rank, max(d) FROM (SELECT instance_id, rank, ts_us - lag(ts_us) "
-                "OVER (PARTITION BY instance_id, rank ORDER BY ts_us) AS d FROM samples WHERE ts_us "
-                "BETWEEN %d AND %d AND group_name = 'pre') x GROUP BY 1, 2" % (t_out, t_out + out * 10**6))
-    max_gap = max([int(g[2] or 0) for g in gap] or [-1]) / 1e6
+    def max_gap(t_from, t_to):
+        g = S.sql("SELECT instance_id, rank, max(d) FROM (SELECT instance_id, rank, ts_us - "
+                  "lag(ts_us) OVER (PARTITION BY instance_id, rank ORDER BY ts_us) AS d FROM "
+                  "samples WHERE ts_us BETWEEN %d AND %d AND group_name = 'pre') x GROUP BY 1, 2"
+                  % (t_from, t_to))
+        return max([int(r[2] or 0) for r in g] or [-1]) / 1e6, g
+    # thinning (docs/design.md §1): a rank's sample is stored when it is >= 100 ms after the last
+    # one stored; ranks send one every 200 ms, so consecutive stored samples are at most
+    # 100 ms + one period apart. The worker's own period slips on a loaded host: the same rank's
+    # largest gap in the window of the same length before the outage is allowed too.
+    gap_out, gap = max_gap(t_out, t_out + out * 10**6)
+    gap_before, _ = max_gap(t_out - out * 10**6, t_out)
+    allowed = max(0.1 + 0.2, gap_before) + 0.05
+    dropped = S.sql1("SELECT count(*) FROM events WHERE ts_us >= %d AND type = "
+                     "'telemetry_dropped'" % t_out, "?")
     audit = S.sql1("SELECT count(*) FROM actions WHERE id = %d" % aid, "0")
-    tap(dups == "0" and tdups == "0" and audit == "1" and 0 <= max_gap <= 2.0,
+    thinned_only = 0 <= gap_out <= allowed and dropped == "0"
+    # asserted: no gap over 2 s; the thinning rule's bound is a recorded figure until the gap
+    # of about 1 s around the outage (samples neither stored nor reported dropped) is fixed
+    tap(dups == "0" and tdups == "0" and audit == "1" and 0 <= gap_out <= 2.0,
         "6: after the return every event is stored once (%s, %s duplicates), the audited fault "
         "is in the log, the healthy group's samples through the outage have no gap over 2 s "
-        "(max %.2f s)" % (dups, tdups, max_gap), json.dumps(gap))
+        "(max %.2f s)" % (dups, tdups, gap_out), json.dumps(gap))
+    note("6: thinning rule (0.1 s thinning + 0.2 s period, or the %.2f s gap before the outage: "
+         "allowed %.2f s): max gap %.2f s, %s telemetry_dropped: %s" % (
+             gap_before, allowed, gap_out, dropped, "met" if thinned_only else "NOT met"))
+    max_gap = gap_out
     tap(rec_ok and not lost and not wrong,
         "6: recovered; %d requests, %d lost, %d wrong" % (len(win), len(lost), len(wrong)))
     RESULTS.append({"name": "6 PostgreSQL stopped %d s (wedge injected during it)" % out,
@@ -577,43 +604,91 @@ def s6():
                     "evidence_ok": not lost_healthy and dups == "0", "recovered": rec_ok,
                     "recover_s": round(t_rec - row[1] / 1e6, 3) if row else None,
                     "requests": len(win), "lost": len(lost), "wrong_tokens_served": len(wrong),
-                    "max_sample_gap_s": max_gap})
+                    "max_sample_gap_s": max_gap, "sample_gap_before_s": gap_before,
+                    "sample_gap_allowed_s": round(allowed, 3), "thinning_rule_met": thinned_only})
 
 
 def s7():
-    quiet()
+    """tandemd killed (-9) while an alert is open, then restarted: from the stored records, the
+    open alert is resolved by the restart (resolved_by tandemd-restart) and re-derived by the new
+    tandemd (a new row of the same kind and group, opened after the restart), workers served
+    throughout, the children re-adopted, the telemetry backlog stored once."""
+    quiet(("pre", "dec", "hc"))
+    # an alert that stays open until tandemd dies: a wedge of the HiCache group, notify-only
+    # for the tandemd that is killed (its policy would restart the group at once)
+    S.tandemd_stop()
+    if not S.tandemd_start(policy="all=auto,WEDGE=notify") or not wait_until(S.ready, 60, 0.3):
+        tap(False, "7: tandemd restarted with WEDGE=notify before the kill", logtail("tandemd.log"))
+        return
+    hold = threading.Thread(target=gen_stream, args=(S.worker_port("hc"), HC_P, 300, 90),
+                            daemon=True)
+    hold.start()
+    wait_until(lambda: metrics(S.worker_port("hc")).get("tandem_requests_running", 0) >= 1, 10,
+               0.05)
+    t_arm = now_us()
+    S.fault("hc", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
+                   "duration_ms": 45000})
+    before = wait_until(lambda: S.sql("SELECT id, opened_us FROM alerts WHERE kind = 'WEDGE' AND "
+                                      "group_name = 'hc' AND state = 'open' AND opened_us >= %d"
+                                      % t_arm), 15 * SLACK)
+    tap(bool(before), "7: a WEDGE open (and stored) on the HiCache group before the kill (%s)"
+        % before)
     t_mark = time.time()
-    pids = {g: S.launcher_pid(g) for g in ("pre", "dec")}
+    pids = {g: S.launcher_pid(g) for g in ("pre", "dec", "hc")}
     t_kill = now_us()
     S.tandemd_kill()
     # the workers keep serving without it: a request straight to decode (its port from before)
     st, body = http(PORTS["dec"], "POST", "/v1/chat/completions", L.body(0, 8) | {"stream": False},
                     timeout=30)
     time.sleep(3)
-    okk = S.tandemd_start()
-    tap(okk and wait_until(S.ready, 60, 0.3) and st == 200,
+    t_restart = now_us()
+    okk = S.tandemd_start()  # all=auto again: the re-derived WEDGE is remedied
+    tap(okk and wait_until(lambda: S.ready(("pre", "dec")), 60, 0.3) and st == 200,
         "7: tandemd killed (-9): decode served a request directly (%s); tandemd restarted" % st)
     readopt = open(os.path.join(tmp, "tandemd.log")).read()
     tap(all(pids[g] and S.launcher_pid(g) == pids[g] and
-            ("re-adopted worker group\" group=%s pid=%d" % (g, pids[g])) in readopt for g in pids),
-        "7: the supervisor re-adopted both groups (same launcher pids %s)" % pids)
-    time.sleep(3)
+            ("re-adopted worker group\" group=%s pid=%d" % (g, pids[g])) in readopt
+            for g in ("pre", "dec")),
+        "7: the supervisor re-adopted the groups (same launcher pids %s)" % pids)
+    # from the store: the old row resolved by the restart, the same alert re-derived after it
+    old_id = int(before[0][0]) if before else 0
+    resolved = wait_until(lambda: S.sql("SELECT resolved_by, resolved_us FROM alerts WHERE id = %d "
+                                        "AND state = 'resolved'" % old_id), 15)
+    again = wait_until(lambda: S.alert_after("WEDGE", "hc", t_restart), 15 * SLACK + 10)
+    rederived_s = (again[1] - t_restart) / 1e6 if again else None
+    tap(bool(before) and bool(resolved) and resolved[0][0] == "tandemd-restart" and
+        int(resolved[0][1]) >= t_restart and again is not None and again[0] != old_id and
+        again[2].get("pending", 0) >= 1,
+        "7: stored records: the open WEDGE (id %s) resolved by tandemd-restart, re-derived as id "
+        "%s %.2f s after the restart, evidence pending %s" % (
+            old_id, again[0] if again else None, rederived_s or -1,
+            again[2].get("pending") if again else None), "%s %s" % (resolved, again))
     dups = S.sql1("SELECT count(*) FROM (SELECT 1 FROM events WHERE batch_seq IS NOT NULL GROUP BY "
                   "instance_id, rank, batch_seq, idx HAVING count(*) > 1) d", "?")
-    wl = S.sql1("SELECT count(*) FROM alerts WHERE opened_us >= %d" % t_kill, "?")
-    tap(dups == "0" and wl == "0", "7: the backlog replayed without duplicates (%s); no alert "
-        "opened by the restart (%s)" % (dups, wl))
+    tdups = S.sql1("SELECT count(*) FROM (SELECT 1 FROM transfer_events GROUP BY instance_id, "
+                   "rank, batch_seq, idx HAVING count(*) > 1) d", "?")
+    others = S.sql1("SELECT count(*) FROM alerts WHERE opened_us >= %d AND group_name IN "
+                    "('pre', 'dec')" % t_kill, "?")
+    tap(dups == "0" and tdups == "0" and others == "0",
+        "7: the backlog replayed without duplicates (%s events, %s transfer events); no alert "
+        "opened on pre or dec by the restart (%s)" % (dups, tdups, others))
     rec_ok, t_rec = recover(("pre", "dec"), now_us())
+    # the remedy of the re-derived wedge restarts the HiCache group: back before the next one
+    hc_back = wait_until(lambda: S.ready(("hc",)), 90, 0.5)
     settle(t_rec)
     win = L.window(t_mark, t_rec)
     lost = [r for r in win if r["lost"]]
     wrong = [r for r in win if L.wrong(r)]
-    tap(rec_ok and not lost and not wrong, "7: %d requests, %d lost, %d wrong" % (
-        len(win), len(lost), len(wrong)))
-    RESULTS.append({"name": "7 tandemd killed (-9) and restarted", "detected": None,
-                    "detect_s": None, "evidence_ok": dups == "0" and wl == "0",
-                    "recovered": rec_ok, "recover_s": round(t_rec - t_kill / 1e6, 3),
-                    "requests": len(win), "lost": len(lost), "wrong_tokens_served": len(wrong)})
+    tap(rec_ok and hc_back and not lost and not wrong,
+        "7: %d requests, %d lost, %d wrong; the HiCache group back after its remedy" % (
+            len(win), len(lost), len(wrong)))
+    ev_ok = bool(before) and bool(resolved) and again is not None and dups == "0"
+    RESULTS.append({"name": "7 tandemd killed (-9) and restarted (a WEDGE open)",
+                    "detected": again is not None, "detect_s": None,
+                    "rederived_s": round(rederived_s, 3) if rederived_s is not None else None,
+                    "evidence_ok": ev_ok, "recovered": rec_ok,
+                    "recover_s": round(t_rec - t_kill / 1e6, 3), "requests": len(win),
+                    "lost": len(lost), "wrong_tokens_served": len(wrong)})
 
 
 # ---------------------------------------------------------------- 3: the host mirror and the gate
@@ -741,7 +816,20 @@ def s8():
             break
     subprocess.run(["ip", "link", "del", ns + "a"], capture_output=True)
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    if err is None:
+    if err is not None:
+        # the other real fault this kernel has: netfilter (iptables DROP and the statistic match
+        # for a lossy link work here, tc actions do not); a cut by port on one host does not
+        # separate the groups' UCX connections (ephemeral ports), so the scenario stays a skip
+        try:
+            r = subprocess.run(["iptables", "-w", "-L", "INPUT", "-n"], capture_output=True,
+                               text=True)
+            nf = None if r.returncode == 0 else r.stderr.strip()[:80]
+        except OSError as e:
+            nf = str(e)[:80]
+        err += "; netfilter: %s" % ("iptables works here, but a partition needs each supervised "
+                                    "group in its own namespace, not built yet" if nf is None
+                                    else "iptables unavailable (%s)" % nf)
+    else:
         err = ("namespaces, veth and netem work here, but the partitioned deployment (each "
                "supervised group in its own namespace) is not built yet")
     chaoslib._n[0] += 1

@@ -183,7 +183,7 @@ class Stack:
                 "enable_hierarchical_cache = true\nhicache_verify_rate = 1\nhicache_poison = true\n"
                 + self.extra_groups)
 
-    def tandemd_start(self):
+    def tandemd_start(self, policy="all=auto"):
         with open(os.path.join(self.tmp, "groups.ini"), "w") as f:
             f.write(self.groups_ini())
         ready = os.path.join(self.tmp, "tandemd.ready")
@@ -196,7 +196,7 @@ class Stack:
                               "--pg-dsn", self.dsn(), "--ready-file", ready,
                               "--groups-config", os.path.join(self.tmp, "groups.ini"),
                               "--worker-bin", os.path.join(self.build, "tandem-worker"),
-                              "--alert-policy", "all=auto"],
+                              "--alert-policy", policy],
                              stdout=log, stderr=log, env=env, start_new_session=True)
         self.tpid = p
         ok = wait_until(lambda: os.path.exists(ready) and os.path.getsize(ready) > 0
