@@ -10,7 +10,10 @@
 #   on        decode matches the prompt against its prefix cache (the room names the rest);
 #   on_hicache  the same with HiCache on decode (--hicache-ratio 16, write_back), so prefixes
 #             evicted from the device pool come from its host tier instead of the wire.
-# TDM_BENCH_CLIENTS (4) sessions at a time, turns of a session in order. Measured per pair from
+# TDM_BENCH_CLIENTS (4) clients, client c serving sessions c, c + 4, ... turn by turn (every session's
+# turn t before any session's turn t + 1), so all sessions' contexts are live at once and outgrow
+# decode's device pool: without the host tier their prefixes are evicted before the next turn.
+# Measured per pair from
 # decode's /metrics: pages and bytes the rooms named (moved), pages skipped and bytes saved,
 # checksum bytes verified and mismatches, host-tier hits; TTFT p50/p99 (streamed /generate); and
 # whether every greedy output equals the anchor's. Writes OUT (default
@@ -88,26 +91,22 @@ def side(name, extra):
     m0 = pdlib.metrics(w)
     ttfts, outs, prompt_tokens = [], {}, [0]
     lock = threading.Lock()
-    todo = list(range(S))
 
-    def client():
-        while True:
-            with lock:
-                if not todo:
-                    return
-                s = todo.pop(0)
-            ctx = list(SYSTEM)
-            for t in range(T):
-                ctx += ids(1000 * s + t, 24)
-                ttft, out = stream(w, ctx, 8)
+    def client(c):
+        mine = list(range(c, S, C))
+        ctx = {s: list(SYSTEM) for s in mine}
+        for t in range(T):
+            for s in mine:
+                ctx[s] += ids(1000 * s + t, 24)
+                ttft, out = stream(w, ctx[s], 8)
                 with lock:
                     ttfts.append(ttft)
                     outs[(s, t)] = out
-                    prompt_tokens[0] += len(ctx)
-                ctx += out
+                    prompt_tokens[0] += len(ctx[s])
+                ctx[s] += out
 
     t0 = time.time()
-    th = [threading.Thread(target=client) for _ in range(C)]
+    th = [threading.Thread(target=client, args=(c,)) for c in range(C)]
     for x in th:
         x.start()
     for x in th:
