@@ -95,6 +95,14 @@ typedef struct tdm_cuda_l2pf {
 } tdm_cuda_l2pf_t;
 #define TDM_CUDA_L2PF_BLOCKS 128u /* prefetch blocks added to a latency-bound grid (about) */
 
+/* An I2 mark folded into a kernel (docs/design.md §3): thread 0 of block 0 stores v at p (the
+ * device address of a host-mapped word) after the kernel's PDL wait, i.e. once every kernel before
+ * it has completed, so no launch of its own. p NULL: none. */
+typedef struct tdm_cuda_mark {
+    uint32_t *p;
+    uint32_t v;
+} tdm_cuda_mark_t;
+
 typedef struct tdm_cuda_gemv {
     const float *x;       /* (n, ldx) */
     uint32_t ldx;         /* row stride of x in floats */
@@ -124,6 +132,7 @@ typedef struct tdm_cuda_gemv {
                             * embed row xrow[0] (a token id; x is not read), and block 0 writes
                             * that row, widened to fp32, to embed_out (the residual stream) */
     float *embed_out;
+    tdm_cuda_mark_t mark; /* {NULL, 0}, or the I2 mark this launch carries (tdm_cuda_mark_t) */
 } tdm_cuda_gemv_t;
 #define TDM_CUDA_ARGMAX_CAP 8192u /* warp candidates */
 #define TDM_CUDA_ARGMAX_WS (TDM_CUDA_ARGMAX_CAP * 8u + 16u)
@@ -162,7 +171,7 @@ tdm_status_t tdm_cuda_embed(const void *table, int dtype, const int32_t *ids, ui
  * vocabulary), -0.0 for the others (the vocab-parallel embedding before its all-reduce). */
 tdm_status_t tdm_cuda_embed_range(const void *table, int dtype, const int32_t *ids, uint32_t n,
                                   uint32_t d, uint32_t lo, uint32_t cnt, float *out,
-                                  cudaStream_t stream);
+                                  tdm_cuda_mark_t mark, cudaStream_t stream);
 /* *p = v from the stream (p: device address of host-mapped memory), visible to the host. */
 tdm_status_t tdm_cuda_mark(uint32_t *p, uint32_t v, cudaStream_t stream);
 
@@ -251,9 +260,10 @@ tdm_status_t tdm_cuda_set_pdl_early(int on, cudaStream_t s);
 
 /* ret_ids[j] = first index of the max of logits row j (m, V); NaN never wins. pf (NULL or bytes
  * 0: none): extra blocks prefetch its range into L2 (the next step's first weights, warmed
- * during the host round trip between decode steps). */
+ * during the host round trip between decode steps). mark: NULL or the I2 mark it carries. */
 tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids,
-                             const tdm_cuda_l2pf_t *pf, cudaStream_t stream);
+                             const tdm_cuda_l2pf_t *pf, const tdm_cuda_mark_t *mark,
+                             cudaStream_t stream);
 /* pf is usable: none (NULL, bytes 0), or p 16-byte aligned, bytes % 16 == 0, op 0..3. */
 int tdm_cuda_l2pf_ok(const tdm_cuda_l2pf_t *pf);
 

@@ -158,8 +158,10 @@ typedef struct tdm_cuda_seq {
  * (the one-rank NCCL communicator), with results equal to the engine without one bit for bit.
  *
  * I2 on the device: with `mark` set, each collective k of a forward is bracketed by two 4-byte
- * stream writes into that host-mapped word, 2k+1 before it and 2k+2 after it (constants of the
- * capture). step_begin announces the forward's collectives as runs of (op, bytes, count) before
+ * writes into that host-mapped word, 2k+1 before it and 2k+2 after it (constants of the capture),
+ * stored by the kernels beside it (the one that feeds it and the one that reads its result, after
+ * their PDL wait: no launch of their own; a stream write where no kernel can carry one).
+ * step_begin announces the forward's collectives as runs of (op, bytes, count) before
  * the launch, step_end closes the step after the wait: the recorder (dataplane/tp/comm.c) turns
  * word and runs into in_coll / coll_seq / coll_hash of the rank's progress slot.
  */

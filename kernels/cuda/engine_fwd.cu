@@ -71,10 +71,10 @@ static tdm_cuda_gemv_t gemv_args(const tdm_cuda_engine_t *e, const float *x, uin
 static tdm_status_t gemv(tdm_cuda_engine_t *e, const float *x, uint32_t ldx, const uint32_t *xrow,
                          uint32_t n, uint32_t K, const void *w, uint32_t M, const float *bias,
                          const float *norm_w, int flags, float *y, uint32_t ldy,
-                         tdm_cuda_l2pf_t tail)
+                         tdm_cuda_l2pf_t tail, tdm_cuda_mark_t mk)
 {
-    const tdm_cuda_gemv_t a =
-        gemv_args(e, x, ldx, xrow, n, K, w, M, bias, norm_w, flags, y, ldy, tail);
+    tdm_cuda_gemv_t a = gemv_args(e, x, ldx, xrow, n, K, w, M, bias, norm_w, flags, y, ldy, tail);
+    a.mark = mk;
     return tdm_cuda_gemv(&a, e->stream);
 }
 
@@ -129,10 +129,16 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     /* run 12: one row's embedding lookup folded into layer 0's qkv GEMV (no embed node) */
     const int emb = e->tp == 1 && small && e->o.embed_fused && e->wdt == TDM_DTYPE_BF16 &&
                     tdm_cuda_engine_gemv_fusable(e, n, d);
+    /* the I2 marks ride on the kernels beside each collective (engine_int.h): the one before
+     * carries mark_enter, the one after mark_next (small: a GEMV follows every all-reduce) */
+    const tdm_cuda_mark_t nomk = {NULL, 0};
     e->nmark = 0;
+    e->mk_entered = 0;
+    e->mk_pend = 0;
     if (e->tp > 1) { /* vocab-parallel: own rows, -0.0 elsewhere, summed */
-        TDM_TRY(tdm_cuda_embed_range(e->embed, e->wdt, ids, n, d, e->vlo, e->vr, e->x, s));
-        TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
+        TDM_TRY(tdm_cuda_embed_range(e->embed, e->wdt, ids, n, d, e->vlo, e->vr, e->x,
+                                     tdm_cuda_engine_mark_enter(e), s));
+        TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d, small));
     } else if (!emb) {
         TDM_TRY(tdm_cuda_embed(e->embed, e->wdt, ids, n, d, e->x, s));
     }
@@ -159,7 +165,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
             TDM_TRY(tdm_cuda_gemv(&a, s));
         } else if (small) {
             TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->qkv, e->qkvd, w->qkv_bias, w->attn_norm,
-                         TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv));
+                         TDM_GEMV_NORM, e->qkv, e->qkvd, t_qkv, tdm_cuda_engine_mark_next(e)));
         } else {
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->attn_norm, eps, n, d, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, d, w->qkv, e->qkvd, 0, e->qkv));
@@ -196,29 +202,32 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (e->o.ablate & TDM_CUDA_ABLATE_GEMM)
             continue;
         if (small) {
-            TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, accf, e->x, d, t_o));
+            TDM_TRY(gemv(e, e->attn, qd, NULL, n, qd, w->o, d, NULL, NULL, accf, e->x, d, t_o,
+                         tpc ? tdm_cuda_engine_mark_enter(e) : nomk));
             if (tpc)
-                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d, 1));
             if (swiglu) { /* use_gemv: one row only */ /* gate|up writes silu(gate) * up: down reads
                                                           I floats, no SiLU */
                 TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, I, NULL, w->mlp_norm,
-                             TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu));
-                TDM_TRY(
-                    gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, accf, e->x, d, t_down));
+                             TDM_GEMV_NORM | TDM_GEMV_SWIGLU, e->gu, I, t_gu,
+                             tdm_cuda_engine_mark_next(e)));
+                TDM_TRY(gemv(e, e->gu, I, NULL, n, I, w->down, d, NULL, NULL, accf, e->x, d, t_down,
+                             tpc ? tdm_cuda_engine_mark_enter(e) : nomk));
             } else {
                 /* ABLATE_SILU (timing only): down stages I floats of the gate, no SiLU·up */
                 const int ab = (e->o.ablate & TDM_CUDA_ABLATE_SILU) != 0;
                 TDM_TRY(gemv(e, e->x, d, NULL, n, d, w->gu, 2 * I, NULL, w->mlp_norm, TDM_GEMV_NORM,
-                             e->gu, 2 * I, t_gu));
+                             e->gu, 2 * I, t_gu, tdm_cuda_engine_mark_next(e)));
                 TDM_TRY(gemv(e, e->gu, 2 * I, NULL, n, I, w->down, d, NULL, NULL,
-                             ab ? accf : TDM_GEMV_SILU | accf, e->x, d, t_down));
+                             ab ? accf : TDM_GEMV_SILU | accf, e->x, d, t_down,
+                             tpc ? tdm_cuda_engine_mark_enter(e) : nomk));
             }
-            if (tpc)
-                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
+            if (tpc) /* the next GEMV (qkv or lm_head) carries its leave mark */
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d, 1));
         } else {
             TDM_TRY(gemm(e, n, qd, w->o, d, accf != 0, e->x));
             if (tpc)
-                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d, 0));
             TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, NULL, w->mlp_norm, eps, n, d, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, d, w->gu, 2 * I, 0, e->gu));
             /* silu·mul stays its own launch: fused into the skinny kernel's input every block
@@ -226,7 +235,7 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
             TDM_TRY(tdm_cuda_silu_mul(e->gu, n, I, e->gu_il, NULL, e->xb, s));
             TDM_TRY(gemm(e, n, I, w->down, d, accf != 0, e->x));
             if (tpc)
-                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d));
+                TDM_TRY(tdm_cuda_engine_allreduce(e, e->x, (size_t)n * d, 0));
         }
     }
     if (am) { /* the argmax in the epilogue: no argmax node */
@@ -238,19 +247,22 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     }
     if (use_gemv(e, m)) {
         TDM_TRY(gemv(e, e->x, d, outrows, m, d, e->lm_head, e->vr, NULL, e->final_norm,
-                     TDM_GEMV_NORM, lgo, e->vr, none));
+                     TDM_GEMV_NORM, lgo, e->vr, none,
+                     tpc ? tdm_cuda_engine_mark_enter(e) : tdm_cuda_engine_mark_next(e)));
     } else {
+        TDM_TRY(tdm_cuda_engine_mark_flush(e));
         TDM_TRY(tdm_cuda_rmsnorm(e->x, NULL, outrows, e->final_norm, eps, m, d, NULL, e->xb, s));
         TDM_TRY(gemm(e, m, d, e->lm_head, e->vr, 0, lgo));
     }
-    if (tpc)
-        TDM_TRY(tdm_cuda_engine_gather_logits(e, m));
+    if (tpc) /* argmax carries its leave mark */
+        TDM_TRY(tdm_cuda_engine_gather_logits(e, m, 1));
     /* the next step's first weights (layer 0's qkv, then apf more) during the host round trip */
     const uint8_t *qkv0 = (const uint8_t *)e->layers[0].qkv, *o0 = (const uint8_t *)e->layers[0].o;
     const tdm_cuda_l2pf_t pf_next =
         apf ? l2pf_at(e, qkv0, (uint64_t)(o0 - qkv0) + apf, e->layers[0].down) : none;
-    TDM_TRY(tdm_cuda_argmax(e->logits, m, e->V, e->d_ids_out, &pf_next, s));
-    return TDM_OK;
+    const tdm_cuda_mark_t mk_last = tdm_cuda_engine_mark_next(e);
+    TDM_TRY(tdm_cuda_argmax(e->logits, m, e->V, e->d_ids_out, &pf_next, &mk_last, s));
+    return tdm_cuda_engine_mark_flush(e); /* none left: argmax carried the last */
 }
 
 /* Validate the batch and fill the host plan; returns rows n, logit rows m, pages used. */

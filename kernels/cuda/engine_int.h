@@ -76,9 +76,14 @@ struct tdm_cuda_engine {
     tdm_cuda_coll_t coll;
     uint32_t *d_mark; /* device address of coll.mark (NULL: no marks) */
     uint32_t nmark;   /* collectives enqueued so far in this forward */
-    float *lg_local;  /* max_logit_rows x vcap: this rank's logits slice */
-    float *lg_all;    /* tp x max_logit_rows x vcap: every rank's, in rank order */
-    void *write32;    /* cuStreamWriteValue32 (driver entry point), NULL: the mark kernel */
+    /* marks folded into the kernels beside each collective (engine_tp.cu): the kernel just
+     * launched carried the next collective's enter mark (mk_entered), and the leave mark that the
+     * next kernel launched carries (mk_pend, 0: none) */
+    int mk_entered;
+    uint32_t mk_pend;
+    float *lg_local; /* max_logit_rows x vcap: this rank's logits slice */
+    float *lg_all;   /* tp x max_logit_rows x vcap: every rank's, in rank order */
+    void *write32;   /* cuStreamWriteValue32 (driver entry point), NULL: the mark kernel */
     tdm_cuda_coll_run_t runs[TDM_CUDA_COLL_RUNS];
     uint32_t n_runs;
 };
@@ -113,9 +118,18 @@ int tdm_cuda_engine_gemv_fusable(const tdm_cuda_engine_t *e, uint32_t n, uint32_
 tdm_status_t tdm_cuda_engine_tp_init(tdm_cuda_engine_t *e);
 void tdm_cuda_engine_tp_free(tdm_cuda_engine_t *e);
 void tdm_cuda_engine_drop_graphs(tdm_cuda_engine_t *e);
-tdm_status_t tdm_cuda_engine_allreduce(tdm_cuda_engine_t *e, float *buf, size_t n);
+/* The I2 marks of a collective fold into the kernels beside it (no launch of their own): the
+ * kernel launched just before it carries tdm_cuda_engine_mark_enter (its enter mark), and, when
+ * the caller passes leave_folds, the next kernel launched carries tdm_cuda_engine_mark_next (its
+ * leave mark; an enter mark supersedes it: the count of collectives done is mark / 2). A mark not
+ * folded is written by a stream write of its own (cuStreamWriteValue32, else a one-thread
+ * kernel); tdm_cuda_engine_mark_flush writes a leave mark still pending at the forward's end. */
+tdm_cuda_mark_t tdm_cuda_engine_mark_enter(tdm_cuda_engine_t *e);
+tdm_cuda_mark_t tdm_cuda_engine_mark_next(tdm_cuda_engine_t *e);
+tdm_status_t tdm_cuda_engine_mark_flush(tdm_cuda_engine_t *e);
+tdm_status_t tdm_cuda_engine_allreduce(tdm_cuda_engine_t *e, float *buf, size_t n, int leave_folds);
 /* lm_head's slice (lg_local, m rows of vr) gathered into e->logits (m rows of V) */
-tdm_status_t tdm_cuda_engine_gather_logits(tdm_cuda_engine_t *e, uint32_t m);
+tdm_status_t tdm_cuda_engine_gather_logits(tdm_cuda_engine_t *e, uint32_t m, int leave_folds);
 /* the runs of a forward over n rows and m logit rows (what the marks will count) */
 void tdm_cuda_engine_plan_runs(tdm_cuda_engine_t *e, uint32_t n, uint32_t m);
 tdm_status_t tdm_cuda_engine_wait(tdm_cuda_engine_t *e);

@@ -1,9 +1,11 @@
 /*
  * engine_tp.cu — the tensor-parallel half of the CUDA engine (engine.h "Tensor parallelism"):
  * the caller's collectives enqueued on the engine's stream, each bracketed by its two I2 marks
- * (4-byte stream writes of 2k+1 and 2k+2 into a host-mapped word: cuStreamWriteValue32 where the
- * driver has it, else a one-thread kernel), the logits slices laid out as the full vocab, and the
- * wait through the coll (errors, abort and the deadline polled by dataplane/tp).
+ * (4-byte writes of 2k+1 and 2k+2 into a host-mapped word, folded into the kernels beside the
+ * collective (engine_int.h); a mark with no kernel to carry it is a stream write of its own:
+ * cuStreamWriteValue32 where the driver takes it on the page, else a one-thread kernel), the
+ * logits slices laid out as the full vocab, and the wait through the coll (errors, abort and the
+ * deadline polled by dataplane/tp).
  */
 #include <cuda.h>
 
@@ -130,21 +132,67 @@ static tdm_status_t mark(tdm_cuda_engine_t *e, uint32_t v)
     return tdm_cuda_mark(e->d_mark, v, e->stream);
 }
 
-tdm_status_t tdm_cuda_engine_allreduce(tdm_cuda_engine_t *e, float *buf, size_t n)
+tdm_cuda_mark_t tdm_cuda_engine_mark_enter(tdm_cuda_engine_t *e)
 {
-    const uint32_t k = e->nmark++;
-    TDM_TRY(mark(e, 2 * k + 1));
-    TDM_TRY(e->coll.allreduce(e->coll.ctx, buf, n, e->stream));
+    e->mk_entered = 1;
+    e->mk_pend = 0; /* superseded: 2k + 1 counts every collective before k done */
+    if (!e->d_mark || !e->marks)
+        return tdm_cuda_mark_t{NULL, 0};
+    return tdm_cuda_mark_t{e->d_mark, 2 * e->nmark + 1};
+}
+
+tdm_cuda_mark_t tdm_cuda_engine_mark_next(tdm_cuda_engine_t *e)
+{
+    const uint32_t v = e->mk_pend;
+    e->mk_pend = 0;
+    if (!v || !e->d_mark || !e->marks)
+        return tdm_cuda_mark_t{NULL, 0};
+    return tdm_cuda_mark_t{e->d_mark, v};
+}
+
+tdm_status_t tdm_cuda_engine_mark_flush(tdm_cuda_engine_t *e)
+{
+    const uint32_t v = e->mk_pend;
+    e->mk_pend = 0;
+    e->mk_entered = 0;
+    return v ? mark(e, v) : TDM_OK;
+}
+
+/* Collective k's enter mark, unless the kernel before it carried it (which a leave mark still
+ * pending needs no write of its own either: 2k + 1 supersedes it). */
+static tdm_status_t enter(tdm_cuda_engine_t *e, uint32_t k)
+{
+    const int folded = e->mk_entered;
+    e->mk_entered = 0;
+    e->mk_pend = 0;
+    return folded ? TDM_OK : mark(e, 2 * k + 1);
+}
+
+/* Collective k's leave mark: carried by the next kernel (leave_folds) or written now. */
+static tdm_status_t leave(tdm_cuda_engine_t *e, uint32_t k, int leave_folds)
+{
+    if (leave_folds) {
+        e->mk_pend = 2 * k + 2;
+        return TDM_OK;
+    }
     return mark(e, 2 * k + 2);
 }
 
-tdm_status_t tdm_cuda_engine_gather_logits(tdm_cuda_engine_t *e, uint32_t m)
+tdm_status_t tdm_cuda_engine_allreduce(tdm_cuda_engine_t *e, float *buf, size_t n, int leave_folds)
+{
+    const uint32_t k = e->nmark++;
+    TDM_TRY(enter(e, k));
+    TDM_TRY(e->coll.allreduce(e->coll.ctx, buf, n, e->stream));
+    return leave(e, k, leave_folds);
+}
+
+tdm_status_t tdm_cuda_engine_gather_logits(tdm_cuda_engine_t *e, uint32_t m, int leave_folds)
 {
     const uint32_t k = e->nmark++;
     const size_t blk = (size_t)m * e->vcap;
-    TDM_TRY(mark(e, 2 * k + 1));
+    TDM_TRY(enter(e, k));
     TDM_TRY(e->coll.allgather(e->coll.ctx, e->lg_local, e->lg_all, blk, e->stream));
-    TDM_TRY(mark(e, 2 * k + 2));
+    TDM_TRY(leave(e, k, leave_folds));
     /* rank q's block: m rows of its vr_q logits (row stride vr_q) at q * blk */
     for (uint32_t q = 0; q < e->tp; q++) {
         uint32_t lo, vn;

@@ -84,9 +84,10 @@ tdm_status_t tdm_cuda_embed(const void *table, int dtype, const int32_t *ids, ui
  * additive identity) elsewhere, so the all-reduce of every rank's rows is the full lookup. */
 template <typename T>
 __global__ void embed_range_kernel(const T *table, const int32_t *ids, uint32_t d, uint32_t lo,
-                                   uint32_t cnt, float *out)
+                                   uint32_t cnt, float *out, tdm_cuda_mark_t mk)
 {
     pdl_sync();
+    mark_store(mk);
     const uint32_t id = (uint32_t)ids[blockIdx.x];
     const bool own = id >= lo && id - lo < cnt;
     const T *row = table + (size_t)(own ? id - lo : 0) * d;
@@ -96,22 +97,22 @@ __global__ void embed_range_kernel(const T *table, const int32_t *ids, uint32_t 
 
 tdm_status_t tdm_cuda_embed_range(const void *table, int dtype, const int32_t *ids, uint32_t n,
                                   uint32_t d, uint32_t lo, uint32_t cnt, float *out,
-                                  cudaStream_t stream)
+                                  tdm_cuda_mark_t mark, cudaStream_t stream)
 {
     if (n == 0)
         return TDM_OK;
     switch (dtype) {
     case TDM_DTYPE_BF16:
         launch(embed_range_kernel<uint16_t>, n, 256, 0, stream, (const uint16_t *)table, ids, d, lo,
-               cnt, out);
+               cnt, out, mark);
         break;
     case TDM_DTYPE_F16:
         launch(embed_range_kernel<__half>, n, 256, 0, stream, (const __half *)table, ids, d, lo,
-               cnt, out);
+               cnt, out, mark);
         break;
     case TDM_DTYPE_F32:
         launch(embed_range_kernel<float>, n, 256, 0, stream, (const float *)table, ids, d, lo, cnt,
-               out);
+               out, mark);
         break;
     default:
         return TDM_ERR_UNSUPPORTED;
@@ -285,7 +286,7 @@ tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, int inte
 /* one block (1024 threads) per row; ties and NaN: the first index of the largest non-NaN value.
  * Blocks past the m rows only prefetch their part of pf into L2. */
 __global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret, uint32_t m,
-                              tdm_cuda_l2pf_t pf)
+                              tdm_cuda_l2pf_t pf, tdm_cuda_mark_t mk)
 {
     __shared__ float sv[32];
     __shared__ int32_t si[32];
@@ -294,6 +295,7 @@ __global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret, uin
         return;
     }
     pdl_sync();
+    mark_store(mk);
     const float *x = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
     int32_t bi = -1;
@@ -329,7 +331,8 @@ __global__ void argmax_kernel(const float *logits, uint32_t V, int32_t *ret, uin
 }
 
 tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_t *ret_ids,
-                             const tdm_cuda_l2pf_t *pf, cudaStream_t stream)
+                             const tdm_cuda_l2pf_t *pf, const tdm_cuda_mark_t *mark,
+                             cudaStream_t stream)
 {
     if (!tdm_cuda_l2pf_ok(pf))
         return TDM_ERR_INVAL;
@@ -338,7 +341,8 @@ tdm_status_t tdm_cuda_argmax(const float *logits, uint32_t m, uint32_t V, int32_
     /* prefetch blocks of 1024 threads: a quarter as many as the attention's 128-thread ones */
     const uint32_t px = l2pf_on(pf) ? TDM_CUDA_L2PF_BLOCKS / 4 : 0;
     const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0}, p = l2pf_on(pf) ? *pf : none;
-    launch(argmax_kernel, m + px, 1024, 0, stream, logits, V, ret_ids, m, p);
+    const tdm_cuda_mark_t mk = mark ? *mark : tdm_cuda_mark_t{NULL, 0};
+    launch(argmax_kernel, m + px, 1024, 0, stream, logits, V, ret_ids, m, p, mk);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 

@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const float *__restrict__ x, uint32_t ldx, const uint32_t *__restrict__ xrow,
                 uint32_t n, uint32_t K, uint32_t M, const T *__restrict__ W,
                 const float *__restrict__ bias, const float *__restrict__ norm_w, float eps,
-                float *__restrict__ y, uint32_t ldy)
+                float *__restrict__ y, uint32_t ldy, tdm_cuda_mark_t mk)
 {
     constexpr int E = wvec<T>::N;
     __shared__ float s_rs[NR];
@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         }
     }
     pdl_sync();
+    mark_store(mk);
     const float *xr[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) {
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
                  uint32_t K, uint32_t M, const T *__restrict__ W, const float *__restrict__ bias,
                  const float *__restrict__ norm_w, float eps, float *__restrict__ y,
                  tdm_cuda_l2pf_t tail, int32_t *am_out, void *am_ws, int stage_cpa,
-                 const uint16_t *__restrict__ emb, float *__restrict__ emb_out)
+                 const uint16_t *__restrict__ emb, float *__restrict__ emb_out, tdm_cuda_mark_t mk)
 {
     constexpr int E = wvec<T>::N;
     constexpr bool PAIR = (FLAGS & TDM_GEMV_SWIGLU) != 0;
@@ -325,6 +326,7 @@ __global__ void __launch_bounds__(NWP * 32, MINB)
             *reinterpret_cast<float4 *>(s_x + K + k) =
                 __ldg(reinterpret_cast<const float4 *>(norm_w + k));
     pdl_sync();
+    mark_store(mk);
     /* DEEP: what each row's sum is added to (y with ACCUM, else the bias), read once per warp
      * right after the wait (lane i: row ra + i) instead of by a dependent load in the tail */
     const bool pre = DEEP && rb - ra <= 32u;
@@ -535,7 +537,7 @@ template <typename T, int FLAGS> static void gemv1_launch(const tdm_cuda_gemv_t 
     const size_t smem = (size_t)a->K * 4 * (a->ksplit >= 3 && (FLAGS & TDM_GEMV_NORM) ? 2 : 1);
 #define G1_ARGS                                                                                    \
     a->x, a->ldx, a->xrow, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->tail, \
-        a->argmax, a->argmax_ws, a->ksplit != 9, a->embed, a->embed_out
+        a->argmax, a->argmax_ws, a->ksplit != 9, a->embed, a->embed_out, a->mark
     /* V4 (ksplit 10, 11): V2 with a ring of 2 or 1 weight batches per lane, every epilogue */
     const int pipe = a->ksplit == 10 ? 2 : a->ksplit == 11 ? 1 : 0;
     const size_t smem_p = ((smem + 15) & ~(size_t)15) + (size_t)G1_WARPS * pipe * 8 * 32 * 16;
@@ -599,13 +601,14 @@ static void gemv_launch(const tdm_cuda_gemv_t *a, cudaStream_t s)
             dim3 grid((a->M + GEMV_RPW - 1) / GEMV_RPW, a->n);
             launch(gemv_kernel<T, NR, FLAGS, GEMV_WARPS>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx,
                    a->xrow, a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y,
-                   a->ldy);
+                   a->ldy, a->mark);
             return;
         }
         dim3 grid((a->M + GEMV_WARPS * GEMV_RPW - 1) / (GEMV_WARPS * GEMV_RPW),
                   (a->n + NR - 1) / NR);
         launch(gemv_kernel<T, NR, FLAGS, 1>, grid, GEMV_WARPS * 32, 0, s, a->x, a->ldx, a->xrow,
-               a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->ldy);
+               a->n, a->K, a->M, (const T *)a->w, a->bias, a->norm_w, a->eps, a->y, a->ldy,
+               a->mark);
     }
 }
 

@@ -449,7 +449,7 @@ tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, i
     TDM_TRY(dv.alloc(&dl, (size_t)m * V * 4, logits));
     TDM_TRY(dv.alloc(&di, (size_t)m * 4, NULL));
     const tdm_cuda_l2pf_t pf = {dl, (uint64_t)m * V * 4 / 16 * 16, l2pf & 3, (l2pf & 4) != 0};
-    TDM_TRY(tdm_cuda_argmax(dl, m, V, di, l2pf >= 0 ? &pf : NULL, 0));
+    TDM_TRY(tdm_cuda_argmax(dl, m, V, di, l2pf >= 0 ? &pf : NULL, NULL, 0));
     return sync_back(ret_ids, di, (size_t)m * 4);
 }
 

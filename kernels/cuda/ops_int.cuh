@@ -79,6 +79,15 @@ static __device__ __forceinline__ void pdl_sync()
     }
 }
 
+/* The I2 mark a kernel carries (cuda_int.h tdm_cuda_mark_t): call after pdl_sync, so that it
+ * lands once every kernel before this one has completed (a collective before it included). One
+ * 4-byte store into host-mapped memory by one thread: no fence, the host polls it. */
+static __device__ __forceinline__ void mark_store(const tdm_cuda_mark_t &mk)
+{
+    if (mk.p && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+        *(volatile uint32_t *)mk.p = mk.v;
+}
+
 /* Each kernel file's setter of its c_pdl_early (TDM_OPS_PDL_SETTER), called by
  * tdm_cuda_set_pdl_early. */
 #define TDM_OPS_PDL_SETTER(name)                                                                   \
