@@ -1,15 +1,15 @@
-"""bench/gpu-tp-detect.py — the I2 detectors on GPU ranks through tandemd (docs/design.md §3, §6),
+"""bench/gpu-tp-detect.py — the detectors on GPU ranks through tandemd (docs/design.md §3 I2, §4),
 read through tandemd's REST API (docs/contracts.md §h: bench/results/gpu_tp.json "detect").
 
 usage: gpu-tp-detect.py --build DIR --src DIR --out FILE [--device cuda|cpu] [--pg-bindir DIR]
 
-A private PostgreSQL (tdm-pg; --pg-bindir on a machine without the server: tools/device-postgres.sh),
-tandemd (tests/chaos/chaoslib.Stack, --alert-policy all=auto) and two colocated groups of the demo
+A private PostgreSQL (tdm-pg; --pg-bindir where the machine has no server:
+tools/device-postgres.sh), tandemd (tests/chaos/chaoslib.Stack, --alert-policy all=auto) and two colocated groups of the demo
 model at TP=2 (device = cuda: two processes, one context each on one GPU, host-staged collectives):
   div: rank_idle_path on rank 1 under one stream: RANK_DIVERGENCE on GET /api/v1/alerts?source=live
        naming minority rank 1 and the op (detect_s = the alert's opened_us - the fault route's
        answer; seen_s = when a 50 ms poll of the API first showed it); target 2 s.
-  wdg: stall_loop on rank 0 with a stream running: WEDGE on the API, and the worker's /health
+  wdg: stall_loop on rank 0 under streams sent back to back: WEDGE on the API, and the worker's /health
        answering 503 naming the rank (seen_s each); target 5 s.
 Exit 0 when both are detected within their targets with the evidence; the figures go to --out.
 """
@@ -159,8 +159,18 @@ try:
 
     # 2. stall_loop on rank 0 with a stream running -> WEDGE, /health 503 naming the rank
     wp = S.worker_port("wdg")
-    bg(stream, wp, 1500, 90)  # within the demo model's 2048 positions
-    running = wait_until(lambda: running_requests(wp) >= 1, 10, 0.05)  # WEDGE needs pending work
+    # WEDGE needs work pending when the loop stalls (a 1500-token stream lasts under a second
+    # on the GPU): two clients send streams back to back until the end
+    feeding = threading.Event()
+    feeding.set()
+
+    def feed():
+        while feeding.is_set():
+            stream(wp, 400, 60)
+
+    bg(feed)
+    bg(feed)
+    running = wait_until(lambda: running_requests(wp) >= 1, 10, 0.05)
     st, r = S.fault("wdg", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
                             "duration_ms": 60000})
     t_fault = time.time()
@@ -177,7 +187,8 @@ try:
     a = wait_until(lambda: live_alert("WEDGE", "wdg"), 15, 0.05)
     seen = time.time() - t_fault
     wait_until(lambda: "t" in h, 5, 0.1)
-    w = {"fault_status": st, "stream_running": bool(running), "detected": a is not None, "seen_s": round(seen, 3) if a else None,
+    w = {"fault_status": st, "stream_running": bool(running), "detected": a is not None,
+         "seen_s": round(seen, 3) if a else None,
          "detect_s": round(a["opened_us"] / 1e6 - t_fault, 3) if a and "opened_us" in a else None,
          "health_503_s": round(h["t"], 3) if "t" in h else None, "health_body": h.get("body"),
          "alert": a}
@@ -186,6 +197,7 @@ try:
     print("# WEDGE: %s after %s s (opened %s s); /health 503 after %s s: %s (%s)" % (
         "seen" if a else "NOT seen", w["seen_s"], w["detect_s"], w["health_503_s"],
         (h.get("body") or "")[:200], "ok" if w["ok"] else "FAIL"), flush=True)
+    feeding.clear()
     rc = 0 if d["ok"] and w["ok"] else 1
 except SystemExit as e:
     res["error"] = str(e)
