@@ -2,6 +2,7 @@
 read through tandemd's REST API (docs/contracts.md §h: bench/results/gpu_tp.json "detect").
 
 usage: gpu-tp-detect.py --build DIR --src DIR --out FILE [--device cuda|cpu] [--pg-bindir DIR]
+                        [--mem-fraction F] [--keep]
 
 A private PostgreSQL (tdm-pg; --pg-bindir where the machine has no server:
 tools/device-postgres.sh), tandemd (tests/chaos/chaoslib.Stack, --alert-policy all=auto) and two colocated groups of the demo
@@ -33,6 +34,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
 ap.add_argument("--pg-bindir", default="")
 ap.add_argument("--mem-fraction", type=float, default=0.05)
+ap.add_argument("--keep", action="store_true", help="keep the run's directory (logs)")
 A = ap.parse_args()
 GROUPS = ("div", "wdg")
 
@@ -107,6 +109,20 @@ def log_tail(name, n=3000):
         return ""
 
 
+def own_processes():
+    mine = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            cmd = open("/proc/%s/cmdline" % d, "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if S.state in cmd:
+            mine.append(int(d))
+    return mine
+
+
 def finish():
     S.tandemd_stop()
     pids = [p for p in (S.launcher_pid(g) for g in GROUPS) if p]
@@ -122,8 +138,17 @@ def finish():
             os.killpg(p, signal.SIGKILL)
         except OSError:
             pass
+    # a group the policy was restarting when tandemd stopped has a launcher no record names yet:
+    # every process started on this run's state directory goes too
+    for p in own_processes():
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
     S.pg_destroy()
     json.dump(res, open(A.out, "w"), indent=1)
+    if not A.keep:
+        subprocess.run(["rm", "-rf", tmp])
 
 
 try:
