@@ -637,6 +637,9 @@ def plain_turn3(rng):
     r = rng.random()
     name = (rng.choice(X["FIRST3"]).rstrip("_").capitalize() if rng.random() < 0.6
             else fake_word3(rng, 1, 3).capitalize())
+    while VARIANT["v"] >= 4 and seen_eval(name):
+        # variant 3 let one through: "I'm Bãku." in 400,000 conversations (an evaluation town)
+        name = fake_word3(rng, 1, 3).capitalize()
     if r < 0.14:
         q = rng.choice(X["GREET"]) + rng.choice(X["GREET_TAIL"])
         a = rng.choice(X["GREET_ANS"])
