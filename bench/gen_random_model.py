@@ -9,6 +9,7 @@ Norm weights are 1.0. Nothing here is committed: write it under /tmp.
 Usage: gen_random_model.py OUTDIR [--preset small|large]
   small: 4 layers, hidden 256, vocab 4096 (~5 M params)
   large: 12 layers, hidden 1024, GQA 16/4, intermediate 2816, vocab 32000, tied (~170 M params)
+  tinyllama-demo: TinyLlama-1.1B's shape with vocab 1840 (models/demo's tokenizer; ~1.0 G params)
 """
 import json
 import os
@@ -23,6 +24,11 @@ PRESETS = {
     "large": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
                   num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
                   tie_word_embeddings=True),
+    # TinyLlama-1.1B's shape with models/demo's vocabulary (its tokenizer and ids), for serving
+    # through the OpenAI API on the GPU (bench/gpu-serving.sh)
+    "tinyllama-demo": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                           num_attention_heads=32, num_key_value_heads=4, vocab_size=1840,
+                           tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
 }
 
 
@@ -56,7 +62,7 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
+        json.dump({"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]}, f)
 
     h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd

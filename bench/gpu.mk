@@ -17,4 +17,11 @@ noinst_PROGRAMS += bench/gpu_hicache
 bench_gpu_hicache_SOURCES = bench/gpu_hicache.c kernels/cuda/smoke.cu
 bench_gpu_hicache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 bench_gpu_hicache_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+# The serving bench's ceiling (bench/gpu-serving.sh): the engine's batched decode on the served
+# checkpoint at the concurrency sweep's batch sizes, ids-only and with logits copied back.
+noinst_PROGRAMS += bench/gpu_serving_engine
+bench_gpu_serving_engine_SOURCES = bench/gpu_serving_engine.c
+bench_gpu_serving_engine_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+bench_gpu_serving_engine_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 endif
+

@@ -19,3 +19,13 @@ EXTRA_DIST += bench/pd-prefix.sh
 bench-pd-prefix: tandem-worker
 	$(SHELL) $(top_srcdir)/bench/pd-prefix.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-pd-prefix
+
+# `make bench-gpu-serving`: the OpenAI endpoint under open-loop load (bench/loadgen.py) beside the
+# engine's batched decode (bench/gpu-serving.sh → bench/results/gpu_serving.json); on a host
+# without the CUDA runtime set TDM_SERVE_DEVICE=cpu. make check runs it small on --device cpu.
+EXTRA_DIST += bench/gpu-serving.sh bench/loadgen.py
+bench-gpu-serving: tandem-worker
+	bash $(top_srcdir)/bench/gpu-serving.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
+.PHONY: bench-gpu-serving
+TESTS += tests/integration/test-gpu-serving-cpu.sh
+dist_check_SCRIPTS += tests/integration/test-gpu-serving-cpu.sh

@@ -1,0 +1,201 @@
+#!/bin/bash
+# gpu-serving.sh BUILDDIR SRCDIR [OUT] — the OpenAI endpoint under open-loop load, measured like
+# SGLang's bench_serving: bench/loadgen.py against a worker's streaming /v1/chat/completions
+# (seeded synthetic prompts, ShareGPT-like log-normal lengths, ignore_eos, temperature 0), a
+# max-concurrency sweep and Poisson request rates in the overlap loop, the concurrency points of
+# TDM_SERVE_LOOP_CONC again in lockstep (--disable-overlap-schedule); beside, in the same run, the
+# engine's own batched decode at the same batch sizes (bench/gpu_serving_engine, --device cuda
+# only: the ceiling). Every point's token counts are cross-checked against each response's usage
+# and the worker's /metrics counters (loadgen.py); a mismatch or a failed request fails the bench.
+# Writes OUT (default SRCDIR/bench/results/gpu_serving.json; docs/contracts.md §h) with git_sha.
+# Prints TAP.
+# Env: TDM_SERVE_DEVICE cuda (default) | cpu; TDM_SERVE_MODEL (cuda: a random-weight checkpoint
+# of TinyLlama-1.1B's shape with models/demo's tokenizer, made under /tmp by
+# bench/gen_random_model.py --preset tinyllama-demo; cpu: SRCDIR/models/demo);
+# TDM_SERVE_CONC ("1 8 32 64 128"), TDM_SERVE_RATES ("8 32"), TDM_SERVE_LOOP_CONC ("32 64"),
+# TDM_SERVE_NUM (requests per point; 0: max(4 x concurrency, 16)), TDM_SERVE_IN / TDM_SERVE_OUT
+# (median lengths, 160 / 140), TDM_SERVE_IN_MAX / TDM_SERVE_OUT_MAX (1024 / 512),
+# TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_MAX_RUNNING (the largest concurrency),
+# TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
+set -u
+BUILD=${1:?usage: gpu-serving.sh BUILDDIR SRCDIR [OUT]}
+SRC=${2:?usage: gpu-serving.sh BUILDDIR SRCDIR [OUT]}
+OUT=${3:-$SRC/bench/results/gpu_serving.json}
+DEV=${TDM_SERVE_DEVICE:-cuda}
+CONC=${TDM_SERVE_CONC:-1 8 32 64 128}
+RATES=${TDM_SERVE_RATES:-8 32}
+LOOP_CONC=${TDM_SERVE_LOOP_CONC:-32 64}
+NUM=${TDM_SERVE_NUM:-0}
+IN=${TDM_SERVE_IN:-160}
+OUTLEN=${TDM_SERVE_OUT:-140}
+IN_MAX=${TDM_SERVE_IN_MAX:-1024}
+OUT_MAX=${TDM_SERVE_OUT_MAX:-512}
+STEPS=${TDM_SERVE_ENGINE_STEPS:-128}
+maxc=1
+for c in $CONC $LOOP_CONC; do [ "$c" -gt "$maxc" ] && maxc=$c; done
+MAXRUN=${TDM_SERVE_MAX_RUNNING:-$maxc}
+W=$BUILD/tandem-worker
+E=$BUILD/bench/gpu_serving_engine
+T=$(mktemp -d)
+wp=""
+trap '[ -n "$wp" ] && kill -9 $wp 2>/dev/null; rm -rf "$T"' EXIT
+n=0
+tap() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
+echo "1..4"
+
+[ -x "$W" ] || { echo "Bail out! $W is not built"; exit 1; }
+case $DEV in
+cuda) [ -x "$E" ] || { echo "Bail out! $E is not built (needs the CUDA runtime)"; exit 1; } ;;
+cpu) ;;
+*) echo "Bail out! TDM_SERVE_DEVICE must be cuda or cpu (got $DEV)"; exit 1 ;;
+esac
+MODEL=${TDM_SERVE_MODEL:-}
+if [ -z "$MODEL" ] && [ "$DEV" = cpu ]; then
+    MODEL=$SRC/models/demo
+elif [ -z "$MODEL" ]; then
+    MODEL=$T/model
+    python3 "$SRC/bench/gen_random_model.py" "$MODEL" --preset tinyllama-demo >&2 &&
+        cp "$SRC/models/demo/tokenizer.json" "$SRC/models/demo/tokenizer_config.json" \
+            "$SRC/models/demo/generation_config.json" "$MODEL/" ||
+        { echo "Bail out! could not make the random-weight checkpoint"; exit 1; }
+fi
+
+# 1. the ceiling: the engine's batched decode at the sweep's batch sizes
+if [ "$DEV" = cuda ]; then
+    echo "# gpu-serving: engine decode at batch $CONC" >&2
+    timeout 300 "$E" --model "$MODEL" --batch "$CONC" --prompt-len "$IN" --steps "$STEPS" \
+        --reps 3 > "$T/engine.json"
+    tap $? "engine batched decode (bench/gpu_serving_engine)"
+else
+    echo '{"results": []}' > "$T/engine.json"
+    tap 0 "engine batched decode: not measured on --device cpu (bench/serving.sh has the CPU one)"
+fi
+
+# 2. the worker in each loop under the load generator
+points_overlap=""
+for c in $CONC; do points_overlap="$points_overlap,conc:$c"; done
+for r in $RATES; do points_overlap="$points_overlap,rate:$r"; done
+points_lockstep=""
+for c in $LOOP_CONC; do points_lockstep="$points_lockstep,conc:$c"; done
+lg_rc=0
+for loop in overlap lockstep; do
+    if [ $loop = overlap ]; then pts=${points_overlap#,}; extra=""; else
+        pts=${points_lockstep#,}; extra=--disable-overlap-schedule; fi
+    [ -z "$pts" ] && continue
+    rm -f "$T/ready"
+    "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+        --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
+    wp=$!
+    i=0
+    while [ $i -lt 1200 ] && [ ! -s "$T/ready" ] && kill -0 $wp 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2>/dev/null)
+    if [ -z "$port" ]; then
+        echo "# worker ($loop) did not become ready:" >&2
+        tail -20 "$T/worker-$loop.log" >&2
+        lg_rc=1
+        wp=""
+        continue
+    fi
+    echo "# gpu-serving: $loop loop on port $port: $pts" >&2
+    python3 "$SRC/bench/loadgen.py" --url "http://127.0.0.1:$port" --points "$pts" \
+        --num-prompts "$NUM" --input-median "$IN" --output-median "$OUTLEN" \
+        --input-max "$IN_MAX" --output-max "$OUT_MAX" --out "$T/serve-$loop.json" > /dev/null
+    rc=$?
+    [ $rc != 0 ] && lg_rc=1
+    kill -TERM $wp
+    wait $wp
+    wrc=$?
+    [ $wrc != 0 ] && { echo "# worker ($loop) exited $wrc" >&2; tail -5 "$T/worker-$loop.log" >&2; lg_rc=1; }
+    wp=""
+done
+tap $lg_rc "load generator: every request served, usage and /metrics agree"
+
+# 3. merge
+sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)}
+[ -z "$sha" ] && sha=$(sed -n 's/^source: //p' "$SRC/.device-bundle/MANIFEST" 2>/dev/null | head -1)
+python3 - "$T" "$OUT" "${sha:-unknown}" "$DEV" "$MODEL" "$SRC" "$CONC" "$LOOP_CONC" <<'PY'
+import json, os, sys, time
+T, out, sha, dev, model, src, conc, loop_conc = sys.argv[1:9]
+conc = [int(c) for c in conc.split()]
+loop_conc = [int(c) for c in loop_conc.split()]
+eng = json.load(open(os.path.join(T, "engine.json")))
+by_bs = {r["batch"]: r for r in eng.get("results", [])}
+def load(loop):
+    p = os.path.join(T, "serve-%s.json" % loop)
+    return json.load(open(p)) if os.path.exists(p) else {"points": [], "ok": False}
+ov, ls = load("overlap"), load("lockstep")
+def pt(doc, name):
+    return next((p for p in doc["points"] if p["point"] == name), None)
+rows = []
+for c in conc:
+    p = pt(ov, "conc:%d" % c)
+    e = by_bs.get(c)
+    row = {"concurrency": c, "serving": p, "engine_decode": e}
+    if p and e:
+        row["serving_vs_engine_decode"] = round(p["output_tok_s"] / e["ids_tok_s"], 3)
+        if p["itl_ms"]["p50"] is not None:
+            row["itl_p50_vs_engine_step"] = round(p["itl_ms"]["p50"] * 1e3 / e["ids_step_us"], 3)
+    rows.append(row)
+loops = []
+for c in loop_conc:
+    a, b = pt(ov, "conc:%d" % c), pt(ls, "conc:%d" % c)
+    if a and b:
+        loops.append({"concurrency": c, "overlap_output_tok_s": a["output_tok_s"],
+                      "lockstep_output_tok_s": b["output_tok_s"],
+                      "overlap_vs_lockstep": round(a["output_tok_s"] / b["output_tok_s"], 3),
+                      "overlap_itl_p50_ms": a["itl_ms"]["p50"],
+                      "lockstep_itl_p50_ms": b["itl_ms"]["p50"],
+                      "overlap_ttft_p50_ms": a["ttft_ms"]["p50"],
+                      "lockstep_ttft_p50_ms": b["ttft_ms"]["p50"]})
+anchor = {}
+try:
+    g = json.load(open(os.path.join(src, "bench/results/gpu_decode.json")))
+    anchor = {"from": "bench/results/gpu_decode.json (git_sha %s; not re-measured here)" % g.get("git_sha"),
+              "tandem": g.get("tandem"), "torch_compiled": g.get("torch_compiled")}
+except Exception:
+    pass
+gpu = "cpu"
+if dev == "cuda":
+    try:
+        gpu = os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().strip().splitlines()[0]
+    except Exception:
+        gpu = "unknown"
+doc = {
+    "bench": "gpu_serving",
+    "what": "streaming /v1/chat/completions under open-loop load (bench/loadgen.py: max-concurrency "
+            "sweep and Poisson rates, overlap loop; lockstep at the loop points), beside the engine's "
+            "batched decode at batch = concurrency in the same run (ids: device argmax, ids copied; "
+            "logits: full rows copied as well)",
+    "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
+               "concurrency 1 <= 1.15 x the engine's bs1 step; overlap > lockstep at 32/64",
+    "device": dev, "gpu": gpu, "git_sha": sha,
+    "model": os.path.basename(os.path.normpath(model)) if dev == "cpu" else
+             "random bf16, TinyLlama-1.1B shape, vocab 1840 (models/demo tokenizer)",
+    "engine": {k: eng.get(k) for k in ("weight_bytes", "prompt_len", "steps", "reps")},
+    "load": ov.get("lengths"), "seed": ov.get("seed"),
+    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
+    "overlap_vs_lockstep": loops, "anchor": anchor,
+    "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc),
+}
+with open(out, "w") as f:
+    json.dump(doc, f, indent=1)
+    f.write("\n")
+for r in rows:
+    s, e = r["serving"], r["engine_decode"]
+    print("# bench serving c=%d: %s out tok/s, ITL p50 %s ms, TTFT p50 %s ms; engine bs%d %s tok/s (%s us/step)%s"
+          % (r["concurrency"], s and s["output_tok_s"], s and s["itl_ms"]["p50"],
+             s and s["ttft_ms"]["p50"], r["concurrency"], e and e["ids_tok_s"],
+             e and e["ids_step_us"],
+             " ratio %s" % r.get("serving_vs_engine_decode") if "serving_vs_engine_decode" in r else ""))
+for l in loops:
+    print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s)"
+          % (l["concurrency"], l["overlap_output_tok_s"], l["lockstep_output_tok_s"],
+             l["overlap_vs_lockstep"]))
+PY
+tap $? "merged into $OUT"
+python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['checks_ok'] else 1)" "$OUT"
+tap $? "checks_ok in the result"

@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""loadgen.py — an open-loop load generator for a worker's streaming /v1/chat/completions, with
+the figures SGLang's bench_serving and vLLM's benchmark_serving print (standard library only).
+
+Each point of --points is one run of --num-prompts requests:
+  rate:R    Poisson arrivals at R requests/s (exponential gaps, seeded), no concurrency cap
+            ("inf" sends every request at t=0);
+  conc:C    arrivals as fast as the cap allows, at most C requests in flight (max-concurrency);
+  rate:R/C  both.
+Prompts are synthetic and seeded: words drawn from a fixed list, lengths from ShareGPT-like
+log-normal distributions (input median --input-median tokens, output median --output-median,
+sigma 0.9 / 0.8, clipped to [--min-len, --input-max] / [--min-len, --output-max]); every request
+asks for exactly its output length (max_tokens with ignore_eos) at temperature 0.
+
+Per point: request throughput, input and output tok/s (tokens from each response's `usage`,
+over the wall time from the first send to the last finish), TTFT (send -> first content chunk),
+ITL (gaps between content chunks), TPOT ((e2e - TTFT) / (output - 1)) and e2e latency: mean, p50,
+p90, p99. Cross-checks (a failure makes the exit status 1): every request ends 200 with
+usage.completion_tokens == its max_tokens, and at most that many content chunks; the worker's
+/metrics counters over the point (tandem_generated_tokens_total, and tandem_prefill_tokens_total +
+tandem_prompt_tokens_cached_total while tandem_retractions_total stays put) equal the sums of the
+responses' usage (polled with a deadline: the scheduler publishes them at the end of an iteration).
+
+Requests are spread over --procs processes (threads inside each), so the client's JSON parsing
+does not cap a fast server; arrivals follow one global schedule.
+
+Usage: loadgen.py --url http://127.0.0.1:PORT --points "conc:1,conc:8,rate:16" [--num-prompts N]
+  [--seed S] [--input-median N] [--output-median N] [--input-max N] [--output-max N]
+  [--min-len N] [--procs N] [--timeout S] [--out FILE]
+Prints one JSON object (and writes it to --out).
+"""
+import argparse
+import http.client
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import sys
+import threading
+import time
+import urllib.parse
+
+WORDS = ("the of and to in is you that it he was for on are as with his they at be this have "
+         "from or one had by word but not what all were we when your can said there use an each "
+         "which she do how their if will up other about out many then them these so some her "
+         "would make like him into time has look two more write go see number no way could "
+         "people my than first water been call who oil its now find long down day did get come "
+         "made may part weather city tool answer question request search file open close read "
+         "list value table order price ticket flight hotel email message calendar").split()
+
+
+def lognormal_len(rng, median, sigma, lo, hi):
+    return max(lo, min(hi, int(round(median * math.exp(rng.gauss(0.0, sigma))))))
+
+
+def make_requests(n, seed, a):
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        n_in = lognormal_len(rng, a.input_median, 0.9, a.min_len, a.input_max)
+        n_out = lognormal_len(rng, a.output_median, 0.8, a.min_len, a.output_max)
+        # about 1.3 tokens per word with the chat template's own tokens around it
+        words = max(1, int(n_in / 1.3))
+        text = "request %d: " % i + " ".join(rng.choice(WORDS) for _ in range(words))
+        reqs.append({"i": i, "prompt": text, "target_in": n_in, "max_tokens": n_out})
+    return reqs
+
+
+def parse_point(s):
+    kind, _, v = s.partition(":")
+    rate, conc = float("inf"), 0
+    if kind == "rate":
+        r, _, c = v.partition("/")
+        rate = float("inf") if r == "inf" else float(r)
+        conc = int(c) if c else 0
+        if not rate > 0 or conc < 0:
+            raise ValueError(s)
+    elif kind == "conc":
+        conc = int(v)
+        if conc <= 0:
+            raise ValueError(s)
+    else:
+        raise ValueError(s)
+    return {"name": s, "rate": rate, "max_concurrency": conc}
+
+
+def one_request(host, port, model, req, timeout):
+    """Send one streaming chat request; returns its record (times relative to the send)."""
+    body = json.dumps({
+        "model": model, "messages": [{"role": "user", "content": req["prompt"]}],
+        "max_tokens": req["max_tokens"], "temperature": 0, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True}})
+    rec = {"i": req["i"], "max_tokens": req["max_tokens"], "ok": False, "error": None,
+           "chunks": [], "usage": None}
+    t0 = time.perf_counter()
+    rec["t_send"] = time.time()
+    try:
+        c = http.client.HTTPConnection(host, port, timeout=timeout)
+        c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            rec["error"] = "HTTP %d: %s" % (r.status, r.read()[:200].decode("utf-8", "replace"))
+            c.close()
+            return rec
+        done = False
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            if not line.startswith(b"data: "):
+                continue
+            t = time.perf_counter() - t0
+            data = line[6:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            o = json.loads(data)
+            if o.get("usage"):
+                rec["usage"] = o["usage"]
+            for ch in o.get("choices") or []:
+                d = ch.get("delta") or {}
+                if d.get("content"):
+                    rec["chunks"].append(t)
+        c.close()
+        rec["e2e"] = time.perf_counter() - t0
+        if not done:
+            rec["error"] = "stream ended without [DONE]"
+        elif not rec["usage"]:
+            rec["error"] = "no usage chunk"
+        else:
+            rec["ok"] = True
+    except Exception as e:  # noqa: BLE001 - every failure is recorded, not raised
+        rec["error"] = "%s: %s" % (type(e).__name__, e)
+    return rec
+
+
+def proc_main(host, port, model, reqs, starts, t_base, sem, timeout, q):
+    """One process: a thread per request, each waits for its start time (and the cap)."""
+    out = []
+    lock = threading.Lock()
+
+    def run(req, start):
+        delay = t_base + start - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        if sem is not None:
+            sem.acquire()
+        try:
+            rec = one_request(host, port, model, req, timeout)
+        finally:
+            if sem is not None:
+                sem.release()
+        with lock:
+            out.append(rec)
+
+    ths = [threading.Thread(target=run, args=(r, s), daemon=True) for r, s in zip(reqs, starts)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    q.put(out)
+
+
+def get_json(host, port, path, timeout=10):
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    c.request("GET", path)
+    r = c.getresponse()
+    b = r.read()
+    c.close()
+    if r.status != 200:
+        raise RuntimeError("GET %s: HTTP %d" % (path, r.status))
+    return b
+
+
+COUNTERS = ("tandem_generated_tokens_total", "tandem_prefill_tokens_total",
+            "tandem_prompt_tokens_cached_total", "tandem_retractions_total")
+
+
+def scrape(host, port):
+    text = get_json(host, port, "/metrics").decode()
+    v = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in COUNTERS:
+            v[parts[0]] = float(parts[1])
+    missing = [k for k in COUNTERS if k not in v]
+    if missing:
+        raise RuntimeError("/metrics lacks " + ", ".join(missing))
+    return v
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    f = math.floor(k)
+    c = min(f + 1, len(s) - 1)
+    return s[f] + (s[c] - s[f]) * (k - f)
+
+
+def stats_ms(xs):
+    if not xs:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    return {"mean": round(1e3 * sum(xs) / len(xs), 3), "p50": round(1e3 * pct(xs, 0.5), 3),
+            "p90": round(1e3 * pct(xs, 0.9), 3), "p99": round(1e3 * pct(xs, 0.99), 3)}
+
+
+def run_point(a, host, port, model, point, reqs, seed):
+    rng = random.Random(seed ^ 0x5EED)
+    starts, t = [], 0.0
+    for _ in reqs:
+        starts.append(t)
+        if math.isfinite(point["rate"]):
+            t += rng.expovariate(point["rate"])
+    sem = mp.Semaphore(point["max_concurrency"]) if point["max_concurrency"] else None
+    before = scrape(host, port)
+    procs = max(1, min(a.procs, len(reqs)))
+    q = mp.Queue()
+    t_base = time.time() + 0.2
+    ps = []
+    for k in range(procs):
+        sub = list(range(k, len(reqs), procs))
+        p = mp.Process(target=proc_main, args=(host, port, model, [reqs[i] for i in sub],
+                                               [starts[i] for i in sub], t_base, sem, a.timeout,
+                                               q))
+        p.start()
+        ps.append(p)
+    recs = []
+    for _ in ps:
+        recs.extend(q.get())
+    for p in ps:
+        p.join()
+    recs.sort(key=lambda r: r["i"])
+
+    errors = []
+    ok = [r for r in recs if r["ok"]]
+    for r in recs:
+        if not r["ok"]:
+            errors.append("request %d: %s" % (r["i"], r["error"]))
+            continue
+        u = r["usage"]
+        if u.get("completion_tokens") != r["max_tokens"]:
+            errors.append("request %d: usage.completion_tokens %s != max_tokens %d (ignore_eos)"
+                          % (r["i"], u.get("completion_tokens"), r["max_tokens"]))
+        if len(r["chunks"]) > u.get("completion_tokens", 0):
+            errors.append("request %d: %d content chunks > %s completion tokens"
+                          % (r["i"], len(r["chunks"]), u.get("completion_tokens")))
+    sum_out = sum(r["usage"]["completion_tokens"] for r in ok)
+    sum_in = sum(r["usage"]["prompt_tokens"] for r in ok)
+    # the counters lag the last response by up to an iteration: poll with a deadline
+    deadline = time.time() + a.metrics_wait
+    while True:
+        after = scrape(host, port)
+        d = {k: after[k] - before[k] for k in COUNTERS}
+        gen_ok = d["tandem_generated_tokens_total"] == sum_out
+        pre = d["tandem_prefill_tokens_total"] + d["tandem_prompt_tokens_cached_total"]
+        pre_ok = d["tandem_retractions_total"] > 0 or pre == sum_in
+        if (gen_ok and pre_ok) or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    if not gen_ok:
+        errors.append("/metrics tandem_generated_tokens_total grew %d, responses' usage sums %d"
+                      % (d["tandem_generated_tokens_total"], sum_out))
+    if not pre_ok:
+        errors.append("/metrics prefill + cached prompt tokens grew %d, responses' usage sums %d"
+                      % (pre, sum_in))
+
+    t_first = min(r["t_send"] for r in recs)
+    t_last = max(r["t_send"] + r.get("e2e", 0.0) for r in recs)
+    dur = max(t_last - t_first, 1e-9)
+    ttft = [r["chunks"][0] for r in ok if r["chunks"]]
+    itl = [b - a_ for r in ok for a_, b in zip(r["chunks"], r["chunks"][1:])]
+    tpot = [(r["e2e"] - r["chunks"][0]) / (r["usage"]["completion_tokens"] - 1)
+            for r in ok if r["chunks"] and r["usage"]["completion_tokens"] > 1]
+    e2e = [r["e2e"] for r in ok]
+    return {
+        "point": point["name"],
+        "request_rate": None if not math.isfinite(point["rate"]) else point["rate"],
+        "max_concurrency": point["max_concurrency"] or None,
+        "requests": len(recs), "completed": len(ok), "duration_s": round(dur, 3),
+        "total_input_tokens": sum_in, "total_output_tokens": sum_out,
+        "request_throughput": round(len(ok) / dur, 3),
+        "input_tok_s": round(sum_in / dur, 1), "output_tok_s": round(sum_out / dur, 1),
+        "concurrency_mean": round(sum(e2e) / dur, 2),
+        "ttft_ms": stats_ms(ttft), "itl_ms": stats_ms(itl), "tpot_ms": stats_ms(tpot),
+        "e2e_ms": stats_ms(e2e),
+        "metrics_delta": {k: int(v) for k, v in d.items()},
+        "errors": errors[:20], "n_errors": len(errors),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--points", required=True)
+    ap.add_argument("--num-prompts", type=int, default=0,
+                    help="requests per point (0: max(4 x concurrency, 16))")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--input-median", type=int, default=160)
+    ap.add_argument("--output-median", type=int, default=140)
+    ap.add_argument("--input-max", type=int, default=1024)
+    ap.add_argument("--output-max", type=int, default=512)
+    ap.add_argument("--min-len", type=int, default=4)
+    ap.add_argument("--procs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--metrics-wait", type=float, default=10.0)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    u = urllib.parse.urlparse(a.url)
+    host, port = u.hostname, u.port or 80
+    try:
+        points = [parse_point(p) for p in a.points.split(",") if p]
+    except ValueError as e:
+        sys.stderr.write("loadgen: bad point %s (rate:R, rate:R/C, conc:C)\n" % e)
+        return 2
+    model = json.loads(get_json(host, port, "/v1/models"))["data"][0]["id"]
+    if a.warmup:
+        w = make_requests(a.warmup, a.seed + 999, a)
+        for r in w:
+            r["max_tokens"] = min(r["max_tokens"], 8)
+            rec = one_request(host, port, model, r, a.timeout)
+            if not rec["ok"]:
+                sys.stderr.write("loadgen: warm-up request failed: %s\n" % rec["error"])
+                return 1
+    res = []
+    for k, p in enumerate(points):
+        n = a.num_prompts or max(4 * (p["max_concurrency"] or 4), 16)
+        reqs = make_requests(n, a.seed + k, a)
+        r = run_point(a, host, port, model, p, reqs, a.seed + k)
+        sys.stderr.write("loadgen: %-12s %4d/%d ok  %8.1f out tok/s  %6.2f req/s  TTFT p50 %s ms"
+                         "  ITL p50 %s p99 %s ms%s\n"
+                         % (p["name"], r["completed"], r["requests"], r["output_tok_s"],
+                            r["request_throughput"], r["ttft_ms"]["p50"], r["itl_ms"]["p50"],
+                            r["itl_ms"]["p99"],
+                            "  ERRORS %d: %s" % (r["n_errors"], r["errors"][0])
+                            if r["n_errors"] else ""))
+        res.append(r)
+    doc = {"url": a.url, "model": model, "seed": a.seed,
+           "lengths": {"input_median": a.input_median, "output_median": a.output_median,
+                       "input_max": a.input_max, "output_max": a.output_max,
+                       "min": a.min_len, "distribution": "log-normal, sigma 0.9 in / 0.8 out"},
+           "procs": a.procs, "points": res, "ok": all(r["n_errors"] == 0 for r in res)}
+    text = json.dumps(doc, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0 if doc["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+#!/bin/sh
+# test-gpu-serving-cpu.sh — bench/gpu-serving.sh and its load generator (bench/loadgen.py) at
+# small sizes against a --device cpu worker on models/demo, so make check runs the GPU serving
+# bench's every path but the engine ceiling: the concurrency sweep and a Poisson rate in the
+# overlap loop, a loop point in lockstep, the usage and /metrics cross-checks, the merged JSON
+# (docs/contracts.md §h gpu_serving.json). No timing assertion. Then the cross-check must fail:
+# a point measured while another client's tokens flow through the same worker sees /metrics
+# grow by more than its own responses' usage and exits 1.
+set -u
+S=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$S/tests/integration/tap-lib.sh"
+tap_need_exec "$BIN"
+command -v python3 > /dev/null || { echo "Bail out! python3 not found"; exit 1; }
+T=$(mktemp -d)
+wp=""
+hp=""
+trap '[ -n "$hp" ] && kill -9 -- -$hp 2>/dev/null; [ -n "$wp" ] && kill -9 $wp 2>/dev/null; rm -rf "$T"' EXIT
+export TDM_CPU_THREADS=1
+
+TDM_SERVE_DEVICE=cpu TDM_SERVE_CONC="1 4" TDM_SERVE_RATES="50" TDM_SERVE_LOOP_CONC="4" \
+    TDM_SERVE_NUM=6 TDM_SERVE_IN=20 TDM_SERVE_OUT=8 TDM_SERVE_IN_MAX=48 TDM_SERVE_OUT_MAX=16 \
+    TDM_BENCH_GIT_SHA=test sh -c "bash '$S/bench/gpu-serving.sh' '$BUILD' '$S' '$T/out.json'" \
+    > "$T/tap" 2> "$T/err"
+rc=$?
+ok $rc "gpu-serving.sh on --device cpu exits 0 (rc $rc)"
+[ $rc != 0 ] && sed 's/^/# /' "$T/tap" "$T/err" | tail -30
+ok "$(grep -c '^not ok' "$T/tap" | grep -qx 0; echo $?)" "its TAP has no failure"
+python3 - "$T/out.json" > "$T/check" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["bench"] == "gpu_serving" and d["git_sha"] == "test" and d["device"] == "cpu", "header"
+assert d["checks_ok"] is True, "checks_ok"
+rows = {r["concurrency"]: r for r in d["concurrency"]}
+assert sorted(rows) == [1, 4], "concurrency rows %s" % sorted(rows)
+for c, r in rows.items():
+    s = r["serving"]
+    assert s["completed"] == s["requests"] == 6, "c=%d completed %s" % (c, s["completed"])
+    m = s["metrics_delta"]
+    assert m["tandem_generated_tokens_total"] == s["total_output_tokens"] > 0, "c=%d gen" % c
+    assert s["output_tok_s"] > 0 and s["request_throughput"] > 0, "c=%d rates" % c
+    for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        for q in ("mean", "p50", "p90", "p99"):
+            assert s[k][q] is not None and s[k][q] >= 0, "c=%d %s %s" % (c, k, q)
+    assert s["ttft_ms"]["p50"] <= s["e2e_ms"]["p50"], "c=%d ttft > e2e" % c
+assert len(d["rates"]) == 1 and d["rates"][0]["request_rate"] == 50, "rates"
+assert d["rates"][0]["completed"] == 6, "rate point"
+lo = d["overlap_vs_lockstep"]
+assert len(lo) == 1 and lo[0]["concurrency"] == 4 and lo[0]["lockstep_output_tok_s"] > 0, "loops"
+print("fields ok")
+PY
+rc=$?
+ok $rc "gpu_serving.json: both concurrency points, the rate point and the loop comparison, every request and token accounted ($(tail -1 "$T/check"))"
+
+# the cross-check fails when the worker serves tokens the point did not ask for
+"$BIN" --model-path "$S/models/demo" --device cpu --port 0 --ready-file "$T/ready" \
+    --max-running-requests 8 > "$T/worker.log" 2>&1 &
+wp=$!
+i=0
+while [ $i -lt 600 ] && [ ! -s "$T/ready" ] && kill -0 $wp 2> /dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+done
+port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2> /dev/null)
+[ -n "$port" ] || { echo "Bail out! worker did not start"; tail -5 "$T/worker.log"; exit 1; }
+gen() { curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^tandem_generated_tokens_total \([0-9]*\).*/\1/p'; }
+setsid python3 "$S/bench/loadgen.py" --url "http://127.0.0.1:$port" --points conc:2 --num-prompts 200 \
+    --input-median 16 --output-median 48 --output-max 64 --warmup 0 --seed 7 \
+    > /dev/null 2>&1 &
+hp=$!
+g0=$(gen)
+i=0
+while [ $i -lt 300 ] && [ "$(gen)" = "$g0" ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+python3 "$S/bench/loadgen.py" --url "http://127.0.0.1:$port" --points conc:1 --num-prompts 3 \
+    --input-median 8 --output-median 4 --output-max 6 --warmup 0 --metrics-wait 1 \
+    --out "$T/neg.json" > /dev/null 2> "$T/neg.err"
+rc=$?
+ok "$([ $rc = 1 ] && grep -q 'tandem_generated_tokens_total grew' "$T/neg.json"; echo $?)" \
+    "a point with another client's tokens in flight fails the /metrics cross-check (rc $rc)"
+kill -9 -- -$hp 2> /dev/null # the load generator's process group: it and its workers
+wait $hp 2> /dev/null
+hp=""
+kill -TERM $wp
+wait $wp
+ok $? "worker exits cleanly"
+wp=""
+tap_done
