@@ -13,9 +13,11 @@
 # of TinyLlama-1.1B's shape with models/demo's tokenizer, made under /tmp by
 # bench/gen_random_model.py --preset tinyllama-demo; cpu: SRCDIR/models/demo);
 # TDM_SERVE_CONC ("1 8 32 64 128"), TDM_SERVE_RATES ("8 32"), TDM_SERVE_LOOP_CONC ("32 64"),
-# TDM_SERVE_NUM (requests per point; 0: max(4 x concurrency, 16)), TDM_SERVE_IN / TDM_SERVE_OUT
+# TDM_SERVE_NUM (requests per point; 0: max(F x concurrency, 16), F = TDM_SERVE_NUM_FACTOR, 4), TDM_SERVE_IN / TDM_SERVE_OUT
 # (median lengths, 160 / 140), TDM_SERVE_IN_MAX / TDM_SERVE_OUT_MAX (1024 / 512),
-# TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_MAX_RUNNING (the largest concurrency),
+# TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_ENGINE_REPS (3), TDM_SERVE_MAX_RUNNING (the largest concurrency),
+# TDM_SERVE_HOST_SAMPLE_CONC (cuda only, default none: these concurrency points again in the
+# overlap loop with TDM_CUDA_HOST_SAMPLE=1, full logits copied and sampled on the host),
 # TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
 set -u
 BUILD=${1:?usage: gpu-serving.sh BUILDDIR SRCDIR [OUT]}
@@ -25,7 +27,10 @@ DEV=${TDM_SERVE_DEVICE:-cuda}
 CONC=${TDM_SERVE_CONC:-1 8 32 64 128}
 RATES=${TDM_SERVE_RATES:-8 32}
 LOOP_CONC=${TDM_SERVE_LOOP_CONC:-32 64}
+HS_CONC=${TDM_SERVE_HOST_SAMPLE_CONC:-}
+[ "$DEV" = cuda ] || HS_CONC=""
 NUM=${TDM_SERVE_NUM:-0}
+NUMF=${TDM_SERVE_NUM_FACTOR:-4}
 IN=${TDM_SERVE_IN:-160}
 OUTLEN=${TDM_SERVE_OUT:-140}
 IN_MAX=${TDM_SERVE_IN_MAX:-1024}
@@ -64,7 +69,7 @@ fi
 if [ "$DEV" = cuda ]; then
     echo "# gpu-serving: engine decode at batch $CONC" >&2
     timeout 300 "$E" --model "$MODEL" --batch "$CONC" --prompt-len "$IN" --steps "$STEPS" \
-        --reps 3 > "$T/engine.json"
+        --reps "${TDM_SERVE_ENGINE_REPS:-3}" > "$T/engine.json"
     tap $? "engine batched decode (bench/gpu_serving_engine)"
 else
     echo '{"results": []}' > "$T/engine.json"
@@ -77,13 +82,19 @@ for c in $CONC; do points_overlap="$points_overlap,conc:$c"; done
 for r in $RATES; do points_overlap="$points_overlap,rate:$r"; done
 points_lockstep=""
 for c in $LOOP_CONC; do points_lockstep="$points_lockstep,conc:$c"; done
+points_hs=""
+for c in $HS_CONC; do points_hs="$points_hs,conc:$c"; done
 lg_rc=0
-for loop in overlap lockstep; do
-    if [ $loop = overlap ]; then pts=${points_overlap#,}; extra=""; else
-        pts=${points_lockstep#,}; extra=--disable-overlap-schedule; fi
+for loop in overlap lockstep hostsample; do
+    hs=0
+    case $loop in
+    overlap) pts=${points_overlap#,}; extra="" ;;
+    lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
+    *) pts=${points_hs#,}; extra=""; hs=1 ;;
+    esac
     [ -z "$pts" ] && continue
     rm -f "$T/ready"
-    "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+    TDM_CUDA_HOST_SAMPLE=$hs "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
     i=0
@@ -101,7 +112,7 @@ for loop in overlap lockstep; do
     fi
     echo "# gpu-serving: $loop loop on port $port: $pts" >&2
     python3 "$SRC/bench/loadgen.py" --url "http://127.0.0.1:$port" --points "$pts" \
-        --num-prompts "$NUM" --input-median "$IN" --output-median "$OUTLEN" \
+        --num-prompts "$NUM" --num-factor "$NUMF" --input-median "$IN" --output-median "$OUTLEN" \
         --input-max "$IN_MAX" --output-max "$OUT_MAX" --out "$T/serve-$loop.json" > /dev/null
     rc=$?
     [ $rc != 0 ] && lg_rc=1
@@ -114,6 +125,7 @@ done
 tap $lg_rc "load generator: every request served, usage and /metrics agree"
 
 # 3. merge
+[ -n "$HS_CONC" ] && : > "$T/hs-wanted"
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)}
 [ -z "$sha" ] && sha=$(sed -n 's/^source: //p' "$SRC/.device-bundle/MANIFEST" 2>/dev/null | head -1)
 python3 - "$T" "$OUT" "${sha:-unknown}" "$DEV" "$MODEL" "$SRC" "$CONC" "$LOOP_CONC" <<'PY'
@@ -126,7 +138,7 @@ by_bs = {r["batch"]: r for r in eng.get("results", [])}
 def load(loop):
     p = os.path.join(T, "serve-%s.json" % loop)
     return json.load(open(p)) if os.path.exists(p) else {"points": [], "ok": False}
-ov, ls = load("overlap"), load("lockstep")
+ov, ls, hs = load("overlap"), load("lockstep"), load("hostsample")
 def pt(doc, name):
     return next((p for p in doc["points"] if p["point"] == name), None)
 rows = []
@@ -150,6 +162,13 @@ for c in loop_conc:
                       "lockstep_itl_p50_ms": b["itl_ms"]["p50"],
                       "overlap_ttft_p50_ms": a["ttft_ms"]["p50"],
                       "lockstep_ttft_p50_ms": b["ttft_ms"]["p50"]})
+host_sample = []
+for p in hs["points"]:
+    a = pt(ov, p["point"])
+    host_sample.append({"point": p["point"], "host_sample_output_tok_s": p["output_tok_s"],
+                        "host_sample_itl_p50_ms": p["itl_ms"]["p50"],
+                        "device_sample_output_tok_s": a and a["output_tok_s"],
+                        "device_sample_itl_p50_ms": a and a["itl_ms"]["p50"]})
 anchor = {}
 try:
     g = json.load(open(os.path.join(src, "bench/results/gpu_decode.json")))
@@ -168,7 +187,8 @@ doc = {
     "what": "streaming /v1/chat/completions under open-loop load (bench/loadgen.py: max-concurrency "
             "sweep and Poisson rates, overlap loop; lockstep at the loop points), beside the engine's "
             "batched decode at batch = concurrency in the same run (ids: device argmax, ids copied; "
-            "logits: full rows copied as well)",
+            "logits: full rows copied as well); device_vs_host_sampling: the same points with "
+            "TDM_CUDA_HOST_SAMPLE=1 (every logits row copied, sampled on the host)",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
                "concurrency 1 <= 1.15 x the engine's bs1 step; overlap > lockstep at 32/64",
     "device": dev, "gpu": gpu, "git_sha": sha,
@@ -178,8 +198,9 @@ doc = {
     "load": ov.get("lengths"), "seed": ov.get("seed"),
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
-    "overlap_vs_lockstep": loops, "anchor": anchor,
-    "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc),
+    "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample, "anchor": anchor,
+    "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
+                 (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
     json.dump(doc, f, indent=1)
@@ -191,6 +212,10 @@ for r in rows:
              s and s["ttft_ms"]["p50"], r["concurrency"], e and e["ids_tok_s"],
              e and e["ids_step_us"],
              " ratio %s" % r.get("serving_vs_engine_decode") if "serving_vs_engine_decode" in r else ""))
+for h in host_sample:
+    print("# bench sampling %s: device %s vs host %s tok/s; ITL p50 %s vs %s ms"
+          % (h["point"], h["device_sample_output_tok_s"], h["host_sample_output_tok_s"],
+             h["device_sample_itl_p50_ms"], h["host_sample_itl_p50_ms"]))
 for l in loops:
     print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s)"
           % (l["concurrency"], l["overlap_output_tok_s"], l["lockstep_output_tok_s"],

@@ -25,6 +25,7 @@ Requests are spread over --procs processes (threads inside each), so the client'
 does not cap a fast server; arrivals follow one global schedule.
 
 Usage: loadgen.py --url http://127.0.0.1:PORT --points "conc:1,conc:8,rate:16" [--num-prompts N]
+  [--num-factor F]
   [--seed S] [--input-median N] [--output-median N] [--input-max N] [--output-max N]
   [--min-len N] [--procs N] [--timeout S] [--out FILE]
 Prints one JSON object (and writes it to --out).
@@ -298,7 +299,8 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--points", required=True)
     ap.add_argument("--num-prompts", type=int, default=0,
-                    help="requests per point (0: max(4 x concurrency, 16))")
+                    help="requests per point (0: max(F x concurrency, 16), F = --num-factor)")
+    ap.add_argument("--num-factor", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--input-median", type=int, default=160)
     ap.add_argument("--output-median", type=int, default=140)
@@ -329,7 +331,7 @@ def main():
                 return 1
     res = []
     for k, p in enumerate(points):
-        n = a.num_prompts or max(4 * (p["max_concurrency"] or 4), 16)
+        n = a.num_prompts or max(a.num_factor * (p["max_concurrency"] or 4), 16)
         reqs = make_requests(n, a.seed + k, a)
         r = run_point(a, host, port, model, p, reqs, a.seed + k)
         sys.stderr.write("loadgen: %-12s %4d/%d ok  %8.1f out tok/s  %6.2f req/s  TTFT p50 %s ms"
