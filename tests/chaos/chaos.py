@@ -526,17 +526,27 @@ def s6():
     def inject():
         S.pg_stop()
         time.sleep(2)
-        # a wedge during the outage: tandemd must see it from its ring
+        # a wedge during the outage: tandemd must see it from its ring. Work pending when the
+        # loop stalls, as in 4a: a long stream straight to decode (the router stops choosing a
+        # group whose /ready fails, so with the load alone the wedge opened only once a request
+        # happened to be pending: 21 s after the fault in one run, after the check in another)
+        long = threading.Thread(target=gen_stream, args=(S.worker_port("dec"), [5, 6, 7, 8],
+                                                         4000, 90), daemon=True)
+        long.start()
+        wait_until(lambda: metrics(S.worker_port("dec")).get("tandem_requests_running", 0) >= 1,
+                   10, 0.05)
+        holder["t_fault_us"] = now_us()
         st, res = S.fault("dec", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
                                   "duration_ms": 60000})
-        holder["t_fault"] = time.time()
         return st, res
 
     quiet()
     t_mark = time.time()
     st, res = inject()
+    # this fault's wedge: the live list also holds resolved alerts (4a's WEDGE among them)
     wedge_live = wait_until(lambda: any(
-        a.get("kind") == "WEDGE" and a.get("group") == "dec" for a in
+        a.get("kind") == "WEDGE" and a.get("group") == "dec" and
+        a.get("opened_us", 0) >= holder["t_fault_us"] for a in
         S.api("GET", "/api/v1/alerts?source=live", timeout=3)[1].get("alerts", [])), 5 * SLACK + 5)
     lost_healthy = [a for a in S.api("GET", "/api/v1/alerts?source=live", timeout=3)[1].get(
         "alerts", []) if a.get("kind") == "WORKER_LOST" and a.get("opened_us", 0) >= t_out]
