@@ -7,16 +7,17 @@
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu \
 	kernels/cuda/ops_gemm.cu kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
 	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu kernels/cuda/ops_host.cu \
-	kernels/cuda/hicache.cu kernels/cuda/device.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
+	kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/sample.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h kernels/cuda/ops_int.cuh \
 	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h \
-	kernels/cuda/hicache.h kernels/cuda/device.h
+	kernels/cuda/hicache.h kernels/cuda/device.h kernels/cuda/sample.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
 libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu kernels/cuda/ops_gemm.cu \
 	kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
 	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu \
-	kernels/cuda/ops_host.cu kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/exec_cuda.c kernels/cuda/module.c
+	kernels/cuda/ops_host.cu kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/sample.cu \
+	kernels/cuda/exec_cuda.c kernels/cuda/module.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
 if HAVE_CUDA_RT
@@ -24,7 +25,7 @@ CUDA_ENGINE_LIBS = libtdmcuda.a libtdmkernels.a libtdmkv.a libtdmmodel.a $(COMMO
 	$(CUDA_LIBS) -lstdc++
 
 GPU_TESTS = tests/gpu/test-cuda-smoke tests/gpu/test-cuda-ops tests/gpu/test-cuda-forward \
-	tests/gpu/test-cuda-exec tests/gpu/test-cuda-hicache
+	tests/gpu/test-cuda-exec tests/gpu/test-cuda-hicache tests/gpu/test-cuda-sample
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS) tests/gpu/test-worker-cuda.sh
 tests_gpu_test_cuda_smoke_SOURCES = tests/gpu/test-cuda-smoke.c kernels/cuda/smoke.cu
@@ -43,6 +44,11 @@ tests_gpu_test_cuda_forward_LDADD = $(CUDA_ENGINE_LIBS)
 tests_gpu_test_cuda_exec_SOURCES = tests/gpu/test-cuda-exec.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_exec_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_exec_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+
+# the device sampler against the host sampler (kernels/cuda/sample.h)
+tests_gpu_test_cuda_sample_SOURCES = tests/gpu/test-cuda-sample.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_sample_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
+tests_gpu_test_cuda_sample_LDADD = libtdmcuda.a libtdmgraph.a libtdmsample.a $(CUDA_ENGINE_LIBS)
 
 tests_gpu_test_cuda_hicache_SOURCES = tests/gpu/test-cuda-hicache.c kernels/cuda/smoke.cu
 tests_gpu_test_cuda_hicache_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)

@@ -4,7 +4,7 @@ noinst_LIBRARIES += libtdmsample.a
 libtdmsample_a_SOURCES = \
 	dataplane/sample/sample.c \
 	dataplane/sample/stop.c
-noinst_HEADERS += include/tdm/sample.h
+noinst_HEADERS += include/tdm/sample.h include/tdm/sample_fx.h
 
 SAMPLE_TESTS = \
 	tests/unit/test-sample \

@@ -6,7 +6,8 @@
  * caller's scratch, and the per-token counters there are returned to zero after use (only the
  * entries the history touched, so a call costs O(vocab + history), never a vocab-sized memset).
  * Top-p avoids a sort: a quickselect weighted by probability mass finds the nucleus in expected
- * O(vocab), and each candidate's exp() is computed once.
+ * O(vocab). Probabilities are fixed-point integers and the draw walks the kept ids in ascending
+ * order (tdm/sample_fx.h), so kernels/cuda/sample.cu draws the same token from the same row.
  * Every ordering uses the total order (logit descending, id ascending), which makes each result a
  * pure function of its inputs.
  */
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include <tdm/sample.h>
+#include <tdm/sample_fx.h>
 
 #define SET_ERR(err, len, ...)                                                                     \
     do {                                                                                           \
@@ -81,16 +83,19 @@ tdm_status_t tdm_sample_scratch_init(tdm_sample_scratch_t *s, uint32_t vocab)
     float *work = malloc((size_t)vocab * sizeof(float));
     int32_t *idx = malloc((size_t)vocab * sizeof(int32_t));
     uint32_t *count = calloc(vocab, sizeof(uint32_t));
-    if (!work || !idx || !count) {
+    uint64_t *fx = malloc((size_t)vocab * sizeof(uint64_t));
+    if (!work || !idx || !count || !fx) {
         free(work);
         free(idx);
         free(count);
+        free(fx);
         return TDM_ERR_NOMEM;
     }
     s->vocab = vocab;
     s->work = work;
     s->idx = idx;
     s->count = count;
+    s->fx = fx;
     return TDM_OK;
 }
 
@@ -101,23 +106,15 @@ void tdm_sample_scratch_free(tdm_sample_scratch_t *s)
     free(s->work);
     free(s->idx);
     free(s->count);
+    free(s->fx);
     memset(s, 0, sizeof(*s));
 }
 
-/* Counter-based: splitmix64's finalizer over (seed, step), so token `step` of a request draws
- * the same uniform whatever else runs in the batch. */
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* Counter-based: splitmix64's finalizer over (seed, step) (tdm/sample_fx.h), so token `step` of
+ * a request draws the same uniform whatever else runs in the batch. */
 double tdm_sample_uniform(uint64_t seed, uint64_t step)
 {
-    uint64_t h = mix64(mix64(seed) ^ (step * 0xd1b54a32d192ed03ull + 0x8bb84b93962eacc9ull));
-    return (double)(h >> 11) * 0x1.0p-53;
+    return (double)tdm_sample_fx_u53(seed, step) * 0x1.0p-53;
 }
 
 int tdm_sample_is_stop_id(const int32_t *stop_ids, size_t n, int32_t id)
@@ -255,18 +252,19 @@ static void raw_logprobs(const tdm_sample_params_t *p, const float *logits, uint
         r->top_logprobs[j] = logits[r->top_ids[j]] - lse;
 }
 
-/* Top-p over cand[0, n) (the top-k set), renormalized, by a mass-weighted quickselect: w holds
- * unnormalized probabilities (max exactly 1). A candidate is kept iff the mass of the candidates
- * better than it is < top_p * Z. Each round partitions the undecided range around a pivot and
- * keeps or discards a whole side by its mass, so the expected cost is O(n) even for a flat
- * distribution whose nucleus is most of the vocabulary. Returns the kept count; cand[0, kept)
- * holds the kept candidates (not sorted: the draw only needs a deterministic order). */
-static size_t top_p_keep(const float *w, int32_t *cand, size_t n, float top_p)
+/* Top-p over cand[0, n) (the top-k set) by a mass-weighted quickselect: q holds the candidates'
+ * fixed-point probabilities (tdm/sample_fx.h; the best exactly 2^40). A candidate is kept iff the
+ * mass of the candidates better than it (w descending, id ascending) satisfies
+ * tdm_sample_fx_top_p_keeps against the set's total. Each round partitions the undecided range
+ * around a pivot and keeps or discards a whole side by its mass, so the expected cost is O(n) even
+ * for a flat distribution whose nucleus is most of the vocabulary; the masses are integers, so
+ * the result does not depend on the partition order. Returns the kept count; cand[0, kept) holds
+ * the kept candidates (not sorted). */
+static size_t top_p_keep(const float *w, const uint64_t *q, int32_t *cand, size_t n, float top_p)
 {
-    double z = 0.0;
+    uint64_t z = 0, ahead = 0; /* ahead: mass of everything left of lo */
     for (size_t i = 0; i < n; i++)
-        z += (double)w[cand[i]];
-    double target = (double)top_p * z, ahead = 0.0; /* mass of everything left of lo */
+        z += q[cand[i]];
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2, last = hi - 1;
@@ -278,20 +276,20 @@ static size_t top_p_keep(const float *w, int32_t *cand, size_t n, float top_p)
             swap_i32(cand, mid, last);
         int32_t pivot = cand[last];
         size_t store = lo;
-        double mass = 0.0;
+        uint64_t mass = 0;
         for (size_t i = lo; i < last; i++)
             if (better(w, cand[i], pivot)) {
-                mass += (double)w[cand[i]];
+                mass += q[cand[i]];
                 swap_i32(cand, i, store++);
             }
         swap_i32(cand, store, last);
         /* cand[lo, store) beat the pivot at cand[store]; cand(store, hi) lose to it */
-        if (!(ahead + mass < target)) {
+        if (!tdm_sample_fx_top_p_keeps(ahead + mass, z, top_p)) {
             hi = store; /* the pivot is cut; the boundary is among the better side */
             continue;
         }
-        ahead += mass + (double)w[pivot];
-        if (!(ahead < target))
+        ahead += mass + q[pivot];
+        if (!tdm_sample_fx_top_p_keeps(ahead, z, top_p))
             return store + 1; /* the pivot is the last candidate kept */
         lo = store + 1;
     }
@@ -357,31 +355,36 @@ tdm_status_t tdm_sample_token(const tdm_sample_params_t *p, const float *logits,
             select_best(w, cand, 0, n, (size_t)p->top_k);
             n = (size_t)p->top_k;
         }
-        /* from here on w holds exp(w): unnormalized probabilities, the best exactly 1.0; the
-         * order (p desc, id asc) equals the logit order except among underflowed zeros */
+        /* fixed-point probabilities (tdm/sample_fx.h), bit-identical to the device sampler's;
+         * the best candidate's is exactly 2^40 and survives every stage */
+        uint64_t *q = s->fx;
         for (size_t i = 0; i < n; i++)
-            w[cand[i]] = expf(w[cand[i]]);
+            q[cand[i]] = tdm_sample_fx_exp(w[cand[i]]);
         if (p->top_p < 1.0f)
-            n = top_p_keep(w, cand, n, p->top_p);
+            n = top_p_keep(w, q, cand, n, p->top_p);
         if (p->min_p > 0.0f) {
-            size_t k = 0; /* p_i >= min_p * p_max, and p_max == 1 */
+            size_t k = 0;
             for (size_t i = 0; i < n; i++)
-                if (w[cand[i]] >= p->min_p)
+                if (tdm_sample_fx_min_p_keeps(q[cand[i]], p->min_p))
                     cand[k++] = cand[i];
             n = k;
         }
-        /* n >= 1: the best token has probability 1 and survives every stage */
-        double total = 0.0;
-        for (size_t i = 0; i < n; i++)
-            total += (double)w[cand[i]];
-        double u = tdm_sample_uniform(p->seed, step) * total, acc = 0.0;
-        chosen = cand[n - 1];
+        /* the draw walks the kept ids in ascending order (the device's order): flag them in the
+         * counters (zero between calls), then one pass over the vocabulary clears them again */
+        uint64_t total = 0;
         for (size_t i = 0; i < n; i++) {
-            acc += (double)w[cand[i]];
-            if (u < acc) {
-                chosen = cand[i];
-                break;
-            }
+            total += q[cand[i]];
+            s->count[cand[i]] = 1;
+        }
+        uint64_t r = tdm_sample_fx_scale(tdm_sample_fx_u53(p->seed, step), total), acc = 0;
+        chosen = -1;
+        for (uint32_t i = 0; i < vocab; i++) {
+            if (!s->count[i])
+                continue;
+            s->count[i] = 0;
+            acc += q[i];
+            if (chosen < 0 && acc > r)
+                chosen = (int32_t)i;
         }
     }
 

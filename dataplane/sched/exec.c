@@ -5,7 +5,9 @@
  *   3. for plans with PREV_TOKEN entries, rank 0's resolved ids (one u32 per such entry);
  *   4. the forward over the batch with the tensor collectives (the vocab-parallel embedding
  *      all-reduce, the row-parallel all-reduces, the vocab-parallel logits all-gather);
- *   5. on rank 0, one sample per LOGITS entry with the request's (seed, step);
+ *   5. on rank 0, one sample per LOGITS entry with the request's (seed, step) (--device cuda: on
+ *      the device, kernels/cuda/sample.h, inside the forward's one wait; requests with penalties
+ *      on the host from their copied logits rows);
  *   6. the iteration record (iter, path, plan_hash, counters) in the rank's progress slot (I2).
  * Rank 0 also publishes the iteration's queue counters at its start (before step 3's stall point
  * and the collectives), so a loop stuck inside its first busy iteration reads as holding work;
@@ -17,6 +19,7 @@
  */
 #include "config.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +60,12 @@ struct tdm_exec {
     uint32_t tier_cap;
     tdm_sample_scratch_t scratch;
     uint64_t iter_seen;
+    /* --device cuda: sampling on the device (kernels/cuda/sample.h), max_seqs rows each; off
+     * (the host samples every row from copied logits) with a module lacking it or with
+     * TDM_CUDA_HOST_SAMPLE=1 */
+    int dev_sample;
+    tdm_cuda_sample_req_t *sreq;
+    tdm_cuda_sample_out_t *sout;
 };
 
 static tdm_status_t graph_allreduce(void *ctx, float *buf, size_t n)
@@ -265,6 +274,15 @@ buffers:
     x->ids = tdm_calloc(cfg->max_tokens, sizeof(*x->ids));
     x->prev = tdm_calloc(cfg->max_seqs, sizeof(*x->prev));
     x->last_tok = tdm_calloc(cfg->max_seqs, sizeof(*x->last_tok));
+    if (x->cuda &&
+        x->cu->size >=
+            offsetof(tdm_cuda_module_t, exec_forward_sample) + sizeof(x->cu->exec_forward_sample) &&
+        x->cu->exec_forward_sample) {
+        const char *hs = getenv("TDM_CUDA_HOST_SAMPLE");
+        x->dev_sample = !(hs && !strcmp(hs, "1"));
+        x->sreq = tdm_calloc(cfg->max_seqs, sizeof(*x->sreq));
+        x->sout = tdm_calloc(cfg->max_seqs, sizeof(*x->sout));
+    }
     if (cfg->rank == 0 && tdm_sample_scratch_init(&x->scratch, x->vocab) != TDM_OK) {
         SET_ERR("executor: no memory for the sampler");
         st = TDM_ERR_NOMEM;
@@ -298,6 +316,8 @@ void tdm_exec_free(tdm_exec_t *x)
     if (x->have_view)
         tdm_model_view_free(&x->view);
     tdm_sample_scratch_free(&x->scratch);
+    tdm_free(x->sreq);
+    tdm_free(x->sout);
     free(x->logits);
     tdm_free(x->gs);
     tdm_free(x->ids);
@@ -389,6 +409,30 @@ static tdm_status_t tier_gather(tdm_exec_t *x, uint64_t need, tdm_exec_iter_t *i
     return st;
 }
 
+/* The device sampler's request for one plan entry (rank 0's request r; NULL on followers, whose
+ * rows are never sampled): rows without LOGITS, or past max_new, are skipped (run_plan answers
+ * them as the host path does); requests with penalties go to the host sampler, which needs their
+ * history. */
+static void dev_sample_req(const tdm_sreq_t *r, const tdm_plan_entry_t *e, tdm_cuda_sample_req_t *q)
+{
+    memset(q, 0, sizeof(*q));
+    if (!r || !(e->flags & TDM_PLAN_LOGITS) || r->n_sampled >= r->max_new) {
+        q->skip = 1;
+        return;
+    }
+    const tdm_sample_params_t *p = &r->sp;
+    q->temperature = p->temperature;
+    q->top_p = p->top_p;
+    q->min_p = p->min_p;
+    q->top_k = p->top_k;
+    q->seed = p->seed;
+    q->step = r->n_sampled;
+    q->logprobs = p->logprobs;
+    q->top_logprobs = p->top_logprobs;
+    q->host = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+              p->frequency_penalty != 0.0f;
+}
+
 /* Steps 3-6 on a validated plan; `reqs` is NULL on followers; need: the newest HiCache load
  * ticket the batch reads (0 = none). */
 static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8_t *payload,
@@ -443,6 +487,8 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
                 x->ids[tok_off] = (int32_t)x->prev[n_prev++];
             x->gs[n] =
                 (tdm_graph_seq_t){x->ids + tok_off, e.n_tokens, e.pos0, e.pages, e.n_pages, 0};
+            if (x->dev_sample)
+                dev_sample_req(lead ? it->reqs[n] : NULL, &e, &x->sreq[n]);
             tok_off += e.n_tokens;
             n++;
         }
@@ -456,7 +502,9 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
             poison0 = tdm_kv_gate_poison_reads(tdm_hicache_gate(x->hc));
             bypass0 = tdm_kv_gate_bypasses(tdm_hicache_gate(x->hc));
         }
-        if (x->cuda)
+        if (x->dev_sample)
+            st = x->cu->exec_forward_sample(x->cuda, x->gs, n, x->sreq, x->logits, x->sout, &rows);
+        else if (x->cuda)
             st = x->cu->exec_forward(x->cuda, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
         else
             st = tdm_graph_forward(x->graph, x->gs, n, x->logits, x->cfg.max_seqs, &rows);
@@ -488,10 +536,15 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
             res->req = r;
             tdm_sample_history_t hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt,
                                          r->n_sampled};
-            res->status = r->n_sampled < r->max_new
-                              ? tdm_sample_token(&r->sp, row, x->vocab, &hist, r->n_sampled,
-                                                 &x->scratch, &res->sample)
-                              : TDM_ERR_STATE;
+            if (r->n_sampled >= r->max_new) {
+                res->status = TDM_ERR_STATE;
+            } else if (x->dev_sample && !x->sreq[i - 1].host) {
+                res->status = x->sout[i - 1].status;
+                res->sample = x->sout[i - 1].r;
+            } else {
+                res->status = tdm_sample_token(&r->sp, row, x->vocab, &hist, r->n_sampled,
+                                               &x->scratch, &res->sample);
+            }
             if (res->status == TDM_OK) {
                 res->token = res->sample.id;
                 r->tokens[r->n_prompt + r->n_sampled++] = res->token;

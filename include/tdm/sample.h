@@ -10,6 +10,9 @@
  *   3. else logits/temperature, then top-k, then top-p over the renormalized top-k set (a token is
  *      kept iff the probability mass strictly ahead of it is < top_p, so at least one survives),
  *      then min-p (keep p_i >= min_p * p_max), then one draw from the renormalized remainder.
+ *      Probabilities are fixed-point integers (tdm/sample_fx.h: floor(2^40 e^x), a portable exp)
+ *      and the draw walks the kept ids in ascending order, so the device sampler
+ *      (kernels/cuda/sample.cu) chooses the same token from the same row and (seed, step).
  * Candidate order is a total order (logit descending, id ascending), so the draw is a pure
  * function of (logits, history, params, seed, step): independent of batch composition, thread
  * and call order. The uniform comes from a counter-based generator: u = H(seed, step).
@@ -75,6 +78,7 @@ typedef struct tdm_sample_scratch {
     float *work;     /* (vocab) penalized / scaled logits */
     int32_t *idx;    /* (vocab) candidate ids */
     uint32_t *count; /* (vocab) all zero between calls */
+    uint64_t *fx;    /* (vocab) fixed-point probabilities (tdm/sample_fx.h) */
 } tdm_sample_scratch_t;
 
 /* Allocate scratch for `vocab` tokens (TDM_ERR_NOMEM on failure, TDM_ERR_INVAL for vocab 0). */

@@ -217,6 +217,14 @@ struct tdm_kv_batch;
 tdm_status_t tdm_cuda_engine_use_gate(tdm_cuda_engine_t *e, struct tdm_kv_gate *gate);
 void tdm_cuda_engine_set_batch(tdm_cuda_engine_t *e, const struct tdm_kv_batch *b);
 
+/* A step enqueued on the forward's stream after its last kernel and before its one wait, with
+ * the logits rows of the call in device memory (m rows of V floats, row-major; the full vocab at
+ * any tp_size): the device sampler (kernels/cuda/sample.h tdm_cuda_sampler_enqueue) reads them
+ * there, so a forward copies only what the sampler returns. fn NULL: none. */
+typedef tdm_status_t (*tdm_cuda_engine_post_fn)(void *ctx, const float *d_logits, uint32_t m,
+                                                uint32_t V, void *stream);
+void tdm_cuda_engine_set_post(tdm_cuda_engine_t *e, tdm_cuda_engine_post_fn fn, void *ctx);
+
 /* Run one batch. Rows of logits as in tdm_graph_forward; logits (host, cap_rows × vocab) may be
  * NULL; ret_ids (host, cap_rows) receives each logits row's argmax and may be NULL. */
 tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,

@@ -420,6 +420,8 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         if ((st = enqueue(e, n, m)) != TDM_OK)
             goto out;
     }
+    if (e->post && (st = e->post(e->post_ctx, e->logits, m, e->V, e->stream)) != TDM_OK)
+        goto out;
     if (ret_ids && !e->ids_mapped)
         TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->h_ids_out, e->d_ids_out, (size_t)m * 4,
                                             cudaMemcpyDeviceToHost, e->stream),
@@ -439,6 +441,12 @@ out:
     if (begun && e->coll.step_end)
         e->coll.step_end(e->coll.ctx, st);
     return st;
+}
+
+void tdm_cuda_engine_set_post(tdm_cuda_engine_t *e, tdm_cuda_engine_post_fn fn, void *ctx)
+{
+    e->post = fn;
+    e->post_ctx = ctx;
 }
 
 tdm_status_t tdm_cuda_engine_replay_us(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,

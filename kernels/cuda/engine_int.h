@@ -86,6 +86,9 @@ struct tdm_cuda_engine {
     void *write32;   /* cuStreamWriteValue32 (driver entry point), NULL: the mark kernel */
     tdm_cuda_coll_run_t runs[TDM_CUDA_COLL_RUNS];
     uint32_t n_runs;
+    /* tdm_cuda_engine_set_post: enqueued after each forward's last kernel, before its wait */
+    tdm_cuda_engine_post_fn post;
+    void *post_ctx;
 };
 
 /* plan block layout, in uint32 units */

@@ -1,7 +1,8 @@
 /*
  * exec_cuda.c — the executor's CUDA forward (exec_cuda.h): the engine configured from the
  * serving configuration, tdm_graph_seq_t spans passed through unchanged (the two span types have
- * the same fields), logits copied back for the host sampler.
+ * the same fields), logits copied back for the host sampler, or sampled on the device
+ * (forward_sample: sample.h through the engine's post hook).
  */
 #include "config.h"
 
@@ -19,6 +20,8 @@ const tdm_hicache_dev_t *tdm_cuda_hicache_dev(void); /* hicache.cu */
 
 struct tdm_exec_cuda {
     tdm_cuda_engine_t *e;
+    tdm_cuda_sampler_t *sampler; /* forward_sample's, max_seqs rows */
+    uint32_t vocab;
     tdm_cuda_seq_t *seqs; /* max_seqs */
     uint32_t max_seqs;
 };
@@ -61,6 +64,13 @@ tdm_status_t tdm_exec_cuda_init(const tdm_exec_cuda_cfg_t *cfg, tdm_exec_cuda_t 
         tdm_exec_cuda_free(x);
         return st;
     }
+    x->vocab = cfg->view->cfg->vocab_size;
+    st = tdm_cuda_sampler_init(cfg->max_seqs, x->vocab, &x->sampler);
+    if (st != TDM_OK) {
+        SET_ERR("CUDA sampler (%u rows of %u): %s", cfg->max_seqs, x->vocab, tdm_status_str(st));
+        tdm_exec_cuda_free(x);
+        return st;
+    }
     *ret = x;
     return TDM_OK;
 }
@@ -69,6 +79,7 @@ void tdm_exec_cuda_free(tdm_exec_cuda_t *x)
 {
     if (!x)
         return;
+    tdm_cuda_sampler_free(x->sampler);
     tdm_cuda_engine_free(x->e);
     tdm_free(x->seqs);
     tdm_free(x);
@@ -133,4 +144,29 @@ tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *se
         x->seqs[i] = (tdm_cuda_seq_t){seqs[i].tokens, seqs[i].n_tokens, seqs[i].pos0,
                                       seqs[i].pages,  seqs[i].n_pages,  seqs[i].all_logits};
     return tdm_cuda_engine_forward(x->e, x->seqs, n_seqs, logits, NULL, cap_rows, ret_rows);
+}
+
+tdm_status_t tdm_exec_cuda_forward_sample(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs,
+                                          uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
+                                          float *host_logits, tdm_cuda_sample_out_t *outs,
+                                          uint32_t *ret_rows)
+{
+    if (!x || !seqs || !reqs || !outs || !ret_rows || n_seqs == 0)
+        return TDM_ERR_INVAL;
+    if (n_seqs > x->max_seqs)
+        return TDM_ERR_OVERFLOW;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        if (seqs[i].all_logits)
+            return TDM_ERR_INVAL; /* one logits row per sequence */
+        x->seqs[i] = (tdm_cuda_seq_t){seqs[i].tokens, seqs[i].n_tokens, seqs[i].pos0,
+                                      seqs[i].pages,  seqs[i].n_pages,  0};
+    }
+    memcpy(tdm_cuda_sampler_reqs(x->sampler), reqs, n_seqs * sizeof(*reqs));
+    tdm_cuda_sampler_set_host_logits(x->sampler, host_logits);
+    tdm_cuda_engine_set_post(x->e, tdm_cuda_sampler_enqueue, x->sampler);
+    tdm_status_t st = tdm_cuda_engine_forward(x->e, x->seqs, n_seqs, NULL, NULL, n_seqs, ret_rows);
+    tdm_cuda_engine_set_post(x->e, NULL, NULL);
+    if (st == TDM_OK)
+        memcpy(outs, tdm_cuda_sampler_outs(x->sampler), n_seqs * sizeof(*outs));
+    return st;
 }

@@ -15,6 +15,9 @@
  *    sequence, or of every token with all_logits; rows in order; cap_rows rows of vocab floats);
  *    returns once the logits are on the host. Decode calls (one token per sequence) replay CUDA
  *    graphs, other calls (prefill chunks, mixed) launch eagerly.
+ *  - forward_sample: the same forward, then the device sampler on the logits in device memory;
+ *    only the sampled ids (and requested logprobs) come back, plus the logits rows of requests
+ *    the host must sample (penalties).
  *  - any tp_size: a view of tp_size > 1 runs on device tp_rank mod the visible devices and needs
  *    its collectives (set_coll, engine.h "Tensor parallelism") before the first forward.
  * Errors: init writes a one-line reason into err; TDM_ERR_INVAL (configuration), the engine's
@@ -33,6 +36,7 @@
 
 #include "../../dataplane/model/graph.h"
 #include "engine.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +75,14 @@ const tdm_hicache_dev_t *tdm_exec_cuda_hicache_dev(void);
 
 tdm_status_t tdm_exec_cuda_forward(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs, uint32_t n_seqs,
                                    float *logits, uint32_t cap_rows, uint32_t *ret_rows);
+
+/* forward with the sampling on the device (sample.h): reqs[i] for logits row i (one per
+ * sequence: no all_logits); a row's result in outs[i] (host_logits row i holds the logits of
+ * the rows marked `host`, and only those are copied). One wait per call, as forward. */
+tdm_status_t tdm_exec_cuda_forward_sample(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs,
+                                          uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
+                                          float *host_logits, tdm_cuda_sample_out_t *outs,
+                                          uint32_t *ret_rows);
 
 #ifdef __cplusplus
 }

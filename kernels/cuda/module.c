@@ -21,6 +21,7 @@ static const tdm_cuda_module_t cuda_module = {
     .exec_set_batch = tdm_exec_cuda_set_batch,
     .hicache_dev = tdm_exec_cuda_hicache_dev,
     .exec_set_coll = tdm_exec_cuda_set_coll,
+    .exec_forward_sample = tdm_exec_cuda_forward_sample,
 };
 
 const tdm_cuda_module_t *tdm_cuda_module_v1(void)

@@ -54,6 +54,11 @@ typedef struct tdm_cuda_module {
     void (*exec_set_batch)(tdm_exec_cuda_t *x, const tdm_kv_batch_t *b);
     const tdm_hicache_dev_t *(*hicache_dev)(void);
     tdm_status_t (*exec_set_coll)(tdm_exec_cuda_t *x, const tdm_cuda_coll_t *coll);
+    /* sampling on the device (exec_cuda.h); NULL or beyond `size` in an older module */
+    tdm_status_t (*exec_forward_sample)(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs,
+                                        uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
+                                        float *host_logits, tdm_cuda_sample_out_t *outs,
+                                        uint32_t *ret_rows);
 } tdm_cuda_module_t;
 
 typedef const tdm_cuda_module_t *(*tdm_cuda_module_fn)(void);

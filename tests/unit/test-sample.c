@@ -291,27 +291,30 @@ static void test_distributions(void)
     ok(d < tol, "top_p applies to the renormalized top-k set (max freq error %.4f)", d);
 }
 
-/* Reference nucleus: full sort by probability, keep while the mass ahead is < top_p * Z. Fills
- * keep[id] = 1 for kept ids and returns the count. p holds the sampler's exp((l - max)/T). */
+/* Reference nucleus: full sort by (scaled logit desc, id asc), keep while the fixed-point mass
+ * ahead passes tdm_sample_fx_top_p_keeps (tdm/sample_fx.h). Fills keep[id] = 1 for kept ids and
+ * returns the count. p receives the sampler's (l - max)/T, fx its fixed-point probabilities. */
+static uint64_t fx_buf[50000];
 static size_t reference_top_p(const float *l, uint32_t v, float temp, float top_p, float *p,
                               int32_t *c, unsigned char *keep)
 {
     float m = -INFINITY;
     for (uint32_t i = 0; i < v; i++)
         m = l[i] > m ? l[i] : m;
-    double z = 0;
+    uint64_t z = 0;
     for (uint32_t i = 0; i < v; i++) {
-        p[i] = expf((l[i] - m) / temp);
+        p[i] = (l[i] - m) / temp;
+        fx_buf[i] = tdm_sample_fx_exp(p[i]);
         c[i] = (int32_t)i;
-        z += (double)p[i];
+        z += fx_buf[i];
         keep[i] = 0;
     }
     sort_best_first(p, c, v);
-    double target = (double)top_p * z, ahead = 0;
+    uint64_t ahead = 0;
     size_t n = 0;
-    while (n < v && ahead < target) {
+    while (n < v && tdm_sample_fx_top_p_keeps(ahead, z, top_p)) {
         keep[c[n]] = 1;
-        ahead += (double)p[c[n++]];
+        ahead += fx_buf[c[n++]];
     }
     return n;
 }
@@ -323,7 +326,7 @@ static int same_nucleus(const float *l, uint32_t v, float temp, float top_p, flo
     size_t nref = reference_top_p(l, v, temp, top_p, p, c, keep);
     for (uint32_t i = 0; i < v; i++)
         c[i] = (int32_t)i;
-    size_t n = top_p_keep(p, c, v, top_p);
+    size_t n = top_p_keep(p, fx_buf, c, v, top_p);
     int same = n == nref;
     for (size_t i = 0; i < n && same; i++)
         same = keep[c[i]] == 1;
@@ -339,7 +342,7 @@ static void test_big_vocab(void)
     unsigned char *keep = malloc(v);
     uint64_t x = 42;
     for (uint32_t i = 0; i < v; i++) {
-        x = mix64(x);
+        x = tdm_sample_fx_mix64(x);
         l[i] = (float)((double)(x >> 11) * 0x1.0p-53 * 12.0 - 6.0);
     }
     l[777] = l[778]; /* a tie */
@@ -354,7 +357,7 @@ static void test_big_vocab(void)
     /* many exact ties: logits quantized to 8 levels */
     float *q = malloc(v * sizeof(float));
     for (uint32_t i = 0; i < v; i++)
-        q[i] = (float)(mix64(i) % 8);
+        q[i] = (float)(tdm_sample_fx_mix64(i) % 8);
     for (int k = 0; k < 4; k++) {
         size_t n = 0;
         int same = same_nucleus(q, v, 1.0f, tps[k], w, c, keep, &n);
@@ -523,6 +526,41 @@ static void test_logprobs(void)
     ok(r.n_top == 0 && r.logprob == 0.0f, "no logprobs unless asked");
 }
 
+/* tdm/sample_fx.h: the portable exp against libm's, the exact scale against 128-bit arithmetic,
+ * the key order against float order */
+static void test_fixed_point(void)
+{
+    double worst = 0.0;
+    int exact_ends = tdm_sample_fx_exp(0.0f) == TDM_SAMPLE_FX_ONE &&
+                     tdm_sample_fx_exp(-28.0f) == 0 && tdm_sample_fx_exp(-100.0f) == 0 &&
+                     tdm_sample_fx_exp(-INFINITY) == 0;
+    for (int i = 1; i < 200000; i++) {
+        float x = -27.9f * (float)i / 200000.0f;
+        double want = ldexp(exp((double)x), 40);
+        double got = (double)tdm_sample_fx_exp(x);
+        double rel = fabs(got - want) / want;
+        if (want > 1e9 && rel > worst)
+            worst = rel;
+    }
+    ok(exact_ends && worst < 5e-7, "fixed-point exp: q(0) = 2^40, 0 from -28, rel err %.2g", worst);
+    int scale_ok = 1;
+    uint64_t x = 5;
+    for (int i = 0; i < 100000 && scale_ok; i++) {
+        x = tdm_sample_fx_mix64(x);
+        uint64_t u = x >> 11, t = tdm_sample_fx_mix64(x) >> (i % 40);
+        __extension__ unsigned __int128 w = (unsigned __int128)u * t;
+        scale_ok = tdm_sample_fx_scale(u, t) == (uint64_t)(w >> 53) &&
+                   tdm_sample_fx_scale(u, t) < t + (t == 0);
+    }
+    ok(scale_ok, "floor(u53 * total / 2^53) equals 128-bit arithmetic and stays below total");
+    const float f[7] = {-INFINITY, -1e30f, -2.5f, -1e-40f, -0.0f, 0.0f, 3.0f};
+    int key_ok = tdm_sample_fx_key(-0.0f) == tdm_sample_fx_key(0.0f);
+    for (int i = 0; i + 1 < 7; i++)
+        if (f[i] < f[i + 1])
+            key_ok &= tdm_sample_fx_key(f[i]) < tdm_sample_fx_key(f[i + 1]);
+    ok(key_ok, "order keys follow float order, -0 and +0 one key");
+}
+
 int main(void)
 {
     if (tdm_sample_scratch_init(&S, 50000) != TDM_OK)
@@ -537,6 +575,7 @@ int main(void)
     test_reproducible();
     test_penalties();
     test_logprobs();
+    test_fixed_point();
     ok(counts_zero(), "scratch counters are zero after every test");
     tdm_sample_scratch_free(&S);
     tdm_sample_scratch_free(&S);
