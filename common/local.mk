@@ -18,6 +18,7 @@ libtdmcommon_a_SOURCES = \
 	common/telemetry_scan_batch.c \
 	common/hash.c \
 	common/httpc.c \
+	common/prom.c \
 	common/net.c
 noinst_HEADERS += \
 	include/tdm/status.h \
@@ -33,6 +34,7 @@ noinst_HEADERS += \
 	common/telemetry_int.h \
 	include/tdm/hash.h \
 	include/tdm/httpc.h \
+	include/tdm/prom.h \
 	include/tdm/net.h
 
 # The h2o server scaffold of both daemons (tdm/httpd.h); in COMMON_LIBS, pulled in by the
@@ -61,7 +63,8 @@ COMMON_UNIT_TESTS = \
 	tests/unit/test-layout \
 	tests/unit/test-telemetry \
 	tests/unit/test-telemetry-diff \
-	tests/unit/test-hash
+	tests/unit/test-hash \
+	tests/unit/test-prom
 check_PROGRAMS += $(COMMON_UNIT_TESTS)
 TESTS += $(COMMON_UNIT_TESTS)
 tests_unit_test_params_SOURCES = tests/unit/test-params.c
@@ -94,6 +97,9 @@ tests_unit_test_telemetry_diff_LDADD = $(COMMON_LIBS)
 tests_unit_test_hash_SOURCES = tests/unit/test-hash.c
 tests_unit_test_hash_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_hash_LDADD = $(COMMON_LIBS)
+tests_unit_test_prom_SOURCES = tests/unit/test-prom.c
+tests_unit_test_prom_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_prom_LDADD = $(COMMON_LIBS)
 tests_unit_test_log_SOURCES = tests/unit/test-log.c
 tests_unit_test_log_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_log_LDADD = $(COMMON_LIBS)

@@ -13,6 +13,7 @@
 #include <sys/time.h>
 
 #include <tdm/log.h>
+#include <tdm/prom.h>
 #include <tdm/time.h>
 
 #include "dataplane/api/api_int.h"
@@ -95,8 +96,7 @@ void tdm_api_access_register(tdm_api_t *a, h2o_pathconf_t *pc)
 
 void tdm_api_access_metrics(tdm_api_t *a, FILE *f)
 {
-    fprintf(f, "# HELP tandem_http_responses_total HTTP responses by status code.\n"
-               "# TYPE tandem_http_responses_total counter\n");
+    tdm_prom_head(f, "tandem_http_responses_total", "HTTP responses by status code.", "counter");
     int any = 0;
     for (int c = 100; c < TDM_API_STATUS_MAX; c++) {
         if (!a->http_by_code[c])

@@ -163,11 +163,7 @@ void tdm_api_hist_snap(const tdm_api_hist_t *h, tdm_api_hist_snap_t *ret);
 uint64_t tdm_api_hist_quantile_us(const tdm_api_hist_t *h, const tdm_api_hist_snap_t *prev,
                                   const tdm_api_hist_snap_t *now, double q);
 
-/* Prometheus text: # HELP, # TYPE, then the series (cumulative buckets, +Inf, _sum, _count). */
-void tdm_api_metric_gauge(FILE *f, const char *name, const char *help, double v);
-void tdm_api_metric_counter(FILE *f, const char *name, const char *help, uint64_t v);
-void tdm_api_metric_hist(FILE *f, const char *name, const char *help, const tdm_api_hist_t *h);
-/* A label value escaped for the exposition format (backslash, quote, newline). */
-void tdm_api_metric_label(FILE *f, const char *v);
+/* The histogram as a Prometheus family (tdm_prom_hist: cumulative buckets, +Inf, _sum, _count). */
+void tdm_api_hist_write(FILE *f, const char *name, const char *help, const tdm_api_hist_t *h);
 
 #endif

@@ -11,9 +11,9 @@
 
 #include <tdm/json.h>
 #include <tdm/log.h>
+#include <tdm/prom.h>
 #include <tdm/time.h>
 
-#include "common/version.h"
 #include "dataplane/api/api_int.h"
 
 /* Control-thread heartbeats are published every ~100-200 ms; stale after this long. */
@@ -72,17 +72,16 @@ static void rank_series(FILE *f, tdm_api_t *a)
     for (uint16_t r = 0; r < p->n_ranks; r++)
         tdm_progress_read(&p->slot[r], &rec[r]);
 
-    fprintf(f, "# HELP tandem_rank_iter Iterations completed by each rank (progress page)\n"
-               "# TYPE tandem_rank_iter gauge\n");
+    tdm_prom_head(f, "tandem_rank_iter", "Iterations completed by each rank (progress page)",
+                  "gauge");
     for (uint16_t r = 0; r < p->n_ranks; r++)
         fprintf(f, "tandem_rank_iter{rank=\"%u\"} %llu\n", r, (unsigned long long)rec[r].iter);
-    fprintf(f, "# HELP tandem_rank_coll_seq Collectives completed by each rank\n"
-               "# TYPE tandem_rank_coll_seq gauge\n");
+    tdm_prom_head(f, "tandem_rank_coll_seq", "Collectives completed by each rank", "gauge");
     for (uint16_t r = 0; r < p->n_ranks; r++)
         fprintf(f, "tandem_rank_coll_seq{rank=\"%u\"} %llu\n", r,
                 (unsigned long long)rec[r].coll_seq);
-    fprintf(f, "# HELP tandem_rank_progress_age_seconds Time since each rank's last iteration\n"
-               "# TYPE tandem_rank_progress_age_seconds gauge\n");
+    tdm_prom_head(f, "tandem_rank_progress_age_seconds", "Time since each rank's last iteration",
+                  "gauge");
     for (uint16_t r = 0; r < p->n_ranks; r++) {
         double age = rec[r].progress_us && now > rec[r].progress_us
                          ? (double)(now - rec[r].progress_us) / 1e6
@@ -90,8 +89,8 @@ static void rank_series(FILE *f, tdm_api_t *a)
         fprintf(f, "tandem_rank_progress_age_seconds{rank=\"%u\"} %.6f\n", r, age);
     }
     if (a->o.weight_bytes) {
-        fprintf(f, "# HELP tandem_resident_weight_bytes Weight bytes resident in each rank\n"
-                   "# TYPE tandem_resident_weight_bytes gauge\n");
+        tdm_prom_head(f, "tandem_resident_weight_bytes", "Weight bytes resident in each rank",
+                      "gauge");
         for (uint16_t r = 0; r < p->n_ranks; r++) {
             uint64_t b = a->o.weight_bytes(a->o.weight_ctx, r);
             if (b)
@@ -106,60 +105,53 @@ static void rank_series(FILE *f, tdm_api_t *a)
 static void hicache_series(FILE *f, const tdm_sched_stats_t *s)
 {
     const tdm_hicache_stats_t *h = &s->hicache;
-    tdm_api_metric_gauge(f, "tandem_hicache_enabled", "1 when the host KV tier is on",
-                         s->hicache_on);
+    tdm_prom_gauge(f, "tandem_hicache_enabled", "1 when the host KV tier is on", s->hicache_on);
     if (!s->hicache_on)
         return;
-    tdm_api_metric_gauge(f, "tandem_hicache_host_pages_used", "Host-tier KV pages holding a page",
-                         h->host_pages_used);
-    tdm_api_metric_gauge(f, "tandem_hicache_host_pages_capacity", "Host-tier KV pages",
-                         h->host_pages_total);
-    tdm_api_metric_gauge(f, "tandem_hicache_host_bytes", "Host-tier pool bytes",
-                         (double)h->host_bytes);
-    tdm_api_metric_gauge(f, "tandem_hicache_host_pages_pinned",
-                         "Host-tier pages held by a load not yet retired", h->host_pages_pinned);
-    tdm_api_metric_gauge(f, "tandem_hicache_loads_in_flight", "Host-tier loads not yet retired",
-                         h->loads_in_flight);
-    tdm_api_metric_counter(f, "tandem_hicache_stores_total", "Device pages copied to the host tier",
-                           h->stores);
-    tdm_api_metric_counter(f, "tandem_hicache_hits_total", "Prefix pages found in the host tier",
-                           h->hits);
-    tdm_api_metric_counter(f, "tandem_hicache_hit_tokens_total",
-                           "Prompt tokens loaded from the host tier", s->host_hit_tokens);
-    tdm_api_metric_counter(f, "tandem_hicache_loads_total", "Host-to-device loads", h->loads);
-    tdm_api_metric_counter(f, "tandem_hicache_load_bytes_total", "Bytes loaded from the host tier",
-                           h->load_bytes);
-    tdm_api_metric_counter(f, "tandem_hicache_verified_total",
-                           "Loads checked against the source checksums", h->verified);
-    tdm_api_metric_counter(f, "tandem_hicache_verify_failures_total",
-                           "Loads whose device pages mismatched (CORRUPTION)", h->verify_failures);
-    tdm_api_metric_counter(f, "tandem_hicache_gate_bypasses_total",
-                           "Layer reads that did not wait for their load (CORRUPTION)",
-                           h->bypasses);
-    tdm_api_metric_counter(f, "tandem_hicache_poison_reads_total",
-                           "Attention reads of poisoned (not yet loaded) KV (CORRUPTION)",
-                           h->poison_reads);
-    tdm_api_metric_counter(f, "tandem_hicache_gate_waits_total",
-                           "Layer reads that waited for a load in flight", h->gate_waits);
-    tdm_api_metric_counter(f, "tandem_hicache_corruption_events_total",
-                           "CORRUPTION events raised on the host-tier path", s->corruption_events);
+    tdm_prom_gauge(f, "tandem_hicache_host_pages_used", "Host-tier KV pages holding a page",
+                   h->host_pages_used);
+    tdm_prom_gauge(f, "tandem_hicache_host_pages_capacity", "Host-tier KV pages",
+                   h->host_pages_total);
+    tdm_prom_gauge(f, "tandem_hicache_host_bytes", "Host-tier pool bytes", (double)h->host_bytes);
+    tdm_prom_gauge(f, "tandem_hicache_host_pages_pinned",
+                   "Host-tier pages held by a load not yet retired", h->host_pages_pinned);
+    tdm_prom_gauge(f, "tandem_hicache_loads_in_flight", "Host-tier loads not yet retired",
+                   h->loads_in_flight);
+    tdm_prom_counter(f, "tandem_hicache_stores_total", "Device pages copied to the host tier",
+                     h->stores);
+    tdm_prom_counter(f, "tandem_hicache_hits_total", "Prefix pages found in the host tier",
+                     h->hits);
+    tdm_prom_counter(f, "tandem_hicache_hit_tokens_total",
+                     "Prompt tokens loaded from the host tier", s->host_hit_tokens);
+    tdm_prom_counter(f, "tandem_hicache_loads_total", "Host-to-device loads", h->loads);
+    tdm_prom_counter(f, "tandem_hicache_load_bytes_total", "Bytes loaded from the host tier",
+                     h->load_bytes);
+    tdm_prom_counter(f, "tandem_hicache_verified_total",
+                     "Loads checked against the source checksums", h->verified);
+    tdm_prom_counter(f, "tandem_hicache_verify_failures_total",
+                     "Loads whose device pages mismatched (CORRUPTION)", h->verify_failures);
+    tdm_prom_counter(f, "tandem_hicache_gate_bypasses_total",
+                     "Layer reads that did not wait for their load (CORRUPTION)", h->bypasses);
+    tdm_prom_counter(f, "tandem_hicache_poison_reads_total",
+                     "Attention reads of poisoned (not yet loaded) KV (CORRUPTION)",
+                     h->poison_reads);
+    tdm_prom_counter(f, "tandem_hicache_gate_waits_total",
+                     "Layer reads that waited for a load in flight", h->gate_waits);
+    tdm_prom_counter(f, "tandem_hicache_corruption_events_total",
+                     "CORRUPTION events raised on the host-tier path", s->corruption_events);
 }
 
 /* Info metrics (value 1): what this worker is, for joins on its labels (group_left). */
 static void build_info(FILE *f, tdm_api_t *a)
 {
     const tdm_worker_config_t *c = a->o.cfg;
-    fprintf(f,
-            "# HELP tandem_build_info The build: package version and git revision.\n"
-            "# TYPE tandem_build_info gauge\n"
-            "tandem_build_info{program=\"tandem-worker\",version=\"%s\",revision=\"%s\"} 1\n",
-            PACKAGE_VERSION, TDM_GIT_REV);
-    fprintf(f, "# HELP tandem_worker_info The worker's group, role, model and settings.\n"
-               "# TYPE tandem_worker_info gauge\n"
-               "tandem_worker_info{group=\"");
-    tdm_api_metric_label(f, c->group);
+    tdm_prom_build_info(f, "tandem-worker");
+    tdm_prom_head(f, "tandem_worker_info", "The worker's group, role, model and settings.",
+                  "gauge");
+    fprintf(f, "tandem_worker_info{group=\"");
+    tdm_prom_label(f, c->group);
     fprintf(f, "\",role=\"%s\",model=\"", c->disaggregation_mode);
-    tdm_api_metric_label(f, a->oai.model_name ? a->oai.model_name : "");
+    tdm_prom_label(f, a->oai.model_name ? a->oai.model_name : "");
     fprintf(f, "\",tp_size=\"%lld\",kv_cache_dtype=\"%s\",overlap=\"%s\",device=\"%s\"} 1\n",
             (long long)c->tp_size, c->kv_cache_dtype, c->disable_overlap_schedule ? "off" : "on",
             c->device);
@@ -179,58 +171,54 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
     char why[256];
     int ok = healthy(a, why, sizeof(why));
 
-    tdm_api_metric_gauge(f, "tandem_up", "1 while the worker's HTTP loop runs", 1);
+    tdm_prom_gauge(f, "tandem_up", "1 while the worker's HTTP loop runs", 1);
     build_info(f, a);
-    tdm_api_metric_gauge(f, "tandem_healthy", "The /health verdict (I8) at scrape time", ok);
-    tdm_api_metric_gauge(f, "tandem_draining", "1 after a drain was requested", s.draining);
-    tdm_api_metric_gauge(f, "tandem_drained", "1 when a drain has completed", s.drained);
-    tdm_api_metric_gauge(f, "tandem_requests_waiting", "Requests queued for admission", s.waiting);
-    tdm_api_metric_gauge(f, "tandem_requests_running", "Requests in the running batch", s.running);
-    tdm_api_metric_gauge(f, "tandem_kv_pages_free", "KV pages free", s.pages_free);
-    tdm_api_metric_gauge(f, "tandem_kv_pages_capacity", "KV pages in the pool", s.pages_total);
-    tdm_api_metric_gauge(f, "tandem_kv_pages_cached", "KV pages held only by the prefix cache",
-                         s.pages_cached);
-    tdm_api_metric_counter(f, "tandem_sched_iterations_total", "Scheduler iterations (plans)",
-                           s.iter);
-    tdm_api_metric_counter(f, "tandem_generated_tokens_total",
-                           "Tokens generated (rate() gives decode tokens/s)", s.tokens_generated);
-    tdm_api_metric_counter(f, "tandem_prefill_tokens_total",
-                           "Prompt tokens computed (rate() gives prefill tokens/s)",
-                           s.tokens_prefilled);
-    tdm_api_metric_counter(f, "tandem_prompt_tokens_cached_total",
-                           "Prompt tokens served from the prefix cache", s.prompt_tokens_cached);
-    tdm_api_metric_counter(f, "tandem_requests_finished_total", "Requests finished",
-                           s.requests_finished);
-    tdm_api_metric_counter(f, "tandem_requests_aborted_total",
-                           "Requests aborted (client gone, admin, drain)", s.requests_aborted);
-    tdm_api_metric_counter(f, "tandem_requests_failed_total", "Requests ended with an error",
-                           s.requests_failed);
-    tdm_api_metric_counter(f, "tandem_retractions_total",
-                           "Running requests retracted for lack of KV pages", s.retractions);
-    tdm_api_metric_counter(f, "tandem_http_requests_total", "HTTP requests received",
-                           a->http_requests);
-    tdm_api_metric_counter(f, "tandem_http_errors_total", "HTTP requests answered with an error",
-                           a->http_errors);
+    tdm_prom_gauge(f, "tandem_healthy", "The /health verdict (I8) at scrape time", ok);
+    tdm_prom_gauge(f, "tandem_draining", "1 after a drain was requested", s.draining);
+    tdm_prom_gauge(f, "tandem_drained", "1 when a drain has completed", s.drained);
+    tdm_prom_gauge(f, "tandem_requests_waiting", "Requests queued for admission", s.waiting);
+    tdm_prom_gauge(f, "tandem_requests_running", "Requests in the running batch", s.running);
+    tdm_prom_gauge(f, "tandem_kv_pages_free", "KV pages free", s.pages_free);
+    tdm_prom_gauge(f, "tandem_kv_pages_capacity", "KV pages in the pool", s.pages_total);
+    tdm_prom_gauge(f, "tandem_kv_pages_cached", "KV pages held only by the prefix cache",
+                   s.pages_cached);
+    tdm_prom_counter(f, "tandem_sched_iterations_total", "Scheduler iterations (plans)", s.iter);
+    tdm_prom_counter(f, "tandem_generated_tokens_total",
+                     "Tokens generated (rate() gives decode tokens/s)", s.tokens_generated);
+    tdm_prom_counter(f, "tandem_prefill_tokens_total",
+                     "Prompt tokens computed (rate() gives prefill tokens/s)", s.tokens_prefilled);
+    tdm_prom_counter(f, "tandem_prompt_tokens_cached_total",
+                     "Prompt tokens served from the prefix cache", s.prompt_tokens_cached);
+    tdm_prom_counter(f, "tandem_requests_finished_total", "Requests finished", s.requests_finished);
+    tdm_prom_counter(f, "tandem_requests_aborted_total",
+                     "Requests aborted (client gone, admin, drain)", s.requests_aborted);
+    tdm_prom_counter(f, "tandem_requests_failed_total", "Requests ended with an error",
+                     s.requests_failed);
+    tdm_prom_counter(f, "tandem_retractions_total",
+                     "Running requests retracted for lack of KV pages", s.retractions);
+    tdm_prom_counter(f, "tandem_http_requests_total", "HTTP requests received", a->http_requests);
+    tdm_prom_counter(f, "tandem_http_errors_total", "HTTP requests answered with an error",
+                     a->http_errors);
     tdm_api_access_metrics(a, f);
-    tdm_api_metric_counter(f, "tandem_generate_requests_total", "POST /generate requests",
-                           a->generate_requests);
-    tdm_api_metric_counter(f, "tandem_completions_requests_total", "POST /v1/completions requests",
-                           a->oai_requests[TDM_OAI_COMPLETIONS]);
-    tdm_api_metric_counter(f, "tandem_chat_requests_total", "POST /v1/chat/completions requests",
-                           a->oai_requests[TDM_OAI_CHAT]);
-    tdm_api_metric_counter(f, "tandem_dsml_responses_total", "Chat responses parsed for tool calls",
-                           a->dsml_responses);
-    tdm_api_metric_counter(f, "tandem_dsml_leak_total",
-                           "Chat responses with malformed tool-call markup of the active format",
-                           a->dsml_leaks);
-    tdm_api_metric_counter(f, "tandem_client_disconnects_total",
-                           "Requests whose client went away before the end", a->client_disconnects);
-    tdm_api_metric_hist(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);
-    tdm_api_metric_hist(f, "tandem_itl_seconds", "Inter-token latency", &a->itl);
-    tdm_api_metric_hist(f, "tandem_e2e_request_latency_seconds",
-                        "Generation requests from submit to their last token", &a->e2e);
-    tdm_api_metric_hist(f, "tandem_queue_time_seconds",
-                        "Generation requests from submit to admission to the batch", &a->queue);
+    tdm_prom_counter(f, "tandem_generate_requests_total", "POST /generate requests",
+                     a->generate_requests);
+    tdm_prom_counter(f, "tandem_completions_requests_total", "POST /v1/completions requests",
+                     a->oai_requests[TDM_OAI_COMPLETIONS]);
+    tdm_prom_counter(f, "tandem_chat_requests_total", "POST /v1/chat/completions requests",
+                     a->oai_requests[TDM_OAI_CHAT]);
+    tdm_prom_counter(f, "tandem_dsml_responses_total", "Chat responses parsed for tool calls",
+                     a->dsml_responses);
+    tdm_prom_counter(f, "tandem_dsml_leak_total",
+                     "Chat responses with malformed tool-call markup of the active format",
+                     a->dsml_leaks);
+    tdm_prom_counter(f, "tandem_client_disconnects_total",
+                     "Requests whose client went away before the end", a->client_disconnects);
+    tdm_api_hist_write(f, "tandem_ttft_seconds", "Time to first token", &a->ttft);
+    tdm_api_hist_write(f, "tandem_itl_seconds", "Inter-token latency", &a->itl);
+    tdm_api_hist_write(f, "tandem_e2e_request_latency_seconds",
+                       "Generation requests from submit to their last token", &a->e2e);
+    tdm_api_hist_write(f, "tandem_queue_time_seconds",
+                       "Generation requests from submit to admission to the batch", &a->queue);
     rank_series(f, a);
     hicache_series(f, &s);
     if (a->o.pd_metrics)

@@ -1,14 +1,14 @@
 /*
- * metrics.c — Prometheus text exposition for /metrics (docs/contracts.md §g: every name starts with
- * tandem_): gauge/counter lines and fixed-bucket histograms. Histograms are lock-free so the
- * scheduler thread can observe TTFT/ITL from its callbacks while the loop renders them; a scrape
- * may see a count one ahead of a bucket, never a torn value.
+ * metrics.c — the worker's fixed-bucket latency histograms, written to /metrics through tdm/prom.h.
+ * Histograms are lock-free so the scheduler thread can observe TTFT/ITL from its callbacks while
+ * the loop renders them; a scrape may see a count one ahead of a bucket, never a torn value.
  */
 #include "config.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <string.h>
+
+#include <tdm/prom.h>
 
 #include "dataplane/api/api.h"
 
@@ -64,52 +64,13 @@ uint64_t tdm_api_hist_quantile_us(const tdm_api_hist_t *h, const tdm_api_hist_sn
     return (uint64_t)(h->bounds[h->n_bounds - 1] * 1e6 + 0.5);
 }
 
-static void head(FILE *f, const char *name, const char *help, const char *type)
-{
-    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-void tdm_api_metric_gauge(FILE *f, const char *name, const char *help, double v)
-{
-    head(f, name, help, "gauge");
-    if (v == floor(v) && fabs(v) < 9e15)
-        fprintf(f, "%s %.0f\n", name, v);
-    else
-        fprintf(f, "%s %.6g\n", name, v);
-}
-
-void tdm_api_metric_counter(FILE *f, const char *name, const char *help, uint64_t v)
-{
-    head(f, name, help, "counter");
-    fprintf(f, "%s %" PRIu64 "\n", name, v);
-}
-
-void tdm_api_metric_hist(FILE *f, const char *name, const char *help, const tdm_api_hist_t *h)
+void tdm_api_hist_write(FILE *f, const char *name, const char *help, const tdm_api_hist_t *h)
 {
     tdm_api_hist_t *m = (tdm_api_hist_t *)h;
-    head(f, name, help, "histogram");
-    uint64_t cum = 0;
-    for (size_t i = 0; i <= h->n_bounds; i++) {
-        cum += atomic_load_explicit(&m->bucket[i], memory_order_relaxed);
-        if (i < h->n_bounds)
-            fprintf(f, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, h->bounds[i], cum);
-        else
-            fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum);
-    }
-    /* _count equals the +Inf bucket by construction (the sum of the buckets read above). */
-    fprintf(f, "%s_sum %.6f\n", name,
-            (double)atomic_load_explicit(&m->sum_us, memory_order_relaxed) / 1e6);
-    fprintf(f, "%s_count %" PRIu64 "\n", name, cum);
-}
-
-void tdm_api_metric_label(FILE *f, const char *v)
-{
-    for (; v && *v; v++) {
-        if (*v == '"' || *v == '\\')
-            fputc('\\', f);
-        if (*v == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*v, f);
-    }
+    uint64_t bucket[TDM_API_HIST_BUCKETS + 1];
+    for (size_t i = 0; i <= h->n_bounds; i++)
+        bucket[i] = atomic_load_explicit(&m->bucket[i], memory_order_relaxed);
+    /* _count is the sum of the buckets read here, so it equals the +Inf bucket */
+    tdm_prom_hist(f, name, help, h->bounds, h->n_bounds, bucket,
+                  (double)atomic_load_explicit(&m->sum_us, memory_order_relaxed) / 1e6);
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <tdm/log.h>
+#include <tdm/prom.h>
 #include <tdm/time.h>
 
 #include "dataplane/worker/worker_int.h"
@@ -115,35 +116,24 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
     tdm_xfer_room_counts(w->xfer, n);
     tdm_sched_stats_t ss;
     tdm_sched_stats(w->sched, &ss);
-    fprintf(f, "# HELP tandem_xfer_rooms Live transfer rooms by KVPoll state\n"
-               "# TYPE tandem_xfer_rooms gauge\n");
+    tdm_prom_head(f, "tandem_xfer_rooms", "Live transfer rooms by KVPoll state", "gauge");
     for (int k = 0; k < TDM_KVPOLL_MAX; k++)
         fprintf(f, "tandem_xfer_rooms{state=\"%s\"} %u\n", tdm_kvpoll_name((tdm_kvpoll_t)k), n[k]);
-    fprintf(f,
-            "# HELP tandem_xfer_registered 1 while a peer group is registered\n"
-            "# TYPE tandem_xfer_registered gauge\ntandem_xfer_registered %d\n",
-            tdm_xfer_wait_ready(w->xfer, 0, NULL, 0) == TDM_OK);
+    tdm_prom_gauge(f, "tandem_xfer_registered", "1 while a peer group is registered",
+                   tdm_xfer_wait_ready(w->xfer, 0, NULL, 0) == TDM_OK);
     {
-        static const uint64_t bounds[TDM_XFER_LAT_NB] = TDM_XFER_LAT_BOUNDS_US;
-        uint64_t cum = 0;
-        fprintf(f, "# HELP tandem_xfer_latency_seconds KV transfer rooms from open to SUCCESS "
-                   "(prefill side)\n# TYPE tandem_xfer_latency_seconds histogram\n");
-        for (int b = 0; b <= TDM_XFER_LAT_NB; b++) {
-            cum += st.room_lat[b];
-            if (b < TDM_XFER_LAT_NB)
-                fprintf(f, "tandem_xfer_latency_seconds_bucket{le=\"%g\"} %llu\n",
-                        (double)bounds[b] / 1e6, (unsigned long long)cum);
-            else
-                fprintf(f, "tandem_xfer_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
-                        (unsigned long long)cum);
-        }
-        fprintf(f, "tandem_xfer_latency_seconds_sum %.6f\ntandem_xfer_latency_seconds_count %llu\n",
-                (double)st.room_lat_sum_us / 1e6, (unsigned long long)cum);
+        static const uint64_t bounds_us[TDM_XFER_LAT_NB] = TDM_XFER_LAT_BOUNDS_US;
+        double bounds[TDM_XFER_LAT_NB];
+        for (int b = 0; b < TDM_XFER_LAT_NB; b++)
+            bounds[b] = (double)bounds_us[b] / 1e6;
+        tdm_prom_hist(f, "tandem_xfer_latency_seconds",
+                      "KV transfer rooms from open to SUCCESS (prefill side)", bounds,
+                      TDM_XFER_LAT_NB, st.room_lat, (double)st.room_lat_sum_us / 1e6);
     }
     /* the engine's threads (I8): /health fails when one goes stale; the ages show which */
-    fprintf(f, "# HELP tandem_xfer_thread_heartbeat_age_seconds Time since each transfer-engine "
-               "thread's last heartbeat (rank 0; -1 = never)\n"
-               "# TYPE tandem_xfer_thread_heartbeat_age_seconds gauge\n");
+    tdm_prom_head(f, "tandem_xfer_thread_heartbeat_age_seconds",
+                  "Time since each transfer-engine thread's last heartbeat (rank 0; -1 = never)",
+                  "gauge");
     uint64_t now = tdm_time_mono_us();
     for (int t = TDM_HB_BOOTSTRAP; t <= TDM_HB_TRANSFER; t++) {
         uint64_t hb = atomic_load(&w->page->slot[0].heartbeat_us[t]);
@@ -201,15 +191,15 @@ void tdm_worker_pd_metrics(tdm_worker_t *w, FILE *f)
         {"commit_failed_total", "Decode: rooms that failed or failed verification",
          ss.pd_commit_failed, 0},
     };
-    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
-        fprintf(f, "# HELP tandem_xfer_%s %s\n# TYPE tandem_xfer_%s %s\ntandem_xfer_%s %llu\n",
-                m[i].name, m[i].help, m[i].name, m[i].gauge ? "gauge" : "counter", m[i].name,
-                (unsigned long long)m[i].v);
-    fprintf(f,
-            "# HELP tandem_xfer_checksum_seconds_total Time spent computing or verifying KV "
-            "checksums\n# TYPE tandem_xfer_checksum_seconds_total counter\n"
-            "tandem_xfer_checksum_seconds_total %.9f\n",
-            (double)st.checksum_ns / 1e9);
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "tandem_xfer_%s", m[i].name);
+        tdm_prom_head(f, name, m[i].help, m[i].gauge ? "gauge" : "counter");
+        fprintf(f, "%s %llu\n", name, (unsigned long long)m[i].v);
+    }
+    tdm_prom_head(f, "tandem_xfer_checksum_seconds_total",
+                  "Time spent computing or verifying KV checksums", "counter");
+    fprintf(f, "tandem_xfer_checksum_seconds_total %.9f\n", (double)st.checksum_ns / 1e9);
 }
 
 /* The transfer engine's fault points, answered from the group's fault table (fault.h); rank 0's
