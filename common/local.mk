@@ -19,6 +19,7 @@ libtdmcommon_a_SOURCES = \
 	common/hash.c \
 	common/httpc.c \
 	common/prom.c \
+	common/u64map.c \
 	common/net.c
 noinst_HEADERS += \
 	include/tdm/status.h \
@@ -35,6 +36,7 @@ noinst_HEADERS += \
 	include/tdm/hash.h \
 	include/tdm/httpc.h \
 	include/tdm/prom.h \
+	include/tdm/u64map.h \
 	include/tdm/net.h
 
 # The h2o server scaffold of both daemons (tdm/httpd.h); in COMMON_LIBS, pulled in by the
@@ -64,7 +66,8 @@ COMMON_UNIT_TESTS = \
 	tests/unit/test-telemetry \
 	tests/unit/test-telemetry-diff \
 	tests/unit/test-hash \
-	tests/unit/test-prom
+	tests/unit/test-prom \
+	tests/unit/test-u64map
 check_PROGRAMS += $(COMMON_UNIT_TESTS)
 TESTS += $(COMMON_UNIT_TESTS)
 tests_unit_test_params_SOURCES = tests/unit/test-params.c
@@ -100,6 +103,9 @@ tests_unit_test_hash_LDADD = $(COMMON_LIBS)
 tests_unit_test_prom_SOURCES = tests/unit/test-prom.c
 tests_unit_test_prom_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_prom_LDADD = $(COMMON_LIBS)
+tests_unit_test_u64map_SOURCES = tests/unit/test-u64map.c
+tests_unit_test_u64map_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_u64map_LDADD = $(COMMON_LIBS)
 tests_unit_test_log_SOURCES = tests/unit/test-log.c
 tests_unit_test_log_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_log_LDADD = $(COMMON_LIBS)

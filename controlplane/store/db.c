@@ -227,7 +227,8 @@ err_join:
     tdm_cp_dbi_ingest_shutdown(db);
     tdm_cp_spool_close(db->spool);
     tdm_free(db->recent);
-    tdm_free(db->keymap);
+    tdm_u64map_free(&db->keymap);
+    tdm_u64map_free(&db->keyset);
 err_free:
     tdm_cp_dbi_jobq_destroy(&db->queries);
     tdm_cp_dbi_jobq_destroy(&db->reads);
@@ -250,7 +251,8 @@ void tdm_cp_db_stop(tdm_cp_db_t *db)
     tdm_cp_dbi_ingest_shutdown(db);
     tdm_cp_spool_close(db->spool);
     tdm_free(db->recent);
-    tdm_free(db->keymap);
+    tdm_u64map_free(&db->keymap);
+    tdm_u64map_free(&db->keyset);
     tdm_cp_dbi_jobq_destroy(&db->queries);
     tdm_cp_dbi_jobq_destroy(&db->reads);
     tdm_cp_dbi_jobq_destroy(&db->ingest);
@@ -276,7 +278,7 @@ tdm_status_t tdm_cp_db_ingest(tdm_cp_db_t *db, tdm_cp_job_t *job)
     job->key = tdm_cp_dbi_batch_key(job->batch);
     job->claimed = 0;
     pthread_mutex_lock(&db->ingest.mu);
-    job->worker = tdm_cp_dbi_keymap_worker_locked(db->keymap, job->key);
+    job->worker = tdm_cp_dbi_keymap_worker_locked(db, job->key);
     if (db->spool_full && db->mem_bytes + job->cost > db->opts.mem_bound_bytes) {
         pthread_mutex_unlock(&db->ingest.mu);
         return TDM_ERR_AGAIN;

@@ -192,37 +192,22 @@ uint64_t tdm_cp_dbi_batch_key(const tdm_cp_batch_t *b)
     return tdm_hash_combine(tdm_hash_xxh3(b->instance_id, strlen(b->instance_id)), b->rank);
 }
 
-/* A small open-addressing set of keys (at most RECENT_KEYS of them). */
-typedef struct keyset {
-    uint64_t set[2 * RECENT_KEYS];
-    uint8_t used[2 * RECENT_KEYS];
-    size_t n;
-} keyset_t;
-
-/* 1 if added, 0 if already there, -1 if full. */
-static int keyset_add(keyset_t *ks, uint64_t key)
+/* A set of keys (tdm/u64map.h, value 1): 1 if `key` was added, 0 if it was there already. */
+static int keyset_add(tdm_u64map_t *ks, uint64_t key)
 {
-    size_t k = (size_t)(key % (2 * RECENT_KEYS));
-    while (ks->used[k] && ks->set[k] != key)
-        k = (k + 1) % (2 * RECENT_KEYS);
-    if (ks->used[k])
+    if (tdm_u64map_get(ks, key))
         return 0;
-    if (ks->n >= RECENT_KEYS)
-        return -1;
-    ks->used[k] = 1;
-    ks->set[k] = key;
-    ks->n++;
-    return 1;
+    return tdm_u64map_put(ks, key, (void *)1) == TDM_OK;
 }
 
 /* Ranks that committed a batch in the last GATHER_WINDOW_US. Under ingest.mu. */
-static size_t recent_ranks(const recent_t *r, uint64_t now)
+static size_t recent_ranks(const recent_t *r, uint64_t now, tdm_u64map_t *ks)
 {
-    keyset_t ks = {.n = 0};
+    tdm_u64map_clear(ks);
     for (size_t i = 0; i < RECENT_KEYS; i++)
         if (r->at_us[i] && now - r->at_us[i] < GATHER_WINDOW_US)
-            keyset_add(&ks, r->hash[i]);
-    return ks.n;
+            keyset_add(ks, r->hash[i]);
+    return ks->n;
 }
 
 static void recent_note(recent_t *r, tdm_cp_job_t *const *group, size_t n, uint64_t now)
@@ -260,31 +245,19 @@ static int key_in_flight_locked(const tdm_cp_db_t *db, uint64_t key, int except)
  * keep their insertion order on disk — and two groups in flight never contend for a mark (no lock
  * waits, no deadlock). While one worker's group waits for its WAL flush, the other's copies. */
 
-#define KEYMAP_SLOTS 65536u /* a full map sends a new key to a worker by its hash */
-
-typedef struct keymap {
-    uint64_t key[KEYMAP_SLOTS];
-    uint8_t worker[KEYMAP_SLOTS]; /* 1-based; 0 = free */
-    size_t n;
-    unsigned next; /* the worker the next new key goes to (0-based) */
-} keymap_t;
+#define KEYMAP_KEYS 49152u /* a full map sends a new key to a worker by its hash */
 
 /* The worker (1-based) that owns `key`, assigning one on first sight. Under ingest.mu. */
-int tdm_cp_dbi_keymap_worker_locked(keymap_t *m, uint64_t key)
+int tdm_cp_dbi_keymap_worker_locked(tdm_cp_db_t *db, uint64_t key)
 {
-    size_t k = (size_t)(key % KEYMAP_SLOTS);
-    for (size_t probes = 0; probes < KEYMAP_SLOTS && m->worker[k]; probes++) {
-        if (m->key[k] == key)
-            return m->worker[k];
-        k = (k + 1) % KEYMAP_SLOTS;
-    }
-    if (m->n >= KEYMAP_SLOTS * 3 / 4)
+    uintptr_t w = (uintptr_t)tdm_u64map_get(&db->keymap, key);
+    if (w)
+        return (int)w;
+    w = 1 + db->keymap_next % TDM_CP_DB_INGEST_CONNS;
+    if (tdm_u64map_put(&db->keymap, key, (void *)w) != TDM_OK)
         return 1 + (int)((key >> 17) % TDM_CP_DB_INGEST_CONNS);
-    int w = 1 + (int)(m->next++ % TDM_CP_DB_INGEST_CONNS);
-    m->key[k] = key;
-    m->worker[k] = (uint8_t)w;
-    m->n++;
-    return w;
+    db->keymap_next++;
+    return (int)w;
 }
 
 /* Claim worker `me`'s group (at most GROUP_MAX_BATCHES / GROUP_MAX_BYTES of its batches) in
@@ -313,17 +286,18 @@ size_t tdm_cp_dbi_join_keys_locked(tdm_cp_db_t *db, int me, tdm_cp_job_t *const 
 {
     const recent_t *r = &db->recent[me - 1];
     uint64_t now = tdm_time_mono_us();
-    keyset_t ks = {.n = 0};
+    tdm_u64map_t *ks = &db->keyset;
     size_t nk = 0;
-    *ret_want = recent_ranks(r, now);
+    *ret_want = recent_ranks(r, now, ks);
+    tdm_u64map_clear(ks);
     for (size_t i = 0; i < n; i++)
-        keyset_add(&ks, jobs[i]->key);
-    if (ks.n >= *ret_want)
+        keyset_add(ks, jobs[i]->key);
+    if (ks->n >= *ret_want)
         return 0;
     for (size_t i = 0; i < RECENT_KEYS && nk < JOIN_MAX_KEYS; i++) {
         if (!r->at_us[i] || now - r->at_us[i] >= GATHER_WINDOW_US || !r->inst[i][0])
             continue;
-        if (keyset_add(&ks, r->hash[i]) != 1)
+        if (keyset_add(ks, r->hash[i]) != 1)
             continue;
         memcpy(ret_keys[nk].inst, r->inst[i], sizeof(ret_keys[nk].inst));
         ret_keys[nk].rank = r->rank[i];
@@ -503,5 +477,7 @@ void tdm_cp_dbi_wake_all(tdm_cp_db_t *db)
 void tdm_cp_dbi_ingest_state_init(tdm_cp_db_t *db)
 {
     db->recent = tdm_calloc(TDM_CP_DB_INGEST_CONNS, sizeof(*db->recent));
-    db->keymap = tdm_calloc(1, sizeof(*db->keymap));
+    /* on NOMEM the maps stay empty: keys go to workers by their hash, joins find nothing */
+    (void)tdm_u64map_init(&db->keymap, KEYMAP_KEYS);
+    (void)tdm_u64map_init(&db->keyset, 2 * RECENT_KEYS);
 }

@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 
 #include <tdm/json.h>
+#include <tdm/u64map.h>
 
 #include "controlplane/store/batch.h"
 #include "controlplane/store/db.h"
@@ -64,7 +65,9 @@ struct tdm_cp_db {
     size_t claimed_n;      /* under ingest.mu: queued jobs some worker's group holds */
     int spool_unreadable;  /* under ingest.mu: a spool read failed; its records are given up */
     struct recent *recent; /* under ingest.mu: per worker, the keys of recent commits */
-    struct keymap *keymap; /* under ingest.mu: which worker each (instance_id, rank) goes to */
+    tdm_u64map_t keymap;   /* under ingest.mu: which worker each (instance_id, rank) goes to */
+    unsigned keymap_next;  /* the worker the next new key goes to (0-based) */
+    tdm_u64map_t keyset;   /* under ingest.mu: the scratch set of the join (keys, value 1) */
     int query_up;
     struct {
         char key[TDM_CP_DB_CACHE_KEY];
@@ -137,7 +140,7 @@ void *tdm_cp_dbi_ingest_main(void *arg);
 void tdm_cp_dbi_ingest_shutdown(tdm_cp_db_t *db);
 
 tdm_cp_job_t *tdm_cp_dbi_jobq_pop_locked(jobq_t *q);
-int tdm_cp_dbi_keymap_worker_locked(struct keymap *m, uint64_t key);
+int tdm_cp_dbi_keymap_worker_locked(tdm_cp_db_t *db, uint64_t key);
 
 size_t tdm_cp_dbi_mark_find(const gmark_t *marks, size_t nm, const tdm_cp_batch_t *b);
 void tdm_cp_dbi_pending_stats_locked(tdm_cp_db_t *db);

@@ -85,7 +85,7 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
         st = TDM_ERR_PEER;
         goto out;
     }
-    if (x->n_aux_free == 0 || x->map_used >= 2 * x->cfg.max_rooms) {
+    if (x->n_aux_free == 0 || x->map.n >= 2 * x->cfg.max_rooms) {
         st = TDM_ERR_AGAIN;
         goto out;
     }
@@ -255,8 +255,9 @@ void tdm_xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
  * remedy, a restart of the prefill group (docs/alerts.md ABORT_UNACKED). */
 void tdm_xfer_decode_registered(tdm_xfer_t *x)
 {
-    for (uint32_t i = 0; i <= x->map_mask; i++) {
-        xroom_t *r = x->map[i];
+    void *v;
+    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+        xroom_t *r = v;
         if (r && r->quarantined)
             send_abort(x, r->room, "decode abort (asked again after re-registration)");
     }
@@ -264,8 +265,9 @@ void tdm_xfer_decode_registered(tdm_xfer_t *x)
 
 void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
 {
-    for (uint32_t i = 0; i <= x->map_mask; i++) {
-        xroom_t *r = x->map[i];
+    void *v;
+    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+        xroom_t *r = v;
         tdm_xfer_room_info_t info;
         if (r && tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
             info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED)
@@ -275,8 +277,9 @@ void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
 
 void tdm_xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
 {
-    for (uint32_t i = 0; i <= x->map_mask; i++) {
-        xroom_t *r = x->map[i];
+    void *v;
+    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+        xroom_t *r = v;
         if (!r || !r->quarantined || r->risk_counted ||
             now - r->q_since_us < x->cfg.abort_ack_timeout_us)
             continue;

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -73,57 +74,24 @@ void tdm_xfer_drain(int fd)
     (void)n;
 }
 
-/* ---- room map: open addressing, backward-shift deletion ---- */
-
-static uint32_t map_home(const tdm_xfer_t *x, uint64_t room)
-{
-    uint64_t h = room * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> 32) & x->map_mask;
-}
+/* ---- the mover records by room id (tdm/u64map.h) ---- */
 
 xroom_t *tdm_xfer_map_get(tdm_xfer_t *x, uint64_t room)
 {
-    for (uint32_t i = map_home(x, room);; i = (i + 1) & x->map_mask) {
-        if (!x->map[i])
-            return NULL;
-        if (x->map[i]->room == room)
-            return x->map[i];
-    }
+    return tdm_u64map_get(&x->map, room);
 }
 
+/* The callers keep map.n below its capacity (2 x max_rooms) before they allocate a record. */
 void tdm_xfer_map_put(tdm_xfer_t *x, xroom_t *r)
 {
-    uint32_t i = map_home(x, r->room);
-    while (x->map[i])
-        i = (i + 1) & x->map_mask;
-    x->map[i] = r;
-    x->map_used++;
+    tdm_status_t st = tdm_u64map_put(&x->map, r->room, r);
+    assert(st == TDM_OK);
+    (void)st;
 }
 
 void tdm_xfer_map_del(tdm_xfer_t *x, uint64_t room)
 {
-    uint32_t i = map_home(x, room);
-    while (x->map[i] && x->map[i]->room != room)
-        i = (i + 1) & x->map_mask;
-    if (!x->map[i])
-        return;
-    x->map_used--;
-    for (;;) {
-        x->map[i] = NULL;
-        uint32_t j = i;
-        for (;;) {
-            j = (j + 1) & x->map_mask;
-            if (!x->map[j])
-                return;
-            uint32_t home = map_home(x, x->map[j]->room);
-            int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-            if (!between) {
-                x->map[i] = x->map[j];
-                i = j;
-                break;
-            }
-        }
-    }
+    tdm_u64map_del(&x->map, room);
 }
 
 void tdm_xroom_free(xroom_t *r)
@@ -297,11 +265,7 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
         c->max_rooms,  c->n_ranks, c->bootstrap_timeout_us, c->waiting_timeout_us, tomb,
         room_event_cb, x};
     TDM_CHECK_GOTO(tdm_xfer_rooms_init(&rc, &x->rooms), st, err_free);
-    uint32_t n = 16;
-    while (n < c->max_rooms * 4u)
-        n <<= 1;
-    x->map = tdm_calloc(n, sizeof(*x->map));
-    x->map_mask = n - 1;
+    TDM_CHECK_GOTO(tdm_u64map_init(&x->map, 2 * c->max_rooms), st, err_free);
     x->cmd_cap = c->max_rooms + 16;
     x->cmds = tdm_calloc(x->cmd_cap, sizeof(*x->cmds));
     x->reqq_cap = c->max_rooms;
@@ -393,10 +357,10 @@ void tdm_xfer_free(tdm_xfer_t *x)
         close(x->wake_xfer);
     if (x->wake_boot >= 0)
         close(x->wake_boot);
-    if (x->map)
-        for (uint32_t i = 0; i <= x->map_mask; i++)
-            tdm_xroom_free(x->map[i]);
-    free(x->map);
+    void *mover;
+    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &mover);)
+        tdm_xroom_free(mover);
+    tdm_u64map_free(&x->map);
     free(x->cmds);
     free(x->reqq);
     free(x->outq);

@@ -135,7 +135,7 @@ static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         x->st.frames_unexpected++; /* a repeated TRANSFER_INFO */
         return;
     }
-    if (x->reqq_len == x->reqq_cap || x->map_used >= 2 * x->cfg.max_rooms) {
+    if (x->reqq_len == x->reqq_cap || x->map.n >= 2 * x->cfg.max_rooms) {
         snprintf(why, sizeof(why), "busy: %u rooms queued", x->reqq_len);
         goto err_refuse;
     }
@@ -217,8 +217,9 @@ void tdm_xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8
 
 void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x)
 {
-    for (uint32_t i = 0; i <= x->map_mask; i++) {
-        xroom_t *r = x->map[i];
+    void *v;
+    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+        xroom_t *r = v;
         tdm_xfer_room_info_t info;
         if (!r)
             continue;

@@ -16,6 +16,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <tdm/u64map.h>
 #include <tdm/xfer.h>
 
 #include "dataplane/xfer/cuda_ipc.h"
@@ -127,8 +128,7 @@ struct tdm_xfer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     tdm_xfer_rooms_t *rooms;
-    xroom_t **map; /* open addressing by room id */
-    uint32_t map_mask, map_used;
+    tdm_u64map_t map; /* the mover records (xroom_t) by room id; capacity 2 x max_rooms */
     tdm_xfer_stats_t st;
 
     /* the registered leader<->leader channel */
