@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 
+#include <tdm/httpc.h>
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/telemetry.h>
@@ -355,20 +356,6 @@ static void form_batches(tdm_report_t *r, int with_sample)
 
 /* ---- sending -------------------------------------------------------------------------------- */
 
-typedef struct reply {
-    char buf[REPLY_MAX];
-    size_t len;
-} reply_t;
-
-static size_t on_body(char *p, size_t size, size_t n, void *ud)
-{
-    reply_t *rp = ud;
-    size_t len = size * n, room = sizeof(rp->buf) - 1 - rp->len;
-    memcpy(rp->buf + rp->len, p, len < room ? len : room);
-    rp->len += len < room ? len : room;
-    return len;
-}
-
 typedef enum { SEND_OK, SEND_RETRY, SEND_REJECTED } send_result_t;
 
 static void heartbeat(tdm_report_t *r);
@@ -418,9 +405,33 @@ static CURLcode perform(tdm_report_t *r)
     return res;
 }
 
+/* What tandemd's reply says of a batch it answered (code): sent, to retry, or refused. */
+static send_result_t judge_reply(const tdm_report_rec_t *rec, long code, const char *body,
+                                 size_t len)
+{
+    if (code == 400 || code == 413 || code == 422) {
+        tdm_err(TDM_SUB_REPORT,
+                "msg=\"telemetry batch refused; dropped\" seq=%llu code=%ld "
+                "reply=\"%.200s\"",
+                (unsigned long long)rec->seq, code, body);
+        return SEND_REJECTED;
+    }
+    if (code != 200)
+        return SEND_RETRY;
+    char err[128];
+    uint64_t acked;
+    if (tdm_tm_ack_decode(body, len, &acked, err, sizeof(err)) != TDM_OK || acked < rec->seq) {
+        tdm_warn(TDM_SUB_REPORT, "msg=\"bad telemetry ack\" seq=%llu reply=\"%.200s\"",
+                 (unsigned long long)rec->seq, body);
+        return SEND_RETRY;
+    }
+    return SEND_OK;
+}
+
 static send_result_t send_one(tdm_report_t *r, const tdm_report_rec_t *rec)
 {
-    reply_t rp = {.len = 0};
+    /* a reply past REPLY_MAX fails the transfer (tdm_httpc_collect): tandemd's are far smaller */
+    tdm_httpc_body_t rp = {.max = REPLY_MAX};
     curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, rec->text);
     curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE, (long)rec->len);
     curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, &rp);
@@ -430,27 +441,13 @@ static send_result_t send_one(tdm_report_t *r, const tdm_report_rec_t *rec)
         if (tdm_log_enabled(TDM_SUB_REPORT, TDM_LOG_DEBUG))
             tdm_dbg(TDM_SUB_REPORT, "msg=\"telemetry send failed\" err=\"%s\"",
                     curl_easy_strerror(cc));
+        free(rp.data);
         return SEND_RETRY;
     }
     curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
-    rp.buf[rp.len] = '\0';
-    if (code == 400 || code == 413 || code == 422) {
-        tdm_err(TDM_SUB_REPORT,
-                "msg=\"telemetry batch refused; dropped\" seq=%llu code=%ld "
-                "reply=\"%.200s\"",
-                (unsigned long long)rec->seq, code, rp.buf);
-        return SEND_REJECTED;
-    }
-    if (code != 200)
-        return SEND_RETRY;
-    char err[128];
-    uint64_t acked;
-    if (tdm_tm_ack_decode(rp.buf, rp.len, &acked, err, sizeof(err)) != TDM_OK || acked < rec->seq) {
-        tdm_warn(TDM_SUB_REPORT, "msg=\"bad telemetry ack\" seq=%llu reply=\"%.200s\"",
-                 (unsigned long long)rec->seq, rp.buf);
-        return SEND_RETRY;
-    }
-    return SEND_OK;
+    send_result_t res = judge_reply(rec, code, rp.data ? rp.data : "", rp.len);
+    free(rp.data);
+    return res;
 }
 
 static void heartbeat(tdm_report_t *r)
@@ -675,7 +672,7 @@ tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, ch
     }
     curl_easy_setopt(r->curl, CURLOPT_URL, r->url);
     curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
-    curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, tdm_httpc_collect);
     curl_easy_setopt(r->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(r->curl, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, (long)r->o.http_timeout_ms);
