@@ -23,54 +23,9 @@ _Static_assert(sizeof(state_names) / sizeof(state_names[0]) == ACT_ST_MAX, "stat
 static const char *const kind_names[] = {"supervised", "unit", "external", "registered"};
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == ACT_KIND_MAX, "kind names");
 
-const char *act_state_name(act_state_t s)
+static const char *act_state_name(act_state_t s)
 {
     return s < ACT_ST_MAX ? state_names[s] : "?";
-}
-
-act_group_t *act_group_find(tdm_cp_act_t *a, const char *name)
-{
-    for (size_t i = 0; i < a->n_groups; i++)
-        if (strcmp(a->groups[i].name, name) == 0)
-            return &a->groups[i];
-    return NULL;
-}
-
-int act_stopping(tdm_cp_act_t *a)
-{
-    pthread_mutex_lock(&a->mu);
-    int s = a->stop;
-    pthread_mutex_unlock(&a->mu);
-    return s;
-}
-
-int act_sleep(tdm_cp_act_t *a, unsigned ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&a->mu);
-    while (!a->stop && pthread_cond_timedwait(&a->cv, &a->mu, &ts) != ETIMEDOUT)
-        ;
-    int s = a->stop;
-    pthread_mutex_unlock(&a->mu);
-    return s;
-}
-
-void act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
-              void *ctx)
-{
-    act_msg_t *m = tdm_calloc(1, sizeof(*m));
-    m->kind = kind;
-    m->payload = payload;
-    m->done = done;
-    m->ctx = ctx;
-    h2o_multithread_send_message(&a->rx, &m->super);
 }
 
 /* ---- loop side of messages ------------------------------------------------------------------ */

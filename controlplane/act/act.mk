@@ -3,6 +3,7 @@
 # libtdmcp.a so tandemd links them.
 libtdmcp_a_SOURCES += \
 	controlplane/act/act.c \
+	controlplane/act/act_shared.c \
 	controlplane/act/act_override.c \
 	controlplane/act/act_sdbus.c \
 	controlplane/act/act_http.c \

@@ -112,16 +112,15 @@ struct tdm_cp_act {
     uint64_t last_reap_mono;
 };
 
-/* act.c */
-act_group_t *act_group_find(tdm_cp_act_t *a, const char *name); /* caller holds mu */
-/* The actor ("policy:KIND") of a policy action on `group` running or queued now, or NULL: a
- * further remedy for the group is then skipped (one remedy per group at a time). Caller holds mu.
- */
+/* act.c: the actor ("policy:KIND") of a policy action on `group` running or queued now, or NULL:
+ * a further remedy for the group is then skipped (one remedy per group at a time). Caller holds
+ * mu. */
 const char *act_remedy_in_progress(const tdm_cp_act_t *a, const char *group);
+
+/* act_shared.c — shared by the threads and the loop side; calls no other file of act/ */
+act_group_t *act_group_find(tdm_cp_act_t *a, const char *name); /* caller holds mu */
 void act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
               void *ctx);
-const char *act_state_name(act_state_t s);
-int act_stopping(tdm_cp_act_t *a);
 /* Sleep up to ms, returning early (1) when stopping. */
 int act_sleep(tdm_cp_act_t *a, unsigned ms);
 

@@ -12,7 +12,11 @@
 #   4. no citation of documents outside the repository (the starting design's sections, issue
 #      and session numbers, the tool that lends the GPU machine) in sources, scripts, docs and
 #      README.md;
-#   5. no test that cannot fail: no ok() whose condition is the constant 1 in tests/.
+#   5. no test that cannot fail: no ok() whose condition is the constant 1 in tests/;
+#   6. no circle between the files of controlplane/act/: a file calls another when it names a
+#      function that the other defines without `static` (a definition starts in column 0); the
+#      file-level graph of those calls has no cycle (helpers shared by the threads and the loop
+#      side sit in act_shared.c, below the rest).
 # TDM_SRCDIR (set by make check) is the tree to check; default: this script's checkout. It reads
 # the files git tracks, so outside a git checkout (make distcheck) it skips unless
 # TDM_STRUCTURE_FORCE=1 (then every file below the tree counts).
@@ -103,34 +107,38 @@ for f in files:
                 edges.setdefault((a, b), []).append("%s -> %s" % (f, tgt))
 
 # 1. cycles: Tarjan's strongly connected components over the folder graph.
-graph = {}
-for a, b in edges:
-    graph.setdefault(a, set()).add(b)
-    graph.setdefault(b, set())
-index, low, stack, on, sccs = {}, {}, [], set(), []
-def strong(v):
-    index[v] = low[v] = len(index)
-    stack.append(v)
-    on.add(v)
-    for w in sorted(graph[v]):
-        if w not in index:
-            strong(w)
-            low[v] = min(low[v], low[w])
-        elif w in on:
-            low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-        comp = []
-        while True:
-            w = stack.pop()
-            on.discard(w)
-            comp.append(w)
-            if w == v:
-                break
-        if len(comp) > 1:
-            sccs.append(sorted(comp))
-for v in sorted(graph):
-    if v not in index:
-        strong(v)
+def circles(edges):
+    """The strongly connected components of more than one node of the graph `edges` draws."""
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, sccs = {}, {}, [], set(), []
+    def strong(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return graph, sccs
+graph, sccs = circles(edges)
 detail = []
 for comp in sccs:
     detail.append("circle among: " + ", ".join(comp))
@@ -188,6 +196,34 @@ for f in files:
                 if re.search(r"\bok\(\s*1\s*,", line):
                     okone.append("%s:%d: %s" % (f, i, line.strip()[:100]))
 ok(not okone, "no ok() with the constant 1 as its condition in tests (it cannot fail)", okone)
+
+# 6. calls between the files of controlplane/act/.
+ACT = "controlplane/act/"
+act_src = {}
+for f in sorted(files):
+    if f.startswith(ACT) and f.endswith(".c") and "/" not in f[len(ACT):]:
+        with open(os.path.join(top, f), errors="replace") as fh:
+            text = re.sub(r"/\*.*?\*/", " ", fh.read(), flags=re.S)
+        act_src[f] = re.sub(r'"(\\.|[^"\\])*"', '""', text)
+defined = {}
+for f, text in act_src.items():
+    for m in re.finditer(r"^(?!static\b)[A-Za-z_][\w \t\*]*?\b(\w+)\(", text, re.M):
+        defined.setdefault(m.group(1), f)
+calls = {}
+for f, text in act_src.items():
+    for name, g in defined.items():
+        if g != f and re.search(r"\b%s\b" % name, text):
+            calls.setdefault((f, g), []).append(name)
+_, act_sccs = circles(calls)
+detail = []
+for comp in act_sccs:
+    detail.append("circle among: " + ", ".join(comp))
+    for (a, b), names in sorted(calls.items()):
+        if a in comp and b in comp:
+            detail.append("  %s -> %s (%s)" % (a, b, ", ".join(sorted(names))))
+ok(len(act_src) > 1 and not act_sccs,
+   "no circle between the files of %s (%d files, %d arrows)" % (ACT, len(act_src), len(calls)),
+   detail)
 
 print("1..%d" % n)
 sys.exit(failed)
