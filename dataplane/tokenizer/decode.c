@@ -26,7 +26,7 @@ static void sl_push(slist_t *l, tdm_arena_t *a, const char *s, size_t len)
         l->s = tdm_realloc(l->s, l->cap * sizeof(char *));
         l->len = tdm_realloc(l->len, l->cap * sizeof(size_t));
     }
-    l->s[l->n] = tok_arena_memdup(a, s, len);
+    l->s[l->n] = tdm_tok_arena_memdup(a, s, len);
     l->len[l->n++] = len;
 }
 
@@ -41,8 +41,8 @@ static void join(const slist_t *l, const char *sep, tok_buf_t *b)
 {
     for (size_t i = 0; i < l->n; i++) {
         if (i && sep)
-            tok_buf_put(b, sep, strlen(sep));
-        tok_buf_put(b, l->s[i], l->len[i]);
+            tdm_tok_buf_put(b, sep, strlen(sep));
+        tdm_tok_buf_put(b, l->s[i], l->len[i]);
     }
 }
 
@@ -81,23 +81,23 @@ static void dec_step(const tok_dec_t *d, tdm_arena_t *a, const slist_t *in, slis
             int all = 1;
             for (size_t j = 0; j < n;) {
                 uint32_t cp;
-                size_t w = tok_utf8_next(s + j, n - j, &cp);
-                int byte = tok_bytelevel_byte(cp);
+                size_t w = tdm_tok_utf8_next(s + j, n - j, &cp);
+                int byte = tdm_tok_bytelevel_byte(cp);
                 if (byte < 0) {
                     all = 0;
                     break;
                 }
                 uint8_t c = (uint8_t)byte;
-                tok_buf_put(&b, &c, 1);
+                tdm_tok_buf_put(&b, &c, 1);
                 j += w;
             }
             if (!all) {
                 b.len = start;
-                tok_buf_put(&b, s, n);
+                tdm_tok_buf_put(&b, s, n);
             }
         }
         size_t ln;
-        char *lossy = tok_utf8_lossy((const uint8_t *)(b.p ? b.p : ""), b.len, &ln);
+        char *lossy = tdm_tok_utf8_lossy((const uint8_t *)(b.p ? b.p : ""), b.len, &ln);
         sl_push(out, a, lossy, ln);
         tdm_free(lossy);
         break;
@@ -111,12 +111,12 @@ static void dec_step(const tok_dec_t *d, tdm_arena_t *a, const slist_t *in, slis
             for (size_t j = 0; j < n;) {
                 if (j + d->alen <= n && memcmp(s + j, d->a, d->alen) == 0) {
                     if (d->kind == TOK_DEC_REPLACE)
-                        tok_buf_put(&b, d->b, d->blen);
+                        tdm_tok_buf_put(&b, d->b, d->blen);
                     else if (!(i == 0 && d->scheme != TOK_SCHEME_NEVER))
-                        tok_buf_put(&b, " ", 1);
+                        tdm_tok_buf_put(&b, " ", 1);
                     j += d->alen;
                 } else {
-                    tok_buf_put(&b, s + j, 1);
+                    tdm_tok_buf_put(&b, s + j, 1);
                     j++;
                 }
             }
@@ -128,12 +128,12 @@ static void dec_step(const tok_dec_t *d, tdm_arena_t *a, const slist_t *in, slis
         for (size_t i = 0; i <= in->n; i++) {
             uint8_t byte;
             if (i < in->n && byte_token(in->s[i], in->len[i], &byte)) {
-                tok_buf_put(&b, &byte, 1);
+                tdm_tok_buf_put(&b, &byte, 1);
                 pending++;
                 continue;
             }
             if (pending) {
-                if (tok_utf8_valid_prefix((const uint8_t *)b.p, b.len) == b.len)
+                if (tdm_tok_utf8_valid_prefix((const uint8_t *)b.p, b.len) == b.len)
                     sl_push(out, a, b.p, b.len);
                 else
                     for (size_t k = 0; k < pending; k++)
@@ -156,7 +156,7 @@ static void dec_step(const tok_dec_t *d, tdm_arena_t *a, const slist_t *in, slis
             size_t n = in->len[i], st = 0, en = n;
             for (size_t k = 0; k < d->start && st < n; k++) {
                 uint32_t cp;
-                size_t w = tok_utf8_next(s + st, n - st, &cp);
+                size_t w = tdm_tok_utf8_next(s + st, n - st, &cp);
                 if (cp != d->content)
                     break;
                 st += w;
@@ -166,7 +166,7 @@ static void dec_step(const tok_dec_t *d, tdm_arena_t *a, const slist_t *in, slis
                 while (q > st && (s[q] & 0xC0) == 0x80)
                     q--;
                 uint32_t cp;
-                tok_utf8_next(s + q, en - q, &cp);
+                tdm_tok_utf8_next(s + q, en - q, &cp);
                 if (cp != d->content)
                     break;
                 en = q;
@@ -175,7 +175,7 @@ static void dec_step(const tok_dec_t *d, tdm_arena_t *a, const slist_t *in, slis
         }
         break;
     }
-    tok_buf_free(&b);
+    tdm_tok_buf_free(&b);
 }
 
 tdm_status_t tdm_tok_decode(const tdm_tok_t *tok, const uint32_t *ids, size_t n, int skip_special,
@@ -204,7 +204,7 @@ tdm_status_t tdm_tok_decode(const tdm_tok_t *tok, const uint32_t *ids, size_t n,
     tok_buf_t b = {0};
     join(in, tok->has_decoder ? NULL : " ", &b);
     if (!b.p)
-        tok_buf_put(&b, "", 0);
+        tdm_tok_buf_put(&b, "", 0);
     sl_free(&l1);
     sl_free(&l2);
     tdm_arena_free(&a);
@@ -264,7 +264,7 @@ tdm_status_t tdm_tok_stream_step(tdm_tok_stream_t *s, uint32_t id, char **ret_te
         tdm_free(str);
         return TDM_ERR_STATE; /* the decoder is not prefix-stable for these ids */
     }
-    char *out = tok_memdup(str + s->prefix_len, len - s->prefix_len);
+    char *out = tdm_tok_memdup(str + s->prefix_len, len - s->prefix_len);
     size_t out_len = len - s->prefix_len;
     tdm_free(str);
     /* keep ids from prefix_index on as the context of the next step */
@@ -295,7 +295,7 @@ tdm_status_t tdm_tok_stream_flush(tdm_tok_stream_t *s, char **ret_text, size_t *
     TDM_TRY(tdm_tok_decode(s->tok, s->ids, s->n, s->skip_special, &str, &len));
     if (len > s->prefix_len && memcmp(str, s->prefix, s->prefix_len) == 0) {
         *ret_len = len - s->prefix_len;
-        *ret_text = tok_memdup(str + s->prefix_len, *ret_len);
+        *ret_text = tdm_tok_memdup(str + s->prefix_len, *ret_len);
         tdm_free(s->prefix);
         s->prefix = str;
         s->prefix_len = len;
@@ -322,7 +322,8 @@ uint32_t tdm_tok_token_id(const tdm_tok_t *tok, const char *token)
 {
     uint32_t id;
     size_t n = strlen(token);
-    if (tok_smap_get(&tok->added_map, token, n, &id) || tok_smap_get(&tok->vocab, token, n, &id))
+    if (tdm_tok_smap_get(&tok->added_map, token, n, &id) ||
+        tdm_tok_smap_get(&tok->vocab, token, n, &id))
         return id;
     return TDM_TOK_NO_ID;
 }

@@ -104,8 +104,8 @@ static char *replace_all(tdm_arena_t *a, const char *s, size_t len, const char *
     return out;
 }
 
-char *tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t len,
-                    size_t *ret_len)
+char *tdm_tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t len,
+                        size_t *ret_len)
 {
     const char *cur = s;
     size_t n = len;
@@ -115,7 +115,7 @@ char *tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t 
         size_t nn = 0;
         switch (st->kind) {
         case TOK_NORM_NFC:
-            next = tok_uc_nfc(a, cur, n, &nn);
+            next = tdm_tok_uc_nfc(a, cur, n, &nn);
             break;
         case TOK_NORM_PREPEND:
             if (n == 0)
@@ -138,7 +138,7 @@ char *tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t 
         n = nn;
     }
     if (cur == s) {
-        char *c = tok_arena_memdup(a, s, len);
+        char *c = tdm_tok_arena_memdup(a, s, len);
         if (!c)
             return NULL;
         cur = c;
@@ -151,7 +151,7 @@ char *tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t 
 
 static int is_alnum_cp(uint32_t cp)
 {
-    int k = tok_uc_class(cp);
+    int k = tdm_tok_uc_class(cp);
     return k == TOK_CLS_L || k == TOK_CLS_N;
 }
 
@@ -164,7 +164,7 @@ static int ends_with_word(const char *s, size_t n)
     while (i > 0 && ((uint8_t)s[i] & 0xC0) == 0x80)
         i--;
     uint32_t cp;
-    tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
+    tdm_tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
     return is_alnum_cp(cp);
 }
 
@@ -173,7 +173,7 @@ static int starts_with_word(const char *s, size_t n)
     if (n == 0)
         return 0;
     uint32_t cp;
-    tok_utf8_next((const uint8_t *)s, n, &cp);
+    tdm_tok_utf8_next((const uint8_t *)s, n, &cp);
     return is_alnum_cp(cp);
 }
 
@@ -218,8 +218,8 @@ static void split_added(enc_t *e, const tok_amatch_t *m, const char *s, size_t l
                 while (q > 0 && ((uint8_t)s[q] & 0xC0) == 0x80)
                     q--;
                 uint32_t cp;
-                tok_utf8_next((const uint8_t *)s + q, ns - q, &cp);
-                if (!tok_uc_is_ws(cp))
+                tdm_tok_utf8_next((const uint8_t *)s + q, ns - q, &cp);
+                if (!tdm_tok_uc_is_ws(cp))
                     break;
                 ns = q;
             }
@@ -228,8 +228,8 @@ static void split_added(enc_t *e, const tok_amatch_t *m, const char *s, size_t l
         if (t->rstrip) {
             while (stop < len) {
                 uint32_t cp;
-                size_t w = tok_utf8_next((const uint8_t *)s + stop, len - stop, &cp);
-                if (!tok_uc_is_ws(cp))
+                size_t w = tdm_tok_utf8_next((const uint8_t *)s + stop, len - stop, &cp);
+                if (!tdm_tok_uc_is_ws(cp))
                     break;
                 stop += w;
             }
@@ -255,7 +255,7 @@ static tdm_status_t pre_step(enc_t *e, const tok_pre_t *p, const plist_t *in, pl
         switch (p->kind) {
         case TOK_PRE_SPLIT:
             for (size_t pos = 0; pos < len;) {
-                size_t n = tok_pat_match(p->pat, (const uint8_t *)s, len, pos);
+                size_t n = tdm_tok_pat_match(p->pat, (const uint8_t *)s, len, pos);
                 plist_push(out, s + pos, n, pc->origin && pos == 0);
                 pos += n;
             }
@@ -273,7 +273,7 @@ static tdm_status_t pre_step(enc_t *e, const tok_pre_t *p, const plist_t *in, pl
             size_t first = out->n;
             if (p->use_regex) {
                 for (size_t pos = 0; pos < len;) {
-                    size_t n = tok_pat_match(TOK_PAT_GPT2, (const uint8_t *)s, len, pos);
+                    size_t n = tdm_tok_pat_match(TOK_PAT_GPT2, (const uint8_t *)s, len, pos);
                     plist_push(out, s + pos, n, pc->origin && pos == 0);
                     pos += n;
                 }
@@ -287,7 +287,7 @@ static tdm_status_t pre_step(enc_t *e, const tok_pre_t *p, const plist_t *in, pl
                     return TDM_ERR_OVERFLOW;
                 size_t o = 0;
                 for (size_t j = 0; j < q->len; j++)
-                    o += tok_utf8_put(tok_bytelevel_char((uint8_t)q->s[j]), m + o);
+                    o += tdm_tok_utf8_put(tdm_tok_bytelevel_char((uint8_t)q->s[j]), m + o);
                 q->s = (const char *)m;
                 q->len = o;
             }
@@ -381,7 +381,7 @@ static void bpe(enc_t *e, const char *s, size_t len)
 {
     const tdm_tok_t *tok = e->tok;
     uint32_t id;
-    if (tok->ignore_merges && tok_smap_get(&tok->vocab, s, len, &id)) {
+    if (tok->ignore_merges && tdm_tok_smap_get(&tok->vocab, s, len, &id)) {
         push_id(e, id);
         return;
     }
@@ -393,8 +393,8 @@ static void bpe(enc_t *e, const char *s, size_t len)
     int last_unk = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
-        size_t w = tok_utf8_next((const uint8_t *)s + i, len - i, &cp);
-        if (tok_smap_get(&tok->vocab, s + i, w, &id)) {
+        size_t w = tdm_tok_utf8_next((const uint8_t *)s + i, len - i, &cp);
+        if (tdm_tok_smap_get(&tok->vocab, s + i, w, &id)) {
             e->sym[n++] = (sym_t){.id = id};
             last_unk = 0;
         } else {
@@ -426,7 +426,7 @@ static void bpe(enc_t *e, const char *s, size_t len)
     size_t hn = 0;
     uint32_t rank, merged;
     for (size_t i = 0; i + 1 < n; i++)
-        if (tok_pmap_get(&tok->merges, e->sym[i].id, e->sym[i + 1].id, &rank, &merged))
+        if (tdm_tok_pmap_get(&tok->merges, e->sym[i].id, e->sym[i + 1].id, &rank, &merged))
             heap_push(e, &hn, (heap_ent_t){.rank = rank, .pos = (uint32_t)i, .merged = merged});
     while (hn > 0) {
         heap_ent_t top = heap_pop(e, &hn);
@@ -434,7 +434,8 @@ static void bpe(enc_t *e, const char *s, size_t len)
         if (!cur->alive || cur->next < 0)
             continue;
         sym_t *right = &e->sym[cur->next];
-        if (!tok_pmap_get(&tok->merges, cur->id, right->id, &rank, &merged) || merged != top.merged)
+        if (!tdm_tok_pmap_get(&tok->merges, cur->id, right->id, &rank, &merged) ||
+            merged != top.merged)
             continue; /* stale entry */
         cur->id = top.merged;
         right->alive = 0;
@@ -442,11 +443,11 @@ static void bpe(enc_t *e, const char *s, size_t len)
         if (right->next >= 0)
             e->sym[right->next].prev = (int32_t)top.pos;
         if (cur->prev >= 0 &&
-            tok_pmap_get(&tok->merges, e->sym[cur->prev].id, cur->id, &rank, &merged))
+            tdm_tok_pmap_get(&tok->merges, e->sym[cur->prev].id, cur->id, &rank, &merged))
             heap_push(e, &hn,
                       (heap_ent_t){.rank = rank, .pos = (uint32_t)cur->prev, .merged = merged});
         if (cur->next >= 0 &&
-            tok_pmap_get(&tok->merges, cur->id, e->sym[cur->next].id, &rank, &merged))
+            tdm_tok_pmap_get(&tok->merges, cur->id, e->sym[cur->next].id, &rank, &merged))
             heap_push(e, &hn, (heap_ent_t){.rank = rank, .pos = top.pos, .merged = merged});
     }
     for (size_t i = 0; i < n; i++)
@@ -478,7 +479,7 @@ static void model_section(enc_t *e, const char *s, size_t len, int origin, tdm_s
 static void raw_section(enc_t *e, const char *s, size_t len, int origin, tdm_status_t *st)
 {
     size_t nl;
-    char *ns = tok_normalize(e->tok, &e->arena, s, len, &nl);
+    char *ns = tdm_tok_normalize(e->tok, &e->arena, s, len, &nl);
     if (!ns) {
         *st = TDM_ERR_OVERFLOW;
         return;
@@ -493,7 +494,7 @@ tdm_status_t tdm_tok_encode(const tdm_tok_t *tok, const char *text, size_t len, 
         return TDM_ERR_INVAL;
     if (len > TDM_TOK_MAX_INPUT_BYTES)
         return TDM_ERR_OVERFLOW;
-    if (tok_utf8_valid_prefix((const uint8_t *)text, len) != len)
+    if (tdm_tok_utf8_valid_prefix((const uint8_t *)text, len) != len)
         return TDM_ERR_INVAL;
     enc_t e = {.tok = tok};
     tdm_arena_init(&e.arena, 1 << 14, len * 16 + (1 << 20));

@@ -131,7 +131,7 @@ static jv_t str_strip(jv_t s, jv_t chars, int which)
 static tdm_status_t str_replace(jctx_t *c, jv_t s, jv_t old, jv_t new_, jv_t count, jv_t *ret)
 {
     if (!jv_is_str(old) || !jv_is_str(new_))
-        return jctx_fail(c, TDM_ERR_INVAL, "replace() arguments must be strings");
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "replace() arguments must be strings");
     int64_t left =
         count.k == JV_DATA && json_is_integer(count.j) ? json_integer_value(count.j) : -1;
     const char *p = STR(s), *o = STR(old);
@@ -162,12 +162,13 @@ static tdm_status_t str_replace(jctx_t *c, jv_t s, jv_t old, jv_t new_, jv_t cou
         if (left > 0)
             left--;
         if (st == TDM_OK)
-            st = jctx_work(c, 1);
+            st = tdm_jctx_work(c, 1);
     }
     if (st != TDM_OK) {
         tdm_sbuf_free(&b);
-        return st == TDM_ERR_OVERFLOW ? jctx_fail(c, TDM_ERR_RANGE, "replace() result too large")
-                                      : st;
+        return st == TDM_ERR_OVERFLOW
+                   ? tdm_jctx_fail(c, TDM_ERR_RANGE, "replace() result too large")
+                   : st;
     }
     *ret = sbuf_take(&b);
     return TDM_OK;
@@ -185,7 +186,7 @@ static tdm_status_t str_split(jctx_t *c, jv_t s, jv_t sep, jv_t maxs, jv_t *ret)
         size_t dn = SLEN(sep);
         if (!dn) {
             json_decref(out);
-            return jctx_fail(c, TDM_ERR_INVAL, "split(): empty separator");
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "split(): empty separator");
         }
         for (;;) {
             const char *hit = max != 0 ? memmem(p + i, n - i, d, dn) : NULL;
@@ -195,7 +196,7 @@ static tdm_status_t str_split(jctx_t *c, jv_t s, jv_t sep, jv_t maxs, jv_t *ret)
             i = (size_t)(hit - p) + dn;
             if (max > 0)
                 max--;
-            TDM_TRY(jctx_work(c, 1));
+            TDM_TRY(tdm_jctx_work(c, 1));
         }
         json_array_append_new(out, json_stringn_nocheck(p + i, n - i));
     } else {
@@ -223,7 +224,7 @@ static tdm_status_t str_split(jctx_t *c, jv_t s, jv_t sep, jv_t maxs, jv_t *ret)
             json_array_append_new(out, json_stringn_nocheck(p + a, i - a));
             if (max > 0)
                 max--;
-            TDM_TRY(jctx_work(c, 1));
+            TDM_TRY(tdm_jctx_work(c, 1));
         }
     }
     *ret = jv_take(out);
@@ -261,7 +262,7 @@ static tdm_status_t to_list(jctx_t *c, jv_t v, jv_t *ret)
         }
     } else if (v.k != JV_UNDEF) {
         json_decref(out);
-        return jctx_fail(c, TDM_ERR_INVAL, "'%s' object is not iterable", jv_type_name(v));
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "'%s' object is not iterable", tdm_jv_type_name(v));
     }
     *ret = jv_take(out);
     return TDM_OK;
@@ -288,14 +289,15 @@ static tdm_status_t join(jctx_t *c, jv_t seq, jv_t sep, jv_t attr, jv_t *ret)
         if (jv_is_str(attr) && it.k == JV_DATA && json_is_object(it.j))
             it = jv_take(json_object_get(it.j, STR(attr)));
         if (st == TDM_OK)
-            st = jv_str(&b, it);
+            st = tdm_jv_str(&b, it);
         if (st == TDM_OK)
-            st = jctx_work(c, 1);
+            st = tdm_jctx_work(c, 1);
     }
     json_decref(items);
     if (st != TDM_OK) {
         tdm_sbuf_free(&b);
-        return st == TDM_ERR_OVERFLOW ? jctx_fail(c, TDM_ERR_RANGE, "join() result too large") : st;
+        return st == TDM_ERR_OVERFLOW ? tdm_jctx_fail(c, TDM_ERR_RANGE, "join() result too large")
+                                      : st;
     }
     *ret = sbuf_take(&b);
     return TDM_OK;
@@ -303,7 +305,7 @@ static tdm_status_t join(jctx_t *c, jv_t seq, jv_t sep, jv_t attr, jv_t *ret)
 
 /* ---- tests ---- */
 
-tdm_status_t jinja_test(jctx_t *c, const char *name, jv_t v, jv_t *args, size_t nargs, int *ret)
+tdm_status_t tdm_jinja_test(jctx_t *c, const char *name, jv_t v, jv_t *args, size_t nargs, int *ret)
 {
     int data = v.k == JV_DATA;
     const json_t *j = v.j;
@@ -341,14 +343,14 @@ tdm_status_t jinja_test(jctx_t *c, const char *name, jv_t v, jv_t *args, size_t 
         *ret = v.k == JV_MACRO || v.k == JV_FUNC;
     else if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==") ||
              !strcmp(name, "sameas"))
-        *ret = jv_equal(v, a0);
+        *ret = tdm_jv_equal(v, a0);
     else if (!strcmp(name, "ne") || !strcmp(name, "!="))
-        *ret = !jv_equal(v, a0);
+        *ret = !tdm_jv_equal(v, a0);
     else if (!strcmp(name, "lt") || !strcmp(name, "gt") || !strcmp(name, "le") ||
              !strcmp(name, "ge") || !strcmp(name, "lessthan") || !strcmp(name, "greaterthan")) {
-        int cmp = jv_compare(v, a0, &st);
+        int cmp = tdm_jv_compare(v, a0, &st);
         if (st != TDM_OK)
-            return jctx_fail(c, TDM_ERR_INVAL, "test '%s': values do not order", name);
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "test '%s': values do not order", name);
         *ret = name[0] == 'l' ? (name[1] == 'e' && !name[2] ? cmp <= 0 : cmp < 0)
                               : (name[1] == 'e' && !name[2] ? cmp >= 0 : cmp > 0);
     } else if (!strcmp(name, "in")) {
@@ -357,26 +359,26 @@ tdm_status_t jinja_test(jctx_t *c, const char *name, jv_t v, jv_t *args, size_t 
         else if (is_list(a0)) {
             *ret = 0;
             for (size_t i = 0; i < json_array_size(a0.j) && !*ret; i++)
-                *ret = jv_equal(v, jv_take(json_array_get(a0.j, i)));
+                *ret = tdm_jv_equal(v, jv_take(json_array_get(a0.j, i)));
         } else if (is_obj(a0))
             *ret = jv_is_str(v) && json_object_get(a0.j, STR(v));
         else
-            return jctx_fail(c, TDM_ERR_INVAL, "test 'in': not a container");
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "test 'in': not a container");
     } else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
         if (!(data && json_is_integer(j)))
-            return jctx_fail(c, TDM_ERR_INVAL, "test '%s' needs an integer", name);
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "test '%s' needs an integer", name);
         int64_t x = json_integer_value(j);
         if (name[0] == 'd') {
             int64_t d = a0.k == JV_DATA && json_is_integer(a0.j) ? json_integer_value(a0.j) : 0;
             if (!d)
-                return jctx_fail(c, TDM_ERR_INVAL, "divisibleby 0");
+                return tdm_jctx_fail(c, TDM_ERR_INVAL, "divisibleby 0");
             *ret = x % d == 0;
         } else {
             *ret = (x % 2 != 0) == (name[0] == 'o');
         }
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         if (!jv_is_str(v))
-            return jctx_fail(c, TDM_ERR_INVAL, "test '%s' needs a string", name);
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "test '%s' needs a string", name);
         *ret = 1;
         for (size_t i = 0; i < SLEN(v); i++) {
             char ch = STR(v)[i];
@@ -384,7 +386,7 @@ tdm_status_t jinja_test(jctx_t *c, const char *name, jv_t v, jv_t *args, size_t 
                 *ret = 0;
         }
     } else
-        return jctx_fail(c, TDM_ERR_UNSUPPORTED, "no test named '%s'", name);
+        return tdm_jctx_fail(c, TDM_ERR_UNSUPPORTED, "no test named '%s'", name);
     return TDM_OK;
 }
 
@@ -398,10 +400,10 @@ static tdm_status_t select_items(jctx_t *c, jv_t seq, jv_t *args, size_t nargs, 
         return TDM_OK;
     }
     if (!is_list(seq))
-        return jctx_fail(c, TDM_ERR_INVAL, "select on '%s'", jv_type_name(seq));
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "select on '%s'", tdm_jv_type_name(seq));
     size_t skip = by_attr ? 1 : 0;
     if (by_attr && (!nargs || !jv_is_str(args[0])))
-        return jctx_fail(c, TDM_ERR_INVAL, "selectattr needs an attribute name");
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "selectattr needs an attribute name");
     json_t *out = json_array();
     for (size_t i = 0; i < json_array_size(seq.j); i++) {
         json_t *item = json_array_get(seq.j, i);
@@ -411,10 +413,10 @@ static tdm_status_t select_items(jctx_t *c, jv_t seq, jv_t *args, size_t nargs, 
         int r;
         tdm_status_t st =
             nargs > skip && jv_is_str(args[skip])
-                ? jinja_test(c, STR(args[skip]), v, args + skip + 1, nargs - skip - 1, &r)
-                : (r = jv_truthy(v), TDM_OK);
+                ? tdm_jinja_test(c, STR(args[skip]), v, args + skip + 1, nargs - skip - 1, &r)
+                : (r = tdm_jv_truthy(v), TDM_OK);
         if (st == TDM_OK)
-            st = jctx_work(c, 1);
+            st = tdm_jctx_work(c, 1);
         if (st != TDM_OK) {
             json_decref(out);
             return st;
@@ -426,48 +428,50 @@ static tdm_status_t select_items(jctx_t *c, jv_t seq, jv_t *args, size_t nargs, 
     return TDM_OK;
 }
 
-tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char **kw, size_t nargs,
-                          jv_t *ret)
+tdm_status_t tdm_jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char **kw,
+                              size_t nargs, jv_t *ret)
 {
     int data = v.k == JV_DATA;
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         jv_t dflt = arg(args, kw, nargs, 0, "default_value");
         jv_t boolean = arg(args, kw, nargs, 1, "boolean");
-        int use = v.k == JV_UNDEF || (jv_truthy(boolean) && !jv_truthy(v));
+        int use = v.k == JV_UNDEF || (tdm_jv_truthy(boolean) && !tdm_jv_truthy(v));
         *ret = !use ? jv_copy(v) : dflt.k == JV_UNDEF ? jv_take(json_string("")) : jv_copy(dflt);
         return TDM_OK;
     }
     if (!strcmp(name, "safe"))
         return *ret = jv_copy(v), TDM_OK;
     if (!strcmp(name, "string"))
-        return jv_to_string(v, ret);
+        return tdm_jv_to_string(v, ret);
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         size_t n = v.k == JV_UNDEF ? 0
-                   : jv_is_str(v)  ? jv_utf8_count(STR(v), SLEN(v))
+                   : jv_is_str(v)  ? tdm_jv_utf8_count(STR(v), SLEN(v))
                    : is_list(v)    ? json_array_size(v.j)
                    : is_obj(v)     ? json_object_size(v.j)
                                    : (size_t)-1;
         if (n == (size_t)-1)
-            return jctx_fail(c, TDM_ERR_INVAL, "object of type '%s' has no len()", jv_type_name(v));
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "object of type '%s' has no len()",
+                                 tdm_jv_type_name(v));
         return *ret = jv_take(json_integer((json_int_t)n)), TDM_OK;
     }
     if (!strcmp(name, "tojson")) {
         jv_t ind = arg(args, kw, nargs, 1, "indent"), sk = arg(args, kw, nargs, 3, "sort_keys");
         jv_t ea = arg(args, kw, nargs, 0, "ensure_ascii");
-        if (jv_truthy(ea))
-            return jctx_fail(c, TDM_ERR_UNSUPPORTED, "tojson(ensure_ascii=True) is not supported");
+        if (tdm_jv_truthy(ea))
+            return tdm_jctx_fail(c, TDM_ERR_UNSUPPORTED,
+                                 "tojson(ensure_ascii=True) is not supported");
         if (v.k == JV_UNDEF || v.k == JV_MACRO || v.k == JV_FUNC)
-            return jctx_fail(c, TDM_ERR_INVAL, "Object of type %s is not JSON serializable",
-                             jv_type_name(v));
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "Object of type %s is not JSON serializable",
+                                 tdm_jv_type_name(v));
         int indent =
             ind.k == JV_DATA && json_is_integer(ind.j) ? (int)json_integer_value(ind.j) : -1;
         if (indent > 64)
             indent = 64;
         tdm_sbuf_t b = {.cap_limit = c->lim.max_output};
-        tdm_status_t st = tdm_py_json_dumps_ex(&b, v.j, indent, jv_truthy(sk), 0, 64);
+        tdm_status_t st = tdm_py_json_dumps_ex(&b, v.j, indent, tdm_jv_truthy(sk), 0, 64);
         if (st != TDM_OK) {
             tdm_sbuf_free(&b);
-            return jctx_fail(c, TDM_ERR_RANGE, "tojson: value too large or too deep");
+            return tdm_jctx_fail(c, TDM_ERR_RANGE, "tojson: value too large or too deep");
         }
         *ret = sbuf_take(&b);
         return TDM_OK;
@@ -478,7 +482,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
         json_t *x;
         if (v.k != JV_UNDEF && !is_obj(v)) {
             json_decref(out);
-            return jctx_fail(c, TDM_ERR_INVAL, "items of '%s'", jv_type_name(v));
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "items of '%s'", tdm_jv_type_name(v));
         }
         if (v.k != JV_UNDEF)
             json_object_foreach(v.j, k, x) json_array_append_new(out, json_pack("[sO]", k, x));
@@ -512,7 +516,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
             }
             return *ret = jv_take(out), TDM_OK;
         }
-        return jctx_fail(c, TDM_ERR_INVAL, "reverse of '%s'", jv_type_name(v));
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "reverse of '%s'", tdm_jv_type_name(v));
     }
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr"))
         return select_items(c, v, args, nargs, 1, name[0] == 's', ret);
@@ -523,26 +527,26 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
         jv_t dflt = arg(args, kw, nargs, -1, "default");
         jv_t l;
         if (!jv_is_str(attr) && !(npos(kw, nargs) >= 1 && jv_is_str(args[0])))
-            return jctx_fail(c, TDM_ERR_INVAL, "map needs attribute= or a filter name");
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "map needs attribute= or a filter name");
         TDM_TRY(to_list(c, v, &l));
         json_t *out = json_array();
         for (size_t i = 0; i < json_array_size(l.j); i++) {
             json_t *item = json_array_get(l.j, i);
             jv_t r = jv_undef();
-            tdm_status_t st = jctx_work(c, 1);
+            tdm_status_t st = tdm_jctx_work(c, 1);
             if (st == TDM_OK && jv_is_str(attr)) {
                 json_t *x = json_is_object(item) ? json_object_get(item, STR(attr)) : NULL;
                 r = x ? jv_borrow(x) : jv_copy(dflt);
             } else if (st == TDM_OK) {
-                st = jinja_filter(c, STR(args[0]), jv_take(item), args + 1, kw ? kw + 1 : NULL,
-                                  nargs - 1, &r);
+                st = tdm_jinja_filter(c, STR(args[0]), jv_take(item), args + 1, kw ? kw + 1 : NULL,
+                                      nargs - 1, &r);
             }
             if (st != TDM_OK) {
                 json_decref(out);
                 jv_free(&l);
                 return st;
             }
-            json_array_append_new(out, jv_to_json(r));
+            json_array_append_new(out, tdm_jv_to_json(r));
             jv_free(&r);
         }
         jv_free(&l);
@@ -570,7 +574,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
         if (as_int && data && json_is_integer(v.j))
             return *ret = jv_copy(v), TDM_OK;
         if (as_int && (f > 9.2e18 || f < -9.2e18))
-            return jctx_fail(c, TDM_ERR_RANGE, "int() out of range");
+            return tdm_jctx_fail(c, TDM_ERR_RANGE, "int() out of range");
         return *ret = jv_take(as_int ? json_integer((json_int_t)f) : json_real(f)), TDM_OK;
     }
     if (!strcmp(name, "abs")) {
@@ -580,7 +584,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
             double f = json_real_value(v.j);
             return *ret = jv_take(json_real(f < 0 ? -f : f)), TDM_OK;
         }
-        return jctx_fail(c, TDM_ERR_INVAL, "abs of '%s'", jv_type_name(v));
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "abs of '%s'", tdm_jv_type_name(v));
     }
     /* string filters take str(value) */
     jv_t s;
@@ -588,7 +592,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
     if (!strcmp(name, "trim") || !strcmp(name, "upper") || !strcmp(name, "lower") ||
         !strcmp(name, "capitalize") || !strcmp(name, "title") || !strcmp(name, "replace") ||
         !strcmp(name, "indent")) {
-        TDM_TRY(jv_to_string(v, &s));
+        TDM_TRY(tdm_jv_to_string(v, &s));
         if (name[0] == 't' && name[1] == 'r')
             *ret = str_strip(s, arg(args, kw, nargs, 0, "chars"), 3), st = TDM_OK;
         else if (!strcmp(name, "replace"))
@@ -600,7 +604,7 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
             tdm_sbuf_t b = {.cap_limit = c->lim.max_output};
             st = tdm_sbuf_add(&b, "", 0);
             for (size_t i = 0; i < SLEN(s) && st == TDM_OK; i++) {
-                if ((i == 0 && jv_truthy(first)) ||
+                if ((i == 0 && tdm_jv_truthy(first)) ||
                     (i > 0 && STR(s)[i - 1] == '\n' && STR(s)[i] != '\n'))
                     for (int64_t k = 0; k < width && k < 256 && st == TDM_OK; k++)
                         st = tdm_sbuf_add(&b, " ", 1);
@@ -610,19 +614,19 @@ tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t v, jv_t *args, char 
             if (st == TDM_OK)
                 *ret = sbuf_take(&b);
             else
-                tdm_sbuf_free(&b), st = jctx_fail(c, TDM_ERR_RANGE, "indent result too large");
+                tdm_sbuf_free(&b), st = tdm_jctx_fail(c, TDM_ERR_RANGE, "indent result too large");
         } else
             st = str_case(s, name[0] == 'u' ? 1 : name[0] == 'l' ? 0 : name[0] == 't' ? 2 : 3, ret);
         jv_free(&s);
         return st;
     }
-    return jctx_fail(c, TDM_ERR_UNSUPPORTED, "no filter named '%s'", name);
+    return tdm_jctx_fail(c, TDM_ERR_UNSUPPORTED, "no filter named '%s'", name);
 }
 
 /* ---- methods ---- */
 
-tdm_status_t jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, char **kw,
-                          size_t nargs, jv_t *ret)
+tdm_status_t tdm_jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, char **kw,
+                              size_t nargs, jv_t *ret)
 {
     jv_t a0 = arg(args, kw, nargs, 0, NULL), a1 = arg(args, kw, nargs, 1, NULL);
     if (jv_is_str(self)) {
@@ -647,13 +651,13 @@ tdm_status_t jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, ch
             return join(c, a0, self, jv_undef(), ret);
         if (!strcmp(name, "find") || !strcmp(name, "count")) {
             if (!jv_is_str(a0))
-                return jctx_fail(c, TDM_ERR_INVAL, "%s() needs a string", name);
+                return tdm_jctx_fail(c, TDM_ERR_INVAL, "%s() needs a string", name);
             const char *h = STR(self), *hit;
             size_t n = SLEN(self), i = 0, cnt = 0;
             if (name[0] == 'f') {
                 hit = SLEN(a0) ? memmem(h, n, STR(a0), SLEN(a0)) : h;
                 return *ret = jv_take(json_integer(
-                           hit ? (json_int_t)jv_utf8_count(h, (size_t)(hit - h)) : -1)),
+                           hit ? (json_int_t)tdm_jv_utf8_count(h, (size_t)(hit - h)) : -1)),
                        TDM_OK;
             }
             while (SLEN(a0) && i <= n && (hit = memmem(h + i, n - i, STR(a0), SLEN(a0)))) {
@@ -669,7 +673,7 @@ tdm_status_t jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, ch
             for (size_t i = 0; i < SLEN(self) && st == TDM_OK; i++) {
                 const char *p = STR(self);
                 if (p[i] == '{' && i + 1 < SLEN(self) && p[i + 1] == '}') {
-                    st = k < nargs ? jv_str(&b, args[k++]) : TDM_ERR_INVAL;
+                    st = k < nargs ? tdm_jv_str(&b, args[k++]) : TDM_ERR_INVAL;
                     i++;
                 } else if ((p[i] == '{' || p[i] == '}') && i + 1 < SLEN(self) && p[i + 1] == p[i]) {
                     st = tdm_sbuf_add(&b, p + i++, 1);
@@ -679,7 +683,7 @@ tdm_status_t jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, ch
             }
             if (st != TDM_OK) {
                 tdm_sbuf_free(&b);
-                return jctx_fail(c, TDM_ERR_INVAL, "format(): only '{}' fields are supported");
+                return tdm_jctx_fail(c, TDM_ERR_INVAL, "format(): only '{}' fields are supported");
             }
             *ret = sbuf_take(&b);
             return TDM_OK;
@@ -706,21 +710,22 @@ tdm_status_t jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, ch
     }
     if (!strcmp(name, "append") || !strcmp(name, "pop") || !strcmp(name, "update") ||
         !strcmp(name, "extend") || !strcmp(name, "insert") || !strcmp(name, "clear"))
-        return jctx_fail(c, TDM_ERR_PERM, "'%s' would modify a value; templates are immutable",
-                         name);
+        return tdm_jctx_fail(c, TDM_ERR_PERM, "'%s' would modify a value; templates are immutable",
+                             name);
     return TDM_ERR_NOTFOUND;
 }
 
 /* ---- globals ---- */
 
-tdm_status_t jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, size_t nargs, jv_t *ret)
+tdm_status_t tdm_jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, size_t nargs,
+                                   jv_t *ret)
 {
     switch (func) {
     case JF_RAISE: {
         tdm_sbuf_t b = {.cap_limit = 1024};
         if (nargs)
-            (void)jv_str(&b, args[0]);
-        tdm_status_t st = jctx_fail(c, TDM_ERR_INVAL, "raise_exception: %s", b.p ? b.p : "");
+            (void)tdm_jv_str(&b, args[0]);
+        tdm_status_t st = tdm_jctx_fail(c, TDM_ERR_INVAL, "raise_exception: %s", b.p ? b.p : "");
         tdm_sbuf_free(&b);
         return st;
     }
@@ -729,7 +734,7 @@ tdm_status_t jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, size_
         time_t now = time(NULL);
         struct tm tm;
         if (!nargs || !jv_is_str(args[0]))
-            return jctx_fail(c, TDM_ERR_INVAL, "strftime_now needs a format string");
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "strftime_now needs a format string");
         gmtime_r(&now, &tm);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
@@ -744,12 +749,12 @@ tdm_status_t jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, size_
         json_t *o = json_object();
         for (size_t i = 0; i < nargs; i++) {
             if (kw && kw[i]) {
-                json_object_set_new(o, kw[i], jv_to_json(args[i]));
+                json_object_set_new(o, kw[i], tdm_jv_to_json(args[i]));
             } else if (is_obj(args[i])) {
                 json_object_update(o, args[i].j);
             } else {
                 json_decref(o);
-                return jctx_fail(c, TDM_ERR_INVAL, "namespace()/dict() take key=value pairs");
+                return tdm_jctx_fail(c, TDM_ERR_INVAL, "namespace()/dict() take key=value pairs");
             }
         }
         *ret = jv_take(o);
@@ -760,17 +765,17 @@ tdm_status_t jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, size_
     case JF_RANGE: {
         int64_t v[3] = {0, 0, 1};
         if (nargs < 1 || nargs > 3)
-            return jctx_fail(c, TDM_ERR_INVAL, "range() takes 1 to 3 integers");
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "range() takes 1 to 3 integers");
         for (size_t i = 0; i < nargs; i++) {
             if (!(args[i].k == JV_DATA && json_is_integer(args[i].j)))
-                return jctx_fail(c, TDM_ERR_INVAL, "range() takes integers");
+                return tdm_jctx_fail(c, TDM_ERR_INVAL, "range() takes integers");
             v[nargs == 1 ? 1 : i] = json_integer_value(args[i].j);
         }
         if (!v[2])
-            return jctx_fail(c, TDM_ERR_INVAL, "range() step must not be zero");
+            return tdm_jctx_fail(c, TDM_ERR_INVAL, "range() step must not be zero");
         json_t *out = json_array();
         for (int64_t x = v[0]; v[2] > 0 ? x < v[1] : x > v[1]; x += v[2]) {
-            if (jctx_work(c, 1) != TDM_OK) {
+            if (tdm_jctx_work(c, 1) != TDM_OK) {
                 json_decref(out);
                 return TDM_ERR_RANGE;
             }
@@ -782,5 +787,5 @@ tdm_status_t jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, size_
         return TDM_OK;
     }
     }
-    return jctx_fail(c, TDM_ERR_STATE, "unknown built-in");
+    return tdm_jctx_fail(c, TDM_ERR_STATE, "unknown built-in");
 }

@@ -12,7 +12,7 @@
 
 #include "jinja_int.h"
 
-void jframe_set(jframe_t *f, const char *name, jv_t v)
+void tdm_jframe_set(jframe_t *f, const char *name, jv_t v)
 {
     for (size_t i = 0; i < f->n; i++)
         if (!strcmp(f->names[i], name)) {
@@ -29,7 +29,7 @@ void jframe_set(jframe_t *f, const char *name, jv_t v)
     f->vals[f->n++] = v;
 }
 
-void jframe_clear(jframe_t *f)
+void tdm_jframe_clear(jframe_t *f)
 {
     for (size_t i = 0; i < f->n; i++)
         jv_free(&f->vals[i]);
@@ -39,11 +39,11 @@ void jframe_clear(jframe_t *f)
 }
 
 /* Render `body` into a new string value (macros, {% set %} blocks, filter blocks). */
-tdm_status_t jinja_capture(jctx_t *c, const jnode_t *body, jv_t *ret)
+tdm_status_t tdm_jinja_capture(jctx_t *c, const jnode_t *body, jv_t *ret)
 {
     tdm_sbuf_t b = {.cap_limit = c->out->cap_limit}, *saved = c->out;
     c->out = &b;
-    tdm_status_t st = jinja_exec(c, body);
+    tdm_status_t st = tdm_jinja_exec(c, body);
     c->out = saved;
     if (st == TDM_OK)
         *ret = jv_take(json_stringn_nocheck(b.p ? b.p : "", b.len));
@@ -80,19 +80,19 @@ static tdm_status_t iter_items(jctx_t *c, jv_t v, json_t **ret)
         *ret = out;
         return TDM_OK;
     }
-    return jctx_fail(c, TDM_ERR_INVAL, "'%s' object is not iterable", jv_type_name(v));
+    return tdm_jctx_fail(c, TDM_ERR_INVAL, "'%s' object is not iterable", tdm_jv_type_name(v));
 }
 
 static tdm_status_t bind_targets(jctx_t *c, jframe_t *f, char **names, size_t n, json_t *item)
 {
     if (n == 1) {
-        jframe_set(f, names[0], jv_borrow(item));
+        tdm_jframe_set(f, names[0], jv_borrow(item));
         return TDM_OK;
     }
     if (!json_is_array(item) || json_array_size(item) != n)
-        return jctx_fail(c, TDM_ERR_INVAL, "cannot unpack into %zu loop variables", n);
+        return tdm_jctx_fail(c, TDM_ERR_INVAL, "cannot unpack into %zu loop variables", n);
     for (size_t k = 0; k < n; k++)
-        jframe_set(f, names[k], jv_borrow(json_array_get(item, k)));
+        tdm_jframe_set(f, names[k], jv_borrow(json_array_get(item, k)));
     return TDM_OK;
 }
 
@@ -103,7 +103,7 @@ static tdm_status_t exec_for(jctx_t *c, const jnode_t *n)
     tdm_status_t st;
     jframe_t *outer = c->top;
 
-    TDM_TRY(jinja_eval(c, n->a, &it));
+    TDM_TRY(tdm_jinja_eval(c, n->a, &it));
     c->line = n->line;
     TDM_CHECK_GOTO(iter_items(c, it, &all), st, out);
     if (n->d) { /* {% for x in xs if cond %}: filtered before loop.* counts */
@@ -114,13 +114,13 @@ static tdm_status_t exec_for(jctx_t *c, const jnode_t *n)
             c->top = &f;
             st = bind_targets(c, &f, n->names, n->nnames, json_array_get(all, i));
             if (st == TDM_OK)
-                st = jinja_eval(c, n->d, &keep);
+                st = tdm_jinja_eval(c, n->d, &keep);
             c->top = outer;
-            jframe_clear(&f);
-            if (st == TDM_OK && jv_truthy(keep))
+            tdm_jframe_clear(&f);
+            if (st == TDM_OK && tdm_jv_truthy(keep))
                 json_array_append(items, json_array_get(all, i));
             jv_free(&keep);
-            TDM_CHECK_GOTO(st == TDM_OK ? jctx_work(c, 1) : st, st, out);
+            TDM_CHECK_GOTO(st == TDM_OK ? tdm_jctx_work(c, 1) : st, st, out);
         }
     } else {
         items = json_incref(all);
@@ -129,7 +129,7 @@ static tdm_status_t exec_for(jctx_t *c, const jnode_t *n)
     for (size_t i = 0; i < len; i++) {
         jframe_t f = {.parent = outer};
         json_t *loop = json_object();
-        TDM_CHECK_GOTO(jctx_work(c, 1), st, iter_fail);
+        TDM_CHECK_GOTO(tdm_jctx_work(c, 1), st, iter_fail);
         json_object_set_new(loop, "index", json_integer((json_int_t)i + 1));
         json_object_set_new(loop, "index0", json_integer((json_int_t)i));
         json_object_set_new(loop, "revindex", json_integer((json_int_t)(len - i)));
@@ -141,14 +141,14 @@ static tdm_status_t exec_for(jctx_t *c, const jnode_t *n)
             json_object_set(loop, "previtem", json_array_get(items, i - 1));
         if (i + 1 < len)
             json_object_set(loop, "nextitem", json_array_get(items, i + 1));
-        jframe_set(&f, "loop", jv_take(loop));
+        tdm_jframe_set(&f, "loop", jv_take(loop));
         c->top = &f;
         st = bind_targets(c, &f, n->names, n->nnames, json_array_get(items, i));
         if (st == TDM_OK)
-            st = jinja_exec(c, n->b);
+            st = tdm_jinja_exec(c, n->b);
     iter_fail:
         c->top = outer;
-        jframe_clear(&f);
+        tdm_jframe_clear(&f);
         if (st != TDM_OK)
             goto out;
         if (c->brk == 1) {
@@ -157,7 +157,7 @@ static tdm_status_t exec_for(jctx_t *c, const jnode_t *n)
         }
         c->brk = 0;
     }
-    st = len == 0 && n->c ? jinja_exec(c, n->c) : TDM_OK;
+    st = len == 0 && n->c ? tdm_jinja_exec(c, n->c) : TDM_OK;
 out:
     c->top = outer;
     json_decref(all);
@@ -170,32 +170,32 @@ static tdm_status_t exec_set(jctx_t *c, const jnode_t *n)
 {
     jv_t v = jv_undef();
     tdm_status_t st = TDM_OK;
-    TDM_TRY(jinja_eval(c, n->a, &v));
+    TDM_TRY(tdm_jinja_eval(c, n->a, &v));
     c->line = n->line;
     if (n->op == 1) { /* {% set ns.attr = v %} */
-        jv_t ns = jinja_lookup(c, n->names[0]);
+        jv_t ns = tdm_jinja_lookup(c, n->names[0]);
         if (ns.k != JV_NS)
-            st = jctx_fail(c, TDM_ERR_INVAL, "cannot assign attribute on non-namespace '%s'",
-                           n->names[0]);
+            st = tdm_jctx_fail(c, TDM_ERR_INVAL, "cannot assign attribute on non-namespace '%s'",
+                               n->names[0]);
         else
-            json_object_set_new(ns.j, n->names[1], jv_to_json(v));
+            json_object_set_new(ns.j, n->names[1], tdm_jv_to_json(v));
         jv_free(&ns);
         jv_free(&v);
         return st;
     }
     if (n->nnames == 1) {
-        jframe_set(c->top, n->names[0], v);
+        tdm_jframe_set(c->top, n->names[0], v);
         return TDM_OK;
     }
     if (!(v.k == JV_DATA && json_is_array(v.j) && json_array_size(v.j) == n->nnames))
-        st = jctx_fail(c, TDM_ERR_INVAL, "cannot unpack into %zu names", n->nnames);
+        st = tdm_jctx_fail(c, TDM_ERR_INVAL, "cannot unpack into %zu names", n->nnames);
     for (size_t k = 0; st == TDM_OK && k < n->nnames; k++)
-        jframe_set(c->top, n->names[k], jv_borrow(json_array_get(v.j, k)));
+        tdm_jframe_set(c->top, n->names[k], jv_borrow(json_array_get(v.j, k)));
     jv_free(&v);
     return st;
 }
 
-tdm_status_t jinja_exec(jctx_t *c, const jnode_t *n)
+tdm_status_t tdm_jinja_exec(jctx_t *c, const jnode_t *n)
 {
     jv_t v = jv_undef();
     tdm_status_t st = TDM_OK;
@@ -203,19 +203,19 @@ tdm_status_t jinja_exec(jctx_t *c, const jnode_t *n)
     switch (n->kind) {
     case JN_BODY:
         for (size_t i = 0; i < n->nv && st == TDM_OK && !c->brk; i++)
-            st = jinja_exec(c, n->v[i]);
+            st = tdm_jinja_exec(c, n->v[i]);
         return st;
     case JN_TEXT:
         st = tdm_sbuf_add(c->out, n->s, n->slen);
         break;
     case JN_OUTPUT:
-        TDM_TRY(jinja_eval(c, n->a, &v));
-        st = jv_str(c->out, v);
+        TDM_TRY(tdm_jinja_eval(c, n->a, &v));
+        st = tdm_jv_str(c->out, v);
         jv_free(&v);
         break;
     case JN_IF:
-        TDM_TRY(jinja_eval(c, n->a, &v));
-        st = jv_truthy(v) ? jinja_exec(c, n->b) : n->c ? jinja_exec(c, n->c) : TDM_OK;
+        TDM_TRY(tdm_jinja_eval(c, n->a, &v));
+        st = tdm_jv_truthy(v) ? tdm_jinja_exec(c, n->b) : n->c ? tdm_jinja_exec(c, n->c) : TDM_OK;
         jv_free(&v);
         return st;
     case JN_FOR:
@@ -223,12 +223,12 @@ tdm_status_t jinja_exec(jctx_t *c, const jnode_t *n)
     case JN_SET:
         return exec_set(c, n);
     case JN_SETBLOCK:
-        TDM_TRY(jinja_capture(c, n->b, &v));
-        jframe_set(c->top, n->names[0], v);
+        TDM_TRY(tdm_jinja_capture(c, n->b, &v));
+        tdm_jframe_set(c->top, n->names[0], v);
         return TDM_OK;
     case JN_MACRO: {
         jv_t m = {JV_MACRO, NULL, n, 0};
-        jframe_set(c->top, n->s, m);
+        tdm_jframe_set(c->top, n->s, m);
         return TDM_OK;
     }
     case JN_CALLBLK: {
@@ -236,24 +236,24 @@ tdm_status_t jinja_exec(jctx_t *c, const jnode_t *n)
         jframe_t *saved_frame = c->caller_frame;
         c->caller_body = n;
         c->caller_frame = c->top;
-        st = jinja_eval(c, n->a, &v);
+        st = tdm_jinja_eval(c, n->a, &v);
         c->caller_body = saved_body;
         c->caller_frame = saved_frame;
         if (st == TDM_OK)
-            st = jv_str(c->out, v);
+            st = tdm_jv_str(c->out, v);
         jv_free(&v);
         break;
     }
     case JN_FILTERBLK: {
         jframe_t f = {.parent = c->top};
-        TDM_TRY(jinja_capture(c, n->b, &v));
-        jframe_set(&f, "__body__", v);
+        TDM_TRY(tdm_jinja_capture(c, n->b, &v));
+        tdm_jframe_set(&f, "__body__", v);
         c->top = &f;
-        st = jinja_eval(c, n->a, &v);
+        st = tdm_jinja_eval(c, n->a, &v);
         c->top = f.parent;
-        jframe_clear(&f);
+        tdm_jframe_clear(&f);
         if (st == TDM_OK)
-            st = jv_str(c->out, v);
+            st = tdm_jv_str(c->out, v);
         jv_free(&v);
         return st;
     }
@@ -262,10 +262,10 @@ tdm_status_t jinja_exec(jctx_t *c, const jnode_t *n)
         c->brk = n->kind == JN_BREAK ? 1 : 2;
         return TDM_OK;
     default:
-        return jctx_fail(c, TDM_ERR_STATE, "expression used as a statement");
+        return tdm_jctx_fail(c, TDM_ERR_STATE, "expression used as a statement");
     }
     if (st == TDM_ERR_OVERFLOW)
-        st = jctx_fail(c, TDM_ERR_RANGE, "rendered text exceeds %zu bytes", c->lim.max_output);
+        st = tdm_jctx_fail(c, TDM_ERR_RANGE, "rendered text exceeds %zu bytes", c->lim.max_output);
     return st;
 }
 
@@ -290,8 +290,8 @@ tdm_status_t tdm_jinja_render(const tdm_jinja_tpl_t *t, const json_t *vars,
     if (!c.lim.max_depth)
         c.lim.max_depth = 64;
     out.cap_limit = c.lim.max_output;
-    tdm_status_t st = jinja_exec(&c, t->root);
-    jframe_clear(&root);
+    tdm_status_t st = tdm_jinja_exec(&c, t->root);
+    tdm_jframe_clear(&root);
     if (st != TDM_OK) {
         tdm_sbuf_free(&out);
         return st;

@@ -137,21 +137,21 @@ typedef struct parser {
     int failed;
 } parser_t;
 
-jnode_t *jp_node(parser_t *P, jnode_kind_t k, int line);
-void jp_vpush(jnode_t *n, jnode_t *child, const char *name);
-void jp_npush(jnode_t *n, const char *name);
-jtok_t *jp_cur(parser_t *P);
-jtok_t *jp_peek(parser_t *P, size_t ahead);
-void *jp_fail(parser_t *P, const char *what);
-int jp_is_op(parser_t *P, const char *op);
-int jp_is_name(parser_t *P, const char *name);
-int jp_accept_op(parser_t *P, const char *op);
-int jp_accept_name(parser_t *P, const char *name);
-int jp_expect_op(parser_t *P, const char *op);
-const char *jp_expect_ident(parser_t *P);
-jnode_t *jp_parse_expr(parser_t *P, int with_cond);
-jnode_t *jp_parse_or(parser_t *P);
-int jp_parse_args(parser_t *P, jnode_t *call);
+jnode_t *tdm_jp_node(parser_t *P, jnode_kind_t k, int line);
+void tdm_jp_vpush(jnode_t *n, jnode_t *child, const char *name);
+void tdm_jp_npush(jnode_t *n, const char *name);
+jtok_t *tdm_jp_cur(parser_t *P);
+jtok_t *tdm_jp_peek(parser_t *P, size_t ahead);
+void *tdm_jp_fail(parser_t *P, const char *what);
+int tdm_jp_is_op(parser_t *P, const char *op);
+int tdm_jp_is_name(parser_t *P, const char *name);
+int tdm_jp_accept_op(parser_t *P, const char *op);
+int tdm_jp_accept_name(parser_t *P, const char *name);
+int tdm_jp_expect_op(parser_t *P, const char *op);
+const char *tdm_jp_expect_ident(parser_t *P);
+jnode_t *tdm_jp_parse_expr(parser_t *P, int with_cond);
+jnode_t *tdm_jp_parse_or(parser_t *P);
+int tdm_jp_parse_args(parser_t *P, jnode_t *call);
 
 tdm_status_t tdm_jinja_parse_tokens(tdm_jinja_tpl_t *t, jtok_t *toks, size_t n, char *err,
                                     size_t errlen);
@@ -208,20 +208,20 @@ static inline int jv_is_str(jv_t v)
 }
 
 /* Python semantics (jinja_value.c). */
-int jv_truthy(jv_t v);
-const char *jv_type_name(jv_t v);
+int tdm_jv_truthy(jv_t v);
+const char *tdm_jv_type_name(jv_t v);
 /* str(v) appended to b (undefined prints nothing). */
-tdm_status_t jv_str(tdm_sbuf_t *b, jv_t v);
+tdm_status_t tdm_jv_str(tdm_sbuf_t *b, jv_t v);
 /* str(v) as a new string value. */
-tdm_status_t jv_to_string(jv_t v, jv_t *ret);
-int jv_equal(jv_t a, jv_t b);
+tdm_status_t tdm_jv_to_string(jv_t v, jv_t *ret);
+int tdm_jv_equal(jv_t a, jv_t b);
 /* <0, 0, >0; TDM_ERR_INVAL in *st when the types do not order. */
-int jv_compare(jv_t a, jv_t b, tdm_status_t *st);
+int tdm_jv_compare(jv_t a, jv_t b, tdm_status_t *st);
 /* JSON data for v (undefined → null, a namespace → its object); new reference. */
-json_t *jv_to_json(jv_t v);
+json_t *tdm_jv_to_json(jv_t v);
 /* Code points of a UTF-8 string; the byte offset of code point i (clamped to n). */
-size_t jv_utf8_count(const char *s, size_t n);
-size_t jv_utf8_offset(const char *s, size_t n, size_t cp);
+size_t tdm_jv_utf8_count(const char *s, size_t n);
+size_t tdm_jv_utf8_offset(const char *s, size_t n, size_t cp);
 
 /* ---- evaluation ---- */
 
@@ -233,8 +233,8 @@ struct jframe {
     jv_t *vals;
 };
 
-void jframe_set(jframe_t *f, const char *name, jv_t v);
-void jframe_clear(jframe_t *f);
+void tdm_jframe_set(jframe_t *f, const char *name, jv_t v);
+void tdm_jframe_clear(jframe_t *f);
 
 typedef struct jctx {
     tdm_sbuf_t *out;
@@ -253,28 +253,29 @@ typedef struct jctx {
 } jctx_t;
 
 /* Record an error "line N: …" (first one wins) and return st. */
-tdm_status_t jctx_fail(jctx_t *c, tdm_status_t st, const char *fmt, ...)
+tdm_status_t tdm_jctx_fail(jctx_t *c, tdm_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Count work units; TDM_ERR_RANGE past the limit. */
-tdm_status_t jctx_work(jctx_t *c, uint64_t n);
+tdm_status_t tdm_jctx_work(jctx_t *c, uint64_t n);
 
-tdm_status_t jinja_eval(jctx_t *c, const jnode_t *n, jv_t *ret);
-tdm_status_t jinja_exec(jctx_t *c, const jnode_t *n);
+tdm_status_t tdm_jinja_eval(jctx_t *c, const jnode_t *n, jv_t *ret);
+tdm_status_t tdm_jinja_exec(jctx_t *c, const jnode_t *n);
 /* A name: innermost scope first, then the render variables, the globals, undefined. */
-jv_t jinja_lookup(jctx_t *c, const char *name);
+jv_t tdm_jinja_lookup(jctx_t *c, const char *name);
 /* Render `body` into a new string value (macros, {% set %} blocks, filter blocks). */
-tdm_status_t jinja_capture(jctx_t *c, const jnode_t *body, jv_t *ret);
-tdm_status_t jinja_call_macro(jctx_t *c, jv_t fn, jv_t *args, size_t nargs, char **kwnames,
-                              jv_t *ret);
+tdm_status_t tdm_jinja_capture(jctx_t *c, const jnode_t *body, jv_t *ret);
+tdm_status_t tdm_jinja_call_macro(jctx_t *c, jv_t fn, jv_t *args, size_t nargs, char **kwnames,
+                                  jv_t *ret);
 
 /* Built-ins (jinja_builtins.c). args[0..nargs): positional then keyword (kwnames[i] != NULL). */
-tdm_status_t jinja_filter(jctx_t *c, const char *name, jv_t self, jv_t *args, char **kwnames,
-                          size_t nargs, jv_t *ret);
-tdm_status_t jinja_test(jctx_t *c, const char *name, jv_t self, jv_t *args, size_t nargs, int *ret);
+tdm_status_t tdm_jinja_filter(jctx_t *c, const char *name, jv_t self, jv_t *args, char **kwnames,
+                              size_t nargs, jv_t *ret);
+tdm_status_t tdm_jinja_test(jctx_t *c, const char *name, jv_t self, jv_t *args, size_t nargs,
+                            int *ret);
 /* self.name(args); TDM_ERR_NOTFOUND if `self` has no such method. */
-tdm_status_t jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, char **kwnames,
-                          size_t nargs, jv_t *ret);
-tdm_status_t jinja_global_call(jctx_t *c, int func, jv_t *args, char **kwnames, size_t nargs,
-                               jv_t *ret);
+tdm_status_t tdm_jinja_method(jctx_t *c, jv_t self, const char *name, jv_t *args, char **kwnames,
+                              size_t nargs, jv_t *ret);
+tdm_status_t tdm_jinja_global_call(jctx_t *c, int func, jv_t *args, char **kwnames, size_t nargs,
+                                   jv_t *ret);
 
 #endif

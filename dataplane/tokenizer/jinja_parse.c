@@ -14,7 +14,7 @@
 
 #include "jinja_int.h"
 
-jnode_t *jp_node(parser_t *P, jnode_kind_t k, int line)
+jnode_t *tdm_jp_node(parser_t *P, jnode_kind_t k, int line)
 {
     tdm_jinja_tpl_t *t = P->t;
     if (t->n_nodes == t->cap_nodes) {
@@ -28,7 +28,7 @@ jnode_t *jp_node(parser_t *P, jnode_kind_t k, int line)
     return n;
 }
 
-void jp_vpush(jnode_t *n, jnode_t *child, const char *name)
+void tdm_jp_vpush(jnode_t *n, jnode_t *child, const char *name)
 {
     n->v = tdm_realloc(n->v, (n->nv + 1) * sizeof(*n->v));
     n->v[n->nv++] = child;
@@ -41,27 +41,27 @@ void jp_vpush(jnode_t *n, jnode_t *child, const char *name)
     }
 }
 
-void jp_npush(jnode_t *n, const char *name)
+void tdm_jp_npush(jnode_t *n, const char *name)
 {
     n->names = tdm_realloc(n->names, (n->nnames + 1) * sizeof(*n->names));
     n->names[n->nnames++] = tdm_strdup(name);
 }
 
-jtok_t *jp_cur(parser_t *P)
+jtok_t *tdm_jp_cur(parser_t *P)
 {
     return &P->tok[P->i < P->n ? P->i : P->n - 1];
 }
 
-jtok_t *jp_peek(parser_t *P, size_t ahead)
+jtok_t *tdm_jp_peek(parser_t *P, size_t ahead)
 {
     size_t k = P->i + ahead;
     return &P->tok[k < P->n ? k : P->n - 1];
 }
 
-void *jp_fail(parser_t *P, const char *what)
+void *tdm_jp_fail(parser_t *P, const char *what)
 {
     if (!P->failed) {
-        jtok_t *t = jp_cur(P);
+        jtok_t *t = tdm_jp_cur(P);
         snprintf(P->err ? P->err : (char[1]){0}, P->err ? P->errlen : 1, "line %d: %s (at '%s')",
                  t->line, what, t->kind == JT_EOF ? "end of template" : t->s);
     }
@@ -69,49 +69,49 @@ void *jp_fail(parser_t *P, const char *what)
     return NULL;
 }
 
-int jp_is_op(parser_t *P, const char *op)
+int tdm_jp_is_op(parser_t *P, const char *op)
 {
-    jtok_t *t = jp_cur(P);
+    jtok_t *t = tdm_jp_cur(P);
     return t->kind == JT_OP && strcmp(t->s, op) == 0;
 }
 
-int jp_is_name(parser_t *P, const char *name)
+int tdm_jp_is_name(parser_t *P, const char *name)
 {
-    jtok_t *t = jp_cur(P);
+    jtok_t *t = tdm_jp_cur(P);
     return t->kind == JT_NAME && strcmp(t->s, name) == 0;
 }
 
-int jp_accept_op(parser_t *P, const char *op)
+int tdm_jp_accept_op(parser_t *P, const char *op)
 {
-    if (!jp_is_op(P, op))
+    if (!tdm_jp_is_op(P, op))
         return 0;
     P->i++;
     return 1;
 }
 
-int jp_accept_name(parser_t *P, const char *name)
+int tdm_jp_accept_name(parser_t *P, const char *name)
 {
-    if (!jp_is_name(P, name))
+    if (!tdm_jp_is_name(P, name))
         return 0;
     P->i++;
     return 1;
 }
 
-int jp_expect_op(parser_t *P, const char *op)
+int tdm_jp_expect_op(parser_t *P, const char *op)
 {
-    if (jp_accept_op(P, op))
+    if (tdm_jp_accept_op(P, op))
         return 1;
     char msg[64];
     snprintf(msg, sizeof(msg), "expected '%s'", op);
-    jp_fail(P, msg);
+    tdm_jp_fail(P, msg);
     return 0;
 }
 
-const char *jp_expect_ident(parser_t *P)
+const char *tdm_jp_expect_ident(parser_t *P)
 {
-    jtok_t *t = jp_cur(P);
+    jtok_t *t = tdm_jp_cur(P);
     if (t->kind != JT_NAME)
-        return jp_fail(P, "expected a name");
+        return tdm_jp_fail(P, "expected a name");
     P->i++;
     return t->s;
 }
@@ -121,50 +121,50 @@ static jnode_t *parse_primary(parser_t *P);
 static jnode_t *parse_postfix(parser_t *P, jnode_t *n);
 
 /* (args) after the '(' : positional and name=value. */
-int jp_parse_args(parser_t *P, jnode_t *call)
+int tdm_jp_parse_args(parser_t *P, jnode_t *call)
 {
-    while (!P->failed && !jp_is_op(P, ")")) {
+    while (!P->failed && !tdm_jp_is_op(P, ")")) {
         const char *kw = NULL;
-        if (jp_cur(P)->kind == JT_NAME && jp_peek(P, 1)->kind == JT_OP &&
-            !strcmp(jp_peek(P, 1)->s, "=")) {
-            kw = jp_cur(P)->s;
+        if (tdm_jp_cur(P)->kind == JT_NAME && tdm_jp_peek(P, 1)->kind == JT_OP &&
+            !strcmp(tdm_jp_peek(P, 1)->s, "=")) {
+            kw = tdm_jp_cur(P)->s;
             P->i += 2;
         }
-        jnode_t *a = jp_parse_expr(P, 1);
+        jnode_t *a = tdm_jp_parse_expr(P, 1);
         if (!a)
             return 0;
-        jp_vpush(call, a, kw);
-        if (!jp_accept_op(P, ","))
+        tdm_jp_vpush(call, a, kw);
+        if (!tdm_jp_accept_op(P, ","))
             break;
     }
-    return jp_expect_op(P, ")");
+    return tdm_jp_expect_op(P, ")");
 }
 
 static jnode_t *parse_filter_expr(parser_t *P, jnode_t *n)
 {
     while (n && !P->failed) {
-        int line = jp_cur(P)->line;
-        if (jp_accept_op(P, "|")) {
-            const char *name = jp_expect_ident(P);
+        int line = tdm_jp_cur(P)->line;
+        if (tdm_jp_accept_op(P, "|")) {
+            const char *name = tdm_jp_expect_ident(P);
             if (!name)
                 return NULL;
-            jnode_t *f = jp_node(P, JN_FILTER, line);
+            jnode_t *f = tdm_jp_node(P, JN_FILTER, line);
             f->a = n;
             f->s = tdm_strdup(name);
-            if (jp_accept_op(P, "(") && !jp_parse_args(P, f))
+            if (tdm_jp_accept_op(P, "(") && !tdm_jp_parse_args(P, f))
                 return NULL;
             n = f;
-        } else if (jp_accept_name(P, "is")) {
-            jnode_t *t = jp_node(P, JN_TEST, line);
-            t->op = jp_accept_name(P, "not");
-            const char *name = jp_expect_ident(P);
+        } else if (tdm_jp_accept_name(P, "is")) {
+            jnode_t *t = tdm_jp_node(P, JN_TEST, line);
+            t->op = tdm_jp_accept_name(P, "not");
+            const char *name = tdm_jp_expect_ident(P);
             if (!name)
                 return NULL;
             t->a = n;
             t->s = tdm_strdup(name);
-            jtok_t *k = jp_cur(P);
-            if (jp_accept_op(P, "(")) {
-                if (!jp_parse_args(P, t))
+            jtok_t *k = tdm_jp_cur(P);
+            if (tdm_jp_accept_op(P, "(")) {
+                if (!tdm_jp_parse_args(P, t))
                     return NULL;
             } else if ((k->kind == JT_NAME && strcmp(k->s, "else") && strcmp(k->s, "or") &&
                         strcmp(k->s, "and") && strcmp(k->s, "if") && strcmp(k->s, "in") &&
@@ -174,13 +174,13 @@ static jnode_t *parse_filter_expr(parser_t *P, jnode_t *n)
                 jnode_t *arg = parse_postfix(P, parse_primary(P));
                 if (!arg)
                     return NULL;
-                jp_vpush(t, arg, NULL);
+                tdm_jp_vpush(t, arg, NULL);
             }
             n = t;
-        } else if (jp_accept_op(P, "(")) {
-            jnode_t *c = jp_node(P, JN_CALL, line);
+        } else if (tdm_jp_accept_op(P, "(")) {
+            jnode_t *c = tdm_jp_node(P, JN_CALL, line);
             c->a = n;
-            if (!jp_parse_args(P, c))
+            if (!tdm_jp_parse_args(P, c))
                 return NULL;
             n = c;
         } else {
@@ -193,11 +193,11 @@ static jnode_t *parse_filter_expr(parser_t *P, jnode_t *n)
 static jnode_t *parse_postfix(parser_t *P, jnode_t *n)
 {
     while (n && !P->failed) {
-        int line = jp_cur(P)->line;
-        if (jp_accept_op(P, ".")) {
-            jtok_t *t = jp_cur(P);
+        int line = tdm_jp_cur(P)->line;
+        if (tdm_jp_accept_op(P, ".")) {
+            jtok_t *t = tdm_jp_cur(P);
             if (t->kind == JT_INT) { /* x.0 is x[0] */
-                jnode_t *it = jp_node(P, JN_ITEM, line), *lit = jp_node(P, JN_LIT, line);
+                jnode_t *it = tdm_jp_node(P, JN_ITEM, line), *lit = tdm_jp_node(P, JN_LIT, line);
                 lit->lit = json_integer(t->i);
                 it->a = n;
                 it->b = lit;
@@ -205,23 +205,23 @@ static jnode_t *parse_postfix(parser_t *P, jnode_t *n)
                 n = it;
                 continue;
             }
-            const char *name = jp_expect_ident(P);
+            const char *name = tdm_jp_expect_ident(P);
             if (!name)
                 return NULL;
-            jnode_t *a = jp_node(P, JN_ATTR, line);
+            jnode_t *a = tdm_jp_node(P, JN_ATTR, line);
             a->a = n;
             a->s = tdm_strdup(name);
             n = a;
-        } else if (jp_accept_op(P, "[")) {
+        } else if (tdm_jp_accept_op(P, "[")) {
             jnode_t *parts[3] = {NULL, NULL, NULL};
             int k = 0, is_slice = 0;
             while (!P->failed) {
-                if (!jp_is_op(P, ":") && !jp_is_op(P, "]")) {
-                    parts[k] = jp_parse_expr(P, 1);
+                if (!tdm_jp_is_op(P, ":") && !tdm_jp_is_op(P, "]")) {
+                    parts[k] = tdm_jp_parse_expr(P, 1);
                     if (!parts[k])
                         return NULL;
                 }
-                if (jp_is_op(P, ":") && k < 2) {
+                if (tdm_jp_is_op(P, ":") && k < 2) {
                     P->i++;
                     is_slice = 1;
                     k++;
@@ -229,20 +229,20 @@ static jnode_t *parse_postfix(parser_t *P, jnode_t *n)
                 }
                 break;
             }
-            if (!jp_expect_op(P, "]"))
+            if (!tdm_jp_expect_op(P, "]"))
                 return NULL;
             if (!is_slice && !parts[0])
-                return jp_fail(P, "empty subscript");
-            jnode_t *s = jp_node(P, is_slice ? JN_SLICE : JN_ITEM, line);
+                return tdm_jp_fail(P, "empty subscript");
+            jnode_t *s = tdm_jp_node(P, is_slice ? JN_SLICE : JN_ITEM, line);
             s->a = n;
             s->b = parts[0];
             s->c = parts[1];
             s->d = parts[2];
             n = s;
-        } else if (jp_accept_op(P, "(")) {
-            jnode_t *c = jp_node(P, JN_CALL, line);
+        } else if (tdm_jp_accept_op(P, "(")) {
+            jnode_t *c = tdm_jp_node(P, JN_CALL, line);
             c->a = n;
-            if (!jp_parse_args(P, c))
+            if (!tdm_jp_parse_args(P, c))
                 return NULL;
             n = c;
         } else {
@@ -254,14 +254,14 @@ static jnode_t *parse_postfix(parser_t *P, jnode_t *n)
 
 static jnode_t *lit(parser_t *P, json_t *j, int line)
 {
-    jnode_t *n = jp_node(P, JN_LIT, line);
+    jnode_t *n = tdm_jp_node(P, JN_LIT, line);
     n->lit = j;
     return n;
 }
 
 static jnode_t *parse_primary(parser_t *P)
 {
-    jtok_t *t = jp_cur(P);
+    jtok_t *t = tdm_jp_cur(P);
     int line = t->line;
     if (P->failed)
         return NULL;
@@ -273,15 +273,15 @@ static jnode_t *parse_primary(parser_t *P)
             return lit(P, json_false(), line);
         if (!strcmp(t->s, "none") || !strcmp(t->s, "None"))
             return lit(P, json_null(), line);
-        jnode_t *n = jp_node(P, JN_NAME, line);
+        jnode_t *n = tdm_jp_node(P, JN_NAME, line);
         n->s = tdm_strdup(t->s);
         return n;
     }
     if (t->kind == JT_STRING) {
         tdm_sbuf_t b = {0};
         (void)tdm_sbuf_add(&b, "", 0);
-        while (jp_cur(P)->kind == JT_STRING) { /* adjacent literals concatenate */
-            (void)tdm_sbuf_add(&b, jp_cur(P)->s, jp_cur(P)->len);
+        while (tdm_jp_cur(P)->kind == JT_STRING) { /* adjacent literals concatenate */
+            (void)tdm_sbuf_add(&b, tdm_jp_cur(P)->s, tdm_jp_cur(P)->len);
             P->i++;
         }
         jnode_t *n = lit(P, json_stringn_nocheck(b.p, b.len), line);
@@ -296,59 +296,59 @@ static jnode_t *parse_primary(parser_t *P)
         P->i++;
         return lit(P, json_real(t->f), line);
     }
-    if (jp_accept_op(P, "(")) {
-        if (jp_accept_op(P, ")"))
-            return jp_node(P, JN_LIST, line);
-        jnode_t *e = jp_parse_expr(P, 1);
+    if (tdm_jp_accept_op(P, "(")) {
+        if (tdm_jp_accept_op(P, ")"))
+            return tdm_jp_node(P, JN_LIST, line);
+        jnode_t *e = tdm_jp_parse_expr(P, 1);
         if (!e)
             return NULL;
-        if (!jp_is_op(P, ","))
-            return jp_expect_op(P, ")") ? e : NULL;
-        jnode_t *l = jp_node(P, JN_LIST, line);
-        jp_vpush(l, e, NULL);
-        while (jp_accept_op(P, ",") && !jp_is_op(P, ")")) {
-            if (!(e = jp_parse_expr(P, 1)))
+        if (!tdm_jp_is_op(P, ","))
+            return tdm_jp_expect_op(P, ")") ? e : NULL;
+        jnode_t *l = tdm_jp_node(P, JN_LIST, line);
+        tdm_jp_vpush(l, e, NULL);
+        while (tdm_jp_accept_op(P, ",") && !tdm_jp_is_op(P, ")")) {
+            if (!(e = tdm_jp_parse_expr(P, 1)))
                 return NULL;
-            jp_vpush(l, e, NULL);
+            tdm_jp_vpush(l, e, NULL);
         }
-        return jp_expect_op(P, ")") ? l : NULL;
+        return tdm_jp_expect_op(P, ")") ? l : NULL;
     }
-    if (jp_accept_op(P, "[")) {
-        jnode_t *l = jp_node(P, JN_LIST, line);
-        while (!P->failed && !jp_is_op(P, "]")) {
-            jnode_t *e = jp_parse_expr(P, 1);
+    if (tdm_jp_accept_op(P, "[")) {
+        jnode_t *l = tdm_jp_node(P, JN_LIST, line);
+        while (!P->failed && !tdm_jp_is_op(P, "]")) {
+            jnode_t *e = tdm_jp_parse_expr(P, 1);
             if (!e)
                 return NULL;
-            jp_vpush(l, e, NULL);
-            if (!jp_accept_op(P, ","))
+            tdm_jp_vpush(l, e, NULL);
+            if (!tdm_jp_accept_op(P, ","))
                 break;
         }
-        return jp_expect_op(P, "]") ? l : NULL;
+        return tdm_jp_expect_op(P, "]") ? l : NULL;
     }
-    if (jp_accept_op(P, "{")) {
-        jnode_t *d = jp_node(P, JN_DICT, line);
-        while (!P->failed && !jp_is_op(P, "}")) {
-            jnode_t *k = jp_parse_expr(P, 1);
-            if (!k || !jp_expect_op(P, ":"))
+    if (tdm_jp_accept_op(P, "{")) {
+        jnode_t *d = tdm_jp_node(P, JN_DICT, line);
+        while (!P->failed && !tdm_jp_is_op(P, "}")) {
+            jnode_t *k = tdm_jp_parse_expr(P, 1);
+            if (!k || !tdm_jp_expect_op(P, ":"))
                 return NULL;
-            jnode_t *v = jp_parse_expr(P, 1);
+            jnode_t *v = tdm_jp_parse_expr(P, 1);
             if (!v)
                 return NULL;
-            jp_vpush(d, k, NULL);
-            jp_vpush(d, v, NULL);
-            if (!jp_accept_op(P, ","))
+            tdm_jp_vpush(d, k, NULL);
+            tdm_jp_vpush(d, v, NULL);
+            if (!tdm_jp_accept_op(P, ","))
                 break;
         }
-        return jp_expect_op(P, "}") ? d : NULL;
+        return tdm_jp_expect_op(P, "}") ? d : NULL;
     }
-    return jp_fail(P, "expected an expression");
+    return tdm_jp_fail(P, "expected an expression");
 }
 
 static jnode_t *bin(parser_t *P, jnode_kind_t k, int op, jnode_t *a, jnode_t *b, int line)
 {
     if (!a || !b)
         return NULL;
-    jnode_t *n = jp_node(P, k, line);
+    jnode_t *n = tdm_jp_node(P, k, line);
     n->op = op;
     n->a = a;
     n->b = b;
@@ -357,17 +357,17 @@ static jnode_t *bin(parser_t *P, jnode_kind_t k, int op, jnode_t *a, jnode_t *b,
 
 static jnode_t *parse_unary(parser_t *P, int with_filter)
 {
-    int line = jp_cur(P)->line;
+    int line = tdm_jp_cur(P)->line;
     jnode_t *n;
     if (++P->depth > PARSE_MAX_DEPTH)
-        return jp_fail(P, "expression nested too deeply");
-    if (jp_is_op(P, "-") || jp_is_op(P, "+")) {
-        int op = jp_cur(P)->s[0];
+        return tdm_jp_fail(P, "expression nested too deeply");
+    if (tdm_jp_is_op(P, "-") || tdm_jp_is_op(P, "+")) {
+        int op = tdm_jp_cur(P)->s[0];
         P->i++;
         jnode_t *a = parse_unary(P, 0);
         if (!a)
             return NULL;
-        n = jp_node(P, JN_UNARY, line);
+        n = tdm_jp_node(P, JN_UNARY, line);
         n->op = op;
         n->a = a;
     } else {
@@ -382,8 +382,8 @@ static jnode_t *parse_unary(parser_t *P, int with_filter)
 static jnode_t *parse_pow(parser_t *P)
 {
     jnode_t *n = parse_unary(P, 1);
-    while (n && jp_is_op(P, "**")) {
-        int line = jp_cur(P)->line;
+    while (n && tdm_jp_is_op(P, "**")) {
+        int line = tdm_jp_cur(P)->line;
         P->i++;
         n = bin(P, JN_BIN, JOP_POW, n, parse_unary(P, 1), line);
     }
@@ -394,14 +394,14 @@ static jnode_t *parse_math2(parser_t *P)
 {
     jnode_t *n = parse_pow(P);
     for (;;) {
-        int op = jp_is_op(P, "*")    ? JOP_MUL
-                 : jp_is_op(P, "/")  ? JOP_DIV
-                 : jp_is_op(P, "//") ? JOP_FLOORDIV
-                 : jp_is_op(P, "%")  ? JOP_MOD
-                                     : 0;
+        int op = tdm_jp_is_op(P, "*")    ? JOP_MUL
+                 : tdm_jp_is_op(P, "/")  ? JOP_DIV
+                 : tdm_jp_is_op(P, "//") ? JOP_FLOORDIV
+                 : tdm_jp_is_op(P, "%")  ? JOP_MOD
+                                         : 0;
         if (!n || !op)
             return n;
-        int line = jp_cur(P)->line;
+        int line = tdm_jp_cur(P)->line;
         P->i++;
         n = bin(P, JN_BIN, op, n, parse_pow(P), line);
     }
@@ -410,8 +410,8 @@ static jnode_t *parse_math2(parser_t *P)
 static jnode_t *parse_concat(parser_t *P)
 {
     jnode_t *n = parse_math2(P);
-    while (n && jp_is_op(P, "~")) {
-        int line = jp_cur(P)->line;
+    while (n && tdm_jp_is_op(P, "~")) {
+        int line = tdm_jp_cur(P)->line;
         P->i++;
         n = bin(P, JN_BIN, JOP_CONCAT, n, parse_math2(P), line);
     }
@@ -421,8 +421,8 @@ static jnode_t *parse_concat(parser_t *P)
 static jnode_t *parse_math1(parser_t *P)
 {
     jnode_t *n = parse_concat(P);
-    while (n && (jp_is_op(P, "+") || jp_is_op(P, "-"))) {
-        int line = jp_cur(P)->line, op = jp_cur(P)->s[0] == '+' ? JOP_ADD : JOP_SUB;
+    while (n && (tdm_jp_is_op(P, "+") || tdm_jp_is_op(P, "-"))) {
+        int line = tdm_jp_cur(P)->line, op = tdm_jp_cur(P)->s[0] == '+' ? JOP_ADD : JOP_SUB;
         P->i++;
         n = bin(P, JN_BIN, op, n, parse_concat(P), line);
     }
@@ -434,23 +434,23 @@ static jnode_t *parse_compare(parser_t *P)
     jnode_t *n = parse_math1(P), *prev = n;
     jnode_t *chain = NULL;
     for (;;) {
-        int line = jp_cur(P)->line, op = 0;
-        if (jp_is_op(P, "=="))
+        int line = tdm_jp_cur(P)->line, op = 0;
+        if (tdm_jp_is_op(P, "=="))
             op = JOP_EQ;
-        else if (jp_is_op(P, "!="))
+        else if (tdm_jp_is_op(P, "!="))
             op = JOP_NE;
-        else if (jp_is_op(P, "<"))
+        else if (tdm_jp_is_op(P, "<"))
             op = JOP_LT;
-        else if (jp_is_op(P, "<="))
+        else if (tdm_jp_is_op(P, "<="))
             op = JOP_LE;
-        else if (jp_is_op(P, ">"))
+        else if (tdm_jp_is_op(P, ">"))
             op = JOP_GT;
-        else if (jp_is_op(P, ">="))
+        else if (tdm_jp_is_op(P, ">="))
             op = JOP_GE;
-        else if (jp_is_name(P, "in"))
+        else if (tdm_jp_is_name(P, "in"))
             op = JOP_IN;
-        else if (jp_is_name(P, "not") && jp_peek(P, 1)->kind == JT_NAME &&
-                 !strcmp(jp_peek(P, 1)->s, "in"))
+        else if (tdm_jp_is_name(P, "not") && tdm_jp_peek(P, 1)->kind == JT_NAME &&
+                 !strcmp(tdm_jp_peek(P, 1)->s, "in"))
             op = JOP_NOTIN, P->i++;
         if (!prev || !op)
             return chain ? chain : prev;
@@ -467,15 +467,15 @@ static jnode_t *parse_compare(parser_t *P)
 
 static jnode_t *parse_not(parser_t *P)
 {
-    int line = jp_cur(P)->line;
-    if (jp_accept_name(P, "not")) {
+    int line = tdm_jp_cur(P)->line;
+    if (tdm_jp_accept_name(P, "not")) {
         if (++P->depth > PARSE_MAX_DEPTH)
-            return jp_fail(P, "expression nested too deeply");
+            return tdm_jp_fail(P, "expression nested too deeply");
         jnode_t *a = parse_not(P);
         P->depth--;
         if (!a)
             return NULL;
-        jnode_t *n = jp_node(P, JN_UNARY, line);
+        jnode_t *n = tdm_jp_node(P, JN_UNARY, line);
         n->op = 'n';
         n->a = a;
         return n;
@@ -486,38 +486,38 @@ static jnode_t *parse_not(parser_t *P)
 static jnode_t *parse_and(parser_t *P)
 {
     jnode_t *n = parse_not(P);
-    while (n && jp_is_name(P, "and")) {
-        int line = jp_cur(P)->line;
+    while (n && tdm_jp_is_name(P, "and")) {
+        int line = tdm_jp_cur(P)->line;
         P->i++;
         n = bin(P, JN_AND, 0, n, parse_not(P), line);
     }
     return n;
 }
 
-jnode_t *jp_parse_or(parser_t *P)
+jnode_t *tdm_jp_parse_or(parser_t *P)
 {
     jnode_t *n = parse_and(P);
-    while (n && jp_is_name(P, "or")) {
-        int line = jp_cur(P)->line;
+    while (n && tdm_jp_is_name(P, "or")) {
+        int line = tdm_jp_cur(P)->line;
         P->i++;
         n = bin(P, JN_OR, 0, n, parse_and(P), line);
     }
     return n;
 }
 
-jnode_t *jp_parse_expr(parser_t *P, int with_cond)
+jnode_t *tdm_jp_parse_expr(parser_t *P, int with_cond)
 {
     if (++P->depth > PARSE_MAX_DEPTH)
-        return jp_fail(P, "expression nested too deeply");
-    jnode_t *n = jp_parse_or(P);
-    while (n && with_cond && jp_is_name(P, "if")) {
-        int line = jp_cur(P)->line;
+        return tdm_jp_fail(P, "expression nested too deeply");
+    jnode_t *n = tdm_jp_parse_or(P);
+    while (n && with_cond && tdm_jp_is_name(P, "if")) {
+        int line = tdm_jp_cur(P)->line;
         P->i++;
-        jnode_t *c = jp_node(P, JN_COND, line);
+        jnode_t *c = tdm_jp_node(P, JN_COND, line);
         c->b = n;
-        if (!(c->a = jp_parse_or(P)))
+        if (!(c->a = tdm_jp_parse_or(P)))
             return NULL;
-        if (jp_accept_name(P, "else") && !(c->c = jp_parse_expr(P, 1)))
+        if (tdm_jp_accept_name(P, "else") && !(c->c = tdm_jp_parse_expr(P, 1)))
             return NULL;
         n = c;
     }

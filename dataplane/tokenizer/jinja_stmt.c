@@ -18,15 +18,15 @@ static jnode_t *parse_body(parser_t *P, const char *const *ends);
 
 static int block_end(parser_t *P)
 {
-    return jp_cur(P)->kind == JT_BLOCK_END ? (P->i++, 1) : (jp_fail(P, "expected '%}'"), 0);
+    return tdm_jp_cur(P)->kind == JT_BLOCK_END ? (P->i++, 1) : (tdm_jp_fail(P, "expected '%}'"), 0);
 }
 
 static int end_tag(parser_t *P, const char *name)
 {
-    if (!jp_accept_name(P, name)) {
+    if (!tdm_jp_accept_name(P, name)) {
         char msg[64];
         snprintf(msg, sizeof(msg), "expected '%s'", name);
-        jp_fail(P, msg);
+        tdm_jp_fail(P, msg);
         return 0;
     }
     return block_end(P);
@@ -35,15 +35,15 @@ static int end_tag(parser_t *P, const char *name)
 static jnode_t *parse_if(parser_t *P, int line)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
-    jnode_t *n = jp_node(P, JN_IF, line);
-    if (!(n->a = jp_parse_expr(P, 1)) || !block_end(P) || !(n->b = parse_body(P, ends)))
+    jnode_t *n = tdm_jp_node(P, JN_IF, line);
+    if (!(n->a = tdm_jp_parse_expr(P, 1)) || !block_end(P) || !(n->b = parse_body(P, ends)))
         return NULL;
-    int l2 = jp_cur(P)->line;
-    if (jp_accept_name(P, "elif")) {
+    int l2 = tdm_jp_cur(P)->line;
+    if (tdm_jp_accept_name(P, "elif")) {
         n->c = parse_if(P, l2);
         return n->c ? n : NULL;
     }
-    if (jp_accept_name(P, "else")) {
+    if (tdm_jp_accept_name(P, "else")) {
         static const char *const ends2[] = {"endif", NULL};
         if (!block_end(P) || !(n->c = parse_body(P, ends2)))
             return NULL;
@@ -54,24 +54,24 @@ static jnode_t *parse_if(parser_t *P, int line)
 static jnode_t *parse_for(parser_t *P, int line)
 {
     static const char *const ends[] = {"else", "endfor", NULL};
-    jnode_t *n = jp_node(P, JN_FOR, line);
+    jnode_t *n = tdm_jp_node(P, JN_FOR, line);
     do {
-        const char *name = jp_expect_ident(P);
+        const char *name = tdm_jp_expect_ident(P);
         if (!name)
             return NULL;
-        jp_npush(n, name);
-    } while (jp_accept_op(P, ","));
-    if (!jp_accept_name(P, "in"))
-        return jp_fail(P, "expected 'in'");
-    if (!(n->a = jp_parse_or(P)))
+        tdm_jp_npush(n, name);
+    } while (tdm_jp_accept_op(P, ","));
+    if (!tdm_jp_accept_name(P, "in"))
+        return tdm_jp_fail(P, "expected 'in'");
+    if (!(n->a = tdm_jp_parse_or(P)))
         return NULL;
-    if (jp_accept_name(P, "if") && !(n->d = jp_parse_or(P)))
+    if (tdm_jp_accept_name(P, "if") && !(n->d = tdm_jp_parse_or(P)))
         return NULL;
-    if (jp_accept_name(P, "recursive"))
-        return jp_fail(P, "recursive loops are not supported");
+    if (tdm_jp_accept_name(P, "recursive"))
+        return tdm_jp_fail(P, "recursive loops are not supported");
     if (!block_end(P) || !(n->b = parse_body(P, ends)))
         return NULL;
-    if (jp_accept_name(P, "else")) {
+    if (tdm_jp_accept_name(P, "else")) {
         static const char *const ends2[] = {"endfor", NULL};
         if (!block_end(P) || !(n->c = parse_body(P, ends2)))
             return NULL;
@@ -81,25 +81,25 @@ static jnode_t *parse_for(parser_t *P, int line)
 
 static jnode_t *parse_set(parser_t *P, int line)
 {
-    jnode_t *n = jp_node(P, JN_SET, line);
-    const char *name = jp_expect_ident(P);
+    jnode_t *n = tdm_jp_node(P, JN_SET, line);
+    const char *name = tdm_jp_expect_ident(P);
     if (!name)
         return NULL;
-    jp_npush(n, name);
-    if (jp_accept_op(P, ".")) { /* ns.attr */
-        const char *attr = jp_expect_ident(P);
+    tdm_jp_npush(n, name);
+    if (tdm_jp_accept_op(P, ".")) { /* ns.attr */
+        const char *attr = tdm_jp_expect_ident(P);
         if (!attr)
             return NULL;
-        jp_npush(n, attr);
+        tdm_jp_npush(n, attr);
         n->op = 1;
     } else {
-        while (jp_accept_op(P, ",")) {
-            if (!(name = jp_expect_ident(P)))
+        while (tdm_jp_accept_op(P, ",")) {
+            if (!(name = tdm_jp_expect_ident(P)))
                 return NULL;
-            jp_npush(n, name);
+            tdm_jp_npush(n, name);
         }
     }
-    if (jp_cur(P)->kind == JT_BLOCK_END && n->nnames == 1) {
+    if (tdm_jp_cur(P)->kind == JT_BLOCK_END && n->nnames == 1) {
         static const char *const ends[] = {"endset", NULL};
         n->kind = JN_SETBLOCK;
         P->i++;
@@ -107,16 +107,16 @@ static jnode_t *parse_set(parser_t *P, int line)
             return NULL;
         return n;
     }
-    if (!jp_expect_op(P, "=") || !(n->a = jp_parse_expr(P, 1)))
+    if (!tdm_jp_expect_op(P, "=") || !(n->a = tdm_jp_parse_expr(P, 1)))
         return NULL;
-    if (jp_is_op(P, ",")) { /* a, b = 1, 2 */
-        jnode_t *l = jp_node(P, JN_LIST, line);
-        jp_vpush(l, n->a, NULL);
-        while (jp_accept_op(P, ",")) {
-            jnode_t *e = jp_parse_expr(P, 1);
+    if (tdm_jp_is_op(P, ",")) { /* a, b = 1, 2 */
+        jnode_t *l = tdm_jp_node(P, JN_LIST, line);
+        tdm_jp_vpush(l, n->a, NULL);
+        while (tdm_jp_accept_op(P, ",")) {
+            jnode_t *e = tdm_jp_parse_expr(P, 1);
             if (!e)
                 return NULL;
-            jp_vpush(l, e, NULL);
+            tdm_jp_vpush(l, e, NULL);
         }
         n->a = l;
     }
@@ -125,29 +125,29 @@ static jnode_t *parse_set(parser_t *P, int line)
 
 static int parse_params(parser_t *P, jnode_t *n)
 {
-    if (!jp_expect_op(P, "("))
+    if (!tdm_jp_expect_op(P, "("))
         return 0;
-    while (!P->failed && !jp_is_op(P, ")")) {
-        const char *name = jp_expect_ident(P);
+    while (!P->failed && !tdm_jp_is_op(P, ")")) {
+        const char *name = tdm_jp_expect_ident(P);
         if (!name)
             return 0;
-        jp_npush(n, name);
+        tdm_jp_npush(n, name);
         jnode_t *def = NULL;
-        if (jp_accept_op(P, "=") && !(def = jp_parse_expr(P, 1)))
+        if (tdm_jp_accept_op(P, "=") && !(def = tdm_jp_parse_expr(P, 1)))
             return 0;
         n->v = tdm_realloc(n->v, n->nnames * sizeof(*n->v));
         n->v[n->nnames - 1] = def;
         n->nv = n->nnames;
-        if (!jp_accept_op(P, ","))
+        if (!tdm_jp_accept_op(P, ","))
             break;
     }
-    return jp_expect_op(P, ")");
+    return tdm_jp_expect_op(P, ")");
 }
 
 static jnode_t *parse_stmt(parser_t *P)
 {
-    int line = jp_cur(P)->line;
-    const char *kw = jp_expect_ident(P);
+    int line = tdm_jp_cur(P)->line;
+    const char *kw = tdm_jp_expect_ident(P);
     if (!kw)
         return NULL;
     if (!strcmp(kw, "if"))
@@ -157,7 +157,7 @@ static jnode_t *parse_stmt(parser_t *P)
     if (!strcmp(kw, "set"))
         return parse_set(P, line);
     if (!strcmp(kw, "break") || !strcmp(kw, "continue")) {
-        jnode_t *n = jp_node(P, kw[0] == 'b' ? JN_BREAK : JN_CONTINUE, line);
+        jnode_t *n = tdm_jp_node(P, kw[0] == 'b' ? JN_BREAK : JN_CONTINUE, line);
         return block_end(P) ? n : NULL;
     }
     if (!strcmp(kw, "generation")) { /* transformers' assistant-mask marker: prints its body */
@@ -169,92 +169,93 @@ static jnode_t *parse_stmt(parser_t *P)
     }
     if (!strcmp(kw, "macro")) {
         static const char *const ends[] = {"endmacro", NULL};
-        jnode_t *n = jp_node(P, JN_MACRO, line);
-        const char *name = jp_expect_ident(P);
+        jnode_t *n = tdm_jp_node(P, JN_MACRO, line);
+        const char *name = tdm_jp_expect_ident(P);
         if (!name)
             return NULL;
         n->s = tdm_strdup(name);
         if (!parse_params(P, n) || !block_end(P) || !(n->b = parse_body(P, ends)))
             return NULL;
-        if (!jp_accept_name(P, "endmacro"))
-            return jp_fail(P, "expected 'endmacro'");
-        if (jp_cur(P)->kind == JT_NAME) /* {% endmacro name %} */
+        if (!tdm_jp_accept_name(P, "endmacro"))
+            return tdm_jp_fail(P, "expected 'endmacro'");
+        if (tdm_jp_cur(P)->kind == JT_NAME) /* {% endmacro name %} */
             P->i++;
         return block_end(P) ? n : NULL;
     }
     if (!strcmp(kw, "call")) {
         static const char *const ends[] = {"endcall", NULL};
-        jnode_t *n = jp_node(P, JN_CALLBLK, line);
-        if (jp_is_op(P, "(") && !parse_params(P, n))
+        jnode_t *n = tdm_jp_node(P, JN_CALLBLK, line);
+        if (tdm_jp_is_op(P, "(") && !parse_params(P, n))
             return NULL;
-        if (!(n->a = jp_parse_expr(P, 1)) || n->a->kind != JN_CALL)
-            return jp_fail(P, "{% call %} needs a macro call");
+        if (!(n->a = tdm_jp_parse_expr(P, 1)) || n->a->kind != JN_CALL)
+            return tdm_jp_fail(P, "{% call %} needs a macro call");
         if (!block_end(P) || !(n->b = parse_body(P, ends)) || !end_tag(P, "endcall"))
             return NULL;
         return n;
     }
     if (!strcmp(kw, "filter")) {
         static const char *const ends[] = {"endfilter", NULL};
-        jnode_t *n = jp_node(P, JN_FILTERBLK, line), *body = jp_node(P, JN_NAME, line), *f = body;
+        jnode_t *n = tdm_jp_node(P, JN_FILTERBLK, line), *body = tdm_jp_node(P, JN_NAME, line),
+                *f = body;
         body->s = tdm_strdup("__body__");
         do {
-            jnode_t *fl = jp_node(P, JN_FILTER, jp_cur(P)->line);
-            const char *name = jp_expect_ident(P);
+            jnode_t *fl = tdm_jp_node(P, JN_FILTER, tdm_jp_cur(P)->line);
+            const char *name = tdm_jp_expect_ident(P);
             if (!name)
                 return NULL;
             fl->a = f;
             fl->s = tdm_strdup(name);
-            if (jp_accept_op(P, "(") && !jp_parse_args(P, fl))
+            if (tdm_jp_accept_op(P, "(") && !tdm_jp_parse_args(P, fl))
                 return NULL;
             f = fl;
-        } while (jp_accept_op(P, "|"));
+        } while (tdm_jp_accept_op(P, "|"));
         n->a = f;
         if (!block_end(P) || !(n->b = parse_body(P, ends)) || !end_tag(P, "endfilter"))
             return NULL;
         return n;
     }
     P->i--;
-    return jp_fail(P, "unknown statement");
+    return tdm_jp_fail(P, "unknown statement");
 }
 
 /* Statements up to a {% NAME %} with NAME in `ends` (left as the current token), or EOF when
  * ends is NULL. */
 static jnode_t *parse_body(parser_t *P, const char *const *ends)
 {
-    jnode_t *body = jp_node(P, JN_BODY, jp_cur(P)->line);
+    jnode_t *body = tdm_jp_node(P, JN_BODY, tdm_jp_cur(P)->line);
     if (++P->depth > PARSE_MAX_DEPTH)
-        return jp_fail(P, "blocks nested too deeply");
+        return tdm_jp_fail(P, "blocks nested too deeply");
     while (!P->failed) {
-        jtok_t *t = jp_cur(P);
+        jtok_t *t = tdm_jp_cur(P);
         int line = t->line;
         if (t->kind == JT_EOF) {
             if (ends)
-                return jp_fail(P, "unexpected end of template (missing an end tag)");
+                return tdm_jp_fail(P, "unexpected end of template (missing an end tag)");
             break;
         }
         if (t->kind == JT_TEXT) {
-            jnode_t *n = jp_node(P, JN_TEXT, line);
+            jnode_t *n = tdm_jp_node(P, JN_TEXT, line);
             n->s = tdm_malloc(t->len + 1);
             memcpy(n->s, t->s, t->len + 1);
             n->slen = t->len;
-            jp_vpush(body, n, NULL);
+            tdm_jp_vpush(body, n, NULL);
             P->i++;
             continue;
         }
         if (t->kind == JT_VAR_BEGIN) {
             P->i++;
-            jnode_t *n = jp_node(P, JN_OUTPUT, line);
-            if (!(n->a = jp_parse_expr(P, 1)))
+            jnode_t *n = tdm_jp_node(P, JN_OUTPUT, line);
+            if (!(n->a = tdm_jp_parse_expr(P, 1)))
                 return NULL;
-            if (jp_cur(P)->kind != JT_VAR_END)
-                return jp_fail(P, "expected '}}'");
+            if (tdm_jp_cur(P)->kind != JT_VAR_END)
+                return tdm_jp_fail(P, "expected '}}'");
             P->i++;
-            jp_vpush(body, n, NULL);
+            tdm_jp_vpush(body, n, NULL);
             continue;
         }
         if (t->kind != JT_BLOCK_BEGIN)
-            return jp_fail(P, "unexpected token");
-        jtok_t *k = jp_peek(P, 1);
+            return tdm_jp_fail(P, "unexpected token");
+        jtok_t *k = tdm_jp_peek(P, 1);
         for (size_t e = 0; ends && ends[e]; e++)
             if (k->kind == JT_NAME && !strcmp(k->s, ends[e])) {
                 P->i++;
@@ -265,7 +266,7 @@ static jnode_t *parse_body(parser_t *P, const char *const *ends)
         jnode_t *s = parse_stmt(P);
         if (!s)
             return NULL;
-        jp_vpush(body, s, NULL);
+        tdm_jp_vpush(body, s, NULL);
     }
     P->depth--;
     return P->failed ? NULL : body;

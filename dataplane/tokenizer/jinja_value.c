@@ -16,7 +16,7 @@
 
 #include "jinja_int.h"
 
-int jv_truthy(jv_t v)
+int tdm_jv_truthy(jv_t v)
 {
     if (v.k == JV_UNDEF)
         return 0;
@@ -42,7 +42,7 @@ int jv_truthy(jv_t v)
     return 0;
 }
 
-const char *jv_type_name(jv_t v)
+const char *tdm_jv_type_name(jv_t v)
 {
     static const char *const names[] = {"dict",  "list", "str",  "int",
                                         "float", "bool", "bool", "NoneType"};
@@ -60,7 +60,7 @@ const char *jv_type_name(jv_t v)
     }
 }
 
-tdm_status_t jv_str(tdm_sbuf_t *b, jv_t v)
+tdm_status_t tdm_jv_str(tdm_sbuf_t *b, jv_t v)
 {
     switch (v.k) {
     case JV_UNDEF:
@@ -75,14 +75,14 @@ tdm_status_t jv_str(tdm_sbuf_t *b, jv_t v)
     }
 }
 
-tdm_status_t jv_to_string(jv_t v, jv_t *ret)
+tdm_status_t tdm_jv_to_string(jv_t v, jv_t *ret)
 {
     if (jv_is_str(v)) {
         *ret = jv_copy(v);
         return TDM_OK;
     }
     tdm_sbuf_t b = {.cap_limit = TDM_JINJA_MAX_SOURCE * 16};
-    tdm_status_t st = jv_str(&b, v);
+    tdm_status_t st = tdm_jv_str(&b, v);
     if (st == TDM_OK)
         *ret = jv_take(json_stringn_nocheck(b.p ? b.p : "", b.len));
     tdm_sbuf_free(&b);
@@ -143,7 +143,7 @@ static int json_py_equal(const json_t *a, const json_t *b, int depth)
     }
 }
 
-int jv_equal(jv_t a, jv_t b)
+int tdm_jv_equal(jv_t a, jv_t b)
 {
     if (a.k != b.k)
         return 0;
@@ -193,7 +193,7 @@ static int json_py_compare(const json_t *a, const json_t *b, tdm_status_t *st, i
     return 0;
 }
 
-int jv_compare(jv_t a, jv_t b, tdm_status_t *st)
+int tdm_jv_compare(jv_t a, jv_t b, tdm_status_t *st)
 {
     *st = TDM_OK;
     if (a.k != JV_DATA || b.k != JV_DATA) {
@@ -203,14 +203,14 @@ int jv_compare(jv_t a, jv_t b, tdm_status_t *st)
     return json_py_compare(a.j, b.j, st, 0);
 }
 
-json_t *jv_to_json(jv_t v)
+json_t *tdm_jv_to_json(jv_t v)
 {
     if (v.k == JV_DATA || v.k == JV_NS)
         return json_incref(v.j);
     return json_null();
 }
 
-size_t jv_utf8_count(const char *s, size_t n)
+size_t tdm_jv_utf8_count(const char *s, size_t n)
 {
     size_t c = 0;
     for (size_t i = 0; i < n; i++)
@@ -218,7 +218,7 @@ size_t jv_utf8_count(const char *s, size_t n)
     return c;
 }
 
-size_t jv_utf8_offset(const char *s, size_t n, size_t cp)
+size_t tdm_jv_utf8_offset(const char *s, size_t n, size_t cp)
 {
     size_t i = 0, c = 0;
     while (i < n) {

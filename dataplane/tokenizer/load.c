@@ -23,7 +23,7 @@
 /* A file may not make us allocate id tables much larger than what it lists. */
 #define TOK_ID_SLACK (1u << 18)
 
-tdm_status_t tok_load_bad(tok_load_t *c, tdm_status_t st, const char *fmt, ...)
+tdm_status_t tdm_tok_load_bad(tok_load_t *c, tdm_status_t st, const char *fmt, ...)
 {
     if (c->err && c->errlen) {
         va_list ap;
@@ -34,17 +34,17 @@ tdm_status_t tok_load_bad(tok_load_t *c, tdm_status_t st, const char *fmt, ...)
     return st;
 }
 
-const char *tok_load_dup_str(tok_load_t *c, json_t *s, size_t *ret_len)
+const char *tdm_tok_load_dup_str(tok_load_t *c, json_t *s, size_t *ret_len)
 {
     size_t n = json_string_length(s);
     if (ret_len)
         *ret_len = n;
-    return tok_arena_memdup(&c->tok->pool, json_string_value(s), n);
+    return tdm_tok_arena_memdup(&c->tok->pool, json_string_value(s), n);
 }
 
 /* Optional boolean: absent or null → def. */
-tdm_status_t tok_load_get_bool(tok_load_t *c, json_t *o, const char *key, const char *where,
-                               int def, int *ret)
+tdm_status_t tdm_tok_load_get_bool(tok_load_t *c, json_t *o, const char *key, const char *where,
+                                   int def, int *ret)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
@@ -52,35 +52,35 @@ tdm_status_t tok_load_get_bool(tok_load_t *c, json_t *o, const char *key, const 
         return TDM_OK;
     }
     if (!json_is_boolean(v))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected a boolean", where, key);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected a boolean", where, key);
     *ret = json_is_true(v);
     return TDM_OK;
 }
 
-tdm_status_t tok_load_get_str(tok_load_t *c, json_t *o, const char *key, const char *where,
-                              int required, json_t **ret)
+tdm_status_t tdm_tok_load_get_str(tok_load_t *c, json_t *o, const char *key, const char *where,
+                                  int required, json_t **ret)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: missing", where, key);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: missing", where, key);
         *ret = NULL;
         return TDM_OK;
     }
     if (!json_is_string(v))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected a string", where, key);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected a string", where, key);
     *ret = v;
     return TDM_OK;
 }
 
-tdm_status_t tok_load_get_id(tok_load_t *c, json_t *v, const char *where, uint32_t *ret)
+tdm_status_t tdm_tok_load_get_id(tok_load_t *c, json_t *v, const char *where, uint32_t *ret)
 {
     if (!json_is_integer(v))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an integer id", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an integer id", where);
     json_int_t id = json_integer_value(v);
     if (id < 0 || id >= (json_int_t)TDM_TOK_MAX_VOCAB)
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s: id %lld out of range [0, %u)", where,
-                            (long long)id, TDM_TOK_MAX_VOCAB);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s: id %lld out of range [0, %u)", where,
+                                (long long)id, TDM_TOK_MAX_VOCAB);
     *ret = (uint32_t)id;
     return TDM_OK;
 }
@@ -89,33 +89,33 @@ static tdm_status_t parse_model(tok_load_t *c, json_t *m, json_t **ret_vocab)
 {
     tdm_tok_t *tok = c->tok;
     if (!json_is_object(m))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "model: missing or not an object");
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "model: missing or not an object");
     json_t *type = json_object_get(m, "type");
     if (type && !json_is_string(type))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "model.type: expected a string");
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "model.type: expected a string");
     if (type && strcmp(json_string_value(type), "BPE") != 0)
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED,
-                            "model.type: \"%s\" is not supported (BPE only)",
-                            json_string_value(type));
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                                "model.type: \"%s\" is not supported (BPE only)",
+                                json_string_value(type));
     json_t *dropout = json_object_get(m, "dropout");
     if (dropout && !json_is_null(dropout) &&
         !(json_is_number(dropout) && json_number_value(dropout) == 0.0))
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "model.dropout: only null is supported");
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED, "model.dropout: only null is supported");
     static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(m, affixes[i]);
         if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
-            return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "model.%s: only null is supported",
-                                affixes[i]);
+            return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED, "model.%s: only null is supported",
+                                    affixes[i]);
     }
-    TDM_TRY(tok_load_get_bool(c, m, "fuse_unk", "model", 0, &tok->fuse_unk));
-    TDM_TRY(tok_load_get_bool(c, m, "byte_fallback", "model", 0, &tok->byte_fallback));
-    TDM_TRY(tok_load_get_bool(c, m, "ignore_merges", "model", 0, &tok->ignore_merges));
+    TDM_TRY(tdm_tok_load_get_bool(c, m, "fuse_unk", "model", 0, &tok->fuse_unk));
+    TDM_TRY(tdm_tok_load_get_bool(c, m, "byte_fallback", "model", 0, &tok->byte_fallback));
+    TDM_TRY(tdm_tok_load_get_bool(c, m, "ignore_merges", "model", 0, &tok->ignore_merges));
 
     json_t *vocab = json_object_get(m, "vocab");
     if (!json_is_object(vocab))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "model.vocab: missing or not an object");
-    tok_smap_init(&tok->vocab, json_object_size(vocab));
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "model.vocab: missing or not an object");
+    tdm_tok_smap_init(&tok->vocab, json_object_size(vocab));
     const char *key;
     json_t *val;
     json_object_foreach(vocab, key, val)
@@ -123,18 +123,18 @@ static tdm_status_t parse_model(tok_load_t *c, json_t *m, json_t **ret_vocab)
         uint32_t id;
         char where[96];
         snprintf(where, sizeof(where), "model.vocab[\"%.40s\"]", key);
-        TDM_TRY(tok_load_get_id(c, val, where, &id));
+        TDM_TRY(tdm_tok_load_get_id(c, val, where, &id));
         /* jansson keys are NUL-terminated: tokens containing U+0000 are not representable */
         size_t klen = strlen(key);
-        const char *k = tok_arena_memdup(&tok->pool, key, klen);
-        tok_smap_put(&tok->vocab, k, klen, id);
+        const char *k = tdm_tok_arena_memdup(&tok->pool, key, klen);
+        tdm_tok_smap_put(&tok->vocab, k, klen, id);
     }
 
     json_t *merges = json_object_get(m, "merges");
     if (merges && !json_is_null(merges) && !json_is_array(merges))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "model.merges: expected an array");
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "model.merges: expected an array");
     size_t nm = json_array_size(merges);
-    tok_pmap_init(&tok->merges, nm);
+    tdm_tok_pmap_init(&tok->merges, nm);
     char *tmp = NULL;
     size_t tmp_cap = 0;
     tdm_status_t st = TDM_OK;
@@ -146,8 +146,8 @@ static tdm_status_t parse_model(tok_load_t *c, json_t *m, json_t **ret_vocab)
             a = json_string_value(e);
             const char *sp = memchr(a, ' ', json_string_length(e));
             if (!sp || memchr(sp + 1, ' ', json_string_length(e) - (size_t)(sp + 1 - a))) {
-                st = tok_load_bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: expected \"left right\"",
-                                  i);
+                st = tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                      "model.merges[%zu]: expected \"left right\"", i);
                 goto out;
             }
             alen = (size_t)(sp - a);
@@ -160,18 +160,19 @@ static tdm_status_t parse_model(tok_load_t *c, json_t *m, json_t **ret_vocab)
             b = json_string_value(json_array_get(e, 1));
             blen = json_string_length(json_array_get(e, 1));
         } else {
-            st = tok_load_bad(c, TDM_ERR_FORMAT,
-                              "model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]",
-                              i);
+            st = tdm_tok_load_bad(
+                c, TDM_ERR_FORMAT,
+                "model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]", i);
             goto out;
         }
         uint32_t ia, ib, im;
-        if (!tok_smap_get(&tok->vocab, a, alen, &ia) || !tok_smap_get(&tok->vocab, b, blen, &ib)) {
-            st = tok_load_bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: \"%.*s\" not in vocab", i,
-                              (int)(tok_smap_get(&tok->vocab, a, alen, &ia)
-                                        ? (blen > 40 ? 40 : blen)
-                                        : (alen > 40 ? 40 : alen)),
-                              tok_smap_get(&tok->vocab, a, alen, &ia) ? b : a);
+        if (!tdm_tok_smap_get(&tok->vocab, a, alen, &ia) ||
+            !tdm_tok_smap_get(&tok->vocab, b, blen, &ib)) {
+            st = tdm_tok_load_bad(c, TDM_ERR_FORMAT, "model.merges[%zu]: \"%.*s\" not in vocab", i,
+                                  (int)(tdm_tok_smap_get(&tok->vocab, a, alen, &ia)
+                                            ? (blen > 40 ? 40 : blen)
+                                            : (alen > 40 ? 40 : alen)),
+                                  tdm_tok_smap_get(&tok->vocab, a, alen, &ia) ? b : a);
             goto out;
         }
         if (alen + blen > tmp_cap) {
@@ -180,28 +181,28 @@ static tdm_status_t parse_model(tok_load_t *c, json_t *m, json_t **ret_vocab)
         }
         memcpy(tmp, a, alen);
         memcpy(tmp + alen, b, blen);
-        if (!tok_smap_get(&tok->vocab, tmp, alen + blen, &im)) {
-            st = tok_load_bad(c, TDM_ERR_FORMAT,
-                              "model.merges[%zu]: merged token \"%.*s\" not in vocab", i,
-                              (int)(alen + blen > 40 ? 40 : alen + blen), tmp);
+        if (!tdm_tok_smap_get(&tok->vocab, tmp, alen + blen, &im)) {
+            st = tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                  "model.merges[%zu]: merged token \"%.*s\" not in vocab", i,
+                                  (int)(alen + blen > 40 ? 40 : alen + blen), tmp);
             goto out;
         }
-        tok_pmap_put(&tok->merges, ia, ib, (uint32_t)i, im);
+        tdm_tok_pmap_put(&tok->merges, ia, ib, (uint32_t)i, im);
     }
 
     json_t *unk;
-    TDM_CHECK_GOTO(tok_load_get_str(c, m, "unk_token", "model", 0, &unk), st, out);
+    TDM_CHECK_GOTO(tdm_tok_load_get_str(c, m, "unk_token", "model", 0, &unk), st, out);
     tok->unk_id = TDM_TOK_NO_ID;
-    if (unk &&
-        !tok_smap_get(&tok->vocab, json_string_value(unk), json_string_length(unk), &tok->unk_id)) {
-        st = tok_load_bad(c, TDM_ERR_FORMAT, "model.unk_token: \"%.40s\" not in vocab",
-                          json_string_value(unk));
+    if (unk && !tdm_tok_smap_get(&tok->vocab, json_string_value(unk), json_string_length(unk),
+                                 &tok->unk_id)) {
+        st = tdm_tok_load_bad(c, TDM_ERR_FORMAT, "model.unk_token: \"%.40s\" not in vocab",
+                              json_string_value(unk));
         goto out;
     }
     for (int bt = 0; bt < 256; bt++) {
         char name[8];
         snprintf(name, sizeof(name), "<0x%02X>", bt);
-        if (!tok_smap_get(&tok->vocab, name, 6, &tok->byte_id[bt]))
+        if (!tdm_tok_smap_get(&tok->vocab, name, 6, &tok->byte_id[bt]))
             tok->byte_id[bt] = TDM_TOK_NO_ID;
     }
     *ret_vocab = vocab;
@@ -216,35 +217,35 @@ static tdm_status_t parse_added(tok_load_t *c, json_t *arr)
     if (!arr || json_is_null(arr))
         return TDM_OK;
     if (!json_is_array(arr))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "added_tokens: expected an array");
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "added_tokens: expected an array");
     size_t n = json_array_size(arr);
     tok->added = tdm_calloc(n + 1, sizeof(tok_added_t));
-    tok_smap_init(&tok->added_map, n);
+    tdm_tok_smap_init(&tok->added_map, n);
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_array_get(arr, i), *content;
         char where[64];
         snprintf(where, sizeof(where), "added_tokens[%zu]", i);
         if (!json_is_object(o))
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
         tok_added_t *t = &tok->added[i];
         int sw = 0, ls = 0, rs = 0, norm = 0, spec = 0;
-        TDM_TRY(tok_load_get_id(c, json_object_get(o, "id"), where, &t->id));
-        TDM_TRY(tok_load_get_str(c, o, "content", where, 1, &content));
-        TDM_TRY(tok_load_get_bool(c, o, "single_word", where, 0, &sw));
-        TDM_TRY(tok_load_get_bool(c, o, "lstrip", where, 0, &ls));
-        TDM_TRY(tok_load_get_bool(c, o, "rstrip", where, 0, &rs));
-        TDM_TRY(tok_load_get_bool(c, o, "special", where, 0, &spec));
-        TDM_TRY(tok_load_get_bool(c, o, "normalized", where, !spec, &norm));
-        t->content = tok_load_dup_str(c, content, &t->len);
+        TDM_TRY(tdm_tok_load_get_id(c, json_object_get(o, "id"), where, &t->id));
+        TDM_TRY(tdm_tok_load_get_str(c, o, "content", where, 1, &content));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "single_word", where, 0, &sw));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "lstrip", where, 0, &ls));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "rstrip", where, 0, &rs));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "special", where, 0, &spec));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "normalized", where, !spec, &norm));
+        t->content = tdm_tok_load_dup_str(c, content, &t->len);
         t->single_word = (uint8_t)sw;
         t->lstrip = (uint8_t)ls;
         t->rstrip = (uint8_t)rs;
         t->special = (uint8_t)spec;
         t->normalized = (uint8_t)norm;
-        if (tok_utf8_valid_prefix((const uint8_t *)t->content, t->len) != t->len)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.content: not valid UTF-8", where);
+        if (tdm_tok_utf8_valid_prefix((const uint8_t *)t->content, t->len) != t->len)
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.content: not valid UTF-8", where);
         tok->n_added++;
-        tok_smap_put(&tok->added_map, t->content, t->len, t->id);
+        tdm_tok_smap_put(&tok->added_map, t->content, t->len, t->id);
     }
     return TDM_OK;
 }
@@ -267,9 +268,9 @@ static tdm_status_t build_ids(tok_load_t *c, json_t *vocab)
     }
     size_t size = any ? (size_t)max + 1 : 0;
     if (size > tok->vocab.n + tok->n_added + TOK_ID_SLACK)
-        return tok_load_bad(c, TDM_ERR_FORMAT,
-                            "model.vocab: id %u out of range (only %zu tokens listed)", max,
-                            tok->vocab.n + tok->n_added);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                "model.vocab: id %u out of range (only %zu tokens listed)", max,
+                                tok->vocab.n + tok->n_added);
     tok->vocab_size = (uint32_t)size;
     tok->id_str = tdm_calloc(size + 1, sizeof(char *));
     tok->id_len = tdm_calloc(size + 1, sizeof(uint32_t));
@@ -277,9 +278,9 @@ static tdm_status_t build_ids(tok_load_t *c, json_t *vocab)
     for (size_t i = 0; i < tok->vocab.n; i++) {
         const struct tok_smap_ent *e = &tok->vocab.ent[i];
         if (tok->id_flags[e->val] & TOK_ID_VOCAB)
-            return tok_load_bad(c, TDM_ERR_FORMAT,
-                                "model.vocab: id %u used by both \"%.40s\" and \"%.40s\"", e->val,
-                                tok->id_str[e->val], e->s);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                    "model.vocab: id %u used by both \"%.40s\" and \"%.40s\"",
+                                    e->val, tok->id_str[e->val], e->s);
         tok->id_str[e->val] = e->s;
         tok->id_len[e->val] = e->len;
         tok->id_flags[e->val] |= TOK_ID_VOCAB;
@@ -288,20 +289,20 @@ static tdm_status_t build_ids(tok_load_t *c, json_t *vocab)
     for (size_t i = 0; i < tok->n_added; i++) {
         tok_added_t *t = &tok->added[i];
         if (tok->id_flags[t->id] & TOK_ID_ADDED)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "added_tokens[%zu].id: id %u used twice", i,
-                                t->id);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "added_tokens[%zu].id: id %u used twice", i,
+                                    t->id);
         tok->id_str[t->id] = t->content;
         tok->id_len[t->id] = (uint32_t)t->len;
         tok->id_flags[t->id] |= TOK_ID_ADDED | (t->special ? TOK_ID_SPECIAL : 0);
     }
     for (size_t i = 0; i < tok->n_tpl_pre; i++)
         if (tok->tpl_pre[i] >= size)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "post_processor: template id %u out of range",
-                                tok->tpl_pre[i]);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                    "post_processor: template id %u out of range", tok->tpl_pre[i]);
     for (size_t i = 0; i < tok->n_tpl_post; i++)
         if (tok->tpl_post[i] >= size)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "post_processor: template id %u out of range",
-                                tok->tpl_post[i]);
+            return tdm_tok_load_bad(
+                c, TDM_ERR_FORMAT, "post_processor: template id %u out of range", tok->tpl_post[i]);
     return TDM_OK;
 }
 
@@ -357,19 +358,19 @@ static tdm_status_t parse_root(tok_load_t *c, json_t *root)
     tdm_tok_t *tok = c->tok;
     json_t *vocab = NULL, *v;
     if (!json_is_object(root))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "tokenizer.json: expected a JSON object");
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "tokenizer.json: expected a JSON object");
     TDM_TRY(parse_model(c, json_object_get(root, "model"), &vocab));
     TDM_TRY(parse_added(c, json_object_get(root, "added_tokens")));
     if ((v = json_object_get(root, "normalizer")) && !json_is_null(v))
-        TDM_TRY(tok_load_norm(c, v, "normalizer", 0));
+        TDM_TRY(tdm_tok_load_norm(c, v, "normalizer", 0));
     if ((v = json_object_get(root, "pre_tokenizer")) && !json_is_null(v))
-        TDM_TRY(tok_load_pre(c, v, "pre_tokenizer", 0));
+        TDM_TRY(tdm_tok_load_pre(c, v, "pre_tokenizer", 0));
     if ((v = json_object_get(root, "decoder")) && !json_is_null(v)) {
         tok->has_decoder = 1;
-        TDM_TRY(tok_load_dec(c, v, "decoder", 0));
+        TDM_TRY(tdm_tok_load_dec(c, v, "decoder", 0));
     }
     if ((v = json_object_get(root, "post_processor")) && !json_is_null(v))
-        TDM_TRY(tok_load_post(c, v, "post_processor", 0));
+        TDM_TRY(tdm_tok_load_post(c, v, "post_processor", 0));
     TDM_TRY(build_ids(c, vocab));
     /* normalized added tokens match the normalized text, so their pattern is normalized too */
     tdm_arena_t scratch;
@@ -379,13 +380,13 @@ static tdm_status_t parse_root(tok_load_t *c, json_t *root)
         if (!t->normalized)
             continue;
         size_t nl;
-        char *ns = tok_normalize(tok, &scratch, t->content, t->len, &nl);
+        char *ns = tdm_tok_normalize(tok, &scratch, t->content, t->len, &nl);
         if (!ns) {
             tdm_arena_free(&scratch);
-            return tok_load_bad(c, TDM_ERR_OVERFLOW, "added_tokens[%zu]: normalization too large",
-                                i);
+            return tdm_tok_load_bad(c, TDM_ERR_OVERFLOW,
+                                    "added_tokens[%zu]: normalization too large", i);
         }
-        t->norm = tok_arena_memdup(&tok->pool, ns, nl);
+        t->norm = tdm_tok_arena_memdup(&tok->pool, ns, nl);
         t->norm_len = nl;
     }
     tdm_arena_free(&scratch);
@@ -401,13 +402,14 @@ tdm_status_t tdm_tok_load_mem(const char *json, size_t len, tdm_tok_t **ret_tok,
     if (err && errlen)
         err[0] = '\0';
     if (len > TDM_TOK_MAX_FILE_BYTES)
-        return tok_load_bad(&c, TDM_ERR_OVERFLOW, "tokenizer.json: %zu bytes exceeds the %zu limit",
-                            len, TDM_TOK_MAX_FILE_BYTES);
+        return tdm_tok_load_bad(&c, TDM_ERR_OVERFLOW,
+                                "tokenizer.json: %zu bytes exceeds the %zu limit", len,
+                                TDM_TOK_MAX_FILE_BYTES);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return tok_load_bad(&c, TDM_ERR_FORMAT, "tokenizer.json: line %d column %d: %s", jerr.line,
-                            jerr.column, jerr.text);
+        return tdm_tok_load_bad(&c, TDM_ERR_FORMAT, "tokenizer.json: line %d column %d: %s",
+                                jerr.line, jerr.column, jerr.text);
     tdm_tok_t *tok = tdm_calloc(1, sizeof(*tok));
     tdm_arena_init(&tok->pool, 1 << 16, 0);
     tok->unk_id = TDM_TOK_NO_ID;
@@ -427,32 +429,32 @@ tdm_status_t tdm_tok_load(const char *path, tdm_tok_t **ret_tok, char *err, size
     tok_load_t c = {.err = err, .errlen = errlen};
     FILE *f = fopen(path, "rb");
     if (!f)
-        return tok_load_bad(&c, errno == ENOENT ? TDM_ERR_NOTFOUND : TDM_ERR_IO, "%s: %s", path,
-                            strerror(errno));
+        return tdm_tok_load_bad(&c, errno == ENOENT ? TDM_ERR_NOTFOUND : TDM_ERR_IO, "%s: %s", path,
+                                strerror(errno));
     tdm_status_t st;
     char *buf = NULL;
     if (fseek(f, 0, SEEK_END) != 0) {
-        st = tok_load_bad(&c, TDM_ERR_IO, "%s: cannot seek", path);
+        st = tdm_tok_load_bad(&c, TDM_ERR_IO, "%s: cannot seek", path);
         goto err_close;
     }
     long n = ftell(f);
     if (n < 0) {
-        st = tok_load_bad(&c, TDM_ERR_IO, "%s: cannot size", path);
+        st = tdm_tok_load_bad(&c, TDM_ERR_IO, "%s: cannot size", path);
         goto err_close;
     }
     if ((size_t)n > TDM_TOK_MAX_FILE_BYTES) {
-        st = tok_load_bad(&c, TDM_ERR_OVERFLOW, "%s: %ld bytes exceeds the %zu limit", path, n,
-                          TDM_TOK_MAX_FILE_BYTES);
+        st = tdm_tok_load_bad(&c, TDM_ERR_OVERFLOW, "%s: %ld bytes exceeds the %zu limit", path, n,
+                              TDM_TOK_MAX_FILE_BYTES);
         goto err_close;
     }
     rewind(f);
     buf = malloc((size_t)n + 1);
     if (!buf) {
-        st = tok_load_bad(&c, TDM_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, n);
+        st = tdm_tok_load_bad(&c, TDM_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, n);
         goto err_close;
     }
     if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        st = tok_load_bad(&c, TDM_ERR_IO, "%s: short read", path);
+        st = tdm_tok_load_bad(&c, TDM_ERR_IO, "%s: short read", path);
         goto err_free;
     }
     st = tdm_tok_load_mem(buf, (size_t)n, ret_tok, err, errlen);
@@ -467,9 +469,9 @@ void tdm_tok_free(tdm_tok_t *tok)
 {
     if (!tok)
         return;
-    tok_smap_free(&tok->vocab);
-    tok_pmap_free(&tok->merges);
-    tok_smap_free(&tok->added_map);
+    tdm_tok_smap_free(&tok->vocab);
+    tdm_tok_pmap_free(&tok->merges);
+    tdm_tok_smap_free(&tok->added_map);
     tdm_free(tok->added);
     tdm_free(tok->match_raw.idx);
     tdm_free(tok->match_norm.idx);

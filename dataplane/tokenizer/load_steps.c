@@ -27,9 +27,9 @@ static const char PAT_QWEN2[] =
 static tdm_status_t get_type(tok_load_t *c, json_t *o, const char *where, const char **ret)
 {
     if (!json_is_object(o))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s: expected an object", where);
     json_t *t;
-    TDM_TRY(tok_load_get_str(c, o, "type", where, 1, &t));
+    TDM_TRY(tdm_tok_load_get_str(c, o, "type", where, 1, &t));
     *ret = json_string_value(t);
     return TDM_OK;
 }
@@ -40,7 +40,7 @@ static tdm_status_t get_pattern(tok_load_t *c, json_t *o, const char *where, jso
 {
     json_t *p = json_object_get(o, "pattern");
     if (!json_is_object(p))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.pattern: expected an object", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.pattern: expected an object", where);
     json_t *s = json_object_get(p, "String"), *r = json_object_get(p, "Regex");
     if (s && json_is_string(s)) {
         *ret_str = s;
@@ -52,8 +52,8 @@ static tdm_status_t get_pattern(tok_load_t *c, json_t *o, const char *where, jso
         *ret_regex = r;
         return TDM_OK;
     }
-    return tok_load_bad(c, TDM_ERR_FORMAT,
-                        "%s.pattern: expected {\"String\": ...} or {\"Regex\": ...}", where);
+    return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                            "%s.pattern: expected {\"String\": ...} or {\"Regex\": ...}", where);
 }
 
 static tdm_status_t get_scheme(tok_load_t *c, json_t *o, const char *where, tok_scheme_t *ret)
@@ -62,7 +62,8 @@ static tdm_status_t get_scheme(tok_load_t *c, json_t *o, const char *where, tok_
     if (ps && !json_is_null(ps)) {
         const char *v = json_string_value(ps);
         if (!v)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.prepend_scheme: expected a string", where);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.prepend_scheme: expected a string",
+                                    where);
         if (strcmp(v, "always") == 0)
             *ret = TOK_SCHEME_ALWAYS;
         else if (strcmp(v, "first") == 0)
@@ -70,12 +71,12 @@ static tdm_status_t get_scheme(tok_load_t *c, json_t *o, const char *where, tok_
         else if (strcmp(v, "never") == 0)
             *ret = TOK_SCHEME_NEVER;
         else
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.prepend_scheme: unknown value \"%s\"", where,
-                                v);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.prepend_scheme: unknown value \"%s\"",
+                                    where, v);
         return TDM_OK;
     }
     int aps;
-    TDM_TRY(tok_load_get_bool(c, o, "add_prefix_space", where, 1, &aps));
+    TDM_TRY(tdm_tok_load_get_bool(c, o, "add_prefix_space", where, 1, &aps));
     *ret = aps ? TOK_SCHEME_ALWAYS : TOK_SCHEME_NEVER;
     return TDM_OK;
 }
@@ -85,14 +86,14 @@ static tdm_status_t get_repl(tok_load_t *c, json_t *o, const char *where, const 
                              size_t *ret_len)
 {
     json_t *r;
-    TDM_TRY(tok_load_get_str(c, o, "replacement", where, 1, &r));
+    TDM_TRY(tdm_tok_load_get_str(c, o, "replacement", where, 1, &r));
     size_t n = json_string_length(r);
     const uint8_t *s = (const uint8_t *)json_string_value(r);
     uint32_t cp;
-    if (n == 0 || tok_utf8_next(s, n, &cp) != n)
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.replacement: expected exactly one character",
-                            where);
-    *ret = tok_load_dup_str(c, r, ret_len);
+    if (n == 0 || tdm_tok_utf8_next(s, n, &cp) != n)
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.replacement: expected exactly one character",
+                                where);
+    *ret = tdm_tok_load_dup_str(c, r, ret_len);
     return TDM_OK;
 }
 
@@ -107,17 +108,17 @@ static tdm_status_t parse_head(tok_load_t *c, json_t *o, const char *where, int 
                                const char **ret_type, int *ret_seq)
 {
     if (depth > TOK_MAX_DEPTH)
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s: nested too deeply", where);
     TDM_TRY(get_type(c, o, where, ret_type));
     *ret_seq = strcmp(*ret_type, "Sequence") == 0;
     if (!*ret_seq && n_have >= TOK_MAX_STEPS)
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d %s steps", where,
-                            TOK_MAX_STEPS, what);
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s: more than %d %s steps", where,
+                                TOK_MAX_STEPS, what);
     if (!*ret_seq)
         return TDM_OK;
     json_t *arr = json_object_get(o, key);
     if (!json_is_array(arr))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected an array", where, key);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.%s: expected an array", where, key);
     for (size_t i = 0; i < json_array_size(arr); i++) {
         char sub[128];
         snprintf(sub, sizeof(sub), "%s.%s[%zu]", where, key, i);
@@ -126,12 +127,12 @@ static tdm_status_t parse_head(tok_load_t *c, json_t *o, const char *where, int 
     return TDM_OK;
 }
 
-tdm_status_t tok_load_norm(tok_load_t *c, json_t *o, const char *where, int depth)
+tdm_status_t tdm_tok_load_norm(tok_load_t *c, json_t *o, const char *where, int depth)
 {
     tdm_tok_t *tok = c->tok;
     const char *type;
     int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "normalizers", tok_load_norm, (int)tok->n_norm,
+    TDM_TRY(parse_head(c, o, where, depth, "normalizers", tdm_tok_load_norm, (int)tok->n_norm,
                        "normalizer", &type, &seq));
     if (seq)
         return TDM_OK;
@@ -141,35 +142,35 @@ tdm_status_t tok_load_norm(tok_load_t *c, json_t *o, const char *where, int dept
         n->kind = TOK_NORM_NFC;
     } else if (strcmp(type, "Prepend") == 0) {
         json_t *p;
-        TDM_TRY(tok_load_get_str(c, o, "prepend", where, 1, &p));
+        TDM_TRY(tdm_tok_load_get_str(c, o, "prepend", where, 1, &p));
         n->kind = TOK_NORM_PREPEND;
-        n->a = tok_load_dup_str(c, p, &n->alen);
+        n->a = tdm_tok_load_dup_str(c, p, &n->alen);
     } else if (strcmp(type, "Replace") == 0) {
         json_t *s, *r, *content;
         TDM_TRY(get_pattern(c, o, where, &s, &r));
         if (!s)
-            return tok_load_bad(c, TDM_ERR_UNSUPPORTED,
-                                "%s.pattern: Regex patterns are not supported", where);
-        TDM_TRY(tok_load_get_str(c, o, "content", where, 1, &content));
+            return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                                    "%s.pattern: Regex patterns are not supported", where);
+        TDM_TRY(tdm_tok_load_get_str(c, o, "content", where, 1, &content));
         if (json_string_length(s) == 0)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.pattern: empty string", where);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.pattern: empty string", where);
         n->kind = TOK_NORM_REPLACE;
-        n->a = tok_load_dup_str(c, s, &n->alen);
-        n->b = tok_load_dup_str(c, content, &n->blen);
+        n->a = tdm_tok_load_dup_str(c, s, &n->alen);
+        n->b = tdm_tok_load_dup_str(c, content, &n->blen);
     } else {
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s.type: normalizer \"%s\" is not supported",
-                            where, type);
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                                "%s.type: normalizer \"%s\" is not supported", where, type);
     }
     tok->n_norm++;
     return TDM_OK;
 }
 
-tdm_status_t tok_load_pre(tok_load_t *c, json_t *o, const char *where, int depth)
+tdm_status_t tdm_tok_load_pre(tok_load_t *c, json_t *o, const char *where, int depth)
 {
     tdm_tok_t *tok = c->tok;
     const char *type;
     int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "pretokenizers", tok_load_pre, (int)tok->n_pre,
+    TDM_TRY(parse_head(c, o, where, depth, "pretokenizers", tdm_tok_load_pre, (int)tok->n_pre,
                        "pre-tokenizer", &type, &seq));
     if (seq)
         return TDM_OK;
@@ -177,18 +178,18 @@ tdm_status_t tok_load_pre(tok_load_t *c, json_t *o, const char *where, int depth
     memset(p, 0, sizeof(*p));
     if (strcmp(type, "ByteLevel") == 0) {
         p->kind = TOK_PRE_BYTELEVEL;
-        TDM_TRY(tok_load_get_bool(c, o, "add_prefix_space", where, 1, &p->add_prefix_space));
-        TDM_TRY(tok_load_get_bool(c, o, "use_regex", where, 1, &p->use_regex));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "add_prefix_space", where, 1, &p->add_prefix_space));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "use_regex", where, 1, &p->use_regex));
     } else if (strcmp(type, "Split") == 0) {
         json_t *s, *r, *beh;
         int invert = 0;
         TDM_TRY(get_pattern(c, o, where, &s, &r));
-        TDM_TRY(tok_load_get_str(c, o, "behavior", where, 1, &beh));
-        TDM_TRY(tok_load_get_bool(c, o, "invert", where, 0, &invert));
+        TDM_TRY(tdm_tok_load_get_str(c, o, "behavior", where, 1, &beh));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "invert", where, 0, &invert));
         if (strcmp(json_string_value(beh), "Isolated") != 0 || invert)
-            return tok_load_bad(c, TDM_ERR_UNSUPPORTED,
-                                "%s.behavior: only Isolated, non-inverted splits are supported",
-                                where);
+            return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                                    "%s.behavior: only Isolated, non-inverted splits are supported",
+                                    where);
         const char *re = r ? json_string_value(r) : "";
         p->kind = TOK_PRE_SPLIT;
         if (r && strcmp(re, PAT_GPT2) == 0)
@@ -198,28 +199,28 @@ tdm_status_t tok_load_pre(tok_load_t *c, json_t *o, const char *where, int depth
         else if (r && strcmp(re, PAT_QWEN2) == 0)
             p->pat = TOK_PAT_QWEN2;
         else
-            return tok_load_bad(
+            return tdm_tok_load_bad(
                 c, TDM_ERR_UNSUPPORTED,
                 "%s.pattern: only the GPT-2, Llama-3 and Qwen2 regexes are supported", where);
     } else if (strcmp(type, "Metaspace") == 0) {
         p->kind = TOK_PRE_METASPACE;
         TDM_TRY(get_repl(c, o, where, &p->repl, &p->repl_len));
         TDM_TRY(get_scheme(c, o, where, &p->scheme));
-        TDM_TRY(tok_load_get_bool(c, o, "split", where, 1, &p->split));
+        TDM_TRY(tdm_tok_load_get_bool(c, o, "split", where, 1, &p->split));
     } else {
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED,
-                            "%s.type: pre-tokenizer \"%s\" is not supported", where, type);
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                                "%s.type: pre-tokenizer \"%s\" is not supported", where, type);
     }
     tok->n_pre++;
     return TDM_OK;
 }
 
-tdm_status_t tok_load_dec(tok_load_t *c, json_t *o, const char *where, int depth)
+tdm_status_t tdm_tok_load_dec(tok_load_t *c, json_t *o, const char *where, int depth)
 {
     tdm_tok_t *tok = c->tok;
     const char *type;
     int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "decoders", tok_load_dec, (int)tok->n_dec, "decoder",
+    TDM_TRY(parse_head(c, o, where, depth, "decoders", tdm_tok_load_dec, (int)tok->n_dec, "decoder",
                        &type, &seq));
     if (seq)
         return TDM_OK;
@@ -235,14 +236,14 @@ tdm_status_t tok_load_dec(tok_load_t *c, json_t *o, const char *where, int depth
         json_t *s, *r, *content;
         TDM_TRY(get_pattern(c, o, where, &s, &r));
         if (!s)
-            return tok_load_bad(c, TDM_ERR_UNSUPPORTED,
-                                "%s.pattern: Regex patterns are not supported", where);
-        TDM_TRY(tok_load_get_str(c, o, "content", where, 1, &content));
+            return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                                    "%s.pattern: Regex patterns are not supported", where);
+        TDM_TRY(tdm_tok_load_get_str(c, o, "content", where, 1, &content));
         if (json_string_length(s) == 0)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.pattern: empty string", where);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.pattern: empty string", where);
         d->kind = TOK_DEC_REPLACE;
-        d->a = tok_load_dup_str(c, s, &d->alen);
-        d->b = tok_load_dup_str(c, content, &d->blen);
+        d->a = tdm_tok_load_dup_str(c, s, &d->alen);
+        d->b = tdm_tok_load_dup_str(c, content, &d->blen);
     } else if (strcmp(type, "ByteFallback") == 0) {
         d->kind = TOK_DEC_BYTEFALLBACK;
     } else if (strcmp(type, "Fuse") == 0) {
@@ -250,23 +251,23 @@ tdm_status_t tok_load_dec(tok_load_t *c, json_t *o, const char *where, int depth
     } else if (strcmp(type, "Strip") == 0) {
         json_t *content;
         d->kind = TOK_DEC_STRIP;
-        TDM_TRY(tok_load_get_str(c, o, "content", where, 1, &content));
+        TDM_TRY(tdm_tok_load_get_str(c, o, "content", where, 1, &content));
         size_t n = json_string_length(content);
         if (n == 0 ||
-            tok_utf8_next((const uint8_t *)json_string_value(content), n, &d->content) != n)
-            return tok_load_bad(c, TDM_ERR_FORMAT, "%s.content: expected exactly one character",
-                                where);
+            tdm_tok_utf8_next((const uint8_t *)json_string_value(content), n, &d->content) != n)
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.content: expected exactly one character",
+                                    where);
         json_t *st = json_object_get(o, "start"), *sp = json_object_get(o, "stop");
         if (!json_is_integer(st) || !json_is_integer(sp) || json_integer_value(st) < 0 ||
             json_integer_value(sp) < 0 || json_integer_value(st) > 1 << 20 ||
             json_integer_value(sp) > 1 << 20)
-            return tok_load_bad(c, TDM_ERR_FORMAT,
-                                "%s.start/stop: expected small non-negative integers", where);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                    "%s.start/stop: expected small non-negative integers", where);
         d->start = (size_t)json_integer_value(st);
         d->stop = (size_t)json_integer_value(sp);
     } else {
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s.type: decoder \"%s\" is not supported",
-                            where, type);
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s.type: decoder \"%s\" is not supported",
+                                where, type);
     }
     tok->n_dec++;
     return TDM_OK;
@@ -284,11 +285,12 @@ static tdm_status_t parse_template(tok_load_t *c, json_t *o, const char *where)
     tdm_tok_t *tok = c->tok;
     json_t *single = json_object_get(o, "single"), *sp = json_object_get(o, "special_tokens");
     if (!json_is_array(single))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.single: expected an array", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.single: expected an array", where);
     if (sp && !json_is_null(sp) && !json_is_object(sp))
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.special_tokens: expected an object", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.special_tokens: expected an object", where);
     if (tok->tpl_pre || tok->tpl_post || tok->n_tpl_pre || tok->n_tpl_post)
-        return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s: more than one TemplateProcessing", where);
+        return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s: more than one TemplateProcessing",
+                                where);
     int seen_seq = 0;
     for (size_t i = 0; i < json_array_size(single); i++) {
         json_t *it = json_array_get(single, i);
@@ -296,15 +298,15 @@ static tdm_status_t parse_template(tok_load_t *c, json_t *o, const char *where)
         if (json_is_object(seq)) {
             const char *id = json_string_value(json_object_get(seq, "id"));
             if (!id || strcmp(id, "A") != 0 || seen_seq)
-                return tok_load_bad(c, TDM_ERR_FORMAT,
-                                    "%s.single[%zu].Sequence.id: expected one \"A\"", where, i);
+                return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                        "%s.single[%zu].Sequence.id: expected one \"A\"", where, i);
             seen_seq = 1;
         } else if (json_is_object(spt)) {
             const char *name = json_string_value(json_object_get(spt, "id"));
             json_t *ent = name ? json_object_get(sp, name) : NULL;
             json_t *ids = json_object_get(ent, "ids");
             if (!json_is_array(ids))
-                return tok_load_bad(
+                return tdm_tok_load_bad(
                     c, TDM_ERR_FORMAT,
                     "%s.single[%zu].SpecialToken: \"%s\" has no ids in special_tokens", where, i,
                     name ? name : "?");
@@ -312,34 +314,34 @@ static tdm_status_t parse_template(tok_load_t *c, json_t *o, const char *where)
                 uint32_t id;
                 char sub[160];
                 snprintf(sub, sizeof(sub), "%s.special_tokens[\"%.40s\"].ids[%zu]", where, name, k);
-                TDM_TRY(tok_load_get_id(c, json_array_get(ids, k), sub, &id));
+                TDM_TRY(tdm_tok_load_get_id(c, json_array_get(ids, k), sub, &id));
                 if (seen_seq)
                     push_ids(&tok->tpl_post, &tok->n_tpl_post, &id, 1);
                 else
                     push_ids(&tok->tpl_pre, &tok->n_tpl_pre, &id, 1);
             }
         } else {
-            return tok_load_bad(c, TDM_ERR_FORMAT,
-                                "%s.single[%zu]: expected a Sequence or SpecialToken object", where,
-                                i);
+            return tdm_tok_load_bad(c, TDM_ERR_FORMAT,
+                                    "%s.single[%zu]: expected a Sequence or SpecialToken object",
+                                    where, i);
         }
     }
     if (!seen_seq)
-        return tok_load_bad(c, TDM_ERR_FORMAT, "%s.single: no Sequence \"A\"", where);
+        return tdm_tok_load_bad(c, TDM_ERR_FORMAT, "%s.single: no Sequence \"A\"", where);
     return TDM_OK;
 }
 
-tdm_status_t tok_load_post(tok_load_t *c, json_t *o, const char *where, int depth)
+tdm_status_t tdm_tok_load_post(tok_load_t *c, json_t *o, const char *where, int depth)
 {
     const char *type;
     int seq;
-    TDM_TRY(parse_head(c, o, where, depth, "processors", tok_load_post, -1, "", &type, &seq));
+    TDM_TRY(parse_head(c, o, where, depth, "processors", tdm_tok_load_post, -1, "", &type, &seq));
     if (seq)
         return TDM_OK;
     if (strcmp(type, "ByteLevel") == 0)
         return TDM_OK; /* offsets only */
     if (strcmp(type, "TemplateProcessing") == 0)
         return parse_template(c, o, where);
-    return tok_load_bad(c, TDM_ERR_UNSUPPORTED, "%s.type: post-processor \"%s\" is not supported",
-                        where, type);
+    return tdm_tok_load_bad(c, TDM_ERR_UNSUPPORTED,
+                            "%s.type: post-processor \"%s\" is not supported", where, type);
 }

@@ -20,7 +20,7 @@ static size_t pow2_for(size_t expect)
     return cap;
 }
 
-void tok_smap_init(tok_smap_t *m, size_t expect)
+void tdm_tok_smap_init(tok_smap_t *m, size_t expect)
 {
     size_t cap = pow2_for(expect);
     m->slot = tdm_calloc(cap, sizeof(uint32_t));
@@ -45,7 +45,7 @@ static void smap_grow(tok_smap_t *m)
     m->mask = cap - 1;
 }
 
-int tok_smap_put(tok_smap_t *m, const char *s, size_t len, uint32_t val)
+int tdm_tok_smap_put(tok_smap_t *m, const char *s, size_t len, uint32_t val)
 {
     size_t h = (size_t)XXH3_64bits(s, len) & m->mask;
     while (m->slot[h]) {
@@ -67,7 +67,7 @@ int tok_smap_put(tok_smap_t *m, const char *s, size_t len, uint32_t val)
     return 0;
 }
 
-int tok_smap_get(const tok_smap_t *m, const char *s, size_t len, uint32_t *ret_val)
+int tdm_tok_smap_get(const tok_smap_t *m, const char *s, size_t len, uint32_t *ret_val)
 {
     if (!m->slot)
         return 0;
@@ -83,7 +83,7 @@ int tok_smap_get(const tok_smap_t *m, const char *s, size_t len, uint32_t *ret_v
     return 0;
 }
 
-void tok_smap_free(tok_smap_t *m)
+void tdm_tok_smap_free(tok_smap_t *m)
 {
     tdm_free(m->slot);
     tdm_free(m->ent);
@@ -98,7 +98,7 @@ static inline size_t pair_hash(uint64_t k, size_t mask)
     return (size_t)k & mask;
 }
 
-void tok_pmap_init(tok_pmap_t *m, size_t expect)
+void tdm_tok_pmap_init(tok_pmap_t *m, size_t expect)
 {
     size_t cap = pow2_for(expect);
     m->key = tdm_malloc(cap * sizeof(uint64_t));
@@ -110,7 +110,7 @@ void tok_pmap_init(tok_pmap_t *m, size_t expect)
 }
 
 /* The caller sizes the map for every merge up front (expect = number of merges). */
-void tok_pmap_put(tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged)
+void tdm_tok_pmap_put(tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged)
 {
     uint64_t k = ((uint64_t)a << 32) | b;
     size_t h = pair_hash(k, m->mask);
@@ -123,8 +123,8 @@ void tok_pmap_put(tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t
     m->merged[h] = merged;
 }
 
-int tok_pmap_get(const tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t *ret_rank,
-                 uint32_t *ret_merged)
+int tdm_tok_pmap_get(const tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t *ret_rank,
+                     uint32_t *ret_merged)
 {
     if (!m->key)
         return 0;
@@ -141,7 +141,7 @@ int tok_pmap_get(const tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t *ret_rank
     return 0;
 }
 
-void tok_pmap_free(tok_pmap_t *m)
+void tdm_tok_pmap_free(tok_pmap_t *m)
 {
     tdm_free(m->key);
     tdm_free(m->rank);
@@ -149,7 +149,7 @@ void tok_pmap_free(tok_pmap_t *m)
     memset(m, 0, sizeof(*m));
 }
 
-void tok_buf_put(tok_buf_t *b, const void *s, size_t n)
+void tdm_tok_buf_put(tok_buf_t *b, const void *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -164,13 +164,13 @@ void tok_buf_put(tok_buf_t *b, const void *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-void tok_buf_free(tok_buf_t *b)
+void tdm_tok_buf_free(tok_buf_t *b)
 {
     tdm_free(b->p);
     memset(b, 0, sizeof(*b));
 }
 
-char *tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n)
+char *tdm_tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n)
 {
     char *d = tdm_arena_alloc(a, n + 1);
     if (!d)
@@ -181,7 +181,7 @@ char *tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n)
     return d;
 }
 
-char *tok_memdup(const void *s, size_t n)
+char *tdm_tok_memdup(const void *s, size_t n)
 {
     char *d = tdm_malloc(n + 1);
     if (n)

@@ -28,7 +28,7 @@ static uint32_t at(const cur_t *c, size_t pos, size_t *w)
         return 0;
     }
     uint32_t cp;
-    *w = tok_utf8_next(c->s + pos, c->len - pos, &cp);
+    *w = tdm_tok_utf8_next(c->s + pos, c->len - pos, &cp);
     return cp;
 }
 
@@ -37,7 +37,7 @@ static int cls_at(const cur_t *c, size_t pos, size_t *w)
     uint32_t cp = at(c, pos, w);
     if (*w == 0)
         return -1;
-    return tok_uc_class(cp);
+    return tdm_tok_uc_class(cp);
 }
 
 /* End of the run of class k starting at pos (pos itself if none). */
@@ -122,7 +122,7 @@ static size_t match_llama(const cur_t *c, size_t pos, int max_digits)
         if (n)
             return n;
     }
-    int k0 = tok_uc_class(c0);
+    int k0 = tdm_tok_uc_class(c0);
     /* [^\r\n\p{L}\p{N}]?\p{L}+ */
     if (k0 == TOK_CLS_L)
         return run(c, pos, TOK_CLS_L) - pos;
@@ -160,7 +160,7 @@ static size_t match_llama(const cur_t *c, size_t pos, int max_digits)
     return ws_tail(c, pos);
 }
 
-size_t tok_pat_match(tok_pat_t pat, const uint8_t *s, size_t len, size_t pos)
+size_t tdm_tok_pat_match(tok_pat_t pat, const uint8_t *s, size_t len, size_t pos)
 {
     cur_t c = {.s = s, .len = len};
     size_t n;
@@ -178,7 +178,7 @@ size_t tok_pat_match(tok_pat_t pat, const uint8_t *s, size_t len, size_t pos)
     }
     if (n == 0 && pos < len) { /* cannot happen: every class is covered; stay total anyway */
         uint32_t cp;
-        n = tok_utf8_next(s + pos, len - pos, &cp);
+        n = tdm_tok_utf8_next(s + pos, len - pos, &cp);
     }
     return n;
 }

@@ -17,18 +17,18 @@
 enum { TOK_CLS_OTHER = 0, TOK_CLS_L = 1, TOK_CLS_N = 2, TOK_CLS_WS = 3 };
 
 /* Decode one scalar at s[0..len) that is known to be valid UTF-8; returns its byte length. */
-size_t tok_utf8_next(const uint8_t *s, size_t len, uint32_t *ret_cp);
+size_t tdm_tok_utf8_next(const uint8_t *s, size_t len, uint32_t *ret_cp);
 /* Length of the valid UTF-8 prefix of s (== len when all valid). */
-size_t tok_utf8_valid_prefix(const uint8_t *s, size_t len);
-size_t tok_utf8_put(uint32_t cp, uint8_t *out);
+size_t tdm_tok_utf8_valid_prefix(const uint8_t *s, size_t len);
+size_t tdm_tok_utf8_put(uint32_t cp, uint8_t *out);
 /* \p{L}, \p{N}, \s (Unicode White_Space) or other. */
-int tok_uc_class(uint32_t cp);
-int tok_uc_is_ws(uint32_t cp);
+int tdm_tok_uc_class(uint32_t cp);
+int tdm_tok_uc_is_ws(uint32_t cp);
 /* NFC of valid UTF-8 into an arena string; NULL if the arena cap is exceeded. */
-char *tok_uc_nfc(tdm_arena_t *a, const char *s, size_t len, size_t *ret_len);
+char *tdm_tok_uc_nfc(tdm_arena_t *a, const char *s, size_t len, size_t *ret_len);
 /* Rust's String::from_utf8_lossy: each maximal invalid subpart becomes U+FFFD. The result is
  * tdm_malloc'd and NUL-terminated. */
-char *tok_utf8_lossy(const uint8_t *s, size_t len, size_t *ret_len);
+char *tdm_tok_utf8_lossy(const uint8_t *s, size_t len, size_t *ret_len);
 
 /* ---- growable byte buffer (heap, tdm_malloc) ---- */
 
@@ -37,11 +37,11 @@ typedef struct tok_buf {
     size_t len, cap;
 } tok_buf_t;
 
-void tok_buf_put(tok_buf_t *b, const void *s, size_t n);
+void tdm_tok_buf_put(tok_buf_t *b, const void *s, size_t n);
 /* Copies of n bytes that may contain NUL (tdm_*strndup stop at one), NUL-terminated. */
-char *tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n);
-char *tok_memdup(const void *s, size_t n);
-void tok_buf_free(tok_buf_t *b);
+char *tdm_tok_arena_memdup(tdm_arena_t *a, const void *s, size_t n);
+char *tdm_tok_memdup(const void *s, size_t n);
+void tdm_tok_buf_free(tok_buf_t *b);
 
 /* ---- maps (map.c) ---- */
 
@@ -56,12 +56,12 @@ typedef struct tok_smap {
     size_t n, cap_ent, mask;
 } tok_smap_t;
 
-void tok_smap_init(tok_smap_t *m, size_t expect);
+void tdm_tok_smap_init(tok_smap_t *m, size_t expect);
 /* 0 on insert, 1 if the key existed (its value is then replaced). */
-int tok_smap_put(tok_smap_t *m, const char *s, size_t len, uint32_t val);
+int tdm_tok_smap_put(tok_smap_t *m, const char *s, size_t len, uint32_t val);
 /* 1 and *ret_val if found. */
-int tok_smap_get(const tok_smap_t *m, const char *s, size_t len, uint32_t *ret_val);
-void tok_smap_free(tok_smap_t *m);
+int tdm_tok_smap_get(const tok_smap_t *m, const char *s, size_t len, uint32_t *ret_val);
+void tdm_tok_smap_free(tok_smap_t *m);
 
 /* (id, id) → (rank, merged id) */
 typedef struct tok_pmap {
@@ -70,11 +70,11 @@ typedef struct tok_pmap {
     size_t n, mask;
 } tok_pmap_t;
 
-void tok_pmap_init(tok_pmap_t *m, size_t expect);
-void tok_pmap_put(tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged);
-int tok_pmap_get(const tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t *ret_rank,
-                 uint32_t *ret_merged);
-void tok_pmap_free(tok_pmap_t *m);
+void tdm_tok_pmap_init(tok_pmap_t *m, size_t expect);
+void tdm_tok_pmap_put(tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged);
+int tdm_tok_pmap_get(const tok_pmap_t *m, uint32_t a, uint32_t b, uint32_t *ret_rank,
+                     uint32_t *ret_merged);
+void tdm_tok_pmap_free(tok_pmap_t *m);
 
 /* ---- the tokenizer ---- */
 
@@ -173,16 +173,16 @@ struct tdm_tok {
 enum { TOK_ID_ADDED = 1, TOK_ID_SPECIAL = 2, TOK_ID_VOCAB = 4 };
 
 /* GPT-2 byte ↔ printable-char mapping of the ByteLevel pre-tokenizer/decoder. */
-uint32_t tok_bytelevel_char(uint8_t b);
+uint32_t tdm_tok_bytelevel_char(uint8_t b);
 /* -1 if cp is not one of the 256 byte-level characters. */
-int tok_bytelevel_byte(uint32_t cp);
+int tdm_tok_bytelevel_byte(uint32_t cp);
 
 /* Length in bytes of the pattern's match at s[pos..len) (always >= 1 char when pos < len).
  * s is valid UTF-8. */
-size_t tok_pat_match(tok_pat_t pat, const uint8_t *s, size_t len, size_t pos);
+size_t tdm_tok_pat_match(tok_pat_t pat, const uint8_t *s, size_t len, size_t pos);
 
 /* Normalize one section into the arena (NULL on arena cap). */
-char *tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t len,
-                    size_t *ret_len);
+char *tdm_tok_normalize(const tdm_tok_t *tok, tdm_arena_t *a, const char *s, size_t len,
+                        size_t *ret_len);
 
 #endif

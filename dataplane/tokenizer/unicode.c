@@ -15,7 +15,7 @@
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-size_t tok_utf8_next(const uint8_t *s, size_t len, uint32_t *ret_cp)
+size_t tdm_tok_utf8_next(const uint8_t *s, size_t len, uint32_t *ret_cp)
 {
     uint8_t b = s[0];
     if (b < 0x80 || len < 2) {
@@ -72,7 +72,7 @@ static int utf8_seq(const uint8_t *s, size_t len)
     return w;
 }
 
-size_t tok_utf8_valid_prefix(const uint8_t *s, size_t len)
+size_t tdm_tok_utf8_valid_prefix(const uint8_t *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
@@ -88,7 +88,7 @@ size_t tok_utf8_valid_prefix(const uint8_t *s, size_t len)
     return i;
 }
 
-size_t tok_utf8_put(uint32_t cp, uint8_t *o)
+size_t tdm_tok_utf8_put(uint32_t cp, uint8_t *o)
 {
     if (cp < 0x80) {
         o[0] = (uint8_t)cp;
@@ -112,7 +112,7 @@ size_t tok_utf8_put(uint32_t cp, uint8_t *o)
     return 4;
 }
 
-char *tok_utf8_lossy(const uint8_t *s, size_t len, size_t *ret_len)
+char *tdm_tok_utf8_lossy(const uint8_t *s, size_t len, size_t *ret_len)
 {
     /* each invalid byte becomes at most 3 bytes */
     size_t cap;
@@ -137,7 +137,7 @@ char *tok_utf8_lossy(const uint8_t *s, size_t len, size_t *ret_len)
     return out;
 }
 
-int tok_uc_is_ws(uint32_t cp)
+int tdm_tok_uc_is_ws(uint32_t cp)
 {
     if (cp < 0x80)
         return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20;
@@ -171,16 +171,16 @@ static const uint32_t *range_find(const uint32_t (*t)[3], size_t n, uint32_t cp)
     return NULL;
 }
 
-int tok_uc_class(uint32_t cp)
+int tdm_tok_uc_class(uint32_t cp)
 {
     if (cp < 0x80) {
         if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')
             return TOK_CLS_L;
         if (cp >= '0' && cp <= '9')
             return TOK_CLS_N;
-        return tok_uc_is_ws(cp) ? TOK_CLS_WS : TOK_CLS_OTHER;
+        return tdm_tok_uc_is_ws(cp) ? TOK_CLS_WS : TOK_CLS_OTHER;
     }
-    if (tok_uc_is_ws(cp))
+    if (tdm_tok_uc_is_ws(cp))
         return TOK_CLS_WS;
     const uint32_t *r = range_find(tdm_uc_cat, NELEM(tdm_uc_cat), cp);
     return r ? (int)r[2] : TOK_CLS_OTHER;
@@ -306,7 +306,7 @@ static size_t nfc_segment(uint32_t *c, size_t n)
     return o;
 }
 
-char *tok_uc_nfc(tdm_arena_t *a, const char *src, size_t len, size_t *ret_len)
+char *tdm_tok_uc_nfc(tdm_arena_t *a, const char *src, size_t len, size_t *ret_len)
 {
     const uint8_t *s = (const uint8_t *)src;
     size_t cap;
@@ -327,7 +327,7 @@ char *tok_uc_nfc(tdm_arena_t *a, const char *src, size_t len, size_t *ret_len)
             j++;
         while (j < len && s[j] >= 0x80) {
             uint32_t cp;
-            j += tok_utf8_next(s + j, len - j, &cp);
+            j += tdm_tok_utf8_next(s + j, len - j, &cp);
             if (cp >= 0x300)
                 simple = 0;
         }
@@ -349,7 +349,7 @@ char *tok_uc_nfc(tdm_arena_t *a, const char *src, size_t len, size_t *ret_len)
         size_t n = 0;
         for (size_t k = seg; k < j;) {
             uint32_t cp;
-            k += tok_utf8_next(s + k, j - k, &cp);
+            k += tdm_tok_utf8_next(s + k, j - k, &cp);
             decompose(cp, cps, &n, 0);
         }
         n = nfc_segment(cps, n);
@@ -366,7 +366,7 @@ char *tok_uc_nfc(tdm_arena_t *a, const char *src, size_t len, size_t *ret_len)
                 out = nout;
                 cap = ncap;
             }
-            o += tok_utf8_put(cps[k], (uint8_t *)out + o);
+            o += tdm_tok_utf8_put(cps[k], (uint8_t *)out + o);
         }
         i = j;
     }
@@ -377,7 +377,7 @@ char *tok_uc_nfc(tdm_arena_t *a, const char *src, size_t len, size_t *ret_len)
 
 /* ---- GPT-2 byte-level alphabet ---- */
 
-uint32_t tok_bytelevel_char(uint8_t b)
+uint32_t tdm_tok_bytelevel_char(uint8_t b)
 {
     if (b <= 0x20)
         return 256u + b;
@@ -388,7 +388,7 @@ uint32_t tok_bytelevel_char(uint8_t b)
     return b;
 }
 
-int tok_bytelevel_byte(uint32_t cp)
+int tdm_tok_bytelevel_byte(uint32_t cp)
 {
     if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
         return (int)cp;

@@ -182,7 +182,7 @@ static void split_is(tok_pat_t pat, const char *text, const char *exp, const cha
     char got[512];
     size_t o = 0, len = strlen(text);
     for (size_t pos = 0; pos < len;) {
-        size_t n = tok_pat_match(pat, (const uint8_t *)text, len, pos);
+        size_t n = tdm_tok_pat_match(pat, (const uint8_t *)text, len, pos);
         if (o)
             got[o++] = '|';
         memcpy(got + o, text + pos, n);
@@ -216,7 +216,7 @@ static void nfc_is(const char *in, const char *exp, const char *what)
     tdm_arena_t a;
     tdm_arena_init(&a, 1024, 0);
     size_t n;
-    char *out = tok_uc_nfc(&a, in, strlen(in), &n);
+    char *out = tdm_tok_uc_nfc(&a, in, strlen(in), &n);
     ok(out && n == strlen(exp) && memcmp(out, exp, n) == 0, "%s", what);
     tdm_arena_free(&a);
 }
@@ -228,12 +228,12 @@ static void test_unicode(void)
     nfc_is("\xE2\x84\xAB", "\xC3\x85", "nfc: Angstrom sign -> Å (singleton)");
     nfc_is("a\xCC\x87\xCC\xA3", "\xE1\xBA\xA1\xCC\x87", "nfc: canonical reordering then compose");
     nfc_is("plain ascii", "plain ascii", "nfc: ascii unchanged");
-    ok(tok_uc_class(0x65E5) == TOK_CLS_L && tok_uc_class(0x0663) == TOK_CLS_N &&
-           tok_uc_class(0x3000) == TOK_CLS_WS && tok_uc_class(0x1F600) == TOK_CLS_OTHER &&
-           tok_uc_class(0xA0) == TOK_CLS_WS && tok_uc_class(0x200D) == TOK_CLS_OTHER,
+    ok(tdm_tok_uc_class(0x65E5) == TOK_CLS_L && tdm_tok_uc_class(0x0663) == TOK_CLS_N &&
+           tdm_tok_uc_class(0x3000) == TOK_CLS_WS && tdm_tok_uc_class(0x1F600) == TOK_CLS_OTHER &&
+           tdm_tok_uc_class(0xA0) == TOK_CLS_WS && tdm_tok_uc_class(0x200D) == TOK_CLS_OTHER,
        "unicode classes: CJK L, Arabic digit N, ideographic space WS, emoji/ZWJ other");
     size_t n;
-    char *s = tok_utf8_lossy((const uint8_t *)"a\xE2\x82\xF0\x9F\x98\x80\xFF", 8, &n);
+    char *s = tdm_tok_utf8_lossy((const uint8_t *)"a\xE2\x82\xF0\x9F\x98\x80\xFF", 8, &n);
     ok(strcmp(s, "a\xEF\xBF\xBD\xF0\x9F\x98\x80\xEF\xBF\xBD") == 0,
        "lossy UTF-8: one U+FFFD per maximal invalid subpart");
     tdm_free(s);
