@@ -31,42 +31,6 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 printf '[group.%s]\nport = %s\nmodel_path = %s\ndevice = cpu\ntp_size = 2\nkv_cpu_bytes = 8388608\ndrain_timeout = 0.3\n' \
     $G "$port" "$M" > "$CPL_T/groups.ini"
 
-cat > "$CPL_T/client.py" << 'PY'
-# argv: port started-file out-file. Opens 8 streams, writes started-file once every stream has a
-# token, reads each to its end (or EOF), then writes one line per stream: "<id> <last data lines>".
-import json, socket, sys
-port, started, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-body = json.dumps({"input_ids": [1, 5, 9, 13], "max_new_tokens": 480, "ignore_eos": True,
-                   "stream": True, "sampling": {"temperature": 0}}).encode()
-streams = []
-for i in range(8):
-    s = socket.create_connection(("127.0.0.1", port))
-    s.settimeout(60)
-    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    streams.append([s, b""])
-for st in streams:
-    while b"token_id" not in st[1]:
-        d = st[0].recv(65536)
-        if not d:
-            break
-        st[1] += d
-open(started, "w").write("started\n")
-for st in streams:
-    try:
-        while b"[DONE]" not in st[1]:
-            d = st[0].recv(65536)
-            if not d:
-                break
-            st[1] += d
-    except OSError:
-        pass
-with open(out, "w") as f:
-    for i, st in enumerate(streams):
-        lines = [l for l in st[1].decode("utf-8", "replace").split("\n") if l.startswith("data: ")]
-        f.write("%d %s\n" % (i, " | ".join(lines[-2:]) if lines else "(nothing)"))
-PY
-
 ready() {
     cpl_api "$url/api/v1/status" | python3 -c '
 import json, sys
@@ -94,7 +58,7 @@ bad_streams=0
 no_start=0
 while [ $r -le "$rounds" ]; do
     rm -f "$CPL_T/started" "$CPL_T/out"
-    python3 "$CPL_T/client.py" "$port" "$CPL_T/started" "$CPL_T/out" > "$CPL_T/client-$r" 2>&1 &
+    python3 "$SRC/tests/integration/streams.py" "$port" "$CPL_T/started" "$CPL_T/out" > "$CPL_T/client-$r" 2>&1 &
     cp=$!
     i=0
     while [ $i -lt 300 ] && [ ! -s "$CPL_T/started" ] && kill -0 $cp 2> /dev/null; do

@@ -9,62 +9,12 @@
 # Three rounds (TDM_STOP_ROUNDS=N for more by hand). Before them, shared files of a dead
 # launcher are left in /dev/shm (as kill -9 of a launcher leaves them): a start removes them, not
 # those of a running launcher (which holds a lock on its progress file); all of a dead group's
-# files go, whatever their suffix (the ranks' -kv<r>, the transfer relay's -xfer). The client is
-# python3's standard library.
+# files go, whatever their suffix (the ranks' -kv<r>, the transfer relay's -xfer). The client
+# (tests/integration/streams.py) is python3's standard library.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
 . "$SRC/tests/integration/worker-lib.sh"
-
-cat > "$T/client.py" << 'PY'
-# argv: port started-file out-file. Opens the streams and the idle connections, writes
-# started-file once every stream has a token, reads every stream to its end (or EOF), keeps the
-# sockets open 3 s more, then writes one line per stream: "<id> <last data line>".
-import json, os, socket, sys, time
-port, started, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-def conn():
-    s = socket.create_connection(("127.0.0.1", port))
-    s.settimeout(20)
-    return s
-idle = []
-for _ in range(2):
-    s = conn()
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        buf += s.recv(4096)
-    idle.append(s)
-body = json.dumps({"input_ids": [1, 5, 9, 13], "max_new_tokens": 480, "ignore_eos": True,
-                   "stream": True, "sampling": {"temperature": 0}}).encode()
-streams = []
-for i in range(8):
-    s = conn()
-    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    streams.append([s, b""])
-for st in streams:
-    while b"token_id" not in st[1]:
-        d = st[0].recv(65536)
-        if not d:
-            break
-        st[1] += d
-open(started, "w").write("started\n")
-for st in streams:
-    try:
-        while b"[DONE]" not in st[1]:
-            d = st[0].recv(65536)
-            if not d:
-                break
-            st[1] += d
-    except OSError:
-        pass
-time.sleep(3)
-with open(out, "w") as f:
-    for i, st in enumerate(streams):
-        lines = [l for l in st[1].decode("utf-8", "replace").split("\n") if l.startswith("data: ")]
-        tail = lines[-2:] if lines else ["(nothing)"]
-        f.write("%d %s\n" % (i, " | ".join(tail)))
-PY
 
 round() { # round-number
     r=$1
@@ -75,7 +25,8 @@ round() { # round-number
         sed 's/^/# /' "$T/log-$r" | tail -20
         return
     fi
-    python3 "$T/client.py" "$port" "$T/started" "$T/out" > "$T/client-$r" 2>&1 &
+    python3 "$SRC/tests/integration/streams.py" "$port" "$T/started" "$T/out" \
+        --idle 2 --linger 3 --timeout 20 > "$T/client-$r" 2>&1 &
     cp=$!
     wait_file "$T/started" $cp 200 0.05
     [ -s "$T/started" ]
