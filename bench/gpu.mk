@@ -17,6 +17,7 @@ noinst_PROGRAMS += bench/gpu_hicache
 bench_gpu_hicache_SOURCES = bench/gpu_hicache.c kernels/cuda/smoke.cu
 bench_gpu_hicache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 bench_gpu_hicache_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
+noinst_HEADERS += bench/gpu_model.h
 # The serving bench's ceiling (bench/gpu-serving.sh): the engine's batched decode on the served
 # checkpoint at the concurrency sweep's batch sizes, ids-only and with logits copied back.
 noinst_PROGRAMS += bench/gpu_serving_engine
