@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/params.h>
 
@@ -704,4 +705,40 @@ void tdm_params_doc_markdown(const tdm_param_table_t *t, FILE *out)
         fputc('\n', out);
     }
     fputc('\n', out);
+}
+
+int tdm_params_start(const tdm_param_table_t *t, void *cfg, const char *const *log_level, int argc,
+                     char *const *argv, void (*more_usage)(FILE *out), tdm_log_subsys_t sub,
+                     tdm_params_t **ret_p)
+{
+    char err[1024];
+    tdm_params_t *p = NULL;
+    if (tdm_params_init(t, cfg, &p, err, sizeof(err)) != TDM_OK ||
+        tdm_params_load(p, argc, argv, NULL, err, sizeof(err)) != TDM_OK) {
+        tdm_err(sub, "msg=\"%s\"", err);
+        tdm_params_free(p);
+        return TDM_PARAMS_BAD;
+    }
+    int rc = TDM_PARAMS_GO;
+    if (tdm_params_want_help(p)) {
+        tdm_params_usage(t, stdout);
+        if (more_usage)
+            more_usage(stdout);
+        rc = 0;
+    } else if (tdm_params_want_version(p)) {
+        tdm_params_print_version(t, stdout);
+        rc = 0;
+    } else {
+        tdm_log_level_t level;
+        if (tdm_log_level_parse(*log_level, &level) == 0)
+            tdm_log_set_level(level);
+        if (tdm_params_want_print_config(p))
+            rc = tdm_params_print_config(p, stdout) == TDM_OK ? 0 : 1;
+    }
+    if (rc != TDM_PARAMS_GO) {
+        tdm_params_free(p);
+        return rc;
+    }
+    *ret_p = p;
+    return TDM_PARAMS_GO;
 }

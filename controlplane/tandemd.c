@@ -118,29 +118,13 @@ int main(int argc, char **argv)
     tdm_tandemd_config_t cfg;
     tdm_params_t *params = NULL;
     char err[1024], dsn[2048];
-    int rc = 1;
-    if (tdm_params_init(&tdm_tandemd_config_table, &cfg, &params, err, sizeof(err)) != TDM_OK ||
-        tdm_params_load(params, argc, argv, NULL, err, sizeof(err)) != TDM_OK) {
-        tdm_err(TDM_SUB_CP, "msg=\"%s\"", err);
+    int rc = tdm_params_start(&tdm_tandemd_config_table, &cfg, &cfg.log_level, argc, argv, NULL,
+                              TDM_SUB_CP, &params);
+    if (rc != TDM_PARAMS_GO) {
+        rc = rc == TDM_PARAMS_BAD ? 1 : rc;
         goto out;
     }
-    if (tdm_params_want_help(params)) {
-        tdm_params_usage(&tdm_tandemd_config_table, stdout);
-        rc = 0;
-        goto out;
-    }
-    if (tdm_params_want_version(params)) {
-        tdm_params_print_version(&tdm_tandemd_config_table, stdout);
-        rc = 0;
-        goto out;
-    }
-    tdm_log_level_t level;
-    if (tdm_log_level_parse(cfg.log_level, &level) == 0)
-        tdm_log_set_level(level);
-    if (tdm_params_want_print_config(params)) {
-        rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
-        goto out;
-    }
+    rc = 1;
     if (cfg.print_routes) {
         print_routes();
         rc = 0;

@@ -36,7 +36,6 @@ static int serve(const tdm_worker_config_t *cfg, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    char err[512] = "";
     tdm_worker_config_t cfg;
     tdm_params_t *params = NULL;
     int rc = 2, w_argc = 0, r_argc = 0;
@@ -45,29 +44,13 @@ int main(int argc, char **argv)
 
     tdm_log_init("tandem-worker");
     tdm_oneshot_split_argv(argc, argv, &w_argc, w_argv, &r_argc, r_argv);
-    if (tdm_params_init(&tdm_worker_config_table, &cfg, &params, err, sizeof(err)) != TDM_OK ||
-        tdm_params_load(params, w_argc, w_argv, NULL, err, sizeof(err)) != TDM_OK) {
-        tdm_err(TDM_SUB_CORE, "%s", err);
+    rc = tdm_params_start(&tdm_worker_config_table, &cfg, &cfg.log_level, w_argc, w_argv,
+                          tdm_oneshot_usage, TDM_SUB_CORE, &params);
+    if (rc != TDM_PARAMS_GO) {
+        rc = rc == TDM_PARAMS_BAD ? 2 : rc;
         goto out;
     }
-    if (tdm_params_want_help(params)) {
-        tdm_params_usage(&tdm_worker_config_table, stdout);
-        tdm_oneshot_usage(stdout);
-        rc = 0;
-        goto out;
-    }
-    if (tdm_params_want_version(params)) {
-        tdm_params_print_version(&tdm_worker_config_table, stdout);
-        rc = 0;
-        goto out;
-    }
-    tdm_log_level_t level;
-    if (tdm_log_level_parse(cfg.log_level, &level) == 0)
-        tdm_log_set_level(level);
-    if (tdm_params_want_print_config(params)) {
-        rc = tdm_params_print_config(params, stdout) == TDM_OK ? 0 : 1;
-        goto out;
-    }
+    rc = 2;
     /* an explicit --prompt/--prompt-ids (even empty) means one-shot, which reports the error */
     if (tdm_oneshot_wanted(&cfg) || r_argc > 1 ||
         tdm_params_source(params, "prompt") != TDM_PARAM_SRC_DEFAULT ||

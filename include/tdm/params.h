@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <tdm/log.h>
 #include <tdm/status.h>
 
 typedef enum tdm_param_type {
@@ -154,6 +155,18 @@ tdm_status_t tdm_params_print_config(const tdm_params_t *p, FILE *out);
 void tdm_params_usage(const tdm_param_table_t *table, FILE *out);
 /* docs/params.md section for one table (Markdown). */
 void tdm_params_doc_markdown(const tdm_param_table_t *table, FILE *out);
+
+/* A program's start: load the command line (tdm_params_load), answer --help (the table's usage,
+ * then `more_usage` when not NULL), --version and --print-config, and apply the --log-level that
+ * `log_level` points at (the config's field, read after the load). TDM_PARAMS_GO when the program
+ * goes on (*ret_p: the params, the caller's to free); TDM_PARAMS_BAD after a bad flag, variable
+ * or file (logged under `sub` as msg="..."; the program picks its exit status); else the exit
+ * status after help, version or print-config (0; 1 when stdout failed). Nothing to free then. */
+#define TDM_PARAMS_GO (-1)
+#define TDM_PARAMS_BAD (-2)
+int tdm_params_start(const tdm_param_table_t *t, void *cfg, const char *const *log_level, int argc,
+                     char *const *argv, void (*more_usage)(FILE *out), tdm_log_subsys_t sub,
+                     tdm_params_t **ret_p);
 
 const char *tdm_param_type_name(tdm_param_type_t t);
 const char *tdm_param_src_name(tdm_param_src_t s);
