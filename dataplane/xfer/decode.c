@@ -85,7 +85,7 @@ tdm_status_t tdm_xfer_decode_send_info(tdm_xfer_t *x, const uint32_t *prompt_ids
         st = TDM_ERR_PEER;
         goto out;
     }
-    if (x->n_aux_free == 0 || x->map.n >= 2 * x->cfg.max_rooms) {
+    if (x->n_aux_free == 0 || tdm_xfer_rooms_movers(x->rooms) >= 2 * x->cfg.max_rooms) {
         st = TDM_ERR_AGAIN;
         goto out;
     }
@@ -256,7 +256,7 @@ void tdm_xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room)
 void tdm_xfer_decode_registered(tdm_xfer_t *x)
 {
     void *v;
-    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+    for (uint32_t i = 0; tdm_xfer_rooms_next_mover(x->rooms, &i, &v);) {
         xroom_t *r = v;
         if (r && r->quarantined)
             send_abort(x, r->room, "decode abort (asked again after re-registration)");
@@ -266,7 +266,7 @@ void tdm_xfer_decode_registered(tdm_xfer_t *x)
 void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
 {
     void *v;
-    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+    for (uint32_t i = 0; tdm_xfer_rooms_next_mover(x->rooms, &i, &v);) {
         xroom_t *r = v;
         tdm_xfer_room_info_t info;
         if (r && tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
@@ -278,7 +278,7 @@ void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
 void tdm_xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
 {
     void *v;
-    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+    for (uint32_t i = 0; tdm_xfer_rooms_next_mover(x->rooms, &i, &v);) {
         xroom_t *r = v;
         if (!r || !r->quarantined || r->risk_counted ||
             now - r->q_since_us < x->cfg.abort_ack_timeout_us)

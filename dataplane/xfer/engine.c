@@ -74,24 +74,24 @@ void tdm_xfer_drain(int fd)
     (void)n;
 }
 
-/* ---- the mover records by room id (tdm/u64map.h) ---- */
+/* ---- the mover records, kept in the rooms' own records (room.h) ---- */
 
 xroom_t *tdm_xfer_map_get(tdm_xfer_t *x, uint64_t room)
 {
-    return tdm_u64map_get(&x->map, room);
+    return tdm_xfer_room_mover(x->rooms, room);
 }
 
-/* The callers keep map.n below its capacity (2 x max_rooms) before they allocate a record. */
+/* The callers opened the room (its record exists) and checked tdm_xfer_rooms_movers first. */
 void tdm_xfer_map_put(tdm_xfer_t *x, xroom_t *r)
 {
-    tdm_status_t st = tdm_u64map_put(&x->map, r->room, r);
+    tdm_status_t st = tdm_xfer_room_attach(x->rooms, r->room, r);
     assert(st == TDM_OK);
     (void)st;
 }
 
 void tdm_xfer_map_del(tdm_xfer_t *x, uint64_t room)
 {
-    tdm_u64map_del(&x->map, room);
+    tdm_xfer_room_detach(x->rooms, room);
 }
 
 void tdm_xroom_free(xroom_t *r)
@@ -261,11 +261,11 @@ tdm_status_t tdm_xfer_init(const tdm_xfer_cfg_t *cfg, tdm_xfer_t **ret)
     uint64_t tomb = c->bootstrap_timeout_us;
     if (tomb < 2 * c->abort_ack_timeout_us)
         tomb = 2 * c->abort_ack_timeout_us;
+    /* 2 x max_rooms records: live rooms and tombstones, those held by their mover included */
     tdm_xfer_room_cfg_t rc = {
-        c->max_rooms,  c->n_ranks, c->bootstrap_timeout_us, c->waiting_timeout_us, tomb,
-        room_event_cb, x};
+        2 * c->max_rooms, c->n_ranks, c->bootstrap_timeout_us, c->waiting_timeout_us, tomb,
+        room_event_cb,    x};
     TDM_CHECK_GOTO(tdm_xfer_rooms_init(&rc, &x->rooms), st, err_free);
-    TDM_CHECK_GOTO(tdm_u64map_init(&x->map, 2 * c->max_rooms), st, err_free);
     x->cmd_cap = c->max_rooms + 16;
     x->cmds = tdm_calloc(x->cmd_cap, sizeof(*x->cmds));
     x->reqq_cap = c->max_rooms;
@@ -358,9 +358,8 @@ void tdm_xfer_free(tdm_xfer_t *x)
     if (x->wake_boot >= 0)
         close(x->wake_boot);
     void *mover;
-    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &mover);)
+    for (uint32_t i = 0; x->rooms && tdm_xfer_rooms_next_mover(x->rooms, &i, &mover);)
         tdm_xroom_free(mover);
-    tdm_u64map_free(&x->map);
     free(x->cmds);
     free(x->reqq);
     free(x->outq);
@@ -442,11 +441,8 @@ tdm_status_t tdm_xfer_poll(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t *ret_state
 {
     tdm_xfer_room_info_t info;
     pthread_mutex_lock(&x->mu);
+    /* a room not released yet keeps its record (a tombstone waits for its mover) */
     tdm_status_t st = tdm_xfer_room_get(x->rooms, room, &info);
-    if (st != TDM_OK && tdm_xfer_map_get(x, room)) {
-        info.state = TDM_KVPOLL_FAILED; /* tombstone expired, room not released yet */
-        st = TDM_OK;
-    }
     pthread_mutex_unlock(&x->mu);
     if (st == TDM_OK)
         *ret_state = info.state;

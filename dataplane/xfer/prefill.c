@@ -135,7 +135,7 @@ static void on_transfer_info(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
         x->st.frames_unexpected++; /* a repeated TRANSFER_INFO */
         return;
     }
-    if (x->reqq_len == x->reqq_cap || x->map.n >= 2 * x->cfg.max_rooms) {
+    if (x->reqq_len == x->reqq_cap || tdm_xfer_rooms_movers(x->rooms) >= 2 * x->cfg.max_rooms) {
         snprintf(why, sizeof(why), "busy: %u rooms queued", x->reqq_len);
         goto err_refuse;
     }
@@ -218,7 +218,7 @@ void tdm_xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8
 void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x)
 {
     void *v;
-    for (uint32_t i = 0; tdm_u64map_next(&x->map, &i, NULL, &v);) {
+    for (uint32_t i = 0; tdm_xfer_rooms_next_mover(x->rooms, &i, &v);) {
         xroom_t *r = v;
         tdm_xfer_room_info_t info;
         if (!r)

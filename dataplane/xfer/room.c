@@ -1,8 +1,8 @@
 /*
- * room.c — KVPoll room table: open addressing with linear probing and backward-shift deletion,
- * so lookups stay O(1) under churn without deleted-slot markers. One entry holds the per-rank
- * states and the combined state (their MIN); tombstones are entries flagged dead that only block
- * re-use of their id until they expire.
+ * room.c — the room table: one record per room, keyed by its id in a tdm/u64map.h map. A record
+ * holds the per-rank KVPoll states and the combined state (their MIN), and the engine's mover
+ * record while the room's data moves or its pages are held; tombstones are records flagged dead
+ * that only block re-use of their id until they expire (not while a mover is attached).
  */
 #include "config.h"
 
@@ -11,23 +11,24 @@
 #include <sys/random.h>
 
 #include <tdm/mem.h>
+#include <tdm/u64map.h>
 
 #include "dataplane/xfer/room.h"
 
 typedef struct entry {
-    uint64_t room; /* 0 = empty slot */
+    uint64_t room;
     uint8_t state; /* combined (MIN over ranks) */
     uint8_t tomb;
     uint8_t aborted;
     uint8_t rank_state[TDM_XFER_RANKS_MAX];
     uint64_t created_us, changed_us;
+    void *mover; /* the engine's record of the room's data movement; NULL when none */
 } entry_t;
 
 struct tdm_xfer_rooms {
     tdm_xfer_room_cfg_t cfg;
-    entry_t *slots;
-    uint32_t mask;
-    uint32_t used;
+    tdm_u64map_t map; /* room id → entry_t (tdm/u64map.h) */
+    uint32_t movers;  /* entries with a mover */
     uint64_t rng;
     tdm_xfer_room_stats_t stats;
 };
@@ -47,17 +48,13 @@ tdm_status_t tdm_xfer_rooms_init(const tdm_xfer_room_cfg_t *cfg, tdm_xfer_rooms_
     if (!cfg || cfg->capacity == 0 || cfg->n_ranks == 0 || cfg->n_ranks > TDM_XFER_RANKS_MAX ||
         cfg->capacity > (1u << 28))
         return TDM_ERR_INVAL;
-    uint32_t n = 16;
-    while (n < cfg->capacity * 2u)
-        n <<= 1;
     tdm_xfer_rooms_t *t = tdm_calloc(1, sizeof(*t));
-    t->slots = calloc(n, sizeof(entry_t));
-    if (!t->slots) {
+    tdm_status_t st = tdm_u64map_init(&t->map, cfg->capacity);
+    if (st != TDM_OK) {
         free(t);
-        return TDM_ERR_NOMEM;
+        return st;
     }
     t->cfg = *cfg;
-    t->mask = n - 1;
     if (getrandom(&t->rng, sizeof(t->rng), 0) != (ssize_t)sizeof(t->rng))
         t->rng = (uint64_t)(uintptr_t)t ^ 0x9e3779b97f4a7c15ull;
     *ret = t;
@@ -68,7 +65,10 @@ void tdm_xfer_rooms_free(tdm_xfer_rooms_t *t)
 {
     if (!t)
         return;
-    free(t->slots);
+    void *e;
+    for (uint32_t i = 0; tdm_u64map_next(&t->map, &i, NULL, &e);)
+        free(e);
+    tdm_u64map_free(&t->map);
     free(t);
 }
 
@@ -84,54 +84,26 @@ uint64_t tdm_xfer_room_id_new(tdm_xfer_rooms_t *t)
 
 static entry_t *find(const tdm_xfer_rooms_t *t, uint64_t room)
 {
-    if (room == 0)
-        return NULL;
-    for (uint32_t i = (uint32_t)mix64(room) & t->mask;; i = (i + 1) & t->mask) {
-        entry_t *e = &t->slots[i];
-        if (e->room == room)
-            return e;
-        if (e->room == 0)
-            return NULL;
-    }
+    return room == 0 ? NULL : tdm_u64map_get(&t->map, room);
 }
 
 static entry_t *insert(tdm_xfer_rooms_t *t, uint64_t room)
 {
-    if (t->used >= t->cfg.capacity)
+    if (t->map.n >= t->cfg.capacity)
         return NULL;
-    uint32_t i = (uint32_t)mix64(room) & t->mask;
-    while (t->slots[i].room != 0)
-        i = (i + 1) & t->mask;
-    entry_t *e = &t->slots[i];
-    memset(e, 0, sizeof(*e));
+    entry_t *e = tdm_calloc(1, sizeof(*e));
     e->room = room;
-    t->used++;
+    if (tdm_u64map_put(&t->map, room, e) != TDM_OK) {
+        free(e);
+        return NULL;
+    }
     return e;
 }
 
-/* Backward-shift deletion keeps every probe chain unbroken. */
 static void erase(tdm_xfer_rooms_t *t, entry_t *e)
 {
-    uint32_t i = (uint32_t)(e - t->slots);
-    for (;;) {
-        t->slots[i].room = 0;
-        uint32_t j = i;
-        for (;;) {
-            j = (j + 1) & t->mask;
-            if (t->slots[j].room == 0) {
-                t->used--;
-                return;
-            }
-            uint32_t home = (uint32_t)mix64(t->slots[j].room) & t->mask;
-            /* can slot j move back to i? only if its home is not in (i, j] cyclically */
-            int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-            if (!between) {
-                t->slots[i] = t->slots[j];
-                i = j;
-                break;
-            }
-        }
-    }
+    tdm_u64map_del(&t->map, e->room);
+    free(e);
 }
 
 static void emit(tdm_xfer_rooms_t *t, uint64_t room, uint8_t from, uint8_t to, const char *reason,
@@ -255,9 +227,13 @@ void tdm_xfer_room_close(tdm_xfer_rooms_t *t, uint64_t room, uint64_t now_us)
     entry_t *e = find(t, room);
     if (!e || e->tomb)
         return;
-    if (e->state == TDM_KVPOLL_SUCCESS) {
+    if (e->state == TDM_KVPOLL_SUCCESS && !e->mover) {
         erase(t, e);
         t->stats.live--;
+        return;
+    }
+    if (e->state == TDM_KVPOLL_SUCCESS) { /* its mover still holds it: a tombstone until then */
+        to_tombstone(t, e, now_us);
         return;
     }
     fail_all(t, e, "closed", now_us);
@@ -267,14 +243,14 @@ void tdm_xfer_room_close(tdm_xfer_rooms_t *t, uint64_t room, uint64_t now_us)
 uint32_t tdm_xfer_rooms_tick(tdm_xfer_rooms_t *t, uint64_t now_us)
 {
     uint32_t failed = 0;
-    for (uint32_t i = 0; i <= t->mask; i++) {
-        entry_t *e = &t->slots[i];
-        if (e->room == 0)
-            continue;
+    void *v;
+    for (uint32_t i = 0; tdm_u64map_next(&t->map, &i, NULL, &v);) {
+        entry_t *e = v;
         /* a stamp later than now (caller's clock read raced an update) is age 0, never a wrap */
         uint64_t age = now_us > e->changed_us ? now_us - e->changed_us : 0;
         if (e->tomb) {
-            if (age >= t->cfg.tombstone_us) {
+            /* a tombstone whose mover is still held (quarantined pages) waits for its release */
+            if (age >= t->cfg.tombstone_us && !e->mover) {
                 erase(t, e);
                 t->stats.tombstones--;
                 i--; /* backward shift may have moved an unvisited entry here */
@@ -320,12 +296,64 @@ void tdm_xfer_rooms_foreach(const tdm_xfer_rooms_t *t,
                             void (*fn)(void *ctx, uint64_t room, const tdm_xfer_room_info_t *info),
                             void *ctx)
 {
-    for (uint32_t i = 0; i <= t->mask; i++) {
-        const entry_t *e = &t->slots[i];
-        if (e->room == 0 || e->tomb)
+    void *v;
+    for (uint32_t i = 0; tdm_u64map_next(&t->map, &i, NULL, &v);) {
+        const entry_t *e = v;
+        if (e->tomb)
             continue;
         tdm_xfer_room_info_t info = {(tdm_kvpoll_t)e->state, 0, e->aborted, e->created_us,
                                      e->changed_us};
         fn(ctx, e->room, &info);
     }
+}
+
+/* ---- the mover's record ---------------------------------------------------------------------- */
+
+tdm_status_t tdm_xfer_room_attach(tdm_xfer_rooms_t *t, uint64_t room, void *mover)
+{
+    entry_t *e = find(t, room);
+    if (!mover)
+        return TDM_ERR_INVAL;
+    if (!e)
+        return TDM_ERR_NOTFOUND;
+    if (e->mover)
+        return TDM_ERR_STATE;
+    e->mover = mover;
+    t->movers++;
+    return TDM_OK;
+}
+
+void *tdm_xfer_room_mover(const tdm_xfer_rooms_t *t, uint64_t room)
+{
+    const entry_t *e = find(t, room);
+    return e ? e->mover : NULL;
+}
+
+void *tdm_xfer_room_detach(tdm_xfer_rooms_t *t, uint64_t room)
+{
+    entry_t *e = find(t, room);
+    void *m = e ? e->mover : NULL;
+    if (m) {
+        e->mover = NULL;
+        t->movers--;
+    }
+    return m;
+}
+
+uint32_t tdm_xfer_rooms_movers(const tdm_xfer_rooms_t *t)
+{
+    return t->movers;
+}
+
+int tdm_xfer_rooms_next_mover(const tdm_xfer_rooms_t *t, uint32_t *cursor, void **ret_mover)
+{
+    void *v;
+    while (tdm_u64map_next(&t->map, cursor, NULL, &v)) {
+        const entry_t *e = v;
+        if (e->mover) {
+            *ret_mover = e->mover;
+            return 1;
+        }
+    }
+    return 0;
 }

@@ -31,7 +31,7 @@ typedef struct tdm_xfer_room_event {
 typedef void (*tdm_xfer_room_event_fn)(void *ctx, const tdm_xfer_room_event_t *ev);
 
 typedef struct tdm_xfer_room_cfg {
-    uint32_t capacity;             /* max live rooms + tombstones */
+    uint32_t capacity;             /* max live rooms + tombstones (with or without a mover) */
     uint32_t n_ranks;              /* ranks whose states are combined (<= TDM_XFER_RANKS_MAX) */
     uint64_t bootstrap_timeout_us; /* BOOTSTRAPPING longer than this → FAILED */
     uint64_t waiting_timeout_us;   /* WAITING_FOR_INPUT/TRANSFERRING longer → FAILED */
@@ -89,6 +89,19 @@ uint32_t tdm_xfer_rooms_tick(tdm_xfer_rooms_t *t, uint64_t now_us);
 
 tdm_status_t tdm_xfer_room_get(const tdm_xfer_rooms_t *t, uint64_t room, tdm_xfer_room_info_t *ret);
 void tdm_xfer_rooms_stats(const tdm_xfer_rooms_t *t, tdm_xfer_room_stats_t *ret);
+
+/* The mover's record (the engine's xroom_t, xfer_int.h): one per room at most, kept in the room's
+ * own record, so a room has one entry in one map. A record with a mover is never erased: close of
+ * a SUCCESS room leaves a tombstone instead, and a tombstone expires only once its mover is
+ * detached (quarantined pages keep theirs). attach: TDM_ERR_NOTFOUND when the room has no record
+ * (live or tombstone), TDM_ERR_STATE when it has a mover already. */
+tdm_status_t tdm_xfer_room_attach(tdm_xfer_rooms_t *t, uint64_t room, void *mover);
+void *tdm_xfer_room_mover(const tdm_xfer_rooms_t *t, uint64_t room); /* NULL: none */
+void *tdm_xfer_room_detach(tdm_xfer_rooms_t *t, uint64_t room);      /* the mover, or NULL */
+uint32_t tdm_xfer_rooms_movers(const tdm_xfer_rooms_t *t);
+/* for (uint32_t i = 0; tdm_xfer_rooms_next_mover(t, &i, &m);): every attached mover once (do not
+ * detach while iterating). */
+int tdm_xfer_rooms_next_mover(const tdm_xfer_rooms_t *t, uint32_t *cursor, void **ret_mover);
 
 /* Visit live (non-tombstone) rooms; for telemetry and the stall detector's evidence. */
 void tdm_xfer_rooms_foreach(const tdm_xfer_rooms_t *t,

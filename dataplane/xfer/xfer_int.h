@@ -16,7 +16,6 @@
 
 #include <ucp/api/ucp.h>
 
-#include <tdm/u64map.h>
 #include <tdm/xfer.h>
 
 #include "dataplane/xfer/cuda_ipc.h"
@@ -65,9 +64,10 @@ typedef struct xfer_ucx {
     uint8_t *r_kv_ptr, *r_aux_ptr;
 } xfer_ucx_t;
 
-/* A room has two state records, keyed by the same id: its KVPoll state in the room table
- * (room.c, I4: combined over ranks, tombstones) and, in the engine's map (x->map), the mover's
- * record below. On prefill the mover phase drives the KVPoll state:
+/* A room has one record, in the room table (room.c, keyed by its id): its KVPoll state (I4:
+ * combined over ranks, tombstones) and, while its data moves or its pages are held, the mover's
+ * record below attached to it (tdm_xfer_map_get/put/del: room.h's attach/mover/detach). On
+ * prefill the mover phase drives the KVPoll state:
  *   XR_NEW       TRANSFER_INFO accepted (tdm_xfer_room_accept_info), waiting for the scheduler;
  *                a local abort sends STATUS FAILED, an ABORT is ACKed at once (nothing moved).
  *   XR_PUTTING   tdm_xfer_prefill_send: KVPoll TRANSFERRING on every rank, STATUS TRANSFERRING
@@ -78,7 +78,8 @@ typedef struct xfer_ucx {
  *                failure (fail_req, put_error), else STATUS SUCCESS with the checksums + KVPoll
  *                SUCCESS.
  * Release refuses PUTTING/FLUSHING (TDM_ERR_BUSY) and a KVPoll state that is not terminal; then
- * both records go (the room table keeps a tombstone for a FAILED room). */
+ * the mover record goes and the room closes (a tombstone for a FAILED room). A tombstone with a
+ * mover still attached (decode's quarantined pages) does not expire until the mover goes. */
 typedef enum xr_phase { XR_NEW = 0, XR_PUTTING, XR_FLUSHING, XR_DONE } xr_phase_t;
 
 typedef struct xroom {
@@ -128,7 +129,6 @@ struct tdm_xfer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     tdm_xfer_rooms_t *rooms;
-    tdm_u64map_t map; /* the mover records (xroom_t) by room id; capacity 2 x max_rooms */
     tdm_xfer_stats_t st;
 
     /* the registered leader<->leader channel */

@@ -36,8 +36,9 @@ void *tdm_u64map_del(tdm_u64map_t *m, uint64_t key);
 /* Forget every key (the values are the caller's). */
 void tdm_u64map_clear(tdm_u64map_t *m);
 
-/* Iteration: for (uint32_t i = 0; tdm_u64map_next(m, &i, &k, &v);) — in slot order; deleting
- * the entry just returned may move a later one behind the cursor, so collect, then delete. */
+/* Iteration: for (uint32_t i = 0; tdm_u64map_next(m, &i, &k, &v);) — in slot order. After
+ * deleting the entry just returned, step back (i--): the backward shift may have moved an
+ * unvisited entry into its slot (and an entry already visited may then come again). */
 int tdm_u64map_next(const tdm_u64map_t *m, uint32_t *cursor, uint64_t *ret_key, void **ret_val);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * test-xfer-room.c — invariant I4: KVPoll order, MIN across ranks, sticky FAILED, tombstones that
  * refuse late TRANSFER_INFO, abort of unknown rooms, timeouts on a virtual clock, every combined
- * transition reported as an event; plus a randomized churn test of the table against a reference.
+ * transition reported as an event; plus a randomized churn test of the table against a reference,
+ * and the mover's record kept in the room's (a tombstone holding one does not expire).
  */
 #include "config.h"
 
@@ -175,6 +176,43 @@ int main(void)
         }
     }
     ok(!mismatch, "20k random operations: table agrees with the reference");
+    tdm_xfer_rooms_free(t);
+
+    /* the mover's record lives in the room's record: a tombstone or a SUCCESS room holding one
+     * stays until it is detached, then goes as any other */
+    tdm_xfer_room_cfg_t c3 = {.capacity = 8, .n_ranks = 1, .tombstone_us = 50};
+    tdm_xfer_rooms_init(&c3, &t);
+    int mv1, mv2;
+    void *m;
+    ok(tdm_xfer_room_attach(t, 77, &mv1) == TDM_ERR_NOTFOUND, "no mover without a room record");
+    tdm_xfer_room_open(t, 77, 0);
+    tdm_xfer_room_open(t, 78, 0);
+    ok(tdm_xfer_room_attach(t, 77, &mv1) == TDM_OK && tdm_xfer_room_attach(t, 78, &mv2) == TDM_OK,
+       "movers attached to two rooms");
+    ok(tdm_xfer_room_attach(t, 77, &mv2) == TDM_ERR_STATE, "one mover per room");
+    ok(tdm_xfer_room_mover(t, 77) == &mv1 && tdm_xfer_rooms_movers(t) == 2, "mover found, counted");
+    int seen = 0;
+    for (uint32_t i = 0; tdm_xfer_rooms_next_mover(t, &i, &m);)
+        seen += m == &mv1 || m == &mv2;
+    ok(seen == 2, "iteration visits both movers");
+    tdm_xfer_room_abort(t, 77, "quarantine", 10);
+    tdm_xfer_rooms_tick(t, 1000);
+    ok(tdm_xfer_room_get(t, 77, &info) == TDM_OK && info.tombstone &&
+           tdm_xfer_room_mover(t, 77) == &mv1,
+       "a tombstone holding its mover outlives tombstone_us");
+    ok(tdm_xfer_room_detach(t, 77) == &mv1 && tdm_xfer_room_mover(t, 77) == NULL,
+       "detach hands the mover back");
+    tdm_xfer_rooms_tick(t, 2000);
+    ok(tdm_xfer_room_get(t, 77, &info) == TDM_ERR_NOTFOUND, "then the tombstone expires");
+    tdm_xfer_room_set(t, 78, 0, TDM_KVPOLL_SUCCESS, "ok", 2000);
+    tdm_xfer_room_close(t, 78, 2000);
+    ok(tdm_xfer_room_get(t, 78, &info) == TDM_OK && info.tombstone &&
+           tdm_xfer_room_mover(t, 78) == &mv2,
+       "close of a SUCCESS room holding its mover leaves a tombstone with it");
+    tdm_xfer_room_detach(t, 78);
+    tdm_xfer_rooms_tick(t, 3000);
+    ok(tdm_xfer_room_get(t, 78, &info) == TDM_ERR_NOTFOUND && tdm_xfer_rooms_movers(t) == 0,
+       "released, it goes");
     tdm_xfer_rooms_free(t);
     return done_testing();
 }
