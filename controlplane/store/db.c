@@ -218,17 +218,8 @@ tdm_status_t tdm_cp_db_start(const tdm_cp_db_opts_t *opts, tdm_cp_db_t **ret_db,
     return TDM_OK;
 
 err_join:
-    atomic_store(&db->stop, 1);
-    tdm_cp_dbi_wake_all(db);
-    for (int i = 0; i < db->nqw; i++)
-        pthread_join(db->qw[i].tid, NULL);
-    for (int i = 0; i < db->niw; i++)
-        pthread_join(db->iw[i].tid, NULL);
-    tdm_cp_dbi_ingest_shutdown(db);
-    tdm_cp_spool_close(db->spool);
-    tdm_free(db->recent);
-    tdm_u64map_free(&db->keymap);
-    tdm_u64map_free(&db->keyset);
+    tdm_cp_db_stop(db); /* joins the threads that started, frees the rest */
+    return st;
 err_free:
     tdm_cp_dbi_jobq_destroy(&db->queries);
     tdm_cp_dbi_jobq_destroy(&db->reads);
