@@ -20,6 +20,7 @@ libtdmcommon_a_SOURCES = \
 	common/httpc.c \
 	common/prom.c \
 	common/u64map.c \
+	common/mapfile.c \
 	common/net.c
 noinst_HEADERS += \
 	include/tdm/status.h \
@@ -37,6 +38,7 @@ noinst_HEADERS += \
 	include/tdm/httpc.h \
 	include/tdm/prom.h \
 	include/tdm/u64map.h \
+	include/tdm/mapfile.h \
 	include/tdm/net.h
 
 # The h2o server scaffold of both daemons (tdm/httpd.h); in COMMON_LIBS, pulled in by the

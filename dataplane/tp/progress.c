@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <tdm/hash.h>
+#include <tdm/mapfile.h>
 #include <tdm/progress.h>
 
 static const char *const coll_op_names[] = {"none", "allreduce", "broadcast", "allgather",
@@ -64,18 +65,10 @@ tdm_status_t tdm_progress_create(const char *path, uint16_t n_ranks, uint64_t gr
 {
     if (n_ranks == 0 || n_ranks > TDM_PROGRESS_MAX_RANKS)
         return TDM_ERR_INVAL;
-    size_t size = tdm_progress_size(n_ranks);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return TDM_ERR_IO;
-    if (ftruncate(fd, (off_t)size) != 0) {
-        close(fd);
-        return TDM_ERR_IO;
-    }
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
-        return TDM_ERR_NOMEM;
+    void *m;
+    tdm_status_t st = tdm_mapfile_create(path, tdm_progress_size(n_ranks), &m);
+    if (st != TDM_OK)
+        return st;
     page_init(m, n_ranks, group_id);
     *ret = m;
     return TDM_OK;

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <tdm/log.h>
+#include <tdm/mapfile.h>
 #include <tdm/mem.h>
 #include <tdm/time.h>
 #include <tdm/xfer.h>
@@ -40,24 +41,6 @@ static const char *const shm_names[] = {"progress", "tensor", "plan", "group"};
 void tdm_worker_shm_path(const char *prefix, int which, char *out, size_t out_len)
 {
     snprintf(out, out_len, "%s-%s", prefix, shm_names[which]);
-}
-
-/* A zeroed shared file of `size` bytes, mapped. */
-static tdm_status_t shm_create(const char *path, size_t size, void **ret)
-{
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return TDM_ERR_IO;
-    if (ftruncate(fd, (off_t)size) != 0) {
-        close(fd);
-        return TDM_ERR_IO;
-    }
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
-        return TDM_ERR_NOMEM;
-    *ret = m;
-    return TDM_OK;
 }
 
 static void unlink_all(const char *prefix)
@@ -180,13 +163,13 @@ static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_pa
     for (int i = 0; i < 2; i++) {
         size_t sz = tdm_shm_comm_region_size(&cc[i]);
         tdm_worker_shm_path(prefix, SHM_TENSOR + i, path, sizeof(path));
-        TDM_TRY(shm_create(path, sz, &m));
+        TDM_TRY(tdm_mapfile_create(path, sz, &m));
         st = tdm_shm_comm_region_init(m, &cc[i]);
         munmap(m, sz);
         TDM_TRY(st);
     }
     tdm_worker_shm_path(prefix, SHM_GROUP, path, sizeof(path));
-    TDM_TRY(shm_create(path, sizeof(tdm_worker_shared_t), &m));
+    TDM_TRY(tdm_mapfile_create(path, sizeof(tdm_worker_shared_t), &m));
     tdm_worker_shared_t *g = m;
     g->n_ranks = (uint16_t)n;
     g->version = TDM_WORKER_SHARED_VERSION;

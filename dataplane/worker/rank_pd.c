@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <tdm/log.h>
+#include <tdm/mapfile.h>
 #include <tdm/prom.h>
 #include <tdm/time.h>
 
@@ -247,18 +248,12 @@ tdm_status_t tdm_worker_pd_kv_create(tdm_worker_t *w, const tdm_kv_layout_t *l, 
         return TDM_ERR_RANGE;
     }
     kv_path(w->prefix, w->rank, path, sizeof(path));
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
-        snprintf(err, err_len, "KV pool file %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return TDM_ERR_IO;
-    }
-    void *m = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) {
-        snprintf(err, err_len, "KV pool file %s: mmap: %s", path, strerror(errno));
-        return TDM_ERR_NOMEM;
+    void *m;
+    tdm_status_t st = tdm_mapfile_create(path, (size_t)bytes, &m);
+    if (st != TDM_OK) {
+        snprintf(err, err_len, "KV pool file %s: %s%s", path, st == TDM_ERR_NOMEM ? "mmap: " : "",
+                 strerror(errno));
+        return st;
     }
     w->kv_mem = m;
     w->kv_mem_bytes = (size_t)bytes;
