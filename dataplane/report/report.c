@@ -1,5 +1,6 @@
 /*
- * report.c — the reporter thread: sample the rank's progress record every tick, fold pending
+ * report.c — the reporter thread: sample the rank's progress record every tick (also while a send
+ * waits for tandemd's ack: the samples of the wait join the next batch), fold pending
  * events into a batch with the next seq, send queued batches in order over one keep-alive libcurl
  * handle, spool while tandemd is away and thin old samples when the spool is full (I9). The
  * contract is in report.h; the file format in report_int.h.
@@ -25,6 +26,9 @@
 
 #define EVENTS_PER_BATCH 512
 #define REPLY_MAX 4096
+/* Samples taken while a send blocks (tandemd holds an ack until its commit, e.g. while the
+ * database goes away: up to http_timeout_ms); they join the next batch. 1 s at 200 ms: 5. */
+#define HELD_MAX 64
 
 typedef struct pending_event {
     tdm_tm_event_t ev;
@@ -38,6 +42,7 @@ struct tdm_report {
     char worker[TDM_TM_NAME_MAX + 1], group[TDM_TM_NAME_MAX + 1], role[TDM_TM_ROLE_MAX + 1];
     pthread_t th;
     CURL *curl;
+    CURLM *multi; /* drives curl so that the tick's sample is taken while a send waits */
     struct curl_slist *headers;
 
     pthread_mutex_t mu; /* guards the event list, stop and the stats */
@@ -52,6 +57,9 @@ struct tdm_report {
     tdm_report_rec_t *q_head, **q_tail;
     uint64_t q_bytes, q_n, next_order, next_seq;
     uint64_t dropped_unreported; /* samples dropped, not yet announced */
+    uint64_t next_tick;          /* mono: the next sample is due */
+    tdm_tm_sample_t held[HELD_MAX], batch_samples[HELD_MAX + 1];
+    uint32_t n_held; /* samples taken during a send, not yet in a batch */
     int warned_over;
     /* While the oldest batch waits for its ack (tandemd acknowledges after commit: a database
      * outage holds it), it is tried again every HEAD_RETRY_US only, and every tick's sample goes
@@ -282,13 +290,14 @@ static void form_batches(tdm_report_t *r, int with_sample)
         evs = d;
         r->dropped_unreported = 0;
     }
-    tdm_tm_sample_t sample;
+    /* the samples taken while a send blocked, oldest first, then this tick's */
+    uint32_t n_samples = r->n_held;
+    memcpy(r->batch_samples, r->held, (size_t)r->n_held * sizeof(r->held[0]));
+    r->n_held = 0;
     if (with_sample && r->o.page) {
-        take_sample(r, &sample);
-        r->live = sample;
+        take_sample(r, &r->batch_samples[n_samples]);
+        r->live = r->batch_samples[n_samples++];
         r->live_fresh = 1;
-    } else {
-        with_sample = 0;
     }
     int first = 1;
     while (first || evs) {
@@ -307,8 +316,8 @@ static void form_batches(tdm_report_t *r, int with_sample)
         b.instance_id = r->o.instance_id;
         b.rank = r->o.rank;
         b.seq = r->next_seq;
-        b.samples = first && with_sample ? &sample : NULL;
-        b.n_samples = first && with_sample ? 1 : 0;
+        b.samples = first && n_samples ? r->batch_samples : NULL;
+        b.n_samples = first ? n_samples : 0;
         b.events = arr;
         b.n_events = n;
         first = 0;
@@ -349,6 +358,53 @@ static void form_batches(tdm_report_t *r, int with_sample)
 
 typedef enum { SEND_OK, SEND_RETRY, SEND_REJECTED } send_result_t;
 
+static void heartbeat(tdm_report_t *r);
+
+/* A tick that falls due while a send waits: the sample is taken now (held for the next batch and
+ * the live one), so a slow ack leaves no hole in the rank's samples (I9: samples are only
+ * thinned). */
+static void tick_in_send(tdm_report_t *r)
+{
+    uint64_t now = tdm_time_mono_us();
+    if (!r->o.page || now < r->next_tick)
+        return;
+    r->next_tick = now + (uint64_t)r->o.interval_ms * 1000;
+    heartbeat(r);
+    if (r->n_held == HELD_MAX)
+        return; /* a send is bounded by http_timeout_ms; the next batch takes the tick's */
+    take_sample(r, &r->held[r->n_held]);
+    r->live = r->held[r->n_held++];
+    r->live_fresh = 1;
+}
+
+/* curl_easy_perform, with the ticks of the wait honoured (tick_in_send). */
+static CURLcode perform(tdm_report_t *r)
+{
+    if (!r->multi || curl_multi_add_handle(r->multi, r->curl) != CURLM_OK)
+        return curl_easy_perform(r->curl);
+    CURLcode res = CURLE_COULDNT_CONNECT;
+    int running = 1;
+    while (running) {
+        if (curl_multi_perform(r->multi, &running) != CURLM_OK)
+            break;
+        if (!running)
+            break;
+        tick_in_send(r);
+        uint64_t now = tdm_time_mono_us();
+        uint64_t wait_us = r->next_tick > now ? r->next_tick - now : 0;
+        int wait_ms = (int)(wait_us / 1000) + 1;
+        if (curl_multi_poll(r->multi, NULL, 0, wait_ms > 100 ? 100 : wait_ms, NULL) != CURLM_OK)
+            break;
+    }
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(r->multi, &left)) != NULL)
+        if (m->msg == CURLMSG_DONE && m->easy_handle == r->curl)
+            res = m->data.result;
+    curl_multi_remove_handle(r->multi, r->curl);
+    return res;
+}
+
 /* What tandemd's reply says of a batch it answered (code): sent, to retry, or refused. */
 static send_result_t judge_reply(const tdm_report_rec_t *rec, long code, const char *body,
                                  size_t len)
@@ -379,7 +435,7 @@ static send_result_t send_one(tdm_report_t *r, const tdm_report_rec_t *rec)
     curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, rec->text);
     curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE, (long)rec->len);
     curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, &rp);
-    CURLcode cc = curl_easy_perform(r->curl);
+    CURLcode cc = perform(r);
     long code = 0;
     if (cc != CURLE_OK) {
         if (tdm_log_enabled(TDM_SUB_REPORT, TDM_LOG_DEBUG))
@@ -496,19 +552,19 @@ static void *report_thread(void *arg)
 {
     tdm_report_t *r = arg;
     uint64_t interval = (uint64_t)r->o.interval_ms * 1000;
-    uint64_t next_tick = tdm_time_mono_us();
+    r->next_tick = tdm_time_mono_us();
     for (;;) {
         heartbeat(r);
         uint64_t now = tdm_time_mono_us();
-        int tick = now >= next_tick;
+        int tick = now >= r->next_tick;
         if (tick)
-            next_tick = now + interval;
+            r->next_tick = now + interval;
         pthread_mutex_lock(&r->mu);
         int stop = r->stop, has_events = r->ev_pending > 0;
         pthread_mutex_unlock(&r->mu);
         if (tick)
             watch_heartbeats(r);
-        if (tick || has_events || stop)
+        if (tick || has_events || stop || r->n_held)
             form_batches(r, tick || stop);
         uint64_t budget = stop ? (uint64_t)r->flush_ms * 1000 : interval;
         drain_queue(r, tdm_time_mono_us() + budget, stop);
@@ -521,7 +577,7 @@ static void *report_thread(void *arg)
         if (r->q_head && r->live_fresh && (r->head_next_us || r->q_n > 1))
             send_live(r);
         /* sleep until the next tick or an event */
-        uint64_t wake = next_tick;
+        uint64_t wake = r->next_tick;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t wait = wake > tdm_time_mono_us() ? wake - tdm_time_mono_us() : 0;
@@ -599,8 +655,11 @@ tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, ch
     }
     pthread_once(&curl_once, curl_global);
     r->curl = curl_easy_init();
-    if (!r->curl) {
-        snprintf(err, err_len, "reporter: curl_easy_init failed");
+    r->multi = r->curl ? curl_multi_init() : NULL;
+    if (!r->curl || !r->multi) {
+        snprintf(err, err_len, "reporter: curl_easy_init or curl_multi_init failed");
+        curl_multi_cleanup(r->multi);
+        curl_easy_cleanup(r->curl);
         st = TDM_ERR_NOMEM;
         goto err_queue;
     }
@@ -629,6 +688,7 @@ tdm_status_t tdm_report_start(const tdm_report_opts_t *o, tdm_report_t **ret, ch
 
 err_curl:
     curl_slist_free_all(r->headers);
+    curl_multi_cleanup(r->multi);
     curl_easy_cleanup(r->curl);
 err_queue:
     while (r->q_head) {
@@ -668,6 +728,7 @@ void tdm_report_stop(tdm_report_t *r, uint32_t flush_ms)
         tdm_free(e);
     }
     curl_slist_free_all(r->headers);
+    curl_multi_cleanup(r->multi);
     curl_easy_cleanup(r->curl);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);

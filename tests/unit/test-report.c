@@ -51,6 +51,9 @@ typedef struct sink {
     uint64_t last_tokens_out; /* of the newest sample received */
     uint32_t last_kv_total;
     int seq_ok;
+    _Atomic int ack_delay_ms; /* a slow ack: tandemd holding it until its commit */
+    uint64_t gap_inst;        /* the instance whose sample spacing is watched */
+    int64_t gap_last_ts, gap_max;
     conn_t c[MAX_CONN];
 } sink_t;
 
@@ -121,6 +124,11 @@ static void handle_batch(sink_t *s, int fd, const char *body, size_t len)
         s->batches++;
         s->inst[i].hwm = b.seq;
         s->samples += b.n_samples;
+        for (uint32_t k = 0; b.instance_id == s->gap_inst && k < b.n_samples; k++) {
+            if (s->gap_last_ts && b.samples[k].ts_us - s->gap_last_ts > s->gap_max)
+                s->gap_max = b.samples[k].ts_us - s->gap_last_ts;
+            s->gap_last_ts = b.samples[k].ts_us;
+        }
         if (b.n_samples) {
             s->last_tokens_out = b.samples[b.n_samples - 1].tokens_out;
             s->last_kv_total = b.samples[b.n_samples - 1].kv_pages_total;
@@ -138,6 +146,8 @@ static void handle_batch(sink_t *s, int fd, const char *body, size_t len)
         }
     }
     pthread_mutex_unlock(&s->mu);
+    if (atomic_load(&s->ack_delay_ms))
+        tdm_time_sleep_us((uint64_t)atomic_load(&s->ack_delay_ms) * 1000);
     tdm_tm_ack_encode(b.seq, ack, sizeof(ack), &al);
     tdm_tm_batch_clear(&b);
     reply(fd, 200, ack);
@@ -476,9 +486,28 @@ int main(void)
            access(bad, F_OK) != 0,
        "corrupt spool file renamed to .bad; reporter runs");
     tdm_report_stop(r, 1000);
+    /* 6. slow acks (400 ms each, under the 1 s HTTP timeout): the ticks of each wait are still
+     * sampled and arrive in the next batch, so the rank's samples have no hole */
+    o.instance_id = 0xabc4;
+    o.spool_dir = NULL;
     pthread_mutex_lock(&sk.mu);
+    sk.gap_inst = 0xabc4;
+    pthread_mutex_unlock(&sk.mu);
+    ok(tdm_report_start(&o, &r, err, sizeof(err)) == TDM_OK, "a reporter for slow acks");
+    tdm_time_sleep_us(300000);
+    atomic_store(&sk.ack_delay_ms, 400);
+    tdm_time_sleep_us(1300000);
+    atomic_store(&sk.ack_delay_ms, 0);
+    tdm_time_sleep_us(600000);
+    tdm_report_stop(r, 1000);
+    pthread_mutex_lock(&sk.mu);
+    int64_t gap = sk.gap_max;
     ok(sk.bad == 0, "the sink never saw a malformed batch");
     pthread_mutex_unlock(&sk.mu);
+    /* 50 ms ticks; 3x slack for a loaded 2-core sanitizer run (a hole would be >= 400 ms) */
+    ok(gap > 0 && gap <= 150000,
+       "slow acks: samples every tick through the waits (largest gap %.0f ms, ack 400 ms)",
+       (double)gap / 1e3);
 
     atomic_store(&sk.quit, 1);
     pthread_join(sk.th, NULL);
