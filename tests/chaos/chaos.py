@@ -111,6 +111,20 @@ def cleanup():
             except OSError:
                 pass
     S.pg_destroy()
+    # a group caught mid-restart may have ranks whose launcher is no longer in its record: any
+    # process still naming this run's directory is ours
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    mine = (tmp + "/").encode() in f.read()
+            except OSError:
+                continue
+            if mine:
+                try:
+                    os.kill(int(d), signal.SIGKILL)
+                except OSError:
+                    pass
     if not A.keep:
         subprocess.run(["rm", "-rf", tmp])
 
