@@ -140,7 +140,7 @@ tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_
         a->o.drain_timeout_s = 300;
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
-    tdm_status_t st = act_super_load(a, err, err_len);
+    tdm_status_t st = tdm_act_super_load(a, err, err_len);
     if (st != TDM_OK)
         goto err_free;
     a->mq = env->mq;
@@ -160,12 +160,12 @@ tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_
             a->q_tail = r;
         }
     }
-    if (pthread_create(&a->exec_th, NULL, act_exec_main, a) != 0) {
+    if (pthread_create(&a->exec_th, NULL, tdm_act_exec_main, a) != 0) {
         snprintf(err, err_len, "cannot start the action executor thread");
         st = TDM_ERR_NOMEM;
         goto err_rx;
     }
-    if (pthread_create(&a->watch_th, NULL, act_watch_main, a) != 0) {
+    if (pthread_create(&a->watch_th, NULL, tdm_act_watch_main, a) != 0) {
         pthread_mutex_lock(&a->mu);
         a->stop = 1;
         pthread_cond_broadcast(&a->cv);
@@ -247,7 +247,7 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
         return TDM_ERR_INVAL;
     }
     pthread_mutex_lock(&a->mu);
-    act_group_t *g = group ? act_group_find(a, group) : NULL;
+    act_group_t *g = group ? tdm_act_group_find(a, group) : NULL;
     act_kind_t kind = g ? g->kind : ACT_KIND_MAX;
     char url[256];
     snprintf(url, sizeof(url), "%s", g ? g->admin_url : "");
@@ -271,7 +271,7 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
     }
     json_t *params = json_object_get(request, "params");
     if (!strcmp(action, "fault")) {
-        tdm_status_t st = act_fault_check(params, kind == ACT_KIND_SUPERVISED, err, err_len);
+        tdm_status_t st = tdm_act_fault_check(params, kind == ACT_KIND_SUPERVISED, err, err_len);
         if (st != TDM_OK)
             return st;
     }
@@ -311,7 +311,7 @@ static int is_remedy_for(const act_req_t *r, const char *group)
     return !strncmp(r->actor, "policy:", 7) && g && !strcmp(g, group);
 }
 
-const char *act_remedy_in_progress(const tdm_cp_act_t *a, const char *group)
+const char *tdm_act_remedy_in_progress(const tdm_cp_act_t *a, const char *group)
 {
     if (a->current && is_remedy_for(a->current, group))
         return a->current->actor;
@@ -332,7 +332,7 @@ static void take_remedies(tdm_cp_act_t *a)
     tdm_cp_remedy_t rm;
     while (tdm_cp_alerts_take_remedy(a->env.alerts, &rm)) {
         pthread_mutex_lock(&a->mu);
-        const char *busy = act_remedy_in_progress(a, rm.group);
+        const char *busy = tdm_act_remedy_in_progress(a, rm.group);
         char busy_actor[72];
         snprintf(busy_actor, sizeof(busy_actor), "%s", busy ? busy : "");
         pthread_mutex_unlock(&a->mu);
@@ -370,7 +370,7 @@ void tdm_cp_act_tick(tdm_cp_act_t *a, uint64_t mono_us)
         return;
     if (mono_us - a->last_reap_mono >= 100000u) {
         a->last_reap_mono = mono_us;
-        act_super_reap(a);
+        tdm_act_super_reap(a);
     }
     take_remedies(a);
 }
@@ -389,7 +389,7 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
                            "name", g->name, "kind", kind_names[g->kind], "mode", g->mode, "model",
                            g->model, "tp_size", g->tp_size ? g->tp_size : 1, "admin_url",
                            g->admin_url, "pid", (int)g->pid, "state", act_state_name(g->state),
-                           "ready", g->ready, "health", act_health(g), "inflight",
+                           "ready", g->ready, "health", tdm_act_health(g), "inflight",
                            atomic_load(&g->inflight), "started_us", (json_int_t)g->started_us,
                            "config", g->config, "config_version", (json_int_t)g->config_version,
                            "canary", "reference", g->canary_ref[0] ? g->canary_ref : NULL, "checks",
@@ -404,7 +404,7 @@ void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role
                             int tp_size, const char *admin_url)
 {
     pthread_mutex_lock(&a->mu);
-    act_group_t *g = act_group_find(a, group);
+    act_group_t *g = tdm_act_group_find(a, group);
     if (!g && a->n_groups < TDM_CP_ACT_GROUP_MAX && strlen(group) < TDM_CP_ACT_NAME_MAX &&
         admin_url && *admin_url) {
         g = &a->groups[a->n_groups++];
@@ -426,7 +426,7 @@ void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role
         g->tp_size = tp_size;
         if (admin_url && *admin_url && strcmp(g->admin_url, admin_url) != 0) {
             snprintf(g->admin_url, sizeof(g->admin_url), "%s", admin_url);
-            act_url_hostport(g);
+            tdm_act_url_hostport(g);
         }
     } else if (g && !g->tp_size) {
         g->tp_size = tp_size;
@@ -434,7 +434,7 @@ void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role
     pthread_mutex_unlock(&a->mu);
 }
 
-const char *act_health(const act_group_t *g)
+const char *tdm_act_health(const act_group_t *g)
 {
     if (g->state != ACT_ST_RUNNING)
         return act_state_name(g->state);
@@ -446,7 +446,7 @@ const char *act_health(const act_group_t *g)
 int tdm_cp_act_group_exists(tdm_cp_act_t *a, const char *name)
 {
     pthread_mutex_lock(&a->mu);
-    int r = act_group_find(a, name) != NULL;
+    int r = tdm_act_group_find(a, name) != NULL;
     pthread_mutex_unlock(&a->mu);
     return r;
 }

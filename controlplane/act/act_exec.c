@@ -52,7 +52,7 @@ static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, 
 {
     /* the query thread applies the migrations; statements before that would only fail */
     for (int i = 0; i < 300 && !atomic_load(&tdm_cp_db_stats(x->a->env.db)->schema_ready); i++)
-        if (act_sleep(x->a, 100))
+        if (tdm_act_sleep(x->a, 100))
             return -1;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!x->pg || PQstatus(x->pg) != CONNECTION_OK) {
@@ -60,7 +60,7 @@ static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, 
             x->pg = PQconnectdb(x->a->pg_dsn);
             PQsetNoticeProcessor(x->pg, tdm_log_pq_notice, NULL);
             if (PQstatus(x->pg) != CONNECTION_OK) {
-                if (act_sleep(x->a, 500))
+                if (tdm_act_sleep(x->a, 500))
                     return -1;
                 continue;
             }
@@ -76,7 +76,7 @@ static int pg_run(exec_t *x, const char *sql, int n, const char *const *params, 
         }
         tdm_warn(TDM_SUB_CP, "msg=\"audit statement failed\" err=\"%s\"", PQresultErrorMessage(r));
         PQclear(r);
-        if (act_sleep(x->a, 500)) /* e.g. migrations not applied yet */
+        if (tdm_act_sleep(x->a, 500)) /* e.g. migrations not applied yet */
             return -1;
     }
     return -1;
@@ -152,11 +152,11 @@ static tdm_status_t do_drain(exec_t *x, act_group_t *g, double timeout_s, char *
     set_state(a, g, ACT_ST_DRAINING, 0);
     uint64_t t0 = tdm_time_mono_us();
     while (atomic_load(&g->inflight) > 0 && tdm_time_mono_us() - t0 < 5000000u)
-        if (act_sleep(a, 20))
+        if (tdm_act_sleep(a, 20))
             return TDM_ERR_ABORTED;
     snprintf(url, sizeof(url), "%s/admin/drain", g->admin_url);
     char *body = NULL;
-    long code = act_http("POST", url, g->token, "{}", 5000, &body);
+    long code = tdm_act_http("POST", url, g->token, "{}", 5000, &body);
     tdm_free(body);
     if (code != 200) {
         snprintf(detail, len, "POST %s answered %ld", url, code);
@@ -167,10 +167,10 @@ static tdm_status_t do_drain(exec_t *x, act_group_t *g, double timeout_s, char *
     double running = -1, waiting = -1;
     for (;;) {
         char *m = NULL;
-        if (act_http("GET", url, NULL, NULL, 2000, &m) == 200) {
-            double drained = act_metric(m, "tandem_drained");
-            running = act_metric(m, "tandem_requests_running");
-            waiting = act_metric(m, "tandem_requests_waiting");
+        if (tdm_act_http("GET", url, NULL, NULL, 2000, &m) == 200) {
+            double drained = tdm_act_metric(m, "tandem_drained");
+            running = tdm_act_metric(m, "tandem_requests_running");
+            waiting = tdm_act_metric(m, "tandem_requests_waiting");
             tdm_free(m);
             if (drained == 1) {
                 set_state(a, g, ACT_ST_DRAINED, 0);
@@ -185,7 +185,7 @@ static tdm_status_t do_drain(exec_t *x, act_group_t *g, double timeout_s, char *
                      timeout_s, running, waiting);
             return TDM_ERR_TIMEOUT;
         }
-        if (act_sleep(a, 100))
+        if (tdm_act_sleep(a, 100))
             return TDM_ERR_ABORTED;
     }
 }
@@ -197,14 +197,14 @@ static tdm_status_t do_resume(exec_t *x, act_group_t *g, char *detail, size_t le
     char url[512];
     snprintf(url, sizeof(url), "%s/admin/resume", g->admin_url);
     char *body = NULL;
-    long code = g->admin_url[0] ? act_http("POST", url, g->token, "{}", 5000, &body) : -1;
+    long code = g->admin_url[0] ? tdm_act_http("POST", url, g->token, "{}", 5000, &body) : -1;
     tdm_free(body);
     if (code != 200) {
         snprintf(detail, len, "POST %s answered %ld", url, code);
         return TDM_ERR_PEER;
     }
     uint64_t t0 = tdm_time_mono_us();
-    if (!act_wait_ready(a, g->admin_url, 30)) {
+    if (!tdm_act_wait_ready(a, g->admin_url, 30)) {
         set_state(a, g, ACT_ST_RUNNING, 0);
         snprintf(detail, len, "resumed, but %s is not /ready after 30 s", g->admin_url);
         return TDM_ERR_TIMEOUT;
@@ -222,8 +222,8 @@ static tdm_status_t do_restart(exec_t *x, act_group_t *g, char *detail, size_t l
     switch (g->kind) {
     case ACT_KIND_SUPERVISED:
         set_state(a, g, ACT_ST_RESTARTING, 0);
-        act_super_stop(a, g, d1, sizeof(d1));
-        st = act_super_start(a, g, d2, sizeof(d2));
+        tdm_act_super_stop(a, g, d1, sizeof(d1));
+        st = tdm_act_super_start(a, g, d2, sizeof(d2));
         snprintf(detail, len, "%s; %s", d1, d2);
         return st;
     case ACT_KIND_UNIT:
@@ -237,7 +237,7 @@ static tdm_status_t do_restart(exec_t *x, act_group_t *g, char *detail, size_t l
         pthread_mutex_lock(&a->mu);
         g->started_us = tdm_time_wall_us();
         pthread_mutex_unlock(&a->mu);
-        if (!act_wait_ready(a, g->admin_url, a->o.start_timeout_s)) {
+        if (!tdm_act_wait_ready(a, g->admin_url, a->o.start_timeout_s)) {
             set_state(a, g, ACT_ST_FAILED, 0);
             snprintf(detail, len, "RestartUnit(%s) done, but %s not /ready in %.0f s", g->unit,
                      g->admin_url, a->o.start_timeout_s);
@@ -261,7 +261,7 @@ static tdm_status_t do_reconfigure(exec_t *x, act_group_t *g, json_t *params, in
     act_group_t *targets[2] = {g, NULL};
     if (json_object_get(params, "kv_cache_dtype") && g->pair[0]) {
         pthread_mutex_lock(&a->mu);
-        targets[1] = act_group_find(a, g->pair);
+        targets[1] = tdm_act_group_find(a, g->pair);
         pthread_mutex_unlock(&a->mu);
         if (!targets[1]) {
             snprintf(detail, len, "kv_cache_dtype is pair-wide but pair %s is not configured",
@@ -309,10 +309,10 @@ static tdm_status_t do_reconfigure(exec_t *x, act_group_t *g, json_t *params, in
         char *stored_text = json_dumps(stored, JSON_SORT_KEYS);
         json_decref(stored);
         snprintf(path, sizeof(path), "%s/groups/%s/override.ini", a->state_dir, h->name);
-        st = ini ? act_write_file(path, ini, err, sizeof(err)) : TDM_ERR_NOMEM;
+        st = ini ? tdm_act_write_file(path, ini, err, sizeof(err)) : TDM_ERR_NOMEM;
         snprintf(path, sizeof(path), "%s/groups/%s/override.json", a->state_dir, h->name);
         if (st == TDM_OK)
-            st = act_write_file(path, stored_text, err, sizeof(err));
+            st = tdm_act_write_file(path, stored_text, err, sizeof(err));
         free(ini);
         free(stored_text);
         free(cfg_text);
@@ -378,7 +378,7 @@ static void run_one(exec_t *x, act_req_t *r)
     int have_row = !x->pending && pg_run(x, sql_begin, 6, bp, NULL, 0) == 0;
 
     pthread_mutex_lock(&a->mu);
-    act_group_t *g = act_group_find(a, group);
+    act_group_t *g = tdm_act_group_find(a, group);
     if (g)
         g->busy = 1;
     pthread_mutex_unlock(&a->mu);
@@ -389,12 +389,12 @@ static void run_one(exec_t *x, act_req_t *r)
         snprintf(detail, sizeof(detail), "no such group");
         st = TDM_ERR_NOTFOUND;
     } else if (!strcmp(action, "start")) {
-        st = act_super_start(a, g, detail, sizeof(detail));
+        st = tdm_act_super_start(a, g, detail, sizeof(detail));
     } else if (!strcmp(action, "drain")) {
         double t = json_number_value(json_object_get(params, "timeout_s"));
         st = do_drain(x, g, t > 0 ? t : a->o.drain_timeout_s, detail, sizeof(detail));
     } else if (!strcmp(action, "fault")) {
-        st = act_do_fault(a, g, params, &wstatus, detail, sizeof(detail));
+        st = tdm_act_do_fault(a, g, params, &wstatus, detail, sizeof(detail));
     } else if (!strcmp(action, "resume")) {
         st = do_resume(x, g, detail, sizeof(detail));
     } else if (!strcmp(action, "restart")) {
@@ -446,10 +446,10 @@ static void run_one(exec_t *x, act_req_t *r)
         json_object_set(res, "alert_id", alert);
     if (wstatus > 0)
         json_object_set_new(res, "status", json_integer(wstatus));
-    act_post(a, ACT_MSG_DONE, res, r->done, r->ctx);
+    tdm_act_post(a, ACT_MSG_DONE, res, r->done, r->ctx);
 }
 
-void *act_exec_main(void *arg)
+void *tdm_act_exec_main(void *arg)
 {
     exec_t x = {arg, NULL, 0, 0, NULL, NULL};
     x.pending_tail = &x.pending;
@@ -495,12 +495,12 @@ void *act_exec_main(void *arg)
     pthread_mutex_unlock(&a->mu);
     while (r) {
         act_req_t *n = r->next;
-        act_post(a, ACT_MSG_DONE,
-                 json_pack("{s:I,s:O,s:O,s:s,s:s,s:s}", "action_id", (json_int_t)0, "action",
-                           json_object_get(r->request, "action"), "group",
-                           json_object_get(r->request, "group"), "actor", r->actor, "outcome",
-                           "failed", "detail", "tandemd stopped before the action ran"),
-                 r->done, r->ctx);
+        tdm_act_post(a, ACT_MSG_DONE,
+                     json_pack("{s:I,s:O,s:O,s:s,s:s,s:s}", "action_id", (json_int_t)0, "action",
+                               json_object_get(r->request, "action"), "group",
+                               json_object_get(r->request, "group"), "actor", r->actor, "outcome",
+                               "failed", "detail", "tandemd stopped before the action ran"),
+                     r->done, r->ctx);
         json_decref(r->request);
         tdm_free(r);
         r = n;

@@ -34,7 +34,7 @@ static int signal_of(const char *name)
     return 0;
 }
 
-tdm_status_t act_fault_check(const json_t *params, int supervised, char *err, size_t err_len)
+tdm_status_t tdm_act_fault_check(const json_t *params, int supervised, char *err, size_t err_len)
 {
     const char *name = json_string_value(json_object_get(params, "name"));
     if (!json_is_object(params) || !name) {
@@ -122,8 +122,8 @@ static pid_t rank_pid(pid_t parent, long rank)
     return found;
 }
 
-tdm_status_t act_do_fault(tdm_cp_act_t *a, act_group_t *g, const json_t *params, long *wstatus,
-                          char *detail, size_t len)
+tdm_status_t tdm_act_do_fault(tdm_cp_act_t *a, act_group_t *g, const json_t *params, long *wstatus,
+                              char *detail, size_t len)
 {
     const char *name = json_string_value(json_object_get(params, "name"));
     *wstatus = 0;
@@ -155,7 +155,7 @@ tdm_status_t act_do_fault(tdm_cp_act_t *a, act_group_t *g, const json_t *params,
     pthread_mutex_unlock(&a->mu);
     char *text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
     char *body = NULL;
-    long code = act_http("POST", url, token, text, 5000, &body);
+    long code = tdm_act_http("POST", url, token, text, 5000, &body);
     free(text);
     *wstatus = code;
     /* the worker's answer, one line, for the audit row */

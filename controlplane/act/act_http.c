@@ -18,8 +18,8 @@
 
 #define ACT_HTTP_MAX_BODY (8u << 20)
 
-long act_http(const char *method, const char *url, const char *token, const char *body,
-              long timeout_ms, char **ret_body)
+long tdm_act_http(const char *method, const char *url, const char *token, const char *body,
+                  long timeout_ms, char **ret_body)
 {
     CURL *c = curl_easy_init();
     if (!c)
@@ -55,7 +55,7 @@ long act_http(const char *method, const char *url, const char *token, const char
     return status;
 }
 
-double act_metric(const char *text, const char *name)
+double tdm_act_metric(const char *text, const char *name)
 {
     size_t n = strlen(name);
     for (const char *p = text; p && *p;) {
@@ -68,15 +68,15 @@ double act_metric(const char *text, const char *name)
     return -1;
 }
 
-int act_wait_ready(tdm_cp_act_t *a, const char *admin_url, double timeout_s)
+int tdm_act_wait_ready(tdm_cp_act_t *a, const char *admin_url, double timeout_s)
 {
     char url[512];
     snprintf(url, sizeof(url), "%s/ready", admin_url);
     uint64_t deadline = tdm_time_mono_us() + (uint64_t)(timeout_s * 1e6);
     while (tdm_time_mono_us() < deadline) {
-        if (act_http("GET", url, NULL, NULL, 1000, NULL) == 200)
+        if (tdm_act_http("GET", url, NULL, NULL, 1000, NULL) == 200)
             return 1;
-        if (act_sleep(a, 200))
+        if (tdm_act_sleep(a, 200))
             return 0;
     }
     return 0;

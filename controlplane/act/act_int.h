@@ -115,47 +115,48 @@ struct tdm_cp_act {
 /* act.c: the actor ("policy:KIND") of a policy action on `group` running or queued now, or NULL:
  * a further remedy for the group is then skipped (one remedy per group at a time). Caller holds
  * mu. */
-const char *act_remedy_in_progress(const tdm_cp_act_t *a, const char *group);
+const char *tdm_act_remedy_in_progress(const tdm_cp_act_t *a, const char *group);
 
 /* act_shared.c — shared by the threads and the loop side; calls no other file of act/ */
-act_group_t *act_group_find(tdm_cp_act_t *a, const char *name); /* caller holds mu */
-void act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
-              void *ctx);
+act_group_t *tdm_act_group_find(tdm_cp_act_t *a, const char *name); /* caller holds mu */
+void tdm_act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
+                  void *ctx);
 /* Sleep up to ms, returning early (1) when stopping. */
-int act_sleep(tdm_cp_act_t *a, unsigned ms);
+int tdm_act_sleep(tdm_cp_act_t *a, unsigned ms);
 
 /* act_super.c — supervisor (the mutex is NOT held by the caller) */
-tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len);
-tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len);
-tdm_status_t act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len);
+tdm_status_t tdm_act_super_load(tdm_cp_act_t *a, char *err, size_t err_len);
+tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len);
+tdm_status_t tdm_act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len);
 /* Loop tick: unplanned exits → worker_lost event + supervisor restart request. */
-void act_super_reap(tdm_cp_act_t *a);
-tdm_status_t act_write_file(const char *path, const char *text, char *err, size_t err_len);
+void tdm_act_super_reap(tdm_cp_act_t *a);
+tdm_status_t tdm_act_write_file(const char *path, const char *text, char *err, size_t err_len);
 
 /* act_http.c — blocking HTTP to workers (executor/watcher threads) */
-long act_http(const char *method, const char *url, const char *token, const char *body,
-              long timeout_ms, char **ret_body);
+long tdm_act_http(const char *method, const char *url, const char *token, const char *body,
+                  long timeout_ms, char **ret_body);
 /* Value of an unlabelled metric in Prometheus text; -1 when absent. */
-double act_metric(const char *text, const char *name);
+double tdm_act_metric(const char *text, const char *name);
 /* Wait until GET url/ready is 200 (1) or the timeout/stop (0). */
-int act_wait_ready(tdm_cp_act_t *a, const char *admin_url, double timeout_s);
+int tdm_act_wait_ready(tdm_cp_act_t *a, const char *admin_url, double timeout_s);
 
 /* act_watch.c: host and port of the group's admin_url into host/port (caller holds mu) */
-void act_url_hostport(act_group_t *g);
+void tdm_act_url_hostport(act_group_t *g);
 /* act.c: "ok", the last /ready reason, or the state when not running (caller holds mu) */
-const char *act_health(const act_group_t *g);
+const char *tdm_act_health(const act_group_t *g);
 
-/* act_fault.c — the fault route (docs/contracts.md §e). act_fault_check: at submission, the
- * params are a fault (the signal point fully checked: it needs a supervised group). act_do_fault:
- * on the executor, forward to the worker's /admin/faults or send the signal; *wstatus is the HTTP
- * status the reply should carry (the worker's, or 409/502), 0 for the default. */
-tdm_status_t act_fault_check(const json_t *params, int supervised, char *err, size_t err_len);
-tdm_status_t act_do_fault(tdm_cp_act_t *a, act_group_t *g, const json_t *params, long *wstatus,
-                          char *detail, size_t len);
+/* act_fault.c — the fault route (docs/contracts.md §e). tdm_act_fault_check: at submission, the
+ * params are a fault (the signal point fully checked: it needs a supervised group).
+ * tdm_act_do_fault: on the executor, forward to the worker's /admin/faults or send the signal;
+ * *wstatus is the HTTP status the reply should carry (the worker's, or 409/502), 0 for the default.
+ */
+tdm_status_t tdm_act_fault_check(const json_t *params, int supervised, char *err, size_t err_len);
+tdm_status_t tdm_act_do_fault(tdm_cp_act_t *a, act_group_t *g, const json_t *params, long *wstatus,
+                              char *detail, size_t len);
 
 /* act_exec.c */
-void *act_exec_main(void *arg);
+void *tdm_act_exec_main(void *arg);
 /* act_watch.c */
-void *act_watch_main(void *arg);
+void *tdm_act_watch_main(void *arg);
 
 #endif

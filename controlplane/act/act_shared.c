@@ -13,7 +13,7 @@
 
 #include "controlplane/act/act_int.h"
 
-act_group_t *act_group_find(tdm_cp_act_t *a, const char *name)
+act_group_t *tdm_act_group_find(tdm_cp_act_t *a, const char *name)
 {
     for (size_t i = 0; i < a->n_groups; i++)
         if (strcmp(a->groups[i].name, name) == 0)
@@ -21,7 +21,7 @@ act_group_t *act_group_find(tdm_cp_act_t *a, const char *name)
     return NULL;
 }
 
-int act_sleep(tdm_cp_act_t *a, unsigned ms)
+int tdm_act_sleep(tdm_cp_act_t *a, unsigned ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -39,8 +39,8 @@ int act_sleep(tdm_cp_act_t *a, unsigned ms)
     return s;
 }
 
-void act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
-              void *ctx)
+void tdm_act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,
+                  void *ctx)
 {
     act_msg_t *m = tdm_calloc(1, sizeof(*m));
     m->kind = kind;

@@ -33,7 +33,7 @@ extern char **environ;
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-tdm_status_t act_write_file(const char *path, const char *text, char *err, size_t err_len)
+tdm_status_t tdm_act_write_file(const char *path, const char *text, char *err, size_t err_len)
 {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -87,7 +87,7 @@ static void record_write(tdm_cp_act_t *a, act_group_t *g)
                           "started_us", (json_int_t)g->started_us);
     char *text = json_dumps(o, JSON_SORT_KEYS);
     json_decref(o);
-    if (!text || act_write_file(path, text, err, sizeof(err)) != TDM_OK)
+    if (!text || tdm_act_write_file(path, text, err, sizeof(err)) != TDM_OK)
         tdm_err(TDM_SUB_CP, "msg=\"cannot write the supervisor record\" group=%s err=\"%s\"",
                 g->name, text ? err : "nomem");
     free(text);
@@ -135,7 +135,7 @@ static int on_kv(void *vctx, const char *section, const char *key, const char *v
     }
     const char *name = section + 6;
     if (!c->cur || strcmp(c->cur->name, name) != 0) {
-        c->cur = act_group_find(a, name);
+        c->cur = tdm_act_group_find(a, name);
         if (!c->cur) {
             if (a->n_groups == TDM_CP_ACT_GROUP_MAX || !*name ||
                 strlen(name) >= TDM_CP_ACT_NAME_MAX) {
@@ -251,7 +251,7 @@ static tdm_status_t check_ports(tdm_cp_act_t *a, char *err, size_t err_len)
     return TDM_OK;
 }
 
-tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
+tdm_status_t tdm_act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/groups", a->state_dir);
@@ -308,7 +308,7 @@ tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
         }
         if (g->kind != ACT_KIND_SUPERVISED) {
             g->state = ACT_ST_RUNNING;
-            act_url_hostport(g);
+            tdm_act_url_hostport(g);
             continue;
         }
         char *ini = NULL;
@@ -320,7 +320,7 @@ tdm_status_t act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
         json_object_foreach(g->base, k, v) fprintf(f, "%s = \"%s\"\n", k, json_string_value(v));
         fclose(f);
         gpath(a, g, "base.ini", path, sizeof(path));
-        st = act_write_file(path, ini, err, err_len);
+        st = tdm_act_write_file(path, ini, err, err_len);
         free(ini);
         if (st != TDM_OK)
             return st;
@@ -342,7 +342,7 @@ static int read_port(const char *path, uint16_t *port)
     return 1;
 }
 
-tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
+tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
 {
     char base[4200], ovr[4200], ready[4200], logp[4200], tok[4200], cp[128];
     gpath(a, g, "base.ini", base, sizeof(base));
@@ -415,7 +415,7 @@ tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size
                      WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), logp);
             return TDM_ERR_PEER;
         }
-        if (tdm_time_mono_us() > deadline || act_sleep(a, 100)) {
+        if (tdm_time_mono_us() > deadline || tdm_act_sleep(a, 100)) {
             snprintf(detail, len, "no ready file from the worker within %.0f s",
                      a->o.start_timeout_s);
             return TDM_ERR_TIMEOUT;
@@ -428,7 +428,7 @@ tdm_status_t act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size
     pthread_mutex_unlock(&a->mu);
     record_write(a, g);
     double left = (double)(deadline - tdm_time_mono_us()) / 1e6;
-    if (!act_wait_ready(a, g->admin_url, left > 1 ? left : 1)) {
+    if (!tdm_act_wait_ready(a, g->admin_url, left > 1 ? left : 1)) {
         snprintf(detail, len, "started (pid %d, %s) but not /ready in time", (int)pid,
                  g->admin_url);
         return TDM_ERR_TIMEOUT;
@@ -455,7 +455,7 @@ static int gone(act_group_t *g, int *status)
     return proc_starttime(g->pid) != g->starttime;
 }
 
-tdm_status_t act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
+tdm_status_t tdm_act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
 {
     if (g->pid <= 0) {
         snprintf(detail, len, "not running");
@@ -470,8 +470,8 @@ tdm_status_t act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_
     /* a stop tandemd asks for is not a loss: its ranks are retired at once, without waiting
      * for their `shutdown` events, which sit behind unacknowledged batches while the database
      * is down (docs/alerts.md WORKER_LOST) */
-    act_post(a, ACT_MSG_EVENT, json_pack("{s:s,s:s}", "group", g->name, "type", "planned_stop"),
-             NULL, NULL);
+    tdm_act_post(a, ACT_MSG_EVENT, json_pack("{s:s,s:s}", "group", g->name, "type", "planned_stop"),
+                 NULL, NULL);
     kill(g->pid, SIGTERM);
     uint64_t deadline = tdm_time_mono_us() + 15000000u;
     int killed = 0;
@@ -492,7 +492,7 @@ tdm_status_t act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_
     return TDM_OK;
 }
 
-void act_super_reap(tdm_cp_act_t *a)
+void tdm_act_super_reap(tdm_cp_act_t *a)
 {
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < a->n_groups; i++) {
@@ -515,10 +515,10 @@ void act_super_reap(tdm_cp_act_t *a)
         g->ready = 0;
         g->state = ACT_ST_FAILED;
         /* WORKER_LOST at once, then the supervisor's restart (Restart= semantics) */
-        act_post(a, ACT_MSG_EVENT,
-                 json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",
-                           "reason", reason, "data", "rank", 0, "source", "supervisor"),
-                 NULL, NULL);
+        tdm_act_post(a, ACT_MSG_EVENT,
+                     json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",
+                               "reason", reason, "data", "rank", 0, "source", "supervisor"),
+                     NULL, NULL);
         act_req_t *r = tdm_calloc(1, sizeof(*r));
         snprintf(r->actor, sizeof(r->actor), "supervisor");
         r->request = json_pack("{s:s,s:s,s:{s:s}}", "action", "restart", "group", g->name, "params",

@@ -46,7 +46,7 @@ static size_t snapshot(tdm_cp_act_t *a, probe_t *out)
 }
 
 /* Parse host and port of http://HOST:PORT into the group (unit/external groups). */
-void act_url_hostport(act_group_t *g)
+void tdm_act_url_hostport(act_group_t *g)
 {
     const char *p = strstr(g->admin_url, "://");
     p = p ? p + 3 : g->admin_url;
@@ -63,7 +63,7 @@ static void probe_one(tdm_cp_act_t *a, const probe_t *p)
     char url[600], model[512] = "", why[256] = "";
     snprintf(url, sizeof(url), "%s/ready", p->url);
     char *rb = NULL;
-    long code = act_http("GET", url, NULL, NULL, 1000, &rb);
+    long code = tdm_act_http("GET", url, NULL, NULL, 1000, &rb);
     int ready = code == 200;
     if (!ready) {
         /* the worker's reason ({"error":{"message"}}: draining, not registered, a wedged rank) */
@@ -81,7 +81,7 @@ static void probe_one(tdm_cp_act_t *a, const probe_t *p)
     if (ready && strcmp(p->mode, "prefill") != 0) {
         char *body = NULL;
         snprintf(url, sizeof(url), "%s/v1/models", p->url);
-        if (act_http("GET", url, NULL, NULL, 1000, &body) == 200) {
+        if (tdm_act_http("GET", url, NULL, NULL, 1000, &body) == 200) {
             json_t *o = json_loads(body, 0, NULL);
             const char *id = json_string_value(
                 json_object_get(json_array_get(json_object_get(o, "data"), 0), "id"));
@@ -92,7 +92,7 @@ static void probe_one(tdm_cp_act_t *a, const probe_t *p)
         tdm_free(body);
     }
     pthread_mutex_lock(&a->mu);
-    act_group_t *g = act_group_find(a, p->name);
+    act_group_t *g = tdm_act_group_find(a, p->name);
     /* the state may have changed while we asked (a drain began): never re-mark it ready */
     if (g && g->state == ACT_ST_RUNNING && g->started_us == p->started_us && !g->busy) {
         if (g->ready != ready || (!ready && strcmp(g->why, why) != 0))
@@ -103,7 +103,7 @@ static void probe_one(tdm_cp_act_t *a, const probe_t *p)
         if (model[0])
             snprintf(g->model, sizeof(g->model), "%s", model);
         if (!g->port)
-            act_url_hostport(g);
+            tdm_act_url_hostport(g);
     }
     pthread_mutex_unlock(&a->mu);
 }
@@ -118,7 +118,7 @@ static void canary_one(tdm_cp_act_t *a, const probe_t *p)
                             "max_tokens", CANARY_TOKENS, "temperature", 0);
     char *rt = json_dumps(req, 0);
     json_decref(req);
-    long code = act_http("POST", url, NULL, rt, 30000, &body);
+    long code = tdm_act_http("POST", url, NULL, rt, 30000, &body);
     free(rt);
     json_t *o = code == 200 ? json_loads(body, 0, NULL) : NULL;
     tdm_free(body);
@@ -129,7 +129,7 @@ static void canary_one(tdm_cp_act_t *a, const probe_t *p)
         return; /* not an answer: health and the other detectors speak for the group */
     }
     pthread_mutex_lock(&a->mu);
-    act_group_t *g = act_group_find(a, p->name);
+    act_group_t *g = tdm_act_group_find(a, p->name);
     if (g && g->started_us == p->started_us) {
         g->canary_checks++;
         snprintf(g->canary_last, sizeof(g->canary_last), "%s", text);
@@ -139,18 +139,18 @@ static void canary_one(tdm_cp_act_t *a, const probe_t *p)
             g->canary_ref_started_us = g->started_us;
         } else if (strcmp(g->canary_ref, text) != 0) {
             g->canary_mismatches++;
-            act_post(a, ACT_MSG_EVENT,
-                     json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s}}", "group", g->name, "type",
-                               "canary_mismatch", "reason", "canary answer changed", "data",
-                               "prompt", CANARY_PROMPT, "expected", g->canary_ref, "got", text),
-                     NULL, NULL);
+            tdm_act_post(a, ACT_MSG_EVENT,
+                         json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s}}", "group", g->name, "type",
+                                   "canary_mismatch", "reason", "canary answer changed", "data",
+                                   "prompt", CANARY_PROMPT, "expected", g->canary_ref, "got", text),
+                         NULL, NULL);
         }
     }
     pthread_mutex_unlock(&a->mu);
     json_decref(o);
 }
 
-void *act_watch_main(void *arg)
+void *tdm_act_watch_main(void *arg)
 {
     tdm_cp_act_t *a = arg;
     probe_t *ps = tdm_calloc(TDM_CP_ACT_GROUP_MAX, sizeof(*ps));
@@ -167,7 +167,7 @@ void *act_watch_main(void *arg)
             for (size_t i = 0; i < n; i++)
                 canary_one(a, &ps[i]);
         }
-        if (act_sleep(a, 1000))
+        if (tdm_act_sleep(a, 1000))
             break;
     }
     tdm_free(ps);

@@ -105,7 +105,7 @@ static uint64_t get_le(const uint8_t *p, int n)
     return v;
 }
 
-tdm_status_t xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret)
+tdm_status_t tdm_xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret)
 {
     int dev;
     if (!ret || n_ranks == 0 || n_ranks > XFER_CUDA_RANKS_MAX)
@@ -120,20 +120,20 @@ tdm_status_t xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret)
     if ((e = cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->sum_stream, cudaStreamNonBlocking)) != cudaSuccess) {
         st = cu_fail("cudaStreamCreateWithFlags", e);
-        xfer_cuda_free(c);
+        tdm_xfer_cuda_free(c);
         return st;
     }
     *ret = c;
     return TDM_OK;
 }
 
-void xfer_cuda_free(xfer_cuda_t *c)
+void tdm_xfer_cuda_free(xfer_cuda_t *c)
 {
     if (!c)
         return;
     use_device(c);
     for (uint32_t r = 0; r < c->n_ranks; r++)
-        xfer_cuda_close(c, r);
+        tdm_xfer_cuda_close(c, r);
     if (c->copy_stream)
         cudaStreamSynchronize(c->copy_stream); /* host wakes queued behind the last copies */
     for (unsigned i = 0; i < c->n_ev_free; i++)
@@ -150,8 +150,8 @@ void xfer_cuda_free(xfer_cuda_t *c)
     free(c);
 }
 
-tdm_status_t xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                              uint8_t ret_rec[XFER_CUDA_REC_BYTES])
+tdm_status_t tdm_xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
+                                  uint8_t ret_rec[XFER_CUDA_REC_BYTES])
 {
     cudaIpcMemHandle_t h;
     struct cudaDeviceProp prop;
@@ -175,8 +175,8 @@ tdm_status_t xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
     return TDM_OK;
 }
 
-int xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes, char *why,
-                           size_t why_len)
+int tdm_xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes, char *why,
+                               size_t why_len)
 {
     const char *bad = NULL;
     if (!rec || len != XFER_CUDA_REC_BYTES)
@@ -197,16 +197,16 @@ int xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes, 
     return 1;
 }
 
-tdm_status_t xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec, size_t len,
-                            uint32_t remote_num_pages)
+tdm_status_t tdm_xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec, size_t len,
+                                uint32_t remote_num_pages)
 {
     cudaIpcMemHandle_t h;
     void *p = NULL;
     char why[64];
     if (!c || rank >= c->n_ranks || !rec || len != XFER_CUDA_REC_BYTES ||
-        xfer_cuda_record_check(rec, len, get_le(rec + 80, 8), why, sizeof(why)) != 0)
+        tdm_xfer_cuda_record_check(rec, len, get_le(rec + 80, 8), why, sizeof(why)) != 0)
         return TDM_ERR_INVAL;
-    xfer_cuda_close(c, rank);
+    tdm_xfer_cuda_close(c, rank);
     CU_TRY(use_device(c), "cudaSetDevice");
     memcpy(&h, rec + 8, 64);
     CU_TRY(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
@@ -221,7 +221,7 @@ tdm_status_t xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec, s
     return TDM_OK;
 }
 
-void xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
+void tdm_xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
 {
     if (!c || rank >= c->n_ranks || !c->peer[rank].alloc)
         return;
@@ -234,9 +234,9 @@ void xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
     memset(&c->peer[rank], 0, sizeof(c->peer[rank]));
 }
 
-tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_t *kv,
-                            const uint32_t *src_pages, const uint32_t *dst_pages, uint32_t n,
-                            uint64_t *ret_bytes, uint64_t *ret_copies)
+tdm_status_t tdm_xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_t *kv,
+                                const uint32_t *src_pages, const uint32_t *dst_pages, uint32_t n,
+                                uint64_t *ret_bytes, uint64_t *ret_copies)
 {
     if (!c || rank >= c->n_ranks || !kv || !kv->layout || (n && (!src_pages || !dst_pages)))
         return TDM_ERR_INVAL;
@@ -311,7 +311,7 @@ static void CUDART_CB wake_cb(void *arg)
     (void)w; /* a full eventfd is awake already */
 }
 
-tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
+tdm_status_t tdm_xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
 {
     cudaEvent_t ev;
     cudaError_t e;
@@ -334,7 +334,7 @@ tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
     return TDM_OK;
 }
 
-void xfer_cuda_drain(xfer_cuda_t *c)
+void tdm_xfer_cuda_drain(xfer_cuda_t *c)
 {
     if (!c)
         return;
@@ -342,7 +342,7 @@ void xfer_cuda_drain(xfer_cuda_t *c)
     cudaStreamSynchronize(c->copy_stream);
 }
 
-int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
+int tdm_xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
 {
     if (!c || !ev)
         return -1;
@@ -358,7 +358,7 @@ int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
     return -1;
 }
 
-void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
+void tdm_xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
 {
     if (!c || !ev)
         return;
@@ -376,7 +376,7 @@ void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
         cudaEventDestroy((cudaEvent_t)ev);
 }
 
-void *xfer_cuda_stream(xfer_cuda_t *c)
+void *tdm_xfer_cuda_stream(xfer_cuda_t *c)
 {
     return c ? (void *)c->copy_stream : NULL;
 }
@@ -432,8 +432,8 @@ static tdm_status_t page_sums_locked(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
     return TDM_OK;
 }
 
-tdm_status_t xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv, const uint32_t *pages,
-                                 uint32_t n, uint64_t *ret_sums)
+tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
+                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums)
 {
     if (!c || !kv || !kv->layout || !kv->base || (n && (!pages || !ret_sums)))
         return TDM_ERR_INVAL;
@@ -459,7 +459,7 @@ static tdm_status_t flip_locked(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)
     return TDM_OK;
 }
 
-tdm_status_t xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)
+tdm_status_t tdm_xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)
 {
     if (!c || !dev_byte)
         return TDM_ERR_INVAL;

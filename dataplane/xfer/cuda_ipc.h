@@ -21,7 +21,7 @@
  * Threading: one context per engine; export/open/close/copy/fence on the transfer thread (open
  * and export also at init); page_sums and flip from any thread (serialised by a mutex, on their
  * own stream). Every call first selects the device the context was created on.
- * Built only with a linkable CUDA runtime (TDM_HAVE_CUDA_RT); without it xfer_cuda_init answers
+ * Built only with a linkable CUDA runtime (TDM_HAVE_CUDA_RT); without it tdm_xfer_cuda_init answers
  * TDM_ERR_UNSUPPORTED and nothing else is reachable.
  */
 #ifndef TDM_XFER_CUDA_IPC_H
@@ -41,116 +41,117 @@ typedef struct xfer_cuda xfer_cuda_t;
 
 #ifdef TDM_HAVE_CUDA_RT
 /* Context on the calling thread's current device: streams, no peer yet. */
-tdm_status_t xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret);
+tdm_status_t tdm_xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret);
 /* Closes every opened peer pool (after the caller's copies completed). NULL-safe. */
-void xfer_cuda_free(xfer_cuda_t *c);
+void tdm_xfer_cuda_free(xfer_cuda_t *c);
 /* Decode: the record of a pool whose base is the start of a cudaMalloc allocation. */
-tdm_status_t xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                              uint8_t ret_rec[XFER_CUDA_REC_BYTES]);
+tdm_status_t tdm_xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
+                                  uint8_t ret_rec[XFER_CUDA_REC_BYTES]);
 /* Prefill: 0 when `rec` is a valid record for a pool of pool_bytes, else 1 and a reason. */
-int xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes, char *why,
-                           size_t why_len);
+int tdm_xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes, char *why,
+                               size_t why_len);
 /* Prefill: map decode rank `rank`'s pool (remote_num_pages pages, this side's layout). */
-tdm_status_t xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec, size_t len,
-                            uint32_t remote_num_pages);
-void xfer_cuda_close(xfer_cuda_t *c, uint32_t rank);
+tdm_status_t tdm_xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec, size_t len,
+                                uint32_t remote_num_pages);
+void tdm_xfer_cuda_close(xfer_cuda_t *c, uint32_t rank);
 /* Prefill: queue the copies of n pages of this side's pool `kv` (src_pages) into the paired
  * decode pool (dst_pages). *ret_bytes / *ret_copies are added to. TDM_ERR_PEER when not open,
  * TDM_ERR_RANGE for a page outside either pool. */
-tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_t *kv,
-                            const uint32_t *src_pages, const uint32_t *dst_pages, uint32_t n,
-                            uint64_t *ret_bytes, uint64_t *ret_copies);
+tdm_status_t tdm_xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_t *kv,
+                                const uint32_t *src_pages, const uint32_t *dst_pages, uint32_t n,
+                                uint64_t *ret_bytes, uint64_t *ret_copies);
 /* An event after every copy queued so far; poll: 1 completed, 0 pending, -1 failed. With
- * wake_fd >= 0 (an eventfd that must stay open until xfer_cuda_free) the stream also writes 1 to
- * it once the copies completed, so a sleeping transfer thread wakes at once. */
-tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev);
-int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev);
-void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev);
+ * wake_fd >= 0 (an eventfd that must stay open until tdm_xfer_cuda_free) the stream also writes 1
+ * to it once the copies completed, so a sleeping transfer thread wakes at once. */
+tdm_status_t tdm_xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev);
+int tdm_xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev);
+void tdm_xfer_cuda_fence_free(xfer_cuda_t *c, void *ev);
 /* Benches and tests: the copy stream (a cudaStream_t), to time the room's work on it. */
-void *xfer_cuda_stream(xfer_cuda_t *c);
+void *tdm_xfer_cuda_stream(xfer_cuda_t *c);
 /* Wait until every queued copy finished (error paths). */
-void xfer_cuda_drain(xfer_cuda_t *c);
+void tdm_xfer_cuda_drain(xfer_cuda_t *c);
 /* One checksum per page over device pool `kv` (== tdm_xfer_page_sum of the same bytes). */
-tdm_status_t xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv, const uint32_t *pages,
-                                 uint32_t n, uint64_t *ret_sums);
+tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
+                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums);
 /* Fault injection: *dev_byte ^= mask in device memory. */
-tdm_status_t xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask);
+tdm_status_t tdm_xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask);
 #else
 /* No CUDA runtime in this build: a device pool cannot be moved. The rest is never reached
  * (no context exists) and answers the same. */
-static inline tdm_status_t xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret)
+static inline tdm_status_t tdm_xfer_cuda_init(uint32_t n_ranks, xfer_cuda_t **ret)
 {
     (void)n_ranks;
     (void)ret;
     return TDM_ERR_UNSUPPORTED;
 }
-static inline void xfer_cuda_free(xfer_cuda_t *c)
+static inline void tdm_xfer_cuda_free(xfer_cuda_t *c)
 {
     (void)c;
 }
-static inline tdm_status_t xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                                            uint8_t ret_rec[XFER_CUDA_REC_BYTES])
+static inline tdm_status_t tdm_xfer_cuda_export(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
+                                                uint8_t ret_rec[XFER_CUDA_REC_BYTES])
 {
     (void)c, (void)kv, (void)ret_rec;
     return TDM_ERR_UNSUPPORTED;
 }
-static inline int xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes,
-                                         char *why, size_t why_len)
+static inline int tdm_xfer_cuda_record_check(const uint8_t *rec, size_t len, uint64_t pool_bytes,
+                                             char *why, size_t why_len)
 {
     (void)rec, (void)len, (void)pool_bytes;
     if (why && why_len)
         why[0] = '\0';
     return 1;
 }
-static inline tdm_status_t xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec,
-                                          size_t len, uint32_t remote_num_pages)
+static inline tdm_status_t tdm_xfer_cuda_open(xfer_cuda_t *c, uint32_t rank, const uint8_t *rec,
+                                              size_t len, uint32_t remote_num_pages)
 {
     (void)c, (void)rank, (void)rec, (void)len, (void)remote_num_pages;
     return TDM_ERR_UNSUPPORTED;
 }
-static inline void xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
+static inline void tdm_xfer_cuda_close(xfer_cuda_t *c, uint32_t rank)
 {
     (void)c, (void)rank;
 }
-static inline tdm_status_t xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank, const tdm_kv_buffers_t *kv,
-                                          const uint32_t *src_pages, const uint32_t *dst_pages,
-                                          uint32_t n, uint64_t *ret_bytes, uint64_t *ret_copies)
+static inline tdm_status_t tdm_xfer_cuda_copy(xfer_cuda_t *c, uint32_t rank,
+                                              const tdm_kv_buffers_t *kv, const uint32_t *src_pages,
+                                              const uint32_t *dst_pages, uint32_t n,
+                                              uint64_t *ret_bytes, uint64_t *ret_copies)
 {
     (void)c, (void)rank, (void)kv, (void)src_pages, (void)dst_pages, (void)n, (void)ret_bytes,
         (void)ret_copies;
     return TDM_ERR_UNSUPPORTED;
 }
-static inline tdm_status_t xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
+static inline tdm_status_t tdm_xfer_cuda_fence(xfer_cuda_t *c, int wake_fd, void **ret_ev)
 {
     (void)c, (void)wake_fd, (void)ret_ev;
     return TDM_ERR_UNSUPPORTED;
 }
-static inline void xfer_cuda_drain(xfer_cuda_t *c)
+static inline void tdm_xfer_cuda_drain(xfer_cuda_t *c)
 {
     (void)c;
 }
-static inline int xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
+static inline int tdm_xfer_cuda_fence_poll(xfer_cuda_t *c, void *ev)
 {
     (void)c, (void)ev;
     return -1;
 }
-static inline void xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
+static inline void tdm_xfer_cuda_fence_free(xfer_cuda_t *c, void *ev)
 {
     (void)c, (void)ev;
 }
-static inline void *xfer_cuda_stream(xfer_cuda_t *c)
+static inline void *tdm_xfer_cuda_stream(xfer_cuda_t *c)
 {
     (void)c;
     return NULL;
 }
-static inline tdm_status_t xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                                               const uint32_t *pages, uint32_t n,
-                                               uint64_t *ret_sums)
+static inline tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
+                                                   const uint32_t *pages, uint32_t n,
+                                                   uint64_t *ret_sums)
 {
     (void)c, (void)kv, (void)pages, (void)n, (void)ret_sums;
     return TDM_ERR_UNSUPPORTED;
 }
-static inline tdm_status_t xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)
+static inline tdm_status_t tdm_xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)
 {
     (void)c, (void)dev_byte, (void)mask;
     return TDM_ERR_UNSUPPORTED;

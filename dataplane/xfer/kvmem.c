@@ -19,7 +19,7 @@ tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x)
 {
     if (!x->cfg.kv_cuda)
         return TDM_OK;
-    tdm_status_t st = xfer_cuda_init(x->n_ranks, &x->cuda);
+    tdm_status_t st = tdm_xfer_cuda_init(x->n_ranks, &x->cuda);
     if (st != TDM_OK) {
         tdm_err(TDM_SUB_XFER, "KV pool on the GPU: %s",
                 st == TDM_ERR_UNSUPPORTED ? "this build has no CUDA runtime (CUDA IPC not built)"
@@ -27,7 +27,7 @@ tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x)
         return st;
     }
     for (uint32_t r = 0; r < x->n_ranks && x->cfg.role == TDM_XFER_DECODE; r++) {
-        st = xfer_cuda_export(x->cuda, x->cfg.kv[r], x->cuda_rec[r]);
+        st = tdm_xfer_cuda_export(x->cuda, x->cfg.kv[r], x->cuda_rec[r]);
         if (st != TDM_OK) {
             tdm_xfer_kvmem_fini(x);
             return st;
@@ -38,7 +38,7 @@ tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x)
 
 void tdm_xfer_kvmem_fini(tdm_xfer_t *x)
 {
-    xfer_cuda_free(x->cuda);
+    tdm_xfer_cuda_free(x->cuda);
     x->cuda = NULL;
 }
 
@@ -47,7 +47,7 @@ tdm_status_t tdm_xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *page
 {
     const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
     if (x->cuda)
-        return xfer_cuda_page_sums(x->cuda, kv, pages, n, ret_sums);
+        return tdm_xfer_cuda_page_sums(x->cuda, kv, pages, n, ret_sums);
     for (uint32_t i = 0; i < n; i++)
         ret_sums[i] = tdm_xfer_page_sum(kv, pages[i]);
     return TDM_OK;
@@ -59,7 +59,7 @@ void tdm_xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask)
         *p ^= mask;
         return;
     }
-    tdm_status_t st = xfer_cuda_flip(x->cuda, p, mask);
+    tdm_status_t st = tdm_xfer_cuda_flip(x->cuda, p, mask);
     if (st != TDM_OK)
         tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: device byte not flipped: %s",
                  tdm_status_str(st));
@@ -72,18 +72,18 @@ void tdm_xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t 
         return;
     tdm_status_t st = TDM_OK;
     for (uint32_t rank = 0; rank < x->n_ranks && st == TDM_OK; rank++)
-        st = xfer_cuda_copy(x->cuda, rank, x->cfg.kv[rank], r->src_pages, r->pages, r->n_pages,
-                            bytes, puts);
+        st = tdm_xfer_cuda_copy(x->cuda, rank, x->cfg.kv[rank], r->src_pages, r->pages, r->n_pages,
+                                bytes, puts);
     if (st == TDM_OK)
-        st = xfer_cuda_fence(x->cuda, x->wake_xfer, &r->cuda_ev);
+        st = tdm_xfer_cuda_fence(x->cuda, x->wake_xfer, &r->cuda_ev);
     if (st != TDM_OK) {
         /* copies already queued complete on their own; the room fails after the fence below
          * would have: no ACK or STATUS waits on a copy that may still run (I5) */
         tdm_err(TDM_SUB_XFER, "room %016llx: GPU copies: %s", (unsigned long long)r->room,
                 tdm_status_str(st));
         r->put_error = 1;
-        if (!r->cuda_ev && xfer_cuda_fence(x->cuda, -1, &r->cuda_ev) != TDM_OK)
-            xfer_cuda_drain(x->cuda);
+        if (!r->cuda_ev && tdm_xfer_cuda_fence(x->cuda, -1, &r->cuda_ev) != TDM_OK)
+            tdm_xfer_cuda_drain(x->cuda);
     }
 }
 
@@ -91,15 +91,15 @@ int tdm_xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r)
 {
     if (!r->cuda_ev)
         return 1;
-    int d = xfer_cuda_fence_poll(x->cuda, r->cuda_ev);
+    int d = tdm_xfer_cuda_fence_poll(x->cuda, r->cuda_ev);
     if (d == 0)
         return 0;
     if (d < 0) {
         /* a failed stream: wait until nothing can still write before the room is given up */
-        xfer_cuda_drain(x->cuda);
+        tdm_xfer_cuda_drain(x->cuda);
         r->put_error = 1;
     }
-    xfer_cuda_fence_free(x->cuda, r->cuda_ev);
+    tdm_xfer_cuda_fence_free(x->cuda, r->cuda_ev);
     r->cuda_ev = NULL;
     return 1;
 }

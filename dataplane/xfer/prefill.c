@@ -72,7 +72,7 @@ int tdm_xfer_prefill_check_register(tdm_xfer_t *x, const tdm_frame_register_t *f
             snprintf(why, why_len, "rank %u: rkey blob malformed", i);
             return 1;
         }
-        if (x->cuda && xfer_cuda_record_check(r->rkey.data + 4, kv_len, expect, w, sizeof(w))) {
+        if (x->cuda && tdm_xfer_cuda_record_check(r->rkey.data + 4, kv_len, expect, w, sizeof(w))) {
             snprintf(why, why_len, "rank %u: %s", i, w);
             return 1;
         }

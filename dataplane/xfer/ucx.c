@@ -266,7 +266,7 @@ tdm_status_t tdm_xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_
         (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
     if (x->cuda) {
         /* the kv part is decode's CUDA IPC record (checked at REGISTER) */
-        st = xfer_cuda_open(x->cuda, rank, b + 4, kv_len, remote_num_pages);
+        st = tdm_xfer_cuda_open(x->cuda, rank, b + 4, kv_len, remote_num_pages);
         if (st != TDM_OK)
             goto err_disconnect;
     } else if ((s = ucp_ep_rkey_unpack(u->ep, b + 4, &u->r_kv)) != UCS_OK) {
@@ -300,7 +300,7 @@ err_disconnect:
 void tdm_xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
 {
     xfer_ucx_t *u = &x->ucx[rank];
-    xfer_cuda_close(x->cuda, rank);
+    tdm_xfer_cuda_close(x->cuda, rank);
     u->r_kv_ptr = u->r_aux_ptr = NULL; /* the mappings go with the rkeys */
     if (u->r_aux)
         ucp_rkey_destroy(u->r_aux);

@@ -182,7 +182,7 @@ static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
         pages[i] = (i * 7u) % NPAGES; /* every page, out of order */
         cpu[i] = tdm_xfer_page_sum(hb, pages[i]);
     }
-    tdm_status_t st = xfer_cuda_page_sums(c, &db, pages, NPAGES, gpu);
+    tdm_status_t st = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, gpu);
     ok(st == TDM_OK && memcmp(cpu, gpu, sizeof(cpu)) == 0,
        "%s page %u (%u sub-buffers, strides %llu/%llu): GPU page checksums == tdm_xfer_page_sum on "
        "%u pages",
@@ -190,15 +190,15 @@ static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
        (unsigned long long)l.sub[l.n_sub - 1].page_stride, NPAGES);
     /* flip one byte of page pages[5]'s last layer V */
     uint8_t *p = tdm_kv_slot(&db, l.num_layers - 1, TDM_KV_SUB_V, pages[5], page_size - 1) + 1;
-    st = xfer_cuda_flip(c, p, 0x40);
-    tdm_status_t st2 = xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
+    st = tdm_xfer_cuda_flip(c, p, 0x40);
+    tdm_status_t st2 = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
     int only5 = st == TDM_OK && st2 == TDM_OK;
     for (uint32_t i = 0; i < NPAGES && only5; i++)
         if ((again[i] != cpu[i]) != (i == 5))
             only5 = 0;
     ok(only5, "%s: a flipped device byte changes exactly its page's checksum", tdm_dtype_name(dt));
-    st = xfer_cuda_flip(c, p, 0x40);
-    st2 = xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
+    st = tdm_xfer_cuda_flip(c, p, 0x40);
+    st2 = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
     ok(st == TDM_OK && st2 == TDM_OK && memcmp(cpu, again, sizeof(cpu)) == 0,
        "%s: flipped back, the checksums are the CPU's again", tdm_dtype_name(dt));
     cudaFree(db.base);
@@ -394,23 +394,23 @@ static void test_record_check(xfer_cuda_t *c)
         ok(0, "record pool");
         return;
     }
-    ok(xfer_cuda_export(c, &db, rec) == TDM_OK &&
-           xfer_cuda_record_check(rec, sizeof(rec), bytes, why, sizeof(why)) == 0,
+    ok(tdm_xfer_cuda_export(c, &db, rec) == TDM_OK &&
+           tdm_xfer_cuda_record_check(rec, sizeof(rec), bytes, why, sizeof(why)) == 0,
        "exported record passes the check");
     memcpy(bad, rec, sizeof(bad));
     bad[0] ^= 1;
-    ok(xfer_cuda_record_check(bad, sizeof(bad), bytes, why, sizeof(why)) == 1 &&
+    ok(tdm_xfer_cuda_record_check(bad, sizeof(bad), bytes, why, sizeof(why)) == 1 &&
            strstr(why, "magic"),
        "bad magic refused: '%s'", why);
     memcpy(bad, rec, sizeof(bad));
     bad[4] = 2;
-    ok(xfer_cuda_record_check(bad, sizeof(bad), bytes, why, sizeof(why)) == 1 &&
+    ok(tdm_xfer_cuda_record_check(bad, sizeof(bad), bytes, why, sizeof(why)) == 1 &&
            strstr(why, "version"),
        "version 2 refused: '%s'", why);
-    ok(xfer_cuda_record_check(rec, sizeof(rec) - 1, bytes, why, sizeof(why)) == 1 &&
+    ok(tdm_xfer_cuda_record_check(rec, sizeof(rec) - 1, bytes, why, sizeof(why)) == 1 &&
            strstr(why, "length"),
        "short record refused: '%s'", why);
-    ok(xfer_cuda_record_check(rec, sizeof(rec), bytes + 4096, why, sizeof(why)) == 1 &&
+    ok(tdm_xfer_cuda_record_check(rec, sizeof(rec), bytes + 4096, why, sizeof(why)) == 1 &&
            strstr(why, "pool_bytes"),
        "pool_bytes disagreeing with the layout refused: '%s'", why);
     cudaFree(db.base);
@@ -456,8 +456,8 @@ static int child_main(int rfd, int wfd)
     xfer_cuda_t *c = NULL;
     uint8_t rec[XFER_CUDA_REC_BYTES];
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || serving_layout(&l) ||
-        dev_pool(&l, DEC_PAGES, NULL, &db, &bytes) || xfer_cuda_init(1, &c) != TDM_OK ||
-        xfer_cuda_export(c, &db, rec) != TDM_OK) {
+        dev_pool(&l, DEC_PAGES, NULL, &db, &bytes) || tdm_xfer_cuda_init(1, &c) != TDM_OK ||
+        tdm_xfer_cuda_export(c, &db, rec) != TDM_OK) {
         wr_all(wfd, &ok_b, 1);
         return 0;
     }
@@ -475,7 +475,7 @@ static int child_main(int rfd, int wfd)
             rc = wr_all(wfd, &ok_b, 1);
         } else if (cmd == 'S' && rd_all(rfd, &k, 4) == 0 && k <= DEC_PAGES &&
                    rd_all(rfd, pages, k * sizeof(uint32_t)) == 0) {
-            if (xfer_cuda_page_sums(c, &db, pages, k, sums) != TDM_OK)
+            if (tdm_xfer_cuda_page_sums(c, &db, pages, k, sums) != TDM_OK)
                 memset(sums, 0, k * sizeof(uint64_t));
             rc = wr_all(wfd, sums, k * sizeof(uint64_t));
         } else {
@@ -484,7 +484,7 @@ static int child_main(int rfd, int wfd)
     }
     free(sums);
     free(pages);
-    xfer_cuda_free(c);
+    tdm_xfer_cuda_free(c);
     cudaFree(db.base);
     return rc;
 }
@@ -524,7 +524,7 @@ static int peer_check(peer_t *p, const uint32_t *sp, const uint32_t *dp, uint32_
     int bad = -1;
     memcpy(pages, dp, n * sizeof(uint32_t));
     memcpy(pages + n, untouched, n_untouched * sizeof(uint32_t));
-    if (xfer_cuda_page_sums(p->c, &p->src, sp, n, want) == TDM_OK &&
+    if (tdm_xfer_cuda_page_sums(p->c, &p->src, sp, n, want) == TDM_OK &&
         peer_sums(p, pages, n + n_untouched, got) == 0) {
         bad = 0;
         for (uint32_t i = 0; i < n + n_untouched; i++)
@@ -542,12 +542,12 @@ static int room_sync(xfer_cuda_t *c, const tdm_kv_buffers_t *src, const uint32_t
 {
     void *ev = NULL;
     int done = 0;
-    if (xfer_cuda_copy(c, 0, src, sp, dp, n, NULL, NULL) != TDM_OK ||
-        xfer_cuda_fence(c, -1, &ev) != TDM_OK)
+    if (tdm_xfer_cuda_copy(c, 0, src, sp, dp, n, NULL, NULL) != TDM_OK ||
+        tdm_xfer_cuda_fence(c, -1, &ev) != TDM_OK)
         return -1;
-    while ((done = xfer_cuda_fence_poll(c, ev)) == 0)
+    while ((done = tdm_xfer_cuda_fence_poll(c, ev)) == 0)
         ;
-    xfer_cuda_fence_free(c, ev);
+    tdm_xfer_cuda_fence_free(c, ev);
     return done == 1 ? 0 : -1;
 }
 
@@ -576,8 +576,8 @@ static int bop_queue(const bop_t *o, int k)
                                o->bytes, cudaMemcpyDeviceToDevice, o->s) == cudaSuccess
                    ? 0
                    : -1;
-    return xfer_cuda_copy(o->p->c, 0, &o->p->src, o->sp + first,
-                          (o->kind == 1 ? o->dc : o->ds) + first, o->n, NULL, NULL) == TDM_OK
+    return tdm_xfer_cuda_copy(o->p->c, 0, &o->p->src, o->sp + first,
+                              (o->kind == 1 ? o->dc : o->ds) + first, o->n, NULL, NULL) == TDM_OK
                ? 0
                : -1;
 }
@@ -642,11 +642,11 @@ static double time_wall(const bop_t *o, cudaEvent_t done)
             good = good && e == cudaSuccess;
         } else {
             void *ev = NULL;
-            good = good && xfer_cuda_fence(o->p->c, -1, &ev) == TDM_OK;
-            while (good && (r = xfer_cuda_fence_poll(o->p->c, ev)) == 0)
+            good = good && tdm_xfer_cuda_fence(o->p->c, -1, &ev) == TDM_OK;
+            while (good && (r = tdm_xfer_cuda_fence_poll(o->p->c, ev)) == 0)
                 ;
             good = good && r == 1;
-            xfer_cuda_fence_free(o->p->c, ev);
+            tdm_xfer_cuda_fence_free(o->p->c, ev);
         }
         if (!good)
             return -1;
@@ -711,7 +711,7 @@ static void bench_threshold(uint8_t *src, uint8_t *dst, cudaStream_t s, cudaEven
  * the stream synchronised between batches so no queue fills). what: 0 cudaGetDevice, 1
  * cudaSetDevice (the current device), 2 cudaDeviceGetAttribute, 3 cudaEventQuery (completed),
  * 4 cudaEventRecord, 5 cudaMemcpyAsync D2D of 16 bytes, 6 the gather of one 16-byte run,
- * 7 xfer_cuda_copy of a one-page room (64 regions of 8 KiB). */
+ * 7 tdm_xfer_cuda_copy of a one-page room (64 regions of 8 KiB). */
 static double api_ns(int what, peer_t *p, uint8_t *dst, cudaStream_t s, cudaEvent_t done,
                      uint32_t n)
 {
@@ -753,12 +753,12 @@ static double api_ns(int what, peer_t *p, uint8_t *dst, cudaStream_t s, cudaEven
                 good = tdm_cuda_kv_gather(p->src.base, dst, &m, &run, 1, s, NULL) == TDM_OK;
                 break;
             default:
-                good = xfer_cuda_copy(p->c, 0, &p->src, &sp, &dp, 1, NULL, NULL) == TDM_OK;
+                good = tdm_xfer_cuda_copy(p->c, 0, &p->src, &sp, &dp, 1, NULL, NULL) == TDM_OK;
                 break;
             }
         mean[b] = (double)(tdm_time_mono_ns() - t0) / n;
         good = good && cudaStreamSynchronize(s) == cudaSuccess &&
-               cudaStreamSynchronize((cudaStream_t)xfer_cuda_stream(p->c)) == cudaSuccess;
+               cudaStreamSynchronize((cudaStream_t)tdm_xfer_cuda_stream(p->c)) == cudaSuccess;
     }
     return good ? median(mean, 5) : -1;
 }
@@ -826,7 +826,7 @@ static void bench_json(int n_runs, const int *variant, double (*res)[10][3][2], 
             " \"gpu\": \"%s\",\n \"sms\": %d,\n \"l2_bytes\": %d,\n"
             " \"geometry\": \"bf16, 32 layers, 2 kv heads x 128, page 16 tokens: a page is 64 "
             "regions of 8 KiB\",\n \"page_chunk_bytes\": %llu,\n"
-            " \"room\": \"xfer_cuda_copy of n pages into decode's pool (another process, "
+            " \"room\": \"tdm_xfer_cuda_copy of n pages into decode's pool (another process, "
             "cudaIpcOpenMemHandle), then its fence, poll and free; contiguous i -> i, scattered "
             "i -> 2i\",\n"
             " \"anchor\": \"one local cudaMemcpyAsync D2D of the same bytes, then an event "
@@ -914,7 +914,7 @@ static void bench_ipc(peer_t *p)
             timed += time_both(&o, ev, done, &t[0][0], &t[0][1]) == 0;
             for (int kind = 1; kind <= 2; kind++) {
                 o.kind = kind;
-                o.s = (cudaStream_t)xfer_cuda_stream(p->c);
+                o.s = (cudaStream_t)tdm_xfer_cuda_stream(p->c);
                 int zero = peer_zero(p);
                 timed += time_both(&o, ev, done, &t[kind][0], &t[kind][1]) == 0;
                 uint32_t used = (o.nslots < BENCH_REPS ? o.nslots : BENCH_REPS) * n;
@@ -960,7 +960,7 @@ static void bench_ipc(peer_t *p)
     cudaFree(a_dst);
 }
 
-/* Rooms through xfer_cuda_copy into the other process's pool, checked page by page. */
+/* Rooms through tdm_xfer_cuda_copy into the other process's pool, checked page by page. */
 static void test_ipc_rooms(peer_t *p)
 {
     static uint32_t sp[SRC_PAGES], dp[SRC_PAGES];
@@ -973,14 +973,14 @@ static void test_ipc_rooms(peer_t *p)
             dp[20 * t + i] = DEC_PAGES - 1 - 3 * (20 * t + i); /* downwards, every third */
         }
     for (uint32_t t = 0; t < 6; t++)
-        queued +=
-            xfer_cuda_copy(p->c, 0, &p->src, sp + 20 * t, dp + 20 * t, 20, NULL, NULL) == TDM_OK;
+        queued += tdm_xfer_cuda_copy(p->c, 0, &p->src, sp + 20 * t, dp + 20 * t, 20, NULL, NULL) ==
+                  TDM_OK;
     void *ev = NULL;
     int done = -1;
-    if (xfer_cuda_fence(p->c, -1, &ev) == TDM_OK) {
-        while ((done = xfer_cuda_fence_poll(p->c, ev)) == 0)
+    if (tdm_xfer_cuda_fence(p->c, -1, &ev) == TDM_OK) {
+        while ((done = tdm_xfer_cuda_fence_poll(p->c, ev)) == 0)
             ;
-        xfer_cuda_fence_free(p->c, ev);
+        tdm_xfer_cuda_fence_free(p->c, ev);
     }
     untouched[0] = DEC_PAGES - 2;
     untouched[1] = DEC_PAGES - 3;
@@ -999,13 +999,13 @@ static void test_ipc_rooms(peer_t *p)
     queued = 0;
     uint64_t t0 = tdm_time_mono_ns();
     for (int k = 0; k < 8; k++)
-        queued += xfer_cuda_copy(p->c, 0, &p->src, sp, dp, 512, NULL, NULL) == TDM_OK;
+        queued += tdm_xfer_cuda_copy(p->c, 0, &p->src, sp, dp, 512, NULL, NULL) == TDM_OK;
     int first = -2;
-    if (xfer_cuda_fence(p->c, -1, &ev) == TDM_OK) {
-        first = xfer_cuda_fence_poll(p->c, ev);
-        while ((done = xfer_cuda_fence_poll(p->c, ev)) == 0)
+    if (tdm_xfer_cuda_fence(p->c, -1, &ev) == TDM_OK) {
+        first = tdm_xfer_cuda_fence_poll(p->c, ev);
+        while ((done = tdm_xfer_cuda_fence_poll(p->c, ev)) == 0)
             ;
-        xfer_cuda_fence_free(p->c, ev);
+        tdm_xfer_cuda_fence_free(p->c, ev);
     }
     double ms = (tdm_time_mono_ns() - t0) / 1e6;
     untouched[0] = 1;
@@ -1048,7 +1048,7 @@ static void test_ipc(int rfd, int wfd)
     const uint32_t dst[N_COPY + 1] = {10, 11, 12, 13, 14, 40, 2, 63, 1, 50, 51, 30, 33};
     if (rd_all(rfd, rec, sizeof(rec)) || serving_layout(&l) ||
         tdm_kv_pool_init(&l, NPAGES, &hp) != TDM_OK || tdm_kv_pool_init(&l, 1, &zp) != TDM_OK ||
-        xfer_cuda_init(1, &c) != TDM_OK) {
+        tdm_xfer_cuda_init(1, &c) != TDM_OK) {
         ok(0, "IPC setup");
         return;
     }
@@ -1060,15 +1060,15 @@ static void test_ipc(int rfd, int wfd)
         return;
     }
     tdm_kv_layout_pool_bytes(&l, DEC_PAGES, &rbytes);
-    ok(xfer_cuda_record_check(rec, sizeof(rec), rbytes, NULL, 0) == 0,
+    ok(tdm_xfer_cuda_record_check(rec, sizeof(rec), rbytes, NULL, 0) == 0,
        "the other process's record checks for its %u pages", DEC_PAGES);
-    tdm_status_t st = xfer_cuda_open(c, 0, rec, sizeof(rec), DEC_PAGES);
+    tdm_status_t st = tdm_xfer_cuda_open(c, 0, rec, sizeof(rec), DEC_PAGES);
     ok(st == TDM_OK, "cudaIpcOpenMemHandle of the other process's pool: %s", tdm_status_str(st));
     uint64_t moved = 0, copies = 0;
     uint32_t far[1] = {DEC_PAGES};
-    ok(xfer_cuda_copy(c, 0, &sb, src, far, 1, &moved, &copies) == TDM_ERR_RANGE && moved == 0,
+    ok(tdm_xfer_cuda_copy(c, 0, &sb, src, far, 1, &moved, &copies) == TDM_ERR_RANGE && moved == 0,
        "a destination page past decode's pool is refused before any copy");
-    st = xfer_cuda_copy(c, 0, &sb, src, dst, N_COPY, &moved, &copies);
+    st = tdm_xfer_cuda_copy(c, 0, &sb, src, dst, N_COPY, &moved, &copies);
     /* per (layer, sub) 7 runs: 3..7 → 10..14 and 15..16 → 50..51 coalesce, 5 single pages; over
      * xfer_cuda_gather_min_runs: one gather kernel into the IPC mapping */
     ok(st == TDM_OK && copies == (uint64_t)l.num_layers * l.n_sub * 7 &&
@@ -1077,11 +1077,11 @@ static void test_ipc(int rfd, int wfd)
        (unsigned long long)moved);
     void *ev = NULL;
     int done = -2;
-    if (xfer_cuda_fence(c, -1, &ev) == TDM_OK)
-        for (int spin = 0; spin < 100000 && (done = xfer_cuda_fence_poll(c, ev)) == 0; spin++)
+    if (tdm_xfer_cuda_fence(c, -1, &ev) == TDM_OK)
+        for (int spin = 0; spin < 100000 && (done = tdm_xfer_cuda_fence_poll(c, ev)) == 0; spin++)
             usleep(100);
     ok(done == 1, "the fence event completes");
-    xfer_cuda_fence_free(c, ev);
+    tdm_xfer_cuda_fence_free(c, ev);
     uint64_t want[N_COPY + 1], got[N_COPY + 1];
     for (uint32_t i = 0; i < N_COPY; i++)
         want[i] = tdm_xfer_page_sum(hb, src[i]);
@@ -1111,8 +1111,8 @@ static void test_ipc(int rfd, int wfd)
         bench_ipc(&p);
     }
     cudaFree(p.src.base);
-    xfer_cuda_close(c, 0);
-    xfer_cuda_free(c);
+    tdm_xfer_cuda_close(c, 0);
+    tdm_xfer_cuda_free(c);
 }
 
 int main(void)
@@ -1143,7 +1143,7 @@ int main(void)
         skip_all("built for sm_90a only");
     }
     xfer_cuda_t *c = NULL;
-    tdm_status_t st = xfer_cuda_init(1, &c);
+    tdm_status_t st = tdm_xfer_cuda_init(1, &c);
     ok(st == TDM_OK, "context on %s", prop.name);
     if (st == TDM_OK) {
         test_xxh64();
@@ -1153,7 +1153,7 @@ int main(void)
         for (int v = 0; v <= 2; v++)
             test_kv_gather(v);
         tdm_cuda_kv_gather_variant = 0;
-        xfer_cuda_free(c);
+        tdm_xfer_cuda_free(c);
     }
     /* compute-sanitizer (tools/device-run.sh) and CUDA IPC between two processes do not mix:
      * memcheck covers the kernels and copies above; the IPC part runs in the plain run */

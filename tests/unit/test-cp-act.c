@@ -205,10 +205,10 @@ static void test_metric(void)
                     "tandem_drained_x 5\n"
                     "tandem_requests_running 3\n"
                     "tandem_rank_iter{rank=\"0\"} 7\n";
-    ok(act_metric(t, "tandem_drained") == 1, "gauge read");
-    ok(act_metric(t, "tandem_requests_running") == 3, "second gauge");
-    ok(act_metric(t, "tandem_requests_waiting") == -1, "absent → -1");
-    ok(act_metric("", "tandem_drained") == -1, "empty text");
+    ok(tdm_act_metric(t, "tandem_drained") == 1, "gauge read");
+    ok(tdm_act_metric(t, "tandem_requests_running") == 3, "second gauge");
+    ok(tdm_act_metric(t, "tandem_requests_waiting") == -1, "absent → -1");
+    ok(tdm_act_metric("", "tandem_drained") == -1, "empty text");
 }
 
 static act_req_t *req(const char *actor, const char *group)
@@ -224,20 +224,20 @@ static act_req_t *req(const char *actor, const char *group)
 static void test_remedy_in_progress(void)
 {
     static tdm_cp_act_t a; /* large: not on the stack */
-    ok(act_remedy_in_progress(&a, "b") == NULL, "idle executor: no remedy in progress");
+    ok(tdm_act_remedy_in_progress(&a, "b") == NULL, "idle executor: no remedy in progress");
     a.current = req("admin", "b");
     a.q_head = req("supervisor", "b");
     a.q_head->next = req("policy:WEDGE", "a");
-    ok(act_remedy_in_progress(&a, "b") == NULL,
+    ok(tdm_act_remedy_in_progress(&a, "b") == NULL,
        "operator and supervisor actions on b, a remedy on a: b has no remedy in progress");
-    const char *by = act_remedy_in_progress(&a, "a");
+    const char *by = tdm_act_remedy_in_progress(&a, "a");
     ok(by && !strcmp(by, "policy:WEDGE"), "a remedy queued on a is found (%s)", by ? by : "-");
     act_req_t *cur = a.current;
     a.current = req("policy:RANK_DIVERGENCE", "b");
-    by = act_remedy_in_progress(&a, "b");
+    by = tdm_act_remedy_in_progress(&a, "b");
     ok(by && !strcmp(by, "policy:RANK_DIVERGENCE"), "the running remedy on b is found (%s)",
        by ? by : "-");
-    ok(act_remedy_in_progress(&a, "c") == NULL, "a group nobody acts on: none");
+    ok(tdm_act_remedy_in_progress(&a, "c") == NULL, "a group nobody acts on: none");
     act_req_t *all[] = {cur, a.current, a.q_head->next, a.q_head};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         json_decref(all[i]->request);
