@@ -164,6 +164,15 @@ void tdm_xfer_advance(tdm_xfer_t *x)
     }
 }
 
+/* Rooms still on the active list (writes or flushes not completed). */
+static uint32_t active_rooms(const tdm_xfer_t *x)
+{
+    uint32_t n = 0;
+    for (const xroom_t *r = x->active; r; r = r->next_active)
+        n++;
+    return n;
+}
+
 void *tdm_xfer_main(void *arg)
 {
     tdm_xfer_t *x = arg;
@@ -211,6 +220,8 @@ void *tdm_xfer_main(void *arg)
                 x->connect_done = 1;
                 pthread_cond_broadcast(&x->cv);
             } else if (c.kind == XCMD_DISCONNECT) {
+                if (!x->disconnect_pending)
+                    x->disconnect_us = tdm_xfer_now();
                 x->disconnect_pending = 1;
             }
             pthread_mutex_unlock(&x->mu);
@@ -223,10 +234,28 @@ void *tdm_xfer_main(void *arg)
             tdm_xfer_out_push(x); /* the ring is empty: the held STATUS frames go now */
         pthread_mutex_lock(&x->mu);
         int inline_busy = x->inline_copies > 0; /* callers still copying through the mappings */
+        uint64_t disc_us = x->disconnect_us;
         pthread_mutex_unlock(&x->mu);
-        if (x->disconnect_pending && !x->active && !inline_busy) {
+        /* The peer is lost. Rooms still writing to it get XFER_DISCONNECT_GRACE_US; after that
+         * the endpoints are closed by force all the same: a same-host endpoint has no error
+         * handling, so operations to a dead peer may never complete, and the connect of the
+         * peer's next registration is queued behind this disconnect. The forced close completes
+         * those operations as cancelled (put_error): the rooms finalize as failed; one whose
+         * operations never complete stays on the active list, detached from any endpoint. */
+        if (x->disconnect_pending && !inline_busy &&
+            (!x->active || tdm_xfer_now() - disc_us >= XFER_DISCONNECT_GRACE_US)) {
+            uint32_t stuck = active_rooms(x);
+            if (stuck)
+                tdm_warn(TDM_SUB_XFER,
+                         "msg=\"peer lost: rooms still writing after the grace; endpoints closed "
+                         "by force\" rooms=%u grace_ms=%u",
+                         stuck, (unsigned)(XFER_DISCONNECT_GRACE_US / 1000));
             for (uint32_t r = 0; r < x->n_ranks; r++)
                 tdm_xfer_ucx_disconnect(x, r);
+            if (stuck) {
+                tdm_xfer_ucx_progress(x);
+                tdm_xfer_advance(x);
+            }
             pthread_mutex_lock(&x->mu);
             x->disconnect_pending = 0;
             pthread_mutex_unlock(&x->mu);

@@ -314,8 +314,14 @@ void tdm_xfer_ucx_disconnect(tdm_xfer_t *x, uint32_t rank)
         rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
         void *req = ucp_ep_close_nbx(u->ep, &rp);
         if (UCS_PTR_IS_PTR(req)) {
-            while (ucp_request_check_status(req) == UCS_INPROGRESS)
+            /* bounded: a close that does not complete is left to UCX (freed on completion) */
+            uint64_t end = tdm_xfer_now() + XFER_CLOSE_LIMIT_US;
+            while (ucp_request_check_status(req) == UCS_INPROGRESS && tdm_xfer_now() < end)
                 ucp_worker_progress(u->worker);
+            if (ucp_request_check_status(req) == UCS_INPROGRESS)
+                tdm_warn(TDM_SUB_XFER,
+                         "msg=\"endpoint close did not complete; left to UCX\" rank=%u limit_ms=%u",
+                         rank, (unsigned)(XFER_CLOSE_LIMIT_US / 1000));
             ucp_request_free(req);
         }
         u->ep = NULL;

@@ -42,6 +42,12 @@
 /* A burst of inline copies (recv.c tdm_xfer_recv_thread_policy): rooms copied by API callers less
  * than this long ago. */
 #define XFER_BATCH_US 1000
+/* A peer-lost disconnect waits this long for the rooms still writing to the lost peer; then their
+ * endpoints are closed by force (their outstanding puts and flushes complete as cancelled, the
+ * rooms finalize as failed) so the next registration's connect is never held behind them. An
+ * endpoint close itself is given XFER_CLOSE_LIMIT_US before its request is left to UCX. */
+#define XFER_DISCONNECT_GRACE_US 1000000
+#define XFER_CLOSE_LIMIT_US 2000000
 
 /* One rank's UCX side. */
 typedef struct xfer_ucx {
@@ -166,6 +172,7 @@ struct tdm_xfer {
     atomic_int n_transferring; /* rooms in TRANSFERRING: the transfer thread busy-polls UCX */
     uint32_t inline_copies; /* (mu) callers copying a room (tdm_xfer_issue_inline): no disconnect */
     int disconnect_pending, connect_result, connect_done;
+    uint64_t disconnect_us;    /* (mu) when the pending disconnect was taken from the ring */
     tdm_frame_register_t *reg; /* CONNECT argument (prefill) */
     uint8_t *reg_body;         /* the body `reg` points into */
 
