@@ -60,9 +60,10 @@ struct tdm_exec {
     uint32_t tier_cap;
     tdm_sample_scratch_t scratch;
     uint64_t iter_seen;
-    /* --device cuda: sampling on the device (kernels/cuda/sample.h), max_seqs rows each; off
-     * (the host samples every row from copied logits) with a module lacking it or with
-     * TDM_CUDA_HOST_SAMPLE=1 */
+    /* --device cuda: sampling on the device (kernels/cuda/sample.h), max_seqs rows each, with
+     * TDM_CUDA_HOST_SAMPLE=0; otherwise (the default until the device sampler has run on the
+     * H200, docs/cuda.md) or with a module lacking it, the host samples every row from copied
+     * logits */
     int dev_sample;
     tdm_cuda_sample_req_t *sreq;
     tdm_cuda_sample_out_t *sout;
@@ -279,7 +280,7 @@ buffers:
             offsetof(tdm_cuda_module_t, exec_forward_sample) + sizeof(x->cu->exec_forward_sample) &&
         x->cu->exec_forward_sample) {
         const char *hs = getenv("TDM_CUDA_HOST_SAMPLE");
-        x->dev_sample = !(hs && !strcmp(hs, "1"));
+        x->dev_sample = hs && !strcmp(hs, "0");
         x->sreq = tdm_calloc(cfg->max_seqs, sizeof(*x->sreq));
         x->sout = tdm_calloc(cfg->max_seqs, sizeof(*x->sout));
     }
