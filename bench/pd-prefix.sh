@@ -28,10 +28,8 @@ export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 TDM_PB_BIN="$BUILD/tandem-worker" TDM_PB_MODEL="${TDM_BENCH_MODEL:-$SRC/models/demo}" \
 TDM_PB_OUT="$OUT" TDM_PB_SHA="$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)" \
 TDM_PB_BUILD="$BUILD" PYTHONPATH="$SRC/tests/integration" exec python3 - <<'PY'
-import http.client
 import json
 import os
-import random
 import threading
 import time
 
@@ -45,35 +43,9 @@ pdlib.init(os.environ["TDM_PB_BIN"], os.environ["TDM_PB_MODEL"], "bench-pd-prefi
            base_args=["--max-running-requests", "8"])
 
 
-def ids(seed, k):
-    rnd = random.Random(seed)
-    return [5 + rnd.randrange(1800) for _ in range(k)]
-
-
+ids = pdlib.prompt_ids
+stream = pdlib.stream_timed
 SYSTEM = ids(7, 64)
-
-
-def stream(w, prompt, max_new):
-    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=300)
-    t0 = time.time()
-    ttft, out = None, []
-    c.request("POST", "/generate", body=json.dumps(
-        {"input_ids": prompt, "max_new_tokens": max_new, "ignore_eos": True, "stream": True}),
-        headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        ev = json.loads(line[6:])
-        if "error" in ev:
-            raise RuntimeError(line)
-        if "token_id" in ev:
-            if ttft is None:
-                ttft = time.time() - t0
-            out.append(ev["token_id"])
-    c.close()
-    return ttft, out
 
 
 def side(name, extra):

@@ -156,6 +156,33 @@ def stream_gen(w, ids, max_new=8, timeout=60):
         c.close()
 
 
+def stream_timed(w, prompt, max_new, timeout=300):
+    """Streamed greedy /generate for the benches: (seconds to the first token, token ids); an
+    error event raises RuntimeError."""
+    c = http.client.HTTPConnection("127.0.0.1", w["port"], timeout=timeout)
+    t0 = time.time()
+    ttft, out = None, []
+    try:
+        c.request("POST", "/generate", body=json.dumps(
+            {"input_ids": prompt, "max_new_tokens": max_new, "ignore_eos": True, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if "error" in ev:
+                raise RuntimeError(line)
+            if "token_id" in ev:
+                if ttft is None:
+                    ttft = time.time() - t0
+                out.append(ev["token_id"])
+    finally:
+        c.close()
+    return ttft, out
+
+
 def prompt_ids(seed, k):
     rnd = random.Random(seed)
     return [5 + rnd.randrange(1800) for _ in range(k)]
