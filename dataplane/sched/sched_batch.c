@@ -111,6 +111,29 @@ static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint
     return n;
 }
 
+/* Take the k pages of r's prompt prefix shared from the prefix cache, when the `need` pages it
+ * wants beyond them are free or evictable (shared pages stop being evictable). Returns 0, with
+ * the m host-tier pages matched after them unpinned, when they are not. */
+static int share_prefix(tdm_sched_t *s, tdm_sreq_t *r, uint32_t k, uint32_t m, uint32_t need)
+{
+    uint32_t avail = tdm_kv_pool_free_pages(s->pool) + tdm_prefix_evictable(s->cache);
+    for (uint32_t i = 0; i < k; i++)
+        avail -= tdm_kv_page_refcount(s->pool, s->shared[i]) == 1;
+    if (need > avail) {
+        tdm_hicache_unpin(s->hc, s->host_ids, m);
+        return 0;
+    }
+    if (!r->kv.pages)
+        r->kv.pages = tdm_calloc(r->kv.cap_pages, sizeof(uint32_t));
+    for (uint32_t i = 0; i < k; i++) {
+        (void)tdm_kv_page_ref(s->pool, s->shared[i]);
+        r->kv.pages[i] = s->shared[i];
+    }
+    r->kv.n_pages = k;
+    r->kv.n_tokens = k * s->ps;
+    return 1;
+}
+
 /* Decode (PD): the prompt's prefix this worker holds (pd_prefix: pages of its prefix cache
  * shared, pages continuing it in the HiCache tier loaded), pages for the rest, and TRANSFER_INFO
  * naming only those (docs/serving.md "Scheduler hooks"); the request waits in the TRANSFERRING
@@ -129,22 +152,9 @@ static tdm_sreq_t *pd_admit_decode(tdm_sched_t *s, tdm_sreq_t *r)
                                   tdm_prefix_chain(r->tokens, k, s->ps), s->host_ids);
     }
     uint32_t need = all - k;
-    uint32_t free_now = tdm_kv_pool_free_pages(s->pool);
-    uint32_t avail = free_now + tdm_prefix_evictable(s->cache);
-    for (uint32_t i = 0; i < k; i++) /* shared pages stop being evictable */
-        avail -= tdm_kv_page_refcount(s->pool, s->shared[i]) == 1;
-    if (need > avail) {
-        tdm_hicache_unpin(s->hc, s->host_ids, m);
+    if (!share_prefix(s, r, k, m, need))
         return NULL;
-    }
-    if (!r->kv.pages)
-        r->kv.pages = tdm_calloc(r->kv.cap_pages, sizeof(uint32_t));
-    for (uint32_t i = 0; i < k; i++) {
-        (void)tdm_kv_page_ref(s->pool, s->shared[i]);
-        r->kv.pages[i] = s->shared[i];
-    }
-    r->kv.n_pages = k;
-    r->kv.n_tokens = k * s->ps;
+    uint32_t free_now = tdm_kv_pool_free_pages(s->pool); /* sharing took no free page */
     if (need > free_now)
         (void)tdm_prefix_evict(s->cache, need - free_now);
     if (tdm_kv_seq_reserve(s->pool, &r->kv, r->n_prompt) != TDM_OK) {
@@ -231,21 +241,8 @@ static tdm_sreq_t *admit_head(tdm_sched_t *s)
         m = tdm_hicache_match(s->hc, r->tokens, k, max_shared - k,
                               tdm_prefix_chain(r->tokens, k, s->ps), s->host_ids);
     uint32_t need = (len + s->ps - 1) / s->ps - k;
-    uint32_t avail = tdm_kv_pool_free_pages(s->pool) + tdm_prefix_evictable(s->cache);
-    for (uint32_t i = 0; i < k; i++) /* shared pages stop being evictable */
-        avail -= tdm_kv_page_refcount(s->pool, s->shared[i]) == 1;
-    if (need > avail) {
-        tdm_hicache_unpin(s->hc, s->host_ids, m);
+    if (!share_prefix(s, r, k, m, need))
         return NULL;
-    }
-    if (!r->kv.pages)
-        r->kv.pages = tdm_calloc(r->kv.cap_pages, sizeof(uint32_t));
-    for (uint32_t i = 0; i < k; i++) {
-        (void)tdm_kv_page_ref(s->pool, s->shared[i]);
-        r->kv.pages[i] = s->shared[i];
-    }
-    r->kv.n_pages = k;
-    r->kv.n_tokens = k * s->ps;
     if (m) {
         /* device pages for the host pages, then their load on the copy thread; pages that
          * cannot be loaded are simply computed */
