@@ -1,0 +1,150 @@
+#!/bin/bash
+# device-verify.sh — the GPU verification of a tree in as few device calls as the budget allows
+# (docs/cuda.md "Verifying a tree on the device"). Two halves:
+#
+#   device-verify.sh prepare BUILD_DIR      here: BUILD_DIR is a configured and built tree WITH
+#       CUDA and WITHOUT sanitizers. Makes .dev-verify/ (git-ignored): bundle.tar.xz
+#       (tools/device-bundle.sh BUILD_DIR, its 40 MiB limit raised since xz shrinks it about 4x)
+#       and pg15.tar.xz (tools/device-postgres.sh pack; reused when present). Prints the carry
+#       list and the commands for `run`; stops when .dev-verify is over the 64 MiB carry limit.
+#   device-verify.sh run PHASE...           there (from the repository root, .dev-verify carried):
+#       unpacks the bundle into .device-bundle, starts nothing itself (each phase starts what it
+#       needs: the private PostgreSQL through tdm-pg from the unpacked Debian binaries), then runs
+#       each PHASE under its own time limit, in the order given:
+#         tests    every GPU test, plain and under compute-sanitizer memcheck (tools/device-run.sh,
+#                  benchmarks left out);
+#         detect   bench/gpu-tp-detect.py: RANK_DIVERGENCE and WEDGE on a TP=2 GPU group through
+#                  tandemd's API, /health 503 naming the rank (→ gpu_tp_detect.json);
+#         chaos    tests/chaos/chaos.py --device cuda --only 1,2,3,4 --long (→ chaos_gpu.json,
+#                  merged later under chaos.json's "gpu");
+#         decode   bench/gpu_decode + bench/gpu-decode.sh (the engine and its torch anchors);
+#         serving  bench/gpu-serving.sh (→ gpu_serving.json) at the sizes of TDM_SERVE_*;
+#         tp       bench/multi-gpu.sh (test-cuda-tp, the serving faults on a TP=2 GPU group, NCCL's
+#                  one-rank figures; → gpu_tp.json, multi_gpu.json).
+#       Every result file and log goes under $OUT; summary.txt lists each phase's exit status and
+#       seconds. Exit status 0 only when every phase passed. Env: TDM_VERIFY_LIMIT_<PHASE>
+#       (seconds; defaults below), TDM_VERIFY_MEM_FRACTION (0.05 per worker).
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+dir=$top/.dev-verify
+
+die() {
+    echo "device-verify: $*" >&2
+    exit 2
+}
+
+prepare() {
+    local build=${1:-}
+    if test -z "$build" || test ! -f "$build/Makefile"; then
+        die "usage: $0 prepare BUILD_DIR"
+    fi
+    grep -q '^#define TDM_HAVE_CUDA 1' "$build/config.h" 2>/dev/null ||
+        die "$build was configured without CUDA: nothing to verify on the device"
+    if grep -q '^TDM_SAN_CFLAGS = .*fsanitize' "$build/Makefile"; then
+        die "$build has sanitizers: compute-sanitizer and the CUDA driver need a plain build"
+    fi
+    mkdir -p "$dir"
+    (cd "$top" && TDM_BUNDLE_LIMIT_MIB=${TDM_BUNDLE_LIMIT_MIB:-160} sh tools/device-bundle.sh "$build") || die "device-bundle.sh failed"
+    tar -C "$top" -cf - .device-bundle | xz -T2 -6 >"$dir/bundle.tar.xz" || die "xz failed"
+    if test ! -s "$dir/pg15.tar.xz"; then
+        sh "$top/tools/device-postgres.sh" pack "$dir/pg15.tar.xz" || die "device-postgres.sh pack failed"
+    fi
+    local mib
+    mib=$(du -sm "$dir" | cut -f1)
+    test "$mib" -lt 64 || die "$dir is $mib MiB: over the 64 MiB carry limit"
+    echo "device-verify: $dir is $mib MiB"
+    echo "carry: [\".dev-verify\"]"
+    echo "command: bash tools/device-verify.sh run tests detect chaos"
+    echo "         (a second call: bash tools/device-verify.sh run decode serving tp)"
+}
+
+# phase NAME LIMIT CMD... — one phase, its log and its line in the summary.
+phase() {
+    local name=$1 limit=$2
+    shift 2
+    local t0 rc
+    t0=$(date +%s)
+    echo "== $name (limit $limit s): $*"
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    printf '%-8s rc=%-3s %4d s\n' "$name" "$rc" $(($(date +%s) - t0)) | tee -a "$OUT/summary.txt"
+    tail -15 "$OUT/$name.log"
+    test "$rc" -eq 0 || failed=1
+}
+
+run_phases() {
+    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving tp)"
+    test -s "$dir/bundle.tar.xz" || die "no $dir/bundle.tar.xz: run '$0 prepare BUILD_DIR' here and carry .dev-verify"
+    cd "$top" || die "cannot enter $top"
+    OUT=${OUT:-$top/device-out}
+    mkdir -p "$OUT"
+    : >"$OUT/summary.txt"
+    rm -rf "$top/.device-bundle"
+    xz -dc "$dir/bundle.tar.xz" | tar -C "$top" -xf - || die "cannot unpack the bundle"
+    local b=$top/.device-bundle pgbin=""
+    export LD_LIBRARY_PATH=$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    export UCX_TLS=${UCX_TLS:-tcp,sm,self} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+    local need_pg=0 p
+    for p in "$@"; do
+        case $p in
+        detect | chaos) need_pg=1 ;;
+        tests | decode | serving | tp) ;;
+        *) die "unknown phase '$p' (tests detect chaos decode serving tp)" ;;
+        esac
+    done
+    if test $need_pg = 1; then
+        test -s "$dir/pg15.tar.xz" || die "no $dir/pg15.tar.xz for the detect/chaos phases"
+        local line
+        line=$(sh "$top/tools/device-postgres.sh" setup "$dir/pg15.tar.xz" | tail -1) ||
+            die "device-postgres.sh setup failed"
+        pgbin=$(echo "$line" | sed -n 's/^export PATH=\([^:]*\):.*/\1/p')
+        test -x "$pgbin/postgres" || die "no postgres in '$pgbin' ($line)"
+    fi
+    local mf=${TDM_VERIFY_MEM_FRACTION:-0.05}
+    failed=0
+    for p in "$@"; do
+        case $p in
+        tests)
+            phase tests "${TDM_VERIFY_LIMIT_TESTS:-420}" env OUT="$OUT/tests" \
+                TDM_DEVICE_SKIP="^bench " bash "$top/tools/device-run.sh"
+            ;;
+        detect)
+            phase detect "${TDM_VERIFY_LIMIT_DETECT:-180}" python3 "$top/bench/gpu-tp-detect.py" \
+                --build "$b" --src "$top" --pg-bindir "$pgbin" --mem-fraction "$mf" \
+                --out "$OUT/gpu_tp_detect.json"
+            ;;
+        chaos)
+            phase chaos "${TDM_VERIFY_LIMIT_CHAOS:-420}" python3 "$top/tests/chaos/chaos.py" \
+                --build "$b" --src "$top" --device cuda --pg-bindir "$pgbin" --mem-fraction "$mf" \
+                --long --only 1,2,3,4 --out "$OUT/chaos_gpu.json"
+            ;;
+        decode)
+            phase decode "${TDM_VERIFY_LIMIT_DECODE:-420}" env OUT="$OUT/decode" \
+                TDM_DEVICE_SKIP="^(test|memcheck) |gpu-serving|multi-gpu" bash "$top/tools/device-run.sh"
+            ;;
+        serving)
+            phase serving "${TDM_VERIFY_LIMIT_SERVING:-300}" bash "$top/bench/gpu-serving.sh" "$b" "$top" \
+                "$OUT/gpu_serving.json"
+            ;;
+        tp)
+            phase tp "${TDM_VERIFY_LIMIT_TP:-240}" env OUT="$OUT/tp" bash "$top/bench/multi-gpu.sh"
+            ;;
+        esac
+    done
+    echo "== device-verify summary"
+    cat "$OUT/summary.txt"
+    return $failed
+}
+
+case ${1:-} in
+prepare)
+    shift
+    prepare "$@"
+    ;;
+run)
+    shift
+    run_phases "$@"
+    ;;
+*) die "usage: $0 prepare BUILD_DIR | run PHASE..." ;;
+esac
