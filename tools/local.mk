@@ -17,7 +17,8 @@ TESTS += tests/integration/test-pg-cli.sh
 dist_check_SCRIPTS += tests/integration/test-pg-cli.sh
 
 # Device workflow (docs/device.md): bundle a build for the GPU machine, run its GPU tests there.
-EXTRA_DIST += tools/device-bundle.sh tools/device-run.sh tools/device-postgres.sh
+EXTRA_DIST += tools/device-bundle.sh tools/device-run.sh tools/device-postgres.sh \
+	tools/device-verify.sh
 
 # README.md's architecture map must name only paths that exist.
 TESTS += tests/unit/test-archmap.sh
