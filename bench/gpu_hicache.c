@@ -95,7 +95,7 @@ static double hit(tdm_exec_cuda_t *x, tdm_hicache_t *hc, const int32_t *prompt, 
     tdm_graph_seq_t sq = {prompt + PREFIX, SUFFIX, PREFIX, dst, NPP, 0};
     tdm_status_t st = tdm_exec_cuda_forward(x, &sq, 1, logits, 1, &rows);
     tdm_exec_cuda_set_batch(x, NULL);
-    *ret_wait = tdm_hicache_wait(hc, ticket, NULL, NULL);
+    *ret_wait = tdm_hicache_wait(hc, ticket, NULL, NULL, NULL);
     return st == TDM_OK ? now_s() - t0 : -1;
 }
 

@@ -389,11 +389,13 @@ tdm_status_t tdm_frame_decode_transfer_info(const uint8_t *body, size_t len,
 /* ---- STATUS ---- */
 
 tdm_status_t tdm_frame_encode_status(const tdm_frame_status_t *f, const uint64_t *checksums,
-                                     uint8_t *buf, size_t cap, size_t *ret_len)
+                                     const uint64_t *seg_sums, uint8_t *buf, size_t cap,
+                                     size_t *ret_len)
 {
     wr_t w;
     if (f->n_top > TDM_FRAME_MAX_TOP || f->n_checksums > TDM_FRAME_MAX_IDS ||
-        f->message.len > TDM_FRAME_MAX_MSG)
+        f->message.len > TDM_FRAME_MAX_MSG || f->n_seg_sums > TDM_FRAME_MAX_SEG_SUMS ||
+        (f->n_seg_sums && (!seg_sums || !f->n_checksums)))
         return TDM_ERR_INVAL;
     w_begin(&w, buf, cap);
     w_u64(&w, f->room);
@@ -411,6 +413,11 @@ tdm_status_t tdm_frame_encode_status(const tdm_frame_status_t *f, const uint64_t
     for (uint32_t i = 0; i < f->n_checksums; i++)
         w_u64(&w, checksums[i]);
     w_blob(&w, f->message);
+    if (f->n_seg_sums) { /* the optional trailer (docs/contracts.md §d "Segment sums") */
+        w_u32(&w, f->n_seg_sums);
+        for (uint32_t i = 0; i < f->n_seg_sums; i++)
+            w_u64(&w, seg_sums[i]);
+    }
     return w_end(&w, TDM_FRAME_STATUS, ret_len);
 }
 
@@ -441,6 +448,12 @@ tdm_status_t tdm_frame_decode_status(const uint8_t *body, size_t len, tdm_frame_
     if (!r.bad && f.n_checksums > 0 && f.chunk_tokens == 0)
         r_fail(&r, "chunk_tokens");
     f.message = r_blob(&r, TDM_FRAME_MAX_MSG, "message");
+    if (!r.bad && r.off < r.len) { /* the optional segment-sum trailer */
+        f.n_seg_sums = r_u32(&r, "seg_sums count");
+        if (!r.bad && (f.n_seg_sums == 0 || f.n_checksums == 0))
+            r_fail(&r, "seg_sums count");
+        f.seg_sums = r_array(&r, f.n_seg_sums, TDM_FRAME_MAX_SEG_SUMS, 8, "seg_sums");
+    }
     TDM_TRY(r_done(&r, why, why_len));
     *ret = f;
     return TDM_OK;

@@ -154,7 +154,8 @@ tdm_status_t tdm_hicache_init(const tdm_hicache_cfg_t *cfg, const tdm_kv_buffers
     hc->dv = cfg->dev;
     hc->base = hc->dv ? hc->dv->host_alloc(bytes) : aligned_alloc(TDM_KV_REGION_ALIGN, bytes);
     hc->toks = calloc((size_t)n * hc->ps, sizeof(int32_t));
-    hc->ck = calloc((size_t)n * hc->L, sizeof(uint64_t));
+    hc->S = hc->dlayout.n_sub;
+    hc->ck = calloc((size_t)n * hc->L * hc->S, sizeof(uint64_t));
     hc->ents = calloc(n, sizeof(hent_t));
     hc->free_list = calloc(n, sizeof(uint32_t));
     if (!hc->base || !hc->toks || !hc->ck || !hc->ents || !hc->free_list) {
@@ -296,14 +297,13 @@ uint8_t *tdm_hicache_host_addr(const tdm_hicache_t *hc, uint32_t hp, uint32_t la
            (uint64_t)hp * hc->hlayout.sub[sub].page_stride;
 }
 
-/* Per layer: XXH64 over every device sub-buffer of the page, chained in sub order. */
-uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer)
+/* Per (page, layer, sub-buffer): XXH64 (seed 0) of the device sub-buffer's page, full device
+ * stride — each sub-buffer on its own, so a mismatch names it (the same bytes, hashed once). */
+uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer,
+                                  uint32_t sub)
 {
-    uint64_t h = 0;
-    for (uint32_t s = 0; s < hc->dlayout.n_sub; s++)
-        h = tdm_hash_xxh64(tdm_kv_slot(&hc->dev, layer, (tdm_kv_sub_t)s, page, 0),
-                           hc->dlayout.sub[s].page_stride, h);
-    return h;
+    return tdm_hash_xxh64(tdm_kv_slot(&hc->dev, layer, (tdm_kv_sub_t)sub, page, 0),
+                          hc->dlayout.sub[sub].page_stride, 0);
 }
 
 /* ---------------------------------------------------------------- index */
@@ -369,9 +369,10 @@ int tdm_hicache_contains(tdm_hicache_t *hc, uint64_t hash, uint64_t parent, cons
 static tdm_status_t store_bytes(tdm_hicache_t *hc, uint32_t page, uint32_t hp)
 {
     if (hc->dv)
-        return hc->dv->store(hc->dh, page, hp, hc->ck + (size_t)hp * hc->L);
+        return hc->dv->store(hc->dh, page, hp, hc->ck + (size_t)hp * hc->L * hc->S);
     for (uint32_t l = 0; l < hc->L; l++) {
-        hc->ck[(size_t)hp * hc->L + l] = tdm_hicache_dev_checksum(hc, page, l);
+        for (uint32_t s = 0; s < hc->S; s++)
+            hc->ck[((size_t)hp * hc->L + l) * hc->S + s] = tdm_hicache_dev_checksum(hc, page, l, s);
         for (uint32_t s = 0; s < hc->n_copy_sub; s++)
             memcpy(tdm_hicache_host_addr(hc, hp, l, s),
                    tdm_kv_slot(&hc->dev, l, (tdm_kv_sub_t)s, page, 0), hc->copy_bytes[s]);
@@ -447,23 +448,25 @@ static tdm_status_t replica_store(tdm_hicache_t *hc, uint32_t page, uint32_t hp)
 static void replica_retire_keep(tdm_hicache_t *hc, uint64_t upto)
 {
     while (hc->rep_retired < upto && hc->rep_retired + 1 < hc->next_ticket) {
-        uint32_t page = 0, layer = 0;
+        uint32_t page = 0, layer = 0, sub = 0;
         uint64_t t = ++hc->rep_retired;
-        if (tdm_hicache_wait(hc, t, &page, &layer) != TDM_OK && !hc->rep_bad_ticket) {
+        if (tdm_hicache_wait(hc, t, &page, &layer, &sub) != TDM_OK && !hc->rep_bad_ticket) {
             hc->rep_bad_ticket = t;
             hc->rep_bad_page = page;
             hc->rep_bad_layer = layer;
+            hc->rep_bad_sub = sub;
         }
     }
 }
 
 void tdm_hicache_replica_retire(tdm_hicache_t *hc, uint64_t upto, uint64_t *ret_ticket,
-                                uint32_t *ret_page, uint32_t *ret_layer)
+                                uint32_t *ret_page, uint32_t *ret_layer, uint32_t *ret_sub)
 {
     replica_retire_keep(hc, upto);
     *ret_ticket = hc->rep_bad_ticket;
     *ret_page = hc->rep_bad_page;
     *ret_layer = hc->rep_bad_layer;
+    *ret_sub = hc->rep_bad_sub;
     hc->rep_bad_ticket = 0;
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <tdm/log.h>
 #include <tdm/mem.h>
 
 #include "dataplane/kv/hicache_int.h"
@@ -69,7 +70,7 @@ tdm_status_t tdm_hicache_load(tdm_hicache_t *hc, const uint32_t *host, const uin
     j->n = n;
     j->verify = hc->cfg.verify_every && hc->loads % hc->cfg.verify_every == 0;
     j->result = TDM_OK;
-    j->bad_page = j->bad_layer = 0;
+    j->bad_page = j->bad_layer = j->bad_sub = 0;
     if (hc->cfg.poison && hc->dv) {
         tdm_status_t st = hc->dv->poison(hc->dh, dev, n);
         if (st != TDM_OK)
@@ -121,7 +122,7 @@ void *tdm_hicache_layer_event(void *ctx, uint64_t ticket, uint32_t layer)
 }
 
 tdm_status_t tdm_hicache_wait(tdm_hicache_t *hc, uint64_t ticket, uint32_t *ret_page,
-                              uint32_t *ret_layer)
+                              uint32_t *ret_layer, uint32_t *ret_sub)
 {
     hjob_t *j = ticket ? job_of(hc, ticket) : NULL;
     if (!j)
@@ -142,6 +143,8 @@ tdm_status_t tdm_hicache_wait(tdm_hicache_t *hc, uint64_t ticket, uint32_t *ret_
             *ret_page = j->bad_page;
         if (ret_layer)
             *ret_layer = j->bad_layer;
+        if (ret_sub)
+            *ret_sub = j->bad_sub;
     }
     pthread_mutex_lock(&hc->mu);
     j->ticket = 0;
@@ -187,6 +190,16 @@ static void copy_layer(tdm_hicache_t *hc, const hjob_t *j, uint32_t l)
     __atomic_fetch_add(&hc->load_bytes, moved, __ATOMIC_RELAXED);
 }
 
+/* The first mismatching (layer, device page, sub-buffer) of a verified load. */
+static void verify_failed(tdm_hicache_t *hc, hjob_t *j, uint32_t page, uint32_t layer, uint32_t sub)
+{
+    __atomic_fetch_add(&hc->verify_failures, 1, __ATOMIC_RELAXED);
+    j->result = TDM_ERR_CORRUPT;
+    j->bad_page = page;
+    j->bad_layer = layer;
+    j->bad_sub = sub;
+}
+
 /* The device half: each layer's copies enqueued on the copy stream and its event recorded before
  * the publish; the verification on the device destination once every layer landed. */
 static void run_job_dev(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
@@ -208,7 +221,7 @@ static void run_job_dev(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
         /* published even after a failure: nobody waits forever; the result says CUDA */
         tdm_kv_gate_publish(hc->gate, ticket, l);
     }
-    size_t need = (size_t)j->n * hc->L;
+    size_t need = (size_t)j->n * hc->L * hc->S;
     if (j->verify && need > hc->vck_cap) {
         free(hc->vck);
         hc->vck = malloc(need * sizeof(uint64_t));
@@ -225,25 +238,47 @@ static void run_job_dev(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
     if (!ck)
         return;
     __atomic_fetch_add(&hc->verified, 1, __ATOMIC_RELAXED);
+    const uint32_t S = hc->S;
     for (uint32_t l = 0; l < hc->L; l++)
         for (uint32_t i = 0; i < j->n; i++)
-            if (ck[(size_t)i * hc->L + l] != hc->ck[(size_t)j->host[i] * hc->L + l]) {
-                __atomic_fetch_add(&hc->verify_failures, 1, __ATOMIC_RELAXED);
-                j->result = TDM_ERR_CORRUPT;
-                j->bad_page = j->dev[i];
-                j->bad_layer = l;
-                return;
-            }
+            for (uint32_t s = 0; s < S; s++)
+                if (ck[((size_t)i * hc->L + l) * S + s] !=
+                    hc->ck[((size_t)j->host[i] * hc->L + l) * S + s]) {
+                    verify_failed(hc, j, j->dev[i], l, s);
+                    return;
+                }
+}
+
+/* flip_host_bits (docs/contracts.md §e): the top exponent bit of the first element of one
+ * (layer, sub-buffer) of the job's first host page, the layer and sub-buffer drawn at random;
+ * the log line is the injected truth the checks of the evidence compare with. */
+static void flip_host_bits(tdm_hicache_t *hc, const hjob_t *j)
+{
+    if (!hc->flip_rng)
+        hc->flip_rng = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull | 1;
+    uint64_t v = hc->flip_rng;
+    v ^= v << 13;
+    v ^= v >> 7;
+    v ^= v << 17;
+    hc->flip_rng = v;
+    const uint32_t layer = (uint32_t)(v % hc->L);
+    const uint32_t s = (uint32_t)((v >> 32) % (hc->n_copy_sub ? hc->n_copy_sub : 1));
+    size_t esz = tdm_dtype_size(hc->hlayout.sub[s].dtype);
+    if (esz == 0 || esz > hc->copy_bytes[s])
+        esz = 1;
+    uint8_t *p = tdm_hicache_host_addr(hc, j->host[0], layer, s);
+    p[esz - 1] ^= 0x40;
+    tdm_warn(TDM_SUB_KV,
+             "msg=\"fault flip_host_bits: bit flipped\" rank=%u host_page=%u page=%u layer=%u "
+             "sub=%s",
+             hc->cfg.rank, j->host[0], j->dev[0], layer, tdm_kv_sub_name((tdm_kv_sub_t)s));
 }
 
 static void run_job(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
 {
     uint32_t ms = 0;
-    if (hc->cfg.fault && hc->cfg.fault(hc->cfg.fault_ctx, TDM_HICACHE_FAULT_FLIP_BITS, &ms)) {
-        /* the top exponent bit of the first K element of the job's first page, layer 0 */
-        uint8_t *p = tdm_hicache_host_addr(hc, j->host[0], 0, TDM_KV_SUB_K);
-        p[hc->dlayout.kv_dtype == TDM_DTYPE_FP8_E4M3 ? 0 : 1] ^= 0x40;
-    }
+    if (hc->cfg.fault && hc->cfg.fault(hc->cfg.fault_ctx, TDM_HICACHE_FAULT_FLIP_BITS, &ms))
+        flip_host_bits(hc, j);
     if (hc->dv) {
         run_job_dev(hc, j, ticket);
         return;
@@ -259,14 +294,12 @@ static void run_job(tdm_hicache_t *hc, hjob_t *j, uint64_t ticket)
     __atomic_fetch_add(&hc->verified, 1, __ATOMIC_RELAXED);
     for (uint32_t l = 0; l < hc->L; l++)
         for (uint32_t i = 0; i < j->n; i++)
-            if (tdm_hicache_dev_checksum(hc, j->dev[i], l) !=
-                hc->ck[(size_t)j->host[i] * hc->L + l]) {
-                __atomic_fetch_add(&hc->verify_failures, 1, __ATOMIC_RELAXED);
-                j->result = TDM_ERR_CORRUPT;
-                j->bad_page = j->dev[i];
-                j->bad_layer = l;
-                return;
-            }
+            for (uint32_t s = 0; s < hc->S; s++)
+                if (tdm_hicache_dev_checksum(hc, j->dev[i], l, s) !=
+                    hc->ck[((size_t)j->host[i] * hc->L + l) * hc->S + s]) {
+                    verify_failed(hc, j, j->dev[i], l, s);
+                    return;
+                }
 }
 
 static void *copy_main(void *arg)

@@ -22,7 +22,7 @@ typedef struct hjob {
     uint32_t *host, *dev;
     int verify, state;
     tdm_status_t result;
-    uint32_t bad_page, bad_layer;
+    uint32_t bad_page, bad_layer, bad_sub;
 } hjob_t;
 
 struct tdm_hicache {
@@ -45,7 +45,8 @@ struct tdm_hicache {
     /* index (scheduler thread) */
     hent_t *ents;
     int32_t *toks;
-    uint64_t *ck; /* [page][layer]: XXH64 of the device source */
+    uint64_t *ck; /* [page][layer][sub]: XXH64 of the device source's sub-buffer */
+    uint32_t S;   /* sub-buffers per (page, layer) in ck: the device layout's n_sub */
     int32_t *bucket;
     uint32_t mask;
     int32_t mru, lru;
@@ -66,7 +67,8 @@ struct tdm_hicache {
     uint32_t jr_n, jr_cap;
     uint64_t rep_retired; /* replica: every ticket up to this one is retired */
     uint64_t rep_bad_ticket;
-    uint32_t rep_bad_page, rep_bad_layer;
+    uint32_t rep_bad_page, rep_bad_layer, rep_bad_sub;
+    uint64_t flip_rng; /* copy thread: flip_host_bits' choice of (layer, sub-buffer) */
 };
 
 /* job slot of a ticket (under mu or on the scheduler thread) */
@@ -74,7 +76,8 @@ int32_t tdm_hicache_job_slot(tdm_hicache_t *hc, uint64_t ticket);
 /* the gate's event source with a device half: the event of (ticket's job slot, layer) */
 void *tdm_hicache_layer_event(void *ctx, uint64_t ticket, uint32_t layer);
 uint8_t *tdm_hicache_host_addr(const tdm_hicache_t *hc, uint32_t hp, uint32_t layer, uint32_t sub);
-uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer);
+uint64_t tdm_hicache_dev_checksum(const tdm_hicache_t *hc, uint32_t page, uint32_t layer,
+                                  uint32_t sub);
 void tdm_hicache_drop(tdm_hicache_t *hc, uint32_t hp);
 void tdm_hicache_journal_put(tdm_hicache_t *hc, const uint32_t *w, uint32_t n);
 tdm_status_t tdm_hicache_copy_start(tdm_hicache_t *hc);

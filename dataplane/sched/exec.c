@@ -203,6 +203,8 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
             hcfg.fault = cfg->faults ? hicache_fault : NULL;
             hcfg.journal = cfg->tp_size > 1 && cfg->rank == 0;
             hcfg.replica = cfg->rank > 0;
+            hcfg.rank = cfg->rank;
+            hcfg.rank = cfg->rank;
             hcfg.fault_ctx = x;
             st = tdm_hicache_init(&hcfg, x->cu->exec_kv(x->cuda), &x->hc, err, err_len);
             if (st != TDM_OK)
@@ -250,6 +252,7 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         /* TP > 1: rank 0's tier decides and journals; followers replay it (docs/design.md §I1) */
         hcfg.journal = cfg->tp_size > 1 && cfg->rank == 0;
         hcfg.replica = cfg->rank > 0;
+        hcfg.rank = cfg->rank;
         hcfg.fault_ctx = x;
         st = tdm_hicache_init(&hcfg, tdm_kv_pool_buffers(x->pool), &x->hc, err, err_len);
         if (st != TDM_OK)
@@ -383,28 +386,33 @@ static void tier_room(tdm_exec_t *x, uint32_t words)
  * knows of a follower's bad shard before it sends a token computed from it. */
 static tdm_status_t tier_gather(tdm_exec_t *x, uint64_t need, tdm_exec_iter_t *it)
 {
-    uint32_t mine[4] = {0, 0, 0, 0}, page = 0, layer = 0;
+    enum { W = 5 }; /* ticket lo, ticket hi, page, layer, sub-buffer */
+    uint32_t mine[W] = {0, 0, 0, 0, 0}, page = 0, layer = 0, sub = 0;
     uint64_t bad = 0;
     if (x->cfg.rank > 0)
-        tdm_hicache_replica_retire(x->hc, need, &bad, &page, &layer);
+        tdm_hicache_replica_retire(x->hc, need, &bad, &page, &layer, &sub);
     mine[0] = (uint32_t)bad;
     mine[1] = (uint32_t)(bad >> 32);
     mine[2] = page;
     mine[3] = layer;
+    mine[4] = sub;
     if (bad)
         tdm_err(TDM_SUB_SCHED,
-                "msg=\"HiCache load failed verification\" rank=%u ticket=%llu page=%u layer=%u",
-                x->cfg.rank, (unsigned long long)bad, page, layer);
-    uint32_t *all = tdm_calloc((size_t)x->cfg.tp_size * 4, sizeof(uint32_t));
+                "msg=\"HiCache load failed verification\" rank=%u ticket=%llu page=%u layer=%u "
+                "sub=%s",
+                x->cfg.rank, (unsigned long long)bad, page, layer,
+                tdm_kv_sub_name((tdm_kv_sub_t)sub));
+    uint32_t *all = tdm_calloc((size_t)x->cfg.tp_size * W, sizeof(uint32_t));
     tdm_status_t st = tdm_comm_allgather(x->cfg.tensor, mine, all, sizeof(mine));
     for (uint32_t r = 1; st == TDM_OK && it && r < x->cfg.tp_size && !it->tier_bad_ticket; r++) {
-        uint64_t t = all[r * 4] | (uint64_t)all[r * 4 + 1] << 32;
+        uint64_t t = all[r * W] | (uint64_t)all[r * W + 1] << 32;
         if (!t)
             continue;
         it->tier_bad_ticket = t;
         it->tier_bad_rank = r;
-        it->tier_bad_page = all[r * 4 + 2];
-        it->tier_bad_layer = all[r * 4 + 3];
+        it->tier_bad_page = all[r * W + 2];
+        it->tier_bad_layer = all[r * W + 3];
+        it->tier_bad_sub = all[r * W + 4];
     }
     tdm_free(all);
     return st;

@@ -84,24 +84,27 @@ static void hc_event(tdm_sched_t *s, const char *type, const char *reason, json_
 }
 
 /* Wait for r's host-tier load and its verification; a mismatch is CORRUPTION evidence
- * (hicache_load_mismatch naming the device page and the layer) and marks r's KV bad. Returns 0
- * when r's KV is bad. */
+ * (hicache_load_mismatch naming rank 0, the device page, the layer and the sub-buffer) and marks
+ * r's KV bad. Returns 0 when r's KV is bad. */
 static int hc_retire(tdm_sched_t *s, tdm_sreq_t *r)
 {
-    uint32_t page = 0, layer = 0;
+    uint32_t page = 0, layer = 0, sub = 0;
     if (!r->load_ticket)
         return !r->kv_bad;
-    tdm_status_t st = tdm_hicache_wait(s->hc, r->load_ticket, &page, &layer);
+    tdm_status_t st = tdm_hicache_wait(s->hc, r->load_ticket, &page, &layer, &sub);
     r->load_ticket = 0;
     if (st == TDM_OK)
         return !r->kv_bad;
     r->kv_bad = 1;
     s->st.corruption_events++;
-    tdm_err(TDM_SUB_SCHED, "msg=\"HiCache load failed verification\" req=%llu page=%u layer=%u",
-            (unsigned long long)r->id, page, layer);
+    const char *sn = tdm_kv_sub_name((tdm_kv_sub_t)sub);
+    tdm_err(TDM_SUB_SCHED,
+            "msg=\"HiCache load failed verification\" req=%llu rank=0 page=%u layer=%u sub=%s",
+            (unsigned long long)r->id, page, layer, sn);
     hc_event(s, "hicache_load_mismatch", "host tier load checksum mismatch",
-             json_pack("{s:[i],s:i,s:s,s:I}", "pages", (json_int_t)page, "layer", (json_int_t)layer,
-                       "tier", "host", "req", (json_int_t)r->id));
+             json_pack("{s:[i],s:i,s:s,s:s,s:I,s:i}", "pages", (json_int_t)page, "layer",
+                       (json_int_t)layer, "sub", sn, "tier", "host", "req", (json_int_t)r->id,
+                       "rank", 0));
     return 0;
 }
 
@@ -309,11 +312,13 @@ static void hc_check_followers(tdm_sched_t *s, tdm_exec_iter_t *it)
     s->st.corruption_events++;
     tdm_err(TDM_SUB_SCHED,
             "msg=\"HiCache load failed verification on a follower\" rank=%u ticket=%llu page=%u "
-            "layer=%u",
-            it->tier_bad_rank, (unsigned long long)t, it->tier_bad_page, it->tier_bad_layer);
+            "layer=%u sub=%s",
+            it->tier_bad_rank, (unsigned long long)t, it->tier_bad_page, it->tier_bad_layer,
+            tdm_kv_sub_name((tdm_kv_sub_t)it->tier_bad_sub));
     hc_event(s, "hicache_load_mismatch", "host tier load checksum mismatch",
-             json_pack("{s:[i],s:i,s:s,s:i}", "pages", (json_int_t)it->tier_bad_page, "layer",
-                       (json_int_t)it->tier_bad_layer, "tier", "host", "rank",
+             json_pack("{s:[i],s:i,s:s,s:s,s:i}", "pages", (json_int_t)it->tier_bad_page, "layer",
+                       (json_int_t)it->tier_bad_layer, "sub",
+                       tdm_kv_sub_name((tdm_kv_sub_t)it->tier_bad_sub), "tier", "host", "rank",
                        (int)it->tier_bad_rank));
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < it->n_reqs; i++) {

@@ -151,7 +151,7 @@ typedef struct tdm_exec_iter {
     uint32_t *tier;
     uint32_t tier_words, tier_cap;
     uint64_t tier_bad_ticket;
-    uint32_t tier_bad_rank, tier_bad_page, tier_bad_layer;
+    uint32_t tier_bad_rank, tier_bad_page, tier_bad_layer, tier_bad_sub;
     tdm_status_t status;
 } tdm_exec_iter_t;
 

@@ -71,6 +71,32 @@ tdm_status_t tdm_worker_pd_check(const tdm_worker_config_t *cfg, tdm_sched_pd_t 
 /* Engine events: telemetry (docs/contracts.md §c; every KVPoll transition is a "kvpoll" event) and
  * a wake-up for the scheduler. Called with engine locks held: the reporter only queues, the kick
  * only takes the scheduler's intake lock, under which the scheduler never calls the engine. */
+/* A checksum mismatch's where as the event's data (docs/contracts.md §c, §d "Segment sums"):
+ * {"pages":[page],"rank","chunk","pages_differ","pages_total"} and, when the STATUS carried
+ * segment sums, {"layer","sub","seg_rank","segments_differ","segments_total"}. */
+static json_t *mismatch_data(const tdm_xfer_mismatch_t *m)
+{
+    json_t *d = json_pack("{s:I,s:I}", "pages_differ", (json_int_t)m->pages_differ, "pages_total",
+                          (json_int_t)m->pages_total);
+    if (!d)
+        return NULL;
+    if (m->has_page) {
+        json_object_set_new(d, "pages", json_pack("[I]", (json_int_t)m->page));
+        json_object_set_new(d, "rank", json_integer(m->rank));
+        json_object_set_new(d, "chunk", json_integer(m->chunk));
+    }
+    if (m->has_segment) {
+        json_object_set_new(d, "seg_rank", json_integer(m->seg_rank));
+        json_object_set_new(d, "layer", json_integer(m->layer));
+        json_object_set_new(d, "sub", json_string(tdm_kv_sub_name((tdm_kv_sub_t)m->sub)));
+    }
+    if (m->segs_total) {
+        json_object_set_new(d, "segments_differ", json_integer(m->segs_differ));
+        json_object_set_new(d, "segments_total", json_integer(m->segs_total));
+    }
+    return d;
+}
+
 static void pd_event(void *ctx, const tdm_xfer_event_t *ev)
 {
     tdm_worker_t *w = ctx;
@@ -79,7 +105,7 @@ static void pd_event(void *ctx, const tdm_xfer_event_t *ev)
         int kv = !strcmp(ev->type, "kvpoll");
         (void)rep->event(rep->ctx, ev->type, ev->room ? &ev->room : NULL,
                          kv ? tdm_kvpoll_name(ev->from) : NULL, kv ? tdm_kvpoll_name(ev->to) : NULL,
-                         ev->reason, NULL);
+                         ev->reason, ev->mismatch ? mismatch_data(ev->mismatch) : NULL);
     }
     tdm_sched_t *s = atomic_load(&w->kick);
     if (s)

@@ -48,7 +48,7 @@ static void refuse(tdm_xfer_t *x, int fd, const char *why)
     f.state = TDM_KVPOLL_FAILED;
     f.message.data = (const uint8_t *)why;
     f.message.len = (uint32_t)strnlen(why, TDM_FRAME_MAX_MSG);
-    if (tdm_frame_encode_status(&f, NULL, buf, sizeof(buf), &len) == TDM_OK)
+    if (tdm_frame_encode_status(&f, NULL, NULL, buf, sizeof(buf), &len) == TDM_OK)
         tdm_xfer_write_all(fd, buf, len, 500000);
 }
 

@@ -1,8 +1,10 @@
 /*
  * checksum.c — the corruption detectors of a transfer: one xxh64 per chunk (one page of one rank:
  * every layer and sub-buffer of that page, in layer-major, sub-buffer order), computed by prefill
- * over the bytes it wrote and by decode over its own memory before the KV is used; and the aux
- * slot codec, whose magic and room id decode checks.
+ * over the bytes it wrote and by decode over its own memory before the KV is used; the segment
+ * sums (per rank and (layer, sub-buffer), the fold over the room's pages of the same segment
+ * hashes) that let decode name the layer and sub-buffer of a mismatch (docs/contracts.md §d); and
+ * the aux slot codec, whose magic and room id decode checks.
  */
 #include "config.h"
 
@@ -22,6 +24,41 @@ uint64_t tdm_xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page)
             h = tdm_hash_combine(h, tdm_hash_xxh64(p, l->sub[s].page_stride, 0));
         }
     return h;
+}
+
+void tdm_xfer_page_sums(const tdm_kv_buffers_t *kv, const uint32_t *pages, uint32_t n,
+                        uint64_t *ret_sums, uint64_t *ret_seg)
+{
+    const tdm_kv_layout_t *l = kv->layout;
+    const uint32_t per = l->num_layers * l->n_sub;
+    if (ret_seg)
+        memset(ret_seg, 0, (size_t)per * sizeof(uint64_t));
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t h = 0;
+        for (uint32_t layer = 0, k = 0; layer < l->num_layers; layer++)
+            for (uint32_t s = 0; s < l->n_sub; s++, k++) {
+                const uint8_t *p = tdm_kv_slot(kv, layer, (tdm_kv_sub_t)s, pages[i], 0);
+                uint64_t seg = tdm_hash_xxh64(p, l->sub[s].page_stride, 0);
+                h = tdm_hash_combine(h, seg);
+                if (ret_seg)
+                    ret_seg[k] = tdm_hash_combine(ret_seg[k], seg);
+            }
+        ret_sums[i] = h;
+    }
+}
+
+uint32_t tdm_xfer_seg_count(const tdm_xfer_t *x, uint32_t rank)
+{
+    const tdm_kv_layout_t *l = x->cfg.kv[rank]->layout;
+    return l->num_layers * l->n_sub;
+}
+
+uint32_t tdm_xfer_seg_total(const tdm_xfer_t *x)
+{
+    uint32_t n = 0;
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++)
+        n += tdm_xfer_seg_count(x, rank);
+    return n;
 }
 
 uint64_t tdm_xfer_room_sum_bytes(const tdm_xfer_t *x, uint32_t n_pages)

@@ -405,7 +405,8 @@ static tdm_status_t scratch(xfer_cuda_t *c, size_t pages, size_t segs)
 }
 
 static tdm_status_t page_sums_locked(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums)
+                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums,
+                                     uint64_t *ret_seg)
 {
     const tdm_kv_layout_t *l = kv->layout;
     const size_t per = (size_t)l->num_layers * l->n_sub;
@@ -422,25 +423,35 @@ static tdm_status_t page_sums_locked(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
                            c->sum_stream),
            "cudaMemcpyAsync (hashes)");
     CU_TRY(cudaStreamSynchronize(c->sum_stream), "cudaStreamSynchronize (checksums)");
-    /* the fold of tdm_xfer_page_sum: layer-major, sub-buffer order, from 0 */
+    /* the folds of tdm_xfer_page_sums: per page layer-major, sub-buffer order, from 0; per
+     * segment over the pages in order */
+    if (ret_seg)
+        memset(ret_seg, 0, per * sizeof(uint64_t));
     for (uint32_t i = 0; i < n; i++) {
         uint64_t h = 0;
-        for (size_t k = 0; k < per; k++)
+        for (size_t k = 0; k < per; k++) {
             h = tdm_hash_combine(h, c->h_seg[(size_t)i * per + k]);
+            if (ret_seg)
+                ret_seg[k] = tdm_hash_combine(ret_seg[k], c->h_seg[(size_t)i * per + k]);
+        }
         ret_sums[i] = h;
     }
     return TDM_OK;
 }
 
 tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums)
+                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums,
+                                     uint64_t *ret_seg)
 {
     if (!c || !kv || !kv->layout || !kv->base || (n && (!pages || !ret_sums)))
         return TDM_ERR_INVAL;
-    if (n == 0)
+    if (n == 0) {
+        if (ret_seg)
+            memset(ret_seg, 0, (size_t)kv->layout->num_layers * kv->layout->n_sub * 8);
         return TDM_OK;
+    }
     pthread_mutex_lock(&c->mu);
-    tdm_status_t st = page_sums_locked(c, kv, pages, n, ret_sums);
+    tdm_status_t st = page_sums_locked(c, kv, pages, n, ret_sums, ret_seg);
     pthread_mutex_unlock(&c->mu);
     return st;
 }

@@ -70,9 +70,12 @@ void tdm_xfer_cuda_fence_free(xfer_cuda_t *c, void *ev);
 void *tdm_xfer_cuda_stream(xfer_cuda_t *c);
 /* Wait until every queued copy finished (error paths). */
 void tdm_xfer_cuda_drain(xfer_cuda_t *c);
-/* One checksum per page over device pool `kv` (== tdm_xfer_page_sum of the same bytes). */
+/* One checksum per page over device pool `kv` (== tdm_xfer_page_sum of the same bytes) and, when
+ * ret_seg is not NULL, the num_layers x n_sub segment sums of tdm_xfer_page_sums (folded on the
+ * host from the same per-segment GPU hashes). */
 tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
-                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums);
+                                     const uint32_t *pages, uint32_t n, uint64_t *ret_sums,
+                                     uint64_t *ret_seg);
 /* Fault injection: *dev_byte ^= mask in device memory. */
 tdm_status_t tdm_xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask);
 #else
@@ -146,9 +149,9 @@ static inline void *tdm_xfer_cuda_stream(xfer_cuda_t *c)
 }
 static inline tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
                                                    const uint32_t *pages, uint32_t n,
-                                                   uint64_t *ret_sums)
+                                                   uint64_t *ret_sums, uint64_t *ret_seg)
 {
-    (void)c, (void)kv, (void)pages, (void)n, (void)ret_sums;
+    (void)c, (void)kv, (void)pages, (void)n, (void)ret_sums, (void)ret_seg;
     return TDM_ERR_UNSUPPORTED;
 }
 static inline tdm_status_t tdm_xfer_cuda_flip(xfer_cuda_t *c, uint8_t *dev_byte, uint8_t mask)

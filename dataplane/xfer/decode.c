@@ -158,11 +158,27 @@ static void on_status(tdm_xfer_t *x, const uint8_t *body, uint32_t len)
                                   "STATUS checksums do not match room");
             break;
         }
+        if (f.n_seg_sums && f.n_seg_sums != tdm_xfer_seg_total(x)) {
+            /* the trailer must cover every rank's (layer, sub-buffer) of this pool */
+            x->st.frames_malformed++;
+            snprintf(why, sizeof(why),
+                     "STATUS seg_sums: count %u != %u (ranks x layers x sub-buffers)", f.n_seg_sums,
+                     tdm_xfer_seg_total(x));
+            tdm_warn(TDM_SUB_XFER, "room %016llx: %s", (unsigned long long)f.room, why);
+            tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_FAILED, why);
+            break;
+        }
         r->n_sums = f.n_checksums;
         if (f.n_checksums) {
             r->sums = tdm_calloc(f.n_checksums, sizeof(uint64_t));
             for (uint32_t i = 0; i < f.n_checksums; i++)
                 r->sums[i] = tdm_frame_u64_at(f.checksums, i);
+        }
+        r->n_seg_sums = f.n_seg_sums; /* 0: a prefill without the trailer (rank and page only) */
+        if (f.n_seg_sums) {
+            r->seg_sums = tdm_calloc(f.n_seg_sums, sizeof(uint64_t));
+            for (uint32_t i = 0; i < f.n_seg_sums; i++)
+                r->seg_sums[i] = tdm_frame_u64_at(f.seg_sums, i);
         }
         tdm_xfer_room_set_all(x, f.room, TDM_KVPOLL_SUCCESS, "prefill flushed");
         break;
@@ -293,11 +309,85 @@ void tdm_xfer_decode_tick(tdm_xfer_t *x, uint64_t now)
     }
 }
 
+/* Decode's own page sums and segment sums of the room against prefill's: 0 when they agree;
+ * else 1 with the evidence in why and *m (docs/contracts.md §d "Segment sums"): the first
+ * mismatching page (rank-major) names rank, page and chunk; the first mismatching segment sum
+ * (rank-major, layer-major, sub-buffer order) names the layer and sub-buffer; then how many of
+ * each differ. */
+static int verify_sums(tdm_xfer_t *x, const xroom_t *r, char *why, size_t why_len,
+                       tdm_xfer_mismatch_t *m)
+{
+    const int have_seg = r->seg_sums && r->n_seg_sums == tdm_xfer_seg_total(x);
+    uint32_t per_max = 1, seg_off = 0;
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++)
+        if (tdm_xfer_seg_count(x, rank) > per_max)
+            per_max = tdm_xfer_seg_count(x, rank);
+    memset(m, 0, sizeof(*m));
+    m->pages_total = x->n_ranks * r->n_pages;
+    m->segs_total = have_seg ? r->n_seg_sums : 0;
+    uint64_t *mine = tdm_calloc(r->n_pages ? r->n_pages : 1, sizeof(uint64_t));
+    uint64_t *seg = tdm_calloc(per_max, sizeof(uint64_t));
+    for (uint32_t rank = 0; rank < x->n_ranks; rank++) {
+        const uint32_t per = tdm_xfer_seg_count(x, rank);
+        const uint32_t n_sub = x->cfg.kv[rank]->layout->n_sub;
+        if (tdm_xfer_kv_sums(x, rank, r->pages, r->n_pages, mine, have_seg ? seg : NULL) !=
+            TDM_OK) {
+            snprintf(why, why_len, "checksums of rank %u not computed", rank);
+            free(mine);
+            free(seg);
+            return 1;
+        }
+        for (uint32_t i = 0; i < r->n_pages; i++)
+            if (mine[i] != r->sums[(size_t)rank * r->n_pages + i] && m->pages_differ++ == 0) {
+                m->has_page = 1;
+                m->rank = rank;
+                m->page = r->pages[i];
+                m->chunk = i;
+            }
+        for (uint32_t k = 0; have_seg && k < per; k++)
+            if (seg[k] != r->seg_sums[seg_off + k] && m->segs_differ++ == 0) {
+                m->has_segment = 1;
+                m->seg_rank = rank;
+                m->layer = k / n_sub;
+                m->sub = k % n_sub;
+            }
+        seg_off += per;
+    }
+    free(mine);
+    free(seg);
+    if (!m->pages_differ && !m->segs_differ)
+        return 0;
+    int n;
+    if (m->has_page)
+        n = snprintf(why, why_len, "checksum mismatch: rank %u page %u (chunk %u)", m->rank,
+                     m->page, m->chunk);
+    else
+        n = snprintf(why, why_len, "checksum mismatch: page sums agree");
+    if (n < 0 || (size_t)n >= why_len)
+        return 1;
+    const char *sub = tdm_kv_sub_name((tdm_kv_sub_t)m->sub);
+    if (m->has_segment && (!m->has_page || m->seg_rank == m->rank))
+        snprintf(why + n, why_len - (size_t)n,
+                 " layer %u sub-buffer %s; %u of %u page(s), %u of %u segment(s) differ", m->layer,
+                 sub, m->pages_differ, m->pages_total, m->segs_differ, m->segs_total);
+    else if (m->has_segment)
+        snprintf(why + n, why_len - (size_t)n,
+                 ", rank %u layer %u sub-buffer %s; %u of %u page(s), %u of %u segment(s) differ",
+                 m->seg_rank, m->layer, sub, m->pages_differ, m->pages_total, m->segs_differ,
+                 m->segs_total);
+    else
+        snprintf(why + n, why_len - (size_t)n, "%s; %u of %u page(s) differ",
+                 have_seg ? ", segment sums agree"
+                          : ", layer and sub-buffer unknown (no segment sums in STATUS)",
+                 m->pages_differ, m->pages_total);
+    return 1;
+}
+
 tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t *ret_aux)
 {
     tdm_xfer_room_info_t info;
     tdm_xfer_aux_t aux;
-    char why[128] = "";
+    char why[256] = "";
     if (x->cfg.role != TDM_XFER_DECODE || !ret_aux)
         return TDM_ERR_INVAL;
     pthread_mutex_lock(&x->mu);
@@ -318,29 +408,17 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
     if (tdm_xfer_fault_fires(x, TDM_XFER_FAULT_FLIP_KV_BITS, &n_flip))
         tdm_xfer_flip_kv_bits(x, r, n_flip ? n_flip : 1);
 
-    int bad_sum = 0, bad_aux = 0;
+    int bad_sum = 0, bad_aux = 0, has_mm = 0;
+    tdm_xfer_mismatch_t mm;
     uint64_t t0 = tdm_time_mono_ns();
     if (!x->cfg.disable_checksums) {
         if (r->n_sums != x->n_ranks * r->n_pages) {
             bad_sum = 1;
             snprintf(why, sizeof(why), "no checksums in STATUS");
+        } else {
+            bad_sum = verify_sums(x, r, why, sizeof(why), &mm);
+            has_mm = mm.pages_differ || mm.segs_differ;
         }
-        uint64_t *mine = tdm_calloc(r->n_pages ? r->n_pages : 1, sizeof(uint64_t));
-        for (uint32_t rank = 0; rank < x->n_ranks && !bad_sum; rank++) {
-            if (tdm_xfer_kv_sums(x, rank, r->pages, r->n_pages, mine) != TDM_OK) {
-                bad_sum = 1;
-                snprintf(why, sizeof(why), "checksums of rank %u not computed", rank);
-                break;
-            }
-            for (uint32_t i = 0; i < r->n_pages; i++)
-                if (mine[i] != r->sums[(size_t)rank * r->n_pages + i]) {
-                    bad_sum = 1;
-                    snprintf(why, sizeof(why), "checksum mismatch: rank %u chunk %u (page %u)",
-                             rank, i, r->pages[i]);
-                    break;
-                }
-        }
-        free(mine);
     }
     if (!x->cfg.disable_checksums) {
         uint64_t dt = tdm_time_mono_ns() - t0;
@@ -366,8 +444,8 @@ tdm_status_t tdm_xfer_decode_commit(tdm_xfer_t *x, uint64_t room, tdm_xfer_aux_t
         x->st.aux_mismatch++;
     tdm_warn(TDM_SUB_XFER, "room %016llx corrupt: %s", (unsigned long long)room, why);
     /* the detector's vocabulary (docs/alerts.md): CORRUPTION opens on either */
-    tdm_xfer_emit(x, bad_sum ? "checksum_mismatch" : "aux_room_mismatch", room, TDM_KVPOLL_SUCCESS,
-                  TDM_KVPOLL_FAILED, why);
+    tdm_xfer_emit_mismatch(x, bad_sum ? "checksum_mismatch" : "aux_room_mismatch", room,
+                           TDM_KVPOLL_SUCCESS, TDM_KVPOLL_FAILED, why, has_mm ? &mm : NULL);
     tdm_xfer_room_set_all(x, room, TDM_KVPOLL_FAILED, why);
     pthread_mutex_unlock(&x->mu);
     return TDM_ERR_CORRUPT;
@@ -431,9 +509,15 @@ void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
         tdm_kv_sub_t sub = (v >> 40) & 1 ? TDM_KV_SUB_V : TDM_KV_SUB_K;
         uint32_t n_elem = l->sub[sub].bytes_per_token / (uint32_t)(esz ? esz : 1);
         uint32_t elem = (uint32_t)((v >> 41) % (n_elem ? n_elem : 1));
-        uint8_t *p =
-            tdm_kv_slot(kv, layer, sub, r->pages[tok / x->page_size - held], tok % x->page_size);
+        const uint32_t chunk = tok / x->page_size - held;
+        uint8_t *p = tdm_kv_slot(kv, layer, sub, r->pages[chunk], tok % x->page_size);
         tdm_xfer_kv_flip_byte(x, p + (size_t)elem * esz + esz - 1, 0x40); /* host or device */
+        /* the injected truth, for the checks of the evidence (tests/chaos/chaos.py, 3d) */
+        tdm_warn(TDM_SUB_XFER,
+                 "msg=\"fault flip_kv_bits: value flipped\" room=%016llx rank=%u page=%u "
+                 "chunk=%u layer=%u sub=%s token=%u element=%u",
+                 (unsigned long long)r->room, rank, r->pages[chunk], chunk, layer,
+                 tdm_kv_sub_name(sub), tok, elem);
     }
     tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: %u value(s) of room %016llx flipped", n,
              (unsigned long long)r->room);

@@ -101,19 +101,26 @@ void tdm_xroom_free(xroom_t *r)
     free(r->pages);
     free(r->src_pages);
     free(r->sums);
+    free(r->seg_sums);
     free(r->prompt);
     free(r);
 }
 
 /* ---- events ---- */
 
-void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
-                   tdm_kvpoll_t to, const char *reason)
+void tdm_xfer_emit_mismatch(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
+                            tdm_kvpoll_t to, const char *reason, const tdm_xfer_mismatch_t *m)
 {
     if (!x->cfg.on_event)
         return;
-    tdm_xfer_event_t ev = {tdm_xfer_now(), type, room, from, to, reason ? reason : ""};
+    tdm_xfer_event_t ev = {tdm_xfer_now(), type, room, from, to, reason ? reason : "", m};
     x->cfg.on_event(x->cfg.ctx, &ev);
+}
+
+void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
+                   tdm_kvpoll_t to, const char *reason)
+{
+    tdm_xfer_emit_mismatch(x, type, room, from, to, reason, NULL);
 }
 
 static void room_event_cb(void *ctx, const tdm_xfer_room_event_t *ev)

@@ -43,13 +43,12 @@ void tdm_xfer_kvmem_fini(tdm_xfer_t *x)
 }
 
 tdm_status_t tdm_xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
-                              uint64_t *ret_sums)
+                              uint64_t *ret_sums, uint64_t *ret_seg)
 {
     const tdm_kv_buffers_t *kv = x->cfg.kv[rank];
     if (x->cuda)
-        return tdm_xfer_cuda_page_sums(x->cuda, kv, pages, n, ret_sums);
-    for (uint32_t i = 0; i < n; i++)
-        ret_sums[i] = tdm_xfer_page_sum(kv, pages[i]);
+        return tdm_xfer_cuda_page_sums(x->cuda, kv, pages, n, ret_sums, ret_seg);
+    tdm_xfer_page_sums(kv, pages, n, ret_sums, ret_seg);
     return TDM_OK;
 }
 

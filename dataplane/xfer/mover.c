@@ -67,10 +67,14 @@ typedef struct room_write_stats {
 static void room_write(tdm_xfer_t *x, xroom_t *r, room_write_stats_t *ret)
 {
     uint64_t t0 = r->sums ? tdm_time_mono_ns() : 0;
-    for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++)
-        if (tdm_xfer_kv_sums(x, rank, r->src_pages, r->n_pages,
-                             r->sums + (size_t)rank * r->n_pages) != TDM_OK)
+    uint64_t *seg = r->seg_sums;
+    for (uint32_t rank = 0; r->sums && rank < x->n_ranks; rank++) {
+        if (tdm_xfer_kv_sums(x, rank, r->src_pages, r->n_pages, r->sums + (size_t)rank * r->n_pages,
+                             seg) != TDM_OK)
             r->put_error = 1;
+        if (seg)
+            seg += tdm_xfer_seg_count(x, rank);
+    }
     ret->sum_ns = r->sums ? tdm_time_mono_ns() - t0 : 0;
     tdm_xfer_ucx_put_room(x, r, &ret->puts, &ret->bytes);
     tdm_xfer_cuda_put_room(x, r, &ret->puts, &ret->bytes); /* device pool: KV copies + event */

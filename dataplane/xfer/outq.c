@@ -183,27 +183,43 @@ void tdm_xfer_out_flush(tdm_xfer_t *x, int is_recv)
         tdm_xfer_wake(x->wake_recv);
 }
 
-tdm_status_t tdm_xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
-                                 const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens)
+static tdm_status_t out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
+                               const uint64_t *sums, uint32_t n_sums, const uint64_t *seg_sums,
+                               uint32_t n_seg_sums, uint32_t chunk_tokens)
 {
     tdm_frame_status_t f;
-    size_t cap = 256 + TDM_FRAME_MAX_MSG + (size_t)n_sums * 8, len;
+    size_t cap = 256 + TDM_FRAME_MAX_MSG + ((size_t)n_sums + n_seg_sums) * 8, len;
     memset(&f, 0, sizeof(f));
     f.room = room;
     f.state = (uint8_t)state;
     f.chunk_tokens = chunk_tokens;
     f.n_checksums = n_sums;
+    f.n_seg_sums = n_sums ? n_seg_sums : 0;
     if (msg) {
         size_t n = strlen(msg);
         f.message.data = (const uint8_t *)msg;
         f.message.len = (uint32_t)(n > TDM_FRAME_MAX_MSG ? TDM_FRAME_MAX_MSG : n);
     }
     uint8_t *buf = tdm_malloc(cap);
-    tdm_status_t st = tdm_frame_encode_status(&f, sums, buf, cap, &len);
+    tdm_status_t st = tdm_frame_encode_status(&f, sums, seg_sums, buf, cap, &len);
     if (st == TDM_OK)
         st = tdm_xfer_out(x, buf, len);
     free(buf);
     return st;
+}
+
+tdm_status_t tdm_xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
+                                 const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens)
+{
+    return out_status(x, room, state, msg, sums, n_sums, NULL, 0, chunk_tokens);
+}
+
+tdm_status_t tdm_xfer_out_status_sums(tdm_xfer_t *x, uint64_t room, const uint64_t *sums,
+                                      uint32_t n_sums, const uint64_t *seg_sums,
+                                      uint32_t n_seg_sums, uint32_t chunk_tokens)
+{
+    return out_status(x, room, TDM_KVPOLL_SUCCESS, NULL, sums, n_sums, seg_sums, n_seg_sums,
+                      chunk_tokens);
 }
 
 tdm_status_t tdm_xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known)

@@ -247,8 +247,8 @@ void tdm_xfer_prefill_finalize(tdm_xfer_t *x, xroom_t *r)
         tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "transfer failed");
         return;
     }
-    tdm_xfer_out_status(x, r->room, TDM_KVPOLL_SUCCESS, NULL, r->sums, r->sums ? r->n_sums : 0,
-                        x->page_size);
+    tdm_xfer_out_status_sums(x, r->room, r->sums, r->sums ? r->n_sums : 0, r->seg_sums,
+                             r->seg_sums ? r->n_seg_sums : 0, x->page_size);
     tdm_xfer_room_info_t info;
     if (tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK) {
         static const uint64_t bounds[TDM_XFER_LAT_NB] = TDM_XFER_LAT_BOUNDS_US;
@@ -349,6 +349,8 @@ tdm_status_t tdm_xfer_prefill_send(tdm_xfer_t *x, uint64_t room, const uint32_t 
     if (!x->cfg.disable_checksums) {
         r->n_sums = x->n_ranks * n_pages;
         r->sums = tdm_calloc(r->n_sums, sizeof(uint64_t));
+        r->n_seg_sums = tdm_xfer_seg_total(x);
+        r->seg_sums = tdm_calloc(r->n_seg_sums, sizeof(uint64_t));
     }
     r->phase = XR_PUTTING;
     tdm_xfer_room_set_all(x, room, TDM_KVPOLL_TRANSFERRING, "send");

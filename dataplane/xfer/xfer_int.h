@@ -107,6 +107,8 @@ typedef struct xroom {
     uint8_t aux_wire[TDM_XFER_AUX_BYTES];
     uint64_t *sums;
     uint32_t n_sums;
+    uint64_t *seg_sums; /* per rank, per (layer, sub-buffer): docs/contracts.md §d "Segment sums" */
+    uint32_t n_seg_sums;
     void *cuda_ev; /* prefill, GPU pool: the event after the room's copies (cuda_ipc.h) */
     struct xroom *next_active;
     /* decode */
@@ -210,6 +212,9 @@ void tdm_xfer_map_del(tdm_xfer_t *x, uint64_t room);
 void tdm_xroom_free(xroom_t *r);
 void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
                    tdm_kvpoll_t to, const char *reason);
+/* The same, with the where of a checksum mismatch (m may be NULL). */
+void tdm_xfer_emit_mismatch(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
+                            tdm_kvpoll_t to, const char *reason, const tdm_xfer_mismatch_t *m);
 /* The thread's heartbeat on the progress page (I8); wake / drain an eventfd. */
 void tdm_xfer_hb(tdm_xfer_t *x, tdm_hb_thread_t t);
 void tdm_xfer_wake(int fd);
@@ -233,6 +238,10 @@ void tdm_xfer_out_send_now(tdm_xfer_t *x);
 void tdm_xfer_cork_due(tdm_xfer_t *x, uint32_t copy_pages);
 tdm_status_t tdm_xfer_out_status(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t state, const char *msg,
                                  const uint64_t *sums, uint32_t n_sums, uint32_t chunk_tokens);
+/* STATUS SUCCESS of a room with its page sums and segment sums (both may be absent: NULL, 0). */
+tdm_status_t tdm_xfer_out_status_sums(tdm_xfer_t *x, uint64_t room, const uint64_t *sums,
+                                      uint32_t n_sums, const uint64_t *seg_sums,
+                                      uint32_t n_seg_sums, uint32_t chunk_tokens);
 tdm_status_t tdm_xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known);
 void tdm_xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room);
 void tdm_xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason);
@@ -253,10 +262,15 @@ void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n);
 /* kvmem.c: KV bytes in host or device memory (cfg.kv_cuda) */
 tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x);
 void tdm_xfer_kvmem_fini(tdm_xfer_t *x);
-/* One checksum per page of rank's pool (tdm_xfer_page_sum's value, on the GPU for a device pool).
- */
+/* One checksum per page of rank's pool (tdm_xfer_page_sum's value, on the GPU for a device pool)
+ * and, when ret_seg is not NULL, rank's tdm_xfer_seg_count values of segment sums: for each
+ * (layer, sub-buffer), layer-major, the fold (tdm_hash_combine from 0) over pages[0..n) in order
+ * of that page segment's XXH64 — from the same segment hashes, no second pass over the bytes. */
 tdm_status_t tdm_xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
-                              uint64_t *ret_sums);
+                              uint64_t *ret_sums, uint64_t *ret_seg);
+/* Segment sums of one rank (num_layers x n_sub) and of every rank (the STATUS trailer's count). */
+uint32_t tdm_xfer_seg_count(const tdm_xfer_t *x, uint32_t rank);
+uint32_t tdm_xfer_seg_total(const tdm_xfer_t *x);
 void tdm_xfer_kv_flip_byte(tdm_xfer_t *x, uint8_t *p, uint8_t mask);
 /* Device pool: queue the room's KV copies and the event behind them (no-op for host pools). */
 void tdm_xfer_cuda_put_room(tdm_xfer_t *x, xroom_t *r, uint64_t *puts, uint64_t *bytes);
@@ -265,6 +279,9 @@ int tdm_xfer_cuda_room_done(tdm_xfer_t *x, xroom_t *r);
 
 /* checksum.c */
 uint64_t tdm_xfer_page_sum(const tdm_kv_buffers_t *kv, uint32_t page);
+/* tdm_xfer_kv_sums over a host pool: page sums and (ret_seg not NULL) segment sums. */
+void tdm_xfer_page_sums(const tdm_kv_buffers_t *kv, const uint32_t *pages, uint32_t n,
+                        uint64_t *ret_sums, uint64_t *ret_seg);
 void tdm_xfer_aux_encode(const tdm_xfer_aux_t *a, uint8_t out[TDM_XFER_AUX_BYTES]);
 tdm_status_t tdm_xfer_aux_decode(const uint8_t in[TDM_XFER_AUX_BYTES], tdm_xfer_aux_t *ret);
 

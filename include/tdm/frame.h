@@ -29,6 +29,7 @@
 #define TDM_FRAME_MAX_BLOB (64u << 10) /* UCX worker address / rkey / IPC handle */
 #define TDM_FRAME_MAX_IDS (1u << 20)   /* prompt tokens, page ids */
 #define TDM_FRAME_MAX_TOP 20
+#define TDM_FRAME_MAX_SEG_SUMS (1u << 16) /* STATUS segment sums: 64 ranks x 256 layers x 4 */
 #define TDM_FRAME_MAX_MSG 1024
 
 typedef enum tdm_frame_type {
@@ -124,6 +125,13 @@ typedef struct tdm_frame_status {
     uint32_t n_checksums;
     const uint8_t *checksums; /* n_checksums little-endian u64 (xxh64 per chunk) */
     tdm_blob_t message;
+    /* Optional trailer after `message` (docs/contracts.md §d "Segment sums"): present when the
+     * body continues past the message; 0 = absent. Per rank, per (layer, sub-buffer) in
+     * layer-major, sub-buffer order, the fold (tdm_hash_combine, from 0) over the room's pages of
+     * that page segment's XXH64. Only with checksums (n_checksums > 0); decoders check the count
+     * against the room (n_ranks x num_layers x n_sub). */
+    uint32_t n_seg_sums;
+    const uint8_t *seg_sums; /* n_seg_sums little-endian u64 */
 } tdm_frame_status_t;
 
 typedef struct tdm_frame_abort {
@@ -167,8 +175,11 @@ tdm_status_t tdm_frame_encode_register(const tdm_frame_register_t *f, uint8_t *b
 tdm_status_t tdm_frame_encode_transfer_info(const tdm_frame_transfer_info_t *f,
                                             const uint32_t *prompt_ids, const uint32_t *page_ids,
                                             uint8_t *buf, size_t cap, size_t *ret_len);
+/* STATUS: f->n_checksums values from `checksums`, and the trailer of f->n_seg_sums values from
+ * `seg_sums` when f->n_seg_sums > 0 (none otherwise). */
 tdm_status_t tdm_frame_encode_status(const tdm_frame_status_t *f, const uint64_t *checksums,
-                                     uint8_t *buf, size_t cap, size_t *ret_len);
+                                     const uint64_t *seg_sums, uint8_t *buf, size_t cap,
+                                     size_t *ret_len);
 tdm_status_t tdm_frame_encode_abort(const tdm_frame_abort_t *f, uint8_t *buf, size_t cap,
                                     size_t *ret_len);
 tdm_status_t tdm_frame_encode_abort_ack(const tdm_frame_abort_ack_t *f, uint8_t *buf, size_t cap,

@@ -153,8 +153,9 @@ typedef struct tdm_hicache_dev {
     void (*host_free)(void *p);
     tdm_status_t (*open)(const tdm_hicache_geom_t *g, uint32_t max_jobs, void **ret);
     void (*close)(void *d); /* waits for its copy stream */
-    /* device page -> host page hp, ck[layer] = the XXH64 of the device source (as
-     * tdm_hicache_dev_checksum), computed before the copy; returns when the copy is done */
+    /* device page -> host page hp, ck[layer * n_sub + s] = the XXH64 of the device source's
+     * sub-buffer s (as tdm_hicache_dev_checksum), computed before the copy; returns when the
+     * copy is done */
     tdm_status_t (*store)(void *d, uint32_t page, uint32_t hp, uint64_t *ck);
     /* fill every layer and sub-buffer of the pages with the kv dtype's poison; returns when done */
     tdm_status_t (*poison)(void *d, const uint32_t *pages, uint32_t n);
@@ -162,8 +163,8 @@ typedef struct tdm_hicache_dev {
      * the slot's event of that layer */
     tdm_status_t (*load_layer)(void *d, uint32_t slot, const uint32_t *host, const uint32_t *dev,
                                uint32_t n, uint32_t layer, int io_kernel);
-    /* wait for every copy of the slot's job; then, when ck is not NULL, ck[i * L + l] = the
-     * checksum of device page dev[i], layer l */
+    /* wait for every copy of the slot's job; then, when ck is not NULL,
+     * ck[(i * L + l) * n_sub + s] = the checksum of device page dev[i], layer l, sub-buffer s */
     tdm_status_t (*load_end)(void *d, uint32_t slot, const uint32_t *dev, uint32_t n, uint64_t *ck);
     void *(*event)(void *d, uint32_t slot, uint32_t layer); /* cudaEvent_t */
 } tdm_hicache_dev_t;
@@ -190,6 +191,7 @@ typedef struct tdm_hicache_cfg {
      * that applies rank 0's journal to its own KV-head shard (tdm_hicache_replay) */
     int journal;
     int replica;
+    uint32_t rank; /* the TP rank of this tier, for its log lines */
 } tdm_hicache_cfg_t;
 
 typedef struct tdm_hicache tdm_hicache_t;
@@ -226,10 +228,11 @@ void tdm_hicache_unpin(tdm_hicache_t *hc, const uint32_t *host, uint32_t n);
 tdm_status_t tdm_hicache_load(tdm_hicache_t *hc, const uint32_t *host, const uint32_t *dev,
                               uint32_t n, uint64_t *ret_ticket);
 /* Wait for a load (every layer, and its verification) and retire it: TDM_OK, or TDM_ERR_CORRUPT
- * with the first bad device page and layer (the host entries of a bad load are dropped). A
- * ticket already retired returns TDM_OK. */
+ * with the first bad (layer, device page, sub-buffer) — layer-major, then the job's page order,
+ * then tdm_kv_sub_t order — (the host entries of a bad load are dropped). A ticket already
+ * retired returns TDM_OK. Each ret_ may be NULL. */
 tdm_status_t tdm_hicache_wait(tdm_hicache_t *hc, uint64_t ticket, uint32_t *ret_page,
-                              uint32_t *ret_layer);
+                              uint32_t *ret_layer, uint32_t *ret_sub);
 /* ---- TP > 1: the journal rank 0 carries to followers in the plan ----
  * Words: STORE = {1, device page, host page}; LOAD = {2, n, ticket lo, ticket hi, host[n],
  * dev[n]}. The journal holds what happened since the last reset, in order. A replica applies
@@ -244,9 +247,9 @@ void tdm_hicache_journal_reset(tdm_hicache_t *hc);
  * malformed journal, TDM_ERR_STATE when the replica diverged (a ticket or page out of step). */
 tdm_status_t tdm_hicache_replay(tdm_hicache_t *hc, const uint32_t *w, uint32_t n);
 /* Replica: retire every load with a ticket <= upto; returns the first verification failure
- * since the last call (its ticket, device page and layer), ticket 0 when none. */
+ * since the last call (its ticket, device page, layer and sub-buffer), ticket 0 when none. */
 void tdm_hicache_replica_retire(tdm_hicache_t *hc, uint64_t upto, uint64_t *ret_ticket,
-                                uint32_t *ret_page, uint32_t *ret_layer);
+                                uint32_t *ret_page, uint32_t *ret_layer, uint32_t *ret_sub);
 
 /* Drop every host page that is not loading. */
 void tdm_hicache_flush(tdm_hicache_t *hc);

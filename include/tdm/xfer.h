@@ -99,12 +99,27 @@ typedef struct tdm_xfer_aux {
  * it). Dropped frames are counted (tdm_xfer_stats), not events. Strings
  * are valid only during the call. Called with engine locks held: do not call back into the engine.
  */
+/* Where a room's KV checksums differ (a checksum_mismatch event; docs/contracts.md §d "Segment
+ * sums"): the first mismatching page sum (rank-major), and with the STATUS segment sums the first
+ * mismatching (rank, layer, sub-buffer); how many of each differ. */
+typedef struct tdm_xfer_mismatch {
+    int has_page;    /* 0: the page sums agree (only segment sums differ) */
+    uint32_t rank;   /* of the page */
+    uint32_t page;   /* decode's page id */
+    uint32_t chunk;  /* its index in the room */
+    int has_segment; /* segment sums in STATUS and one of them differs */
+    uint32_t seg_rank, layer;
+    uint32_t sub; /* tdm_kv_sub_t */
+    uint32_t pages_differ, pages_total, segs_differ, segs_total;
+} tdm_xfer_mismatch_t;
+
 typedef struct tdm_xfer_event {
     uint64_t ts_us; /* CLOCK_MONOTONIC */
     const char *type;
     uint64_t room; /* 0 when not about a room */
     tdm_kvpoll_t from, to;
     const char *reason;
+    const tdm_xfer_mismatch_t *mismatch; /* checksum_mismatch from a comparison, else NULL */
 } tdm_xfer_event_t;
 
 /* Prefill endpoint error handling (see the header comment). */

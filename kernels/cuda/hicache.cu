@@ -119,22 +119,19 @@ __device__ static inline uint64_t rd64(const uint8_t *p)
 #define HC_CHUNK 4096u
 #define HC_CK_THREADS 128u
 
-/* out[blockIdx.x * L + l] = XXH64 over the device sub-buffers of page dl[x] (dl NULL: dp1), layer
- * l = blockIdx.y, chained in sub order (seed 0, then the previous hash), each over its page
- * stride: the 4 lanes of XXH64 on threads 0-3 over 4 KiB chunks staged in shared memory. */
+/* out[(blockIdx.x * L + l) * nsub + s] = XXH64 (seed 0) of device sub-buffer s of page dl[x] (dl
+ * NULL: dp1), layer l = blockIdx.y, over its page stride (docs/contracts.md "HiCache"
+ * Checksums): the 4 lanes of XXH64 on threads 0-3 over 4 KiB chunks staged in shared memory. */
 __global__ void __launch_bounds__(HC_CK_THREADS)
     hc_cksum_kernel(hc_addr_t a, const uint32_t *dl, uint32_t dp1, uint64_t *out)
 {
     __shared__ __align__(16) uint8_t buf[HC_CHUNK];
-    __shared__ uint64_t v[4], hsh;
+    __shared__ uint64_t v[4];
     const uint32_t l = blockIdx.y, page = dl ? dl[blockIdx.x] : dp1, t = threadIdx.x;
-    if (t == 0)
-        hsh = 0;
-    __syncthreads();
     for (uint32_t s = 0; s < a.nsub; s++) {
         const uint8_t *p = hc_daddr(a, page, l, s);
         const uint64_t len = a.dstr[s], full = len / 32 * 32;
-        const uint64_t seed = hsh;
+        const uint64_t seed = 0; /* each sub-buffer its own hash: a mismatch names it */
         uint64_t acc = t == 0 ? seed + P1 + P2 : t == 1 ? seed + P2 : t == 2 ? seed : seed - P1;
         uint64_t clast = 0;
         for (uint64_t c = 0; c < len; c += HC_CHUNK) {
@@ -196,12 +193,10 @@ __global__ void __launch_bounds__(HC_CK_THREADS)
             h ^= h >> 29;
             h *= P3;
             h ^= h >> 32;
-            hsh = h;
+            out[((uint64_t)blockIdx.x * a.L + l) * a.nsub + s] = h;
         }
         __syncthreads();
     }
-    if (t == 0)
-        out[(uint64_t)blockIdx.x * a.L + l] = hsh;
 }
 
 /* Canary probe: for the last row of each sequence (rows of one sequence are consecutive and share
@@ -249,7 +244,7 @@ __global__ void hc_probe_kernel(tdm_cuda_kv_t kv, uint32_t l, tdm_cuda_rows_t ro
  * that uses it: the scheduler's stores and poison, each job slot on the copy thread). */
 typedef struct hc_scratch {
     uint32_t *d_list, *h_list; /* 2 cap: host ids then device ids */
-    uint64_t *d_ck, *h_ck;     /* cap * L */
+    uint64_t *d_ck, *h_ck;     /* cap * L * nsub */
     uint32_t cap;
 } hc_scratch_t;
 
@@ -273,7 +268,7 @@ static void scratch_free(hc_scratch_t *s)
     memset(s, 0, sizeof(*s));
 }
 
-static tdm_status_t scratch_fit(hc_scratch_t *s, uint32_t n, uint32_t L)
+static tdm_status_t scratch_fit(hc_scratch_t *s, uint32_t n, uint32_t L) /* L: values per page */
 {
     if (n <= s->cap)
         return TDM_OK;
@@ -388,16 +383,17 @@ static tdm_status_t hc_store(void *dp, uint32_t page, uint32_t hp, uint64_t *ck)
 {
     hc_dev_t *d = (hc_dev_t *)dp;
     HC_CHECK(cudaSetDevice(d->dev_id));
-    TDM_TRY(scratch_fit(&d->sched, 1, d->L));
+    TDM_TRY(scratch_fit(&d->sched, 1, d->L * d->a.nsub));
     /* the checksums of the device source first, then the copy down (the gather kernel reversed) */
     hc_cksum_kernel<<<dim3(1, d->L), HC_CK_THREADS, 0, d->ss>>>(d->a, NULL, page, d->sched.d_ck);
     hc_copy_kernel<<<dim3(d->a.ncopy, d->L), 256, 0, d->ss>>>(d->a, NULL, NULL, hp, page, 1, 0, 1,
                                                               d->vec);
     HC_CHECK(cudaGetLastError());
-    HC_CHECK(cudaMemcpyAsync(d->sched.h_ck, d->sched.d_ck, (size_t)d->L * sizeof(uint64_t),
-                             cudaMemcpyDeviceToHost, d->ss));
+    HC_CHECK(cudaMemcpyAsync(d->sched.h_ck, d->sched.d_ck,
+                             (size_t)d->L * d->a.nsub * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                             d->ss));
     HC_CHECK(cudaStreamSynchronize(d->ss));
-    memcpy(ck, d->sched.h_ck, (size_t)d->L * sizeof(uint64_t));
+    memcpy(ck, d->sched.h_ck, (size_t)d->L * d->a.nsub * sizeof(uint64_t));
     return TDM_OK;
 }
 
@@ -412,7 +408,7 @@ static tdm_status_t hc_poison(void *dp, const uint32_t *pages, uint32_t n)
     if (n == 0)
         return TDM_OK;
     HC_CHECK(cudaSetDevice(d->dev_id));
-    TDM_TRY(scratch_fit(&d->sched, n, d->L));
+    TDM_TRY(scratch_fit(&d->sched, n, d->L * d->a.nsub));
     memcpy(d->sched.h_list, pages, (size_t)n * sizeof(uint32_t));
     HC_CHECK(cudaMemcpyAsync(d->sched.d_list, d->sched.h_list, (size_t)n * sizeof(uint32_t),
                              cudaMemcpyHostToDevice, d->ss));
@@ -433,7 +429,7 @@ static tdm_status_t hc_load_layer(void *dp, uint32_t slot, const uint32_t *host,
     HC_CHECK(cudaSetDevice(d->dev_id));
     if (layer == 0) {
         /* the slot's previous job was waited for (load_end): its lists are free */
-        TDM_TRY(scratch_fit(sc, n, d->L));
+        TDM_TRY(scratch_fit(sc, n, d->L * d->a.nsub));
         memcpy(sc->h_list, host, (size_t)n * sizeof(uint32_t));
         memcpy(sc->h_list + n, dev, (size_t)n * sizeof(uint32_t));
         HC_CHECK(cudaMemcpyAsync(sc->d_list, sc->h_list, (size_t)n * 2 * sizeof(uint32_t),
@@ -477,14 +473,15 @@ static tdm_status_t hc_load_end(void *dp, uint32_t slot, const uint32_t *dev, ui
         hc_cksum_kernel<<<dim3(n, d->L), HC_CK_THREADS, 0, d->cs>>>(d->a, sc->d_list + n, 0,
                                                                     sc->d_ck);
         HC_CHECK(cudaGetLastError());
-        HC_CHECK(cudaMemcpyAsync(sc->h_ck, sc->d_ck, (size_t)n * d->L * sizeof(uint64_t),
+        HC_CHECK(cudaMemcpyAsync(sc->h_ck, sc->d_ck,
+                                 (size_t)n * d->L * d->a.nsub * sizeof(uint64_t),
                                  cudaMemcpyDeviceToHost, d->cs));
     }
     HC_CHECK(cudaStreamSynchronize(d->cs));
     if (ck && n) {
         if (sc->cap < n)
             return TDM_ERR_STATE;
-        memcpy(ck, sc->h_ck, (size_t)n * d->L * sizeof(uint64_t));
+        memcpy(ck, sc->h_ck, (size_t)n * d->L * d->a.nsub * sizeof(uint64_t));
     }
     (void)dev;
     return TDM_OK;

@@ -82,15 +82,12 @@ static int pages_equal(const tdm_kv_buffers_t *kv, const uint8_t *host, uint32_t
 }
 
 static uint64_t cpu_checksum(const tdm_kv_buffers_t *kv, const uint8_t *host, uint32_t page,
-                             uint32_t l)
+                             uint32_t l, uint32_t s)
 {
     tdm_kv_buffers_t h = *kv;
-    uint64_t x = 0;
     h.base = (uint8_t *)host;
-    for (uint32_t s = 0; s < kv->layout->n_sub; s++)
-        x = tdm_hash_xxh64(tdm_kv_slot(&h, l, (tdm_kv_sub_t)s, page, 0),
-                           kv->layout->sub[s].page_stride, x);
-    return x;
+    return tdm_hash_xxh64(tdm_kv_slot(&h, l, (tdm_kv_sub_t)s, page, 0),
+                          kv->layout->sub[s].page_stride, 0);
 }
 
 typedef struct run {
@@ -194,8 +191,11 @@ static void check_config(const tdm_model_view_t *view, tdm_dtype_t dt, tdm_hicac
     int ck_ok = pool != NULL;
     for (uint32_t i = 0; i < 2 && ck_ok; i++)
         for (uint32_t l = 0; l < L; l++)
-            ck_ok &= r.hc->ck[(size_t)hp[i] * L + l] == cpu_checksum(kv, pool, i, l);
-    ok(ck_ok, "%s: the device's XXH64 of every (page, layer) equals tdm_hash_xxh64 on the CPU",
+            for (uint32_t s = 0; s < kv->layout->n_sub; s++)
+                ck_ok &= r.hc->ck[((size_t)hp[i] * L + l) * kv->layout->n_sub + s] ==
+                         cpu_checksum(kv, pool, i, l, s);
+    ok(ck_ok,
+       "%s: the device's XXH64 of every (page, layer, sub-buffer) equals tdm_hash_xxh64 on the CPU",
        name);
     free(pool);
 
@@ -206,7 +206,7 @@ static void check_config(const tdm_model_view_t *view, tdm_dtype_t dt, tdm_hicac
     st = load2(&r, 10, 11, &t);
     if (st == TDM_OK)
         st = tail_forward(&r, 10, 11, 12, t, got);
-    tdm_status_t wst = tdm_hicache_wait(r.hc, t, NULL, NULL);
+    tdm_status_t wst = tdm_hicache_wait(r.hc, t, NULL, NULL, NULL);
     ok(st == TDM_OK && wst == TDM_OK && !memcmp(got, ref, (size_t)V * 4),
        "%s: forward over the loaded prefix = over the original pages, bit for bit (%s, wait %s)",
        name, tdm_status_str(st), tdm_status_str(wst));
@@ -225,7 +225,7 @@ static void check_config(const tdm_model_view_t *view, tdm_dtype_t dt, tdm_hicac
     uint64_t w0 = tdm_kv_gate_waits(gate);
     if (st == TDM_OK)
         st = tail_forward(&r, 20, 21, 22, t, got);
-    wst = tdm_hicache_wait(r.hc, t, NULL, NULL);
+    wst = tdm_hicache_wait(r.hc, t, NULL, NULL, NULL);
     tdm_hicache_stats(r.hc, &s1);
     ok(st == TDM_OK && wst == TDM_OK && !memcmp(got, ref, (size_t)V * 4) &&
            tdm_kv_gate_waits(gate) > w0 && s1.poison_reads == 0,
@@ -238,7 +238,7 @@ static void check_config(const tdm_model_view_t *view, tdm_dtype_t dt, tdm_hicac
     if (st == TDM_OK)
         st = tail_forward(&r, 30, 31, 32, t, got);
     skip_on = 0;
-    wst = tdm_hicache_wait(r.hc, t, NULL, NULL);
+    wst = tdm_hicache_wait(r.hc, t, NULL, NULL, NULL);
     slow_ms = 0;
     tdm_hicache_stats(r.hc, &s1);
     ok(st == TDM_OK && wst == TDM_OK && s1.poison_reads > 0 && s1.bypasses > 0,
@@ -247,11 +247,12 @@ static void check_config(const tdm_model_view_t *view, tdm_dtype_t dt, tdm_hicac
 
     /* flip_host_bits: the device-side verification catches it */
     flip_once = 1;
-    uint32_t bad_page = 0, bad_layer = 99;
+    uint32_t bad_page = 0, bad_layer = 99, bad_sub = 99;
     st = load2(&r, 40, 41, &t);
-    wst = st == TDM_OK ? tdm_hicache_wait(r.hc, t, &bad_page, &bad_layer) : st;
-    is_int(wst, TDM_ERR_CORRUPT, "flip_host_bits: %s: CORRUPT naming page %u layer %u", name,
-           bad_page, bad_layer);
+    wst = st == TDM_OK ? tdm_hicache_wait(r.hc, t, &bad_page, &bad_layer, &bad_sub) : st;
+    is_int(wst, TDM_ERR_CORRUPT,
+           "flip_host_bits: %s: CORRUPT naming page %u layer %u sub-buffer %s", name, bad_page,
+           bad_layer, bad_sub < TDM_KV_SUB_MAX ? tdm_kv_sub_name((tdm_kv_sub_t)bad_sub) : "?");
 out:
     tdm_hicache_free(r.hc);
     tdm_exec_cuda_free(r.x);

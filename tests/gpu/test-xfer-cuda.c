@@ -182,23 +182,32 @@ static void test_page_sums(xfer_cuda_t *c, tdm_dtype_t dt, uint32_t page_size)
         pages[i] = (i * 7u) % NPAGES; /* every page, out of order */
         cpu[i] = tdm_xfer_page_sum(hb, pages[i]);
     }
-    tdm_status_t st = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, gpu);
-    ok(st == TDM_OK && memcmp(cpu, gpu, sizeof(cpu)) == 0,
+    /* the segment sums (docs/contracts.md §d "Segment sums"): the host fold of the same GPU
+     * segment hashes == tdm_xfer_page_sums on the CPU */
+    const uint32_t per = l.num_layers * l.n_sub;
+    uint64_t *cpu_seg = calloc(per, 8), *gpu_seg = calloc(per, 8), *cpu_chk = calloc(NPAGES, 8);
+    tdm_xfer_page_sums(hb, pages, NPAGES, cpu_chk, cpu_seg);
+    tdm_status_t st = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, gpu, gpu_seg);
+    ok(st == TDM_OK && memcmp(cpu, gpu, sizeof(cpu)) == 0 &&
+           memcmp(cpu_chk, cpu, sizeof(cpu)) == 0 && memcmp(cpu_seg, gpu_seg, per * 8) == 0,
        "%s page %u (%u sub-buffers, strides %llu/%llu): GPU page checksums == tdm_xfer_page_sum on "
-       "%u pages",
+       "%u pages, and the %u segment sums == tdm_xfer_page_sums'",
        tdm_dtype_name(dt), page_size, l.n_sub, (unsigned long long)l.sub[0].page_stride,
-       (unsigned long long)l.sub[l.n_sub - 1].page_stride, NPAGES);
+       (unsigned long long)l.sub[l.n_sub - 1].page_stride, NPAGES, per);
+    free(cpu_seg);
+    free(gpu_seg);
+    free(cpu_chk);
     /* flip one byte of page pages[5]'s last layer V */
     uint8_t *p = tdm_kv_slot(&db, l.num_layers - 1, TDM_KV_SUB_V, pages[5], page_size - 1) + 1;
     st = tdm_xfer_cuda_flip(c, p, 0x40);
-    tdm_status_t st2 = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
+    tdm_status_t st2 = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, again, NULL);
     int only5 = st == TDM_OK && st2 == TDM_OK;
     for (uint32_t i = 0; i < NPAGES && only5; i++)
         if ((again[i] != cpu[i]) != (i == 5))
             only5 = 0;
     ok(only5, "%s: a flipped device byte changes exactly its page's checksum", tdm_dtype_name(dt));
     st = tdm_xfer_cuda_flip(c, p, 0x40);
-    st2 = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, again);
+    st2 = tdm_xfer_cuda_page_sums(c, &db, pages, NPAGES, again, NULL);
     ok(st == TDM_OK && st2 == TDM_OK && memcmp(cpu, again, sizeof(cpu)) == 0,
        "%s: flipped back, the checksums are the CPU's again", tdm_dtype_name(dt));
     cudaFree(db.base);
@@ -475,7 +484,7 @@ static int child_main(int rfd, int wfd)
             rc = wr_all(wfd, &ok_b, 1);
         } else if (cmd == 'S' && rd_all(rfd, &k, 4) == 0 && k <= DEC_PAGES &&
                    rd_all(rfd, pages, k * sizeof(uint32_t)) == 0) {
-            if (tdm_xfer_cuda_page_sums(c, &db, pages, k, sums) != TDM_OK)
+            if (tdm_xfer_cuda_page_sums(c, &db, pages, k, sums, NULL) != TDM_OK)
                 memset(sums, 0, k * sizeof(uint64_t));
             rc = wr_all(wfd, sums, k * sizeof(uint64_t));
         } else {
@@ -524,7 +533,7 @@ static int peer_check(peer_t *p, const uint32_t *sp, const uint32_t *dp, uint32_
     int bad = -1;
     memcpy(pages, dp, n * sizeof(uint32_t));
     memcpy(pages + n, untouched, n_untouched * sizeof(uint32_t));
-    if (tdm_xfer_cuda_page_sums(p->c, &p->src, sp, n, want) == TDM_OK &&
+    if (tdm_xfer_cuda_page_sums(p->c, &p->src, sp, n, want, NULL) == TDM_OK &&
         peer_sums(p, pages, n + n_untouched, got) == 0) {
         bad = 0;
         for (uint32_t i = 0; i < n + n_untouched; i++)

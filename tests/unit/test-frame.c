@@ -143,14 +143,95 @@ int main(void)
     s.chunk_tokens = 16;
     s.n_checksums = 4;
     s.message = (tdm_blob_t){(const uint8_t *)"ok", 2};
-    ok(tdm_frame_encode_status(&s, sums, buf, sizeof(buf), &len) == TDM_OK, "STATUS encodes");
+    ok(tdm_frame_encode_status(&s, sums, NULL, buf, sizeof(buf), &len) == TDM_OK, "STATUS encodes");
     tdm_frame_status_t s2;
     st = tdm_frame_decode_status(buf + 12, len - 12, &s2, why, sizeof(why));
     ok(st == TDM_OK && s2.state == TDM_KVPOLL_SUCCESS && s2.n_top == 2 && s2.top[1].id == 5 &&
-           tdm_frame_u64_at(s2.checksums, 1) == 0xffffffffffffffffull && s2.message.len == 2,
-       "STATUS round-trips");
-    ok(all_truncations_fail(buf, len, (decode_fn)tdm_frame_decode_status, &s2),
-       "STATUS: every truncation and extension rejected");
+           tdm_frame_u64_at(s2.checksums, 1) == 0xffffffffffffffffull && s2.message.len == 2 &&
+           s2.n_seg_sums == 0 && s2.seg_sums == NULL,
+       "STATUS round-trips (no segment-sum trailer)");
+    {
+        /* every truncation fails; one byte more is a trailer too short for its count */
+        int trunc_ok = 1;
+        for (size_t n = 0; n < len - 12; n++) {
+            why[0] = 0;
+            trunc_ok &=
+                tdm_frame_decode_status(buf + 12, n, &s2, why, sizeof(why)) == TDM_ERR_FORMAT &&
+                why[0];
+        }
+        buf[len] = 0;
+        ok(trunc_ok &&
+               tdm_frame_decode_status(buf + 12, len - 12 + 1, &s2, why, sizeof(why)) ==
+                   TDM_ERR_FORMAT &&
+               strstr(why, "seg_sums count"),
+           "STATUS: every truncation rejected, a 1-byte extension names the field: %s", why);
+    }
+    /* the segment-sum trailer (docs/contracts.md §d "Segment sums") */
+    {
+        uint64_t seg[6] = {11, 0x8000000000000001ull, 13, 14, 15, 0};
+        uint8_t tb[8192], ev2[8192];
+        size_t tlen, plain = len;
+        s.n_seg_sums = 6;
+        tlen = 0;
+        st = tdm_frame_encode_status(&s, sums, seg, tb, sizeof(tb), &tlen);
+        ok(st == TDM_OK && tlen == plain + 4 + 6 * 8,
+           "STATUS with 6 segment sums encodes: 4 + 48 bytes after the message (%zu)",
+           tlen - plain);
+        st = tdm_frame_decode_status(tb + 12, tlen - 12, &s2, why, sizeof(why));
+        ok(st == TDM_OK && s2.n_seg_sums == 6 &&
+               tdm_frame_u64_at(s2.seg_sums, 1) == 0x8000000000000001ull &&
+               tdm_frame_u64_at(s2.seg_sums, 5) == 0 && s2.n_checksums == 4 && s2.message.len == 2,
+           "STATUS segment sums round-trip (%s)", tdm_status_name(st));
+        /* truncated: every cut inside the trailer fails naming it; the cut at the message's end
+         * is a STATUS without the trailer (what a prefill before the trailer sends) */
+        int cut_ok = 1;
+        for (size_t n = plain - 12 + 1; n < tlen - 12; n++) {
+            why[0] = 0;
+            cut_ok &=
+                tdm_frame_decode_status(tb + 12, n, &s2, why, sizeof(why)) == TDM_ERR_FORMAT &&
+                strstr(why, "seg_sums") != NULL;
+        }
+        ok(cut_ok, "STATUS: every truncation inside the trailer rejected naming seg_sums");
+        ok(tdm_frame_decode_status(tb + 12, plain - 12, &s2, why, sizeof(why)) == TDM_OK &&
+               s2.n_seg_sums == 0,
+           "STATUS cut at the message's end decodes without segment sums");
+        memcpy(ev2, tb, tlen);
+        ev2[tlen] = 7;
+        ok(tdm_frame_decode_status(ev2 + 12, tlen - 12 + 1, &s2, why, sizeof(why)) ==
+                   TDM_ERR_FORMAT &&
+               strstr(why, "trailing"),
+           "STATUS: a byte after the trailer rejected: %s", why);
+        /* the count: 0, more than the body holds, over the cap */
+        uint32_t cases[3] = {0, 7, TDM_FRAME_MAX_SEG_SUMS + 1};
+        const char *names[3] = {"zero", "7 for 6 values", "over the cap"};
+        for (int c = 0; c < 3; c++) {
+            memcpy(ev2, tb, tlen);
+            for (int b = 0; b < 4; b++)
+                ev2[plain + b] = (uint8_t)(cases[c] >> (8 * b));
+            why[0] = 0;
+            ok(tdm_frame_decode_status(ev2 + 12, tlen - 12, &s2, why, sizeof(why)) ==
+                       TDM_ERR_FORMAT &&
+                   strstr(why, "seg_sums"),
+               "STATUS segment-sum count %s rejected naming the field: %s", names[c], why);
+        }
+        /* segment sums without page sums: refused by both ends */
+        s.n_checksums = 0;
+        ok(tdm_frame_encode_status(&s, sums, seg, tb, sizeof(tb), &tlen) == TDM_ERR_INVAL,
+           "STATUS encoder refuses segment sums without page sums");
+        s.n_seg_sums = 0;
+        tdm_frame_encode_status(&s, NULL, NULL, ev2, sizeof(ev2), &tlen);
+        ev2[tlen] = 1, ev2[tlen + 1] = 0, ev2[tlen + 2] = 0, ev2[tlen + 3] = 0;
+        memset(ev2 + tlen + 4, 0, 8);
+        ok(tdm_frame_decode_status(ev2 + 12, tlen - 12 + 12, &s2, why, sizeof(why)) ==
+                   TDM_ERR_FORMAT &&
+               strstr(why, "seg_sums count"),
+           "STATUS decoder refuses segment sums without page sums: %s", why);
+        s.n_checksums = 4;
+        s.n_seg_sums = TDM_FRAME_MAX_SEG_SUMS + 1;
+        ok(tdm_frame_encode_status(&s, sums, seg, tb, sizeof(tb), &tlen) == TDM_ERR_INVAL,
+           "STATUS encoder refuses a count over the cap");
+        s.n_seg_sums = 0;
+    }
     buf[12 + 8] = 9; /* state out of range */
     ok(tdm_frame_decode_status(buf + 12, len - 12, &s2, why, sizeof(why)) == TDM_ERR_FORMAT &&
            strstr(why, "state"),
@@ -201,7 +282,7 @@ int main(void)
     slen += l1;
     tdm_frame_encode_abort(&a, stream + slen, sizeof(stream) - slen, &l1);
     slen += l1;
-    tdm_frame_encode_status(&s, sums, stream + slen, sizeof(stream) - slen, &l1);
+    tdm_frame_encode_status(&s, sums, NULL, stream + slen, sizeof(stream) - slen, &l1);
     slen += l1;
     tdm_frame_reader_t rd;
     tdm_frame_reader_init(&rd, 1 << 16);

@@ -4,8 +4,11 @@
  *     formula on a bf16 device refuses with the sub-buffer, both bytes/token and both strides;
  *   - loaded pages bit-identical to the stored ones (verify every load), for both host layouts,
  *     both copy paths, bf16 and fp8;
- *   - forced past the layout check: the truncated copy fails verification, naming page and layer;
- *     flip_host_bits likewise;
+ *   - forced past the layout check: the truncated copy fails verification, naming page, layer and
+ *     sub-buffer K; flip_host_bits likewise, naming the (layer, sub-buffer) whose bytes differ;
+ *   - a byte flipped at a known (host page, layer, sub-buffer) of every combination, bf16 and fp8
+ *     (the scale sub-buffers), both host layouts: the failure names exactly that device page,
+ *     layer and sub-buffer;
  *   - the gate (I7) on a real forward: a load slowed per layer into poisoned pages, the batch
  *     reads through tdm_kv_layer_acquire: logits bit-identical to computing the prompt, no poison
  *     read, no bypass, and the forward did wait. Built with -DTDM_TEST_DROP_GATE_WAIT
@@ -21,6 +24,7 @@
 #include <tdm/hicache.h>
 #include <tdm/kv.h>
 
+#include "dataplane/kv/hicache_int.h"
 #include "dataplane/model/graph.h"
 #include "forward-testutil.h"
 #include "tap.h"
@@ -186,7 +190,7 @@ static int round_trip(tdm_dtype_t dt, tdm_hicache_mem_layout_t ml, tdm_hicache_i
     good &= store_chain(hc, tok, src, 6);
     good &= tdm_hicache_match(hc, tok, 0, 6, 0, host) == 6;
     good &= tdm_hicache_load(hc, host, dst, 6, &ticket) == TDM_OK;
-    good &= tdm_hicache_wait(hc, ticket, NULL, NULL) == TDM_OK;
+    good &= tdm_hicache_wait(hc, ticket, NULL, NULL, NULL) == TDM_OK;
     const tdm_kv_buffers_t *b = tdm_kv_pool_buffers(p);
     for (uint32_t i = 0; i < 6; i++)
         for (uint32_t ly = 0; ly < l.num_layers; ly++)
@@ -225,7 +229,7 @@ static void test_corrupt_loads(void)
     tdm_hicache_t *hc;
     char err[256];
     int32_t tok[2 * PS];
-    uint32_t src[2] = {0, 1}, dst[2] = {4, 5}, host[2], page = 99, layer = 99;
+    uint32_t src[2] = {0, 1}, dst[2] = {4, 5}, host[2], page = 99, layer = 99, sub = 99;
     uint64_t ticket, bytes;
 
     tdm_kv_layout_init(&mc, TDM_DTYPE_BF16, PS, 1, 0, &l);
@@ -243,10 +247,11 @@ static void test_corrupt_loads(void)
     store_chain(hc, tok, src, 2);
     tdm_hicache_match(hc, tok, 0, 2, 0, host);
     tdm_hicache_load(hc, host, dst, 2, &ticket);
-    is_int(tdm_hicache_wait(hc, ticket, &page, &layer), TDM_ERR_CORRUPT,
+    is_int(tdm_hicache_wait(hc, ticket, &page, &layer, &sub), TDM_ERR_CORRUPT,
            "truncated host copy: the load's checksum on the device destination mismatches");
-    ok(page == 4 && layer == 0, "the mismatch names device page 4, layer 0 (got %u, %u)", page,
-       layer);
+    ok(page == 4 && layer == 0 && sub == TDM_KV_SUB_K,
+       "the mismatch names device page 4, layer 0, sub-buffer K (got %u, %u, %s)", page, layer,
+       tdm_kv_sub_name((tdm_kv_sub_t)sub));
     tdm_hicache_stats_t st;
     tdm_hicache_stats(hc, &st);
     ok(st.host_pages_used == 0 && st.verify_failures == 1,
@@ -260,12 +265,84 @@ static void test_corrupt_loads(void)
     tdm_hicache_match(hc, tok, 0, 2, 0, host);
     flip_once = 1;
     tdm_hicache_load(hc, host, dst, 2, &ticket);
-    is_int(tdm_hicache_wait(hc, ticket, &page, &layer), TDM_ERR_CORRUPT,
+    is_int(tdm_hicache_wait(hc, ticket, &page, &layer, &sub), TDM_ERR_CORRUPT,
            "flip_host_bits: the load fails verification");
+    {
+        /* the truth from the bytes: the loaded device page differs from its source in exactly
+         * the (layer, sub-buffer) the failure names */
+        const tdm_kv_buffers_t *kb = tdm_kv_pool_buffers(p);
+        int named_differs = 0, others_equal = 1;
+        for (uint32_t ll = 0; ll < l.num_layers; ll++)
+            for (uint32_t s = 0; s < l.n_sub; s++) {
+                int d =
+                    memcmp(tdm_kv_slot(kb, ll, (tdm_kv_sub_t)s, 4, 0),
+                           tdm_kv_slot(kb, ll, (tdm_kv_sub_t)s, 0, 0), l.sub[s].page_stride) != 0;
+                if (ll == layer && s == sub)
+                    named_differs = d;
+                else
+                    others_equal &= !d;
+            }
+        ok(page == 4 && named_differs && others_equal,
+           "flip_host_bits: the failure names device page %u layer %u sub-buffer %s, the one "
+           "(layer, sub-buffer) whose loaded bytes differ from the source",
+           page, layer, tdm_kv_sub_name((tdm_kv_sub_t)sub));
+    }
     store_chain(hc, tok, src, 2);
     tdm_hicache_match(hc, tok, 0, 2, 0, host);
     tdm_hicache_load(hc, host, dst, 2, &ticket);
-    is_int(tdm_hicache_wait(hc, ticket, NULL, NULL), TDM_OK, "stored again: the next load is good");
+    is_int(tdm_hicache_wait(hc, ticket, NULL, NULL, NULL), TDM_OK,
+           "stored again: the next load is good");
+    tdm_hicache_free(hc);
+    tdm_kv_pool_free(p);
+}
+
+/* A byte flipped in host page host[1] at every (layer, sub-buffer): the load of the two pages
+ * fails naming exactly device page dst[1], that layer and that sub-buffer. */
+static void test_named_flips(tdm_dtype_t dt, tdm_hicache_mem_layout_t ml)
+{
+    tdm_model_config_t mc = cfg_small();
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *p;
+    tdm_hicache_t *hc;
+    char err[256];
+    int32_t tok[2 * PS];
+    uint32_t src[2] = {0, 1}, dst[2] = {4, 5}, host[2];
+    uint64_t ticket, bytes;
+    int exact = 0, n = 0;
+    tdm_kv_layout_init(&mc, dt, PS, 1, 0, &l);
+    tdm_kv_pool_init(&l, 8, &p);
+    tdm_kv_layout_pool_bytes(&l, 8, &bytes);
+    fill_random(tdm_kv_pool_buffers(p)->base, bytes, 11);
+    for (uint32_t i = 0; i < 2 * PS; i++)
+        tok[i] = (int32_t)i + 1000;
+    tdm_hicache_cfg_t c = hc_cfg(&l, 8);
+    c.mem_layout = ml;
+    if (tdm_hicache_init(&c, tdm_kv_pool_buffers(p), &hc, err, sizeof(err)) != TDM_OK) {
+        ok(0, "named flips: init: %s", err);
+        tdm_kv_pool_free(p);
+        return;
+    }
+    for (uint32_t ll = 0; ll < l.num_layers; ll++)
+        for (uint32_t s = 0; s < l.n_sub; s++, n++) {
+            uint32_t page = 99, layer = 99, sub = 99;
+            store_chain(hc, tok, src, 2);
+            if (tdm_hicache_match(hc, tok, 0, 2, 0, host) != 2)
+                continue;
+            uint32_t off = (uint32_t)((ll * 31 + s * 17 + 5) % l.sub[s].page_stride);
+            tdm_hicache_host_addr(hc, host[1], ll, s)[off] ^= 0x04;
+            tdm_hicache_load(hc, host, dst, 2, &ticket);
+            tdm_status_t st = tdm_hicache_wait(hc, ticket, &page, &layer, &sub);
+            int good = st == TDM_ERR_CORRUPT && page == dst[1] && layer == ll && sub == s;
+            if (!good)
+                diag("flipped host page %u layer %u sub %s: %s, named page %u layer %u sub %u",
+                     host[1], ll, tdm_kv_sub_name((tdm_kv_sub_t)s), tdm_status_name(st), page,
+                     layer, sub);
+            exact += good;
+        }
+    ok(exact == n && n == (int)(l.num_layers * l.n_sub),
+       "%s %s: %d/%d flipped (layer, sub-buffer) named exactly (device page, layer, sub-buffer)",
+       dt == TDM_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
+       ml == TDM_HICACHE_PAGE_FIRST ? "page_first" : "layer_first", exact, n);
     tdm_hicache_free(hc);
     tdm_kv_pool_free(p);
 }
@@ -341,7 +418,7 @@ static int run_loaded(eng_t *e, const int32_t *tok, float *out, uint64_t *ret_wa
     tdm_graph_seq_t sb = {tok + 3 * PS, NTOK - 3 * PS, 3 * PS, b.pages, b.n_pages, 0};
     tdm_status_t st = tdm_graph_forward(e->g, &sb, 1, out, 1, &rows);
     *ret_waits = tdm_kv_gate_waits(tdm_hicache_gate(e->hc)) - w0;
-    tdm_hicache_wait(e->hc, ticket, NULL, NULL);
+    tdm_hicache_wait(e->hc, ticket, NULL, NULL, NULL);
     tdm_kv_seq_free(e->pool, &b);
     return st == TDM_OK;
 }
@@ -397,6 +474,8 @@ int main(void)
     test_layouts();
     test_round_trips();
     test_corrupt_loads();
+    test_named_flips(TDM_DTYPE_BF16, TDM_HICACHE_LAYER_FIRST);
+    test_named_flips(TDM_DTYPE_FP8_E4M3, TDM_HICACHE_PAGE_FIRST);
     test_gate();
     done_testing();
     return exit_status();

@@ -243,6 +243,8 @@ typedef struct ctl {
     atomic_int flips;
     pthread_mutex_t mu;
     int acked;
+    int has_mm; /* the last checksum_mismatch's where */
+    tdm_xfer_mismatch_t mm;
 } ctl_t;
 
 static int fault_cb(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg)
@@ -271,6 +273,11 @@ static void on_ev(void *ctx, const tdm_xfer_event_t *ev)
     ctl_t *c = ctx;
     pthread_mutex_lock(&c->mu);
     c->acked += !strcmp(ev->type, "abort_acked");
+    if (!strcmp(ev->type, "checksum_mismatch")) {
+        c->has_mm = ev->mismatch != NULL;
+        if (ev->mismatch)
+            c->mm = *ev->mismatch;
+    }
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -318,15 +325,46 @@ static void test_abort_and_flips(void)
     xt_release(pre.s.x, room, T_S);
 
     tdm_fake_cuda_copy_latency_us = 2000;
-    int caught = 0, clean = 0;
+    int caught = 0, clean = 0, named = 0;
     for (int t = 0; t < 10; t++) {
         const uint32_t d[2] = {(uint32_t)(30 + t), (uint32_t)(50 + t)}, p[2] = {5, 6};
         atomic_store(&c.flips, t % 2);
         uint64_t r = start_room(&pre, &dec, 6, d, p, &aux);
         if (!r || xt_wait(dec.s.x, r, TDM_KVPOLL_SUCCESS, T_S) != TDM_KVPOLL_SUCCESS)
             break;
+        c.has_mm = 0;
         tdm_status_t st = tdm_xfer_decode_commit(dec.s.x, r, &got);
         caught += t % 2 && st == TDM_ERR_CORRUPT;
+        if (t % 2) {
+            /* the truth from the bytes (the double's device memory is the host's): the one
+             * (page, layer, sub-buffer) whose decode bytes differ from prefill's; the segment
+             * sums folded on the host from the per-segment hashes name it */
+            const tdm_kv_buffers_t *kd = dec.s.cfg.kv[0], *kp = pre.s.cfg.kv[0];
+            const tdm_kv_layout_t *l = kd->layout;
+            int ndiff = 0;
+            uint32_t wc = 0, wl = 0, ws = 0;
+            for (uint32_t i = 0; i < 2; i++)
+                for (uint32_t ll = 0; ll < l->num_layers; ll++)
+                    for (uint32_t s2 = 0; s2 < l->n_sub; s2++)
+                        if (memcmp(tdm_kv_slot(kd, ll, (tdm_kv_sub_t)s2, d[i], 0),
+                                   tdm_kv_slot(kp, ll, (tdm_kv_sub_t)s2, p[i], 0),
+                                   l->sub[s2].page_stride) != 0 &&
+                            ndiff++ == 0) {
+                            wc = i;
+                            wl = ll;
+                            ws = s2;
+                        }
+            pthread_mutex_lock(&c.mu);
+            int good = ndiff == 1 && c.has_mm && c.mm.has_page && c.mm.has_segment &&
+                       c.mm.rank == 0 && c.mm.page == d[wc] && c.mm.chunk == wc &&
+                       c.mm.layer == wl && c.mm.sub == ws && c.mm.segs_differ == 1;
+            if (!good)
+                diag("room %d: %d segment(s) differ (first chunk %u layer %u sub %u); evidence "
+                     "%d: page %u chunk %u layer %u sub %u",
+                     t, ndiff, wc, wl, ws, c.has_mm, c.mm.page, c.mm.chunk, c.mm.layer, c.mm.sub);
+            pthread_mutex_unlock(&c.mu);
+            named += good;
+        }
         clean += !(t % 2) && st == TDM_OK;
         xt_release(pre.s.x, r, T_S);
         xt_release(dec.s.x, r, T_S);
@@ -334,6 +372,10 @@ static void test_abort_and_flips(void)
     ok(caught == 5 && clean == 5,
        "flip_kv_bits on a device byte: %d/5 flipped rooms refused at commit, %d/5 clean", caught,
        clean);
+    ok(named == 5,
+       "device pool: %d/5 mismatches name the page, layer and sub-buffer whose bytes differ "
+       "(segment sums folded on the host from the GPU segment hashes)",
+       named);
     gfree(&dec);
     gfree(&pre);
     pthread_mutex_destroy(&c.mu);

@@ -6,8 +6,10 @@
  * taken by the scheduler, transferring, after success, from prefill) with decode pages
  * quarantined until ABORT_ACK; a lost peer and an unanswered ABORT raise corruption_risk; the
  * heartbeat timeout; bit flips in decode memory after the write are caught by the checksums
- * (and, as the control, not caught with checksums off); a wrong aux slot is caught; rooms that
- * name only the prompt's last pages (decode holds the rest) are moved, verified and counted.
+ * (and, as the control, not caught with checksums off), the evidence naming exactly the rank,
+ * page, layer and sub-buffer flipped (bf16 TP 1, fp8 TP 2: the scale sub-buffers too); a wrong aux
+ * slot is caught; rooms that name only the prompt's last pages (decode holds the rest) are moved,
+ * verified and counted.
  */
 #include "config.h"
 
@@ -501,12 +503,21 @@ static void test_fault_flip(void)
 typedef struct evlog {
     pthread_mutex_t mu;
     int acked, unacked, corruption, peer_lost;
+    int has_mm; /* the last checksum_mismatch's where and reason */
+    tdm_xfer_mismatch_t mm;
+    char reason[256];
 } evlog_t;
 
 static void on_ev(void *ctx, const tdm_xfer_event_t *ev)
 {
     evlog_t *l = ctx;
     pthread_mutex_lock(&l->mu);
+    if (!strcmp(ev->type, "checksum_mismatch")) {
+        l->has_mm = ev->mismatch != NULL;
+        if (ev->mismatch)
+            l->mm = *ev->mismatch;
+        snprintf(l->reason, sizeof(l->reason), "%s", ev->reason);
+    }
     if (!strcmp(ev->type, "abort_acked"))
         l->acked++;
     else if (!strcmp(ev->type, "abort_unacked"))
@@ -751,6 +762,89 @@ static void test_flips(int checksums, int trials)
     xt_side_free(&pre);
 }
 
+/* The evidence names the flipped byte's rank, page, layer and sub-buffer (docs/contracts.md §d
+ * "Segment sums"): one byte flipped at a known (rank, page, layer, sub-buffer, offset) of decode's
+ * memory per room, then two bytes in two segments of two pages (the counts). */
+static void test_flip_evidence(tdm_dtype_t dt, uint32_t n_ranks, int trials)
+{
+    xt_geom_t g = {dt, n_ranks, 4, 3, 1, 16, 64};
+    xt_side_t pre, dec;
+    evlog_t ev = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, {0}, ""};
+    uint64_t seed = 99 + (uint64_t)dt * 7 + n_ranks;
+    const char *what = dt == TDM_DTYPE_FP8_E4M3 ? "fp8" : "bf16";
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "flip evidence: pools");
+        return;
+    }
+    dec.cfg.on_event = on_ev;
+    dec.cfg.ctx = &ev;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "flip evidence: start");
+        return;
+    }
+    xt_fill_random(&pre, seed);
+    tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}}, got;
+    const tdm_kv_layout_t *l = &dec.lay;
+    const uint32_t segs = n_ranks * l->num_layers * l->n_sub;
+    int exact = 0, ran = 0, text_ok = 0;
+    char last[256] = "", want[160] = "";
+    for (int t = 0; t < trials + 1; t++) {
+        uint32_t dp[3] = {(uint32_t)t % 20, 21 + (uint32_t)t % 20, 42 + (uint32_t)t % 20};
+        uint32_t sp[3] = {1, 2, 3};
+        uint64_t room;
+        if (one_room(&pre, &dec, 11, dp, sp, &room, &aux) != TDM_KVPOLL_SUCCESS)
+            break;
+        /* the truth: (rank, chunk, layer, sub, offset) */
+        uint32_t rank = (uint32_t)(xt_rng(&seed) % n_ranks), chunk = (uint32_t)(xt_rng(&seed) % 3);
+        uint32_t layer = (uint32_t)(xt_rng(&seed) % l->num_layers);
+        uint32_t s = (uint32_t)(xt_rng(&seed) % l->n_sub);
+        uint32_t off = (uint32_t)(xt_rng(&seed) % l->sub[s].page_stride);
+        tdm_kv_slot(dec.cfg.kv[rank], layer, (tdm_kv_sub_t)s, dp[chunk], 0)[off] ^= 0x10;
+        int two = t == trials; /* the last room: a second byte, another page and segment */
+        uint32_t layer2 = (layer + 1) % l->num_layers, chunk2 = (chunk + 1) % 3;
+        if (two)
+            tdm_kv_slot(dec.cfg.kv[rank], layer2, (tdm_kv_sub_t)s, dp[chunk2], 0)[0] ^= 1;
+        ev.has_mm = 0;
+        tdm_status_t st = tdm_xfer_decode_commit(dec.x, room, &got);
+        pthread_mutex_lock(&ev.mu);
+        tdm_xfer_mismatch_t m = ev.mm;
+        int has = ev.has_mm;
+        snprintf(last, sizeof(last), "%s", ev.reason);
+        pthread_mutex_unlock(&ev.mu);
+        /* the first page (rank-major, room order) and the first segment (layer-major) */
+        uint32_t fc = two ? (chunk < chunk2 ? chunk : chunk2) : chunk;
+        uint32_t fl = two ? (layer < layer2 ? layer : layer2) : layer;
+        uint32_t np = two ? 2 : 1;
+        snprintf(want, sizeof(want), "rank %u page %u (chunk %u) layer %u sub-buffer %s; %u of %u",
+                 rank, dp[fc], fc, fl, tdm_kv_sub_name((tdm_kv_sub_t)s), np, n_ranks * 3);
+        int good = st == TDM_ERR_CORRUPT && has && m.has_page && m.has_segment && m.rank == rank &&
+                   m.seg_rank == rank && m.page == dp[fc] && m.chunk == fc && m.layer == fl &&
+                   m.sub == s && m.pages_differ == np && m.segs_differ == np &&
+                   m.pages_total == n_ranks * 3 && m.segs_total == segs;
+        if (!good)
+            diag("%s TP%u trial %d: flipped rank %u chunk %u layer %u sub %s; evidence: %s", what,
+                 n_ranks, t, rank, chunk, layer, tdm_kv_sub_name((tdm_kv_sub_t)s), last);
+        if (two) {
+            ok(good && strstr(last, want) && strstr(last, "2 of ") != NULL,
+               "%s TP%u: two bytes in two pages and segments: the first of each named, 2 pages "
+               "and 2 segments counted (%s)",
+               what, n_ranks, last);
+        } else {
+            exact += good;
+            text_ok += strstr(last, want) != NULL;
+            ran++;
+        }
+        xt_release(pre.x, room, T_S);
+        xt_release(dec.x, room, T_S);
+    }
+    ok(ran == trials && exact == trials && text_ok == trials,
+       "%s TP%u: %d/%d flipped bytes named exactly (rank, page, chunk, layer, sub-buffer, counts "
+       "in the event; the reason text too: %d), e.g. \"%s\"",
+       what, n_ranks, exact, trials, text_ok, last);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
 static void test_aux_check(void)
 {
     xt_geom_t g = {TDM_DTYPE_FP8_E4M3, 1, 4, 1, 1, 16, 16};
@@ -935,6 +1029,8 @@ int main(void)
     test_flips(1, 1100);
     diag("1100 flip trials took %.1f s", (double)(tdm_time_mono_us() - t0) / 1e6);
     test_flips(0, 50);
+    test_flip_evidence(TDM_DTYPE_BF16, 1, 30);
+    test_flip_evidence(TDM_DTYPE_FP8_E4M3, 2, 60);
     test_aux_check();
     done_testing();
     return exit_status();
