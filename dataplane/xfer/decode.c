@@ -519,6 +519,6 @@ void tdm_xfer_flip_kv_bits(tdm_xfer_t *x, const xroom_t *r, uint32_t n)
                  (unsigned long long)r->room, rank, r->pages[chunk], chunk, layer,
                  tdm_kv_sub_name(sub), tok, elem);
     }
-    tdm_warn(TDM_SUB_XFER, "fault flip_kv_bits: %u value(s) of room %016llx flipped", n,
-             (unsigned long long)r->room);
+    tdm_warn(TDM_SUB_XFER, "msg=\"fault flip_kv_bits: room done\" room=%016llx values=%u",
+             (unsigned long long)r->room, n);
 }

@@ -26,6 +26,7 @@ Scenarios share the stack; each starts from a ready stack with no open alert on 
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -767,6 +768,75 @@ def hc_wrong():
         {"faulted": HC["faulted"]}]
 
 
+SUBS = ("K", "V", "K_SCALE", "V_SCALE")  # tdm_kv_sub_t order
+
+
+def fault_truth(group, what):
+    """The fault's own record of what it flipped: the logfmt fields of each `fault WHAT` line of
+    the group's worker log (dataplane/xfer/decode.c, dataplane/kv/hicache_copy.c)."""
+    try:
+        text = open(os.path.join(tmp, "state", "groups", group, "worker.log")).read()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        if "fault %s:" % what not in line:
+            continue
+        f = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+        out.append({k: v.strip('"') for k, v in f.items()})
+    return out
+
+
+def hc_evidence_ok(kind, ev):
+    """3b: the host-tier mismatch names the rank, device page, layer and sub-buffer that
+    flip_host_bits flipped (its last log line)."""
+    truth = fault_truth("hc", "flip_host_bits")
+    if not ev.get("host_tier") or not truth:
+        note("3b evidence: host_tier %s, %d fault records" % (ev.get("host_tier"), len(truth)))
+        return False
+    t = truth[-1]
+    for e in ev.get("events", []):
+        d = e.get("data") or {}
+        if e.get("type") != "hicache_load_mismatch":
+            continue
+        got = (d.get("rank", 0), (d.get("pages") or [None])[0], d.get("layer"), d.get("sub"))
+        want = (int(t["rank"]), int(t["page"]), int(t["layer"]), t["sub"])
+        note("3b evidence: named rank/page/layer/sub %s, flipped %s" % (got, want))
+        return got == want
+    return False
+
+
+def kv_evidence_ok(kind, ev):
+    """3d: decode's checksum_mismatch names, for the room the fault flipped, the first flipped
+    page (rank-major, room order) and the first flipped (rank, layer, sub-buffer) segment, and
+    how many pages and segments differ — against flip_kv_bits' own records of that room."""
+    for e in ev.get("events", []):
+        d = e.get("data") or {}
+        if e.get("type") != "checksum_mismatch" or not e.get("room"):
+            continue
+        recs = [t for t in fault_truth("dec", "flip_kv_bits")
+                if "element" in t and int(t["room"], 16) == int(e["room"], 16)]
+        odd = {}
+        for t in recs:  # a value flipped twice is unflipped
+            k = (int(t["rank"]), int(t["chunk"]), int(t["page"]), int(t["layer"]),
+                 SUBS.index(t["sub"]), int(t["token"]), int(t["element"]))
+            odd[k] = odd.get(k, 0) ^ 1
+        flips = [k for k, v in odd.items() if v]
+        if not flips:
+            note("3d evidence: no flip_kv_bits record of room %s" % e["room"])
+            return False
+        pages = sorted({(k[0], k[1], k[2]) for k in flips})
+        segs = sorted({(k[0], k[3], k[4]) for k in flips})
+        want = (pages[0][0], pages[0][2], segs[0][0], segs[0][1], SUBS[segs[0][2]], len(pages),
+                len(segs))
+        got = (d.get("rank"), (d.get("pages") or [None])[0], d.get("seg_rank"), d.get("layer"),
+               d.get("sub"), d.get("pages_differ"), d.get("segments_differ"))
+        note("3d evidence: %s; named rank/page/seg_rank/layer/sub/pages/segments %s, flipped %s"
+             % (e.get("reason"), got, want))
+        return got == want
+    return False
+
+
 def s3():
     # (a) the fp8 host-layout formula: refused at start, naming the sub-buffer
     r = subprocess.run([os.path.join(A.build, "tandem-worker")] + S.worker_device_args() +
@@ -798,7 +868,7 @@ def s3():
     t0 = now_us()
     measure("3b flip_host_bits (host tier)", "hc", {"name": "flip_host_bits"}, ["CORRUPTION"],
             target=2.0, groups=("hc",), inject=inj_flip, during=load_flipped, fresh=hc_fresh,
-            evidence=lambda k, ev: bool(ev.get("host_tier")), wrong=None)
+            evidence=hc_evidence_ok, wrong=None)
     tap(not hc_wrong(), "3b: the faulted request ended in an error, no wrong token (%s)"
         % (HC.get("faulted"),))
     p = wait_until(lambda: policy_after(t0, "hc", "reconfigure", ("hicache", "off")), 30)
@@ -820,9 +890,7 @@ def s3():
     # (d) flip_kv_bits on the transfer path: decode's checksums catch it
     measure("3d flip_kv_bits (PD transfer)", "dec", {"name": "flip_kv_bits", "rank": 0,
                                                      "count": 1, "duration_ms": 4},
-            ["CORRUPTION"], target=2.0,
-            evidence=lambda k, ev: any(e.get("type") == "checksum_mismatch"
-                                       for e in ev.get("events", [])))
+            ["CORRUPTION"], target=2.0, evidence=kv_evidence_ok)
 
 
 # ---------------------------------------------------------------- 8: a partition between hosts
