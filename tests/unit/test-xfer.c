@@ -7,9 +7,10 @@
  * quarantined until ABORT_ACK; a lost peer and an unanswered ABORT raise corruption_risk; the
  * heartbeat timeout; bit flips in decode memory after the write are caught by the checksums
  * (and, as the control, not caught with checksums off), the evidence naming exactly the rank,
- * page, layer and sub-buffer flipped (bf16 TP 1, fp8 TP 2: the scale sub-buffers too); a wrong aux
- * slot is caught; rooms that name only the prompt's last pages (decode holds the rest) are moved,
- * verified and counted.
+ * page, layer and sub-buffer flipped (bf16 TP 1, fp8 TP 2: the scale sub-buffers too); a STATUS
+ * without segment sums still verified (rank and page named), one whose count is wrong failing the
+ * room naming it; a wrong aux slot is caught; rooms that name only the prompt's last pages (decode
+ * holds the rest) are moved, verified and counted.
  */
 #include "config.h"
 
@@ -506,6 +507,7 @@ typedef struct evlog {
     int has_mm; /* the last checksum_mismatch's where and reason */
     tdm_xfer_mismatch_t mm;
     char reason[256];
+    char failed[256]; /* the last kvpoll transition to FAILED: its reason */
 } evlog_t;
 
 static void on_ev(void *ctx, const tdm_xfer_event_t *ev)
@@ -518,6 +520,8 @@ static void on_ev(void *ctx, const tdm_xfer_event_t *ev)
             l->mm = *ev->mismatch;
         snprintf(l->reason, sizeof(l->reason), "%s", ev->reason);
     }
+    if (!strcmp(ev->type, "kvpoll") && ev->to == TDM_KVPOLL_FAILED)
+        snprintf(l->failed, sizeof(l->failed), "%s", ev->reason);
     if (!strcmp(ev->type, "abort_acked"))
         l->acked++;
     else if (!strcmp(ev->type, "abort_unacked"))
@@ -769,7 +773,7 @@ static void test_flip_evidence(tdm_dtype_t dt, uint32_t n_ranks, int trials)
 {
     xt_geom_t g = {dt, n_ranks, 4, 3, 1, 16, 64};
     xt_side_t pre, dec;
-    evlog_t ev = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, {0}, ""};
+    evlog_t ev = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, {0}, "", ""};
     uint64_t seed = 99 + (uint64_t)dt * 7 + n_ranks;
     const char *what = dt == TDM_DTYPE_FP8_E4M3 ? "fp8" : "bf16";
     if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
@@ -841,6 +845,91 @@ static void test_flip_evidence(tdm_dtype_t dt, uint32_t n_ranks, int trials)
        "%s TP%u: %d/%d flipped bytes named exactly (rank, page, chunk, layer, sub-buffer, counts "
        "in the event; the reason text too: %d), e.g. \"%s\"",
        what, n_ranks, exact, trials, text_ok, last);
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
+/* A STATUS without the segment-sum trailer (a prefill that predates it) still verifies, naming
+ * rank and page only; a trailer whose count is not the room's fails the room naming it. The
+ * prefill room's count is edited while slow_host_copy holds its write (before its STATUS). */
+static atomic_int pre_slow;
+static int pre_slow_cb(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg)
+{
+    (void)ctx;
+    if (f != TDM_XFER_FAULT_SLOW_HOST_COPY || atomic_exchange(&pre_slow, 0) == 0)
+        return 0;
+    *ret_arg = 300;
+    return 1;
+}
+
+static void test_seg_trailer_compat(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 1, 4, 3, 1, 16, 64};
+    xt_side_t pre, dec;
+    evlog_t ev = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, {0}, "", ""};
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "trailer compat: pools");
+        return;
+    }
+    pre.cfg.fault = pre_slow_cb;
+    dec.cfg.on_event = on_ev;
+    dec.cfg.ctx = &ev;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "trailer compat: start");
+        return;
+    }
+    xt_fill_random(&pre, 5150);
+    for (int mode = 0; mode < 2; mode++) {
+        uint32_t prompt[8], dp[2] = {10 + (uint32_t)mode, 20 + (uint32_t)mode}, sp[2] = {3, 4};
+        uint64_t room = 0;
+        tdm_xfer_request_t req;
+        tdm_xfer_aux_t aux = {0, 1, 0, 0, {{0, 0}}}, got;
+        for (uint32_t i = 0; i < 8; i++)
+            prompt[i] = i + 1;
+        memset(&req, 0, sizeof(req));
+        if (tdm_xfer_decode_send_info(dec.x, prompt, 8, dp, 2, NULL, &room) != TDM_OK ||
+            xt_next(pre.x, &req, T_S) != TDM_OK || req.room != room) {
+            ok(0, "trailer compat: room %d", mode);
+            break;
+        }
+        tdm_xfer_request_clear(&req);
+        atomic_store(&pre_slow, 1);
+        tdm_status_t st = tdm_xfer_prefill_send(pre.x, room, sp, 2, &aux);
+        pthread_mutex_lock(&pre.x->mu);
+        xroom_t *r = tdm_xfer_map_get(pre.x, room);
+        uint32_t total = r ? r->n_seg_sums : 0;
+        if (r)
+            r->n_seg_sums = mode == 0 ? 0 : total - 1;
+        pthread_mutex_unlock(&pre.x->mu);
+        tdm_kvpoll_t s = xt_wait(dec.x, room, TDM_KVPOLL_SUCCESS, T_S);
+        if (mode == 0) {
+            tdm_kv_slot(dec.cfg.kv[0], 1, TDM_KV_SUB_V, dp[1], 0)[7] ^= 0x20;
+            st = st == TDM_OK && s == TDM_KVPOLL_SUCCESS ? tdm_xfer_decode_commit(dec.x, room, &got)
+                                                         : TDM_ERR_STATE;
+            char want[160];
+            snprintf(want, sizeof(want),
+                     "checksum mismatch: rank 0 page %u (chunk 1), layer and sub-buffer unknown "
+                     "(no segment sums in STATUS); 1 of 2 page(s) differ",
+                     dp[1]);
+            pthread_mutex_lock(&ev.mu);
+            ok(total == 6 && st == TDM_ERR_CORRUPT && ev.has_mm && !ev.mm.has_segment &&
+                   ev.mm.page == dp[1] && ev.mm.segs_total == 0 && !strcmp(ev.reason, want),
+               "STATUS without segment sums: verified, the evidence names rank and page only "
+               "('%s')",
+               ev.reason);
+            pthread_mutex_unlock(&ev.mu);
+        } else {
+            char want[96];
+            snprintf(want, sizeof(want), "STATUS seg_sums: count %u != %u", total - 1, total);
+            pthread_mutex_lock(&ev.mu);
+            ok(st == TDM_OK && s == TDM_KVPOLL_FAILED && strstr(ev.failed, want),
+               "STATUS segment sums of the wrong count: the room fails naming the field ('%s')",
+               ev.failed);
+            pthread_mutex_unlock(&ev.mu);
+        }
+        xt_release(pre.x, room, T_S);
+        xt_release(dec.x, room, T_S);
+    }
     xt_side_free(&dec);
     xt_side_free(&pre);
 }
@@ -1031,6 +1120,7 @@ int main(void)
     test_flips(0, 50);
     test_flip_evidence(TDM_DTYPE_BF16, 1, 30);
     test_flip_evidence(TDM_DTYPE_FP8_E4M3, 2, 60);
+    test_seg_trailer_compat();
     test_aux_check();
     done_testing();
     return exit_status();
