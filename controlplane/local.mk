@@ -62,6 +62,9 @@ dist_check_SCRIPTS += tests/integration/test-cp-db-outage.sh
 # the supervisor across restarts: stable ports, the spool, WORKER_LOST after WORKER_LOST
 TESTS += tests/integration/test-cp-super.sh
 dist_check_SCRIPTS += tests/integration/test-cp-super.sh
+# a supervised group in a network namespace: the keys refused at load, a missing namespace
+TESTS += tests/integration/test-cp-netns.sh
+dist_check_SCRIPTS += tests/integration/test-cp-netns.sh
 # 5 restarts with 8 open streams: no WORKER_LOST, every stream ended (TDM_RESTART_ROUNDS=20 long)
 TESTS += tests/integration/test-restart-streams.sh
 dist_check_SCRIPTS += tests/integration/test-restart-streams.sh

@@ -436,6 +436,8 @@ void tdm_cp_act_note_worker(tdm_cp_act_t *a, const char *group, const char *role
 
 const char *tdm_act_health(const act_group_t *g)
 {
+    if (g->state == ACT_ST_FAILED && g->why[0])
+        return g->why; /* the supervisor's reason: the start that failed (docs/groups.md) */
     if (g->state != ACT_ST_RUNNING)
         return act_state_name(g->state);
     if (!g->admin_url[0])

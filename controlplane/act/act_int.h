@@ -53,6 +53,10 @@ typedef struct act_group {
     uint16_t port;
     int listen_port; /* supervised: the stable --port of every start (docs/groups.md); 0 = any */
     int port_set;    /* `port` was in the section */
+    /* supervised groups on another "host" (docs/groups.md "Network namespaces") */
+    char netns[64];    /* start the launcher in /var/run/netns/NETNS ("" = tandemd's own) */
+    char cp_host[128]; /* the address the worker reaches tandemd at ("" = 127.0.0.1) */
+    char env[1024];    /* NAME=VALUE ... added to the launcher's environment */
     /* state */
     act_state_t state;
     int ready;                      /* last /ready probe said 200 */

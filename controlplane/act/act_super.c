@@ -11,8 +11,10 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -178,6 +180,61 @@ static int on_kv(void *vctx, const char *section, const char *key, const char *v
         }
         fclose(f);
         g->token[strcspn(g->token, "\r\n ")] = '\0';
+    } else if (!strcmp(k, "netns")) {
+        /* a name under /var/run/netns (`ip netns add NAME`): no path, no "." or ".." */
+        size_t n = strlen(value),
+               ok = n > 0 && n < sizeof(g->netns) && strcmp(value, ".") && strcmp(value, "..");
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)value[i]) || strchr("._-", value[i]);
+        if (!ok) {
+            snprintf(err, err_len,
+                     "line %u: netns \"%s\": the name of a namespace under /var/run/netns "
+                     "(letters, digits, . _ -; at most %zu characters)",
+                     line, value, sizeof(g->netns) - 1);
+            return -1;
+        }
+        snprintf(g->netns, sizeof(g->netns), "%s", value);
+    } else if (!strcmp(k, "control_plane_host")) {
+        size_t n = strlen(value), ok = n > 0 && n < sizeof(g->cp_host);
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)value[i]) || strchr(".-:", value[i]);
+        if (!ok) {
+            snprintf(err, err_len,
+                     "line %u: control_plane_host \"%s\": an address or host name (the worker "
+                     "reaches tandemd at http://ADDRESS:TANDEMD_PORT)",
+                     line, value);
+            return -1;
+        }
+        snprintf(g->cp_host, sizeof(g->cp_host), "%s", value);
+    } else if (!strcmp(k, "env")) {
+        /* NAME=VALUE words, appended (an `env` line may repeat) */
+        char copy[1024], *save = NULL;
+        if (strlen(value) >= sizeof(copy)) {
+            snprintf(err, err_len, "line %u: env: longer than %zu characters", line,
+                     sizeof(copy) - 1);
+            return -1;
+        }
+        snprintf(copy, sizeof(copy), "%s", value);
+        for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+            size_t i = 0;
+            while (w[i] == '_' || isalpha((unsigned char)w[i]) ||
+                   (i && isdigit((unsigned char)w[i])))
+                i++;
+            if (!i || w[i] != '=') {
+                snprintf(err, err_len,
+                         "line %u: env \"%s\": expected NAME=VALUE words (NAME: letters, digits, "
+                         "_), e.g. env = UCX_NET_DEVICES=veth0 UCX_TLS=tcp",
+                         line, w);
+                return -1;
+            }
+            size_t have = strlen(g->env);
+            if (have + strlen(w) + 2 > sizeof(g->env)) {
+                snprintf(err, err_len, "line %u: env: more than %zu characters in all", line,
+                         sizeof(g->env) - 1);
+                return -1;
+            }
+            snprintf(g->env + have, sizeof(g->env) - have, "%s%s", have ? " " : "", w);
+        }
     } else if (!strcmp(k, "port")) {
         char *end;
         errno = 0;
@@ -277,6 +334,34 @@ tdm_status_t tdm_act_super_load(tdm_cp_act_t *a, char *err, size_t err_len)
                      g->name);
             return TDM_ERR_INVAL;
         }
+        if (g->kind != ACT_KIND_SUPERVISED && (g->netns[0] || g->cp_host[0] || g->env[0])) {
+            snprintf(err, err_len,
+                     "group %s: %s is for supervised groups (tandemd does not start a unit's or "
+                     "an external group's process)",
+                     g->name,
+                     g->netns[0]     ? "netns"
+                     : g->cp_host[0] ? "control_plane_host"
+                                     : "env");
+            return TDM_ERR_INVAL;
+        }
+        /* in a namespace of its own the worker's 127.0.0.1 is not tandemd's: both directions
+         * need an address (docs/groups.md "Network namespaces") */
+        const char *h = json_string_value(json_object_get(g->base, "host"));
+        if (g->netns[0] && (!h || !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::") ||
+                            !strncmp(h, "127.", 4) || !strcmp(h, "localhost"))) {
+            snprintf(err, err_len,
+                     "group %s: netns = %s needs host = the worker's address inside the namespace "
+                     "that tandemd reaches (not a wildcard or loopback one)",
+                     g->name, g->netns);
+            return TDM_ERR_INVAL;
+        }
+        if (g->netns[0] && !g->cp_host[0]) {
+            snprintf(err, err_len,
+                     "group %s: netns = %s needs control_plane_host = the address at which the "
+                     "worker reaches tandemd from inside the namespace",
+                     g->name, g->netns);
+            return TDM_ERR_INVAL;
+        }
     }
     if ((st = check_ports(a, err, err_len)) != TDM_OK)
         return st;
@@ -342,15 +427,192 @@ static int read_port(const char *path, uint16_t *port)
     return 1;
 }
 
+/* The host part of a URL: an IPv6 literal in brackets. */
+static void url_host(char *out, size_t len, const char *host)
+{
+    snprintf(out, len, strchr(host, ':') ? "[%s]" : "%s", host);
+}
+
+/* The address tandemd reaches the worker at: its `host` unless that is a wildcard (or unset). */
+static const char *worker_host(const act_group_t *g)
+{
+    const char *h = json_string_value(json_object_get(g->base, "host"));
+    if (!h || !*h || !strcmp(h, "0.0.0.0"))
+        return "127.0.0.1";
+    return !strcmp(h, "::") ? "::1" : h;
+}
+
+/* tandemd's environment with the group's `env` words on top (a NAME given there replaces
+ * tandemd's own). The words live in `words` (a copy of g->env); free both arrays after use. */
+static char **group_environ(const act_group_t *g, char **words)
+{
+    size_t n_env = 0, n_words = 0;
+    while (environ[n_env])
+        n_env++;
+    *words = tdm_strdup(g->env);
+    char *w[128], *save = NULL;
+    for (char *t = strtok_r(*words, " \t", &save); t && n_words < 128;
+         t = strtok_r(NULL, " \t", &save))
+        w[n_words++] = t;
+    char **envp = tdm_calloc(n_env + n_words + 1, sizeof(*envp));
+    size_t n = 0;
+    for (size_t i = 0; i < n_env; i++) {
+        int replaced = 0;
+        for (size_t j = 0; j < n_words && !replaced; j++) {
+            size_t klen = (size_t)(strchr(w[j], '=') - w[j]) + 1; /* NAME= */
+            replaced = !strncmp(environ[i], w[j], klen);
+        }
+        if (!replaced)
+            envp[n++] = environ[i];
+    }
+    for (size_t j = 0; j < n_words; j++)
+        envp[n++] = w[j];
+    envp[n] = NULL;
+    return envp;
+}
+
+/* The worker binary's path ($PATH lookup, as posix_spawnp), for execve after fork. */
+static int resolve_bin(const char *bin, char *out, size_t len)
+{
+    if (strchr(bin, '/')) {
+        snprintf(out, len, "%s", bin);
+        return access(out, X_OK) == 0;
+    }
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    snprintf(dirs, sizeof(dirs), "%s", path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, len, "%s/%s", *d ? d : ".", bin);
+        if (access(out, X_OK) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Start the launcher inside the network namespace open at `nsfd`: fork, setns(2), then what
+ * posix_spawn does for the other groups (a session of its own, stdin /dev/null, stdout and stderr
+ * to the log, an empty signal mask), execve. Only async-signal-safe calls between fork and exec;
+ * a failure there comes back over a close-on-exec pipe (the step and errno) and fails the start
+ * with that reason. */
+static pid_t spawn_in_netns(const char *bin, char **argv, char **envp, int nsfd, const char *logp,
+                            char *detail, size_t len)
+{
+    char path[4200];
+    if (!resolve_bin(bin, path, sizeof(path))) {
+        snprintf(detail, len, "cannot start %s: not an executable (or not found on $PATH)", bin);
+        return -1;
+    }
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) {
+        snprintf(detail, len, "cannot start %s: pipe: %s", bin, strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(detail, len, "cannot start %s: fork: %s", bin, strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        int msg[2] = {0, 0};
+        sigset_t none;
+        sigemptyset(&none);
+        if (setns(nsfd, CLONE_NEWNET) != 0) {
+            msg[0] = 1;
+        } else {
+            int in = open("/dev/null", O_RDONLY),
+                out = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+            if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
+                msg[0] = 2;
+            } else {
+                if (in > 2)
+                    close(in);
+                if (out > 2)
+                    close(out);
+                setsid();
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                execve(path, argv, envp);
+                msg[0] = 3;
+            }
+        }
+        msg[1] = errno;
+        if (write(pfd[1], msg, sizeof(msg)) < 0)
+            _exit(126);
+        _exit(127);
+    }
+    close(pfd[1]);
+    int msg[2];
+    ssize_t n;
+    do
+        n = read(pfd[0], msg, sizeof(msg));
+    while (n < 0 && errno == EINTR);
+    close(pfd[0]);
+    if (n == (ssize_t)sizeof(msg)) {
+        waitpid(pid, NULL, 0);
+        snprintf(detail, len, "cannot start %s: %s: %s", bin,
+                 msg[0] == 1   ? "setns into the group's network namespace"
+                 : msg[0] == 2 ? "stdin /dev/null or stdout to the worker log"
+                               : "execve",
+                 strerror(msg[1]));
+        return -1;
+    }
+    return pid;
+}
+
+/* The group's launcher started (its pid), or -1 with the reason in detail. */
+static pid_t launch(tdm_cp_act_t *a, const act_group_t *g, char **argv, char **envp,
+                    const char *logp, char *detail, size_t len)
+{
+    if (g->netns[0]) {
+        /* docs/groups.md "Network namespaces": opened here, so a missing one is this start's
+         * failure with its name, before any process exists */
+        char nsp[128];
+        snprintf(nsp, sizeof(nsp), "/var/run/netns/%s", g->netns);
+        int nsfd = open(nsp, O_RDONLY | O_CLOEXEC);
+        if (nsfd < 0) {
+            snprintf(detail, len, "netns %s: %s: %s (`ip netns add %s` creates it)", g->netns, nsp,
+                     strerror(errno), g->netns);
+            return -1;
+        }
+        pid_t pid = spawn_in_netns(a->worker_bin, argv, envp, nsfd, logp, detail, len);
+        close(nsfd);
+        return pid;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_init(&at);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid;
+    int r = posix_spawnp(&pid, a->worker_bin, &fa, &at, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (r != 0) {
+        snprintf(detail, len, "cannot start %s: %s", a->worker_bin, strerror(r));
+        return -1;
+    }
+    return pid;
+}
+
 tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
 {
-    char base[4200], ovr[4200], ready[4200], logp[4200], tok[4200], cp[128];
+    char base[4200], ovr[4200], ready[4200], logp[4200], tok[4200], cp[200];
     gpath(a, g, "base.ini", base, sizeof(base));
     gpath(a, g, "override.ini", ovr, sizeof(ovr));
     gpath(a, g, "ready.json", ready, sizeof(ready));
     gpath(a, g, "worker.log", logp, sizeof(logp));
     snprintf(tok, sizeof(tok), "%s/admin.token", a->state_dir);
-    snprintf(cp, sizeof(cp), "http://127.0.0.1:%d", a->tandemd_port);
+    char cph[160], wh[160];
+    url_host(cph, sizeof(cph), g->cp_host[0] ? g->cp_host : "127.0.0.1");
+    snprintf(cp, sizeof(cp), "http://%s:%d", cph, a->tandemd_port);
     unlink(ready);
     char f_config[] = "--config", f_ovr[] = "--override-config", f_group[] = "--group",
          f_port[] = "--port", port_s[16], f_ready[] = "--ready-file", f_cp[] = "--control-plane",
@@ -371,23 +633,20 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
         argv[argc++] = spool;
     }
     argv[argc] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_init(&at);
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
-    pid_t pid;
-    int r = posix_spawnp(&pid, a->worker_bin, &fa, &at, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (r != 0) {
-        snprintf(detail, len, "cannot start %s: %s", a->worker_bin, strerror(r));
+    char *words = NULL, **envp = group_environ(g, &words);
+    pid_t pid = launch(a, g, argv, envp, logp, detail, len);
+    free(envp);
+    free(words);
+    if (pid < 0) {
+        /* no process: the group is failed, and /api/v1/status says why (its `health`) */
+        pthread_mutex_lock(&a->mu);
+        g->pid = 0;
+        g->ready = 0;
+        g->state = ACT_ST_FAILED;
+        snprintf(g->why, sizeof(g->why), "%s", detail);
+        pthread_mutex_unlock(&a->mu);
+        tdm_err(TDM_SUB_CP, "msg=\"cannot start worker group\" group=%s err=\"%s\"", g->name,
+                detail);
         return TDM_ERR_IO;
     }
     pthread_mutex_lock(&a->mu);
@@ -397,6 +656,7 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     g->started_us = tdm_time_wall_us();
     g->admin_url[0] = '\0';
     g->ready = 0;
+    g->why[0] = '\0';
     g->state = ACT_ST_STARTING;
     pthread_mutex_unlock(&a->mu);
     tdm_info(TDM_SUB_CP, "msg=\"started worker group\" group=%s pid=%d", g->name, (int)pid);
@@ -409,6 +669,8 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
             pthread_mutex_lock(&a->mu);
             g->pid = 0;
             g->state = ACT_ST_FAILED;
+            snprintf(g->why, sizeof(g->why),
+                     "the worker exited during startup (see its worker.log)");
             pthread_mutex_unlock(&a->mu);
             snprintf(detail, len, "the worker exited during startup (%s %d; see %s)",
                      WIFSIGNALED(status) ? "signal" : "code",
@@ -423,8 +685,9 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     }
     pthread_mutex_lock(&a->mu);
     g->port = port;
-    snprintf(g->host, sizeof(g->host), "127.0.0.1");
-    snprintf(g->admin_url, sizeof(g->admin_url), "http://127.0.0.1:%u", port);
+    snprintf(g->host, sizeof(g->host), "%s", worker_host(g));
+    url_host(wh, sizeof(wh), g->host);
+    snprintf(g->admin_url, sizeof(g->admin_url), "http://%s:%u", wh, port);
     pthread_mutex_unlock(&a->mu);
     record_write(a, g);
     double left = (double)(deadline - tdm_time_mono_us()) / 1e6;
@@ -514,6 +777,7 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
         g->pid = 0;
         g->ready = 0;
         g->state = ACT_ST_FAILED;
+        snprintf(g->why, sizeof(g->why), "%s", reason);
         /* WORKER_LOST at once, then the supervisor's restart (Restart= semantics) */
         tdm_act_post(a, ACT_MSG_EVENT,
                      json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",

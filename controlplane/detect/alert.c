@@ -198,6 +198,12 @@ static json_t *remedy_for(const tdm_cp_finding_t *f)
     case TDM_CP_ALERT_RANK_DIVERGENCE:
         return json_pack("{s:s,s:{s:s}}", "action", "restart_group", "params", "overlap", "off");
     case TDM_CP_ALERT_TRANSFER_STALL: {
+        /* only the partition form (docs/alerts.md): its rooms already failed on both sides and
+         * the channel registers again when the peer is reachable; restarting a peer that cannot
+         * be reached does not bring it back */
+        if (!json_integer_value(json_object_get(f->evidence, "stuck_rooms")) &&
+            !json_array_size(json_object_get(f->evidence, "heartbeats")))
+            return NULL;
         json_t *rooms = json_array();
         json_t *peers = json_array();
         size_t i;

@@ -119,6 +119,7 @@ void tdm_cp_detect_free(tdm_cp_detect_t *d)
     for (size_t i = 0; i < d->n_insts; i++) {
         json_decref(d->insts[i].lost_event);
         json_decref(d->insts[i].layout_bad);
+        json_decref(d->insts[i].peer_lost);
     }
     for (size_t i = 0; i < d->n_groups; i++) {
         json_decref(d->groups[i].corr_events);
@@ -298,6 +299,16 @@ static void on_kvpoll(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint6
     int found;
     det_room_t *s = tdm_cp_det_room_slot(d, g, e->room, &found);
     if (to == TDM_KVPOLL_SUCCESS || to == TDM_KVPOLL_FAILED) {
+        json_t *pl = d->insts[r->inst].peer_lost;
+        if (to == TDM_KVPOLL_FAILED && pl && !strcmp(e->reason, "peer lost")) {
+            /* a room the lost channel failed: named in the partition's evidence */
+            json_t *rooms = json_object_get(pl, "rooms");
+            if (json_array_size(rooms) < DET_PEER_ROOMS)
+                json_array_append_new(rooms, tdm_json_hex64(e->room));
+            json_object_set_new(
+                pl, "failed_rooms",
+                json_integer(json_integer_value(json_object_get(pl, "failed_rooms")) + 1));
+        }
         if (to == TDM_KVPOLL_SUCCESS) {
             d->groups[g].last_success_rx = now;
             d->groups[g].has_success = 1;
@@ -394,6 +405,30 @@ static void on_heartbeat(tdm_cp_detect_t *d, int ri, json_t *data, uint64_t now,
     h->stale = (uint8_t)stale;
     h->age_us = json_is_integer(age) ? (uint64_t)json_integer_value(age) : 0;
     h->rx = now;
+}
+
+/* ---- the transfer channel ------------------------------------------------------------------- */
+
+/* `peer_lost` after the channel's heartbeat timeout: the peer is alive or not, but unreachable
+ * (a partition; a peer that exits or restarts closes the channel instead, WORKER_LOST's
+ * business). Open until the channel registers again (`peer_registered`), docs/alerts.md
+ * TRANSFER_STALL. */
+static void on_channel(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64_t now, int lost)
+{
+    det_rank_t *r = &d->ranks[ri];
+    det_inst_t *in = &d->insts[r->inst];
+    if (!lost || !strstr(e->reason, "timeout")) {
+        if (!lost) {
+            json_decref(in->peer_lost);
+            in->peer_lost = NULL;
+            in->peer_lost_rx = 0;
+        }
+        return;
+    }
+    json_decref(in->peer_lost);
+    in->peer_lost = json_pack("{s:I,s:s,s:[],s:I}", "rank", (json_int_t)r->rk->rank, "reason",
+                              e->reason, "rooms", "failed_rooms", (json_int_t)0);
+    in->peer_lost_rx = now;
 }
 
 /* ---- corruption, layout, launcher, output --------------------------------------------------- */
@@ -544,6 +579,8 @@ void tdm_cp_detect_event(tdm_cp_detect_t *d, const tdm_cp_rank_t *rk, const tdm_
         on_heartbeat(d, ri, data, now_us, t[10] == 's');
     else if (!strcmp(t, "layout") || !strcmp(t, "layout_mismatch"))
         on_layout(d, ri, data, t[6] == '_');
+    else if (!strcmp(t, "peer_lost") || !strcmp(t, "peer_registered"))
+        on_channel(d, ri, e, now_us, t[5] == 'l');
     else if (!strcmp(t, "worker_lost"))
         on_worker_lost(d, ri, e, data);
     else if (!strcmp(t, "shutdown"))

@@ -13,6 +13,7 @@
 #define DET_CORR_KEEP 8    /* corruption events kept as evidence */
 #define DET_OUT_BUCKETS 64 /* output_stats reports kept per group */
 #define DET_OUT_SAMPLES 3  /* leaked responses kept as evidence */
+#define DET_PEER_ROOMS 8   /* rooms a lost channel failed, named as evidence */
 #define DET_PEER_MAX 128
 
 typedef struct det_hb {
@@ -47,6 +48,10 @@ typedef struct det_inst {
     json_t *lost_event; /* {"rank","reason","data","ts_us"} or NULL */
     /* LAYOUT_MISMATCH: evidence of the last layout report when it mismatched, else NULL */
     json_t *layout_bad;
+    /* TRANSFER_STALL, the partition form: the channel to the transfer peer timed out and has not
+     * registered again. {"rank","reason","rooms":[hex...],"failed_rooms"} or NULL */
+    json_t *peer_lost;
+    uint64_t peer_lost_rx;
     uint8_t current; /* computed each evaluation: not superseded, not retired */
 } det_inst_t;
 

@@ -464,7 +464,21 @@ static void rule_transfer_stall(tdm_cp_detect_t *d, int g, const stuck_rooms_t *
                                (json_int_t)(r->hb[h].age_us + (now - r->hb[h].rx))));
         }
     }
-    if (!n_stuck && !hbs) {
+    /* the partition form: a current incarnation whose channel to its transfer peer timed out
+     * and has not registered again (detect.c on_channel); its rooms already failed */
+    json_t *lost = NULL;
+    for (size_t i = 0; i < d->n_insts; i++) {
+        const det_inst_t *in = &d->insts[i];
+        if (in->group != g || !in->current || !in->peer_lost)
+            continue;
+        json_t *o = json_deep_copy(in->peer_lost);
+        json_object_set_new(o, "instance_id", json_string(in->id));
+        json_object_set_new(o, "age_us", json_integer((json_int_t)(now - in->peer_lost_rx)));
+        if (!lost)
+            lost = json_array();
+        json_array_append_new(lost, o);
+    }
+    if (!n_stuck && !hbs && !lost) {
         json_decref(rooms);
         return;
     }
@@ -472,19 +486,26 @@ static void rule_transfer_stall(tdm_cp_detect_t *d, int g, const stuck_rooms_t *
     if (!f) {
         json_decref(rooms);
         json_decref(hbs);
+        json_decref(lost);
         return;
     }
     if (n_stuck)
         snprintf(f->summary, sizeof(f->summary),
                  "group %s: %zu transfer room(s) stuck >= %.0f s with no completion in the window",
                  gr->name, n_stuck, (double)d->cfg.stall_room_us / 1e6);
-    else
+    else if (hbs)
         snprintf(f->summary, sizeof(f->summary), "group %s: control-thread heartbeat stale (%s)",
                  gr->name, json_string_value(json_object_get(json_array_get(hbs, 0), "thread")));
-    f->evidence = json_pack("{s:I,s:o,s:o,s:o}", "stuck_rooms", (json_int_t)n_stuck, "rooms", rooms,
-                            "heartbeats", hbs ? hbs : json_array(), "last_completion_age_us",
-                            gr->has_success ? json_integer((json_int_t)(now - gr->last_success_rx))
-                                            : json_null());
+    else
+        snprintf(f->summary, sizeof(f->summary),
+                 "group %s: transfer peer unreachable (%s); %lld room(s) failed on this side",
+                 gr->name, json_string_value(json_object_get(json_array_get(lost, 0), "reason")),
+                 (long long)json_integer_value(
+                     json_object_get(json_array_get(lost, 0), "failed_rooms")));
+    f->evidence = json_pack(
+        "{s:I,s:o,s:o,s:o,s:o}", "stuck_rooms", (json_int_t)n_stuck, "rooms", rooms, "heartbeats",
+        hbs ? hbs : json_array(), "peer_lost", lost ? lost : json_array(), "last_completion_age_us",
+        gr->has_success ? json_integer((json_int_t)(now - gr->last_success_rx)) : json_null());
 }
 
 /* ABORT_UNACKED's threshold (docs/design.md §4). */

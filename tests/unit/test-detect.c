@@ -399,6 +399,49 @@ static void test_transfer_stall(void)
     rp_free(&r);
 }
 
+/* The partition form (docs/alerts.md TRANSFER_STALL): the channel's heartbeat timeout, the rooms
+ * it failed named, open until the channel registers again, notify only. */
+static void test_transfer_partition(void)
+{
+    ev_env_t e;
+    rp_t r;
+    ev_open(&e, "decode");
+    ev(&e, 1 * S_, "kvpoll", 0xa1, "WAITING_FOR_INPUT", NULL);
+    ev(&e, 1 * S_, "kvpoll", 0xa2, "TRANSFERRING", NULL);
+    syn_event(&e.s, 0, 4 * S_, "peer_lost", 0, 0, "FAILED",
+              "peer timeout (no frame for the heartbeat timeout)", NULL);
+    syn_event(&e.s, 0, 4 * S_, "kvpoll", 1, 0xa1, "FAILED", "peer lost", NULL);
+    syn_event(&e.s, 0, 4 * S_, "kvpoll", 1, 0xa2, "FAILED", "peer lost", NULL);
+    syn_event(&e.s, 0, 9 * S_, "peer_registered", 0, 0, "SUCCESS", "registered", NULL);
+    ev_replay(&e, &r, 25 * S_);
+    uint64_t at = r.opened_at[TDM_CP_ALERT_TRANSFER_STALL];
+    ok(at >= 4 * S_ && at <= 4 * S_ + 200000,
+       "peer_lost after the heartbeat timeout: TRANSFER_STALL at once (%.2f s)", at / 1e6);
+    const tdm_cp_alert_t *a = first_alert(&r, TDM_CP_ALERT_TRANSFER_STALL);
+    json_t *pl = a ? json_array_get(json_object_get(a->evidence, "peer_lost"), 0) : NULL;
+    json_t *rooms = json_object_get(pl, "rooms");
+    char *pls = pl ? json_dumps(pl, JSON_COMPACT) : NULL;
+    ok(pl && json_integer_value(json_object_get(pl, "failed_rooms")) == 2 &&
+           json_array_size(rooms) == 2 &&
+           !strcmp(json_string_value(json_array_get(rooms, 0)), "00000000000000a1") &&
+           strstr(json_string_value(json_object_get(pl, "reason")), "timeout"),
+       "evidence: the reason and the rooms the lost channel failed (%s)", pls ? pls : "none");
+    free(pls);
+    ok(a && !a->remedy, "no remedy: the rooms failed already, the peer cannot be reached");
+    uint64_t res = r.resolved_at[TDM_CP_ALERT_TRANSFER_STALL];
+    ok(res >= 19 * S_ && res <= 19 * S_ + 200000,
+       "resolves 10 s after the channel registered again (%.1f s)", res / 1e6);
+    rp_free(&r);
+
+    /* a peer that closed the channel (its exit or restart) is WORKER_LOST's business */
+    ev_open(&e, "decode");
+    syn_event(&e.s, 0, 2 * S_, "peer_lost", 0, 0, "FAILED", "peer closed the channel", NULL);
+    ev_replay(&e, &r, 8 * S_);
+    is_int(r.opened_at[TDM_CP_ALERT_TRANSFER_STALL], 0,
+           "peer closed the channel: no TRANSFER_STALL");
+    rp_free(&r);
+}
+
 static void test_abort(void)
 {
     ev_env_t e;
@@ -592,6 +635,7 @@ int main(int argc, char **argv)
     test_wedge_spinning();
     test_worker_lost();
     test_transfer_stall();
+    test_transfer_partition();
     test_abort();
     test_corruption();
     test_layout();
