@@ -1,9 +1,10 @@
 /*
  * act_super.c — tandemd's supervisor (docs/design.md §5 "without systemd"): the groups config, the
  * per-group state directory (base.ini, override.ini, record.json, ready.json, worker.log), starting
- * a group's launcher with posix_spawn, stopping it (SIGTERM to the launcher, which forwards it to
- * its ranks; SIGKILL to the process group after the timeout), re-adopting a recorded launcher
- * after tandemd restarts, and noticing exits nobody asked for.
+ * a group's launcher with posix_spawn (or, for a group in a network namespace of its own, fork +
+ * setns + exec: docs/groups.md "Network namespaces"), stopping it (SIGTERM to the launcher, which
+ * forwards it to its ranks; SIGKILL to the process group after the timeout), re-adopting a recorded
+ * launcher after tandemd restarts, and noticing exits nobody asked for.
  *
  * A process is "ours" only when both pid and /proc starttime match the record, so a recycled pid
  * is never signalled. Children are started in a session of their own: tandemd's terminal or
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -490,13 +492,14 @@ static int resolve_bin(const char *bin, char *out, size_t len)
     return 0;
 }
 
-/* Start the launcher inside the network namespace open at `nsfd`: fork, setns(2), then what
+/* Start the launcher inside the network namespace open at `nsfd`: fork, setns(2), a mount
+ * namespace with that network namespace's sysfs on /sys (as `ip netns exec`), then what
  * posix_spawn does for the other groups (a session of its own, stdin /dev/null, stdout and stderr
  * to the log, an empty signal mask), execve. Only async-signal-safe calls between fork and exec;
  * a failure there comes back over a close-on-exec pipe (the step and errno) and fails the start
  * with that reason. */
-static pid_t spawn_in_netns(const char *bin, char **argv, char **envp, int nsfd, const char *logp,
-                            char *detail, size_t len)
+static pid_t spawn_in_netns(const char *bin, char **argv, char **envp, int nsfd, const char *netns,
+                            const char *logp, char *detail, size_t len)
 {
     char path[4200];
     if (!resolve_bin(bin, path, sizeof(path))) {
@@ -521,6 +524,12 @@ static pid_t spawn_in_netns(const char *bin, char **argv, char **envp, int nsfd,
         sigemptyset(&none);
         if (setns(nsfd, CLONE_NEWNET) != 0) {
             msg[0] = 1;
+        } else if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_SLAVE, NULL) ||
+                   (umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL) ||
+                   mount(netns, "/sys", "sysfs", 0, NULL) != 0) {
+            /* as `ip netns exec`: a mount namespace whose /sys shows the namespace's own
+             * interfaces (UCX lists its devices from /sys/class/net) */
+            msg[0] = 4;
         } else {
             int in = open("/dev/null", O_RDONLY),
                 out = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -554,6 +563,7 @@ static pid_t spawn_in_netns(const char *bin, char **argv, char **envp, int nsfd,
         snprintf(detail, len, "cannot start %s: %s: %s", bin,
                  msg[0] == 1   ? "setns into the group's network namespace"
                  : msg[0] == 2 ? "stdin /dev/null or stdout to the worker log"
+                 : msg[0] == 4 ? "the namespace's own /sys (unshare, mount sysfs)"
                                : "execve",
                  strerror(msg[1]));
         return -1;
@@ -576,7 +586,7 @@ static pid_t launch(tdm_cp_act_t *a, const act_group_t *g, char **argv, char **e
                      strerror(errno), g->netns);
             return -1;
         }
-        pid_t pid = spawn_in_netns(a->worker_bin, argv, envp, nsfd, logp, detail, len);
+        pid_t pid = spawn_in_netns(a->worker_bin, argv, envp, nsfd, g->netns, logp, detail, len);
         close(nsfd);
         return pid;
     }

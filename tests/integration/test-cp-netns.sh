@@ -8,7 +8,7 @@
 #   a namespace that does not exist: that group's start fails with the reason in
 #   /api/v1/status (its health) and the audit row, tandemd keeps running and serving;
 #   a real namespace: the launcher starts inside it (the /proc/PID/ns/net inode of
-#   /var/run/netns/NAME) with the group's env on top of tandemd's.
+#   /var/run/netns/NAME) with the group's env on top of tandemd's and the namespace's own /sys.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -118,6 +118,10 @@ ok $? "its environment carries the group's env words"
 grep -q -- "--control-plane http://10.231.251.2:$cp_port" "/proc/$p/cmdline" 2> /dev/null ||
     tr '\0' ' ' < "/proc/$p/cmdline" | grep -q -- "--control-plane http://10.231.251.2:$cp_port"
 ok $? "it reaches tandemd at control_plane_host: --control-plane http://10.231.251.2:$cp_port"
+# its /sys is the namespace's (UCX lists its devices there): lo only, none of tandemd's links
+nets=$(nsenter -t "$p" -m ls /sys/class/net 2> /dev/null | tr '\n' ' ')
+[ "$nets" = "lo " ]
+ok $? "its /sys/class/net is the namespace's own ($nets)"
 [ $fail = 0 ] || { sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15; tail -8 "$CPL_T"/state/groups/*/worker.log | sed 's/^/# /'; }
 cpl_stop
 tap_done
