@@ -24,6 +24,7 @@ usage: chaos.py --build DIR --src DIR [--long] [--only 1,2,...] [--out FILE]
 Scenarios share the stack; each starts from a ready stack with no open alert on its groups.
 """
 import argparse
+import atexit
 import json
 import os
 import re
@@ -894,42 +895,314 @@ def s3():
 
 
 # ---------------------------------------------------------------- 8: a partition between hosts
+def sh(*argv, ns=None, check=True):
+    """One command (inside network namespace ns); raises RuntimeError naming it on a failure."""
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(argv)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: %s" % (" ".join(cmd), (r.stderr or r.stdout).strip()[:200]))
+    return r
+
+
+def veth_bytes(ns, dev):
+    """(tx, rx) bytes of dev in ns (its /sys/class/net statistics, through ip's stats64)."""
+    r = sh("ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev)
+    st = json.loads(r.stdout)[0]["stats64"]
+    return st["tx"]["bytes"], st["rx"]["bytes"]
+
+
 def s8():
-    """Each group in its own network namespace needs veth + tc netem; where the machine refuses
-    either, the scenario is reported as a skip naming the error."""
-    ns = "chaos%d" % os.getpid()
-    steps = [["ip", "netns", "add", ns],
-             ["ip", "link", "add", ns + "a", "type", "veth", "peer", "name", ns + "b"],
-             ["tc", "qdisc", "add", "dev", ns + "a", "root", "netem", "loss", "10%"]]
-    err = None
-    for st in steps:
-        r = subprocess.run(st, capture_output=True, text=True)
-        if r.returncode != 0:
-            err = "%s: %s" % (" ".join(st), (r.stderr or r.stdout).strip())
-            break
-    subprocess.run(["ip", "link", "del", ns + "a"], capture_output=True)
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    if err is not None:
-        # the other real fault this kernel has: netfilter (iptables DROP and the statistic match
-        # for a lossy link work here, tc actions do not); a cut by port on one host does not
-        # separate the groups' UCX connections (ephemeral ports), so the scenario stays a skip
-        try:
-            r = subprocess.run(["iptables", "-w", "-L", "INPUT", "-n"], capture_output=True,
-                               text=True)
-            nf = None if r.returncode == 0 else r.stderr.strip()[:80]
-        except OSError as e:
-            nf = str(e)[:80]
-        err += "; netfilter: %s" % ("iptables works here, but a partition needs each supervised "
-                                    "group in its own namespace, not built yet" if nf is None
-                                    else "iptables unavailable (%s)" % nf)
-    else:
-        err = ("namespaces, veth and netem work here, but the partitioned deployment (each "
-               "supervised group in its own namespace) is not built yet")
-    chaoslib._n[0] += 1
-    print("ok %d # SKIP 8 network partition: %s" % (chaoslib._n[0], err), flush=True)
-    RESULTS.append({"name": "8 network partition (netns + veth + tc netem)", "skipped": err,
-                    "detected": None, "detect_s": None, "evidence_ok": None, "recovered": None,
-                    "recover_s": None, "requests": 0, "lost": 0, "wrong_tokens_served": 0})
+    """A prefill and a decode group each in a network namespace of its own ("hosts"): a direct
+    veth between them is the data network (the bootstrap channel and the KV, UCX over tcp on that
+    veth only), one veth from each to tandemd's namespace the management network (admin, health,
+    telemetry, routing; tandemd listens on 0.0.0.0). Under a seeded load of their own (model
+    chaos-net; the suite's load pauses) the KV is shown to cross the veth, then the data link is
+    cut (iptables DROP inside both namespaces), then lossy (netem loss where the kernel has it,
+    else iptables' statistic match dropping at random), then restored. Where the machine refuses
+    namespaces the scenario is a skip naming the error."""
+    name = "8 network partition (prefill and decode in network namespaces)"
+    t_begin = time.time()
+    tag = "%d" % (os.getpid() % 100000)
+    k = 20 + os.getpid() % 200
+    nsP, nsD = "tdm8p" + tag, "tdm8d" + tag
+    dP, dD, mP, rP, mD, rD = ("c8%s%s" % (x, tag) for x in ("dp", "dd", "mp", "rp", "md", "rd"))
+    net = "10.231.%d." % k
+    P_DATA, D_DATA, R_P, P_MGMT, R_D, D_MGMT = (net + x for x in ("1", "2", "5", "6", "9", "10"))
+    cut_s, lossy_s, loss = (10, 10, 0.3) if LONG else (5, 4, 0.3)
+    groups8 = ("npre", "ndec")
+    rules = []  # (ns, iptables args) to delete
+    state = {"netem": None}
+
+    def teardown():
+        if state.get("down"):
+            return
+        state["down"] = True
+        for ns, args in reversed(rules):
+            sh("iptables", "-w", "-D", *args, ns=ns, check=False)
+        rules.clear()
+        for ns, dev in ((nsP, dP), (nsD, dD)):
+            if state["netem"]:
+                sh("tc", "qdisc", "del", "dev", dev, "root", ns=ns, check=False)
+        for ns in (nsP, nsD):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for dev in (rP, rD):
+            subprocess.run(["ip", "link", "del", dev], capture_output=True)
+
+    def drop(prob=None):
+        # the cut: everything in and out of the data link on both sides; lossy: each side's
+        # egress only (as netem's loss on both sides: `loss` once per direction)
+        for ns, dev in ((nsP, dP), (nsD, dD)):
+            for chain, io in (("OUTPUT", "-o"),) if prob else (("INPUT", "-i"), ("OUTPUT", "-o")):
+                args = [chain, io, dev] + (["-m", "statistic", "--mode", "random",
+                                            "--probability", "%g" % prob] if prob else []) + \
+                    ["-j", "DROP"]
+                sh("iptables", "-w", "-I", *args, ns=ns)
+                rules.append((ns, args))
+
+    def undrop():
+        for ns, args in reversed(rules):
+            sh("iptables", "-w", "-D", *args, ns=ns, check=False)
+        rules.clear()
+
+    # ---- the two "hosts" (removed at the end, also when the run is interrupted: atexit)
+    atexit.register(teardown)
+    try:
+        for ns in (nsP, nsD):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", dP, "type", "veth", "peer", "name", dD)
+        sh("ip", "link", "set", dP, "netns", nsP)
+        sh("ip", "link", "set", dD, "netns", nsD)
+        for ns, dev, addr in ((nsP, dP, P_DATA), (nsD, dD, D_DATA)):
+            sh("ip", "-n", ns, "addr", "add", addr + "/30", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        for ns, m, r, a_ns, a_root in ((nsP, mP, rP, P_MGMT, R_P), (nsD, mD, rD, D_MGMT, R_D)):
+            sh("ip", "link", "add", r, "type", "veth", "peer", "name", m)
+            sh("ip", "link", "set", m, "netns", ns)
+            sh("ip", "addr", "add", a_root + "/30", "dev", r)
+            sh("ip", "link", "set", r, "up")
+            sh("ip", "-n", ns, "addr", "add", a_ns + "/30", "dev", m)
+            sh("ip", "-n", ns, "link", "set", m, "up")
+        # tandemd reaches the prefill worker at its host (the data address) over management: the
+        # namespace answers for any of its addresses on any of its links (no forwarding anywhere)
+        sh("ip", "route", "add", P_DATA + "/32", "via", P_MGMT, "dev", rP)
+        sh("iptables", "-w", "-L", "INPUT", "-n", ns=nsP)
+        r = sh("tc", "qdisc", "add", "dev", dP, "root", "netem", "loss", "0%", ns=nsP,
+               check=False)
+        state["netem"] = r.returncode == 0
+        why_no_netem = (r.stderr or r.stdout).strip()[:120]
+        if state["netem"]:
+            sh("tc", "qdisc", "del", "dev", dP, "root", ns=nsP, check=False)
+            state["netem"] = False  # added again for the lossy phase
+            have_netem = True
+        else:
+            have_netem = False
+    except (RuntimeError, OSError, ValueError) as e:
+        teardown()
+        skip(name, "network namespaces refused here: %s" % e)
+        return
+
+    common = ("model_path = %s\nserved_model_name = chaos-net\n" % S.model +
+              S.device_ini(8388608) + "chunked_prefill_size = 256\ntp_size = %d\n" % TP +
+              "enable_fault_injection = true\n")
+    boot = 8998
+    S.extra_groups = (
+        "[group.npre]\nport = 30001\nnetns = %s\nhost = %s\ncontrol_plane_host = %s\n"
+        "env = UCX_TLS=tcp UCX_NET_DEVICES=%s\n" % (nsP, P_DATA, R_P, dP) + common +
+        "disaggregation_mode = prefill\ndisaggregation_bootstrap_port = %d\npair = ndec\n" % boot +
+        "[group.ndec]\nport = 30000\nnetns = %s\nhost = %s\ncontrol_plane_host = %s\n"
+        "env = UCX_TLS=tcp UCX_NET_DEVICES=%s\n" % (nsD, D_MGMT, R_D, dD) + common +
+        "disaggregation_mode = decode\ndisaggregation_prefill_addr = %s:%d\npair = npre\n"
+        % (P_DATA, boot))
+    S.listen_host = "0.0.0.0"
+    L.paused.set()
+    L8 = None
+    try:
+        S.tandemd_stop()
+        started = S.tandemd_start() and wait_until(
+            lambda: S.ready(("pre", "dec", "hc") + groups8), 240, 0.5)
+        if not tap(bool(started), "8: the prefill and decode groups started in namespaces %s and "
+                   "%s (hosts %s and %s, tandemd on 0.0.0.0:%d)" % (nsP, nsD, P_DATA, D_MGMT,
+                                                                    S.cp_port),
+                   logtail("tandemd.log") + "\n" + wlog("npre") + "\n" + wlog("ndec")):
+            return
+        pids = {g: S.launcher_pid(g) for g in groups8}
+        ns_ino = {g: os.stat("/var/run/netns/" + n).st_ino for g, n in zip(groups8, (nsP, nsD))}
+        tap(all(pids[g] and os.stat("/proc/%d/ns/net" % pids[g]).st_ino == ns_ino[g]
+                for g in groups8),
+            "8: each launcher runs inside its group's namespace (pids %s)" % pids)
+        pport = S.worker_port("npre")
+        dport = S.worker_port("ndec")
+
+        def met(host, port):
+            st, body = http(port, "GET", "/metrics", timeout=5, host=host)
+            m = {}
+            for line in body.splitlines() if st == 200 else []:
+                if not line.startswith("#") and " " in line:
+                    a, v = line.rsplit(" ", 1)
+                    try:
+                        m[a] = float(v)
+                    except ValueError:
+                        pass
+            return m
+
+        # ---- the KV crosses the data veth
+        L8 = Load(S.cp_port, n_prompts=6, max_tokens=24 if LONG else 12, model="chaos-net")
+        tx0 = veth_bytes(nsP, dP)
+        m0 = met(P_DATA, pport)
+        good, why = L8.make_goldens()
+        if not tap(good, "8: goldens through the namespaced pair (%d prompts)" % len(L8.prompts),
+                   why + "\n" + wlog("ndec")):
+            return
+        room_key, put_key = "tandem_xfer_room_bytes_total", "tandem_xfer_bytes_put_total"
+        m1 = wait_until(lambda: (lambda m: m if m.get(room_key, 0) > m0.get(room_key, 0) else None)(
+            met(P_DATA, pport)), 10, 0.2) or {}
+        tx1 = veth_bytes(nsP, dP)
+        room_b = m1.get(room_key, 0) - m0.get(room_key, 0)
+        put_b = m1.get(put_key, 0) - m0.get(put_key, 0)
+        veth_b = tx1[0] - tx0[0]
+        tap(room_b > 0 and veth_b >= room_b,
+            "8: the KV crossed the data veth: %d bytes sent on %s (prefill side) >= %d room bytes "
+            "(%s; %d put by UCX)" % (veth_b, dP, room_b, room_key, put_b), json.dumps(m1)[:500])
+
+        # ---- cut, lossy, restored
+        quiet(groups8)
+        L8.start(2)
+        time.sleep(1.5)
+        t_mark = time.time()
+        # a room in flight on both sides when the link goes: prefill's next transfer held 4 s
+        # (stall_transfer through tandemd's audited route), the cut as soon as it holds one
+        fired0 = met(P_DATA, pport).get("tandem_xfer_faults_fired_total", 0)
+        st_f, res_f = S.fault("npre", {"name": "stall_transfer", "rank": 0, "count": 1,
+                                       "duration_ms": 4000})
+        held = wait_until(lambda: met(P_DATA, pport).get("tandem_xfer_faults_fired_total", 0)
+                          > fired0, 10, 0.05)
+        t_cut = now_us()
+        drop()
+        tap(st_f == 200 and bool(held), "8: the data link cut (iptables DROP in both namespaces) "
+            "while prefill holds a room's transfer (stall_transfer: %s)" % res_f)
+        al = {}
+
+        def both():
+            for g in groups8:
+                if g not in al:
+                    a = S.alert_after("TRANSFER_STALL", g, t_cut)
+                    if a:
+                        al[g] = a
+            return len(al) == 2
+        wait_until(both, cut_s, 0.1)
+        time.sleep(max(0, cut_s - (time.time() - t_mark)))
+        undrop()
+        wait_until(both, 3 * SLACK + 5, 0.1)  # a late one (the evidence names both sides)
+        t_lossy = time.time()
+        if have_netem:
+            for ns, dev in ((nsP, dP), (nsD, dD)):
+                sh("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss",
+                   "%d%%" % int(loss * 100), ns=ns)
+            state["netem"] = True
+        else:
+            drop(loss)
+        time.sleep(max(0, lossy_s - (time.time() - t_lossy)))
+        if have_netem:
+            for ns, dev in ((nsP, dP), (nsD, dD)):
+                sh("tc", "qdisc", "del", "dev", dev, "root", ns=ns, check=False)
+            state["netem"] = False
+        else:
+            undrop()
+        t_restore = time.time()
+
+        # ---- detection and evidence, from the stored alerts
+        first = min((a[1] for a in al.values()), default=None)
+        detect_s = (first - t_cut) / 1e6 if first else None
+        ev = {g: (al[g][2] if g in al else {}) for g in groups8}
+        named = {g: sorted({r for pl in ev[g].get("peer_lost", []) for r in pl.get("rooms", [])})
+                 for g in groups8}
+        failed = {g: sum(pl.get("failed_rooms", 0) for pl in ev[g].get("peer_lost", []))
+                  for g in groups8}
+        target = 5.0  # the channel's 3 s heartbeat timeout + the report and the detector's tick
+        tap(len(al) == 2 and detect_s is not None and detect_s <= SLACK * target,
+            "8: TRANSFER_STALL (partition form) on both groups %s s after the cut (target %s s "
+            "x %.0f; the cut's time from the harness clock)" % (
+                "%.2f" % detect_s if detect_s is not None else "-", target, SLACK),
+            json.dumps({g: al[g][2] for g in al})[:1500] + "\n" + logtail("tandemd.log"))
+        ev_ok = len(al) == 2 and all(
+            any("timeout" in pl.get("reason", "") for pl in ev[g].get("peer_lost", [])) and
+            len(named[g]) >= 1 for g in groups8)
+        tap(ev_ok, "8: the evidence names the lost channel on both sides and the rooms it failed "
+            "(decode %d: %s; prefill %d: %s)" % (failed["ndec"], named["ndec"][:3],
+                                                 failed["npre"], named["npre"][:3]),
+            json.dumps(ev)[:1500])
+        rooms_failed = {g: met(h, p).get("tandem_xfer_rooms_failed_total", 0) for g, h, p in
+                        (("npre", P_DATA, pport), ("ndec", D_MGMT, dport))}
+
+        # ---- recovery: /ready and a fresh request served within 30 s of the link's return
+        rec_ok, t_rec = False, time.time()
+        while time.time() < t_restore + 30:
+            if S.ready(groups8) and http(dport, "GET", "/ready", timeout=3, host=D_MGMT)[0] == 200 \
+                    and L8.fresh(limit=max(1, t_restore + 30 - time.time())) is not None:
+                rec_ok, t_rec = True, time.time()
+                break
+            time.sleep(0.2)
+        recover_s = t_rec - t_restore
+        L8.stop_ev.set()
+        L8.stop()
+        win = L8.window(t_mark, t_rec)
+        lost = [r for r in win if r["lost"]]
+        wrong = [r for r in win if L8.wrong(r)]
+        errs = sum(1 for r in win if r["err"])
+        kinds = {}
+        for r in win:
+            if r["err"]:
+                kk = r["err"][:48]
+                kinds[kk] = kinds.get(kk, 0) + 1
+        tap(rec_ok, "8: recovered (/ready and a fresh request served) %.2f s after the link's "
+            "return" % recover_s, wlog("ndec"))
+        tap(not lost and not wrong and errs >= 1,
+            "8: %d requests, %d ended in an explicit error, %d lost, %d wrong tokens served"
+            % (len(win), errs, len(lost), len(wrong)), json.dumps((lost + wrong)[:3], default=str))
+        loss_how = ("tc netem loss %d%%" % int(loss * 100)) if have_netem else (
+            "iptables statistic --mode random --probability %g DROP (stands in for tc netem "
+            "loss: %s)" % (loss, why_no_netem))
+        r = {"name": name, "detected": len(al) == 2,
+             "detect_s": round(detect_s, 3) if detect_s is not None else None,
+             "alert": "TRANSFER_STALL" if al else None, "evidence_ok": ev_ok,
+             "recovered": rec_ok, "recover_s": round(recover_s, 3), "requests": len(win),
+             "errors": errs, "lost": len(lost), "wrong_tokens_served": len(wrong),
+             "error_kinds": kinds, "scenario_s": round(time.time() - t_begin, 1), "cut_s": cut_s, "lossy_s": lossy_s, "lossy": loss_how,
+             "kv_room_bytes": int(room_b), "kv_bytes_put": int(put_b),
+             "veth_tx_bytes": int(veth_b), "rooms_failed_by_peer_loss": failed,
+             "rooms_failed_total": rooms_failed,
+             "note": "detect_s: the first TRANSFER_STALL's opened_us minus the cut's time on the "
+                     "harness clock (the cut is iptables DROP inside both namespaces, not a fault "
+                     "through tandemd's route); recover_s from the link's return"}
+        RESULTS.append(r)
+        note(json.dumps(r))
+    finally:
+        if L8:
+            L8.stop_ev.set()
+        # the namespaced groups leave the stack: tandemd without them, their launchers stopped
+        S.tandemd_stop()
+        pids = [p for p in (S.launcher_pid(g) for g in groups8) if p]
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGTERM)
+            except OSError:
+                pass
+        wait_until(lambda: not any(os.path.exists("/proc/%d" % p) for p in pids), 15, 0.2)
+        for p in pids:
+            try:
+                os.killpg(p, signal.SIGKILL)
+            except OSError:
+                pass
+        teardown()
+        S.extra_groups = ""
+        S.listen_host = "127.0.0.1"
+        back = S.tandemd_start() and wait_until(lambda: S.ready(("pre", "dec", "hc")), 120, 0.5)
+        L.paused.clear()
+        left = sh("ip", "netns", "list", check=False).stdout
+        tap(bool(back) and nsP not in left and nsD not in left,
+            "8: the namespaces, veths and rules removed; tandemd back without the namespaced "
+            "groups")
 
 
 # ---------------------------------------------------------------- 9: bad bytes at every listener

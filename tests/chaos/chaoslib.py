@@ -73,9 +73,9 @@ def wait_until(fn, limit, step=0.1):
         time.sleep(step)
 
 
-def http(port, method, path, body=None, headers=None, timeout=30, raw=None):
+def http(port, method, path, body=None, headers=None, timeout=30, raw=None, host="127.0.0.1"):
     """(status, text); -1 and the error on a connection failure."""
-    c = hc.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c = hc.HTTPConnection(host, port, timeout=timeout)
     try:
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
@@ -97,6 +97,7 @@ class Stack:
         self.pg_bindir = pg_bindir
         self.model = model or os.path.join(src, "models/demo")
         self.extra_groups = extra_groups
+        self.listen_host = "127.0.0.1"  # tandemd's --listen host (scenario 8: 0.0.0.0)
         self.cp_port = free_port()
         self.boot_port = free_port()
         self.ports = {g: free_port() for g in ("pre", "dec", "hc")}
@@ -192,7 +193,7 @@ class Stack:
         log = open(os.path.join(self.tmp, "tandemd.log"), "a")
         env = dict(os.environ, TDM_CPU_THREADS="1")
         p = subprocess.Popen([os.path.join(self.build, "tandemd"), "--listen",
-                              "127.0.0.1:%d" % self.cp_port, "--state-dir", self.state,
+                              "%s:%d" % (self.listen_host, self.cp_port), "--state-dir", self.state,
                               "--pg-dsn", self.dsn(), "--ready-file", ready,
                               "--groups-config", os.path.join(self.tmp, "groups.ini"),
                               "--worker-bin", os.path.join(self.build, "tandem-worker"),
@@ -273,8 +274,9 @@ class Stack:
 class Load:
     """Client threads sending seeded greedy streaming chat requests through tandemd's router."""
 
-    def __init__(self, port, n_prompts=12, max_tokens=16, seed=7):
+    def __init__(self, port, n_prompts=12, max_tokens=16, seed=7, model=MODEL_NAME):
         self.port = port
+        self.model = model
         rnd = random.Random(seed)
         self.prompts = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randrange(4, 14)))
                         for _ in range(n_prompts)]
@@ -288,7 +290,7 @@ class Load:
         self.inflight = {}
 
     def body(self, k, max_tokens=None):
-        return {"model": MODEL_NAME, "temperature": 0, "stream": True,
+        return {"model": self.model, "temperature": 0, "stream": True,
                 "max_tokens": max_tokens or self.max_tokens,
                 "messages": [{"role": "user", "content": self.prompts[k]}]}
 
