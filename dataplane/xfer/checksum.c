@@ -41,7 +41,7 @@ void tdm_xfer_page_sums(const tdm_kv_buffers_t *kv, const uint32_t *pages, uint3
                 uint64_t seg = tdm_hash_xxh64(p, l->sub[s].page_stride, 0);
                 h = tdm_hash_combine(h, seg);
                 if (ret_seg)
-                    ret_seg[k] = tdm_hash_combine(ret_seg[k], seg);
+                    ret_seg[k] = tdm_xfer_seg_fold(ret_seg[k], seg);
             }
         ret_sums[i] = h;
     }

@@ -432,7 +432,7 @@ static tdm_status_t page_sums_locked(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
         for (size_t k = 0; k < per; k++) {
             h = tdm_hash_combine(h, c->h_seg[(size_t)i * per + k]);
             if (ret_seg)
-                ret_seg[k] = tdm_hash_combine(ret_seg[k], c->h_seg[(size_t)i * per + k]);
+                ret_seg[k] = tdm_xfer_seg_fold(ret_seg[k], c->h_seg[(size_t)i * per + k]);
         }
         ret_sums[i] = h;
     }

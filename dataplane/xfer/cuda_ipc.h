@@ -33,6 +33,17 @@
 #include <tdm/kv.h>
 #include <tdm/status.h>
 
+/* One step of a segment sum (here for both the CPU and the CUDA fold; xfer_int.h includes this)
+ * over the room's pages in order (docs/contracts.md §d "Segment sums"): s * 0x9e3779b97f4a7c15 + h
+ * mod 2^64, from 0. The multiplier is odd, so a change of one page's segment hash always changes
+ * the sum (the page sums stay the detector; this names the segment), for a multiply-add per segment
+ * instead of a hash call (the fp8 layouts' 88 segments per page made tdm_hash_combine cost ~10 % of
+ * the page hashing: bench/checksum_segments). */
+static inline uint64_t tdm_xfer_seg_fold(uint64_t s, uint64_t h)
+{
+    return s * 0x9e3779b97f4a7c15ull + h;
+}
+
 #define XFER_CUDA_REC_MAGIC 0x50494354u /* "TCIP" */
 #define XFER_CUDA_REC_VERSION 1
 #define XFER_CUDA_REC_BYTES 104u
@@ -72,7 +83,7 @@ void *tdm_xfer_cuda_stream(xfer_cuda_t *c);
 void tdm_xfer_cuda_drain(xfer_cuda_t *c);
 /* One checksum per page over device pool `kv` (== tdm_xfer_page_sum of the same bytes) and, when
  * ret_seg is not NULL, the num_layers x n_sub segment sums of tdm_xfer_page_sums (folded on the
- * host from the same per-segment GPU hashes). */
+ * host with tdm_xfer_seg_fold from the same per-segment GPU hashes). */
 tdm_status_t tdm_xfer_cuda_page_sums(xfer_cuda_t *c, const tdm_kv_buffers_t *kv,
                                      const uint32_t *pages, uint32_t n, uint64_t *ret_sums,
                                      uint64_t *ret_seg);

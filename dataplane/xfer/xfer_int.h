@@ -264,8 +264,9 @@ tdm_status_t tdm_xfer_kvmem_init(tdm_xfer_t *x);
 void tdm_xfer_kvmem_fini(tdm_xfer_t *x);
 /* One checksum per page of rank's pool (tdm_xfer_page_sum's value, on the GPU for a device pool)
  * and, when ret_seg is not NULL, rank's tdm_xfer_seg_count values of segment sums: for each
- * (layer, sub-buffer), layer-major, the fold (tdm_hash_combine from 0) over pages[0..n) in order
- * of that page segment's XXH64 — from the same segment hashes, no second pass over the bytes. */
+ * (layer, sub-buffer), layer-major, the fold (tdm_xfer_seg_fold from 0) over pages[0..n) in
+ * order of that page segment's XXH64 — from the same segment hashes, no second pass over the
+ * bytes. */
 tdm_status_t tdm_xfer_kv_sums(tdm_xfer_t *x, uint32_t rank, const uint32_t *pages, uint32_t n,
                               uint64_t *ret_sums, uint64_t *ret_seg);
 /* Segment sums of one rank (num_layers x n_sub) and of every rank (the STATUS trailer's count). */

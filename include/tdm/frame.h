@@ -127,9 +127,9 @@ typedef struct tdm_frame_status {
     tdm_blob_t message;
     /* Optional trailer after `message` (docs/contracts.md §d "Segment sums"): present when the
      * body continues past the message; 0 = absent. Per rank, per (layer, sub-buffer) in
-     * layer-major, sub-buffer order, the fold (tdm_hash_combine, from 0) over the room's pages of
-     * that page segment's XXH64. Only with checksums (n_checksums > 0); decoders check the count
-     * against the room (n_ranks x num_layers x n_sub). */
+     * layer-major, sub-buffer order, the fold (s * 0x9e3779b97f4a7c15 + h mod 2^64, from 0) over
+     * the room's pages of that page segment's XXH64. Only with checksums (n_checksums > 0);
+     * decoders check the count against the room (n_ranks x num_layers x n_sub). */
     uint32_t n_seg_sums;
     const uint8_t *seg_sums; /* n_seg_sums little-endian u64 */
 } tdm_frame_status_t;
