@@ -106,6 +106,7 @@ struct tdm_cp_server {
     uint64_t last_watchdog_us, watchdog_usec;
     /* counters for /metrics */
     uint64_t http_requests, http_errors;
+    uint64_t v1_clients_gone; /* /v1 requests whose client left mid-response (v1_router.c) */
     uint64_t ingest_received, ingest_rejected, samples_received, events_received;
 };
 

@@ -28,3 +28,8 @@ noinst_HEADERS += \
 dist_check_SCRIPTS += tests/integration/test-http-413.sh
 TESTS += tests/integration/test-http-413.sh
 EXTRA_DIST += tests/integration/big-body.mjs
+
+# The /v1 router closes the upstream request as soon as its client resets (v1_router.c): the
+# worker counts the disconnect while its loop is stalled, long before the next chunk.
+dist_check_SCRIPTS += tests/integration/test-router-abort.sh
+TESTS += tests/integration/test-router-abort.sh

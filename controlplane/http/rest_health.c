@@ -118,6 +118,10 @@ static void render_metrics(tdm_cp_server_t *s, FILE *f)
     tdm_prom_counter(f, "tandem_http_requests_total", "HTTP requests handled.", s->http_requests);
     tdm_prom_counter(f, "tandem_http_errors_total",
                      "HTTP requests answered with an error by the dispatcher.", s->http_errors);
+    tdm_prom_counter(f, "tandem_router_clients_gone_total",
+                     "Requests forwarded by the /v1 router whose client went away before the end "
+                     "(the upstream request was closed at once).",
+                     s->v1_clients_gone);
 }
 
 void tdm_cp_h_metrics(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *a,

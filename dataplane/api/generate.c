@@ -68,7 +68,10 @@ struct tdm_api_gen {
     int stream;
     int done_seen;   /* the final event was processed */
     int client_gone; /* abort sent because the client left */
-    uint32_t seen;   /* tokens taken from toks */
+    /* the client's socket while it is read for EOF (HTTP/1; on this thread's `watching`) */
+    h2o_socket_t *watched;
+    h2o_linklist_t wlink;
+    uint32_t seen; /* tokens taken from toks */
     h2o_generator_t gen;
     int sending, final_queued, final_sent;
     char *out, *pend;
@@ -141,8 +144,22 @@ static void on_event(void *ctx, const tdm_req_event_t *ev)
 
 /* ---- loop thread ---------------------------------------------------------------------------- */
 
+/* Requests whose client socket is read for EOF, per loop thread (each HTTP loop is one thread
+ * and a socket's callbacks run on its loop's thread). */
+static _Thread_local h2o_linklist_t watching;
+
+static void unwatch(tdm_api_gen_t *g)
+{
+    if (g->watched) {
+        h2o_socket_read_stop(g->watched);
+        g->watched = NULL;
+        h2o_linklist_unlink(&g->wlink);
+    }
+}
+
 static void gen_free(tdm_api_gen_t *g)
 {
+    unwatch(g);
     h2o_linklist_unlink(&g->link);
     g->api->n_gens--;
     pthread_mutex_destroy(&g->mu);
@@ -166,6 +183,7 @@ static void maybe_free(tdm_api_gen_t *g)
 /* The client left (stream stopped or request disposed) before the end: abort once. */
 static void client_left(tdm_api_gen_t *g)
 {
+    unwatch(g);
     g->req = NULL;
     if (!g->done_seen && !g->client_gone) {
         g->client_gone = 1;
@@ -223,6 +241,7 @@ static void stream_flush(tdm_api_gen_t *g)
     if (g->final_queued) {
         state = H2O_SEND_STATE_FINAL;
         g->final_sent = 1;
+        unwatch(g); /* the socket is h2o's again once the last send completes */
     }
     h2o_iovec_t v = h2o_iovec_init(g->out, g->out_len);
     h2o_send(g->req, &v, 1, state); /* may call proceed re-entrantly: touch nothing after */
@@ -278,6 +297,7 @@ static void stream_final(tdm_api_gen_t *g)
 static void reply_whole(tdm_api_gen_t *g, const int32_t *toks, uint32_t n)
 {
     tdm_api_t *a = g->api;
+    unwatch(g);
     if (g->fin_kind == TDM_REQ_ERROR) {
         int http;
         json_t *e = final_error(g, &http);
@@ -418,12 +438,53 @@ void tdm_api_gen_check_progress(tdm_api_t *a, uint64_t now_us)
     }
 }
 
+/* The client's socket became readable while the response is written: EOF or an error means
+ * the client is gone and the request is aborted at once; bytes (a pipelined request) stop the
+ * reading and wait in the socket's buffer for h2o. */
+static void on_client_read(h2o_socket_t *sock, const char *err)
+{
+    for (h2o_linklist_t *l = watching.next; l && l != &watching; l = l->next) {
+        tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, wlink, l);
+        if (g->watched != sock)
+            continue;
+        unwatch(g);
+        if (err && !g->done_seen && !g->client_gone) {
+            g->client_gone = 1;
+            g->api->client_disconnects++;
+            tdm_dbg(TDM_SUB_API, "msg=\"client socket closed, aborting\" req=%llu",
+                    (unsigned long long)g->id);
+            tdm_sched_abort(g->api->o.sched, g->id);
+        }
+        return;
+    }
+    h2o_socket_read_stop(sock); /* not ours any more */
+}
+
+/* Read the client's socket while the request runs (HTTP/1 only: an HTTP/2 connection is read by
+ * h2o all along), so that a client gone is seen when it goes, not at the next tick. */
+static void watch(tdm_api_gen_t *g)
+{
+    h2o_req_t *req = g->req;
+    if (req->version >= 0x200 || !req->conn->callbacks->get_socket)
+        return;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (!sock || h2o_socket_is_reading(sock))
+        return;
+    if (!watching.next)
+        h2o_linklist_init_anchor(&watching);
+    g->watched = sock;
+    h2o_linklist_insert(&watching, &g->wlink);
+    h2o_socket_read_start(sock, on_client_read);
+}
+
 /* h2o sees a vanished client only when it next writes to it: a request waiting for its first
  * token (a long prefill, or a PD request whose KV is still in transfer) would run to its first
- * token for nobody. So every tick the sockets of unfinished requests are peeked at: EOF or a
- * reset means the client is gone and the request is aborted now (nginx's
- * ngx_http_test_reading does the same; a client that half-closes after its request is treated
- * as gone, as there). h2o still owns the request and disposes of it as usual. */
+ * token for nobody. So the client's socket is read while the request runs (watch above), and,
+ * for the sockets that are not (HTTP/2, a pipelining client), every tick the sockets of
+ * unfinished requests are peeked at: EOF or a reset means the client is gone and the request is
+ * aborted now (nginx's ngx_http_test_reading does the same; a client that half-closes after its
+ * request is treated as gone, as there). h2o still owns the request and disposes of it as
+ * usual. */
 void tdm_api_gen_check_clients(tdm_api_t *a)
 {
     for (h2o_linklist_t *l = a->gens.next; l != &a->gens; l = l->next) {
@@ -630,6 +691,7 @@ tdm_status_t tdm_api_gen_start(tdm_api_t *a, h2o_req_t *req, tdm_req_params_t *r
     a->n_gens++;
     tdm_api_gen_t **hold = h2o_mem_alloc_shared(&req->pool, sizeof(*hold), on_pool_dispose);
     *hold = g;
+    watch(g);
     if (g->stream) {
         g->gen.proceed = on_proceed;
         g->gen.stop = on_stop;
