@@ -194,6 +194,10 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
                      "Requests aborted (client gone, admin, drain)", s.requests_aborted);
     tdm_prom_counter(f, "tandem_requests_failed_total", "Requests ended with an error",
                      s.requests_failed);
+    tdm_prom_counter(
+        f, "tandem_sched_aborted_rows_dropped_total",
+        "Rows of aborted requests dropped from a plan built before the abort (overlap)",
+        s.aborted_rows_dropped);
     tdm_prom_counter(f, "tandem_retractions_total",
                      "Running requests retracted for lack of KV pages", s.retractions);
     tdm_prom_counter(f, "tandem_http_requests_total", "HTTP requests received", a->http_requests);

@@ -184,6 +184,80 @@ static tdm_status_t loop_lockstep(tdm_sched_t *s)
     return TDM_OK;
 }
 
+/* Overlap: plan N+1 was built while N ran, so the rows of requests aborted meanwhile (a client
+ * gone, an abort storm) would be computed once more for nobody. Before it is sent they are dropped
+ * from it: rank 0 re-encodes the plan without them and the followers receive only that plan
+ * (invariant I1, docs/serving.md "Plan"); the other rows are byte-for-byte what was built. The
+ * dropped requests are ended by the next intake as usual; their pages stay theirs until this
+ * iteration completed (their last_iter), as for any request in a plan. Returns the plan's kind:
+ * IDLE when no row is left (then it is not run at all). */
+static tdm_plan_kind_t drop_aborted(tdm_sched_t *s, iter_buf_t *ib, tdm_plan_kind_t kind)
+{
+    if (kind != TDM_PLAN_BATCH)
+        return kind;
+    pthread_mutex_lock(&s->mu);
+    uint32_t n_ab = s->n_aborts;
+    if (n_ab > s->cap_drop_ids) {
+        s->drop_ids = tdm_realloc(s->drop_ids, (size_t)n_ab * sizeof(uint64_t));
+        s->cap_drop_ids = n_ab;
+    }
+    if (n_ab)
+        memcpy(s->drop_ids, s->aborts, (size_t)n_ab * sizeof(uint64_t));
+    pthread_mutex_unlock(&s->mu); /* the list itself stays for the next intake */
+    if (!n_ab)
+        return kind;
+    tdm_exec_iter_t *it = &ib->it;
+    uint32_t drop = 0;
+    for (uint32_t i = 0; i < it->n_reqs; i++) {
+        it->reqs[i]->plan_drop = 0;
+        for (uint32_t k = 0; k < n_ab; k++)
+            if (it->reqs[i]->id == s->drop_ids[k]) {
+                it->reqs[i]->plan_drop = 1;
+                drop++;
+                break;
+            }
+    }
+    if (!drop)
+        return kind;
+    const uint8_t *payload = it->plan + TDM_PLAN_HDR_BYTES;
+    size_t len = it->hdr.payload_bytes, off = 0;
+    tdm_plan_begin(&s->pb_drop);
+    for (uint32_t i = 0; i < it->n_reqs; i++) {
+        tdm_plan_entry_t e;
+        if (tdm_plan_next(payload, len, &off, &e) != TDM_OK)
+            return kind; /* not a plan this scheduler built: keep it whole */
+        tdm_sreq_t *r = it->reqs[i];
+        r->plan_drop_tokens = e.n_tokens;
+        r->plan_drop_flags = e.flags;
+        if (!r->plan_drop && tdm_plan_add(&s->pb_drop, e.slot, e.pos0, e.flags, e.tokens,
+                                          e.n_tokens, e.pages, e.n_pages) != TDM_OK)
+            return kind;
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < it->n_reqs; i++) {
+        tdm_sreq_t *r = it->reqs[i];
+        if (!r->plan_drop) {
+            it->reqs[k++] = r;
+            continue;
+        }
+        /* what schedule_one counted for the row is undone: the positions it would have written
+         * are not, so they never reach the prefix cache (tdm_sched_release_pages) */
+        r->n_computed_sched -= r->plan_drop_tokens;
+        if (r->plan_drop_flags & TDM_PLAN_LOGITS)
+            r->n_gen_sched--;
+        if (r->n_prompt + r->n_gen_sched - r->n_computed_sched > 1)
+            s->st.tokens_prefilled -= r->plan_drop_tokens;
+        r->plan_drop = 0;
+    }
+    it->n_reqs = k;
+    tdm_plan_builder_t t = ib->pb;
+    ib->pb = s->pb_drop;
+    s->pb_drop = t;
+    tdm_plan_finish(&ib->pb, it->hdr.iter, TDM_PLAN_IDLE, &it->plan, &it->plan_len, &it->hdr);
+    s->st.aborted_rows_dropped += drop;
+    return (tdm_plan_kind_t)it->hdr.kind;
+}
+
 /* Build N+1 while N runs; submit N+1 as soon as N is done; process N while N+1 runs. */
 static tdm_status_t loop_overlap(tdm_sched_t *s)
 {
@@ -210,6 +284,7 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
                 inflight = NULL;
                 break;
             }
+            kind = drop_aborted(s, next, kind);
         }
         if (kind == TDM_PLAN_BATCH || !inflight) {
             s->iter++;

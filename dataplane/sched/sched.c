@@ -319,6 +319,7 @@ tdm_status_t tdm_sched_init(const tdm_sched_cfg_t *cfg, tdm_exec_t *x, tdm_sched
     s->tokbuf = tdm_calloc(s->max_tokens, sizeof(uint32_t));
     s->snap = tdm_calloc(cfg->max_running, sizeof(tdm_sreq_t *));
     s->shared = tdm_calloc(s->max_pages_per_seq + 1, sizeof(uint32_t));
+    tdm_plan_builder_init(&s->pb_drop);
     for (int i = 0; i < 2; i++) {
         tdm_plan_builder_init(&s->ib[i].pb);
         s->ib[i].it.reqs = tdm_calloc(cfg->max_running, sizeof(tdm_sreq_t *));
@@ -342,6 +343,8 @@ void tdm_sched_free(tdm_sched_t *s)
         tdm_sched_sreq_free(s, r);
     }
     tdm_prefix_free(s->cache);
+    tdm_plan_builder_free(&s->pb_drop);
+    tdm_free(s->drop_ids);
     for (int i = 0; i < 2; i++) {
         tdm_plan_builder_free(&s->ib[i].pb);
         tdm_free(s->ib[i].it.tier);

@@ -95,6 +95,8 @@ typedef struct tdm_sched_stats {
     uint64_t iter;
     uint64_t tokens_generated, tokens_prefilled, prompt_tokens_cached;
     uint64_t requests_finished, requests_aborted, requests_failed, retractions;
+    /* overlap loop: rows of aborted requests dropped from a plan built before the abort came */
+    uint64_t aborted_rows_dropped;
     int draining, drained;
     /* PD: decode requests waiting for their KV; ended requests whose pages wait for the room's
      * release (prefill: puts in flight; decode: quarantined until ABORT_ACK) */

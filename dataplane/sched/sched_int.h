@@ -58,6 +58,9 @@ struct tdm_sreq {
     uint32_t n_gen_sched;      /* generated tokens once every planned iteration completes */
     uint32_t n_computed_sched; /* KV positions written once every planned iteration completes */
     uint64_t last_iter;        /* last iteration whose plan includes this request (0 = none) */
+    /* overlap loop (loop.c drop_aborted): aborted after its row was planned; the row's size */
+    int plan_drop;
+    uint32_t plan_drop_tokens, plan_drop_flags;
     int retract_pending;
     uint32_t slot;
     tdm_kv_seq_t kv;

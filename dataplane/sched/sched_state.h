@@ -63,6 +63,9 @@ struct tdm_sched {
     tdm_sreq_t **snap; /* max_running */
 
     iter_buf_t ib[2];
+    tdm_plan_builder_t pb_drop; /* overlap: a plan re-encoded without aborted rows (loop.c) */
+    uint64_t *drop_ids;         /* its scratch: the abort list's ids */
+    uint32_t cap_drop_ids;
     /* overlap: the executor thread and its depth-1 queue (under qmu) */
     pthread_t exec_thread;
     int exec_started;

@@ -7,6 +7,8 @@
  * each with its own executor and transfer engine over UCX on loopback, in both loops: every
  * request sent to decode equals the reference, decode computes no prompt token, prefill takes
  * one room per request and refuses submissions; a decode without a prefill answers BUSY.
+ * Overlap loop: a request aborted while iteration N runs is dropped from the already-built plan
+ * N+1 (the other request's tokens unchanged, no page lost, its prefix reused bit-exactly).
  */
 #include "config.h"
 
@@ -45,6 +47,7 @@ typedef struct rec {
 } rec_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static tdm_fault_table_t *g_faults; /* the executor's fault table (NULL: none) */
 
 static void on_event(void *ctx, const tdm_req_event_t *ev)
 {
@@ -132,7 +135,7 @@ static int eng_start_pd(eng_t *e, const tdm_model_t *m, const tdm_tok_t *tok, ui
                          .tensor = &e->ct,
                          .plan = &e->cp,
                          .page = e->page,
-                         .faults = NULL};
+                         .faults = g_faults};
     if (tdm_exec_init(&xc, &e->x, err, sizeof(err)) != TDM_OK) {
         diag("exec: %s", err);
         return 0;
@@ -426,6 +429,78 @@ static void suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap)
     ok(good, "%s: stopping the loop ends every request exactly once", loop);
 }
 
+static uint32_t rec_n(rec_t *r)
+{
+    pthread_mutex_lock(&g_mu);
+    uint32_t n = r->n;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* Overlap: two streams; iteration N stalled (stall_loop); one stream aborted during the stall,
+ * after plan N+1 — with its row — was built. Its row is dropped from N+1 before N+1 is sent. */
+static void drop_suite(const tdm_model_t *m, const tdm_tok_t *tok)
+{
+    static tdm_fault_table_t ft;
+    static spec_t sp[2];
+    char ferr[128];
+    eng_t e;
+    rec_t recs[2];
+    tdm_sched_stats_t st;
+    for (int i = 0; i < 2; i++) {
+        sp[i] = specs[i];
+        sp[i].max_new = 40;
+        sp[i].temperature = 0.0f;
+        if (!reference(m, &sp[i]))
+            bail_out("reference of the drop test");
+    }
+    g_faults = &ft;
+    int up = eng_start(&e, m, tok, 256, 16, 8, 256, 1);
+    g_faults = NULL;
+    if (!ok(up, "drop: engine up (overlap, fault table)"))
+        return;
+    memset(recs, 0, sizeof(recs));
+    for (int i = 0; i < 2; i++)
+        submit(e.s, &sp[i], &recs[i], 0);
+    uint64_t t_end = tdm_time_mono_us() + 30000000;
+    while ((rec_n(&recs[0]) < 2 || rec_n(&recs[1]) < 2) && tdm_time_mono_us() < t_end)
+        tdm_time_sleep_us(1000);
+    tdm_fault_spec_t fs = {.rank = 0, .count = 1, .after_iter = 0, .duration_ms = 3000};
+    ok(tdm_fault_arm(&ft, 1, TDM_FAULT_STALL_LOOP, &fs, ferr, sizeof(ferr)) == TDM_OK,
+       "drop: both streams running, stall_loop armed");
+    /* stalled: no token for 300 ms (an iteration of this model takes about a millisecond) */
+    uint32_t seen = rec_n(&recs[0]) + rec_n(&recs[1]);
+    uint64_t quiet_since = tdm_time_mono_us();
+    while (tdm_time_mono_us() - quiet_since < 300000 && tdm_time_mono_us() < t_end) {
+        tdm_time_sleep_us(5000);
+        uint32_t now = rec_n(&recs[0]) + rec_n(&recs[1]);
+        if (now != seen) {
+            seen = now;
+            quiet_since = tdm_time_mono_us();
+        }
+    }
+    tdm_sched_abort(e.s, recs[1].id);
+    int good = wait_all(recs, 2);
+    ok(good && recs[0].fin == TDM_FINISH_LENGTH && recs[0].n == sp[0].n_ref &&
+           !memcmp(recs[0].toks, sp[0].ref, recs[0].n * sizeof(int32_t)) &&
+           recs[1].fin == TDM_FINISH_ABORT && recs[1].n_terminal == 1,
+       "drop: the stream left == reference, the aborted one ended ABORT (%u tokens)", recs[1].n);
+    tdm_sched_stats(e.s, &st);
+    ok(st.aborted_rows_dropped == 1,
+       "drop: the aborted stream's row was dropped from the plan built before the abort (%llu)",
+       (unsigned long long)st.aborted_rows_dropped);
+    /* the aborted stream's pages went to the prefix cache: reused, they give the same tokens */
+    memset(recs, 0, sizeof(recs));
+    submit(e.s, &sp[1], &recs[1], 0);
+    good = wait_all(&recs[1], 1);
+    ok(good && recs[1].fin == TDM_FINISH_LENGTH && recs[1].cached > 0 && recs[1].n == sp[1].n_ref &&
+           !memcmp(recs[1].toks, sp[1].ref, recs[1].n * sizeof(int32_t)),
+       "drop: its prompt again reuses %u cached tokens and == reference", recs[1].cached);
+    ok(wait_drained(&e, &st) && st.pages_free == st.pages_total,
+       "drop: after drain free pages == total pages (%u/%u)", st.pages_free, st.pages_total);
+    eng_stop(&e);
+}
+
 /* PD: prefill + decode schedulers in this process, connected by their engines over UCX. */
 static void pd_suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap)
 {
@@ -497,6 +572,7 @@ int main(void)
 
     suite(m, tok, 0);
     suite(m, tok, 1);
+    drop_suite(m, tok);
     pd_suite(m, tok, 0);
     pd_suite(m, tok, 1);
 
