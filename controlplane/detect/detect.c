@@ -300,8 +300,9 @@ static void on_kvpoll(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint6
     det_room_t *s = tdm_cp_det_room_slot(d, g, e->room, &found);
     if (to == TDM_KVPOLL_SUCCESS || to == TDM_KVPOLL_FAILED) {
         json_t *pl = d->insts[r->inst].peer_lost;
-        if (to == TDM_KVPOLL_FAILED && pl && !strcmp(e->reason, "peer lost")) {
-            /* a room the lost channel failed: named in the partition's evidence */
+        if (to == TDM_KVPOLL_FAILED && pl) {
+            /* a room that failed while the channel is lost ("peer lost", or its transfer into
+             * the unreachable peer): named in the partition's evidence */
             json_t *rooms = json_object_get(pl, "rooms");
             if (json_array_size(rooms) < DET_PEER_ROOMS)
                 json_array_append_new(rooms, tdm_json_hex64(e->room));

@@ -1070,11 +1070,13 @@ def s8():
         L8.start(2)
         time.sleep(1.5)
         t_mark = time.time()
-        # a room in flight on both sides when the link goes: prefill's next transfer held 4 s
-        # (stall_transfer through tandemd's audited route), the cut as soon as it holds one
+        # a room in flight on both sides when the link goes: prefill's next transfer held 1.5 s
+        # (stall_transfer through tandemd's audited route; under the transfer thread's 3 s
+        # heartbeat timeout, so this alert is the partition's), the cut as soon as it holds one:
+        # its puts then go into the cut link
         fired0 = met(P_DATA, pport).get("tandem_xfer_faults_fired_total", 0)
         st_f, res_f = S.fault("npre", {"name": "stall_transfer", "rank": 0, "count": 1,
-                                       "duration_ms": 4000})
+                                       "duration_ms": 1500})
         held = wait_until(lambda: met(P_DATA, pport).get("tandem_xfer_faults_fired_total", 0)
                           > fired0, 10, 0.05)
         t_cut = now_us()
@@ -1160,6 +1162,12 @@ def s8():
         tap(not lost and not wrong and errs >= 1,
             "8: %d requests, %d ended in an explicit error, %d lost, %d wrong tokens served"
             % (len(win), errs, len(lost), len(wrong)), json.dumps((lost + wrong)[:3], default=str))
+        # every other alert of the pair in the window, from the store (what else the partition
+        # and its healing did: a restart, a checksum mismatch caught before a token)
+        others = ["%s %s +%.2f s" % (row[0], row[1], (int(row[2]) - t_cut) / 1e6) for row in S.sql(
+            "SELECT kind, group_name, opened_us FROM alerts WHERE group_name IN ('npre', 'ndec') "
+            "AND opened_us >= %d AND kind != 'TRANSFER_STALL' ORDER BY opened_us" % t_cut)]
+        note("8: other alerts of the pair after the cut: %s" % (others or "none"))
         loss_how = ("tc netem loss %d%%" % int(loss * 100)) if have_netem else (
             "iptables statistic --mode random --probability %g DROP (stands in for tc netem "
             "loss: %s)" % (loss, why_no_netem))
@@ -1168,7 +1176,7 @@ def s8():
              "alert": "TRANSFER_STALL" if al else None, "evidence_ok": ev_ok,
              "recovered": rec_ok, "recover_s": round(recover_s, 3), "requests": len(win),
              "errors": errs, "lost": len(lost), "wrong_tokens_served": len(wrong),
-             "error_kinds": kinds, "scenario_s": round(time.time() - t_begin, 1), "cut_s": cut_s, "lossy_s": lossy_s, "lossy": loss_how,
+             "error_kinds": kinds, "other_alerts": others, "scenario_s": round(time.time() - t_begin, 1), "cut_s": cut_s, "lossy_s": lossy_s, "lossy": loss_how,
              "kv_room_bytes": int(room_b), "kv_bytes_put": int(put_b),
              "veth_tx_bytes": int(veth_b), "rooms_failed_by_peer_loss": failed,
              "rooms_failed_total": rooms_failed,
