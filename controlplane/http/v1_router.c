@@ -48,8 +48,9 @@ typedef struct v1_fwd {
     h2o_linklist_t link;
 } v1_fwd_t;
 
-/* Forwarders whose client socket is read (the loop thread's only). */
-static h2o_linklist_t watching = {&watching, &watching};
+/* Forwarders whose client socket is read, per loop thread (a socket's callbacks run on its
+ * loop's thread). */
+static _Thread_local h2o_linklist_t watching;
 
 static void fwd_unwatch(v1_fwd_t *f)
 {
@@ -228,7 +229,7 @@ static void fwd_client_gone(v1_fwd_t *f)
 
 static void fwd_on_client_read(h2o_socket_t *sock, const char *err)
 {
-    for (h2o_linklist_t *l = watching.next; l != &watching; l = l->next) {
+    for (h2o_linklist_t *l = watching.next; l && l != &watching; l = l->next) {
         v1_fwd_t *f = H2O_STRUCT_FROM_MEMBER(v1_fwd_t, link, l);
         if (f->watched != sock)
             continue;
@@ -251,6 +252,8 @@ static void fwd_watch(v1_fwd_t *f)
     h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
     if (!sock || h2o_socket_is_reading(sock))
         return;
+    if (!watching.next)
+        h2o_linklist_init_anchor(&watching);
     f->watched = sock;
     h2o_linklist_insert(&watching, &f->link);
     h2o_socket_read_start(sock, fwd_on_client_read);
