@@ -379,19 +379,26 @@ def storm(n, port, max_tokens=400):
 
 
 def s2():
-    # (a) two storms without faults: no thread dies, a fresh request right after each
+    # (a) two storms without faults: no thread dies, a fresh request right after each, the
+    # load meanwhile served its goldens
     quiet()
     t0 = now_us()
+    t_mark = time.time()
     fresh = []
     streams = []
     n = 60
     base = sorted(x for x in (L.fresh(limit=30, max_tokens=2) for _ in range(5)) if x)
     base = base[len(base) // 2] if base else None  # the same request's median before any storm
+    m0 = metrics(S.worker_port("dec"))
     for _ in range(2):
         streams.append(storm(n, S.cp_port))
         t = L.fresh(limit=30, max_tokens=2)
         fresh.append(round(t, 3) if t is not None else None)
     health = [http(S.worker_port(g), "GET", "/health")[0] for g in ("pre", "dec")]
+    m1 = metrics(S.worker_port("dec"))
+    # decode's view: disconnects seen, rows of aborted streams dropped from a planned iteration
+    gone, dropped = (int(m1.get(k, 0) - m0.get(k, 0)) for k in (
+        "tandem_client_disconnects_total", "tandem_sched_aborted_rows_dropped_total"))
     deaths = S.sql1("SELECT count(*) FROM events WHERE ts_us >= %d AND type = 'thread_exit'" % t0, "?")
     alerts = S.sql1("SELECT count(*) FROM alerts WHERE opened_us >= %d AND kind != "
                     "'OUTPUT_ANOMALY'" % t0, "?")
@@ -403,14 +410,29 @@ def s2():
         deaths == "0" and alerts == "0",
         "2a: two storms of %d streams reset mid-flight (%s streaming): a fresh request served in "
         "%s s after each (limit %.2f s; %s s before the storms), /health 200, 0 thread deaths, "
-        "0 alerts" % (n, streams, fresh, limit, base),
+        "0 alerts (decode: %d disconnects, %d aborted rows dropped from planned iterations)"
+        % (n, streams, fresh, limit, base, gone, dropped),
         "health %s deaths %s alerts %s" % (health, deaths, alerts))
+    # the steady load's requests that overlapped the storms: the aborted rows dropped from a
+    # planned iteration leave every other row's tokens as they were (the goldens)
+    t_end = time.time()
+    settle(t_end)
+    win = L.window(t_mark, t_end)
+    lost = [r for r in win if r["lost"]]
+    wrong = [r for r in win if L.wrong(r)]
+    tap(win and not lost and not wrong,
+        "2a: the load's %d requests during the storms: %d ended in an explicit error, %d lost, "
+        "%d wrong tokens served" % (len(win), sum(1 for r in win if r["err"]), len(lost),
+                                    len(wrong)),
+        json.dumps((lost + wrong)[:3], default=str))
     RESULTS.append({"name": "2a abort storm x2 (no fault)", "detected": None, "detect_s": None,
                     "evidence_ok": deaths == "0" and alerts == "0", "recovered": all(
                         f is not None for f in fresh), "recover_s": max(
                             [f for f in fresh if f is not None] or [0]),
-                    "requests": 2 * n, "lost": 0, "wrong_tokens_served": 0,
-                    "fresh_after_storm_s": fresh, "fresh_before_s": base})
+                    "requests": 2 * n + len(win), "lost": len(lost),
+                    "wrong_tokens_served": len(wrong), "fresh_after_storm_s": fresh,
+                    "fresh_before_s": base, "decode_disconnects": gone,
+                    "decode_aborted_rows_dropped": dropped})
 
     # (b) drop_abort_handler on prefill: rooms whose ABORT is never ACKed stay quarantined
     def abort_during_transfer():
