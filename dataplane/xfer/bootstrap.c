@@ -107,6 +107,11 @@ static int prefill_register(tdm_xfer_t *x, uint32_t ci, const uint8_t *body, uin
     }
     int same_host = peer_same_host(c->fd);
     pthread_mutex_lock(&x->mu);
+    if (x->connecting) { /* the connect to `reg` of a registration that timed out still runs */
+        pthread_mutex_unlock(&x->mu);
+        refuse(x, c->fd, "busy: the connect to the last registration is still running");
+        goto out_close;
+    }
     x->peer_same_host = same_host;
     free(x->reg);
     free(x->reg_body);
@@ -370,6 +375,7 @@ void *tdm_xfer_boot_main(void *arg)
         if (x->cfg.role == TDM_XFER_DECODE)
             tdm_xfer_decode_tick(x, now);
         int have_chan = x->chan_fd >= 0;
+        int renewing = x->renew_pending; /* decode: new UCX workers first (decode.c) */
         if (have_chan && x->ready) {
             if (now - x->last_hb_us >= x->cfg.heartbeat_us) {
                 tdm_frame_heartbeat_t f = {x->cfg.instance_id, ++x->hb_seq, tdm_time_wall_us()};
@@ -387,7 +393,7 @@ void *tdm_xfer_boot_main(void *arg)
         pthread_mutex_unlock(&x->mu);
         if (x->cfg.role == TDM_XFER_PREFILL) {
             prefill_poll_conns(x);
-        } else if (!have_chan && now >= x->next_connect_us) {
+        } else if (!have_chan && !renewing && now >= x->next_connect_us) {
             decode_handshake(x);
         } else {
             struct pollfd p = {x->wake_boot, POLLIN, 0};

@@ -279,9 +279,20 @@ void tdm_xfer_decode_registered(tdm_xfer_t *x)
     }
 }
 
+/* The channel is lost (caller holds mu). Besides failing the rooms, decode replaces its UCX
+ * workers before it registers again: the lost peer's connections to the old ones are closed,
+ * so put data of endpoints the peer closed by force, still queued in its kernel while the link
+ * is down, is refused when the link returns instead of landing in pages a later room took
+ * (docs/design.md §8; found by tests/chaos/chaos.py scenario 8: a checksum mismatch at the link's
+ * return, and UCX aborting in its put handler on a connection its keepalive had failed). The
+ * new workers' addresses go into the next REGISTER; memory registrations and rkeys stay. */
 void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
 {
     void *v;
+    if (!x->renew_pending) {
+        x->renew_pending = 1;
+        tdm_xfer_cmd_push(x, XCMD_RENEW, 0);
+    }
     for (uint32_t i = 0; tdm_xfer_rooms_next_mover(x->rooms, &i, &v);) {
         xroom_t *r = v;
         tdm_xfer_room_info_t info;

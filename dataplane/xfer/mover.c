@@ -177,6 +177,32 @@ static uint32_t active_rooms(const tdm_xfer_t *x)
     return n;
 }
 
+/* Decode's channel was lost: new UCP workers in place of the old (decode.c
+ * tdm_xfer_decode_peer_lost), then the bootstrap thread may register again. */
+static void renew_workers(tdm_xfer_t *x, int ep)
+{
+    uint32_t renewed = 0;
+    for (uint32_t r = 0; r < x->n_ranks; r++) {
+        struct epoll_event ev = {.events = EPOLLIN};
+        epoll_ctl(ep, EPOLL_CTL_DEL, x->ucx[r].efd, NULL);
+        if (tdm_xfer_ucx_renew_worker(x, r) == TDM_OK)
+            renewed++;
+        else
+            tdm_err(TDM_SUB_XFER,
+                    "rank %u: new UCX worker after the peer loss failed; the old "
+                    "one stays",
+                    r);
+        ev.data.fd = x->ucx[r].efd;
+        epoll_ctl(ep, EPOLL_CTL_ADD, x->ucx[r].efd, &ev);
+    }
+    tdm_info(TDM_SUB_XFER, "msg=\"peer lost: new UCX workers\" ranks=%u of=%u", renewed,
+             x->n_ranks);
+    pthread_mutex_lock(&x->mu);
+    x->renew_pending = 0;
+    pthread_mutex_unlock(&x->mu);
+    tdm_xfer_wake(x->wake_boot);
+}
+
 void *tdm_xfer_main(void *arg)
 {
     tdm_xfer_t *x = arg;
@@ -217,9 +243,17 @@ void *tdm_xfer_main(void *arg)
             x->cmd_head = (x->cmd_head + 1) % x->cmd_cap;
             x->cmd_len--;
             if (c.kind == XCMD_CONNECT) {
+                /* without `mu`: a connect over a lossy link can block inside UCX for seconds,
+                 * and the rank's samples read the engine's statistics under `mu` (a held lock
+                 * read as a lost rank, WORKER_LOST). `reg` stays: a REGISTER arriving meanwhile
+                 * is refused as busy (bootstrap.c prefill_register) */
+                x->connecting = 1;
+                pthread_mutex_unlock(&x->mu);
                 tdm_status_t st = TDM_OK;
                 for (uint32_t r = 0; r < x->n_ranks && st == TDM_OK; r++)
                     st = tdm_xfer_ucx_connect(x, r, &x->reg->ranks[r], x->reg->layout.num_pages);
+                pthread_mutex_lock(&x->mu);
+                x->connecting = 0;
                 x->connect_result = st;
                 x->connect_done = 1;
                 pthread_cond_broadcast(&x->cv);
@@ -231,6 +265,8 @@ void *tdm_xfer_main(void *arg)
             pthread_mutex_unlock(&x->mu);
             if (c.kind == XCMD_ISSUE)
                 xfer_issue(x, c.room);
+            else if (c.kind == XCMD_RENEW)
+                renew_workers(x, ep);
         }
         tdm_xfer_ucx_progress(x);
         tdm_xfer_advance(x);

@@ -210,6 +210,35 @@ void tdm_xfer_ucx_fini(tdm_xfer_t *x, uint32_t rank)
     u->efd = -1;
 }
 
+tdm_status_t tdm_xfer_ucx_renew_worker(tdm_xfer_t *x, uint32_t rank)
+{
+    xfer_ucx_t *u = &x->ucx[rank];
+    ucp_worker_params_t wp;
+    ucp_worker_h w = NULL;
+    ucp_address_t *addr = NULL;
+    size_t addr_len = 0;
+    int efd = -1;
+    ucs_status_t s;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if ((s = ucp_worker_create(u->ctx, &wp, &w)) != UCS_OK)
+        return ucs_fail("ucp_worker_create", s);
+    if ((s = ucp_worker_get_efd(w, &efd)) != UCS_OK ||
+        (s = ucp_worker_get_address(w, &addr, &addr_len)) != UCS_OK) {
+        ucp_worker_destroy(w);
+        return ucs_fail("ucp_worker_get_efd/address", s);
+    }
+    if (u->addr) /* decode has no endpoints of its own: the worker and its address only */
+        ucp_worker_release_address(u->worker, u->addr);
+    ucp_worker_destroy(u->worker); /* its connections close: late data is refused */
+    u->worker = w;
+    u->efd = efd;
+    u->addr = addr;
+    u->addr_len = addr_len;
+    return TDM_OK;
+}
+
 /* Decode's region [raddr, raddr+len) mapped into this process, or NULL. ucp_rkey_ptr succeeds only
  * for memory a shared-memory transport can attach (decode's ucp_mem_map(ALLOCATE) regions); both
  * ends are checked so a copy never runs past the mapping. */
@@ -252,10 +281,12 @@ tdm_status_t tdm_xfer_ucx_connect(tdm_xfer_t *x, uint32_t rank, const tdm_frame_
     s = ucp_ep_create(u->worker, &ep, &u->ep);
     if (s != UCS_OK)
         return ucs_fail("ucp_ep_create", s);
+    pthread_mutex_lock(&x->mu); /* the connect runs without it (mover.c) */
     if (peer)
         x->st.eps_err_peer++;
     else
         x->st.eps_err_none++;
+    pthread_mutex_unlock(&x->mu);
     tdm_info(TDM_SUB_XFER, "rank %u endpoint: error handling %s (%s)", rank, peer ? "peer" : "none",
              x->cfg.ep_err_mode != TDM_XFER_ERR_AUTO ? "configured"
              : peer                                  ? "remote peer"

@@ -121,7 +121,7 @@ typedef struct xfer_cmd {
     uint64_t room;
 } xfer_cmd_t;
 
-enum { XCMD_ISSUE = 1, XCMD_CONNECT, XCMD_DISCONNECT };
+enum { XCMD_ISSUE = 1, XCMD_CONNECT, XCMD_DISCONNECT, XCMD_RENEW };
 
 typedef struct xfer_conn {
     int fd;
@@ -174,7 +174,9 @@ struct tdm_xfer {
     atomic_int n_transferring; /* rooms in TRANSFERRING: the transfer thread busy-polls UCX */
     uint32_t inline_copies; /* (mu) callers copying a room (tdm_xfer_issue_inline): no disconnect */
     int disconnect_pending, connect_result, connect_done;
-    uint64_t disconnect_us;    /* (mu) when the pending disconnect was taken from the ring */
+    int renew_pending;      /* (mu) decode: the UCX workers are being replaced (no REGISTER yet) */
+    int connecting;         /* (mu) prefill: the transfer thread connects to `reg` (without mu) */
+    uint64_t disconnect_us; /* (mu) when the pending disconnect was taken from the ring */
     tdm_frame_register_t *reg; /* CONNECT argument (prefill) */
     uint8_t *reg_body;         /* the body `reg` points into */
 
@@ -244,6 +246,9 @@ tdm_status_t tdm_xfer_out_status_sums(tdm_xfer_t *x, uint64_t room, const uint64
                                       uint32_t n_seg_sums, uint32_t chunk_tokens);
 tdm_status_t tdm_xfer_out_abort_ack(tdm_xfer_t *x, uint64_t room, int known);
 void tdm_xfer_cmd_push(tdm_xfer_t *x, int kind, uint64_t room);
+/* Decode: rank's UCP worker replaced by a new one (transfer thread; tdm_xfer_decode_peer_lost).
+ * On an error the old one stays. */
+tdm_status_t tdm_xfer_ucx_renew_worker(tdm_xfer_t *x, uint32_t rank);
 void tdm_xfer_room_set_all(tdm_xfer_t *x, uint64_t room, tdm_kvpoll_t to, const char *reason);
 /* Blocking write of a whole buffer with a deadline (handshake only). */
 tdm_status_t tdm_xfer_write_all(int fd, const uint8_t *buf, size_t len, uint64_t timeout_us);
