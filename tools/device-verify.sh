@@ -23,7 +23,8 @@
 #                  one-rank figures; → gpu_tp.json, multi_gpu.json).
 #       Every result file and log goes under $OUT; summary.txt lists each phase's exit status and
 #       seconds. Exit status 0 only when every phase passed. Env: TDM_VERIFY_LIMIT_<PHASE>
-#       (seconds; defaults below), TDM_VERIFY_MEM_FRACTION (0.05 per worker).
+#       (seconds; defaults below), TDM_VERIFY_MEM_FRACTION (0.05 per worker), TDM_VERIFY_DEVICE
+#       (cuda; cpu runs the detect and chaos phases on the CPU: a rehearsal of the call here).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 dir=$top/.dev-verify
@@ -101,7 +102,7 @@ run_phases() {
         pgbin=$(echo "$line" | sed -n 's/^export PATH=\([^:]*\):.*/\1/p')
         test -x "$pgbin/postgres" || die "no postgres in '$pgbin' ($line)"
     fi
-    local mf=${TDM_VERIFY_MEM_FRACTION:-0.05}
+    local mf=${TDM_VERIFY_MEM_FRACTION:-0.05} dev=${TDM_VERIFY_DEVICE:-cuda}
     failed=0
     for p in "$@"; do
         case $p in
@@ -111,12 +112,12 @@ run_phases() {
             ;;
         detect)
             phase detect "${TDM_VERIFY_LIMIT_DETECT:-180}" python3 "$top/bench/gpu-tp-detect.py" \
-                --build "$b" --src "$top" --pg-bindir "$pgbin" --mem-fraction "$mf" \
+                --build "$b" --src "$top" --device "$dev" --pg-bindir "$pgbin" --mem-fraction "$mf" \
                 --out "$OUT/gpu_tp_detect.json"
             ;;
         chaos)
             phase chaos "${TDM_VERIFY_LIMIT_CHAOS:-420}" python3 "$top/tests/chaos/chaos.py" \
-                --build "$b" --src "$top" --device cuda --pg-bindir "$pgbin" --mem-fraction "$mf" \
+                --build "$b" --src "$top" --device "$dev" --pg-bindir "$pgbin" --mem-fraction "$mf" \
                 --long --only 1,2,3,4 --out "$OUT/chaos_gpu.json"
             ;;
         decode)

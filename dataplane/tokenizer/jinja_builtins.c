@@ -731,7 +731,7 @@ tdm_status_t tdm_jinja_global_call(jctx_t *c, int func, jv_t *args, char **kw, s
     }
     case JF_STRFTIME: {
         char out[256];
-        time_t now = time(NULL);
+        time_t now = c->lim.now_unix ? (time_t)c->lim.now_unix : time(NULL);
         struct tm tm;
         if (!nargs || !jv_is_str(args[0]))
             return tdm_jctx_fail(c, TDM_ERR_INVAL, "strftime_now needs a format string");

@@ -5,7 +5,8 @@
  * apply_chat_template does: the environment is jinja2's ImmutableSandboxedEnvironment with
  * trim_blocks=True, lstrip_blocks=True and the loopcontrols extension, `tojson` is Python's
  * json.dumps(ensure_ascii=False, indent=…, sort_keys=False), `raise_exception(msg)` fails the
- * render with msg, `strftime_now(fmt)` formats the current UTC time, and `{% generation %}`
+ * render with msg, `strftime_now(fmt)` formats the current UTC time (or the render's pinned
+ * clock, tdm_jinja_limits_t.now_unix: goldens made on another day), and `{% generation %}`
  * prints its body. Values print as Python's str() prints them (True, None, 1.0, {'a': 1}).
  *
  * Supported: {% if/elif/else %}, {% for x[, y] in … [if …] %} with {% else %}, loop.index,
@@ -48,6 +49,7 @@ typedef struct tdm_jinja_limits {
     size_t max_output;       /* bytes; 0 → 16 MiB */
     uint64_t max_iterations; /* loop iterations and builtin work units in one render; 0 → 1M */
     uint32_t max_depth;      /* macro/caller nesting; 0 → 64 */
+    int64_t now_unix; /* the time strftime_now formats (UTC seconds); 0 → the current time */
 } tdm_jinja_limits_t;
 
 typedef struct tdm_jinja_tpl tdm_jinja_tpl_t;

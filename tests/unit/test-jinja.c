@@ -74,7 +74,9 @@ static void check_golden(const char *name)
         json_object_set(vars, "add_generation_prompt", json_object_get(c, "add_generation_prompt"));
         char *out = NULL;
         size_t len = 0;
-        st = tdm_jinja_render(t, vars, NULL, &out, &len, err, sizeof(err));
+        /* the generator's pinned clock (strftime_now: SmolLM3 prints today's date) */
+        tdm_jinja_limits_t lim = {.now_unix = json_integer_value(json_object_get(g, "now_unix"))};
+        st = tdm_jinja_render(t, vars, &lim, &out, &len, err, sizeof(err));
         const json_t *want = json_object_get(c, "text");
         int good = want ? st == TDM_OK && len == json_string_length(want) &&
                               !memcmp(out, json_string_value(want), len)
@@ -203,6 +205,20 @@ static void language(void)
       "abéA\t1000.01e+200.30000000000000004", NULL);
     r("{% generation %}gen{% endgeneration %}", NULL, "gen", NULL);
     r("{{ strftime_now('%Y') | length }}", NULL, "4", NULL);
+    {
+        /* the pinned clock: 2026-12-04 12:00:00 UTC, whatever today is */
+        tdm_jinja_tpl_t *t = NULL;
+        char err[256], *out = NULL;
+        size_t len = 0;
+        const char *src = "{{ strftime_now('%d %B %Y %H:%M') }}";
+        tdm_jinja_limits_t lim = {.now_unix = 1796385600};
+        int good = tdm_jinja_parse(src, strlen(src), &t, err, sizeof(err)) == TDM_OK &&
+                   tdm_jinja_render(t, NULL, &lim, &out, &len, err, sizeof(err)) == TDM_OK &&
+                   !strcmp(out, "04 December 2026 12:00");
+        ok(good, "strftime_now formats the pinned clock: %s", out ? out : err);
+        tdm_free(out);
+        tdm_jinja_free(t);
+    }
     /* errors name the line */
     r("line1\n{{ raise_exception('bad role') }}", NULL, NULL, "line 2: raise_exception: bad role");
     r("{% if %}", NULL, NULL, "line 1");
