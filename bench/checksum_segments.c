@@ -30,29 +30,11 @@
 #include <tdm/model.h>
 
 #include "dataplane/xfer/xfer_int.h"
+#include "bench/bench_stat.h"
 
 #define MAX_REPS 64
 #define POOL_PAGES 256u
 #define ROOM_PAGES 64u
-
-static double cpu_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static volatile uint64_t sink;
 
@@ -98,20 +80,20 @@ static void ab(const tdm_kv_buffers_t *kv, const uint32_t *pages, pass_fn a, pas
         /* the order alternates, so neither side always finds the room's bytes in the cache */
         for (int k = 0; k < 2; k++) {
             const int do_b = (r + k) % 2;
-            double t0 = cpu_seconds();
+            double t0 = tdm_bench_cpu_seconds();
             if (!do_b)
                 a(kv, pages, scratch);
             else if (pd_b)
                 tdm_xfer_page_sums(kv, pages, ROOM_PAGES, scratch, seg);
             else
                 b(kv, pages, scratch);
-            double t1 = cpu_seconds();
+            double t1 = tdm_bench_cpu_seconds();
             sink += scratch[0] + seg[0];
             (do_b ? tb : ta)[r] = t1 - t0;
         }
     }
-    *ret_a = median(ta, reps);
-    *ret_b = median(tb, reps);
+    *ret_a = tdm_bench_median(ta, reps);
+    *ret_b = tdm_bench_median(tb, reps);
 }
 
 static int one_layout(tdm_dtype_t dt, int reps, char *out, size_t cap)

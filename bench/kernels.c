@@ -26,6 +26,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_int.h"
+#include "bench/bench_stat.h"
 
 #define MAX_REPS 64
 
@@ -37,26 +38,6 @@ static float frand(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-/* Process CPU seconds: on a shared machine, wall time includes waiting for a core. */
-static double cpu_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct bw_job {
@@ -109,7 +90,7 @@ static double bandwidth(unsigned char *src, unsigned char *dst, size_t bytes, ui
             pthread_join(tid[t], NULL);
         rate[r] = (double)(slice * threads) / ((double)(tdm_time_mono_us() - t0) * 1e-6);
     }
-    return median(rate, reps);
+    return tdm_bench_median(rate, reps);
 }
 
 typedef struct mm_case {
@@ -140,15 +121,15 @@ static void bench_matmul(tdm_backend_t *be, const mm_case_t *c, const uint32_t *
         for (int r = 0; r < r_n; r++) {
             tdm_tensor_t wt = {TDM_DTYPE_BF16, c->M, c->K, c->K,
                                w + (size_t)(r % copies) * (wbytes / 2)};
-            double c0 = cpu_seconds();
+            double c0 = tdm_bench_cpu_seconds();
             uint64_t t0 = tdm_time_mono_us();
             be->matmul(be->ctx, x, n, &wt, NULL, y);
             t[r] = (double)(tdm_time_mono_us() - t0) * 1e-6;
-            cpu[r] = cpu_seconds() - c0;
+            cpu[r] = tdm_bench_cpu_seconds() - c0;
             if (t[r] < tmin)
                 tmin = t[r];
         }
-        double tm = median(t, r_n), cm = median(cpu, r_n);
+        double tm = tdm_bench_median(t, r_n), cm = tdm_bench_median(cpu, r_n);
         printf(
             "%s    {\"op\": \"matmul_bf16\", \"shape\": \"%s\", \"M\": %u, \"K\": %u, \"n\": %u, "
             "\"median_ms\": %.3f, \"min_ms\": %.3f, \"cpu_ms\": %.3f, \"weight_gbps\": %.2f, "
@@ -201,18 +182,18 @@ static void bench_attention(tdm_backend_t *be, uint32_t len, int reps, int *firs
     for (int mode = 0; mode < 2; mode++) {
         double t[MAX_REPS], cpu[MAX_REPS], tmin = 1e30;
         for (int r = 0; r < reps; r++) {
-            double c0 = cpu_seconds();
+            double c0 = tdm_bench_cpu_seconds();
             uint64_t t0 = tdm_time_mono_us();
             if (mode == 0)
                 be->attn_prefill(be->ctx, kb, 0, q, H, rows, len, out);
             else
                 be->attn_decode(be->ctx, kb, 0, q + (size_t)len * H * hd, H, &rows[len], 1, out);
             t[r] = (double)(tdm_time_mono_us() - t0) * 1e-6;
-            cpu[r] = cpu_seconds() - c0;
+            cpu[r] = tdm_bench_cpu_seconds() - c0;
             if (t[r] < tmin)
                 tmin = t[r];
         }
-        double tm = median(t, reps), cm = median(cpu, reps);
+        double tm = tdm_bench_median(t, reps), cm = tdm_bench_median(cpu, reps);
         /* q·k and p·v: 2 flops each per (query row, head, key, element) */
         double pairs = mode == 0 ? (double)len * (len + 1) / 2 : (double)(len + 1);
         printf("%s    {\"op\": \"%s\", \"heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, "

@@ -284,6 +284,58 @@ void tdm_httpd_listener_close(tdm_httpd_listener_t *l)
     l->loop = NULL;
 }
 
+/* ---- a client gone mid-response ------------------------------------------------------------ */
+
+/* Watches whose client socket is read, per loop thread (a socket's callbacks run on its loop's
+ * thread). */
+static _Thread_local h2o_linklist_t watching;
+
+void tdm_httpd_watch_forget(tdm_httpd_watch_t *w)
+{
+    if (w->sock) {
+        w->sock = NULL;
+        h2o_linklist_unlink(&w->link);
+    }
+}
+
+void tdm_httpd_watch_stop(tdm_httpd_watch_t *w)
+{
+    if (w->sock) {
+        h2o_socket_read_stop(w->sock);
+        tdm_httpd_watch_forget(w);
+    }
+}
+
+static void on_watched_read(h2o_socket_t *sock, const char *err)
+{
+    for (h2o_linklist_t *l = watching.next; l && l != &watching; l = l->next) {
+        tdm_httpd_watch_t *w = H2O_STRUCT_FROM_MEMBER(tdm_httpd_watch_t, link, l);
+        if (w->sock != sock)
+            continue;
+        tdm_httpd_watch_stop(w);
+        if (err)
+            w->on_gone(w);
+        return;
+    }
+    h2o_socket_read_stop(sock); /* not watched any more */
+}
+
+void tdm_httpd_watch_start(tdm_httpd_watch_t *w, h2o_req_t *req,
+                           void (*on_gone)(tdm_httpd_watch_t *w))
+{
+    if (w->sock || req->version >= 0x200 || !req->conn->callbacks->get_socket)
+        return;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (!sock || h2o_socket_is_reading(sock))
+        return;
+    if (!watching.next)
+        h2o_linklist_init_anchor(&watching);
+    w->sock = sock;
+    w->on_gone = on_gone;
+    h2o_linklist_insert(&watching, &w->link);
+    h2o_socket_read_start(sock, on_watched_read);
+}
+
 /* ---- files and h2o quirks ------------------------------------------------------------------- */
 
 tdm_status_t tdm_httpd_write_ready_file(const char *path, const char *body, char *err,

@@ -41,35 +41,17 @@ typedef struct v1_fwd {
     h2o_iovec_t up[2];         /* the upstream request: head, body */
     h2o_buffer_t *rest;        /* what the upstream sent before it ended, not yet sent */
     h2o_doublebuffer_t sending;
-    int started; /* h2o_start_response was called */
-    int failed;  /* end the response with an error */
-    /* the client's socket while it is read for EOF (HTTP/1), on `watching` */
-    h2o_socket_t *watched;
-    h2o_linklist_t link;
+    int started;             /* h2o_start_response was called */
+    int failed;              /* end the response with an error */
+    tdm_httpd_watch_t watch; /* the client's socket, read for EOF while forwarding (HTTP/1) */
 } v1_fwd_t;
-
-/* Forwarders whose client socket is read, per loop thread (a socket's callbacks run on its
- * loop's thread). */
-static _Thread_local h2o_linklist_t watching;
-
-static void fwd_unwatch(v1_fwd_t *f)
-{
-    if (f->watched) {
-        h2o_socket_read_stop(f->watched);
-        f->watched = NULL;
-        h2o_linklist_unlink(&f->link);
-    }
-}
 
 static void fwd_dispose(void *p)
 {
     v1_fwd_t *f = p;
     /* h2o disposes of the request right before it reads the connection's next request or
      * closes it: the socket is h2o's again, so no read_stop here */
-    if (f->watched) {
-        f->watched = NULL;
-        h2o_linklist_unlink(&f->link);
-    }
+    tdm_httpd_watch_forget(&f->watch);
     if (f->client) {
         h2o_http1client_cancel(f->client);
         f->client = NULL;
@@ -95,7 +77,8 @@ static void fwd_send(v1_fwd_t *f)
     if (f->failed)
         state = H2O_SEND_STATE_ERROR; /* h2o ends the response broken and closes */
     if (state != H2O_SEND_STATE_IN_PROGRESS)
-        fwd_unwatch(f); /* the socket is h2o's again once the last send completes */
+        tdm_httpd_watch_stop(
+            &f->watch); /* the socket is h2o's again once the last send completes */
     h2o_send(f->req, &v, n, state);
 }
 
@@ -111,7 +94,7 @@ static void fwd_stop(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     v1_fwd_t *f = (v1_fwd_t *)g;
-    fwd_unwatch(f);
+    tdm_httpd_watch_stop(&f->watch);
     if (f->client) {
         h2o_http1client_cancel(f->client);
         f->client = NULL;
@@ -140,7 +123,7 @@ static int fwd_on_body(h2o_http1client_t *client, const char *errstr)
 static void fwd_gateway_error(v1_fwd_t *f, const char *why)
 {
     f->client = NULL;
-    fwd_unwatch(f);
+    tdm_httpd_watch_stop(&f->watch);
     h2o_req_log_error(f->req, "v1_router", "upstream: %s", why);
     h2o_send_error_502(f->req, "Gateway Error", why, 0);
 }
@@ -211,7 +194,7 @@ static void fwd_client_gone(v1_fwd_t *f)
 {
     h2o_req_t *req = f->req;
     f->srv->v1_clients_gone++;
-    fwd_unwatch(f);
+    tdm_httpd_watch_stop(&f->watch);
     if (f->client) {
         h2o_http1client_cancel(f->client);
         f->client = NULL;
@@ -227,36 +210,9 @@ static void fwd_client_gone(v1_fwd_t *f)
     /* else the send in flight completes (or fails) first; fwd_proceed then ends it */
 }
 
-static void fwd_on_client_read(h2o_socket_t *sock, const char *err)
+static void fwd_on_gone(tdm_httpd_watch_t *w)
 {
-    for (h2o_linklist_t *l = watching.next; l && l != &watching; l = l->next) {
-        v1_fwd_t *f = H2O_STRUCT_FROM_MEMBER(v1_fwd_t, link, l);
-        if (f->watched != sock)
-            continue;
-        if (err)
-            fwd_client_gone(f);
-        else
-            fwd_unwatch(f); /* a pipelined request: it waits in the buffer for h2o */
-        return;
-    }
-    h2o_socket_read_stop(sock); /* not ours any more */
-}
-
-/* Read the client's socket for EOF while the response is forwarded: HTTP/1 only (an HTTP/2
- * connection is read by h2o all along and carries other streams). */
-static void fwd_watch(v1_fwd_t *f)
-{
-    h2o_req_t *req = f->req;
-    if (req->version >= 0x200 || !req->conn->callbacks->get_socket)
-        return;
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-    if (!sock || h2o_socket_is_reading(sock))
-        return;
-    if (!watching.next)
-        h2o_linklist_init_anchor(&watching);
-    f->watched = sock;
-    h2o_linklist_insert(&watching, &f->link);
-    h2o_socket_read_start(sock, fwd_on_client_read);
+    fwd_client_gone(H2O_STRUCT_FROM_MEMBER(v1_fwd_t, watch, w));
 }
 
 /* The upstream request: method, path, the client's headers less the hop-by-hop ones, the body. */
@@ -348,7 +304,7 @@ void tdm_cp_h_v1_proxy(tdm_cp_server_t *s, h2o_req_t *req, const tdm_cp_args_t *
     h2o_doublebuffer_init(&f->sending, &h2o_socket_buffer_prototype);
     f->up[0] = fwd_head(req, host, port);
     f->up[1] = req->entity.base ? req->entity : h2o_iovec_init(NULL, 0);
-    fwd_watch(f);
+    tdm_httpd_watch_start(&f->watch, req, fwd_on_gone);
     h2o_http1client_connect(&f->client, f, &req->conn->ctx->proxy.client_ctx,
                             h2o_strdup(&req->pool, host, SIZE_MAX), port, 0, fwd_on_connect);
 }

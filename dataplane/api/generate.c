@@ -66,12 +66,10 @@ struct tdm_api_gen {
     h2o_req_t *req; /* NULL once h2o let go of the request */
     uint64_t id;
     int stream;
-    int done_seen;   /* the final event was processed */
-    int client_gone; /* abort sent because the client left */
-    /* the client's socket while it is read for EOF (HTTP/1; on this thread's `watching`) */
-    h2o_socket_t *watched;
-    h2o_linklist_t wlink;
-    uint32_t seen; /* tokens taken from toks */
+    int done_seen;           /* the final event was processed */
+    int client_gone;         /* abort sent because the client left */
+    tdm_httpd_watch_t watch; /* the client's socket, read for EOF while the request runs */
+    uint32_t seen;           /* tokens taken from toks */
     h2o_generator_t gen;
     int sending, final_queued, final_sent;
     char *out, *pend;
@@ -144,22 +142,9 @@ static void on_event(void *ctx, const tdm_req_event_t *ev)
 
 /* ---- loop thread ---------------------------------------------------------------------------- */
 
-/* Requests whose client socket is read for EOF, per loop thread (each HTTP loop is one thread
- * and a socket's callbacks run on its loop's thread). */
-static _Thread_local h2o_linklist_t watching;
-
-static void unwatch(tdm_api_gen_t *g)
-{
-    if (g->watched) {
-        h2o_socket_read_stop(g->watched);
-        g->watched = NULL;
-        h2o_linklist_unlink(&g->wlink);
-    }
-}
-
 static void gen_free(tdm_api_gen_t *g)
 {
-    unwatch(g);
+    tdm_httpd_watch_stop(&g->watch);
     h2o_linklist_unlink(&g->link);
     g->api->n_gens--;
     pthread_mutex_destroy(&g->mu);
@@ -183,7 +168,7 @@ static void maybe_free(tdm_api_gen_t *g)
 /* The client left (stream stopped or request disposed) before the end: abort once. */
 static void client_left(tdm_api_gen_t *g)
 {
-    unwatch(g);
+    tdm_httpd_watch_stop(&g->watch);
     g->req = NULL;
     if (!g->done_seen && !g->client_gone) {
         g->client_gone = 1;
@@ -241,7 +226,8 @@ static void stream_flush(tdm_api_gen_t *g)
     if (g->final_queued) {
         state = H2O_SEND_STATE_FINAL;
         g->final_sent = 1;
-        unwatch(g); /* the socket is h2o's again once the last send completes */
+        tdm_httpd_watch_stop(
+            &g->watch); /* the socket is h2o's again once the last send completes */
     }
     h2o_iovec_t v = h2o_iovec_init(g->out, g->out_len);
     h2o_send(g->req, &v, 1, state); /* may call proceed re-entrantly: touch nothing after */
@@ -297,7 +283,7 @@ static void stream_final(tdm_api_gen_t *g)
 static void reply_whole(tdm_api_gen_t *g, const int32_t *toks, uint32_t n)
 {
     tdm_api_t *a = g->api;
-    unwatch(g);
+    tdm_httpd_watch_stop(&g->watch);
     if (g->fin_kind == TDM_REQ_ERROR) {
         int http;
         json_t *e = final_error(g, &http);
@@ -438,48 +424,23 @@ void tdm_api_gen_check_progress(tdm_api_t *a, uint64_t now_us)
     }
 }
 
-/* The client's socket became readable while the response is written: EOF or an error means
- * the client is gone and the request is aborted at once; bytes (a pipelined request) stop the
- * reading and wait in the socket's buffer for h2o. */
-static void on_client_read(h2o_socket_t *sock, const char *err)
+/* The client's socket read EOF or an error while the request runs (tdm/httpd.h's watch): the
+ * client is gone and the request is aborted at once. */
+static void on_client_gone(tdm_httpd_watch_t *w)
 {
-    for (h2o_linklist_t *l = watching.next; l && l != &watching; l = l->next) {
-        tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, wlink, l);
-        if (g->watched != sock)
-            continue;
-        unwatch(g);
-        if (err && !g->done_seen && !g->client_gone) {
-            g->client_gone = 1;
-            g->api->client_disconnects++;
-            tdm_dbg(TDM_SUB_API, "msg=\"client socket closed, aborting\" req=%llu",
-                    (unsigned long long)g->id);
-            tdm_sched_abort(g->api->o.sched, g->id);
-        }
+    tdm_api_gen_t *g = H2O_STRUCT_FROM_MEMBER(tdm_api_gen_t, watch, w);
+    if (g->done_seen || g->client_gone)
         return;
-    }
-    h2o_socket_read_stop(sock); /* not ours any more */
-}
-
-/* Read the client's socket while the request runs (HTTP/1 only: an HTTP/2 connection is read by
- * h2o all along), so that a client gone is seen when it goes, not at the next tick. */
-static void watch(tdm_api_gen_t *g)
-{
-    h2o_req_t *req = g->req;
-    if (req->version >= 0x200 || !req->conn->callbacks->get_socket)
-        return;
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-    if (!sock || h2o_socket_is_reading(sock))
-        return;
-    if (!watching.next)
-        h2o_linklist_init_anchor(&watching);
-    g->watched = sock;
-    h2o_linklist_insert(&watching, &g->wlink);
-    h2o_socket_read_start(sock, on_client_read);
+    g->client_gone = 1;
+    g->api->client_disconnects++;
+    tdm_dbg(TDM_SUB_API, "msg=\"client socket closed, aborting\" req=%llu",
+            (unsigned long long)g->id);
+    tdm_sched_abort(g->api->o.sched, g->id);
 }
 
 /* h2o sees a vanished client only when it next writes to it: a request waiting for its first
  * token (a long prefill, or a PD request whose KV is still in transfer) would run to its first
- * token for nobody. So the client's socket is read while the request runs (watch above), and,
+ * token for nobody. So the client's socket is read while the request runs (on_client_gone), and,
  * for the sockets that are not (HTTP/2, a pipelining client), every tick the sockets of
  * unfinished requests are peeked at: EOF or a reset means the client is gone and the request is
  * aborted now (nginx's ngx_http_test_reading does the same; a client that half-closes after its
@@ -691,7 +652,7 @@ tdm_status_t tdm_api_gen_start(tdm_api_t *a, h2o_req_t *req, tdm_req_params_t *r
     a->n_gens++;
     tdm_api_gen_t **hold = h2o_mem_alloc_shared(&req->pool, sizeof(*hold), on_pool_dispose);
     *hold = g;
-    watch(g);
+    tdm_httpd_watch_start(&g->watch, req, on_client_gone);
     if (g->stream) {
         g->gen.proceed = on_proceed;
         g->gen.stop = on_stop;

@@ -94,6 +94,31 @@ int tdm_httpd_close_conns(tdm_httpd_listener_t *l, uint64_t us);
 /* Close what is left: the listener and the lingering sockets (before the loop goes). */
 void tdm_httpd_listener_close(tdm_httpd_listener_t *l);
 
+/* ---- a client gone mid-response ---------------------------------------------------------- */
+
+/* h2o's HTTP/1 server stops reading a connection while it responds and sees a client's reset only
+ * when it next writes, which for a streamed or slow response can be long after the client left.
+ * A watch reads the client's socket meanwhile (nginx's ngx_http_test_reading does the same): EOF
+ * or an error ends the watch and calls `on_gone` once (a client that half-closes after its request
+ * counts as gone, as in nginx); bytes (a pipelined request) end the watch and stay in the socket's
+ * buffer for h2o to parse after this response. HTTP/1 only: an HTTP/2 connection is read by h2o
+ * all along. Watches are per loop thread; all calls run on the request's loop thread. */
+typedef struct tdm_httpd_watch tdm_httpd_watch_t;
+struct tdm_httpd_watch {
+    h2o_socket_t *sock; /* the client's socket while watched, else NULL */
+    h2o_linklist_t link;
+    void (*on_gone)(tdm_httpd_watch_t *w);
+};
+
+/* Start watching req's client (nothing when HTTP/2 or its socket is read already). */
+void tdm_httpd_watch_start(tdm_httpd_watch_t *w, h2o_req_t *req,
+                           void (*on_gone)(tdm_httpd_watch_t *w));
+/* End the watch and stop reading (before the response's last send; idempotent). */
+void tdm_httpd_watch_stop(tdm_httpd_watch_t *w);
+/* End the watch without touching the socket (the request is being disposed of: the socket is
+ * h2o's again); idempotent. */
+void tdm_httpd_watch_forget(tdm_httpd_watch_t *w);
+
 /* ---- files and h2o quirks ----------------------------------------------------------------- */
 
 /* Write `body` to `path` atomically (temp file, fsync, rename); errors name --ready-file. */
