@@ -499,6 +499,32 @@ def metrics(port):
     return m
 
 
+def pending_stream(who):
+    """Work pending on decode when its loop stalls: a long stream straight to decode (the router
+    stops choosing a group whose /ready fails, so with the load alone WEDGE (correctly) waits
+    until a request happens to arrive: 21-25 s after the fault in some runs). A stream that is
+    not running 10 s after it was sent, or ended first, is said and sent again. 4 + 2000 tokens
+    fit the demo model's 2048-token context (4000 was refused with 400, so the scenarios leaned on
+    the load having a request in flight)."""
+    port = S.worker_port("dec")
+
+    def running():
+        return metrics(port).get("tandem_requests_running", 0) >= 1
+    for attempt in range(3):
+        res = {}
+        long = threading.Thread(target=lambda: res.update(r=gen_stream(port, [5, 6, 7, 8], 2000,
+                                                                       90)), daemon=True)
+        long.start()
+        wait_until(lambda: running() or not long.is_alive(), 10, 0.05)
+        if long.is_alive() and running():
+            return True
+        note("%s: the long stream was not running (attempt %d): %s; decode /metrics %s" % (
+            who, attempt + 1, res.get("r", "still waiting after 10 s"),
+            {k: v for k, v in metrics(port).items() if k.startswith(
+                ("tandem_requests_", "tandem_xfer_rooms"))}))
+    return False
+
+
 def s4():
     seen = {}
 
@@ -510,13 +536,7 @@ def s4():
         seen["503"] = r is not None
 
     def inject_pending():
-        # work pending when the loop stalls: a long stream straight to decode (the router stops
-        # choosing a group whose /ready fails, so the load alone may leave it idle)
-        long = threading.Thread(target=gen_stream, args=(S.worker_port("dec"), [5, 6, 7, 8],
-                                                         4000, 90), daemon=True)
-        long.start()
-        wait_until(lambda: metrics(S.worker_port("dec")).get("tandem_requests_running", 0) >= 1,
-                   10, 0.05)
+        pending_stream("4a")
         return S.fault("dec", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
                                "duration_ms": 60000})
 
@@ -564,15 +584,9 @@ def s6():
     def inject():
         S.pg_stop()
         time.sleep(2)
-        # a wedge during the outage: tandemd must see it from its ring. Work pending when the
-        # loop stalls, as in 4a: a long stream straight to decode (the router stops choosing a
-        # group whose /ready fails, so with the load alone the wedge opened only once a request
-        # happened to be pending: 21 s after the fault in one run, after the check in another)
-        long = threading.Thread(target=gen_stream, args=(S.worker_port("dec"), [5, 6, 7, 8],
-                                                         4000, 90), daemon=True)
-        long.start()
-        wait_until(lambda: metrics(S.worker_port("dec")).get("tandem_requests_running", 0) >= 1,
-                   10, 0.05)
+        # a wedge during the outage: tandemd must see it from its ring; work pending when the
+        # loop stalls, as in 4a
+        pending_stream("6")
         holder["t_fault_us"] = now_us()
         st, res = S.fault("dec", {"name": "stall_loop", "rank": 0, "count": 1, "after_iter": 0,
                                   "duration_ms": 60000})
