@@ -25,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "chaos"))
-from chaoslib import Stack, free_port, http, wait_until  # noqa: E402
+from chaoslib import Stack, free_port, http, stop_launchers, wait_until  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
@@ -125,19 +125,7 @@ def own_processes():
 
 def finish():
     S.tandemd_stop()
-    pids = [p for p in (S.launcher_pid(g) for g in GROUPS) if p]
-    for p in pids:
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            try:
-                os.kill(p, sig)
-            except OSError:
-                pass
-    wait_until(lambda: not any(os.path.exists("/proc/%d" % p) for p in pids), 15, 0.2)
-    for p in pids:
-        try:
-            os.killpg(p, signal.SIGKILL)
-        except OSError:
-            pass
+    stop_launchers([p for p in (S.launcher_pid(g) for g in GROUPS) if p])
     # a group the policy was restarting when tandemd stopped has a launcher no record names yet:
     # every process started on this run's state directory goes too
     for p in own_processes():

@@ -1226,18 +1226,7 @@ def s8():
             L8.stop_ev.set()
         # the namespaced groups leave the stack: tandemd without them, their launchers stopped
         S.tandemd_stop()
-        pids = [p for p in (S.launcher_pid(g) for g in groups8) if p]
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGTERM)
-            except OSError:
-                pass
-        wait_until(lambda: not any(os.path.exists("/proc/%d" % p) for p in pids), 15, 0.2)
-        for p in pids:
-            try:
-                os.killpg(p, signal.SIGKILL)
-            except OSError:
-                pass
+        chaoslib.stop_launchers([p for p in (S.launcher_pid(g) for g in groups8) if p])
         teardown()
         S.extra_groups = ""
         S.listen_host = "127.0.0.1"

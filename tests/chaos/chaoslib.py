@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -62,6 +63,24 @@ def free_port():
 
 def now_us():
     return int(time.time() * 1e6)
+
+
+def stop_launchers(pids, limit=15):
+    """Stop group launchers that tandemd no longer supervises: SIGCONT (one may be stopped) and
+    SIGTERM (each forwards it to its ranks), then SIGKILL to the process groups still there after
+    `limit` seconds."""
+    for p in pids:
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            try:
+                os.kill(p, sig)
+            except OSError:
+                pass
+    wait_until(lambda: not any(os.path.exists("/proc/%d" % p) for p in pids), limit, 0.2)
+    for p in pids:
+        try:
+            os.killpg(p, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def wait_until(fn, limit, step=0.1):
