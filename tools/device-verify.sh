@@ -44,6 +44,16 @@ prepare() {
     if grep -q '^TDM_SAN_CFLAGS = .*fsanitize' "$build/Makefile"; then
         die "$build has sanitizers: compute-sanitizer and the CUDA driver need a plain build"
     fi
+    # An nvcc object without its dependency file was compiled before the rule wrote one (nvcc -MD):
+    # make cannot know which headers it read, so a changed struct leaves it stale (a bundle with
+    # such objects crashed every engine test on the device). Refuse it rather than spend a call.
+    local cu o
+    for cu in "$top"/kernels/cuda/*.cu; do
+        o=$build/kernels/cuda/$(basename "$cu" .cu).o
+        if test -f "$o" && test ! -f "$o.d"; then
+            die "$o has no $o.d (compiled before nvcc -MD): rm $build/kernels/cuda/*.o and make again"
+        fi
+    done
     mkdir -p "$dir"
     (cd "$top" && TDM_BUNDLE_LIMIT_MIB=${TDM_BUNDLE_LIMIT_MIB:-160} sh tools/device-bundle.sh "$build") || die "device-bundle.sh failed"
     tar -C "$top" -cf - .device-bundle | xz -T2 -6 >"$dir/bundle.tar.xz" || die "xz failed"
