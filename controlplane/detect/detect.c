@@ -413,8 +413,11 @@ static void on_heartbeat(tdm_cp_detect_t *d, int ri, json_t *data, uint64_t now,
 /* `peer_lost` after the channel's heartbeat timeout: the peer is alive or not, but unreachable
  * (a partition; a peer that exits or restarts closes the channel instead, WORKER_LOST's
  * business). Open until the channel registers again (`peer_registered`), docs/alerts.md
- * TRANSFER_STALL. */
-static void on_channel(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint64_t now, int lost)
+ * TRANSFER_STALL. The event names the rooms the worker failed before it (data `rooms`,
+ * `failed_rooms`, docs/contracts.md §c); a room failing later while the channel is still lost is
+ * added by on_kvpoll. */
+static void on_channel(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, json_t *data,
+                       uint64_t now, int lost)
 {
     det_rank_t *r = &d->ranks[ri];
     det_inst_t *in = &d->insts[r->inst];
@@ -426,9 +429,25 @@ static void on_channel(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, uint
         }
         return;
     }
+    json_t *named = json_array();
+    json_int_t failed = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(data, "rooms"), i, v)
+    {
+        uint64_t room;
+        if (json_array_size(named) < DET_PEER_ROOMS && json_is_string(v) &&
+            tdm_json_hex64_parse(json_string_value(v), &room) == TDM_OK)
+            json_array_append_new(named, tdm_json_hex64(room));
+    }
+    json_t *jf = json_object_get(data, "failed_rooms");
+    if (json_is_integer(jf) && json_integer_value(jf) >= 0)
+        failed = json_integer_value(jf);
+    if (failed < (json_int_t)json_array_size(named))
+        failed = (json_int_t)json_array_size(named);
     json_decref(in->peer_lost);
-    in->peer_lost = json_pack("{s:I,s:s,s:[],s:I}", "rank", (json_int_t)r->rk->rank, "reason",
-                              e->reason, "rooms", "failed_rooms", (json_int_t)0);
+    in->peer_lost = json_pack("{s:I,s:s,s:o,s:I}", "rank", (json_int_t)r->rk->rank, "reason",
+                              e->reason, "rooms", named, "failed_rooms", failed);
     in->peer_lost_rx = now;
 }
 
@@ -581,7 +600,7 @@ void tdm_cp_detect_event(tdm_cp_detect_t *d, const tdm_cp_rank_t *rk, const tdm_
     else if (!strcmp(t, "layout") || !strcmp(t, "layout_mismatch"))
         on_layout(d, ri, data, t[6] == '_');
     else if (!strcmp(t, "peer_lost") || !strcmp(t, "peer_registered"))
-        on_channel(d, ri, e, now_us, t[5] == 'l');
+        on_channel(d, ri, e, data, now_us, t[5] == 'l');
     else if (!strcmp(t, "worker_lost"))
         on_worker_lost(d, ri, e, data);
     else if (!strcmp(t, "shutdown"))

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <tdm/json.h>
 #include <tdm/log.h>
 #include <tdm/mapfile.h>
 #include <tdm/prom.h>
@@ -97,15 +98,27 @@ static json_t *mismatch_data(const tdm_xfer_mismatch_t *m)
     return d;
 }
 
+/* peer_lost's data: the rooms the lost channel failed before the event (docs/contracts.md §c). */
+static json_t *lost_data(const tdm_xfer_event_t *ev)
+{
+    json_t *rooms = json_array();
+    for (uint32_t i = 0; i < ev->n_rooms; i++)
+        json_array_append_new(rooms, tdm_json_hex64(ev->rooms[i]));
+    return json_pack("{s:o,s:I}", "rooms", rooms, "failed_rooms", (json_int_t)ev->failed_rooms);
+}
+
 static void pd_event(void *ctx, const tdm_xfer_event_t *ev)
 {
     tdm_worker_t *w = ctx;
     const tdm_worker_report_hooks_t *rep = &w->hooks.report;
     if (rep->event) {
         int kv = !strcmp(ev->type, "kvpoll");
+        json_t *data = ev->mismatch                     ? mismatch_data(ev->mismatch)
+                       : !strcmp(ev->type, "peer_lost") ? lost_data(ev)
+                                                        : NULL;
         (void)rep->event(rep->ctx, ev->type, ev->room ? &ev->room : NULL,
                          kv ? tdm_kvpoll_name(ev->from) : NULL, kv ? tdm_kvpoll_name(ev->to) : NULL,
-                         ev->reason, ev->mismatch ? mismatch_data(ev->mismatch) : NULL);
+                         ev->reason, data);
     }
     tdm_sched_t *s = atomic_load(&w->kick);
     if (s)

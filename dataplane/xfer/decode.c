@@ -286,7 +286,7 @@ void tdm_xfer_decode_registered(tdm_xfer_t *x)
  * (docs/design.md §8; found by tests/chaos/chaos.py scenario 8: a checksum mismatch at the link's
  * return, and UCX aborting in its put handler on a connection its keepalive had failed). The
  * new workers' addresses go into the next REGISTER; memory registrations and rkeys stay. */
-void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
+void tdm_xfer_decode_peer_lost(tdm_xfer_t *x, xfer_lost_t *lost)
 {
     void *v;
     if (!x->renew_pending) {
@@ -297,8 +297,10 @@ void tdm_xfer_decode_peer_lost(tdm_xfer_t *x)
         xroom_t *r = v;
         tdm_xfer_room_info_t info;
         if (r && tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
-            info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED)
+            info.state != TDM_KVPOLL_SUCCESS && info.state != TDM_KVPOLL_FAILED) {
+            tdm_xfer_lost_add(lost, r->room);
             tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
+        }
     }
 }
 

@@ -117,6 +117,16 @@ void tdm_xfer_emit_mismatch(tdm_xfer_t *x, const char *type, uint64_t room, tdm_
     x->cfg.on_event(x->cfg.ctx, &ev);
 }
 
+void tdm_xfer_emit_lost(tdm_xfer_t *x, const char *why, const xfer_lost_t *lost)
+{
+    if (!x->cfg.on_event)
+        return;
+    tdm_xfer_event_t ev = {tdm_xfer_now(),    "peer_lost", 0,    TDM_KVPOLL_FAILED,
+                           TDM_KVPOLL_FAILED, why,         NULL, lost->rooms,
+                           lost->n,           lost->failed};
+    x->cfg.on_event(x->cfg.ctx, &ev);
+}
+
 void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
                    tdm_kvpoll_t to, const char *reason)
 {

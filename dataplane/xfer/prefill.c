@@ -215,7 +215,9 @@ void tdm_xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8
     }
 }
 
-void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x)
+/* Every room decode sent TRANSFER_INFO for on the lost channel (a mover attached): failed now,
+ * also one whose writes are in flight (the transfer thread finalizes it as failed later). */
+void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x, xfer_lost_t *lost)
 {
     void *v;
     for (uint32_t i = 0; tdm_xfer_rooms_next_mover(x->rooms, &i, &v);) {
@@ -226,8 +228,11 @@ void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x)
         if (r->phase == XR_PUTTING || r->phase == XR_FLUSHING)
             r->fail_req = 1;
         if (tdm_xfer_room_get(x->rooms, r->room, &info) == TDM_OK && !info.tombstone &&
-            info.state != TDM_KVPOLL_SUCCESS)
+            info.state != TDM_KVPOLL_SUCCESS) {
+            if (info.state != TDM_KVPOLL_FAILED)
+                tdm_xfer_lost_add(lost, r->room);
             tdm_xfer_room_set_all(x, r->room, TDM_KVPOLL_FAILED, "peer lost");
+        }
     }
     tdm_xfer_cmd_push(x, XCMD_DISCONNECT, 0);
 }

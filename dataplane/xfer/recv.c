@@ -42,13 +42,17 @@ void tdm_xfer_close_channel(tdm_xfer_t *x, const char *why)
         tdm_frame_reader_free(&x->chan_rd);
         tdm_frame_reader_init(&x->chan_rd, TDM_FRAME_MAX_BODY);
         if (was_ready) {
+            /* the rooms first, then the event naming them: the alert it opens (docs/alerts.md
+             * TRANSFER_STALL, the partition form) takes its evidence when it opens, and a room
+             * failed after the event was missing from it (tests/chaos/chaos.py scenario 8) */
+            xfer_lost_t lost = {{0}, 0, 0};
             x->st.peer_lost++;
-            tdm_warn(TDM_SUB_XFER, "peer lost: %s", why);
-            tdm_xfer_emit(x, "peer_lost", 0, TDM_KVPOLL_FAILED, TDM_KVPOLL_FAILED, why);
             if (x->cfg.role == TDM_XFER_PREFILL)
-                tdm_xfer_prefill_peer_lost(x);
+                tdm_xfer_prefill_peer_lost(x, &lost);
             else
-                tdm_xfer_decode_peer_lost(x);
+                tdm_xfer_decode_peer_lost(x, &lost);
+            tdm_warn(TDM_SUB_XFER, "peer lost: %s (%u rooms failed)", why, lost.failed);
+            tdm_xfer_emit_lost(x, why, &lost);
         }
         pthread_cond_broadcast(&x->cv);
     }

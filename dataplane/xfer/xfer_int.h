@@ -207,6 +207,12 @@ struct tdm_xfer {
     uint64_t flip_rng; /* flip_kv_bits: commit callers only, under their room's ownership */
 };
 
+/* The rooms a lost channel failed: the first TDM_XFER_PEER_LOST_ROOMS ids and how many. */
+typedef struct xfer_lost {
+    uint64_t rooms[TDM_XFER_PEER_LOST_ROOMS];
+    uint32_t n, failed;
+} xfer_lost_t;
+
 /* engine.c: the room map, events, the threads' common helpers */
 xroom_t *tdm_xfer_map_get(tdm_xfer_t *x, uint64_t room);
 void tdm_xfer_map_put(tdm_xfer_t *x, xroom_t *r);
@@ -214,6 +220,8 @@ void tdm_xfer_map_del(tdm_xfer_t *x, uint64_t room);
 void tdm_xroom_free(xroom_t *r);
 void tdm_xfer_emit(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
                    tdm_kvpoll_t to, const char *reason);
+/* `peer_lost` naming the rooms the lost channel failed (they failed before it). */
+void tdm_xfer_emit_lost(tdm_xfer_t *x, const char *why, const xfer_lost_t *lost);
 /* The same, with the where of a checksum mismatch (m may be NULL). */
 void tdm_xfer_emit_mismatch(tdm_xfer_t *x, const char *type, uint64_t room, tdm_kvpoll_t from,
                             tdm_kvpoll_t to, const char *reason, const tdm_xfer_mismatch_t *m);
@@ -306,8 +314,17 @@ int tdm_xfer_ucx_progress(tdm_xfer_t *x);
 /* prefill.c / decode.c: role handlers, called with mu held */
 void tdm_xfer_prefill_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
 void tdm_xfer_decode_frame(tdm_xfer_t *x, const tdm_frame_hdr_t *h, const uint8_t *body);
-void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x);
-void tdm_xfer_decode_peer_lost(tdm_xfer_t *x);
+/* The channel is lost: fail every room bound to it (each one's kvpoll FAILED goes out now, with
+ * the explicit error its client gets) and name them in *lost, which the `peer_lost` event then
+ * carries (recv.c tdm_xfer_close_channel): the partition's evidence is whole when it arrives. */
+static inline void tdm_xfer_lost_add(xfer_lost_t *lost, uint64_t room)
+{
+    if (lost->n < TDM_XFER_PEER_LOST_ROOMS)
+        lost->rooms[lost->n++] = room;
+    lost->failed++;
+}
+void tdm_xfer_prefill_peer_lost(tdm_xfer_t *x, xfer_lost_t *lost);
+void tdm_xfer_decode_peer_lost(tdm_xfer_t *x, xfer_lost_t *lost);
 /* a registration was accepted: ask again for the rooms still quarantined (decode.c) */
 void tdm_xfer_decode_registered(tdm_xfer_t *x);
 void tdm_xfer_decode_room_failed(tdm_xfer_t *x, uint64_t room);

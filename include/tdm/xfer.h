@@ -92,12 +92,13 @@ typedef struct tdm_xfer_aux {
 } tdm_xfer_aux_t;
 
 /* Telemetry-ready event (docs/contracts.md §c event shape; names as docs/alerts.md's detectors read
- * them). type: "kvpoll" (a room's combined state changed), "register_refused", "peer_lost",
- * "peer_registered", "checksum_mismatch" / "aux_room_mismatch" (commit found the KV or the aux
- * slot corrupt), "abort_sent" (decode sent ABORT; pages quarantined), "abort_acked",
- * "abort_unacked" (ACK timeout), "thread_exit" (a fault killed an engine thread; reason names
- * it). Dropped frames are counted (tdm_xfer_stats), not events. Strings
- * are valid only during the call. Called with engine locks held: do not call back into the engine.
+ * them). type: "kvpoll" (a room's combined state changed), "register_refused", "peer_lost" (after
+ * the rooms it failed, which it names: rooms, n_rooms, failed_rooms), "peer_registered",
+ * "checksum_mismatch" / "aux_room_mismatch" (commit found the KV or the aux slot corrupt),
+ * "abort_sent" (decode sent ABORT; pages quarantined), "abort_acked", "abort_unacked" (ACK
+ * timeout), "thread_exit" (a fault killed an engine thread; reason names it). Dropped frames are
+ * counted (tdm_xfer_stats), not events. Strings are valid only during the call. Called with engine
+ * locks held: do not call back into the engine.
  */
 /* Where a room's KV checksums differ (a checksum_mismatch event; docs/contracts.md §d "Segment
  * sums"): the first mismatching page sum (rank-major), and with the STATUS segment sums the first
@@ -120,7 +121,15 @@ typedef struct tdm_xfer_event {
     tdm_kvpoll_t from, to;
     const char *reason;
     const tdm_xfer_mismatch_t *mismatch; /* checksum_mismatch from a comparison, else NULL */
+    /* peer_lost: the rooms bound to the lost channel that this side failed (every one's kvpoll
+     * to FAILED came before this event), the first n_rooms (<= TDM_XFER_PEER_LOST_ROOMS) of
+     * failed_rooms; other events NULL, 0, 0 */
+    const uint64_t *rooms;
+    uint32_t n_rooms, failed_rooms;
 } tdm_xfer_event_t;
+
+/* Rooms a peer_lost event names (its failed_rooms counts them all). */
+#define TDM_XFER_PEER_LOST_ROOMS 8
 
 /* Prefill endpoint error handling (see the header comment). */
 typedef enum tdm_xfer_err_mode {

@@ -49,6 +49,7 @@ typedef struct rp {
     uint64_t resolved_at[TDM_CP_ALERT_MAX];
     size_t n_opened, n_resolved;
     char first_summary[TDM_CP_ALERT_MAX][256];
+    json_t *first_evidence[TDM_CP_ALERT_MAX]; /* as it opened (what the alerts table stores) */
 } rp_t;
 
 static void rp_hook(void *ctx, const tdm_cp_alert_t *a, tdm_cp_alert_event_t ev)
@@ -60,6 +61,7 @@ static void rp_hook(void *ctx, const tdm_cp_alert_t *a, tdm_cp_alert_event_t ev)
             r->opened_at[a->cls] = r->now;
             r->opened_id[a->cls] = a->id;
             snprintf(r->first_summary[a->cls], sizeof(r->first_summary[a->cls]), "%s", a->summary);
+            r->first_evidence[a->cls] = a->evidence ? json_deep_copy(a->evidence) : NULL;
         }
     } else {
         r->n_resolved++;
@@ -81,6 +83,8 @@ static void rp_init(rp_t *r, const tdm_cp_detect_cfg_t *dcfg, const tdm_cp_alert
 
 static void rp_free(rp_t *r)
 {
+    for (int c = 0; c < TDM_CP_ALERT_MAX; c++)
+        json_decref(r->first_evidence[c]);
     tdm_cp_findings_free(&r->f);
     tdm_cp_alerts_free(r->alerts);
     tdm_cp_detect_free(r->det);

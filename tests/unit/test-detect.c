@@ -408,24 +408,45 @@ static void test_transfer_partition(void)
     ev_open(&e, "decode");
     ev(&e, 1 * S_, "kvpoll", 0xa1, "WAITING_FOR_INPUT", NULL);
     ev(&e, 1 * S_, "kvpoll", 0xa2, "TRANSFERRING", NULL);
-    syn_event(&e.s, 0, 4 * S_, "peer_lost", 0, 0, "FAILED",
-              "peer timeout (no frame for the heartbeat timeout)", NULL);
+    /* the worker fails the channel's rooms, then sends peer_lost naming them (docs/contracts.md
+     * §c); 0xa3, failing later while the channel is still lost, is added */
     syn_event(&e.s, 0, 4 * S_, "kvpoll", 1, 0xa1, "FAILED", "peer lost", NULL);
     syn_event(&e.s, 0, 4 * S_, "kvpoll", 1, 0xa2, "FAILED", "peer lost", NULL);
+    syn_event(&e.s, 0, 4 * S_ + 4000, "peer_lost", 0, 0, "FAILED",
+              "peer timeout (no frame for the heartbeat timeout)",
+              json_pack("{s:[s,s],s:i}", "rooms", "00000000000000a1", "00000000000000a2",
+                        "failed_rooms", 2));
+    ev(&e, 4 * S_ + 300000, "kvpoll", 0xa3, "TRANSFERRING", NULL);
+    syn_event(&e.s, 0, 4 * S_ + 500000, "kvpoll", 1, 0xa3, "FAILED", "transfer failed", NULL);
     syn_event(&e.s, 0, 9 * S_, "peer_registered", 0, 0, "SUCCESS", "registered", NULL);
     ev_replay(&e, &r, 25 * S_);
     uint64_t at = r.opened_at[TDM_CP_ALERT_TRANSFER_STALL];
     ok(at >= 4 * S_ && at <= 4 * S_ + 200000,
        "peer_lost after the heartbeat timeout: TRANSFER_STALL at once (%.2f s)", at / 1e6);
     const tdm_cp_alert_t *a = first_alert(&r, TDM_CP_ALERT_TRANSFER_STALL);
-    json_t *pl = a ? json_array_get(json_object_get(a->evidence, "peer_lost"), 0) : NULL;
+    /* as it opened (the stored row): the rooms the event names */
+    json_t *pl = json_array_get(
+        json_object_get(r.first_evidence[TDM_CP_ALERT_TRANSFER_STALL], "peer_lost"), 0);
     json_t *rooms = json_object_get(pl, "rooms");
     char *pls = pl ? json_dumps(pl, JSON_COMPACT) : NULL;
     ok(pl && json_integer_value(json_object_get(pl, "failed_rooms")) == 2 &&
            json_array_size(rooms) == 2 &&
            !strcmp(json_string_value(json_array_get(rooms, 0)), "00000000000000a1") &&
+           !strcmp(json_string_value(json_array_get(rooms, 1)), "00000000000000a2") &&
            strstr(json_string_value(json_object_get(pl, "reason")), "timeout"),
-       "evidence: the reason and the rooms the lost channel failed (%s)", pls ? pls : "none");
+       "evidence as it opened: the reason and the rooms the lost channel failed, named by "
+       "peer_lost (%s)",
+       pls ? pls : "none");
+    free(pls);
+    /* while open: a room that failed after the event is added */
+    pl = a ? json_array_get(json_object_get(a->evidence, "peer_lost"), 0) : NULL;
+    rooms = json_object_get(pl, "rooms");
+    pls = pl ? json_dumps(pl, JSON_COMPACT) : NULL;
+    ok(pl && json_integer_value(json_object_get(pl, "failed_rooms")) == 3 &&
+           json_array_size(rooms) == 3 &&
+           !strcmp(json_string_value(json_array_get(rooms, 2)), "00000000000000a3"),
+       "evidence while open: a room failed later on the lost channel added (%s)",
+       pls ? pls : "none");
     free(pls);
     ok(a && !a->remedy, "no remedy: the rooms failed already, the peer cannot be reached");
     uint64_t res = r.resolved_at[TDM_CP_ALERT_TRANSFER_STALL];

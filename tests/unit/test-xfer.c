@@ -680,6 +680,125 @@ static void test_heartbeat_timeout(void)
     xt_side_free(&pre);
 }
 
+/* The rooms a lost channel failed and the peer_lost event after them, in the order one side's
+ * engine emitted them. */
+typedef struct lostlog {
+    pthread_mutex_t mu;
+    uint64_t failed[16]; /* rooms whose kvpoll went to FAILED before the first peer_lost */
+    uint32_t n_failed;
+    int lost; /* peer_lost events */
+    char reason[128];
+    uint64_t named[TDM_XFER_PEER_LOST_ROOMS]; /* the first peer_lost's rooms */
+    uint32_t n_named, failed_rooms;
+} lostlog_t;
+
+static void on_lost_ev(void *ctx, const tdm_xfer_event_t *ev)
+{
+    lostlog_t *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    if (!strcmp(ev->type, "kvpoll") && ev->to == TDM_KVPOLL_FAILED && !l->lost && l->n_failed < 16)
+        l->failed[l->n_failed++] = ev->room;
+    if (!strcmp(ev->type, "peer_lost") && l->lost++ == 0) {
+        snprintf(l->reason, sizeof(l->reason), "%s", ev->reason);
+        l->n_named = ev->n_rooms < TDM_XFER_PEER_LOST_ROOMS ? ev->n_rooms : 0;
+        for (uint32_t i = 0; i < l->n_named; i++)
+            l->named[i] = ev->rooms[i];
+        l->failed_rooms = ev->failed_rooms;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+static int lost_names(lostlog_t *l, uint64_t room, int *ret_before)
+{
+    int named = 0, before = 0;
+    pthread_mutex_lock(&l->mu);
+    for (uint32_t i = 0; i < l->n_named; i++)
+        named |= l->named[i] == room;
+    for (uint32_t i = 0; i < l->n_failed; i++)
+        before |= l->failed[i] == room;
+    pthread_mutex_unlock(&l->mu);
+    *ret_before = before;
+    return named;
+}
+
+/* stall_transfer on prefill: holds the transfer thread once, for stall_ms */
+static atomic_int pre_stall;
+static int pre_stall_cb(void *ctx, tdm_xfer_fault_t f, uint32_t *ret_arg)
+{
+    (void)ctx;
+    if (f != TDM_XFER_FAULT_STALL_TRANSFER || atomic_exchange(&pre_stall, 0) == 0)
+        return 0;
+    *ret_arg = 1500;
+    return 1;
+}
+
+/* The partition's evidence (docs/alerts.md TRANSFER_STALL; tests/chaos/chaos.py scenario 8): a
+ * room in flight (its transfer held by stall_transfer) when prefill's channel times out. Each
+ * side fails the rooms bound to the channel first, then emits peer_lost naming them and their
+ * count: a detector that reads the event is not ahead of the rooms (the alert's evidence is taken
+ * when it opens). The old order (peer_lost, then the rooms) named none on prefill's side. */
+static void test_peer_lost_names_rooms(void)
+{
+    xt_geom_t g = {TDM_DTYPE_BF16, 2, 4, 2, 1, 32, 64};
+    xt_side_t pre, dec;
+    lostlog_t lp = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, "", {0}, 0, 0};
+    lostlog_t ld = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, "", {0}, 0, 0};
+    uint32_t prompt[64], dp[4] = {1, 2, 3, 4}, sp[4] = {5, 6, 7, 8};
+    tdm_xfer_request_t req;
+    tdm_xfer_aux_t aux = {0, 7, -1.0f, 0, {{0, 0}}};
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < 64; i++)
+        prompt[i] = i;
+    if (xt_pools(&pre, &g) || xt_pools(&dec, &g)) {
+        ok(0, "peer_lost names its rooms: pools");
+        return;
+    }
+    pre.cfg.peer_timeout_us = 400000;
+    dec.cfg.heartbeat_us = 60000000; /* decode goes silent after its TRANSFER_INFO */
+    pre.cfg.fault = pre_stall_cb;
+    pre.cfg.on_event = on_lost_ev;
+    pre.cfg.ctx = &lp;
+    dec.cfg.on_event = on_lost_ev;
+    dec.cfg.ctx = &ld;
+    if (xt_start(&pre, &dec) || tdm_xfer_wait_ready(dec.x, T_S, NULL, 0) != TDM_OK) {
+        ok(0, "peer_lost names its rooms: start");
+        return;
+    }
+    xt_fill_random(&pre, 31337);
+    atomic_store(&pre_stall, 1);
+    int sent = tdm_xfer_decode_send_info(dec.x, prompt, 64, dp, 4, NULL, &room) == TDM_OK &&
+               xt_next(pre.x, &req, T_S) == TDM_OK;
+    if (sent) {
+        tdm_xfer_request_clear(&req);
+        sent = tdm_xfer_prefill_send(pre.x, room, sp, 4, &aux) == TDM_OK;
+    }
+    ok(sent, "peer_lost names its rooms: a room sent, its transfer held by stall_transfer");
+    int both = 0;
+    for (int i = 0; i < 500 && !both; i++) {
+        pthread_mutex_lock(&lp.mu);
+        pthread_mutex_lock(&ld.mu);
+        both = lp.lost >= 1 && ld.lost >= 1;
+        pthread_mutex_unlock(&ld.mu);
+        pthread_mutex_unlock(&lp.mu);
+        tdm_time_sleep_us(10000);
+    }
+    int before_p, before_d;
+    int named_p = lost_names(&lp, room, &before_p), named_d = lost_names(&ld, room, &before_d);
+    ok(both && strstr(lp.reason, "timeout") != NULL, "both sides lost the channel (prefill: %s)",
+       lp.reason);
+    ok(named_p && before_p && lp.failed_rooms == 1,
+       "prefill: peer_lost names the room in flight (%s) and counts it (%u), its FAILED came "
+       "first (%s)",
+       named_p ? "named" : "not named", lp.failed_rooms, before_p ? "yes" : "no");
+    ok(named_d && before_d && ld.failed_rooms == 1,
+       "decode: peer_lost names the room (%s) and counts it (%u), its FAILED came first (%s)",
+       named_d ? "named" : "not named", ld.failed_rooms, before_d ? "yes" : "no");
+    is_int(xt_wait(pre.x, room, TDM_KVPOLL_SUCCESS, T_S), TDM_KVPOLL_FAILED,
+           "prefill: the held room stays FAILED once its transfer resumes");
+    xt_side_free(&dec);
+    xt_side_free(&pre);
+}
+
 /* flips: after the write completes, before commit; with and without checksums */
 static void test_flips(int checksums, int trials)
 {
@@ -1112,6 +1231,7 @@ int main(void)
     test_fault_flip();
     test_abort();
     test_heartbeat_timeout();
+    test_peer_lost_names_rooms();
     test_cork();
     diag("setup/abort tests took %.1f s", (double)(tdm_time_mono_us() - t0) / 1e6);
     t0 = tdm_time_mono_us();
