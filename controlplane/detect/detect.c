@@ -530,6 +530,17 @@ static void on_worker_lost(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, 
     det_inst_t *in = &d->insts[r->inst];
     json_t *jr = json_object_get(data, "rank");
     json_int_t lost_rank = json_is_integer(jr) ? json_integer_value(jr) : (json_int_t)r->rk->rank;
+    /* the stop's own abort (a wedged rank the launcher gave up on after SIGTERM): the incarnation
+     * was stopped on purpose. Said by the launcher itself, so it holds when this detector is not
+     * the one whose supervisor asked (tandemd restarted, the batch replayed from the worker's
+     * spool): a healthy later incarnation is not restarted for it. The supervisor's own report
+     * (a launcher exit nobody asked for) counts whatever came before. */
+    const char *src = json_string_value(json_object_get(data, "source"));
+    if (json_is_true(json_object_get(data, "stopping")) && !(src && !strcmp(src, "supervisor"))) {
+        in->stopping = 1;
+        return;
+    }
+    in->stopping = 0;
     if (!in->lost_event) /* the first report names the rank that went first */
         in->lost_event = json_pack("{s:I,s:s,s:I,s:O?}", "rank", lost_rank, "reason", e->reason,
                                    "ts_us", (json_int_t)e->ts_us, "data", data);
@@ -663,7 +674,7 @@ static void refresh(tdm_cp_detect_t *d, const tdm_cp_rings_t *rings, uint64_t no
                 n++;
                 retired += d->ranks[k].retired;
             }
-        in->current = !(n > 0 && retired == n);
+        in->current = !(n > 0 && retired == n) && !in->stopping;
         for (size_t j = 0; j < d->n_insts && in->current; j++)
             if (j != i && d->insts[j].group == in->group && d->insts[j].first_rx > in->last_rx)
                 in->current = 0;

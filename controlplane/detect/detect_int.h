@@ -46,6 +46,9 @@ typedef struct det_inst {
     uint64_t div_since;
     /* WORKER_LOST from the launcher */
     json_t *lost_event; /* {"rank","reason","data","ts_us"} or NULL */
+    /* its launcher reported a rank exit after it was asked to stop (worker_lost data.stopping):
+     * a stop on purpose, never current again (docs/alerts.md WORKER_LOST) */
+    uint8_t stopping;
     /* LAYOUT_MISMATCH: evidence of the last layout report when it mismatched, else NULL */
     json_t *layout_bad;
     /* TRANSFER_STALL, the partition form: the channel to the transfer peer timed out and has not

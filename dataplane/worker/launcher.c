@@ -334,7 +334,7 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
             if (!failed) {
                 failed = 1;
                 if (hooks->rank_exit)
-                    hooks->rank_exit(hooks->ctx, r, (int32_t)p, code, signo);
+                    hooks->rank_exit(hooks->ctx, r, (int32_t)p, code, signo, term_at != 0);
                 uint32_t zero = 0;
                 atomic_compare_exchange_strong(&page->dead_rank_plus1, &zero, r + 1);
                 atomic_store(&page->abort, 1);

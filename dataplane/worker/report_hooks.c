@@ -157,7 +157,10 @@ static void group_created(void *ctx, const tdm_worker_config_t *cfg, uint64_t gr
     t->group_id = group_id;
 }
 
-static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal)
+/* worker_lost (docs/alerts.md): `stopping` true when the launcher had been asked to stop first,
+ * so a detector that did not ask for the stop (tandemd restarted since, reading the batch from the
+ * spool) does not take the stop's own abort for a loss. */
+static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal, int stopping)
 {
     tdm_worker_telemetry_t *t = ctx;
     const tdm_worker_config_t *cfg = t->cfg;
@@ -176,13 +179,15 @@ static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signa
         return;
     }
     if (signal)
-        snprintf(reason, sizeof(reason), "rank %u exited (signal %d)", rank, signal);
+        snprintf(reason, sizeof(reason), "rank %u exited (signal %d)%s", rank, signal,
+                 stopping ? " while the group was stopping" : "");
     else
-        snprintf(reason, sizeof(reason), "rank %u exited (code %d)", rank, code);
+        snprintf(reason, sizeof(reason), "rank %u exited (code %d)%s", rank, code,
+                 stopping ? " while the group was stopping" : "");
     tdm_report_event(r, "worker_lost", NULL, NULL, NULL, reason,
-                     json_pack("{s:i,s:i,s:i,s:i}", "rank", (json_int_t)rank, "pid",
+                     json_pack("{s:i,s:i,s:i,s:i,s:b}", "rank", (json_int_t)rank, "pid",
                                (json_int_t)pid, "code", (json_int_t)code, "signal",
-                               (json_int_t)signal));
+                               (json_int_t)signal, "stopping", stopping));
     tdm_report_stop(r, 1000);
 }
 

@@ -93,11 +93,12 @@ typedef struct tdm_worker_report_hooks {
 
 /* The launcher's exits: group_created once the shared files exist (the group id is known), then
  * rank_exit at most once, on the launcher's thread, for the first abnormal rank exit (`signal` 0
- * → `code` is the exit status). */
+ * → `code` is the exit status; `stopping`: the launcher had been asked to stop the group, SIGTERM
+ * or SIGINT, before it: the stop's own abort of a wedged rank, not a loss). */
 typedef struct tdm_worker_launch_hooks {
     void *ctx;
     void (*group_created)(void *ctx, const tdm_worker_config_t *cfg, uint64_t group_id);
-    void (*rank_exit)(void *ctx, uint32_t rank, int32_t pid, int code, int signal);
+    void (*rank_exit)(void *ctx, uint32_t rank, int32_t pid, int code, int signal, int stopping);
 } tdm_worker_launch_hooks_t;
 
 typedef struct tdm_worker_hooks {

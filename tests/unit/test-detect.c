@@ -306,6 +306,47 @@ static void test_worker_lost(void)
     rp_free(&r);
 }
 
+/* A stop on purpose read by a detector that did not ask for it (tandemd restarted, the stopped
+ * incarnation's batches replayed from the worker's spool; tests/chaos/chaos.py scenario 7 after a
+ * remedy during scenario 6's outage): the launcher's worker_lost says `stopping`, so neither its
+ * report nor the stopped ranks' silence is a loss, and the healthy next incarnation is left
+ * alone. The supervisor's report of an exit nobody asked for still counts. */
+static void test_worker_lost_stopping(void)
+{
+    for (int sup = 0; sup < 2; sup++) {
+        FILE *f = tmpfile();
+        syn_t a, b;
+        syn_init(&a, 2, "decode", 0x5100, 47, f);
+        a.waiting = 8;
+        syn_run(&a, 4 * S_);
+        syn_event(&a, 1, 4 * S_, "worker_lost", 0, 0, NULL,
+                  "rank 1 exited (code 1) while the group was stopping",
+                  json_pack("{s:i,s:i,s:b}", "rank", 1, "code", 1, "stopping", 1));
+        if (sup)
+            syn_event(&a, 0, 5 * S_, "worker_lost", 0, 0, NULL, "launcher pid 1 exited (code 1)",
+                      json_pack("{s:i,s:s}", "rank", 0, "source", "supervisor"));
+        syn_init(&b, 2, "decode", 0x5200, 53, f);
+        b.t = 6 * S_;
+        for (int i = 0; i < 2; i++)
+            b.r[i].next_sample += 6 * S_;
+        syn_run(&b, 14 * S_);
+        fflush(f);
+        rp_t r;
+        replay_new(&r, f);
+        rp_advance(&r, 14 * S_);
+        uint64_t at = r.opened_at[TDM_CP_ALERT_WORKER_LOST];
+        if (!sup)
+            is_int(at, 0,
+                   "a launcher's worker_lost while its group was stopping, and the silence after "
+                   "it: no WORKER_LOST (the next incarnation reports)");
+        else
+            ok(at >= 5 * S_ && at <= 5 * S_ + 200000,
+               "the supervisor's worker_lost after it still opens WORKER_LOST (%.2f s)", at / 1e6);
+        rp_free(&r);
+        fclose(f);
+    }
+}
+
 /* ---- event-driven rules ------------------------------------------------------------------- */
 
 typedef struct ev_env {
@@ -655,6 +696,7 @@ int main(int argc, char **argv)
     test_wedge_idle();
     test_wedge_spinning();
     test_worker_lost();
+    test_worker_lost_stopping();
     test_transfer_stall();
     test_transfer_partition();
     test_abort();
