@@ -82,13 +82,14 @@ static unsigned long long proc_starttime(pid_t pid)
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-static void record_write(tdm_cp_act_t *a, act_group_t *g)
+/* The launcher tandemd runs for g, where it answers (url), for a later tandemd to re-adopt. */
+static void record_write(tdm_cp_act_t *a, act_group_t *g, const char *url)
 {
     char path[4200], err[256];
     gpath(a, g, "record.json", path, sizeof(path));
     json_t *o = json_pack("{s:s,s:i,s:I,s:s,s:I}", "group", g->name, "pid", (json_int_t)g->pid,
-                          "starttime", (json_int_t)g->starttime, "admin_url", g->admin_url,
-                          "started_us", (json_int_t)g->started_us);
+                          "starttime", (json_int_t)g->starttime, "admin_url", url, "started_us",
+                          (json_int_t)g->started_us);
     char *text = json_dumps(o, JSON_SORT_KEYS);
     json_decref(o);
     if (!text || tdm_act_write_file(path, text, err, sizeof(err)) != TDM_OK)
@@ -668,8 +669,20 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     g->ready = 0;
     g->why[0] = '\0';
     g->state = ACT_ST_STARTING;
+    char early[sizeof(g->admin_url)] = "";
+    if (g->listen_port > 0) {
+        url_host(wh, sizeof(wh), worker_host(g));
+        snprintf(early, sizeof(early), "http://%s:%d", wh, g->listen_port);
+    }
     pthread_mutex_unlock(&a->mu);
     tdm_info(TDM_SUB_CP, "msg=\"started worker group\" group=%s pid=%d", g->name, (int)pid);
+    /* The record names the new launcher at once, where its stable port will answer: a tandemd
+     * killed before the worker is ready (inside a restart) leaves a record the next one re-adopts.
+     * It named the launcher just stopped, so the next tandemd started another, which could not
+     * bind the port the unrecorded one held: the group failed, served by a launcher nobody
+     * supervised (tests/chaos/chaos.py scenario 7, tandemd killed -9 during a restart). */
+    if (early[0])
+        record_write(a, g, early);
     /* the launcher writes the ready file once it listens (after the model is loaded) */
     uint64_t deadline = tdm_time_mono_us() + (uint64_t)(a->o.start_timeout_s * 1e6);
     uint16_t port = 0;
@@ -699,7 +712,7 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     url_host(wh, sizeof(wh), g->host);
     snprintf(g->admin_url, sizeof(g->admin_url), "http://%s:%u", wh, port);
     pthread_mutex_unlock(&a->mu);
-    record_write(a, g);
+    record_write(a, g, g->admin_url);
     double left = (double)(deadline - tdm_time_mono_us()) / 1e6;
     if (!tdm_act_wait_ready(a, g->admin_url, left > 1 ? left : 1)) {
         snprintf(detail, len, "started (pid %d, %s) but not /ready in time", (int)pid,

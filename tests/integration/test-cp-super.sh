@@ -5,6 +5,8 @@
 #   what to write; with their own ports each group listens on its port, and keeps it across an
 #   operator's restart and a supervisor's restart after a kill -9;
 #   a restarted group killed again opens a new WORKER_LOST and is restarted again;
+#   tandemd killed -9 inside a restart, after the new launcher started: the next tandemd re-adopts
+#   that launcher (the record names it from its start) and the group is ready on its port;
 #   spool: a group that stops while tandemd is down keeps its telemetry in its spool directory
 #   (STATE_DIR/groups/NAME/spool), and its next start replays it (the stop's shutdown event and
 #   the samples of the time tandemd was away are stored).
@@ -138,6 +140,39 @@ second=$(lost_ids x)
 restarted x "$xpid" && [ -n "$first" ] && [ -n "$second" ] && [ "$second" != "$first" ] &&
     [ "$(url_port x)" = "$px" ]
 ok $? "x killed again once restarted: a new WORKER_LOST opens (live ids: '$first' then '$second') and the supervisor restarts it again"
+
+# ---- tandemd killed -9 inside a restart, once the new launcher runs and before it is ready ----
+# The record names the new launcher from its start, so the next tandemd re-adopts it; it named the
+# launcher just stopped, and the next tandemd started a second one that could not bind the port
+# the first held (tests/chaos/chaos.py scenario 7: the group failed for good).
+wait_ready x
+xpid=$(rec_pid x)
+nlog=$(wc -l < "$CPL_T/tandemd.log")
+cpl_api -X POST -m 120 "$url/api/v1/groups/x/restart" > /dev/null 2>&1 &
+cpid=$!
+newpid=""
+i=0
+while [ $i -lt 600 ] && [ -z "$newpid" ]; do
+    newpid=$(tail -n +"$((nlog + 1))" "$CPL_T/tandemd.log" |
+        sed -n 's/.*msg="started worker group" group=x pid=\([0-9]*\).*/\1/p' | head -n 1)
+    [ -z "$newpid" ] && sleep 0.02
+    i=$((i + 1))
+done
+kill -9 "$cpl_tpid" 2> /dev/null
+wait "$cpl_tpid" 2> /dev/null
+cpl_tpid=""
+wait $cpid 2> /dev/null
+early=no
+[ -n "$newpid" ] && [ "$(rec_pid x)" = "$newpid" ] && early=yes
+cpl_start --groups-config "$CPL_T/groups.ini" --worker-bin "$BIN"
+wait_ready x y
+ready_rc=$?
+launchers=$(pgrep -f -- "$CPL_T/state/groups/x/base.ini" | while read -r p; do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -qv -- "--rank" && echo "$p"; done | wc -l)
+[ -n "$newpid" ] && [ "$newpid" != "$xpid" ] && [ $early = yes ] && [ $ready_rc = 0 ] &&
+    [ "$(rec_pid x)" = "$newpid" ] && [ "$(url_port x)" = "$px" ] && [ "$launchers" = 1 ] &&
+    grep -q "re-adopted worker group\" group=x pid=$newpid " "$CPL_T/tandemd.log"
+ok $? "tandemd killed -9 as a restart of x started launcher $newpid (was $xpid): recorded at once ($early), re-adopted by the next tandemd, ready on its port ($(url_port x)), $launchers launcher of x"
 
 # ---- telemetry of a worker that stops while tandemd is down: spooled, replayed ----
 cpl_stop
