@@ -220,6 +220,32 @@ def quiet(groups=("pre", "dec"), limit=120):
     return wait_until(fine, limit, 0.3)
 
 
+def stack_state(groups=("pre", "dec", "hc")):
+    """What keeps the stack from being quiet, for a failed precondition's message: each group's
+    state, readiness and health as tandemd says, its open alerts, the actions queued or running."""
+    g = S.groups()
+    st, j = S.api("GET", "/api/v1/alerts?source=live", timeout=5)
+    alerts = ["%s on %s" % (a.get("kind"), a.get("group")) for a in
+              (j.get("alerts", []) if st == 200 and isinstance(j, dict) else [])
+              if a.get("state") == "open" and a.get("group") in groups]
+    pending = S.sql("SELECT action, target, actor FROM actions WHERE outcome = 'pending'")
+    return "; ".join("%s: %s, ready %s, %s" % (n, g.get(n, {}).get("state", "absent"),
+                                               g.get(n, {}).get("ready"), g.get(n, {}).get("health"))
+                     for n in groups) + "; open alerts %s; pending actions %s" % (
+                         alerts or "none", pending or "none")
+
+
+def precondition(name, groups=("pre", "dec", "hc"), limit=120):
+    """The scenario starts from a quiet stack (the previous scenario's remedies done: a restart
+    still running when the scenario stops or kills tandemd is another experiment): asserted, the
+    state named when it is not."""
+    if quiet(groups, limit):
+        return True
+    tap(False, "%s: the stack is quiet before the scenario (ready, no open alert, no action "
+        "pending) within %d s: %s" % (name, limit, stack_state(groups)), logtail("tandemd.log"))
+    return False
+
+
 def recover(groups, t_alert_us, limit=30, fresh=None):
     """(recovered, the time) — groups /ready and a fresh request served with its golden."""
     deadline = t_alert_us / 1e6 + limit
@@ -237,7 +263,8 @@ def measure(name, group, body, kinds, alert_group=None, target=None, evidence=No
     """One fault, its alert (first of kinds), recovery and the requests of the window."""
     alert_group = alert_group or group
     if not quiet(groups):
-        tap(False, "%s: the stack is quiet before the fault" % name, logtail("tandemd.log"))
+        tap(False, "%s: the stack is quiet before the fault: %s" % (name, stack_state(groups)),
+            logtail("tandemd.log"))
     t_mark = time.time()
     if inject:
         st, res = inject()
@@ -672,17 +699,22 @@ def s7():
     open alert is resolved by the restart (resolved_by tandemd-restart) and re-derived by the new
     tandemd (a new row of the same kind and group, opened after the restart), workers served
     throughout, the children re-adopted, the telemetry backlog stored once."""
-    quiet(("pre", "dec", "hc"))
+    # scenario 6's remedies (decode's WEDGE, prefill's stuck rooms) ran during its outage: done
+    # before tandemd stops
+    if not precondition("7 (before tandemd's restart with WEDGE=notify)"):
+        return
     # an alert that stays open until tandemd dies: a wedge of the HiCache group, notify-only
     # for the tandemd that is killed (its policy would restart the group at once)
     S.tandemd_stop()
-    if not S.tandemd_start(policy="all=auto,WEDGE=notify") or not quiet(("pre", "dec", "hc")):
+    if not S.tandemd_start(policy="all=auto,WEDGE=notify"):
         tap(False, "7: tandemd restarted with WEDGE=notify before the kill", logtail("tandemd.log"))
         return
-    # whatever that start did (re-adopted, or restarted a group whose configuration changed while
-    # PostgreSQL was down in scenario 6), the kill below happens on a quiet stack
+    # whatever that start did (re-adopted; the workers' telemetry backlog of scenario 6's outage
+    # replayed to it), the kill below happens on a quiet stack: a restart still running when
+    # tandemd is killed is not this scenario's experiment
     time.sleep(1)
-    quiet(("pre", "dec", "hc"))
+    if not precondition("7 (tandemd restarted with WEDGE=notify, before the kill)"):
+        return
     hold = threading.Thread(target=gen_stream, args=(S.worker_port("hc"), HC_P, 300, 90),
                             daemon=True)
     hold.start()
