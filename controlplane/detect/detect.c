@@ -160,6 +160,16 @@ int tdm_cp_det_group_find(tdm_cp_detect_t *d, const char *name, int create)
     return (int)d->n_groups++;
 }
 
+static void inst_saw_ts(det_inst_t *in, int64_t ts)
+{
+    if (ts <= 0)
+        return;
+    if (!in->first_ts || ts < in->first_ts)
+        in->first_ts = ts;
+    if (ts > in->last_ts)
+        in->last_ts = ts;
+}
+
 static int inst_find(tdm_cp_detect_t *d, const char *id, int group, uint64_t now)
 {
     for (size_t i = 0; i < d->n_insts; i++)
@@ -597,6 +607,7 @@ void tdm_cp_detect_event(tdm_cp_detect_t *d, const tdm_cp_rank_t *rk, const tdm_
     det_inst_t *in = &d->insts[d->ranks[ri].inst];
     if (now_us > in->last_rx)
         in->last_rx = now_us;
+    inst_saw_ts(in, e->ts_us);
     const char *t = e->type;
     if (!strcmp(t, "kvpoll")) { /* the bulk of the events: its data is not read */
         on_kvpoll(d, ri, e, now_us);
@@ -665,6 +676,9 @@ static void refresh(tdm_cp_detect_t *d, const tdm_cp_rings_t *rings, uint64_t no
         det_inst_t *in = &d->insts[r->inst];
         if (now > in->last_rx)
             in->last_rx = now;
+        const tdm_cp_sample_t *s = tdm_cp_rank_latest(rk);
+        if (s)
+            inst_saw_ts(in, s->ts_us);
     }
     for (size_t i = 0; i < d->n_insts; i++) {
         det_inst_t *in = &d->insts[i];
@@ -675,9 +689,13 @@ static void refresh(tdm_cp_detect_t *d, const tdm_cp_rings_t *rings, uint64_t no
                 retired += d->ranks[k].retired;
             }
         in->current = !(n > 0 && retired == n) && !in->stopping;
-        for (size_t j = 0; j < d->n_insts && in->current; j++)
-            if (j != i && d->insts[j].group == in->group && d->insts[j].first_rx > in->last_rx)
+        for (size_t j = 0; j < d->n_insts && in->current; j++) {
+            const det_inst_t *o = &d->insts[j];
+            if (j != i && o->group == in->group &&
+                (o->first_rx > in->last_rx ||
+                 (o->first_ts && in->last_ts && o->first_ts > in->last_ts)))
                 in->current = 0;
+        }
     }
     /* rooms and aborts of an incarnation that is gone will never finish: forget them */
     for (size_t i = 0; i < d->rooms_cap && d->n_rooms;) {

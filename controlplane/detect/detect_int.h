@@ -38,6 +38,10 @@ typedef struct det_inst {
     char id[TDM_CP_NAME_MAX];
     int group;
     uint64_t first_rx, last_rx; /* over its ranks, detector clock (samples or events) */
+    /* the same by the records' own times (the worker's wall clock, ts_us): which incarnation is
+     * the later one when a restarted tandemd gets an earlier one's backlog from the spool in the
+     * tick of the later one's first batch (the detector clock sees them together) */
+    int64_t first_ts, last_ts;
     /* WEDGE bookkeeping */
     uint8_t min_valid;
     uint64_t min_iter, min_iter_at;

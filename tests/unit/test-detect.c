@@ -345,6 +345,28 @@ static void test_worker_lost_stopping(void)
         rp_free(&r);
         fclose(f);
     }
+    /* no launcher report at all (it reached the tandemd before), only the stopped incarnation's
+     * last samples, replayed so late that they arrive in the tick of the next incarnation's
+     * first: the records' own times say which incarnation is the later one */
+    FILE *f = tmpfile();
+    syn_t a, b;
+    syn_init(&a, 2, "decode", 0x5300, 59, f);
+    a.latency = 2400000;
+    syn_run(&a, 4 * S_);
+    syn_init(&b, 2, "decode", 0x5400, 61, f);
+    b.t = 6 * S_;
+    for (int i = 0; i < 2; i++)
+        b.r[i].next_sample += 6 * S_;
+    syn_run(&b, 14 * S_);
+    fflush(f);
+    rp_t r;
+    replay_new(&r, f);
+    rp_advance(&r, 14 * S_);
+    is_int(r.opened_at[TDM_CP_ALERT_WORKER_LOST], 0,
+           "a stopped incarnation's samples replayed into the next one's first tick, then silent: "
+           "no WORKER_LOST");
+    rp_free(&r);
+    fclose(f);
 }
 
 /* ---- event-driven rules ------------------------------------------------------------------- */
