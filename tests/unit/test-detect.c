@@ -306,6 +306,21 @@ static void test_worker_lost(void)
     rp_free(&r);
 }
 
+/* The next incarnation of a 2-rank decode group: starts at 6 s, runs to 14 s; then the whole
+ * record file is replayed through the detectors up to 14 s. */
+static void next_incarnation(rp_t *r, FILE *f, uint64_t instance, uint64_t seed)
+{
+    syn_t b;
+    syn_init(&b, 2, "decode", instance, seed, f);
+    b.t = 6 * S_;
+    for (int i = 0; i < 2; i++)
+        b.r[i].next_sample += 6 * S_;
+    syn_run(&b, 14 * S_);
+    fflush(f);
+    replay_new(r, f);
+    rp_advance(r, 14 * S_);
+}
+
 /* A stop on purpose read by a detector that did not ask for it (tandemd restarted, the stopped
  * incarnation's batches replayed from the worker's spool; tests/chaos/chaos.py scenario 7 after a
  * remedy during scenario 6's outage): the launcher's worker_lost says `stopping`, so neither its
@@ -315,7 +330,7 @@ static void test_worker_lost_stopping(void)
 {
     for (int sup = 0; sup < 2; sup++) {
         FILE *f = tmpfile();
-        syn_t a, b;
+        syn_t a;
         syn_init(&a, 2, "decode", 0x5100, 47, f);
         a.waiting = 8;
         syn_run(&a, 4 * S_);
@@ -325,15 +340,8 @@ static void test_worker_lost_stopping(void)
         if (sup)
             syn_event(&a, 0, 5 * S_, "worker_lost", 0, 0, NULL, "launcher pid 1 exited (code 1)",
                       json_pack("{s:i,s:s}", "rank", 0, "source", "supervisor"));
-        syn_init(&b, 2, "decode", 0x5200, 53, f);
-        b.t = 6 * S_;
-        for (int i = 0; i < 2; i++)
-            b.r[i].next_sample += 6 * S_;
-        syn_run(&b, 14 * S_);
-        fflush(f);
         rp_t r;
-        replay_new(&r, f);
-        rp_advance(&r, 14 * S_);
+        next_incarnation(&r, f, 0x5200, 53);
         uint64_t at = r.opened_at[TDM_CP_ALERT_WORKER_LOST];
         if (!sup)
             is_int(at, 0,
@@ -349,19 +357,12 @@ static void test_worker_lost_stopping(void)
      * last samples, replayed so late that they arrive in the tick of the next incarnation's
      * first: the records' own times say which incarnation is the later one */
     FILE *f = tmpfile();
-    syn_t a, b;
+    syn_t a;
     syn_init(&a, 2, "decode", 0x5300, 59, f);
     a.latency = 2400000;
     syn_run(&a, 4 * S_);
-    syn_init(&b, 2, "decode", 0x5400, 61, f);
-    b.t = 6 * S_;
-    for (int i = 0; i < 2; i++)
-        b.r[i].next_sample += 6 * S_;
-    syn_run(&b, 14 * S_);
-    fflush(f);
     rp_t r;
-    replay_new(&r, f);
-    rp_advance(&r, 14 * S_);
+    next_incarnation(&r, f, 0x5400, 61);
     is_int(r.opened_at[TDM_CP_ALERT_WORKER_LOST], 0,
            "a stopped incarnation's samples replayed into the next one's first tick, then silent: "
            "no WORKER_LOST");
