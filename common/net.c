@@ -30,10 +30,17 @@ tdm_status_t tdm_net_listen(const char *host, const char *port, const char *what
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
-        fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
-        snprintf(err, err_len, "%s: %s", what, strerror(errno));
+    const char *step = fd < 0 ? "socket"
+                       : setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0
+                           ? "setsockopt"
+                       : bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ? "bind"
+                       : listen(fd, SOMAXCONN) != 0                 ? "listen"
+                       : fcntl(fd, F_SETFL, O_NONBLOCK) != 0        ? "fcntl"
+                                                                    : NULL;
+    if (step) {
+        /* the step and errno: "--host H --port P: bind: Address already in use (errno 98)" */
+        int e = errno;
+        snprintf(err, err_len, "%s: %s: %s (errno %d)", what, step, strerror(e), e);
         if (fd >= 0)
             close(fd);
         freeaddrinfo(ai);

@@ -55,3 +55,9 @@ dist_check_SCRIPTS += tests/integration/test-load.sh
 # within T+1 s naming the rank, the recorder's data; kill -9 → worker_lost at a local sink.
 TESTS += tests/integration/test-serving-faults.sh
 dist_check_SCRIPTS += tests/integration/test-serving-faults.sh
+
+# A rank that cannot start (its HTTP or bootstrap port taken, an unusable chat template, a model
+# without weights): the group exits 1 naming the rank, the port and errno, and its worker_lost
+# carries the reason; never "group exited cleanly".
+TESTS += tests/integration/test-start-fail.sh
+dist_check_SCRIPTS += tests/integration/test-start-fail.sh

@@ -2,7 +2,8 @@
  * http_hooks.c — the worker's HTTP layer (hooks.h): api.serve builds the server's options from
  * the assembled worker (scheduler, progress page, the shared area's fault table and per-rank
  * resident weight bytes), binds and writes the ready file on the caller's thread (so a bind
- * failure fails the start), then runs the h2o loop on a thread of its own; api.stop stops and
+ * failure fails the start, the reason — address, port, errno — in the caller's buffer), then runs
+ * the h2o loop on a thread of its own; api.stop stops and
  * frees it. Its events and serving statistics reach the reporter through the report hooks it was
  * given. Rank 0 is the only caller.
  */
@@ -118,12 +119,12 @@ static void *http_thread(void *arg)
     return NULL;
 }
 
-static tdm_status_t serve(void *ctx, tdm_worker_t *w)
+static tdm_status_t serve(void *ctx, tdm_worker_t *w, char *why, size_t why_len)
 {
     tdm_worker_http_t *h = ctx;
     char err[512] = "";
     if (h->srv) {
-        tdm_err(TDM_SUB_API, "msg=\"HTTP layer already started\"");
+        snprintf(why, why_len, "already started");
         return TDM_ERR_STATE;
     }
     tdm_worker_shared_t *sh = tdm_worker_shared(w);
@@ -135,7 +136,7 @@ static tdm_status_t serve(void *ctx, tdm_worker_t *w)
     tdm_status_t cst =
         tdm_chat_template_open(cfg->model_path, cfg->chat_template, &h->chat, err, sizeof(err));
     if (cst != TDM_OK && cfg->chat_template[0]) {
-        tdm_err(TDM_SUB_API, "msg=\"--chat-template unusable\" err=\"%s\"", err);
+        snprintf(why, why_len, "--chat-template unusable: %s", err);
         return cst;
     }
     if (cst != TDM_OK) {
@@ -164,7 +165,7 @@ static tdm_status_t serve(void *ctx, tdm_worker_t *w)
     };
     tdm_status_t st = tdm_api_server_init(&o, &h->srv, err, sizeof(err));
     if (st != TDM_OK) {
-        tdm_err(TDM_SUB_API, "msg=\"cannot start the HTTP layer\" err=\"%s\"", err);
+        snprintf(why, why_len, "%s", err);
         tdm_chat_template_free(h->chat);
         h->chat = NULL;
         return st;
@@ -179,7 +180,7 @@ static tdm_status_t serve(void *ctx, tdm_worker_t *w)
         h->srv = NULL;
         tdm_chat_template_free(h->chat);
         h->chat = NULL;
-        tdm_err(TDM_SUB_API, "msg=\"cannot start the http thread\"");
+        snprintf(why, why_len, "cannot start the HTTP thread");
         return TDM_ERR_NOMEM;
     }
     return TDM_OK;

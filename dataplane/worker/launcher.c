@@ -6,7 +6,9 @@
  * their collectives, SIGTERM to the others and SIGKILL after 2 s. SIGTERM/SIGINT are forwarded.
  * The shm files are removed on every path. The launcher never restarts a rank. The launch hooks
  * (worker.h) learn the group id once the files exist and the first abnormal rank exit (with
- * --control-plane the reporter posts `worker_lost` from it).
+ * --control-plane the reporter posts `worker_lost` from it). A rank whose start failed (a port it
+ * could not bind, a model it could not load) left its reason in the shared area: the launcher
+ * logs `group failed to start: rank R: why`, passes it to the hook and exits 1.
  */
 #include "config.h"
 
@@ -151,7 +153,9 @@ static int lock_files(const char *prefix)
     return fd;
 }
 
-static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_page_t **ret_page)
+/* The group's files; the shared area stays mapped in *ret_shared (a failed start's reason). */
+static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_page_t **ret_page,
+                                 tdm_worker_shared_t **ret_shared)
 {
     char path[512];
     tdm_status_t st;
@@ -174,8 +178,17 @@ static tdm_status_t create_files(const char *prefix, uint32_t n, tdm_progress_pa
     g->n_ranks = (uint16_t)n;
     g->version = TDM_WORKER_SHARED_VERSION;
     g->magic = TDM_WORKER_SHARED_MAGIC;
-    munmap(m, sizeof(*g));
+    *ret_shared = g;
     return TDM_OK;
+}
+
+/* "rank R: why" when a rank's start failed (worker.h, the shared area), else "" */
+static void start_error(const tdm_worker_shared_t *sh, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (sh && atomic_load(&sh->start_error_set))
+        snprintf(out, len, "rank %u: %.*s", atomic_load(&sh->start_error_rank) - 1,
+                 (int)sizeof(sh->start_error), sh->start_error);
 }
 
 /* 1 if a rank has sat inside one collective since before `t` (mono µs). */
@@ -235,6 +248,8 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
     uint32_t n = (uint32_t)cfg->tp_size;
     char prefix[256];
     tdm_progress_page_t *page = NULL;
+    tdm_worker_shared_t *shared = NULL;
+    char why[480] = "";
     pid_t *pids = tdm_calloc(n, sizeof(pid_t));
     int *exited = tdm_calloc(n, sizeof(int));
     uint32_t n_exited = 0;
@@ -261,7 +276,7 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
     sigprocmask(SIG_BLOCK, &mask, &old);
-    if (create_files(prefix, n, &page) != TDM_OK) {
+    if (create_files(prefix, n, &page, &shared) != TDM_OK) {
         tdm_err(TDM_SUB_CORE, "msg=\"cannot create the group's shared files %s-*: %s\"", prefix,
                 strerror(errno));
         goto out;
@@ -333,8 +348,10 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
                          code);
             if (!failed) {
                 failed = 1;
+                start_error(shared, why, sizeof(why));
                 if (hooks->rank_exit)
-                    hooks->rank_exit(hooks->ctx, r, (int32_t)p, code, signo, term_at != 0);
+                    hooks->rank_exit(hooks->ctx, r, (int32_t)p, code, signo, term_at != 0,
+                                     why[0] ? why : NULL);
                 uint32_t zero = 0;
                 atomic_compare_exchange_strong(&page->dead_rank_plus1, &zero, r + 1);
                 atomic_store(&page->abort, 1);
@@ -357,8 +374,16 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
         }
     }
     rc = failed ? 1 : 0;
-    tdm_info(TDM_SUB_CORE, "msg=\"group exited%s\"", failed ? " after a failure" : " cleanly");
+    /* a start that failed is said last, with its reason (the supervisor reads worker.log's last
+     * such line into the group's last error); a rank that says why exits 1, never cleanly */
+    start_error(shared, why, sizeof(why));
+    if (why[0])
+        tdm_err(TDM_SUB_CORE, "msg=\"group failed to start: %s\"", why);
+    else
+        tdm_info(TDM_SUB_CORE, "msg=\"group exited%s\"", failed ? " after a failure" : " cleanly");
 out:
+    if (shared)
+        munmap(shared, sizeof(*shared));
     tdm_progress_close(page);
     unlink_all(prefix);
     if (lockfd >= 0)

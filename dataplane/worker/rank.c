@@ -470,7 +470,9 @@ static tdm_status_t rank_exec(tdm_worker_t *w, uint64_t t0, char *err, size_t er
 
 /* Rank 0 once loaded: the transfer engine (PD), the scheduler, the HTTP layer once every rank
  * has loaded, the self-test client; then the loop until the scheduler stops. Returns the exit
- * code; *ret_failed is set when the start itself failed (err says why). */
+ * code; *ret_failed is set when the start itself failed (err says why): an HTTP layer that cannot
+ * start (its port taken, say) stops the scheduler, whose SHUTDOWN plan lets the followers leave,
+ * and the rank exits 1 — a failed start, never a clean exit. */
 static int rank0_serve(tdm_worker_t *w, int *ret_failed, char *err, size_t err_len)
 {
     const tdm_worker_config_t *cfg = w->cfg;
@@ -508,14 +510,25 @@ static int rank0_serve(tdm_worker_t *w, int *ret_failed, char *err, size_t err_l
     while (atomic_load(&w->shared->ranks_loaded) < w->tp && !atomic_load(&w->page->abort) &&
            !w->stop)
         tdm_time_sleep_us(10000);
-    atomic_store(&w->page->loaded, 1);
-    if (w->hooks.api.serve) {
-        st = w->hooks.api.serve(w->hooks.api.ctx, w);
-        if (st != TDM_OK) {
-            tdm_err(TDM_SUB_CORE, "msg=\"rank 0: HTTP layer: %s\"", tdm_status_str(st));
-            tdm_worker_request_stop(w);
-        } else {
-            w->api_started = 1;
+    int start_failed = 0, aborted = 0;
+    if (atomic_load(&w->page->abort) && !w->stop) {
+        /* another rank died while loading (the launcher's abort word): that rank's exit is the
+         * failure reported; rank 0 neither binds nor writes the ready file */
+        tdm_warn(TDM_SUB_CORE, "msg=\"rank 0: the group was aborted before every rank loaded\"");
+        aborted = 1;
+        tdm_worker_request_stop(w);
+    } else if (!w->stop) {
+        atomic_store(&w->page->loaded, 1);
+        if (w->hooks.api.serve) {
+            char why[384] = "";
+            st = w->hooks.api.serve(w->hooks.api.ctx, w, why, sizeof(why));
+            if (st != TDM_OK) {
+                snprintf(err, err_len, "HTTP layer: %s", why[0] ? why : tdm_status_str(st));
+                start_failed = 1;
+                tdm_worker_request_stop(w);
+            } else {
+                w->api_started = 1;
+            }
         }
     }
     if (getenv("TDM_SCHED_SELFTEST") &&
@@ -530,7 +543,19 @@ static int rank0_serve(tdm_worker_t *w, int *ret_failed, char *err, size_t err_l
         pthread_join(st_thread, NULL);
     if (w->api_started && w->hooks.api.stop)
         w->hooks.api.stop(w->hooks.api.ctx, w);
-    return st == TDM_OK ? 0 : 1;
+    *ret_failed = start_failed;
+    return st == TDM_OK && !start_failed && !aborted ? 0 : 1;
+}
+
+/* The first rank whose start failed tells the launcher why (worker.h, the shared area). */
+static void record_start_error(tdm_worker_t *w, const char *why)
+{
+    tdm_worker_shared_t *sh = w->shared;
+    uint32_t none = 0;
+    if (!sh || !atomic_compare_exchange_strong(&sh->start_error_rank, &none, w->rank + 1))
+        return;
+    snprintf(sh->start_error, sizeof(sh->start_error), "%s", why);
+    atomic_store(&sh->start_error_set, 1);
 }
 
 /* Leave: the slot says not alive, the signal thread ends, the transfer engine goes (its threads
@@ -599,7 +624,8 @@ int tdm_worker_rank_main(tdm_worker_t *w)
         rc = rank0_serve(w, &failed, err, sizeof(err));
     }
     if (failed) {
-        tdm_err(TDM_SUB_CORE, "msg=\"rank %u: %s\"", w->rank, err);
+        tdm_err(TDM_SUB_CORE, "msg=\"rank %u failed to start: %s\"", w->rank, err);
+        record_start_error(w, err);
         rc = 1;
     }
     rank_teardown(w, rc);

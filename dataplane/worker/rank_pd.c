@@ -375,11 +375,17 @@ tdm_status_t tdm_worker_pd_start(tdm_worker_t *w, const tdm_kv_layout_t *ucx_lay
      * copy a same-host room on the sending thread (its fault points act on the transfer thread) */
     xc.fault = cfg->enable_fault_injection ? pd_fault : NULL;
     xc.ctx = w;
+    char why[384] = "";
+    xc.err = why;
+    xc.err_len = sizeof(why);
     tdm_status_t st = tdm_xfer_init(&xc, &w->xfer);
     if (st != TDM_OK) {
-        snprintf(err, err_len, "transfer engine (%s %s:%u): %s",
-                 w->pd == TDM_SCHED_PD_PREFILL ? "bootstrap listener on" : "prefill at", w->pd_host,
-                 w->pd_port, tdm_status_str(st));
+        if (why[0]) /* e.g. the bootstrap listener's address, port, call and errno */
+            snprintf(err, err_len, "transfer engine: %s", why);
+        else
+            snprintf(err, err_len, "transfer engine (%s %s:%u): %s",
+                     w->pd == TDM_SCHED_PD_PREFILL ? "bootstrap listener on" : "prefill at",
+                     w->pd_host, w->pd_port, tdm_status_str(st));
         return st;
     }
     if (w->pd == TDM_SCHED_PD_PREFILL)

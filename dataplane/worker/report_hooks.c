@@ -4,8 +4,9 @@
  * = the group id (shared by the ranks, 64 random bits new on every launch, never the PID:
  * docs/contracts.md §c), worker = --group or "<mode>-<port>", group = the same, role = the mode.
  * On an abnormal rank exit the launcher POSTs a `worker_lost` event for (instance, rank) at once
- * (data {"rank","pid","code","signal"}), with a seq from the wall clock so it sorts after
- * anything the dead rank sent, and waits up to 1 s for the ack (spooled if tandemd is away).
+ * (data {"rank","pid","code","signal","stopping"}, and "error" when the group failed to start),
+ * with a seq from the wall clock so it sorts after anything the dead rank sent, and waits up to
+ * 1 s for the ack (spooled if tandemd is away).
  */
 #include "config.h"
 
@@ -159,12 +160,14 @@ static void group_created(void *ctx, const tdm_worker_config_t *cfg, uint64_t gr
 
 /* worker_lost (docs/alerts.md): `stopping` true when the launcher had been asked to stop first,
  * so a detector that did not ask for the stop (tandemd restarted since, reading the batch from the
- * spool) does not take the stop's own abort for a loss. */
-static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal, int stopping)
+ * spool) does not take the stop's own abort for a loss; `start_error` ("rank R: why") when the
+ * group failed to start, in the reason (cut at the telemetry limit) and whole in data `error`. */
+static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signal, int stopping,
+                      const char *start_error)
 {
     tdm_worker_telemetry_t *t = ctx;
     const tdm_worker_config_t *cfg = t->cfg;
-    char name[80], err[512], reason[128];
+    char name[80], err[512], reason[TDM_TM_REASON_MAX + 1], how[64];
     if (!cfg || !cfg->control_plane || !*cfg->control_plane)
         return;
     identity(cfg, name, sizeof(name));
@@ -178,16 +181,17 @@ static void rank_exit(void *ctx, uint32_t rank, int32_t pid, int code, int signa
         tdm_err(TDM_SUB_REPORT, "msg=\"cannot report worker_lost\" err=\"%s\"", err);
         return;
     }
-    if (signal)
-        snprintf(reason, sizeof(reason), "rank %u exited (signal %d)%s", rank, signal,
-                 stopping ? " while the group was stopping" : "");
+    snprintf(how, sizeof(how), "%s %d", signal ? "signal" : "code", signal ? signal : code);
+    if (start_error)
+        snprintf(reason, sizeof(reason), "rank %u exited (%s): failed to start: %s", rank, how,
+                 start_error);
     else
-        snprintf(reason, sizeof(reason), "rank %u exited (code %d)%s", rank, code,
+        snprintf(reason, sizeof(reason), "rank %u exited (%s)%s", rank, how,
                  stopping ? " while the group was stopping" : "");
     tdm_report_event(r, "worker_lost", NULL, NULL, NULL, reason,
-                     json_pack("{s:i,s:i,s:i,s:i,s:b}", "rank", (json_int_t)rank, "pid",
+                     json_pack("{s:i,s:i,s:i,s:i,s:b,s:s?}", "rank", (json_int_t)rank, "pid",
                                (json_int_t)pid, "code", (json_int_t)code, "signal",
-                               (json_int_t)signal, "stopping", stopping));
+                               (json_int_t)signal, "stopping", stopping, "error", start_error));
     tdm_report_stop(r, 1000);
 }
 

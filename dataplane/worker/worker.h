@@ -13,8 +13,10 @@
  * through; the shm prefix travels in the environment variable TDM_GROUP_SHM because it is not a
  * user tunable), supervises, and on the first abnormal rank exit logs `rank R exited (code C |
  * signal S)`, calls launch.rank_exit (the reporter posts `worker_lost` from it), sets the page's
- * abort word, SIGTERMs the others, SIGKILLs after 2 s, removes the shm files and exits 1. A clean
- * exit of every rank (after a SHUTDOWN plan) exits 0. SIGTERM/SIGINT are forwarded to the ranks.
+ * abort word, SIGTERMs the others, SIGKILLs after 2 s, removes the shm files and exits 1. A rank
+ * whose start failed exits 1 with its reason in the shared area: the launcher logs `group failed
+ * to start: rank R: why` and exits 1. A clean exit of every rank (after a SHUTDOWN plan) exits 0.
+ * SIGTERM/SIGINT are forwarded to the ranks.
  *
  * tandem-worker --rank r is a rank (rank.c), started phase by phase: signals, the group's shared
  * files, the reporter (report.rank_start), the model, the KV sizing, the PD pools, the executor;
@@ -46,7 +48,7 @@
 #include "dataplane/sched/sched.h"
 
 #define TDM_WORKER_SHARED_MAGIC 0x52485354u /* "TSHR" */
-#define TDM_WORKER_SHARED_VERSION 1
+#define TDM_WORKER_SHARED_VERSION 2
 
 /* The group's shared area (one small shm file beside the progress page): what every rank
  * publishes once and what rank 0's HTTP thread reads for /metrics and /admin. */
@@ -58,6 +60,12 @@ typedef struct tdm_worker_shared {
     _Atomic uint64_t resident_weight_bytes[TDM_PROGRESS_MAX_RANKS]; /* 0 until loaded */
     _Atomic uint64_t kv_pool_bytes[TDM_PROGRESS_MAX_RANKS];
     _Atomic uint32_t ranks_loaded; /* ranks that finished loading */
+    /* The first rank whose start failed (before it served: its model, its KV pool, a listener it
+     * could not bind) says why here before it exits 1, for the launcher's log and `worker_lost`:
+     * start_error_rank claims the text (0 → rank + 1), start_error_set publishes it. */
+    _Atomic uint32_t start_error_rank;
+    _Atomic uint32_t start_error_set;
+    char start_error[384];
 } tdm_worker_shared_t;
 
 typedef struct tdm_worker tdm_worker_t;
@@ -66,10 +74,11 @@ struct json_t;
 /* ---- hooks: what main.c plugs into the runtime ---- */
 
 /* The HTTP layer (rank 0): serve once the scheduler accepts requests — bind, write the ready
- * file, run on threads of its own — on the rank's main thread; stop once, before teardown. */
+ * file, run on threads of its own — on the rank's main thread (a failure fails the rank's start:
+ * err says why, e.g. the address, port and errno of a bind); stop once, before teardown. */
 typedef struct tdm_worker_api_hooks {
     void *ctx;
-    tdm_status_t (*serve)(void *ctx, tdm_worker_t *w);
+    tdm_status_t (*serve)(void *ctx, tdm_worker_t *w, char *err, size_t err_len);
     void (*stop)(void *ctx, tdm_worker_t *w);
 } tdm_worker_api_hooks_t;
 
@@ -94,11 +103,13 @@ typedef struct tdm_worker_report_hooks {
 /* The launcher's exits: group_created once the shared files exist (the group id is known), then
  * rank_exit at most once, on the launcher's thread, for the first abnormal rank exit (`signal` 0
  * → `code` is the exit status; `stopping`: the launcher had been asked to stop the group, SIGTERM
- * or SIGINT, before it: the stop's own abort of a wedged rank, not a loss). */
+ * or SIGINT, before it: the stop's own abort of a wedged rank, not a loss; `start_error`: the
+ * group failed to start, "rank R: why" from the shared area, else NULL). */
 typedef struct tdm_worker_launch_hooks {
     void *ctx;
     void (*group_created)(void *ctx, const tdm_worker_config_t *cfg, uint64_t group_id);
-    void (*rank_exit)(void *ctx, uint32_t rank, int32_t pid, int code, int signal, int stopping);
+    void (*rank_exit)(void *ctx, uint32_t rank, int32_t pid, int code, int signal, int stopping,
+                      const char *start_error);
 } tdm_worker_launch_hooks_t;
 
 typedef struct tdm_worker_hooks {

@@ -165,19 +165,33 @@ static tdm_status_t listen_on(tdm_xfer_t *x)
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_port = htons(x->cfg.port);
+    char why[320];
     if (inet_pton(AF_INET, x->cfg.host, &sa.sin_addr) != 1) {
-        tdm_err(TDM_SUB_XFER, "bootstrap: bad bind address '%s'", x->cfg.host);
+        snprintf(why, sizeof(why), "bootstrap listener: bad bind address '%s'", x->cfg.host);
+        tdm_err(TDM_SUB_XFER, "%s", why);
+        if (x->cfg.err)
+            snprintf(x->cfg.err, x->cfg.err_len, "%s", why);
         return TDM_ERR_INVAL;
     }
     x->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    const char *step = NULL;
+    if (x->listen_fd >= 0)
+        (void)setsockopt(x->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (x->listen_fd < 0)
-        return TDM_ERR_IO;
-    setsockopt(x->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(x->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        listen(x->listen_fd, 64) < 0 ||
-        getsockname(x->listen_fd, (struct sockaddr *)&sa, &sl) < 0) {
-        tdm_err(TDM_SUB_XFER, "bootstrap: cannot listen on %s:%u: %s", x->cfg.host, x->cfg.port,
-                strerror(errno));
+        step = "socket";
+    else if (bind(x->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        step = "bind";
+    else if (listen(x->listen_fd, 64) < 0)
+        step = "listen";
+    else if (getsockname(x->listen_fd, (struct sockaddr *)&sa, &sl) < 0)
+        step = "getsockname";
+    if (step) {
+        int e = errno;
+        snprintf(why, sizeof(why), "bootstrap listener on %s:%u: %s: %s (errno %d)", x->cfg.host,
+                 x->cfg.port, step, strerror(e), e);
+        tdm_err(TDM_SUB_XFER, "%s", why);
+        if (x->cfg.err)
+            snprintf(x->cfg.err, x->cfg.err_len, "%s", why);
         return TDM_ERR_IO;
     }
     x->port = ntohs(sa.sin_port);

@@ -190,6 +190,10 @@ typedef struct tdm_xfer_cfg {
     tdm_xfer_event_fn on_event;    /* optional */
     void *ctx;
     tdm_xfer_fault_fn fault; /* optional: fault injection (ctx as for on_event) */
+    /* optional: why tdm_xfer_init failed, where it can say more than its status (the bootstrap
+     * listener: address, port, the call and errno) */
+    char *err;
+    size_t err_len;
 } tdm_xfer_cfg_t;
 
 typedef struct tdm_xfer tdm_xfer_t;
