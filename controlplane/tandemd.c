@@ -177,6 +177,8 @@ int main(int argc, char **argv)
                 .canary_interval_s = cfg.canary_interval,
                 .start_timeout_s = cfg.start_timeout,
                 .drain_timeout_s = cfg.drain_timeout,
+                .start_retries = (int)cfg.start_retries,
+                .start_backoff_max_s = cfg.start_backoff_max,
             },
     };
     static tdm_cp_server_t server;

@@ -138,6 +138,10 @@ tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_
         a->o.start_timeout_s = 300;
     if (a->o.drain_timeout_s <= 0)
         a->o.drain_timeout_s = 300;
+    if (a->o.start_backoff_max_s < 1)
+        a->o.start_backoff_max_s = 30;
+    if (a->o.start_retries < 0)
+        a->o.start_retries = 0;
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     tdm_status_t st = tdm_act_super_load(a, err, err_len);
@@ -383,9 +387,19 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < a->n_groups; i++) {
         act_group_t *g = &a->groups[i];
+        /* supervised groups: the failed starts in a row, the next retry (wall µs, null when
+         * none is scheduled), the last failure's reason, and whether the supervisor gave up */
+        json_t *retry =
+            g->kind != ACT_KIND_SUPERVISED
+                ? json_null()
+                : json_pack(
+                      "{s:i,s:i,s:o,s:s?,s:b}", "failures", (int)g->start_failures, "limit",
+                      a->o.start_retries, "next_us",
+                      g->retry_at_mono ? json_integer((json_int_t)g->retry_at_us) : json_null(),
+                      "last_error", g->last_error[0] ? g->last_error : NULL, "gave_up", g->gave_up);
         json_array_append_new(
             arr, json_pack("{s:s,s:s,s:s,s:s,s:i,s:s,s:i,s:s,s:b,s:s,s:i,s:I,s:O,s:I,s:{s:s?,s:I,"
-                           "s:I}}",
+                           "s:I},s:o}",
                            "name", g->name, "kind", kind_names[g->kind], "mode", g->mode, "model",
                            g->model, "tp_size", g->tp_size ? g->tp_size : 1, "admin_url",
                            g->admin_url, "pid", (int)g->pid, "state", act_state_name(g->state),
@@ -394,7 +408,7 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
                            "config", g->config, "config_version", (json_int_t)g->config_version,
                            "canary", "reference", g->canary_ref[0] ? g->canary_ref : NULL, "checks",
                            (json_int_t)g->canary_checks, "mismatches",
-                           (json_int_t)g->canary_mismatches));
+                           (json_int_t)g->canary_mismatches, "retry", retry));
     }
     pthread_mutex_unlock(&a->mu);
     return json_pack("{s:o}", "groups", arr);

@@ -102,13 +102,15 @@ typedef struct tdm_cp_act_env {
 typedef struct tdm_cp_act_opts {
     const char *groups_config; /* "" or NULL: no groups */
     const char *state_dir;
-    const char *worker_bin;   /* "tandem-worker": $PATH lookup */
-    const char *pg_dsn;       /* the executor's audit connection */
-    const char *admin_token;  /* for workers' /admin (default token file is state_dir's) */
-    int tandemd_port;         /* --control-plane http://127.0.0.1:PORT */
-    double canary_interval_s; /* 30; 0 = off */
-    double start_timeout_s;   /* a started group must be /ready within this; 300 */
-    double drain_timeout_s;   /* 300 */
+    const char *worker_bin;     /* "tandem-worker": $PATH lookup */
+    const char *pg_dsn;         /* the executor's audit connection */
+    const char *admin_token;    /* for workers' /admin (default token file is state_dir's) */
+    int tandemd_port;           /* --control-plane http://127.0.0.1:PORT */
+    double canary_interval_s;   /* 30; 0 = off */
+    double start_timeout_s;     /* a started group must be /ready within this; 300 */
+    double drain_timeout_s;     /* 300 */
+    int start_retries;          /* failed starts retried in a row before the group stays failed */
+    double start_backoff_max_s; /* the retries' backoff: 1 s, doubling up to this */
 } tdm_cp_act_opts_t;
 
 /* Parse the groups config, adopt or queue the start of supervised groups, start the threads. */

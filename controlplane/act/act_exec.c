@@ -381,6 +381,10 @@ static void run_one(exec_t *x, act_req_t *r)
     act_group_t *g = tdm_act_group_find(a, group);
     if (g)
         g->busy = 1;
+    /* an operator's (re)start gives a group the supervisor gave up on its retries again */
+    if (g && strcmp(r->actor, "supervisor") != 0 && strncmp(r->actor, "policy:", 7) != 0 &&
+        (!strcmp(action, "start") || !strcmp(action, "restart") || !strcmp(action, "reconfigure")))
+        tdm_act_super_reset_failures(g);
     pthread_mutex_unlock(&a->mu);
     tdm_status_t st;
     long wstatus = 0;

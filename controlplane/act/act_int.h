@@ -59,12 +59,18 @@ typedef struct act_group {
     char env[1024];    /* NAME=VALUE ... added to the launcher's environment */
     /* state */
     act_state_t state;
-    int ready;                      /* last /ready probe said 200 */
-    char why[256];                  /* the last /ready probe's reason when not ready */
-    int tp_size;                    /* from the config's tp_size, else the registration */
-    int busy;                       /* an action holds the group: exits are not WORKER_LOST */
-    atomic_int inflight;            /* router requests sent and not finished */
-    uint64_t restarts_pending_mono; /* unplanned exit seen: supervisor restart queued */
+    int ready;           /* last /ready probe said 200 */
+    char why[512];       /* the last /ready probe's reason when not ready */
+    int tp_size;         /* from the config's tp_size, else the registration */
+    int busy;            /* an action holds the group: exits are not WORKER_LOST */
+    atomic_int inflight; /* router requests sent and not finished */
+    /* failed starts of a supervised group (docs/groups.md "Failed starts"): retried with a
+     * backoff of 1 s doubling up to --start-backoff-max, at most --start-retries times in a row */
+    unsigned start_failures; /* consecutive failed starts; 0 after a start that became /ready */
+    uint64_t retry_at_mono;  /* the supervisor's next start (0: none scheduled) */
+    uint64_t retry_at_us;    /* the same on the wall clock (the API's next_us) */
+    int gave_up;             /* more than --start-retries in a row: no retry until an operator's */
+    char last_error[512];    /* the last failed start's reason */
     /* canary */
     char canary_ref[512];
     uint64_t canary_ref_started_us; /* incarnation the reference belongs to */
@@ -132,8 +138,12 @@ int tdm_act_sleep(tdm_cp_act_t *a, unsigned ms);
 tdm_status_t tdm_act_super_load(tdm_cp_act_t *a, char *err, size_t err_len);
 tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len);
 tdm_status_t tdm_act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len);
-/* Loop tick: unplanned exits → worker_lost event + supervisor restart request. */
+/* Loop tick: unplanned exits → worker_lost event + supervisor restart request; a failed start's
+ * retry once its backoff has passed → supervisor restart request. */
 void tdm_act_super_reap(tdm_cp_act_t *a);
+/* An operator's start, restart or reconfigure of g: its failed starts are forgotten (a group the
+ * supervisor gave up on is retried again from the first backoff). Caller holds mu. */
+void tdm_act_super_reset_failures(act_group_t *g);
 tdm_status_t tdm_act_write_file(const char *path, const char *text, char *err, size_t err_len);
 
 /* act_http.c — blocking HTTP to workers (executor/watcher threads) */

@@ -29,6 +29,7 @@
 #include <tdm/log.h>
 #include <tdm/mem.h>
 #include <tdm/params.h>
+#include <tdm/telemetry.h>
 #include <tdm/time.h>
 
 #include "controlplane/act/act_int.h"
@@ -613,7 +614,31 @@ static pid_t launch(tdm_cp_act_t *a, const act_group_t *g, char **argv, char **e
     return pid;
 }
 
-tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
+/* The launcher's own reason for a start that failed: the last `group failed to start: …` line it
+ * wrote to worker.log after `from` (its size when this start began), into out ("" if none). */
+static void launcher_reason(const char *logp, off_t from, char *out, size_t len)
+{
+    static const char key[] = "msg=\"group failed to start: ";
+    out[0] = '\0';
+    FILE *f = fopen(logp, "r");
+    if (!f)
+        return;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && sb.st_size - from > 65536)
+        from = sb.st_size - 65536; /* the reason is among its last lines */
+    char line[2048];
+    if (fseeko(f, from, SEEK_SET) == 0)
+        while (fgets(line, sizeof(line), f)) {
+            char *k = strstr(line, key), *end;
+            if (!k || !(end = strrchr(k + sizeof(key) - 1, '"')))
+                continue;
+            *end = '\0';
+            snprintf(out, len, "%s", k + sizeof(key) - 1);
+        }
+    fclose(f);
+}
+
+static tdm_status_t start_once(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
 {
     char base[4200], ovr[4200], ready[4200], logp[4200], tok[4200], cp[200];
     gpath(a, g, "base.ini", base, sizeof(base));
@@ -645,6 +670,8 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     }
     argv[argc] = NULL;
     char *words = NULL, **envp = group_environ(g, &words);
+    struct stat lsb;
+    off_t log_from = stat(logp, &lsb) == 0 ? lsb.st_size : 0;
     pid_t pid = launch(a, g, argv, envp, logp, detail, len);
     free(envp);
     free(words);
@@ -689,15 +716,17 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     while (!read_port(ready, &port)) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
+            /* the launcher says why in its log (a rank's port taken, a model that does not load) */
+            char why[1024];
+            launcher_reason(logp, log_from, why, sizeof(why));
             pthread_mutex_lock(&a->mu);
             g->pid = 0;
             g->state = ACT_ST_FAILED;
-            snprintf(g->why, sizeof(g->why),
-                     "the worker exited during startup (see its worker.log)");
             pthread_mutex_unlock(&a->mu);
-            snprintf(detail, len, "the worker exited during startup (%s %d; see %s)",
+            snprintf(detail, len, "the worker exited during startup (%s %d)%s%s; see %s",
                      WIFSIGNALED(status) ? "signal" : "code",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), logp);
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                     why[0] ? ": " : "", why, logp);
             return TDM_ERR_PEER;
         }
         if (tdm_time_mono_us() > deadline || tdm_act_sleep(a, 100)) {
@@ -725,6 +754,93 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     pthread_mutex_unlock(&a->mu);
     snprintf(detail, len, "started pid %d at %s", (int)pid, g->admin_url);
     return TDM_OK;
+}
+
+/* ---- failed starts (docs/groups.md "Failed starts") ----------------------------------------- */
+
+/* The wait before retry number n (n ≥ 1): 1 s, doubling, at most --start-backoff-max. */
+static uint64_t retry_backoff_us(const tdm_cp_act_t *a, unsigned n)
+{
+    double s = 1;
+    for (unsigned i = 1; i < n && s < a->o.start_backoff_max_s; i++)
+        s *= 2;
+    return (uint64_t)((s < a->o.start_backoff_max_s ? s : a->o.start_backoff_max_s) * 1e6);
+}
+
+void tdm_act_super_reset_failures(act_group_t *g)
+{
+    g->start_failures = 0;
+    g->retry_at_mono = 0;
+    g->retry_at_us = 0;
+    g->gave_up = 0;
+}
+
+/* A start of g failed (detail: why): counted, the group FAILED with the reason as its health, and
+ * its retry scheduled after the backoff; past --start-retries failures in a row, no retry: the
+ * supervisor reports `worker_lost` (data.source `supervisor`, `gave_up` true) naming the count and
+ * the last reason, so WORKER_LOST stays open on a group that cannot start. */
+static void start_failed(tdm_cp_act_t *a, act_group_t *g, const char *detail)
+{
+    pthread_mutex_lock(&a->mu);
+    unsigned n = ++g->start_failures;
+    g->pid = 0;
+    g->ready = 0;
+    g->state = ACT_ST_FAILED;
+    snprintf(g->last_error, sizeof(g->last_error), "%s", detail);
+    snprintf(g->why, sizeof(g->why), "%s", detail);
+    if (n <= (unsigned)a->o.start_retries) {
+        uint64_t wait = retry_backoff_us(a, n);
+        g->retry_at_mono = tdm_time_mono_us() + wait;
+        g->retry_at_us = tdm_time_wall_us() + wait;
+        g->gave_up = 0;
+        tdm_warn(TDM_SUB_CP,
+                 "msg=\"start failed: retrying\" group=%s failures=%u retries=%d in_s=%.1f "
+                 "err=\"%s\"",
+                 g->name, n, a->o.start_retries, (double)wait / 1e6, detail);
+    } else {
+        g->retry_at_mono = 0;
+        g->retry_at_us = 0;
+        g->gave_up = 1;
+        char reason[TDM_TM_REASON_MAX + 1];
+        snprintf(reason, sizeof(reason), "start failed %u times in a row, no more retries: %s", n,
+                 detail);
+        tdm_err(TDM_SUB_CP,
+                "msg=\"start failed %u times in a row: the group stays failed until an operator "
+                "restarts it\" group=%s err=\"%s\"",
+                n, g->name, detail);
+        tdm_act_post(a, ACT_MSG_EVENT,
+                     json_pack("{s:s,s:s,s:s,s:{s:i,s:s,s:i,s:b,s:s}}", "group", g->name, "type",
+                               "worker_lost", "reason", reason, "data", "rank", 0, "source",
+                               "supervisor", "start_failures", (int)n, "gave_up", 1, "error",
+                               detail),
+                     NULL, NULL);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* A start, counted: a start that became /ready clears the failures; one that failed is retried
+ * (start_failed). A launcher still running without becoming /ready in time is stopped first, so
+ * the retry starts clean. A start abandoned because tandemd is stopping counts for nothing (the
+ * launcher, if any, is re-adopted by the next tandemd). */
+tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, size_t len)
+{
+    tdm_status_t st = start_once(a, g, detail, len);
+    pthread_mutex_lock(&a->mu);
+    int stopping = a->stop;
+    if (st == TDM_OK)
+        tdm_act_super_reset_failures(g);
+    pthread_mutex_unlock(&a->mu);
+    if (st == TDM_OK || stopping)
+        return st;
+    if (g->pid > 0) {
+        char d[256];
+        tdm_act_super_stop(a, g, d, sizeof(d));
+        size_t off = strlen(detail);
+        if (off + 1 < len)
+            snprintf(detail + off, len - off, "; %s", d);
+    }
+    start_failed(a, g, detail);
+    return st;
 }
 
 /* Gone: reaped (child) or no longer the recorded process (adopted). */
@@ -778,12 +894,60 @@ tdm_status_t tdm_act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, s
     return TDM_OK;
 }
 
+/* 1 when an action for `group` is queued or running (its next start is that action). Caller holds
+ * mu. */
+static int is_for(const act_req_t *r, const char *group)
+{
+    const char *g = json_string_value(json_object_get(r->request, "group"));
+    return g && !strcmp(g, group);
+}
+
+static int action_pending(const tdm_cp_act_t *a, const char *group)
+{
+    if (a->current && is_for(a->current, group))
+        return 1;
+    for (const act_req_t *r = a->q_head; r; r = r->next)
+        if (is_for(r, group))
+            return 1;
+    return 0;
+}
+
+static void enqueue_restart(tdm_cp_act_t *a, act_group_t *g, const char *reason)
+{
+    act_req_t *r = tdm_calloc(1, sizeof(*r));
+    snprintf(r->actor, sizeof(r->actor), "supervisor");
+    r->request = json_pack("{s:s,s:s,s:{s:s}}", "action", "restart", "group", g->name, "params",
+                           "reason", reason);
+    r->created_us = tdm_time_wall_us();
+    if (a->q_tail)
+        a->q_tail->next = r;
+    else
+        a->q_head = r;
+    a->q_tail = r;
+    pthread_cond_broadcast(&a->cv);
+}
+
 void tdm_act_super_reap(tdm_cp_act_t *a)
 {
     pthread_mutex_lock(&a->mu);
+    uint64_t now = tdm_time_mono_us();
     for (size_t i = 0; i < a->n_groups; i++) {
         act_group_t *g = &a->groups[i];
         int status = 0;
+        /* a failed start's retry, once its backoff has passed and nothing else is under way for
+         * the group (an action queued or running is its next start) */
+        if (g->kind == ACT_KIND_SUPERVISED && g->retry_at_mono && now >= g->retry_at_mono &&
+            !g->busy && g->pid <= 0 && !action_pending(a, g->name)) {
+            char reason[700];
+            snprintf(reason, sizeof(reason), "retry %u of %d after a failed start: %.600s",
+                     g->start_failures, a->o.start_retries, g->last_error);
+            g->retry_at_mono = 0;
+            g->retry_at_us = 0;
+            tdm_info(TDM_SUB_CP, "msg=\"retrying a failed start\" group=%s retry=%u of %d", g->name,
+                     g->start_failures, a->o.start_retries);
+            enqueue_restart(a, g, reason);
+            continue;
+        }
         if (g->kind != ACT_KIND_SUPERVISED || g->busy || g->pid <= 0 ||
             g->state == ACT_ST_STARTING || !gone(g, &status))
             continue;
@@ -806,17 +970,7 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
                      json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",
                                "reason", reason, "data", "rank", 0, "source", "supervisor"),
                      NULL, NULL);
-        act_req_t *r = tdm_calloc(1, sizeof(*r));
-        snprintf(r->actor, sizeof(r->actor), "supervisor");
-        r->request = json_pack("{s:s,s:s,s:{s:s}}", "action", "restart", "group", g->name, "params",
-                               "reason", reason);
-        r->created_us = tdm_time_wall_us();
-        if (a->q_tail)
-            a->q_tail->next = r;
-        else
-            a->q_head = r;
-        a->q_tail = r;
-        pthread_cond_broadcast(&a->cv);
+        enqueue_restart(a, g, reason);
     }
     pthread_mutex_unlock(&a->mu);
 }

@@ -9,7 +9,11 @@
 #   that launcher (the record names it from its start) and the group is ready on its port;
 #   spool: a group that stops while tandemd is down keeps its telemetry in its spool directory
 #   (STATE_DIR/groups/NAME/spool), and its next start replays it (the stop's shutdown event and
-#   the samples of the time tandemd was away are stored).
+#   the samples of the time tandemd was away are stored);
+#   failed starts: a group whose port another process holds fails to start, is retried after 1 s
+#   then 1.5 s (--start-retries 2 --start-backoff-max 1.5; the status shows the failures, the next
+#   retry and the reason), then stays failed with WORKER_LOST open naming the reason; once the
+#   port is free an operator's restart starts it and the failures are forgotten.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -21,7 +25,8 @@ M="$SRC/tests/fixtures/models/tiny-llama3"
 export TDM_CPU_THREADS=1
 # the supervised launchers run in sessions of their own: stop them too
 super_cleanup() {
-    for r in "$CPL_T"/state/groups/*/record.json "$CPL_T"/dupstate/groups/*/record.json; do
+    for r in "$CPL_T"/state/groups/*/record.json "$CPL_T"/dupstate/groups/*/record.json \
+        "$CPL_T"/failstate/groups/*/record.json; do
         [ -f "$r" ] || continue
         p=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$r")
         [ -n "$p" ] && kill -9 "-$p" "$p" 2> /dev/null
@@ -200,6 +205,98 @@ during=$(cpl_sql "SELECT count(*) FROM samples WHERE group_name = 'y' AND ts_us 
 [ "$shut" = 1 ] && [ "${during:-0}" -gt 0 ]
 ok $? "y's next start replays the spool: the stop's shutdown event ($shut) and the samples taken while tandemd was down ($during) are stored"
 
-[ $fail = 0 ] || { sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15; tail -8 "$CPL_T"/state/groups/*/worker.log | sed 's/^/# /'; }
+# ---- a failed start: retried with backoff, then failed for good with an alert; an operator's
+# restart starts over (docs/groups.md "Failed starts") ----
+# z's port is held by another process: each start fails (its rank 0 cannot bind). A tandemd of its
+# own (--start-retries 2 --start-backoff-max 1.5: retries after 1 s and 1.5 s, then it gives up).
+cpl_stop
+python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+time.sleep(600)' "$CPL_T/zport" &
+holder=$!
+CPL_PIDS="$CPL_PIDS $holder"
+i=0
+while [ $i -lt 100 ] && [ ! -s "$CPL_T/zport.tmp" ]; do sleep 0.05; i=$((i + 1)); done
+pz=$(cat "$CPL_T/zport.tmp")
+group z "port = $pz" > "$CPL_T/fail.ini"
+rm -f "$CPL_T/fready"
+"$BUILD/tandemd" --listen 127.0.0.1:0 --state-dir "$CPL_T/failstate" --pg-dsn "$cpl_dsn" \
+    --ready-file "$CPL_T/fready" --groups-config "$CPL_T/fail.ini" --worker-bin "$BIN" \
+    --start-retries 2 --start-backoff-max 1.5 > "$CPL_T/fail.log" 2>&1 &
+cpl_tpid=$!
+i=0
+while [ $i -lt 200 ] && [ ! -s "$CPL_T/fready" ]; do sleep 0.05; i=$((i + 1)); done
+url="http://127.0.0.1:$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$CPL_T/fready")"
+admin=$(cat "$CPL_T/failstate/admin.token" 2> /dev/null)
+bind_err="--port $pz: bind: Address already in use (errno 98)"
+# while retrying: failed, a failure counted, the next retry in the future, the last reason named
+retrying=""
+i=0
+while [ $i -lt 300 ]; do
+    retrying=$(status z "(g['state'], g['retry']['failures'], g['retry']['next_us'] is not None and g['retry']['next_us'] > $(date +%s%6N), g['retry']['last_error'])")
+    case "$retrying" in "('failed', 1, True, "*) break ;; esac
+    sleep 0.05
+    i=$((i + 1))
+done
+case "$retrying" in "('failed', 1, True, "*"$bind_err"*) r=0 ;; *) r=1 ;; esac
+ok $r "z's start fails (its port $pz taken): failed, 1 failure, the next retry scheduled, the reason named ($retrying)"
+# then: 2 retries and no more (≤ 60 s), gave_up with the reason
+gave=""
+i=0
+while [ $i -lt 600 ]; do
+    gave=$(status z "(g['state'], g['retry']['failures'], g['retry']['gave_up'], g['retry']['next_us'])")
+    [ "$gave" = "('failed', 3, True, None)" ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+[ "$gave" = "('failed', 3, True, None)" ] && grep -q "start failed 3 times in a row: .* group=z err=.*$bind_err" "$CPL_T/fail.log"
+ok $? "after --start-retries 2 the supervisor gives up: $gave, logged with the reason"
+# the attempts, from the audit log: the start, then 2 restarts by the supervisor, each one its
+# backoff (1 s, then 1.5 s: the cap) after the previous attempt ended (at most 2x + 0.5 s later)
+i=0
+while [ $i -lt 100 ]; do
+    att=$(cpl_sql "SELECT string_agg(action || ':' || actor || ':' || outcome, ' ' ORDER BY ts_us) FROM actions WHERE target = 'z'")
+    [ "$att" = "start:supervisor:failed restart:supervisor:failed restart:supervisor:failed" ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+gaps=$(cpl_sql "SELECT string_agg(g::text, ' ' ORDER BY t) FROM (SELECT ts_us AS t, round(((ts_us - lag(finished_us) OVER (ORDER BY ts_us)) / 1e6)::numeric, 2) AS g FROM actions WHERE target = 'z') s WHERE g IS NOT NULL")
+g1=${gaps%% *}
+g2=${gaps##* }
+[ "$att" = "start:supervisor:failed restart:supervisor:failed restart:supervisor:failed" ] &&
+    awk -v a="$g1" -v b="$g2" 'BEGIN { exit !(a >= 0.9 && a <= 2.5 && b >= 1.4 && b <= 3.5) }'
+ok $? "audited attempts: $att; waits between them $gaps s (backoff 1 s then 1.5 s)"
+# an absence: no further attempt 2x the last backoff later
+sleep 3
+n_att=$(cpl_sql "SELECT count(*) FROM actions WHERE target = 'z'")
+[ "$n_att" = 3 ]
+ok $? "no further attempt once it gave up ($n_att attempts 3 s later)"
+# the alert: WORKER_LOST is open on z and names the port's failure
+lost_txt=$(cpl_api "$url/api/v1/alerts?source=live" | python3 -c '
+import json, sys
+print(" ".join(json.dumps(a) for a in json.load(sys.stdin).get("alerts", [])
+               if a.get("kind") == "WORKER_LOST" and a.get("group") == "z" and a.get("state") == "open"))' 2> /dev/null)
+case "$lost_txt" in *"$bind_err"*) r=0 ;; *) r=1 ;; esac
+ok $r "a WORKER_LOST alert is open on z naming the failed start's reason ($(printf '%s' "$lost_txt" | head -c 200))"
+# the port freed, an operator's restart: started, ready, the failures forgotten
+kill "$holder" 2> /dev/null
+wait "$holder" 2> /dev/null
+cpl_api -X POST -m 120 "$url/api/v1/groups/z/restart" > "$CPL_T/zrestart"
+wait_ready z
+after=$(status z "(g['state'], g['ready'], g['retry']['failures'], g['retry']['gave_up'], g['retry']['next_us'])")
+grep -q '"outcome": *"ok"' "$CPL_T/zrestart" && [ "$after" = "('running', True, 0, False, None)" ] &&
+    [ "$(url_port z)" = "$pz" ]
+ok $? "the port freed, an operator's restart of z: ready on its port, failures reset ($after)"
+
+[ $fail = 0 ] || {
+    sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15
+    sed 's/^/# tandemd(z): /' "$CPL_T/fail.log" | tail -15
+    tail -8 "$CPL_T"/state/groups/*/worker.log "$CPL_T"/failstate/groups/*/worker.log | sed 's/^/# /'
+}
 cpl_stop
 tap_done
