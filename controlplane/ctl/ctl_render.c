@@ -89,6 +89,26 @@ void tdm_ctl_render_status(FILE *out, json_t *o, const tdm_ctl_view_t *v)
                 I(g, "tp_size"), I(g, "pid") ? pid : "-", I(g, "config_version"), age,
                 S(g, "admin_url"), I(c, "mismatches"), I(c, "checks"));
     }
+    /* supervised groups whose starts fail: the count, the next retry or that there is none, and
+     * the whole reason (HEALTH is cut at 48 characters); docs/groups.md "Failed starts" */
+    json_array_foreach(json_object_get(o, "groups"), i, g)
+    {
+        json_t *r = json_object_get(g, "retry");
+        long long n = I(r, "failures");
+        if (n <= 0)
+            continue;
+        char when[64];
+        uint64_t next = U(r, "next_us");
+        if (json_is_true(json_object_get(r, "gave_up")))
+            snprintf(when, sizeof(when), "no more retries (tandemctl restart %.24s)", S(g, "name"));
+        else if (next)
+            snprintf(when, sizeof(when), "retry %lld of %lld in %.1fs", n, I(r, "limit"),
+                     next > v->now_us ? (double)(next - v->now_us) / 1e6 : 0.0);
+        else
+            snprintf(when, sizeof(when), "retry %lld of %lld under way", n, I(r, "limit"));
+        fprintf(out, "%s: start failed %lld time%s in a row, %s: %s\n", S(g, "name"), n,
+                n == 1 ? "" : "s", when, S(r, "last_error"));
+    }
     json_t *ranks = json_object_get(o, "ranks");
     size_t hidden = 0;
     fprintf(out, "\n%-16s %-18s %-4s %-10s %-8s %-7s %-7s %s\n", "GROUP", "INSTANCE", "RANK",

@@ -256,6 +256,9 @@ while [ $i -lt 600 ]; do
 done
 [ "$gave" = "('failed', 3, True, None)" ] && grep -q "start failed 3 times in a row: .* group=z err=.*$bind_err" "$CPL_T/fail.log"
 ok $? "after --start-retries 2 the supervisor gives up: $gave, logged with the reason"
+"$BUILD/tandemctl" --url "$url" --token-file "$CPL_T/failstate/admin.token" status > "$CPL_T/zctl" 2>&1
+grep -q "^z: start failed 3 times in a row, no more retries (tandemctl restart z): .*$bind_err" "$CPL_T/zctl"
+ok $? "tandemctl status says it: $(grep '^z:' "$CPL_T/zctl" | head -c 160)"
 # the attempts, from the audit log: the start, then 2 restarts by the supervisor, each one its
 # backoff (1 s, then 1.5 s: the cap) after the previous attempt ended (at most 2x + 0.5 s later)
 i=0
