@@ -204,7 +204,7 @@ static int in_coll_since(const tdm_progress_page_t *p, uint32_t n, uint64_t t)
 }
 
 static pid_t spawn_rank(uint32_t r, int argc, char **argv, const char *prefix,
-                        const sigset_t *child_mask)
+                        const sigset_t *child_mask, char *why, size_t why_len)
 {
     char rank_s[16], env_s[600], flag_s[] = "--rank";
     snprintf(rank_s, sizeof(rank_s), "%u", r);
@@ -235,7 +235,7 @@ static pid_t spawn_rank(uint32_t r, int argc, char **argv, const char *prefix,
     tdm_free(av);
     tdm_free(ev);
     if (rc != 0) {
-        tdm_err(TDM_SUB_SCHED, "msg=\"cannot spawn rank\" rank=%u error=\"%s\"", r, strerror(rc));
+        snprintf(why, why_len, "cannot spawn rank %u: %s", r, strerror(rc));
         return -1;
     }
     return pid;
@@ -263,7 +263,7 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
     uint16_t pd_port;
     if (tdm_worker_pd_check(cfg, &pd, pd_host, sizeof(pd_host), &pd_port, pd_err, sizeof(pd_err)) !=
         TDM_OK) {
-        tdm_err(TDM_SUB_CORE, "msg=\"%s\"", pd_err);
+        tdm_err(TDM_SUB_CORE, "msg=\"group failed to start: %s\"", pd_err);
         tdm_free(pids);
         tdm_free(exited);
         return 2;
@@ -277,15 +277,16 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
     sigaddset(&mask, SIGINT);
     sigprocmask(SIG_BLOCK, &mask, &old);
     if (create_files(prefix, n, &page, &shared) != TDM_OK) {
-        tdm_err(TDM_SUB_CORE, "msg=\"cannot create the group's shared files %s-*: %s\"", prefix,
-                strerror(errno));
+        tdm_err(TDM_SUB_CORE,
+                "msg=\"group failed to start: cannot create the group's shared files %s-*: %s\"",
+                prefix, strerror(errno));
         goto out;
     }
     if (hooks->group_created)
         hooks->group_created(hooks->ctx, cfg, page->group_id);
     tdm_info(TDM_SUB_CORE, "msg=\"launching %u rank%s (group %s)\"", n, n > 1 ? "s" : "", prefix);
     for (uint32_t r = 0; r < n; r++) {
-        pids[r] = spawn_rank(r, argc, argv, prefix, &old);
+        pids[r] = spawn_rank(r, argc, argv, prefix, &old, why, sizeof(why));
         if (pids[r] < 0) {
             failed = 1;
             exited[r] = 1;
@@ -376,7 +377,8 @@ int tdm_worker_launch(tdm_worker_t *w, int argc, char **argv)
     rc = failed ? 1 : 0;
     /* a start that failed is said last, with its reason (the supervisor reads worker.log's last
      * such line into the group's last error); a rank that says why exits 1, never cleanly */
-    start_error(shared, why, sizeof(why));
+    if (!why[0]) /* a spawn that failed said why already */
+        start_error(shared, why, sizeof(why));
     if (why[0])
         tdm_err(TDM_SUB_CORE, "msg=\"group failed to start: %s\"", why);
     else

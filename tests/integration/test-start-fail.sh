@@ -10,7 +10,9 @@
 #     1, named (before the fix: 0, "cleanly");
 #   prefill's bootstrap port held → exit 1, `transfer engine: bootstrap listener on
 #     127.0.0.1:P: bind: Address already in use (errno 98)`;
-#   a model directory without weights → exit 1, `group failed to start: rank R: ...`.
+#   a model directory without weights → exit 1, `group failed to start: rank R: ...`;
+#   a flag the launcher itself refuses → exit 2, `group failed to start: ...` (the line tandemd's
+#     supervisor reads back from worker.log as the start's reason).
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -133,6 +135,12 @@ run_group model --model-path "$T/noweights" --port 0
 why=$(failed_line model)
 [ $rc = 1 ] && printf '%s\n' "$why" | grep -Eq "^rank [01]: .+"
 ok $? "a model directory without weights fails the start (rc $rc): '$why'"
+
+# ---- the launcher's own refusal (a PD flag for another mode): exit 2, in the same words ----
+run_group flags --model-path "$M" --port 0 --disaggregation-prefill-addr 127.0.0.1:1
+why=$(failed_line flags)
+[ $rc = 2 ] && [ "$why" = "--disaggregation-prefill-addr is for --disaggregation-mode decode" ]
+ok $? "a flag the launcher refuses: rc $rc, 'group failed to start: $why'"
 
 [ $fail = 0 ] || for f in "$T"/log-*; do tail -n 6 "$f" | sed "s|^|# $(basename "$f"): |"; done
 tap_done
