@@ -786,7 +786,13 @@ static void start_failed(tdm_cp_act_t *a, act_group_t *g, const char *detail)
     g->pid = 0;
     g->ready = 0;
     g->state = ACT_ST_FAILED;
+    /* printable ASCII only: the reason travels in JSON (status, audit params, the event) and part
+     * of it is the launcher's log line, whatever bytes a path in it holds */
     snprintf(g->last_error, sizeof(g->last_error), "%s", detail);
+    for (char *c = g->last_error; *c; c++)
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+            *c = '?';
+    detail = g->last_error;
     snprintf(g->why, sizeof(g->why), "%s", detail);
     if (n <= (unsigned)a->o.start_retries) {
         uint64_t wait = retry_backoff_us(a, n);
@@ -802,8 +808,8 @@ static void start_failed(tdm_cp_act_t *a, act_group_t *g, const char *detail)
         g->retry_at_us = 0;
         g->gave_up = 1;
         char reason[TDM_TM_REASON_MAX + 1];
-        snprintf(reason, sizeof(reason), "start failed %u times in a row, no more retries: %s", n,
-                 detail);
+        snprintf(reason, sizeof(reason), "start failed %u times in a row, no more retries: %.190s",
+                 n, detail);
         tdm_err(TDM_SUB_CP,
                 "msg=\"start failed %u times in a row: the group stays failed until an operator "
                 "restarts it\" group=%s err=\"%s\"",
