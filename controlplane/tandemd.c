@@ -179,6 +179,7 @@ int main(int argc, char **argv)
                 .drain_timeout_s = cfg.drain_timeout,
                 .start_retries = (int)cfg.start_retries,
                 .start_backoff_max_s = cfg.start_backoff_max,
+                .stable_window_s = cfg.stable_window,
             },
     };
     static tdm_cp_server_t server;

@@ -140,6 +140,8 @@ tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_
         a->o.drain_timeout_s = 300;
     if (a->o.start_backoff_max_s < 1)
         a->o.start_backoff_max_s = 30;
+    if (a->o.stable_window_s <= 0)
+        a->o.stable_window_s = 60;
     if (a->o.start_retries < 0)
         a->o.start_retries = 0;
     pthread_mutex_init(&a->mu, NULL);
@@ -387,16 +389,25 @@ json_t *tdm_cp_act_status(tdm_cp_act_t *a)
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < a->n_groups; i++) {
         act_group_t *g = &a->groups[i];
-        /* supervised groups: the failed starts in a row, the next retry (wall µs, null when
-         * none is scheduled), the last failure's reason, and whether the supervisor gave up */
+        /* supervised groups: the failures in a row, the next retry (wall µs, null when none is
+         * scheduled), the last failure's reason, whether the supervisor gave up, and what the last
+         * failure was: a start that failed, or a crash ready_s after the group became /ready */
         json_t *retry =
             g->kind != ACT_KIND_SUPERVISED
                 ? json_null()
-                : json_pack(
-                      "{s:i,s:i,s:o,s:s?,s:b}", "failures", (int)g->start_failures, "limit",
-                      a->o.start_retries, "next_us",
-                      g->retry_at_mono ? json_integer((json_int_t)g->retry_at_us) : json_null(),
-                      "last_error", g->last_error[0] ? g->last_error : NULL, "gave_up", g->gave_up);
+                : json_pack("{s:i,s:i,s:o,s:s?,s:b,s:s?,s:o}", "failures", (int)g->start_failures,
+                            "limit", a->o.start_retries, "next_us",
+                            g->retry_at_mono ? json_integer((json_int_t)g->retry_at_us)
+                                             : json_null(),
+                            "last_error", g->last_error[0] ? g->last_error : NULL, "gave_up",
+                            g->gave_up, "cause",
+                            !g->start_failures    ? NULL
+                            : g->fail_ready_s < 0 ? "start"
+                                                  : "crash",
+                            "ready_s",
+                            g->start_failures && g->fail_ready_s >= 0
+                                ? json_real((double)(int64_t)(g->fail_ready_s * 10) / 10)
+                                : json_null());
         json_array_append_new(
             arr, json_pack("{s:s,s:s,s:s,s:s,s:i,s:s,s:i,s:s,s:b,s:s,s:i,s:I,s:O,s:I,s:{s:s?,s:I,"
                            "s:I},s:o}",

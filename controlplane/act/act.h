@@ -111,6 +111,7 @@ typedef struct tdm_cp_act_opts {
     double drain_timeout_s;     /* 300 */
     int start_retries;          /* failed starts retried in a row before the group stays failed */
     double start_backoff_max_s; /* the retries' backoff: 1 s, doubling up to this */
+    double stable_window_s; /* ready this long: the failures are forgotten; an exit sooner counts */
 } tdm_cp_act_opts_t;
 
 /* Parse the groups config, adopt or queue the start of supervised groups, start the threads. */

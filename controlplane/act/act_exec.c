@@ -352,6 +352,20 @@ static tdm_status_t do_reconfigure(exec_t *x, act_group_t *g, json_t *params, in
 
 /* ---- one action ----------------------------------------------------------------------------- */
 
+/* A remedy's restart (actor policy:…) goes through the supervisor's failures and backoff, so a
+ * WORKER_LOST=auto remedy of a group that crashes soon after each start is no unbounded loop
+ * (docs/groups.md "Failed starts"); operators and the supervisor itself are not gated. */
+static int remedy_allowed(tdm_cp_act_t *a, act_group_t *g, const char *actor, char *detail,
+                          size_t len)
+{
+    if (strncmp(actor, "policy:", 7) != 0)
+        return 1;
+    pthread_mutex_lock(&a->mu);
+    int ok = tdm_act_super_remedy_gate(a, g, actor, detail, len);
+    pthread_mutex_unlock(&a->mu);
+    return ok;
+}
+
 static void run_one(exec_t *x, act_req_t *r)
 {
     tdm_cp_act_t *a = x->a;
@@ -408,9 +422,13 @@ static void run_one(exec_t *x, act_req_t *r)
             snprintf(detail, sizeof(detail), "already restarted at %" PRIu64 " (pid %d)",
                      g->started_us, (int)g->pid);
             st = TDM_OK;
+        } else if (!remedy_allowed(a, g, r->actor, detail, sizeof(detail))) {
+            st = TDM_ERR_BUSY;
         } else {
             st = do_restart(x, g, detail, sizeof(detail));
         }
+    } else if (!remedy_allowed(a, g, r->actor, detail, sizeof(detail))) {
+        st = TDM_ERR_BUSY;
     } else {
         /* operators drain first; a remedy restarts at once (a wedged group never drains) */
         json_t *dj = json_object_get(params, "drain");

@@ -65,12 +65,16 @@ typedef struct act_group {
     int busy;            /* an action holds the group: exits are not WORKER_LOST */
     atomic_int inflight; /* router requests sent and not finished */
     /* failed starts of a supervised group (docs/groups.md "Failed starts"): retried with a
-     * backoff of 1 s doubling up to --start-backoff-max, at most --start-retries times in a row */
-    unsigned start_failures; /* consecutive failed starts; 0 after a start that became /ready */
+     * backoff of 1 s doubling up to --start-backoff-max, at most --start-retries times in a row;
+     * an incarnation that exits (or is remedied) less than --stable-window after it became /ready
+     * counts as one too (a crash loop), its first restart at once */
+    unsigned start_failures; /* failures in a row; 0 once ready for --stable-window */
+    uint64_t ready_mono;     /* when this incarnation became /ready (0: not since its start) */
+    double fail_ready_s;     /* the last failure: seconds ready before it crashed; < 0: a start */
     uint64_t retry_at_mono;  /* the supervisor's next start (0: none scheduled) */
     uint64_t retry_at_us;    /* the same on the wall clock (the API's next_us) */
     int gave_up;             /* more than --start-retries in a row: no retry until an operator's */
-    char last_error[512];    /* the last failed start's reason */
+    char last_error[512];    /* the last failure's reason */
     /* canary */
     char canary_ref[512];
     uint64_t canary_ref_started_us; /* incarnation the reference belongs to */
@@ -144,6 +148,12 @@ void tdm_act_super_reap(tdm_cp_act_t *a);
 /* An operator's start, restart or reconfigure of g: its failed starts are forgotten (a group the
  * supervisor gave up on is retried again from the first backoff). Caller holds mu. */
 void tdm_act_super_reset_failures(act_group_t *g);
+/* A remedy's (actor policy:…) restart or reconfigure of g: 1 to go ahead; 0 when the failures'
+ * backoff holds it (a retry is scheduled, the supervisor gave up, or this WORKER_LOST remedy of an
+ * incarnation ready less than --stable-window is a failure that must wait), detail saying why.
+ * Caller holds mu. */
+int tdm_act_super_remedy_gate(tdm_cp_act_t *a, act_group_t *g, const char *actor, char *detail,
+                              size_t len);
 tdm_status_t tdm_act_write_file(const char *path, const char *text, char *err, size_t err_len);
 
 /* act_http.c — blocking HTTP to workers (executor/watcher threads) */

@@ -751,6 +751,7 @@ static tdm_status_t start_once(tdm_cp_act_t *a, act_group_t *g, char *detail, si
     pthread_mutex_lock(&a->mu);
     g->state = ACT_ST_RUNNING;
     g->ready = 1;
+    g->ready_mono = tdm_time_mono_us();
     pthread_mutex_unlock(&a->mu);
     snprintf(detail, len, "started pid %d at %s", (int)pid, g->admin_url);
     return TDM_OK;
@@ -775,17 +776,24 @@ void tdm_act_super_reset_failures(act_group_t *g)
     g->gave_up = 0;
 }
 
-/* A start of g failed (detail: why): counted, the group FAILED with the reason as its health, and
- * its retry scheduled after the backoff; past --start-retries failures in a row, no retry: the
+enum { FAIL_NOW, FAIL_LATER, FAIL_GAVE_UP };
+
+/* A failure of g (detail: why), counted: a start that failed (ready_s < 0), or an incarnation that
+ * exited or was remedied ready_s seconds after it became /ready, less than --stable-window (a
+ * crash loop). The group is FAILED with the reason as its health. Its next start: FAIL_NOW for the
+ * first crash in a row (the restart after a crash stays immediate), else FAIL_LATER, scheduled
+ * after the backoff (1 s, 2 s, 4 s ... at most --start-backoff-max; a crash's is one step behind,
+ * its first wait being 0); past --start-retries failures in a row, FAIL_GAVE_UP: no retry, the
  * supervisor reports `worker_lost` (data.source `supervisor`, `gave_up` true) naming the count and
- * the last reason, so WORKER_LOST stays open on a group that cannot start. */
-static void start_failed(tdm_cp_act_t *a, act_group_t *g, const char *detail)
+ * the last reason, so WORKER_LOST stays open on a group that cannot keep running. Caller holds mu.
+ */
+static int note_failure(tdm_cp_act_t *a, act_group_t *g, const char *detail, double ready_s)
 {
-    pthread_mutex_lock(&a->mu);
     unsigned n = ++g->start_failures;
-    g->pid = 0;
     g->ready = 0;
+    g->ready_mono = 0;
     g->state = ACT_ST_FAILED;
+    g->fail_ready_s = ready_s;
     /* printable ASCII only: the reason travels in JSON (status, audit params, the event) and part
      * of it is the launcher's log line, whatever bytes a path in it holds */
     snprintf(g->last_error, sizeof(g->last_error), "%s", detail);
@@ -794,37 +802,89 @@ static void start_failed(tdm_cp_act_t *a, act_group_t *g, const char *detail)
             *c = '?';
     detail = g->last_error;
     snprintf(g->why, sizeof(g->why), "%s", detail);
+    const char *what = ready_s < 0 ? "start failed" : "crashed soon after ready";
     if (n <= (unsigned)a->o.start_retries) {
-        uint64_t wait = retry_backoff_us(a, n);
-        g->retry_at_mono = tdm_time_mono_us() + wait;
-        g->retry_at_us = tdm_time_wall_us() + wait;
+        uint64_t wait = ready_s < 0 ? retry_backoff_us(a, n)
+                        : n > 1     ? retry_backoff_us(a, n - 1)
+                                    : 0;
+        g->retry_at_mono = wait ? tdm_time_mono_us() + wait : 0;
+        g->retry_at_us = wait ? tdm_time_wall_us() + wait : 0;
         g->gave_up = 0;
         tdm_warn(TDM_SUB_CP,
-                 "msg=\"start failed: retrying\" group=%s failures=%u retries=%d in_s=%.1f "
-                 "err=\"%s\"",
+                 "msg=\"%s: retrying\" group=%s failures=%u retries=%d in_s=%.1f err=\"%s\"", what,
                  g->name, n, a->o.start_retries, (double)wait / 1e6, detail);
-    } else {
-        g->retry_at_mono = 0;
-        g->retry_at_us = 0;
-        g->gave_up = 1;
-        char reason[TDM_TM_REASON_MAX + 1];
-        snprintf(reason, sizeof(reason), "start failed %u times in a row, no more retries: %.190s",
-                 n, detail);
-        tdm_err(TDM_SUB_CP,
-                "msg=\"start failed %u times in a row: the group stays failed until an operator "
-                "restarts it\" group=%s err=\"%s\"",
-                n, g->name, detail);
-        tdm_act_post(a, ACT_MSG_EVENT,
-                     json_pack("{s:s,s:s,s:s,s:{s:i,s:s,s:i,s:b,s:s}}", "group", g->name, "type",
-                               "worker_lost", "reason", reason, "data", "rank", 0, "source",
-                               "supervisor", "start_failures", (int)n, "gave_up", 1, "error",
-                               detail),
-                     NULL, NULL);
+        return wait ? FAIL_LATER : FAIL_NOW;
     }
+    g->retry_at_mono = 0;
+    g->retry_at_us = 0;
+    g->gave_up = 1;
+    char reason[TDM_TM_REASON_MAX + 1];
+    snprintf(reason, sizeof(reason), "%s %u times in a row, no more retries: %.190s",
+             ready_s < 0 ? "start failed" : "failed", n, detail);
+    tdm_err(TDM_SUB_CP,
+            "msg=\"%s %u times in a row: the group stays failed until an operator restarts it\" "
+            "group=%s err=\"%s\"",
+            ready_s < 0 ? "start failed" : "failed", n, g->name, detail);
+    tdm_act_post(a, ACT_MSG_EVENT,
+                 json_pack("{s:s,s:s,s:s,s:{s:i,s:s,s:i,s:b,s:s}}", "group", g->name, "type",
+                           "worker_lost", "reason", reason, "data", "rank", 0, "source",
+                           "supervisor", "start_failures", (int)n, "gave_up", 1, "error", detail),
+                 NULL, NULL);
+    return FAIL_GAVE_UP;
+}
+
+/* A start of g failed (detail: why): counted and retried (note_failure). */
+static void start_failed(tdm_cp_act_t *a, act_group_t *g, const char *detail)
+{
+    pthread_mutex_lock(&a->mu);
+    g->pid = 0;
+    note_failure(a, g, detail, -1);
     pthread_mutex_unlock(&a->mu);
 }
 
-/* A start, counted: a start that became /ready clears the failures; one that failed is retried
+/* Seconds the current incarnation of g has been /ready, when less than --stable-window (its loss
+ * now is a failure); < 0 when it never became /ready here (adopted) or has been for longer. */
+static double short_lived(const tdm_cp_act_t *a, const act_group_t *g, uint64_t now)
+{
+    if (!g->ready_mono || now < g->ready_mono)
+        return -1;
+    double s = (double)(now - g->ready_mono) / 1e6;
+    return s < a->o.stable_window_s ? s : -1;
+}
+
+int tdm_act_super_remedy_gate(tdm_cp_act_t *a, act_group_t *g, const char *actor, char *detail,
+                              size_t len)
+{
+    if (g->kind != ACT_KIND_SUPERVISED)
+        return 1;
+    uint64_t now = tdm_time_mono_us();
+    /* a lost group's remedy (WORKER_LOST) soon after /ready is a crash in a row; other remedies
+     * (a wedge, a divergence) are not counted, only held back by a retry due or a give-up */
+    if (!g->gave_up && !g->retry_at_mono) {
+        double s = strcmp(actor, "policy:WORKER_LOST") ? -1 : short_lived(a, g, now);
+        if (s < 0)
+            return 1;
+        char what[600];
+        snprintf(what, sizeof(what), "crashed after %.1f s ready: remedied by %s", s, actor);
+        if (note_failure(a, g, what, s) == FAIL_NOW)
+            return 1;
+    }
+    if (g->gave_up)
+        snprintf(detail, len,
+                 "not restarted: the supervisor gave up after %u failures in a row (last: %.300s); "
+                 "an operator's restart starts over",
+                 g->start_failures, g->last_error);
+    else
+        snprintf(detail, len,
+                 "not restarted now: the supervisor's retry %u of %d is due in %.1f s (last "
+                 "failure: %.300s)",
+                 g->start_failures, a->o.start_retries,
+                 g->retry_at_mono > now ? (double)(g->retry_at_mono - now) / 1e6 : 0.0,
+                 g->last_error);
+    return 0;
+}
+
+/* A start, counted: one that failed is retried
  * (start_failed). A launcher still running without becoming /ready in time is stopped first, so
  * the retry starts clean. A start abandoned because tandemd is stopping counts for nothing (the
  * launcher, if any, is re-adopted by the next tandemd). */
@@ -833,8 +893,11 @@ tdm_status_t tdm_act_super_start(tdm_cp_act_t *a, act_group_t *g, char *detail, 
     tdm_status_t st = start_once(a, g, detail, len);
     pthread_mutex_lock(&a->mu);
     int stopping = a->stop;
-    if (st == TDM_OK)
-        tdm_act_super_reset_failures(g);
+    if (st == TDM_OK) { /* the failures are forgotten once it stays ready (tdm_act_super_reap) */
+        g->retry_at_mono = 0;
+        g->retry_at_us = 0;
+        g->gave_up = 0;
+    }
     pthread_mutex_unlock(&a->mu);
     if (st == TDM_OK || stopping)
         return st;
@@ -895,6 +958,7 @@ tdm_status_t tdm_act_super_stop(tdm_cp_act_t *a, act_group_t *g, char *detail, s
     pthread_mutex_lock(&a->mu);
     g->pid = 0;
     g->ready = 0;
+    g->ready_mono = 0;
     g->state = ACT_ST_STOPPED;
     pthread_mutex_unlock(&a->mu);
     return TDM_OK;
@@ -915,6 +979,18 @@ static int action_pending(const tdm_cp_act_t *a, const char *group)
     for (const act_req_t *r = a->q_head; r; r = r->next)
         if (is_for(r, group))
             return 1;
+    return 0;
+}
+
+/* 1 when a start, restart or reconfigure of `group` is queued (it is the group's next start). */
+static int start_queued(const tdm_cp_act_t *a, const char *group)
+{
+    for (const act_req_t *r = a->q_head; r; r = r->next) {
+        const char *what = json_string_value(json_object_get(r->request, "action"));
+        if (is_for(r, group) && what &&
+            (!strcmp(what, "start") || !strcmp(what, "restart") || !strcmp(what, "reconfigure")))
+            return 1;
+    }
     return 0;
 }
 
@@ -940,13 +1016,26 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
     for (size_t i = 0; i < a->n_groups; i++) {
         act_group_t *g = &a->groups[i];
         int status = 0;
-        /* a failed start's retry, once its backoff has passed and nothing else is under way for
-         * the group (an action queued or running is its next start) */
+        /* ready for --stable-window: the failures in a row are forgotten */
+        if (g->kind == ACT_KIND_SUPERVISED && g->start_failures && g->state == ACT_ST_RUNNING &&
+            !g->busy && g->ready_mono && now >= g->ready_mono &&
+            (double)(now - g->ready_mono) / 1e6 >= a->o.stable_window_s) {
+            tdm_info(TDM_SUB_CP,
+                     "msg=\"ready for --stable-window: failures forgotten\" group=%s failures=%u "
+                     "window_s=%.1f",
+                     g->name, g->start_failures, a->o.stable_window_s);
+            tdm_act_super_reset_failures(g);
+        }
+        /* a failure's retry, once its backoff has passed and nothing else is under way for the
+         * group (an action queued or running is its next start); a launcher still running (a
+         * remedy held back) is stopped by the restart */
         if (g->kind == ACT_KIND_SUPERVISED && g->retry_at_mono && now >= g->retry_at_mono &&
-            !g->busy && g->pid <= 0 && !action_pending(a, g->name)) {
+            !g->busy && !action_pending(a, g->name)) {
             char reason[700];
-            snprintf(reason, sizeof(reason), "retry %u of %d after a failed start: %.600s",
-                     g->start_failures, a->o.start_retries, g->last_error);
+            snprintf(reason, sizeof(reason), "retry %u of %d after %s: %.600s", g->start_failures,
+                     a->o.start_retries,
+                     g->fail_ready_s < 0 ? "a failed start" : "a crash soon after ready",
+                     g->last_error);
             g->retry_at_mono = 0;
             g->retry_at_us = 0;
             tdm_info(TDM_SUB_CP, "msg=\"retrying a failed start\" group=%s retry=%u of %d", g->name,
@@ -967,8 +1056,10 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
         else
             snprintf(reason, sizeof(reason), "adopted launcher pid %d is gone", (int)g->pid);
         tdm_warn(TDM_SUB_CP, "msg=\"worker group exited\" group=%s reason=\"%s\"", g->name, reason);
+        double ready_s = short_lived(a, g, now);
         g->pid = 0;
         g->ready = 0;
+        g->ready_mono = 0;
         g->state = ACT_ST_FAILED;
         snprintf(g->why, sizeof(g->why), "%s", reason);
         /* WORKER_LOST at once, then the supervisor's restart (Restart= semantics) */
@@ -976,6 +1067,19 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
                      json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",
                                "reason", reason, "data", "rank", 0, "source", "supervisor"),
                      NULL, NULL);
+        /* no restart of its own when one is already the group's next start: a retry scheduled
+         * (a remedy held back by the backoff), the supervisor gave up, or a restart queued */
+        if (g->retry_at_mono || g->gave_up || start_queued(a, g->name))
+            continue;
+        /* an exit less than --stable-window after /ready is a failure in a row (a crash loop):
+         * the first restart is at once, the next ones back off, then the supervisor gives up */
+        if (ready_s >= 0) {
+            char what[300];
+            snprintf(what, sizeof(what), "crashed after %.1f s ready: %s", ready_s, reason);
+            if (note_failure(a, g, what, ready_s) != FAIL_NOW)
+                continue;
+            snprintf(reason, sizeof(reason), "%.159s", what);
+        }
         enqueue_restart(a, g, reason);
     }
     pthread_mutex_unlock(&a->mu);

@@ -104,10 +104,14 @@ void tdm_ctl_render_status(FILE *out, json_t *o, const tdm_ctl_view_t *v)
         else if (next)
             snprintf(when, sizeof(when), "retry %lld of %lld in %.1fs", n, I(r, "limit"),
                      next > v->now_us ? (double)(next - v->now_us) / 1e6 : 0.0);
+        else if (!strcmp(S(g, "state"), "running"))
+            snprintf(when, sizeof(when), "running again");
         else
             snprintf(when, sizeof(when), "retry %lld of %lld under way", n, I(r, "limit"));
-        fprintf(out, "%s: start failed %lld time%s in a row, %s: %s\n", S(g, "name"), n,
-                n == 1 ? "" : "s", when, S(r, "last_error"));
+        /* the last failure a crash soon after /ready (a crash loop) or a start that failed */
+        fprintf(out, "%s: %s %lld time%s in a row, %s: %s\n", S(g, "name"),
+                !strcmp(S(r, "cause"), "crash") ? "failed" : "start failed", n, n == 1 ? "" : "s",
+                when, S(r, "last_error"));
     }
     json_t *ranks = json_object_get(o, "ranks");
     size_t hidden = 0;

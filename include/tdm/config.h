@@ -93,6 +93,7 @@
     P(drain_timeout, "TDM_DRAIN_TIMEOUT", "--drain-timeout", DOUBLE, "300", "1..86400", "Seconds a drain may take before the action fails") \
     P(start_retries, "TDM_START_RETRIES", "--start-retries", INT64, "5", "0..1000", "Times in a row a supervised group's failed start is retried before it stays failed (an operator's restart starts over)") \
     P(start_backoff_max, "TDM_START_BACKOFF_MAX", "--start-backoff-max", DOUBLE, "30", "1..86400", "Longest wait in seconds before retrying a failed start (1 s, doubling each time)") \
+    P(stable_window, "TDM_STABLE_WINDOW", "--stable-window", DOUBLE, "60", "1..86400", "Seconds a supervised group must stay ready before its failures in a row are forgotten; an exit or remedy sooner counts as a failed start") \
     P(log_level, "TDM_LOG_LEVEL", "--log-level", ENUM, "info", "debug|info|warn|error", "Least severe log line written")
 /* clang-format on */
 

@@ -13,7 +13,11 @@
 #   failed starts: a group whose port another process holds fails to start, is retried after 1 s
 #   then 1.5 s (--start-retries 2 --start-backoff-max 1.5; the status shows the failures, the next
 #   retry and the reason), then stays failed with WORKER_LOST open naming the reason; once the
-#   port is free an operator's restart starts it and the failures are forgotten.
+#   port is free an operator's restart starts it and the failures are forgotten;
+#   crash loop: a group whose rank is killed -9 soon after each /ready (--stable-window 4, with
+#   WORKER_LOST=auto remedies racing the supervisor) is restarted at once the first time, after
+#   the backoff the second, then stays failed with WORKER_LOST open naming the crash; ready for
+#   the window, its failures are forgotten and a crash after that is restarted at once again.
 set -u
 SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/tap-lib.sh"
@@ -26,7 +30,7 @@ export TDM_CPU_THREADS=1
 # the supervised launchers run in sessions of their own: stop them too
 super_cleanup() {
     for r in "$CPL_T"/state/groups/*/record.json "$CPL_T"/dupstate/groups/*/record.json \
-        "$CPL_T"/failstate/groups/*/record.json; do
+        "$CPL_T"/failstate/groups/*/record.json "$CPL_T"/crashstate/groups/*/record.json; do
         [ -f "$r" ] || continue
         p=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$r")
         [ -n "$p" ] && kill -9 "-$p" "$p" 2> /dev/null
@@ -296,9 +300,110 @@ grep -q '"outcome": *"ok"' "$CPL_T/zrestart" && [ "$after" = "('running', True, 
     [ "$(url_port z)" = "$pz" ]
 ok $? "the port freed, an operator's restart of z: ready on its port, failures reset ($after)"
 
+# ---- a crash loop: a group that dies soon after each /ready (docs/groups.md "Failed starts") ----
+# c, in a tandemd of its own: --start-retries 2 --start-backoff-max 1.5 --stable-window 4, and
+# WORKER_LOST=auto (a remedy's restart goes through the same count and backoff). Each kill is
+# well inside the window (right after /ready is seen).
+cpl_stop
+pc=$(free_port)
+group c "port = $pc" > "$CPL_T/crash.ini"
+rm -f "$CPL_T/cready"
+"$BUILD/tandemd" --listen 127.0.0.1:0 --state-dir "$CPL_T/crashstate" --pg-dsn "$cpl_dsn" \
+    --ready-file "$CPL_T/cready" --groups-config "$CPL_T/crash.ini" --worker-bin "$BIN" \
+    --start-retries 2 --start-backoff-max 1.5 --stable-window 4 --alert-policy WORKER_LOST=auto \
+    > "$CPL_T/crash.log" 2>&1 &
+cpl_tpid=$!
+i=0
+while [ $i -lt 200 ] && [ ! -s "$CPL_T/cready" ]; do sleep 0.05; i=$((i + 1)); done
+url="http://127.0.0.1:$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$CPL_T/cready")"
+admin=$(cat "$CPL_T/crashstate/admin.token" 2> /dev/null)
+crec() { sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$CPL_T/crashstate/groups/c/record.json" 2> /dev/null; }
+crash_c() { # kill -9 of c's rank; prints the kill's wall time (µs)
+    lp=$(crec)
+    rk=$(pgrep -P "$lp" | head -n 1)
+    date +%s%6N
+    kill -9 "$rk" 2> /dev/null
+}
+first_restart() { # wall µs → seconds from then to c's first restart run after it (≤ 20 s)
+    j=0
+    while [ $j -lt 200 ]; do
+        t=$(cpl_sql "SELECT min(ts_us) FROM actions WHERE target = 'c' AND action = 'restart' AND outcome = 'ok' AND ts_us > $1")
+        [ -n "$t" ] && { awk -v a="$t" -v b="$1" 'BEGIN { printf "%.2f", (a - b) / 1e6 }'; return 0; }
+        sleep 0.1
+        j=$((j + 1))
+    done
+    echo none
+}
+wait_ready c
+ok $? "c starts and becomes ready"
+k1=$(crash_c)
+d1=$(first_restart "$k1")
+wait_ready c
+s1=$(status c "(g['retry']['failures'], g['retry']['cause'], g['retry']['ready_s'] is not None and g['retry']['ready_s'] < 4, g['retry']['gave_up'])")
+awk -v a="$d1" 'BEGIN { exit !(a != "none" && a <= 1.5) }' && [ "$s1" = "(1, 'crash', True, False)" ]
+ok $? "c killed right after /ready: restarted at once ($d1 s after the kill), counted as a crash ($s1)"
+k2=$(crash_c)
+i=0
+s2=""
+while [ $i -lt 100 ]; do
+    s2=$(status c "(g['retry']['failures'], g['retry']['cause'], g['retry']['next_us'] is not None)")
+    [ "$s2" = "(2, 'crash', True)" ] && break
+    sleep 0.05
+    i=$((i + 1))
+done
+d2=$(first_restart "$k2")
+wait_ready c
+awk -v a="$d2" 'BEGIN { exit !(a != "none" && a >= 0.9 && a <= 4) }' && [ "$s2" = "(2, 'crash', True)" ]
+ok $? "killed again soon after /ready: 2 failures, the retry scheduled ($s2), restarted after the 1 s backoff ($d2 s after the kill)"
+k3=$(crash_c)
+gave=""
+i=0
+while [ $i -lt 200 ]; do
+    gave=$(status c "(g['state'], g['retry']['failures'], g['retry']['gave_up'], g['retry']['next_us'], g['retry']['cause'])")
+    [ "$gave" = "('failed', 3, True, None, 'crash')" ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+[ "$gave" = "('failed', 3, True, None, 'crash')" ] &&
+    grep -q 'failed 3 times in a row: .* group=c err="crashed after [0-9.]* s ready' "$CPL_T/crash.log"
+ok $? "a third crash soon after /ready: past --start-retries 2 the supervisor gives up ($gave), logged"
+sleep 3
+n_after=$(cpl_sql "SELECT count(*) FROM actions WHERE target = 'c' AND action = 'restart' AND outcome <> 'failed' AND ts_us > $k3")
+[ "$n_after" = 0 ] && [ -z "$(crec_alive=$(crec); [ -n "$crec_alive" ] && kill -0 "$crec_alive" 2> /dev/null && echo up)" ]
+ok $? "no restart once it gave up, the remedy included ($n_after restarts run after the third kill; $(cpl_sql "SELECT string_agg(actor || ':' || outcome, ' ') FROM actions WHERE target = 'c' AND ts_us > $k3"))"
+lost_txt=$(cpl_api "$url/api/v1/alerts?source=live" | python3 -c '
+import json, sys
+print(" ".join(json.dumps(a) for a in json.load(sys.stdin).get("alerts", [])
+               if a.get("kind") == "WORKER_LOST" and a.get("group") == "c" and a.get("state") == "open"))' 2> /dev/null)
+last=$(status c "g['retry']['last_error']")
+case "$lost_txt" in *"rank 0 exited (signal 9)"*) r=0 ;; *) r=1 ;; esac
+case "$last" in "crashed after "*" s ready: "*) ;; *) r=1 ;; esac
+ok $r "WORKER_LOST stays open on c naming the crash ($(printf '%s' "$lost_txt" | head -c 160)); retry.last_error: $last"
+# an operator's restart starts over; ready for the window (4 s), the failures are forgotten
+cpl_api -X POST -m 120 "$url/api/v1/groups/c/restart" > "$CPL_T/crestart"
+wait_ready c
+k4=$(crash_c)
+d4=$(first_restart "$k4")
+wait_ready c
+t_ready=$(date +%s%6N)
+s4=$(status c "(g['retry']['failures'], g['retry']['gave_up'])")
+i=0
+while [ $i -lt 200 ] && [ "$(status c "g['retry']['failures']")" != 0 ]; do sleep 0.05; i=$((i + 1)); done
+t_reset=$(($(date +%s%6N) - t_ready))
+grep -q '"outcome": *"ok"' "$CPL_T/crestart" && [ "$s4" = "(1, False)" ] &&
+    awk -v a="$d4" -v r="$t_reset" 'BEGIN { exit !(a != "none" && a <= 1.5 && r >= 2.5e6 && r <= 8e6) }'
+ok $? "after an operator's restart: a crash restarted at once ($d4 s; $s4), the failures forgotten $(awk -v r="$t_reset" 'BEGIN { printf "%.1f", r / 1e6 }') s after /ready (window 4 s)"
+k5=$(crash_c)
+d5=$(first_restart "$k5")
+wait_ready c
+s5=$(status c "g['retry']['failures']")
+awk -v a="$d5" 'BEGIN { exit !(a != "none" && a <= 1.5) }' && [ "$s5" = 0 ]
+ok $? "a crash after a stable run: restarted at once ($d5 s), not counted (failures $s5)"
+
 [ $fail = 0 ] || {
     sed 's/^/# tandemd: /' "$CPL_T/tandemd.log" | tail -15
     sed 's/^/# tandemd(z): /' "$CPL_T/fail.log" | tail -15
+    sed 's/^/# tandemd(c): /' "$CPL_T/crash.log" | grep -v 'msg="http' | tail -30
     tail -8 "$CPL_T"/state/groups/*/worker.log "$CPL_T"/failstate/groups/*/worker.log | sed 's/^/# /'
 }
 cpl_stop
