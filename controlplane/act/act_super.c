@@ -1038,8 +1038,8 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
                      g->last_error);
             g->retry_at_mono = 0;
             g->retry_at_us = 0;
-            tdm_info(TDM_SUB_CP, "msg=\"retrying a failed start\" group=%s retry=%u of %d", g->name,
-                     g->start_failures, a->o.start_retries);
+            tdm_info(TDM_SUB_CP, "msg=\"retrying after a failure\" group=%s retry=%u of %d",
+                     g->name, g->start_failures, a->o.start_retries);
             enqueue_restart(a, g, reason);
             continue;
         }
@@ -1067,12 +1067,13 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
                      json_pack("{s:s,s:s,s:s,s:{s:i,s:s}}", "group", g->name, "type", "worker_lost",
                                "reason", reason, "data", "rank", 0, "source", "supervisor"),
                      NULL, NULL);
-        /* no restart of its own when one is already the group's next start: a retry scheduled
-         * (a remedy held back by the backoff), the supervisor gave up, or a restart queued */
-        if (g->retry_at_mono || g->gave_up || start_queued(a, g->name))
+        /* no restart of its own when a retry is scheduled (a remedy held back by the backoff)
+         * or the supervisor gave up */
+        if (g->retry_at_mono || g->gave_up)
             continue;
         /* an exit less than --stable-window after /ready is a failure in a row (a crash loop):
-         * the first restart is at once, the next ones back off, then the supervisor gives up */
+         * the first restart is at once, the next ones back off, then the supervisor gives up;
+         * counted here even when a remedy's restart is queued (that one then finds it counted) */
         if (ready_s >= 0) {
             char what[300];
             snprintf(what, sizeof(what), "crashed after %.1f s ready: %s", ready_s, reason);
@@ -1080,6 +1081,9 @@ void tdm_act_super_reap(tdm_cp_act_t *a)
                 continue;
             snprintf(reason, sizeof(reason), "%.159s", what);
         }
+        /* a restart already queued (a remedy's) is the group's next start */
+        if (start_queued(a, g->name))
+            continue;
         enqueue_restart(a, g, reason);
     }
     pthread_mutex_unlock(&a->mu);
