@@ -70,6 +70,7 @@ json.dump(multi, open(res + "/multi_gpu.json", "w"), indent=1)
 print(json.dumps({"gpu_tp_tap": tp_tap[-8:], "faults_tap": f_tap, "not_run": not_run}, indent=1))
 PY
 if test -n "${OUT:-}"; then
+    mkdir -p "$OUT"
     cp "$res/gpu_tp.json" "$res/multi_gpu.json" "$OUT/"
     tar czf "$OUT/multi-gpu-logs.tar.gz" -C "$work" .
 fi

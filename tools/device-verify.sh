@@ -54,6 +54,10 @@ prepare() {
             die "$o has no $o.d (compiled before nvcc -MD): rm $build/kernels/cuda/*.o and make again"
         fi
     done
+    # The GPU tests are check programs: `make` alone leaves them linked against the objects of
+    # an earlier build (a bundle of such binaries crashed every engine test while the worker,
+    # rebuilt, passed). Build them, and the programs, now.
+    make -C "$build" -j"$(nproc)" check TESTS= >/dev/null || die "make check TESTS= failed in $build"
     mkdir -p "$dir"
     (cd "$top" && TDM_BUNDLE_LIMIT_MIB=${TDM_BUNDLE_LIMIT_MIB:-160} sh tools/device-bundle.sh "$build") || die "device-bundle.sh failed"
     tar -C "$top" -cf - .device-bundle | xz -T2 -6 >"$dir/bundle.tar.xz" || die "xz failed"
