@@ -15,7 +15,7 @@
 #                  benchmarks left out);
 #         detect   bench/gpu-tp-detect.py: RANK_DIVERGENCE and WEDGE on a TP=2 GPU group through
 #                  tandemd's API, /health 503 naming the rank (→ gpu_tp_detect.json);
-#         chaos    tests/chaos/chaos.py --device cuda --only 1,2,3,4 --long (→ chaos_gpu.json,
+#         chaos    tests/chaos/chaos.py --device cuda --tp 2 --only 1,2,3,4 --long (→ chaos_gpu.json,
 #                  merged later under chaos.json's "gpu");
 #         decode   bench/gpu_decode + bench/gpu-decode.sh (the engine and its torch anchors);
 #         serving  bench/gpu-serving.sh (→ gpu_serving.json) at the sizes of TDM_SERVE_*;
@@ -69,8 +69,8 @@ prepare() {
     test "$mib" -lt 64 || die "$dir is $mib MiB: over the 64 MiB carry limit"
     echo "device-verify: $dir is $mib MiB"
     echo "carry: [\".dev-verify\"]"
-    echo "command: bash tools/device-verify.sh run tests detect chaos"
-    echo "         (a second call: bash tools/device-verify.sh run decode serving tp)"
+    echo "command: bash tools/device-verify.sh run detect chaos tp tests"
+    echo "         (a second call: bash tools/device-verify.sh run decode serving)"
 }
 
 # phase NAME LIMIT CMD... — one phase, its log and its line in the summary.
@@ -132,7 +132,7 @@ run_phases() {
         chaos)
             phase chaos "${TDM_VERIFY_LIMIT_CHAOS:-420}" python3 "$top/tests/chaos/chaos.py" \
                 --build "$b" --src "$top" --device "$dev" --pg-bindir "$pgbin" --mem-fraction "$mf" \
-                --long --only 1,2,3,4 --out "$OUT/chaos_gpu.json"
+                --tp 2 --long --only 1,2,3,4 --out "$OUT/chaos_gpu.json"
             ;;
         decode)
             phase decode "${TDM_VERIFY_LIMIT_DECODE:-420}" env OUT="$OUT/decode" \
