@@ -16,5 +16,5 @@ EXTRA_DIST += tests/fixtures models/demo
 # the in-test scheduler the api unit tests share (included by test-api.c and openai-fakesched.h)
 EXTRA_DIST += tests/unit/fakesched.h
 # shared by the shell integration tests (sourced / imported from $SRC/tests/integration)
-EXTRA_DIST += tests/integration/tap-lib.sh tests/integration/worker-lib.sh tests/integration/taplib.py tests/integration/pdlib.py tests/integration/streams.py \
+EXTRA_DIST += tests/integration/tap-lib.sh tests/integration/worker-lib.sh tests/integration/taplib.py tests/integration/pdlib.py tests/integration/streams.py tests/integration/telemetry-sink.py \
 	tests/integration/cp-lib.sh

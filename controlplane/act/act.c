@@ -119,6 +119,24 @@ static void on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *messages
         tdm_free(m);
     }
 }
+/* Appends a request to the executor's queue (taking the reference to request) and wakes the
+ * executor. The caller holds a->mu, or the executor thread does not run yet. */
+void tdm_act_queue_push(tdm_cp_act_t *a, const char *actor, json_t *request,
+                        tdm_cp_act_done_fn done, void *ctx)
+{
+    act_req_t *r = tdm_calloc(1, sizeof(*r));
+    snprintf(r->actor, sizeof(r->actor), "%s", actor);
+    r->request = request;
+    r->done = done;
+    r->ctx = ctx;
+    r->created_us = tdm_time_wall_us();
+    if (a->q_tail)
+        a->q_tail->next = r;
+    else
+        a->q_head = r;
+    a->q_tail = r;
+    pthread_cond_broadcast(&a->cv);
+}
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 
@@ -155,15 +173,9 @@ tdm_status_t tdm_cp_act_init(const tdm_cp_act_env_t *env, const tdm_cp_act_opts_
     for (size_t i = 0; i < a->n_groups; i++) {
         act_group_t *g = &a->groups[i];
         if (g->kind == ACT_KIND_SUPERVISED && g->pid <= 0) {
-            act_req_t *r = tdm_calloc(1, sizeof(*r));
-            snprintf(r->actor, sizeof(r->actor), "supervisor");
-            r->request = json_pack("{s:s,s:s}", "action", "start", "group", g->name);
-            r->created_us = tdm_time_wall_us();
-            if (a->q_tail)
-                a->q_tail->next = r;
-            else
-                a->q_head = r;
-            a->q_tail = r;
+            tdm_act_queue_push(a, "supervisor",
+                               json_pack("{s:s,s:s}", "action", "start", "group", g->name), NULL,
+                               NULL);
         }
     }
     if (pthread_create(&a->exec_th, NULL, tdm_act_exec_main, a) != 0) {
@@ -288,19 +300,8 @@ static tdm_status_t enqueue(tdm_cp_act_t *a, const char *actor, json_t *request,
             return st;
         json_decref(merged);
     }
-    act_req_t *r = tdm_calloc(1, sizeof(*r));
-    snprintf(r->actor, sizeof(r->actor), "%s", actor);
-    r->request = json_incref(request);
-    r->done = done;
-    r->ctx = ctx;
-    r->created_us = tdm_time_wall_us();
     pthread_mutex_lock(&a->mu);
-    if (a->q_tail)
-        a->q_tail->next = r;
-    else
-        a->q_head = r;
-    a->q_tail = r;
-    pthread_cond_broadcast(&a->cv);
+    tdm_act_queue_push(a, actor, json_incref(request), done, ctx);
     pthread_mutex_unlock(&a->mu);
     return TDM_OK;
 }

@@ -996,17 +996,10 @@ static int start_queued(const tdm_cp_act_t *a, const char *group)
 
 static void enqueue_restart(tdm_cp_act_t *a, act_group_t *g, const char *reason)
 {
-    act_req_t *r = tdm_calloc(1, sizeof(*r));
-    snprintf(r->actor, sizeof(r->actor), "supervisor");
-    r->request = json_pack("{s:s,s:s,s:{s:s}}", "action", "restart", "group", g->name, "params",
-                           "reason", reason);
-    r->created_us = tdm_time_wall_us();
-    if (a->q_tail)
-        a->q_tail->next = r;
-    else
-        a->q_head = r;
-    a->q_tail = r;
-    pthread_cond_broadcast(&a->cv);
+    tdm_act_queue_push(a, "supervisor",
+                       json_pack("{s:s,s:s,s:{s:s}}", "action", "restart", "group", g->name,
+                                 "params", "reason", reason),
+                       NULL, NULL);
 }
 
 void tdm_act_super_reap(tdm_cp_act_t *a)

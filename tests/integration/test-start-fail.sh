@@ -36,27 +36,7 @@ time.sleep(600)' "$T/$1.port.tmp" &
 }
 
 # the control plane's telemetry endpoint, as a sink: one JSON body per line, acked by seq
-cat > "$T/sink.py" << 'PY'
-import http.server, json, sys
-out = open(sys.argv[1], "a")
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        out.write(body.decode() + "\n"); out.flush()
-        ack = json.dumps({"acked_seq": json.loads(body)["seq"]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(ack)))
-        self.end_headers()
-        self.wfile.write(ack)
-    def log_message(self, *a):
-        pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-open(sys.argv[2], "w").write(str(s.server_address[1]))
-s.serve_forever()
-PY
-python3 "$T/sink.py" "$T/sink.jsonl" "$T/sink.port" &
+python3 "$SRC/tests/integration/telemetry-sink.py" "$T/sink.jsonl" "$T/sink.port" &
 WL_PIDS="$WL_PIDS $!"
 i=0
 while [ $i -lt 100 ] && [ ! -s "$T/sink.port" ]; do sleep 0.05; i=$((i + 1)); done
