@@ -134,7 +134,8 @@ const char *tdm_act_remedy_in_progress(const tdm_cp_act_t *a, const char *group)
 /* act_shared.c — shared by the threads and the loop side; calls no other file of act/ */
 act_group_t *tdm_act_group_find(tdm_cp_act_t *a, const char *name); /* caller holds mu */
 /* Appends request (its reference taken) to the executor queue and wakes the executor; the caller
- * holds a->mu, or the executor does not run yet (controlplane/act/act.c). */
+ * holds a->mu, or the executor does not run yet (controlplane/act/act_super.c: the API and the
+ * supervisor both queue). */
 void tdm_act_queue_push(tdm_cp_act_t *a, const char *actor, json_t *request,
                         tdm_cp_act_done_fn done, void *ctx);
 void tdm_act_post(tdm_cp_act_t *a, act_msg_kind_t kind, json_t *payload, tdm_cp_act_done_fn done,

@@ -994,6 +994,25 @@ static int start_queued(const tdm_cp_act_t *a, const char *group)
     return 0;
 }
 
+/* Appends a request to the executor's queue (taking the reference to request) and wakes the
+ * executor. The caller holds a->mu, or the executor thread does not run yet. */
+void tdm_act_queue_push(tdm_cp_act_t *a, const char *actor, json_t *request,
+                        tdm_cp_act_done_fn done, void *ctx)
+{
+    act_req_t *r = tdm_calloc(1, sizeof(*r));
+    snprintf(r->actor, sizeof(r->actor), "%s", actor);
+    r->request = request;
+    r->done = done;
+    r->ctx = ctx;
+    r->created_us = tdm_time_wall_us();
+    if (a->q_tail)
+        a->q_tail->next = r;
+    else
+        a->q_head = r;
+    a->q_tail = r;
+    pthread_cond_broadcast(&a->cv);
+}
+
 static void enqueue_restart(tdm_cp_act_t *a, act_group_t *g, const char *reason)
 {
     tdm_act_queue_push(a, "supervisor",
