@@ -114,8 +114,23 @@ int tdm_worker_run(tdm_worker_t *w, int argc, char **argv)
     return tdm_worker_rank_main(w);
 }
 
+/* The launcher's pid is the number after the last '-' of the group's shm prefix; 1 when the
+ * launcher is gone (this rank was reparented), else 0. */
+static int launcher_gone(const tdm_worker_t *w, long *pid)
+{
+    const char *dash = strrchr(w->prefix, '-');
+    *pid = dash ? atol(dash + 1) : 0;
+    return *pid > 0 && getppid() != (pid_t)*pid;
+}
+
+/* A rank whose launcher is gone gets its stop from the kernel (PR_SET_PDEATHSIG: SIGTERM) and
+ * nobody escalates it: past the drain and this bound it leaves by itself, so a group wedged in a
+ * collective cannot outlive its launcher and hold its ports. */
+#define ORPHAN_STOP_GRACE_US (10 * 1000000ULL)
+
 /* SIGTERM on rank 0 drains: new requests are refused, the running ones finish, for at most
- * --drain-timeout seconds; then (or at a second signal, or at SIGINT) the scheduler stops. */
+ * --drain-timeout seconds; then (or at a second signal, or at SIGINT) the scheduler stops. On
+ * every rank, a stop signal once the launcher is gone arms the orphan deadline above. */
 static void *sig_main(void *arg)
 {
     tdm_worker_t *w = arg;
@@ -124,12 +139,21 @@ static void *sig_main(void *arg)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGUSR1);
-    uint64_t drain_until = 0;
+    uint64_t drain_until = 0, orphan_until = 0;
     for (;;) {
         int sig = 0;
-        if (drain_until) {
+        if (drain_until || orphan_until) {
             struct timespec poll = {0, 20 * 1000000L};
             sig = sigtimedwait(&set, NULL, &poll);
+            if (orphan_until && tdm_time_mono_us() >= orphan_until) {
+                tdm_err(TDM_SUB_CORE,
+                        "msg=\"the launcher is gone and the stop did not complete: exiting\" "
+                        "rank=%d grace_s=%.1f",
+                        w->rank, (double)ORPHAN_STOP_GRACE_US / 1e6);
+                _exit(1);
+            }
+            if (sig < 0 && !drain_until)
+                continue;
             if (sig < 0) {
                 tdm_sched_t *s = atomic_load(&w->kick);
                 tdm_sched_stats_t st = {0};
@@ -147,6 +171,14 @@ static void *sig_main(void *arg)
         }
         if (sig == SIGUSR1)
             return NULL;
+        long lp;
+        if (!orphan_until && launcher_gone(w, &lp)) {
+            orphan_until = tdm_time_mono_us() + ORPHAN_STOP_GRACE_US +
+                           (uint64_t)(w->cfg->drain_timeout > 0 ? w->cfg->drain_timeout * 1e6 : 0);
+            tdm_warn(TDM_SUB_CORE,
+                     "msg=\"stop signal with the launcher gone\" launcher_pid=%ld rank=%d", lp,
+                     w->rank);
+        }
         if (w->rank != 0)
             continue;
         tdm_sched_t *s = atomic_load(&w->kick);
@@ -280,9 +312,9 @@ static tdm_status_t rank_signals(tdm_worker_t *w, char *err, size_t err_len)
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    const char *dash = strrchr(w->prefix, '-');
-    if (dash && atoi(dash + 1) > 0 && getppid() != (pid_t)atoi(dash + 1)) {
-        snprintf(err, err_len, "the launcher (pid %s) is gone", dash + 1);
+    long lp;
+    if (launcher_gone(w, &lp)) {
+        snprintf(err, err_len, "the launcher (pid %ld) is gone", lp);
         return TDM_ERR_STATE;
     }
     return TDM_OK;

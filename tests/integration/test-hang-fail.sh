@@ -13,6 +13,7 @@ SRC=${TDM_SRCDIR:-.}
 . "$SRC/tests/integration/worker-lib.sh"
 echo "h4ng-f41l" > "$T/token"
 TIMEOUT=1
+now() { awk '{ print $1 }' /proc/uptime; }
 
 start() { # tag flags... → port
     tag=$1
@@ -66,7 +67,7 @@ except OSError as e:
     print("new: 0 %.2f %s" % (time.time() - t1, e))
 PY
 
-start stuck --tp-size 2 --enable-fault-injection --health-progress-timeout $TIMEOUT
+start stuck --tp-size 2 --enable-fault-injection --health-progress-timeout $TIMEOUT --drain-timeout 1
 if [ -z "$port" ]; then
     ok 1 "the TP=2 group starts"
     sed 's/^/# /' "$T/log-stuck" | tail -20
@@ -85,10 +86,24 @@ else
     ok $? "deadlocked group: both open streams end with an error naming the lack of progress, then [DONE], within 2T (+ 2x slack) of the arm ($n_err/2)"
     grep -Eq "^new: 503 [0-2]\." "$T/out"
     ok $? "a new request to the stuck group is answered 503 at once ($(grep '^new:' "$T/out" | cut -c1-60))"
+    # the launcher killed -9 inside the deadlock: its ranks get SIGTERM from the kernel, cannot
+    # finish a clean stop (rank 0 waits in the collective), and leave by themselves past the
+    # drain (1 s) and the orphan bound (10 s) instead of holding the port for good
+    t0=$(now)
     kill -9 $lp 2> /dev/null
-    pkill -9 -P $lp 2> /dev/null
     wait $lp 2> /dev/null
     lp=""
+    i=0
+    while [ $i -lt 440 ] && pgrep -f -- "--ready-file $T/ready" > /dev/null; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    left=$(pgrep -f -- "--ready-file $T/ready" | tr '\n' ' ')
+    [ -z "$left" ]
+    ok $? "launcher killed -9 inside the deadlock: both ranks exit by themselves within 2 x 11 s ($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'); left: ${left:-none})"
+    grep -q "the launcher is gone and the stop did not complete" "$T/log-stuck"
+    ok $? "the orphaned ranks say why they exit"
+    [ -n "$left" ] && kill -9 $left 2> /dev/null
 fi
 
 # a decode group whose prefill never registers (nothing listens at its address)
