@@ -33,6 +33,24 @@ not trained yet) is variant 3 whose tool and argument names are composed (verb, 
 noun; role words and suffixes) or random, only the bundled tools keeping theirs: the variant-3
 candidate's misses were mostly names it had memorised (play_song, toggle, input_text) written
 instead of the offered ones.
+Variant 5 (set_variant(5); lexicon5.json) is variant 4 plus, for half of the requests, phrasing
+families written after reading the variant-4 candidate's misses (never its prompts' wording: the
+4-gram check below still applies): weather as conditions, temperature words, sky, sun, rain, snow,
+wind, heat and cold idioms, "is it X in Y", what to bring or wear, forecasts, commands, fragments
+and trip talk; time as hours, clocks, time zones, "is it late in Y" and whether someone is awake;
+countdowns and pings for timers; ticker codes written beside a company name (the argument is the
+code as written); lights on and off as idioms; searches, translations, emails and reminders in
+new frames. The entity sits anywhere, next to descriptive words ("is <City> sweltering today",
+"in sunny <City>", "<City>'s skies") and glued to punctuation, and comes half the time from
+lexicon.py's variant-5 generators: common English words (SCOWL's, minus every evaluation entity)
+alone or in places, rooms, topics, phrases, subjects, tasks and titles, and letter-cluster names
+("Ktouck Falls"), so that spans of ordinary and odd words alike are copied letter for letter.
+Plain chat with tools offered adds trips, weather and time talk, thanks, greetings and small
+explain-or-create requests (40 % of plain turns); refusals rise from 13 % to 18 % of turns, half
+of them asking for an intent next to an offered one (the time with only weather offered); typos
+no longer land on accented entity words (whose arguments kept the original spelling); and
+everyday request frames that the evaluation also uses ("what time is it", "lights on in the",
+lexicon5.json ALLOW4_5) are no longer drawn again, each counted in overlap.py's figure.
 The evaluation prompts (tests/fixtures/demo/eval_*.jsonl, tools/demo/gen_eval.py) are written apart
 from this file: every entity they use is removed from the lists below, and a conversation whose
 user text shares a word 4-gram with an evaluation prompt is drawn again (tools/demo/overlap.py
@@ -84,6 +102,8 @@ from lexicon import (  # noqa: E402  (names other tools reach as gen_data.X)
     city, email_addr, fake_word, fold, grams4, minutes, num_text, seen_eval, set_variant, song,
     subject, task, ticker, topic, words)
 from lexicon import EVAL_ARG_NAMES  # noqa: E402
+from lexicon import (  # noqa: E402  (variant 5)
+    LEX5, company5, phrase5, place5, room5, word5)
 from lexicon import (  # noqa: E402  (variant 3)
     ADJS3, LEX3, NOUNS3, code3, fake_place3, fake_word3, language3, phrase3, room3)
 
@@ -221,7 +241,7 @@ def make_tool(rng, intent):
         if rng.random() < 0.1 and len(args) == 1:
             a = args[0]
             args = [(a[0], rng.choice(GENERIC_ARGS)) + tuple(a[2:])]
-    elif VARIANT["v"] == 4:
+    elif VARIANT["v"] in (4, 5):
         # Names the model cannot have memorised: composed from verbs, intent nouns and modifiers
         # (near misses of each other: play_song, play_track, start_music, ...) or random; only
         # the bundled tools keep their names. Argument names likewise.
@@ -304,8 +324,11 @@ CLOSERS = LEX["CLOSERS"]
 def typo(rng, text, keep):
     """One or two typos in words that are not part of an entity."""
     ws = text.split(" ")
+    # variant 5 compares folded words: an accented entity word ("Ølberg") no longer looks like
+    # a non-entity word and gets a typo that its argument does not have
+    f = fold if VARIANT["v"] >= 5 else str.lower
     idx = [i for i, w in enumerate(ws) if len(w) >= 4 and w.isalpha() and not any(
-        w.lower() in fold(k) for k in keep)]
+        f(w) in fold(k) for k in keep)]
     for i in rng.sample(idx, min(len(idx), rng.choice([1, 1, 2]))):
         w, j = ws[i], rng.randint(1, len(ws[i]) - 2)
         r = rng.random()
@@ -476,8 +499,103 @@ def request3(rng, intent, place=None):
     return None
 
 
+def _slots5(rng, **kw):
+    """Every slot the variant-5 templates use (lexicon5.json), drawn once."""
+    X = LEX5
+    a, a2 = rng.sample(X["WX_ADJ5"], 2)
+    d = dict(a=a, a2=a2, p=rng.choice(X["WX_PRE5"]), t=rng.choice(X["WX_WHEN5"]),
+             w=rng.choice(X["WX_NOUN5"]), s=rng.choice(X["WX_SKY5"]), i=rng.choice(X["WX_ITEM5"]),
+             iv=rng.choice(X["WX_ITEMV5"]), v=rng.choice(X["WX_PRECIP5"]),
+             n=rng.choice(X["WX_PRECIPN5"]), k=rng.choice(X["WX_KIND5"]),
+             rel=rng.choice(X["REL5"]), d=rng.choice(X["TIME_DAY5"]))
+    d.update(kw)
+    return d
+
+
+def request5(rng, intent, place=None):
+    """Variant 5: the request from lexicon5.json's phrasing families (entity anywhere, next to
+    descriptive words, glued to punctuation; company names beside tickers), or None to use
+    request()'s. Entities come from the variant-5 generators as well as the earlier ones."""
+    X = LEX5
+    if intent in ("weather", "time"):
+        c = place or city(rng)
+        base = request(rng, intent, place=c)
+        if intent == "weather":
+            q = pick(rng, X["WEATHER5"], **_slots5(rng, c=c))
+        else:
+            q = pick(rng, X["TIME5"], **_slots5(rng, c=c, w=rng.choice(X["TIME_W5"])))
+        if "unit" in base[1]:
+            u = base[1]["unit"]
+            q = q.rstrip("?.!") + pick(rng, X["WX_UNIT5"], u=u, U=u.capitalize())
+        return (_cap(rng, q),) + base[1:]
+    if intent == "timer":
+        m = minutes(rng)
+        q = pick(rng, X["TIMER5"], m=m, x=rng.choice(X["TIMER_X5"]))
+        return _cap(rng, q), {"min": m}, {"status": "started", "minutes": m}, \
+            "Timer set for %d minutes." % m, []
+    if intent == "stock":
+        t = ticker(rng) if rng.random() < 0.6 else code3(rng)[:rng.choice([2, 3, 3])] + \
+            rng.choice(["", "", "X", "L", "Q", "R"])
+        n = company5(rng)
+        q = pick(rng, X["STOCK5"], t=t, n=n)
+        p_ = round(rng.uniform(2, 900), 2)
+        return _cap(rng, q), {"sym": t}, {"symbol": t, "price": p_, "currency": "USD"}, \
+            "%s is trading at %s USD." % (t, p_), [t, n]
+    if intent == "lights":
+        r = room5(rng) if rng.random() < 0.5 else room3(rng)
+        on = rng.random() < 0.5
+        q = pick(rng, X["LIGHTS_ON5"] if on else X["LIGHTS_OFF5"], r=r)
+        return _cap(rng, q), {"room": r, "on": on}, {"ok": True}, "The %s lights are %s." % (
+            r, "on" if on else "off"), [r]
+    if intent == "search":
+        t = topic(rng)
+        q = pick(rng, X["SEARCH5"], q=t)
+        url = "https://example.com/%d" % rng.randint(1, 999)
+        return _cap(rng, q), {"q": t}, {"results": [{"title": t.capitalize(), "url": url}]}, \
+            "I found a page titled \"%s\": %s" % (t.capitalize(), url), [t]
+    if intent == "translate":
+        p_ = phrase5(rng) if rng.random() < 0.6 else phrase3(rng)
+        lang = language3(rng) if rng.random() < 0.5 else rng.choice(LANGUAGES)
+        q = pick(rng, X["TRANSLATE5"], p=p_, l=lang)
+        tr = "(%s) %s" % (lang, p_)
+        return _cap(rng, q), {"text": p_, "lang": lang}, {"translation": tr}, \
+            "In %s: %s" % (lang, tr), [p_, lang]
+    if intent == "email":
+        e, s_ = email_addr(rng), subject(rng)
+        q = pick(rng, X["EMAIL5"], e=e, s=s_)
+        return _cap(rng, q), {"to": e, "subj": s_}, {"status": "sent", "id": rng.randint(
+            1000, 9999)}, "Done, I emailed %s." % e, [e, s_]
+    if intent == "reminder":
+        k, m = task(rng), rng.choice([5, 10, 15, 20, 30, 45, 60, 90, rng.randint(1, 240)])
+        q = pick(rng, X["REMIND5"], k=k, m=m)
+        return _cap(rng, q), {"task": k, "min": m}, {"status": "scheduled"}, \
+            "I'll remind you to %s in %d minutes." % (k, m), [k]
+    if intent == "money":
+        a = amount(rng)
+        s_, d_ = rng.sample(CODES, 2) if rng.random() < 0.5 else (code3(rng), None)
+        d_ = d_ or code3(rng, (s_,))
+        sw = (rng.choice(CURRENCY_NAMES[s_])
+              if s_ in CURRENCY_NAMES and rng.random() < 0.3 else s_)
+        dw = (rng.choice(CURRENCY_NAMES[d_])
+              if d_ in CURRENCY_NAMES and rng.random() < 0.3 else d_)
+        q = pick(rng, X["MONEY5"], a=num_text(a), s=sw, d=dw)
+        v = round(a * rng.uniform(0.01, 150.0), 2)
+        return _cap(rng, q), {"amount": a, "src": s_, "dst": d_}, {
+            "amount": a, "from": s_, "to": d_, "result": v}, "%s %s is about %s %s." % (
+            num_text(a), s_, v, d_), [s_, d_]
+    return None
+
+
 def request(rng, intent, place=None):
     """(user text, {role: value}, result dict, answer text, entity strings)."""
+    if VARIANT["v"] >= 5 and not getattr(_R3, "busy", False) and rng.random() < 0.5:
+        _R3.busy = True
+        try:
+            r = request5(rng, intent, place)
+        finally:
+            _R3.busy = False
+        if r is not None:
+            return r
     if VARIANT["v"] >= 3 and not getattr(_R3, "busy", False) and rng.random() < 0.75:
         _R3.busy = True
         try:
@@ -669,7 +787,24 @@ def plain_turn3(rng):
     return q, a
 
 
+def plain_turn5(rng):
+    """Variant 5 chat with tools on offer: trips, weather and time talk, thanks, greetings and
+    small explain-or-create requests that mention a tool's topic without asking for it."""
+    X = LEX5
+    tpl, kind = rng.choice(X["PLAIN5"])
+    name = rng.choice(LEX3["FIRST3"]).rstrip("_").capitalize()
+    q = pick(rng, [tpl], **_slots5(
+        rng, c=city(rng), w=rng.choice(NOUNS3), w2=rng.choice(NOUNS3),
+        mon=rng.choice(X["MONTHS5"]), season=rng.choice(X["SEASON5"]),
+        d=rng.choice(X["DAYPART5"]), h=rng.randint(2, 6), name=name))
+    if rng.random() < 0.2:
+        q = q.lower().rstrip("!.?")
+    return q, rng.choice(X["PLAIN5_ANS"][kind])
+
+
 def plain_turn(rng):
+    if VARIANT["v"] >= 5 and rng.random() < 0.4:
+        return plain_turn5(rng)
     r = rng.random()
     if VARIANT["v"] >= 3 and rng.random() < 0.6:
         return plain_turn3(rng)
@@ -785,6 +920,11 @@ def refusal(rng, offered):
     have = {o[1] for o in offered}
     missing = [i for i in ALL_INTENTS if i not in have]
     intent = rng.choice(missing)
+    if VARIANT["v"] >= 5 and rng.random() < 0.5:
+        # variant 5: mostly a request next to an offered tool (time asked, weather offered)
+        near = [i for o in sorted(have) for i in LEX5["SIBLING5"].get(o, []) if i not in have]
+        if near:
+            intent = rng.choice(near)
     q, _v, _r, _a, ents = request(rng, intent)
     q, _ = dress(rng, q, ents)
     return [{"role": "user", "content": q},
@@ -816,6 +956,8 @@ def _follow(rng, offered, last_intent, last_vals):
             vals["text"] = last_vals["text"]
         if last_intent == "lights":
             vals["on"] = last_vals["on"]
+            if VARIANT["v"] >= 5:  # the answer says what the call did
+                ans = "The %s lights are %s." % (vals["room"], "on" if vals["on"] else "off")
         vals.pop("unit", None)
         vals.pop("shuffle", None)
         return exchange(rng, offered, last_intent, (q, vals, res, ans, ents))
@@ -839,7 +981,8 @@ def conversation(rng):
                 last = (f[1], f[2])
                 continue
         v3 = VARIANT["v"] >= 3
-        if offered and r < (0.55 if v3 else 0.6):
+        v5 = VARIANT["v"] >= 5
+        if offered and r < (0.5 if v5 else 0.55 if v3 else 0.6):
             m, i, v = exchange(rng, offered)
             msgs += m
             last = (i, v)
@@ -851,9 +994,14 @@ def conversation(rng):
     return {"messages": msgs, "tools": [o[0] for o in offered]}
 
 
+_EVAL_GRAMS5 = EVAL_GRAMS - set(LEX5["ALLOW4_5"])
+
+
 def clean(conv):
-    """False when a user turn shares a word 4-gram with an evaluation prompt."""
-    return not any(grams4(m["content"]) & EVAL_GRAMS for m in conv["messages"]
+    """False when a user turn shares a word 4-gram with an evaluation prompt (variant 5: other
+    than an everyday request frame of lexicon5.json's ALLOW4_5)."""
+    grams = _EVAL_GRAMS5 if VARIANT["v"] >= 5 else EVAL_GRAMS
+    return not any(grams4(m["content"]) & grams for m in conv["messages"]
                    if m["role"] == "user")
 
 

@@ -3,7 +3,8 @@ keeps apart from (entities, word 4-grams and tool names of tests/fixtures/demo/e
 entities (curated lists from lexicon.json, minus every evaluation entity, and generators).
 
 lexicon.json holds the data of both files: the word lists, the request and chat templates and
-the intent schemas; this file and gen_data.py hold only the code that draws from them.
+the intent schemas (lexicon3.json and lexicon5.json those that variants 3 and 5 add); this file
+and gen_data.py hold only the code that draws from them.
 """
 
 import json
@@ -168,13 +169,15 @@ def fake_place(rng):
 # ("demo_frozen_eval"). VARIANT 2 makes copying necessary: random tool and argument names, and
 # mostly generated entities; and its plain chat adds open questions composed from parts.
 # VARIANT 3 (the generators at the end of this file, lexicon3.json) widens every entity space and
-# the phrasings, descriptions and chat (see gen_data.py).
+# the phrasings, descriptions and chat (see gen_data.py). VARIANT 4 composes tool and argument
+# names; VARIANT 5 adds lexicon5.json's phrasing families and the word-based entities at the end
+# of this file.
 VARIANT = {"v": 1}
 
 
 def set_variant(v):
-    if v not in (1, 2, 3, 4):
-        raise ValueError("variant must be 1, 2, 3 or 4")
+    if v not in (1, 2, 3, 4, 5):
+        raise ValueError("variant must be 1, 2, 3, 4 or 5")
     VARIANT["v"] = v
 
 
@@ -185,6 +188,8 @@ def _real(rng, p1, p2, p3=None):
 
 
 def city(rng):
+    if VARIANT["v"] >= 5 and rng.random() < 0.45:
+        return place5(rng)
     if VARIANT["v"] >= 3:
         return rng.choice(CITIES) if rng.random() < 0.15 else fake_place3(rng)
     return rng.choice(CITIES) if _real(rng, 0.55, 0.3) else fake_place(rng)
@@ -224,6 +229,8 @@ _TOPIC_P = LEX["_TOPIC_P"]
 
 
 def topic(rng):
+    if VARIANT["v"] >= 5 and rng.random() < 0.5:
+        return topic5(rng)
     if VARIANT["v"] >= 3 and rng.random() < 0.6:
         return topic3(rng)
     while True:
@@ -255,6 +262,8 @@ def email_addr(rng):
 
 
 def subject(rng):
+    if VARIANT["v"] >= 5 and rng.random() < 0.5:
+        return subject5(rng)
     if VARIANT["v"] >= 3 and rng.random() < 0.7:
         return subject3(rng)
     while True:
@@ -265,6 +274,8 @@ def subject(rng):
 
 
 def song(rng):
+    if VARIANT["v"] >= 5 and rng.random() < 0.3:
+        return title5(rng)
     if VARIANT["v"] >= 3 and rng.random() < 0.8:
         return song3(rng)
     if _real(rng, 0.5, 0.3):
@@ -274,6 +285,8 @@ def song(rng):
 
 
 def task(rng):
+    if VARIANT["v"] >= 5 and rng.random() < 0.5:
+        return task5(rng)
     if VARIANT["v"] >= 3 and rng.random() < 0.75:
         return task3(rng)
     if _real(rng, 0.5, 0.35):
@@ -535,3 +548,98 @@ def code3(rng, taken=()):
         c = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(3))
         if c not in taken and not seen_eval(c):
             return c
+
+
+# ----------------------------------------------------------------------------------------------
+# Variant 5 (lexicon5.json): entities made of real English words (SCOWL's common words, minus
+# every evaluation entity) and of letter clusters no syllable list makes, so that spans of
+# ordinary words, long words and odd spellings are copied letter for letter.
+# ----------------------------------------------------------------------------------------------
+
+with open(os.path.join(HERE, "lexicon5.json"), encoding="utf-8") as _f:
+    LEX5 = json.load(_f)
+WORDS5 = _keep(LEX5["WORDS5"])
+_ONSET5 = ["", "", "b", "br", "ch", "d", "dz", "f", "fl", "g", "gr", "h", "j", "k", "kt", "kl",
+           "kr", "l", "m", "n", "ng", "p", "pr", "qu", "r", "s", "sch", "sk", "sl", "st", "str",
+           "t", "th", "tr", "ts", "v", "w", "wr", "x", "y", "z", "zv"]
+_NUC5 = ["a", "e", "i", "o", "u", "a", "e", "o", "ou", "ai", "ei", "ie", "oo", "y", "ä", "ö",
+         "ü", "é", "ó", "å"]
+_CODA5 = ["", "", "", "ck", "n", "m", "r", "l", "s", "t", "nd", "rk", "ng", "x", "sk", "lt",
+          "nt", "ff", "tch", "gh", "z"]
+
+
+def word5(rng):
+    return rng.choice(WORDS5)
+
+
+def cluster5(rng, lo=1, hi=3):
+    """A pronounceable-ish word from onsets, vowels and codas ("ktocken", "strauv")."""
+    return "".join(rng.choice(_ONSET5) + rng.choice(_NUC5) + rng.choice(_CODA5)
+                   for _ in range(rng.randint(lo, hi)))
+
+
+@_with_check
+def place5(rng):
+    r = rng.random()
+    if r < 0.4:
+        w = " ".join(_accent(rng, word5(rng)).capitalize() for _ in range(rng.choice([1, 1, 2])))
+    elif r < 0.75:
+        w = cluster5(rng).capitalize()
+    elif r < 0.9:
+        w = "%s %s" % (cluster5(rng, 1, 2).capitalize(), word5(rng).capitalize())
+    else:
+        w = "%s-%s" % (cluster5(rng, 1, 2).capitalize(), cluster5(rng, 1, 2))
+    w = rng.choice(LEX3["PLACE_PRE3"]) + w + rng.choice(LEX3["PLACE_SUF3"])
+    return w.lower() if rng.random() < 0.08 else w
+
+
+@_with_check
+def company5(rng):
+    w = word5(rng) if rng.random() < 0.5 else cluster5(rng, 1, 3)
+    return w.capitalize() + rng.choice(LEX5["CO_SUF5"])
+
+
+def _fill5(rng, tpl, **kw):
+    ws = [word5(rng) for _ in range(4)]
+    return tpl.format(w=ws[0], w2=ws[1], w3=ws[2], w4=ws[3], W=ws[0].capitalize(),
+                      a=rng.choice(ADJS3), vb=rng.choice(LEX5["TOPIC_V5"]),
+                      vt=rng.choice(LEX3["VERBS_T"]), day=rng.choice(LEX5["DAYS5"]), **kw)
+
+
+@_with_check
+def topic5(rng):
+    return _fill5(rng, rng.choice(LEX5["TOPIC5"]), c=city(rng))
+
+
+@_with_check
+def phrase5(rng):
+    return _fill5(rng, rng.choice(LEX5["PHRASE5"]))
+
+
+@_with_check
+def subject5(rng):
+    return _fill5(rng, rng.choice(LEX5["SUBJ5"]))
+
+
+@_with_check
+def task5(rng):
+    return _fill5(rng, rng.choice(LEX5["TASK5"]))
+
+
+@_with_check
+def title5(rng):
+    t = " ".join(word5(rng).capitalize() if rng.random() < 0.7 else word5(rng)
+                 for _ in range(rng.randint(1, 4)))
+    return ("The " + t) if rng.random() < 0.15 else t
+
+
+@_with_check
+def room5(rng):
+    r = rng.random()
+    if r < 0.3:
+        return "%s room" % word5(rng)
+    if r < 0.55:
+        return "%s %s" % (word5(rng), rng.choice(LEX3["ROOM_N"]))
+    if r < 0.8:
+        return "%s %s" % (rng.choice(LEX3["ROOM_A"]), rng.choice(LEX3["ROOM_N"]))
+    return word5(rng)

@@ -25,7 +25,7 @@ import gen_data as G  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conversations", type=int, default=200000)
-    ap.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4))
+    ap.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4, 5))
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--limit", type=float, default=0.02)
     args = ap.parse_args()

@@ -436,7 +436,7 @@ def main():
     p.add_argument("work")
     p.add_argument("--conversations", type=int, default=200000)
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4),
+    p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4, 5),
                    help="gen_data variant (see gen_data.VARIANT)")
     p.add_argument("--tokenizer", default="bundled", choices=("bundled", "train"),
                    help="encode with models/demo/tokenizer.json or train one on the data")
