@@ -3,7 +3,9 @@
 # SGLang's bench_serving: bench/loadgen.py against a worker's streaming /v1/chat/completions
 # (seeded synthetic prompts, ShareGPT-like log-normal lengths, ignore_eos, temperature 0), a
 # max-concurrency sweep and Poisson request rates in the overlap loop, the concurrency points of
-# TDM_SERVE_LOOP_CONC again in lockstep (--disable-overlap-schedule); beside, in the same run, the
+# TDM_SERVE_LOOP_CONC again in lockstep (--disable-overlap-schedule) and, on cuda, in the
+# overlap loop's threaded form (TDM_CUDA_PIPELINE=0; the default is pipelined); beside, in the
+# same run, the
 # engine's own batched decode at the same batch sizes (bench/gpu_serving_engine, --device cuda
 # only: the ceiling). Every point's token counts are cross-checked against each response's usage
 # and the worker's /metrics counters (loadgen.py); a mismatch or a failed request fails the bench.
@@ -84,17 +86,21 @@ points_lockstep=""
 for c in $LOOP_CONC; do points_lockstep="$points_lockstep,conc:$c"; done
 points_hs=""
 for c in $HS_CONC; do points_hs="$points_hs,conc:$c"; done
+points_threaded=""
+[ "$DEV" = cuda ] && points_threaded=$points_lockstep
 lg_rc=0
-for loop in overlap lockstep hostsample; do
+for loop in overlap lockstep threaded hostsample; do
     hs=0
+    pipe=1
     case $loop in
     overlap) pts=${points_overlap#,}; extra="" ;;
     lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
+    threaded) pts=${points_threaded#,}; extra=""; pipe=0 ;;
     *) pts=${points_hs#,}; extra=""; hs=1 ;;
     esac
     [ -z "$pts" ] && continue
     rm -f "$T/ready"
-    TDM_CUDA_HOST_SAMPLE=$hs "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+    TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
     i=0
@@ -138,7 +144,7 @@ by_bs = {r["batch"]: r for r in eng.get("results", [])}
 def load(loop):
     p = os.path.join(T, "serve-%s.json" % loop)
     return json.load(open(p)) if os.path.exists(p) else {"points": [], "ok": False}
-ov, ls, hs = load("overlap"), load("lockstep"), load("hostsample")
+ov, ls, hs, th = load("overlap"), load("lockstep"), load("hostsample"), load("threaded")
 def pt(doc, name):
     return next((p for p in doc["points"] if p["point"] == name), None)
 rows = []
@@ -153,9 +159,11 @@ for c in conc:
     rows.append(row)
 loops = []
 for c in loop_conc:
-    a, b = pt(ov, "conc:%d" % c), pt(ls, "conc:%d" % c)
+    a, b, t = pt(ov, "conc:%d" % c), pt(ls, "conc:%d" % c), pt(th, "conc:%d" % c)
     if a and b:
         loops.append({"concurrency": c, "overlap_output_tok_s": a["output_tok_s"],
+                      "threaded_output_tok_s": t and t["output_tok_s"],
+                      "threaded_itl_p50_ms": t and t["itl_ms"]["p50"],
                       "lockstep_output_tok_s": b["output_tok_s"],
                       "overlap_vs_lockstep": round(a["output_tok_s"] / b["output_tok_s"], 3),
                       "overlap_itl_p50_ms": a["itl_ms"]["p50"],
@@ -200,6 +208,7 @@ doc = {
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample, "anchor": anchor,
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
+                 (bool(th.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
@@ -217,9 +226,9 @@ for h in host_sample:
           % (h["point"], h["device_sample_output_tok_s"], h["host_sample_output_tok_s"],
              h["device_sample_itl_p50_ms"], h["host_sample_itl_p50_ms"]))
 for l in loops:
-    print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s)"
+    print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s"
           % (l["concurrency"], l["overlap_output_tok_s"], l["lockstep_output_tok_s"],
-             l["overlap_vs_lockstep"]))
+             l["overlap_vs_lockstep"], l["threaded_output_tok_s"]))
 PY
 tap $? "merged into $OUT"
 python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['checks_ok'] else 1)" "$OUT"

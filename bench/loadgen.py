@@ -176,6 +176,9 @@ def get_json(host, port, path, timeout=10):
 
 COUNTERS = ("tandem_generated_tokens_total", "tandem_prefill_tokens_total",
             "tandem_prompt_tokens_cached_total", "tandem_retractions_total")
+# reported beside (where the time went: steps of decode rows only vs steps with prefill chunks);
+# a worker without them reports none
+EXTRA = ("tandem_sched_decode_iterations_total", "tandem_sched_mixed_iterations_total")
 
 
 def scrape(host, port):
@@ -185,7 +188,7 @@ def scrape(host, port):
         if line.startswith("#"):
             continue
         parts = line.split()
-        if len(parts) == 2 and parts[0] in COUNTERS:
+        if len(parts) == 2 and (parts[0] in COUNTERS or parts[0] in EXTRA):
             v[parts[0]] = float(parts[1])
     missing = [k for k in COUNTERS if k not in v]
     if missing:
@@ -256,7 +259,7 @@ def run_point(a, host, port, model, point, reqs, seed):
     deadline = time.time() + a.metrics_wait
     while True:
         after = scrape(host, port)
-        d = {k: after[k] - before[k] for k in COUNTERS}
+        d = {k: after[k] - before[k] for k in COUNTERS + EXTRA if k in after and k in before}
         gen_ok = d["tandem_generated_tokens_total"] == sum_out
         pre = d["tandem_prefill_tokens_total"] + d["tandem_prompt_tokens_cached_total"]
         pre_ok = d["tandem_retractions_total"] > 0 or pre == sum_in
@@ -290,6 +293,10 @@ def run_point(a, host, port, model, point, reqs, seed):
         "ttft_ms": stats_ms(ttft), "itl_ms": stats_ms(itl), "tpot_ms": stats_ms(tpot),
         "e2e_ms": stats_ms(e2e),
         "metrics_delta": {k: int(v) for k, v in d.items()},
+        "step_ms_mean": (round(dur * 1e3 / (d["tandem_sched_decode_iterations_total"] +
+                                            d["tandem_sched_mixed_iterations_total"]), 3)
+                         if d.get("tandem_sched_decode_iterations_total", 0) +
+                         d.get("tandem_sched_mixed_iterations_total", 0) > 0 else None),
         "errors": errors[:20], "n_errors": len(errors),
     }
 

@@ -198,6 +198,11 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
         f, "tandem_sched_aborted_rows_dropped_total",
         "Rows of aborted requests dropped from a plan built before the abort (overlap)",
         s.aborted_rows_dropped);
+    tdm_prom_counter(f, "tandem_sched_decode_iterations_total",
+                     "Batch iterations of decode rows only", s.iters_decode);
+    tdm_prom_counter(f, "tandem_sched_mixed_iterations_total",
+                     "Batch iterations with prefill chunks (alone or beside decode rows)",
+                     s.iters_mixed);
     tdm_prom_counter(f, "tandem_retractions_total",
                      "Running requests retracted for lack of KV pages", s.retractions);
     tdm_prom_counter(f, "tandem_http_requests_total", "HTTP requests received", a->http_requests);

@@ -60,13 +60,26 @@ struct tdm_exec {
     uint32_t tier_cap;
     tdm_sample_scratch_t scratch;
     uint64_t iter_seen;
-    /* --device cuda: sampling on the device (kernels/cuda/sample.h), max_seqs rows each, with
-     * TDM_CUDA_HOST_SAMPLE=0; otherwise (the default until the device sampler has run on the
-     * H200, docs/cuda.md) or with a module lacking it, the host samples every row from copied
-     * logits */
+    /* --device cuda: sampling on the device (kernels/cuda/sample.h), max_seqs rows each; with
+     * TDM_CUDA_HOST_SAMPLE=1 (a measurement knob, docs/cuda.md) or a module lacking it, the host
+     * samples every row from copied logits */
     int dev_sample;
     tdm_cuda_sample_req_t *sreq;
     tdm_cuda_sample_out_t *sout;
+    /* The overlap loop's pipelined lead (tdm_exec_lead_launch): at most two iterations, one
+     * completed or running, the other launched behind it. fl: the older one (-1: none). */
+    int can_pipe;
+    struct pipe_iter {
+        tdm_exec_iter_t *it;
+        int dev;       /* 1: running on the device (finish pending); 0: already ran */
+        int slot;      /* the sampler/engine slot of a device iteration */
+        uint32_t n;    /* rows */
+        uint8_t *skip; /* per row: no sample asked at launch */
+    } pi[2];
+    int fl;
+    uint32_t *pend;    /* per slot: 1 + the row of its device-sampled token in pi[fl] (0: none) */
+    uint32_t *pend_nx; /* the same for the iteration being launched */
+    uint32_t *fix_dst, *fix_src;
 };
 
 static tdm_status_t graph_allreduce(void *ctx, float *buf, size_t n)
@@ -283,9 +296,28 @@ buffers:
             offsetof(tdm_cuda_module_t, exec_forward_sample) + sizeof(x->cu->exec_forward_sample) &&
         x->cu->exec_forward_sample) {
         const char *hs = getenv("TDM_CUDA_HOST_SAMPLE");
-        x->dev_sample = hs && !strcmp(hs, "0");
+        x->dev_sample = !(hs && !strcmp(hs, "1"));
         x->sreq = tdm_calloc(cfg->max_seqs, sizeof(*x->sreq));
         x->sout = tdm_calloc(cfg->max_seqs, sizeof(*x->sout));
+    }
+    x->fl = -1;
+    /* TDM_CUDA_PIPELINE=0 keeps the overlap loop's threaded form on the GPU too (a measurement
+     * knob: docs/cuda.md) */
+    const char *pipe = getenv("TDM_CUDA_PIPELINE");
+    if (x->dev_sample && cfg->rank == 0 && cfg->tp_size == 1 && !x->hc &&
+#ifdef TDM_SCHED_GPU_TP
+        !x->gpu &&
+#endif
+        x->cu->size >=
+            offsetof(tdm_cuda_module_t, exec_finish_sample) + sizeof(x->cu->exec_finish_sample) &&
+        x->cu->exec_launch_sample && x->cu->exec_finish_sample && !(pipe && !strcmp(pipe, "0"))) {
+        x->can_pipe = 1;
+        for (int k = 0; k < 2; k++)
+            x->pi[k].skip = tdm_calloc(cfg->max_seqs, 1);
+        x->pend = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
+        x->pend_nx = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
+        x->fix_dst = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
+        x->fix_src = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
     }
     if (cfg->rank == 0 && tdm_sample_scratch_init(&x->scratch, x->vocab) != TDM_OK) {
         SET_ERR("executor: no memory for the sampler");
@@ -322,6 +354,12 @@ void tdm_exec_free(tdm_exec_t *x)
     tdm_sample_scratch_free(&x->scratch);
     tdm_free(x->sreq);
     tdm_free(x->sout);
+    for (int k = 0; k < 2; k++)
+        tdm_free(x->pi[k].skip);
+    tdm_free(x->pend);
+    tdm_free(x->pend_nx);
+    tdm_free(x->fix_dst);
+    tdm_free(x->fix_src);
     free(x->logits);
     tdm_free(x->gs);
     tdm_free(x->ids);
@@ -422,10 +460,11 @@ static tdm_status_t tier_gather(tdm_exec_t *x, uint64_t need, tdm_exec_iter_t *i
  * rows are never sampled): rows without LOGITS, or past max_new, are skipped (run_plan answers
  * them as the host path does); requests with penalties go to the host sampler, which needs their
  * history. */
-static void dev_sample_req(const tdm_sreq_t *r, const tdm_plan_entry_t *e, tdm_cuda_sample_req_t *q)
+static void dev_sample_req(const tdm_sreq_t *r, const tdm_plan_entry_t *e, uint32_t pending,
+                           tdm_cuda_sample_req_t *q)
 {
     memset(q, 0, sizeof(*q));
-    if (!r || !(e->flags & TDM_PLAN_LOGITS) || r->n_sampled >= r->max_new) {
+    if (!r || !(e->flags & TDM_PLAN_LOGITS) || r->n_sampled + pending >= r->max_new) {
         q->skip = 1;
         return;
     }
@@ -435,7 +474,7 @@ static void dev_sample_req(const tdm_sreq_t *r, const tdm_plan_entry_t *e, tdm_c
     q->min_p = p->min_p;
     q->top_k = p->top_k;
     q->seed = p->seed;
-    q->step = r->n_sampled;
+    q->step = r->n_sampled + pending; /* pending: sampled by the iteration still running */
     q->logprobs = p->logprobs;
     q->top_logprobs = p->top_logprobs;
     q->host = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
@@ -497,7 +536,7 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
             x->gs[n] =
                 (tdm_graph_seq_t){x->ids + tok_off, e.n_tokens, e.pos0, e.pages, e.n_pages, 0};
             if (x->dev_sample)
-                dev_sample_req(lead ? it->reqs[n] : NULL, &e, &x->sreq[n]);
+                dev_sample_req(lead ? it->reqs[n] : NULL, &e, 0, &x->sreq[n]);
             tok_off += e.n_tokens;
             n++;
         }
@@ -566,7 +605,9 @@ static tdm_status_t run_plan(tdm_exec_t *x, const tdm_plan_hdr_t *h, const uint8
     return TDM_OK;
 }
 
-tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it)
+/* Steps 1-3's sending half (rank 0): the header, the payload and the tier segment; *h: the
+ * header as run. */
+static tdm_status_t lead_send(tdm_exec_t *x, tdm_exec_iter_t *it, tdm_plan_hdr_t *h)
 {
     uint8_t hdr[TDM_PLAN_HDR_BYTES];
     uint32_t tw = 0;
@@ -589,11 +630,196 @@ tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it)
         TDM_TRY(tdm_comm_broadcast(x->cfg.plan, (void *)(it->plan + TDM_PLAN_HDR_BYTES), plen, 0));
     if (tw)
         TDM_TRY(tdm_comm_broadcast(x->cfg.plan, x->tier, tw * sizeof(uint32_t), 0));
+    *h = it->hdr;
+    h->tier_words = tw;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it)
+{
+    tdm_plan_hdr_t h;
+    if (x->fl >= 0 && x->pi[x->fl].dev) {
+        tdm_err(TDM_SUB_SCHED,
+                "msg=\"plan sent while a pipelined iteration is in flight\" "
+                "iter=%llu",
+                (unsigned long long)it->hdr.iter);
+        return TDM_ERR_STATE;
+    }
+    TDM_TRY(lead_send(x, it, &h));
     if (it->hdr.kind == TDM_PLAN_SHUTDOWN)
         return TDM_OK;
-    tdm_plan_hdr_t h = it->hdr;
-    h.tier_words = tw;
-    return run_plan(x, &h, it->plan + TDM_PLAN_HDR_BYTES, plen, it, it->kv_need);
+    return run_plan(x, &h, it->plan + TDM_PLAN_HDR_BYTES, it->plan_len - TDM_PLAN_HDR_BYTES, it,
+                    it->kv_need);
+}
+
+/* ---- the pipelined lead (sched_int.h tdm_exec_lead_launch) ---- */
+
+int tdm_exec_can_pipeline(const tdm_exec_t *x)
+{
+    return x && x->can_pipe;
+}
+
+/* 1 when a row of the plan needs the host sampler (penalties: the request's history). */
+static int plan_needs_host(const tdm_exec_iter_t *it)
+{
+    const uint8_t *payload = it->plan + TDM_PLAN_HDR_BYTES;
+    size_t plen = it->plan_len - TDM_PLAN_HDR_BYTES, off = 0;
+    tdm_plan_entry_t e;
+    for (uint32_t i = 0; i < it->n_reqs && tdm_plan_next(payload, plen, &off, &e) == TDM_OK; i++) {
+        const tdm_sample_params_t *p = &it->reqs[i]->sp;
+        if ((e.flags & TDM_PLAN_LOGITS) &&
+            (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+             p->frequency_penalty != 0.0f))
+            return 1;
+    }
+    return 0;
+}
+
+/* Complete the older iteration, if any: wait for its device work and take its samples (the
+ * result step of run_plan), or hand back one that already ran. */
+static tdm_status_t pipe_complete(tdm_exec_t *x, tdm_exec_iter_t **done)
+{
+    *done = NULL;
+    if (x->fl < 0)
+        return TDM_OK;
+    struct pipe_iter *p = &x->pi[x->fl];
+    tdm_exec_iter_t *it = p->it;
+    x->fl = -1;
+    *done = it;
+    memset(x->pend, 0, x->cfg.max_seqs * sizeof(uint32_t));
+    if (!p->dev)
+        return TDM_OK;
+    p->dev = 0;
+    tdm_status_t st = x->cu->exec_finish_sample(x->cuda, p->slot, x->sout, p->n);
+    if (st != TDM_OK) {
+        tdm_err(TDM_SUB_SCHED, "msg=\"forward failed\" rank=0 iter=%llu status=%s",
+                (unsigned long long)it->hdr.iter, tdm_status_name(st));
+        return st;
+    }
+    const uint8_t *payload = it->plan + TDM_PLAN_HDR_BYTES;
+    size_t plen = it->plan_len - TDM_PLAN_HDR_BYTES, off = 0;
+    tdm_plan_entry_t e;
+    uint32_t i = 0;
+    it->n_results = 0;
+    while (i < p->n && tdm_plan_next(payload, plen, &off, &e) == TDM_OK) {
+        tdm_sreq_t *r = it->reqs[i];
+        const tdm_cuda_sample_out_t *o = &x->sout[i];
+        int skip = p->skip[i];
+        i++;
+        if (!(e.flags & TDM_PLAN_LOGITS))
+            continue;
+        tdm_exec_result_t *res = &it->results[it->n_results++];
+        res->req = r;
+        if (skip || r->n_sampled >= r->max_new) {
+            res->status = TDM_ERR_STATE;
+            continue;
+        }
+        res->status = o->status;
+        res->sample = o->r;
+        if (res->status == TDM_OK) {
+            res->token = res->sample.id;
+            r->tokens[r->n_prompt + r->n_sampled++] = res->token;
+            x->last_tok[e.slot] = res->token;
+        }
+    }
+    tdm_comm_record_iter(x->cfg.tensor, it->hdr.iter, TDM_PATH_BATCH, it->hdr.plan_hash,
+                         it->hdr.n_seqs, it->waiting, it->running, tdm_time_mono_us());
+    return TDM_OK;
+}
+
+/* Launch a BATCH plan on the device behind the iteration in flight: its PREV_TOKEN rows take
+ * the ids that iteration is sampling (still on the device), its sampling steps count them. */
+static tdm_status_t pipe_launch(tdm_exec_t *x, tdm_exec_iter_t *it, struct pipe_iter *p)
+{
+    tdm_plan_hdr_t h;
+    uint32_t dur = 0, n = 0, tok_off = 0, n_fix = 0, rows = 0;
+    size_t off = 0;
+    tdm_plan_entry_t e;
+
+    TDM_TRY(lead_send(x, it, &h));
+    const uint8_t *payload = it->plan + TDM_PLAN_HDR_BYTES;
+    size_t plen = it->plan_len - TDM_PLAN_HDR_BYTES;
+    __atomic_store_n(&x->iter_seen, h.iter, __ATOMIC_RELAXED);
+    tdm_comm_record_pending(x->cfg.tensor, it->waiting, it->running, it->taken);
+    if (tdm_fault_fire(x->cfg.faults, TDM_FAULT_STALL_LOOP, 0, h.iter, &dur))
+        sleep_ms(dur);
+    if (h.n_seqs > x->cfg.max_seqs || h.n_tokens > x->cfg.max_tokens) {
+        tdm_err(TDM_SUB_SCHED,
+                "msg=\"plan over the executor's bounds\" iter=%llu seqs=%u tokens=%u",
+                (unsigned long long)h.iter, h.n_seqs, h.n_tokens);
+        return TDM_ERR_RANGE;
+    }
+    memset(x->pend_nx, 0, x->cfg.max_seqs * sizeof(uint32_t));
+    while (tdm_plan_next(payload, plen, &off, &e) == TDM_OK) {
+        if (e.slot >= x->cfg.max_seqs || n >= it->n_reqs) {
+            tdm_err(TDM_SUB_SCHED, "msg=\"plan slot out of range\" iter=%llu slot=%u",
+                    (unsigned long long)h.iter, e.slot);
+            return TDM_ERR_RANGE;
+        }
+        tdm_sreq_t *r = it->reqs[n];
+        uint32_t pending = x->pend[e.slot] != 0;
+        for (uint32_t i = 0; i < e.n_tokens; i++)
+            x->ids[tok_off + i] = (int32_t)e.tokens[i];
+        if (e.flags & TDM_PLAN_PREV_TOKEN) {
+            if (pending) {
+                x->fix_dst[n_fix] = tok_off;
+                x->fix_src[n_fix++] = x->pend[e.slot] - 1;
+            } else {
+                x->ids[tok_off] = x->last_tok[e.slot];
+            }
+        }
+        x->gs[n] = (tdm_graph_seq_t){x->ids + tok_off, e.n_tokens, e.pos0, e.pages, e.n_pages, 0};
+        dev_sample_req(r, &e, pending, &x->sreq[n]);
+        p->skip[n] = (uint8_t)x->sreq[n].skip;
+        if (!x->sreq[n].skip)
+            x->pend_nx[e.slot] = n + 1;
+        tok_off += e.n_tokens;
+        n++;
+    }
+    p->it = it;
+    p->n = n;
+    p->dev = 0;
+    tdm_status_t st = x->cu->exec_launch_sample(x->cuda, x->gs, n, x->sreq, x->fix_dst, x->fix_src,
+                                                n_fix, &rows, &p->slot);
+    if (st == TDM_OK && rows != n)
+        st = TDM_ERR_STATE;
+    if (st != TDM_OK) {
+        tdm_err(TDM_SUB_SCHED, "msg=\"forward failed\" rank=0 iter=%llu status=%s",
+                (unsigned long long)h.iter, tdm_status_name(st));
+        return st;
+    }
+    p->dev = 1;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_exec_lead_launch(tdm_exec_t *x, tdm_exec_iter_t *it, tdm_exec_iter_t **done)
+{
+    *done = NULL;
+    it->n_results = 0;
+    it->tier_bad_ticket = 0;
+    int k = x->fl < 0 ? 0 : x->fl ^ 1;
+    if (!x->can_pipe || it->hdr.kind != TDM_PLAN_BATCH || plan_needs_host(it)) {
+        /* in order: the older one completes, then this one runs to completion */
+        TDM_TRY(pipe_complete(x, done));
+        TDM_TRY(tdm_exec_lead(x, it));
+        x->pi[k] = (struct pipe_iter){.it = it, .skip = x->pi[k].skip};
+        x->fl = k;
+        return TDM_OK;
+    }
+    tdm_status_t st = pipe_launch(x, it, &x->pi[k]);
+    if (st != TDM_OK)
+        return st;
+    TDM_TRY(pipe_complete(x, done));
+    uint32_t *t = x->pend;
+    x->pend = x->pend_nx;
+    x->pend_nx = t;
+    x->fl = k;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_exec_lead_complete(tdm_exec_t *x, tdm_exec_iter_t **done)
+{
+    return pipe_complete(x, done);
 }
 
 tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop)

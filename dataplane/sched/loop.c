@@ -1,8 +1,9 @@
 /*
  * loop.c — the scheduler's loops around the executor (sched_state.h): lockstep calls the
  * executor inline; overlap runs it on its own thread with a queue of depth 1, building plan N+1
- * while N runs. Each iteration is published to the progress page; idle, the loop waits for work,
- * a transfer event or the idle-plan heartbeat.
+ * while N runs, or, on a GPU that can (tdm_exec_can_pipeline), launches N+1 on the device behind
+ * N before waiting for N. Each iteration is published to the progress page; idle, the loop waits
+ * for work, a transfer event or the idle-plan heartbeat.
  */
 #include "config.h"
 
@@ -159,10 +160,11 @@ static iter_buf_t *exec_wait(tdm_sched_t *s)
     return ib;
 }
 
-/* Run one plan to completion (inline in lockstep, on the executor thread in overlap). */
+/* Run one plan to completion (inline in lockstep and the pipelined overlap loop, on the
+ * executor thread in the threaded one). */
 static tdm_status_t run_sync(tdm_sched_t *s, iter_buf_t *ib)
 {
-    if (!s->cfg.overlap) {
+    if (!s->exec_started) {
         take_tier(s, ib);
         return tdm_exec_lead(s->x, &ib->it);
     }
@@ -317,6 +319,69 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
     return st;
 }
 
+/* The overlap loop on the GPU, pipelined (docs/serving.md "Loops"): plan N+1 is built while N
+ * runs, then launched on the device behind N before N is waited for — its PREV_TOKEN ids are the
+ * ones N samples, written on the device — and only then is N completed (one wait) and processed,
+ * while N+1 runs. The GPU has the next step queued whenever the host is fast enough. Plans that
+ * cannot be pipelined (IDLE, penalties) run in order (tdm_exec_lead_launch). */
+static tdm_status_t loop_pipeline(tdm_sched_t *s)
+{
+    int k = 0, inflight = 0;
+    tdm_status_t st = TDM_OK;
+    tdm_exec_iter_t *done = NULL;
+    for (;;) {
+        int stop;
+        if (inflight) {
+            pthread_mutex_lock(&s->mu);
+            stop = s->stop;
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            stop = wait_for_work(s, s->cfg.idle_plan_us);
+        }
+        if (stop)
+            break;
+        iter_buf_t *next = &s->ib[k];
+        tdm_plan_kind_t kind = tdm_sched_build(s, next, s->iter + 1);
+        if (inflight)
+            kind = drop_aborted(s, next, kind);
+        if (kind == TDM_PLAN_BATCH || !inflight) {
+            s->iter++;
+            take_tier(s, next);
+            st = tdm_exec_lead_launch(s->x, &next->it, &done);
+            k ^= 1;
+            inflight = 1;
+        } else {
+            /* nothing to launch behind the one in flight: complete it (the IDLE plan built
+             * meanwhile is dropped; the next turn waits for work as usual) */
+            st = tdm_exec_lead_complete(s->x, &done);
+            inflight = 0;
+        }
+        if (st != TDM_OK)
+            break;
+        if (done)
+            tdm_sched_process_results(s, done);
+        publish(s);
+        if (inflight && kind != TDM_PLAN_BATCH) {
+            /* an IDLE heartbeat ran to completion: hand it back now */
+            st = tdm_exec_lead_complete(s->x, &done);
+            inflight = 0;
+            if (st != TDM_OK)
+                break;
+            if (done)
+                tdm_sched_process_results(s, done);
+            publish(s);
+        }
+    }
+    if (inflight) {
+        tdm_status_t cst = tdm_exec_lead_complete(s->x, &done);
+        if (cst == TDM_OK && done)
+            tdm_sched_process_results(s, done);
+        else if (st == TDM_OK)
+            st = cst;
+    }
+    return st;
+}
+
 /* End whatever is left with an explicit error (I9) and release it. */
 void tdm_sched_fail_all(tdm_sched_t *s, tdm_status_t why, const char *msg)
 {
@@ -339,7 +404,9 @@ void tdm_sched_fail_all(tdm_sched_t *s, tdm_status_t why, const char *msg)
 tdm_status_t tdm_sched_run(tdm_sched_t *s)
 {
     tdm_status_t st;
-    if (s->cfg.overlap) {
+    if (s->cfg.overlap && tdm_exec_can_pipeline(s->x)) {
+        st = loop_pipeline(s);
+    } else if (s->cfg.overlap) {
         if (pthread_create(&s->exec_thread, NULL, exec_main, s) != 0)
             return TDM_ERR_NOMEM;
         s->exec_started = 1;

@@ -97,6 +97,8 @@ typedef struct tdm_sched_stats {
     uint64_t requests_finished, requests_aborted, requests_failed, retractions;
     /* overlap loop: rows of aborted requests dropped from a plan built before the abort came */
     uint64_t aborted_rows_dropped;
+    /* BATCH iterations completed: decode rows only, or with prefill chunks (mixed) */
+    uint64_t iters_decode, iters_mixed;
     int draining, drained;
     /* PD: decode requests waiting for their KV; ended requests whose pages wait for the room's
      * release (prefill: puts in flight; decode: quarantined until ABORT_ACK) */

@@ -351,6 +351,12 @@ void tdm_sched_process_results(tdm_sched_t *s, tdm_exec_iter_t *it)
 {
     /* prefill (PD): the STATUS frames of the rooms this iteration finished leave in one write */
     tdm_xfer_cork(s->cfg.xfer);
+    if (it->hdr.kind == TDM_PLAN_BATCH) {
+        if (it->hdr.n_tokens > it->hdr.n_seqs)
+            s->st.iters_mixed++;
+        else
+            s->st.iters_decode++;
+    }
     if (s->hc) {
         hc_check_iter(s, it);
         hc_check_followers(s, it);

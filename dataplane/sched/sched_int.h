@@ -171,6 +171,17 @@ const tdm_exec_cfg_t *tdm_exec_cfg(const tdm_exec_t *x);
 tdm_hicache_t *tdm_exec_hicache(tdm_exec_t *x);
 /* Rank 0: send the plan and run it; results in it->results. */
 tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it);
+/* The overlap loop's pipelined form (docs/serving.md "Loops"): 1 when this executor can launch
+ * a plan on the device before the previous one completed (--device cuda, TP 1, device sampling,
+ * no HiCache tier, TDM_CUDA_PIPELINE not 0). */
+int tdm_exec_can_pipeline(const tdm_exec_t *x);
+/* Send and launch `it` behind the iteration in flight (if any), then complete that one and
+ * return it in *done (NULL: none) with its results; `it` stays in flight. A plan that cannot be
+ * pipelined (not BATCH, penalties, no pipelining) runs after the older one completed, to its own
+ * completion, and is handed back by the next call. */
+tdm_status_t tdm_exec_lead_launch(tdm_exec_t *x, tdm_exec_iter_t *it, tdm_exec_iter_t **done);
+/* Complete the iteration in flight, if any (*done; NULL: none). */
+tdm_status_t tdm_exec_lead_complete(tdm_exec_t *x, tdm_exec_iter_t **done);
 /* Followers: run plans until SHUTDOWN (TDM_OK) or an error (abort, dead peer, bad plan). */
 tdm_status_t tdm_exec_follow(tdm_exec_t *x, volatile int *stop);
 

@@ -247,7 +247,13 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     e->plan_bytes = (plan_off(e, P_PAGES) + e->pages_cap) * 4;
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->d_plan, e->plan_bytes), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMemsetAsync(e->d_plan, 0, e->plan_bytes, e->stream), st, err);
-    TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_plan, e->plan_bytes), st, err);
+    for (int k = 0; k < 2; k++) {
+        TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_plan_set[k], e->plan_bytes), st, err);
+        memset(e->h_plan_set[k], 0, e->plan_bytes);
+        TDM_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&e->done_ev[k], cudaEventDisableTiming), st,
+                            err);
+    }
+    e->h_plan = e->h_plan_set[0];
     /* the ids land in mapped pinned memory straight from the argmax (run 11): the step's last
      * device operation is the argmax, not a copy behind it; else a device buffer and a copy */
     if (cudaHostAlloc((void **)&e->h_ids_out, (size_t)e->o.max_logit_rows * 4,
@@ -262,7 +268,6 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         TDM_CUDA_CHECK_GOTO(cudaMallocHost(&e->h_ids_out, (size_t)e->o.max_logit_rows * 4), st,
                             err);
     }
-    memset(e->h_plan, 0, e->plan_bytes);
 
     TDM_CUBLAS_CHECK_GOTO(cublasCreate(&e->cublas), st, err);
     TDM_CUBLAS_CHECK_GOTO(cublasSetStream(e->cublas, e->stream), st, err);
@@ -294,7 +299,11 @@ void tdm_cuda_engine_free(tdm_cuda_engine_t *e)
         cublasDestroy(e->cublas);
     cudaFree(e->cublas_ws);
     cudaFreeHost(e->h_ids_out);
-    cudaFreeHost(e->h_plan);
+    for (int k = 0; k < 2; k++) {
+        cudaFreeHost(e->h_plan_set[k]);
+        if (e->done_ev[k])
+            cudaEventDestroy(e->done_ev[k]);
+    }
     cudaFree(e->d_plan);
     cudaFree(e->kv_base);
     cudaFree(e->abuf);

@@ -225,6 +225,24 @@ typedef tdm_status_t (*tdm_cuda_engine_post_fn)(void *ctx, const float *d_logits
                                                 uint32_t V, void *stream);
 void tdm_cuda_engine_set_post(tdm_cuda_engine_t *e, tdm_cuda_engine_post_fn fn, void *ctx);
 
+/* A step enqueued after each forward's plan copy and before its first kernel, with the device
+ * address of the call's input ids (one u32 per row, in the order of its sequences' tokens): the
+ * overlap loop writes there the ids the previous forward sampled, still on the device
+ * (kernels/cuda/sample.h tdm_cuda_sampler_fix_ids). fn NULL: none. */
+typedef tdm_status_t (*tdm_cuda_engine_pre_fn)(void *ctx, uint32_t *d_ids, void *stream);
+void tdm_cuda_engine_set_pre(tdm_cuda_engine_t *e, tdm_cuda_engine_pre_fn fn, void *ctx);
+
+/* Pipelined forwards (the overlap loop, docs/serving.md): launch enqueues the whole call (plan
+ * copy, pre, the kernels or the bucket's graph, post) and returns without waiting; finish waits
+ * for the call launched in `slot` (0 or 1). At most two calls in flight, in alternate slots; a
+ * call's host inputs are consumed by launch (the host plan alternates between two pinned
+ * buffers). No logits or ids copy: the post hook brings back what it needs. TDM_ERR_STATE with
+ * collectives set (tp > 1) or a HiCache gate: those forwards stay synchronous. */
+tdm_status_t tdm_cuda_engine_launch(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                    uint32_t n_seqs, uint32_t cap_rows, uint32_t *ret_rows,
+                                    int slot);
+tdm_status_t tdm_cuda_engine_finish(tdm_cuda_engine_t *e, int slot);
+
 /* Run one batch. Rows of logits as in tdm_graph_forward; logits (host, cap_rows × vocab) may be
  * NULL; ret_ids (host, cap_rows) receives each logits row's argmax and may be NULL. */
 tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,

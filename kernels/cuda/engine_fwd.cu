@@ -332,9 +332,11 @@ static int bucket_of(uint32_t n, uint32_t *ret_rows)
     return i;
 }
 
-tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
-                                     uint32_t n_seqs, float *logits, int32_t *ret_ids,
-                                     uint32_t cap_rows, uint32_t *ret_rows)
+/* One call: enqueued whole, then waited for (slot < 0) or left running with its completion
+ * recorded in done_ev[slot]. */
+static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs, uint32_t n_seqs,
+                                 float *logits, int32_t *ret_ids, uint32_t cap_rows,
+                                 uint32_t *ret_rows, int slot)
 {
     tdm_status_t st = TDM_OK;
     uint32_t n, m, rows_run;
@@ -345,6 +347,9 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         return TDM_ERR_INVAL;
     if (e->tp > 1 && !e->has_coll)
         return TDM_ERR_STATE; /* a sharded view needs its collectives (set_coll) */
+    /* the other host plan: a call launched before this one may still be copying from its own */
+    e->plan_flip ^= 1;
+    e->h_plan = e->h_plan_set[e->plan_flip];
     /* decode calls (one token per sequence, at most max_batch rows) lay the plan out on the
      * compact stride the graphs were captured with; others on T */
     e->prow = e->o.max_batch < e->T ? e->o.max_batch : e->T;
@@ -388,6 +393,8 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
     TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->d_plan, e->h_plan, (plan_off(e, P_PAGES) + np) * 4,
                                         cudaMemcpyHostToDevice, e->stream),
                         st, out);
+    if (e->pre && (st = e->pre(e->pre_ctx, e->d_plan + plan_off(e, P_IDS), e->stream)) != TDM_OK)
+        goto out;
     if (e->has_coll) { /* the collectives this forward will issue, for the recorder (I2) */
         tdm_cuda_engine_plan_runs(e, bi >= 0 ? rows_run : n, bi >= 0 ? rows_run : m);
         if (e->coll.step_begin)
@@ -430,6 +437,11 @@ tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t 
         TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(logits, e->logits, (size_t)m * e->V * 4,
                                             cudaMemcpyDeviceToHost, e->stream),
                             st, out);
+    if (slot >= 0) {
+        TDM_CUDA_CHECK_GOTO(cudaEventRecord(e->done_ev[slot], e->stream), st, out);
+        *ret_rows = m;
+        goto out;
+    }
     if ((st = tdm_cuda_engine_wait(e)) != TDM_OK)
         goto out;
     if ((st = tdm_cuda_hc_after(&e->hc)) != TDM_OK)
@@ -441,6 +453,40 @@ out:
     if (begun && e->coll.step_end)
         e->coll.step_end(e->coll.ctx, st);
     return st;
+}
+
+tdm_status_t tdm_cuda_engine_forward(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                     uint32_t n_seqs, float *logits, int32_t *ret_ids,
+                                     uint32_t cap_rows, uint32_t *ret_rows)
+{
+    return forward_call(e, seqs, n_seqs, logits, ret_ids, cap_rows, ret_rows, -1);
+}
+
+tdm_status_t tdm_cuda_engine_launch(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
+                                    uint32_t n_seqs, uint32_t cap_rows, uint32_t *ret_rows,
+                                    int slot)
+{
+    if (!e || (slot != 0 && slot != 1))
+        return TDM_ERR_INVAL;
+    if (e->has_coll || e->hc.gate)
+        return TDM_ERR_STATE;
+    return forward_call(e, seqs, n_seqs, NULL, NULL, cap_rows, ret_rows, slot);
+}
+
+tdm_status_t tdm_cuda_engine_finish(tdm_cuda_engine_t *e, int slot)
+{
+    if (!e || (slot != 0 && slot != 1))
+        return TDM_ERR_INVAL;
+    tdm_status_t st = TDM_OK;
+    TDM_CUDA_CHECK_GOTO(cudaEventSynchronize(e->done_ev[slot]), st, out);
+out:
+    return st;
+}
+
+void tdm_cuda_engine_set_pre(tdm_cuda_engine_t *e, tdm_cuda_engine_pre_fn fn, void *ctx)
+{
+    e->pre = fn;
+    e->pre_ctx = ctx;
 }
 
 void tdm_cuda_engine_set_post(tdm_cuda_engine_t *e, tdm_cuda_engine_post_fn fn, void *ctx)

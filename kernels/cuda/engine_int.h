@@ -62,6 +62,9 @@ struct tdm_cuda_engine {
     size_t plan_bytes, pages_cap;
     uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
     uint32_t *d_plan, *h_plan;
+    uint32_t *h_plan_set[2]; /* h_plan alternates between them, one per call (launch/finish) */
+    int plan_flip;
+    cudaEvent_t done_ev[2]; /* tdm_cuda_engine_launch's completion, per slot */
     int32_t *h_ids_out;
     int ids_mapped; /* argmax writes h_ids_out itself (mapped pinned memory): no copy-back op */
     cudaStream_t stream;
@@ -89,6 +92,9 @@ struct tdm_cuda_engine {
     /* tdm_cuda_engine_set_post: enqueued after each forward's last kernel, before its wait */
     tdm_cuda_engine_post_fn post;
     void *post_ctx;
+    /* tdm_cuda_engine_set_pre: enqueued after each forward's plan copy, before its first kernel */
+    tdm_cuda_engine_pre_fn pre;
+    void *pre_ctx;
 };
 
 /* plan block layout, in uint32 units */

@@ -24,6 +24,9 @@ struct tdm_exec_cuda {
     uint32_t vocab;
     tdm_cuda_seq_t *seqs; /* max_seqs */
     uint32_t max_seqs;
+    /* launch_sample's PREV_TOKEN rows, written on the device by the pre hook */
+    const uint32_t *prev_dst, *prev_src;
+    uint32_t n_prev;
 };
 
 #define SET_ERR(...) snprintf(err, err_len, __VA_ARGS__)
@@ -169,4 +172,61 @@ tdm_status_t tdm_exec_cuda_forward_sample(tdm_exec_cuda_t *x, const tdm_graph_se
     if (st == TDM_OK)
         memcpy(outs, tdm_cuda_sampler_outs(x->sampler), n_seqs * sizeof(*outs));
     return st;
+}
+
+/* The engine's pre hook: the PREV_TOKEN rows' ids from the last sampler run, chunk by chunk. */
+static tdm_status_t fix_prev(void *ctx, uint32_t *d_ids, void *stream)
+{
+    tdm_exec_cuda_t *x = ctx;
+    tdm_cuda_prev_fix_t fix;
+    for (uint32_t i = 0; i < x->n_prev; i += TDM_CUDA_PREV_FIX_MAX) {
+        fix.n = x->n_prev - i < TDM_CUDA_PREV_FIX_MAX ? x->n_prev - i : TDM_CUDA_PREV_FIX_MAX;
+        memcpy(fix.dst, x->prev_dst + i, fix.n * sizeof(uint32_t));
+        memcpy(fix.src, x->prev_src + i, fix.n * sizeof(uint32_t));
+        TDM_TRY(tdm_cuda_sampler_fix_ids(x->sampler, d_ids, &fix, stream));
+    }
+    return TDM_OK;
+}
+
+tdm_status_t tdm_exec_cuda_launch_sample(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs,
+                                         uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
+                                         const uint32_t *prev_dst, const uint32_t *prev_src,
+                                         uint32_t n_prev, uint32_t *ret_rows, int *ret_slot)
+{
+    if (!x || !seqs || !reqs || !ret_rows || !ret_slot || n_seqs == 0 ||
+        (n_prev && (!prev_dst || !prev_src)))
+        return TDM_ERR_INVAL;
+    if (n_seqs > x->max_seqs)
+        return TDM_ERR_OVERFLOW;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        if (seqs[i].all_logits || (reqs[i].host && !reqs[i].skip))
+            return TDM_ERR_INVAL;
+        x->seqs[i] = (tdm_cuda_seq_t){seqs[i].tokens, seqs[i].n_tokens, seqs[i].pos0,
+                                      seqs[i].pages,  seqs[i].n_pages,  0};
+    }
+    int slot = tdm_cuda_sampler_flip(x->sampler);
+    memcpy(tdm_cuda_sampler_reqs(x->sampler), reqs, n_seqs * sizeof(*reqs));
+    tdm_cuda_sampler_set_host_logits(x->sampler, NULL);
+    x->prev_dst = prev_dst;
+    x->prev_src = prev_src;
+    x->n_prev = n_prev;
+    tdm_cuda_engine_set_pre(x->e, n_prev ? fix_prev : NULL, x);
+    tdm_cuda_engine_set_post(x->e, tdm_cuda_sampler_enqueue, x->sampler);
+    tdm_status_t st = tdm_cuda_engine_launch(x->e, x->seqs, n_seqs, n_seqs, ret_rows, slot);
+    tdm_cuda_engine_set_post(x->e, NULL, NULL);
+    tdm_cuda_engine_set_pre(x->e, NULL, NULL);
+    x->n_prev = 0;
+    if (st == TDM_OK)
+        *ret_slot = slot;
+    return st;
+}
+
+tdm_status_t tdm_exec_cuda_finish_sample(tdm_exec_cuda_t *x, int slot, tdm_cuda_sample_out_t *outs,
+                                         uint32_t n)
+{
+    if (!x || !outs || n > x->max_seqs)
+        return TDM_ERR_INVAL;
+    TDM_TRY(tdm_cuda_engine_finish(x->e, slot));
+    memcpy(outs, tdm_cuda_sampler_outs_of(x->sampler, slot), n * sizeof(*outs));
+    return TDM_OK;
 }

@@ -84,6 +84,20 @@ tdm_status_t tdm_exec_cuda_forward_sample(tdm_exec_cuda_t *x, const tdm_graph_se
                                           float *host_logits, tdm_cuda_sample_out_t *outs,
                                           uint32_t *ret_rows);
 
+/* forward_sample pipelined (the overlap loop, docs/serving.md): launch enqueues the call and
+ * returns at once, its results in *ret_slot (0 or 1); finish_sample waits for the call of `slot`
+ * and copies its n results to outs. prev_dst/prev_src (n_prev pairs; NULL when 0): the input
+ * token at index prev_dst[i] of the call's tokens (sequences' tokens in order) is the id sampled
+ * for row prev_src[i] of the call launched just before it, written on the device before the
+ * first kernel (the ids never come back to the host between the two). No `host` rows
+ * (TDM_ERR_INVAL). At most two calls in flight; TDM_ERR_STATE at tp > 1 or with a HiCache gate. */
+tdm_status_t tdm_exec_cuda_launch_sample(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs,
+                                         uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
+                                         const uint32_t *prev_dst, const uint32_t *prev_src,
+                                         uint32_t n_prev, uint32_t *ret_rows, int *ret_slot);
+tdm_status_t tdm_exec_cuda_finish_sample(tdm_exec_cuda_t *x, int slot, tdm_cuda_sample_out_t *outs,
+                                         uint32_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,8 @@ static const tdm_cuda_module_t cuda_module = {
     .hicache_dev = tdm_exec_cuda_hicache_dev,
     .exec_set_coll = tdm_exec_cuda_set_coll,
     .exec_forward_sample = tdm_exec_cuda_forward_sample,
+    .exec_launch_sample = tdm_exec_cuda_launch_sample,
+    .exec_finish_sample = tdm_exec_cuda_finish_sample,
 };
 
 const tdm_cuda_module_t *tdm_cuda_module_v1(void)

@@ -59,6 +59,13 @@ typedef struct tdm_cuda_module {
                                         uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
                                         float *host_logits, tdm_cuda_sample_out_t *outs,
                                         uint32_t *ret_rows);
+    /* pipelined device sampling (exec_cuda.h); NULL or beyond `size` in an older module */
+    tdm_status_t (*exec_launch_sample)(tdm_exec_cuda_t *x, const tdm_graph_seq_t *seqs,
+                                       uint32_t n_seqs, const tdm_cuda_sample_req_t *reqs,
+                                       const uint32_t *prev_dst, const uint32_t *prev_src,
+                                       uint32_t n_prev, uint32_t *ret_rows, int *ret_slot);
+    tdm_status_t (*exec_finish_sample)(tdm_exec_cuda_t *x, int slot, tdm_cuda_sample_out_t *outs,
+                                       uint32_t n);
 } tdm_cuda_module_t;
 
 typedef const tdm_cuda_module_t *(*tdm_cuda_module_fn)(void);

@@ -366,8 +366,11 @@ __global__ void sample_kernel(const float *logits, uint32_t V, const tdm_cuda_sa
 
 struct tdm_cuda_sampler {
     uint32_t max_rows, vocab;
-    tdm_cuda_sample_req_t *h_req, *d_req;
-    tdm_cuda_sample_out_t *h_out, *d_out;
+    /* two pinned sets, so the requests and results of a forward launched while the previous one
+     * still runs never share host memory with it (tdm_cuda_sampler_flip) */
+    tdm_cuda_sample_req_t *h_req_set[2], *h_req, *d_req;
+    tdm_cuda_sample_out_t *h_out_set[2], *h_out, *d_out;
+    int cur;
     float *host_logits;
 };
 
@@ -382,11 +385,17 @@ extern "C" tdm_status_t tdm_cuda_sampler_init(uint32_t max_rows, uint32_t vocab,
         return TDM_ERR_NOMEM;
     s->max_rows = max_rows;
     s->vocab = vocab;
-    TDM_CUDA_CHECK_GOTO(cudaMallocHost((void **)&s->h_req, max_rows * sizeof(*s->h_req)), st, fail);
-    TDM_CUDA_CHECK_GOTO(cudaMallocHost((void **)&s->h_out, max_rows * sizeof(*s->h_out)), st, fail);
+    for (int k = 0; k < 2; k++) {
+        TDM_CUDA_CHECK_GOTO(cudaMallocHost((void **)&s->h_req_set[k], max_rows * sizeof(*s->h_req)),
+                            st, fail);
+        TDM_CUDA_CHECK_GOTO(cudaMallocHost((void **)&s->h_out_set[k], max_rows * sizeof(*s->h_out)),
+                            st, fail);
+        memset(s->h_req_set[k], 0, max_rows * sizeof(*s->h_req));
+    }
+    s->h_req = s->h_req_set[0];
+    s->h_out = s->h_out_set[0];
     TDM_CUDA_CHECK_GOTO(cudaMalloc((void **)&s->d_req, max_rows * sizeof(*s->d_req)), st, fail);
     TDM_CUDA_CHECK_GOTO(cudaMalloc((void **)&s->d_out, max_rows * sizeof(*s->d_out)), st, fail);
-    memset(s->h_req, 0, max_rows * sizeof(*s->h_req));
     *ret = s;
     return TDM_OK;
 fail:
@@ -398,8 +407,10 @@ extern "C" void tdm_cuda_sampler_free(tdm_cuda_sampler_t *s)
 {
     if (!s)
         return;
-    cudaFreeHost(s->h_req);
-    cudaFreeHost(s->h_out);
+    for (int k = 0; k < 2; k++) {
+        cudaFreeHost(s->h_req_set[k]);
+        cudaFreeHost(s->h_out_set[k]);
+    }
     cudaFree(s->d_req);
     cudaFree(s->d_out);
     free(s);
@@ -413,6 +424,49 @@ extern "C" tdm_cuda_sample_req_t *tdm_cuda_sampler_reqs(tdm_cuda_sampler_t *s)
 extern "C" const tdm_cuda_sample_out_t *tdm_cuda_sampler_outs(const tdm_cuda_sampler_t *s)
 {
     return s->h_out;
+}
+
+extern "C" int tdm_cuda_sampler_flip(tdm_cuda_sampler_t *s)
+{
+    s->cur ^= 1;
+    s->h_req = s->h_req_set[s->cur];
+    s->h_out = s->h_out_set[s->cur];
+    return s->cur;
+}
+
+extern "C" const tdm_cuda_sample_out_t *tdm_cuda_sampler_outs_of(const tdm_cuda_sampler_t *s,
+                                                                 int set)
+{
+    return s->h_out_set[set & 1];
+}
+
+/* ids[fix.dst[i]] = the id sampled for row fix.src[i] by the last sampler run on the stream;
+ * an id that is no token (an error row: -1) becomes 0 — that row's request is ended by its
+ * error, and the row computed from it is answered to nobody. */
+__global__ void fix_ids_kernel(uint32_t *ids, tdm_cuda_prev_fix_t fix, uint32_t V,
+                               const tdm_cuda_sample_out_t *out)
+{
+    for (uint32_t i = threadIdx.x; i < fix.n; i += blockDim.x) {
+        int32_t id = out[fix.src[i]].r.id;
+        ids[fix.dst[i]] = id >= 0 && (uint32_t)id < V ? (uint32_t)id : 0u;
+    }
+}
+
+extern "C" tdm_status_t tdm_cuda_sampler_fix_ids(tdm_cuda_sampler_t *s, uint32_t *d_ids,
+                                                 const tdm_cuda_prev_fix_t *fix, void *stream)
+{
+    if (!s || !d_ids || !fix || fix->n > TDM_CUDA_PREV_FIX_MAX)
+        return TDM_ERR_INVAL;
+    for (uint32_t i = 0; i < fix->n; i++)
+        if (fix->src[i] >= s->max_rows)
+            return TDM_ERR_RANGE;
+    if (fix->n == 0)
+        return TDM_OK;
+    tdm_status_t st = TDM_OK;
+    fix_ids_kernel<<<1, 128, 0, (cudaStream_t)stream>>>(d_ids, *fix, s->vocab, s->d_out);
+    TDM_CUDA_CHECK_GOTO(cudaGetLastError(), st, out);
+out:
+    return st;
 }
 
 extern "C" void tdm_cuda_sampler_set_host_logits(tdm_cuda_sampler_t *s, float *dst)

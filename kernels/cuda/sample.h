@@ -17,6 +17,13 @@
  * uploads the requests, runs one block per row and copies the results back on the forward's
  * stream; after the forward's wait, tdm_cuda_sampler_outs holds them. No synchronisation of its
  * own. Threading: one thread at a time per sampler.
+ *
+ * Pipelined forwards (the overlap loop, docs/serving.md): the host memory of requests and
+ * results comes in two sets; tdm_cuda_sampler_flip before filling the requests of a forward
+ * launched while the previous one still runs, and tdm_cuda_sampler_outs_of(set) for the results
+ * of each once it completed. The ids just sampled stay on the device: tdm_cuda_sampler_fix_ids,
+ * enqueued on the next forward's stream before its first kernel, writes them into its input ids
+ * (the PREV_TOKEN rows of its plan), so no id crosses to the host and back between two steps.
  */
 #ifndef TDM_KERNELS_CUDA_SAMPLE_H
 #define TDM_KERNELS_CUDA_SAMPLE_H
@@ -53,6 +60,23 @@ void tdm_cuda_sampler_free(tdm_cuda_sampler_t *s);
 tdm_cuda_sample_req_t *tdm_cuda_sampler_reqs(tdm_cuda_sampler_t *s);
 /* Results of the last enqueue once its stream has been waited for. */
 const tdm_cuda_sample_out_t *tdm_cuda_sampler_outs(const tdm_cuda_sampler_t *s);
+/* Switch to the other host set (requests and results); returns its index (0 or 1). */
+int tdm_cuda_sampler_flip(tdm_cuda_sampler_t *s);
+/* The results in host set `set` (valid once the forward that filled it was waited for). */
+const tdm_cuda_sample_out_t *tdm_cuda_sampler_outs_of(const tdm_cuda_sampler_t *s, int set);
+
+/* Input rows whose token is the one just sampled for a row of the previous forward. */
+#define TDM_CUDA_PREV_FIX_MAX 256
+typedef struct tdm_cuda_prev_fix {
+    uint32_t n;
+    uint32_t dst[TDM_CUDA_PREV_FIX_MAX]; /* index into the forward's input ids */
+    uint32_t src[TDM_CUDA_PREV_FIX_MAX]; /* row of the last sampler run */
+} tdm_cuda_prev_fix_t;
+/* Enqueue ids[dst[i]] = the id sampled for row src[i] by the last tdm_cuda_sampler_enqueue on
+ * this stream (an error row gives 0). d_ids: device memory. TDM_ERR_RANGE: a src past max_rows. */
+tdm_status_t tdm_cuda_sampler_fix_ids(tdm_cuda_sampler_t *s, uint32_t *d_ids,
+                                      const tdm_cuda_prev_fix_t *fix, void *stream);
+
 /* Where `host` rows' logits go (host memory, row i at dst + i * vocab); NULL: none may be host. */
 void tdm_cuda_sampler_set_host_logits(tdm_cuda_sampler_t *s, float *dst);
 /* Sample rows 0 .. m-1 of d_logits (device, m × vocab) on `stream` (a cudaStream_t).

@@ -15,7 +15,8 @@
 # its KV-head shard, rank 0's stores and loads replayed by rank 1): greedy outputs equal TP 2
 # without HiCache, a host hit verified on the device; flip_host_bits armed on rank 1 ends the
 # request with an error before any token is streamed, CORRUPTION counted, and the prompt is served
-# right once disarmed. Skips without a GPU or a CUDA build.
+# right once disarmed. The overlap loop pipelined on the device (docs/serving.md "Loops") gives the
+# text of lockstep and of the host sampler for seeded requests. Skips without a GPU or a CUDA build.
 # TAP; python3 standard library only.
 set -u
 SRC=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -74,7 +75,7 @@ def complete(w, prompt, max_tokens=16, stream=False):
     return st, out
 
 
-print("1..19")
+print("1..22")
 try:
     gpu = start("cuda", "cuda", ["--mem-fraction-static", "0.10"])
     cpu = start("cpu", "cpu")
@@ -128,6 +129,74 @@ try:
     rc = gpu["proc"].wait(timeout=30)
     cpu["proc"].wait(timeout=30)
     ok(rc == 0, "SIGTERM: the GPU worker exits 0 (rc %s)" % rc, logtail(gpu))
+
+    # The overlap loop pipelined on the device (the ids step N samples written into step N+1's
+    # input there, its sampling steps counted ahead) against lockstep and against the threaded
+    # loop with host sampling: seeded requests, one at a time (batch 1 in all three), give the
+    # same text — sampled, greedy, with a stop string, and with a penalty (host-sampled rows,
+    # which the pipelined loop runs in order).
+    loops = {}
+    for name, extra, env in (("pipe", [], {}),
+                             ("lockstep", ["--disable-overlap-schedule"], {}),
+                             ("hostsample", [], {"TDM_CUDA_HOST_SAMPLE": "1",
+                                                 "TDM_CUDA_PIPELINE": "0"})):
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        loops[name] = start("cuda-" + name, "cuda", ["--mem-fraction-static", "0.05"] + extra)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    bodies = []
+    for i, p in enumerate(prompts):
+        bodies.append({"prompt": p, "max_tokens": 40, "temperature": 0.9, "top_p": 0.95,
+                       "seed": 1000 + i, "ignore_eos": True})
+    bodies.append({"prompt": prompts[1], "max_tokens": 24, "temperature": 0, "ignore_eos": True})
+    bodies.append({"prompt": prompts[0], "max_tokens": 40, "temperature": 0.8, "seed": 7,
+                   "ignore_eos": True, "stop": ["e"]})
+    bodies.append({"prompt": prompts[2], "max_tokens": 30, "temperature": 0.7, "seed": 9,
+                   "ignore_eos": True, "frequency_penalty": 0.4})
+    outs = {}
+    for name, w in loops.items():
+        outs[name] = []
+        for b in bodies:
+            st, txt = request(w, "/v1/completions", b)
+            outs[name].append(json.loads(txt)["choices"][0]["text"] if st == 200 else
+                              "HTTP %s %s" % (st, txt[:200]))
+    bad = [i for i in range(len(bodies))
+           if not (outs["pipe"][i] == outs["lockstep"][i] == outs["hostsample"][i])]
+    ok(all(not o.startswith("HTTP ") for v in outs.values() for o in v),
+       "pipelined, lockstep and host-sampling GPU workers answer %d requests each" % len(bodies),
+       json.dumps(outs)[:2000])
+    ok(not bad, "seeded requests one at a time: the pipelined loop's text == lockstep's == the "
+       "host sampler's (%d requests: sampled, greedy, stop, penalty)" % len(bodies),
+       "\n".join("%d: pipe %r lockstep %r host %r" % (i, outs["pipe"][i], outs["lockstep"][i],
+                                                     outs["hostsample"][i]) for i in bad))
+    res = [None] * 16
+
+    def sampled(i):
+        b = dict(bodies[i % 4], max_tokens=20 + i, seed=50 + i)
+        st, txt = request(loops["pipe"], "/v1/completions", b)
+        res[i] = (st, json.loads(txt)["usage"]["completion_tokens"] if st == 200 else txt)
+
+    th = [threading.Thread(target=sampled, args=(i,)) for i in range(16)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    def pages_back():
+        m = metrics(loops["pipe"])
+        f = m.get("tandem_kv_pages_free", -1) + m.get("tandem_kv_pages_cached", 0)
+        return f if f == m.get("tandem_kv_pages_capacity", -2) else None
+
+    free = pdlib.wait_until(pages_back, 10)
+    ok(free is not None and all(r and r[0] == 200 and r[1] == 20 + i for i, r in enumerate(res)),
+       "16 concurrent sampled requests on the pipelined loop finish with their token count, every "
+       "page back", "%s free %s" % (res, free))
+    for w in loops.values():
+        w["proc"].terminate()
+        w["proc"].wait(timeout=30)
 
     # HiCache: P, then prompts that push P's pages out of the 128-page pool, then P again
     one = ["--mem-fraction-static", "0.10", "--max-running-requests", "1"]
