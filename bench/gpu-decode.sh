@@ -26,10 +26,17 @@ try:
 except Exception:
     a = {}
 keys = ["decode_bs1_tok_s", "decode_bs8_tok_s", "decode_bs32_tok_s"]
+# long prompts (bench/gpu_decode.c, TAP 8): one call and chunks of the worker's default
+# --chunked-prefill-size; null when not measured (or an older gpu_decode_tandem.json)
+long_keys = ["prefill_%d%s_%s" % (n, c, u) for n in (8192, 32768) for c in ("", "_chunked")
+             for u in ("tok_s", "ms")] + ["prefill_32768_first_chunk_ms",
+                                         "prefill_32768_last_chunk_ms",
+                                         "prefill_32768_last_chunk_vs_first"]
 res = {
     "gpu": a.get("gpu", "unknown"),
     "git_sha": sha,
-    "tandem": {k: t[k] for k in keys + ["prefill_2048_tok_s"]},
+    "tandem": dict([(k, t[k]) for k in keys + ["prefill_2048_tok_s"]] +
+                   [(k, t.get(k)) for k in long_keys]),
     "hf": a.get("hf", {}),
     "torch_compiled": a.get("torch_compiled", {}),
     "copy_GBps": t["copy_GBps"],
@@ -43,6 +50,7 @@ res = {
         "cpu_match_first_32": t["cpu_match_32"],
         "cpu_first_divergence": t["cpu_first_divergence"],
         "versions": {"torch": a.get("torch"), "transformers": a.get("transformers")},
+        "tandem_prefill_long_protocol": "one random prompt of 8192 and one of 32768 tokens on the engine's defaults, prefilled in one call (engine max_tokens = the prompt) and in chunks of %s tokens (the worker's default --chunked-prefill-size; each chunk continues the sequence over its page table); a warm-up, then median of %s; last_chunk_vs_first: the 32768 prompt's last chunk (context 24576..32768) against its first" % (t.get("prefill_chunk"), t.get("prefill_long_runs")),
     },
 }
 json.dump(res, open(os.path.join(out, "gpu_decode.json"), "w"), indent=1)

@@ -14,6 +14,12 @@
  * every later engine in the process gives other tokens from step 0, docs/cuda.md run 6); the L2
  * prefetch variants must equal the "control" row (a second engine with the defaults) exactly,
  * since the prefetch only touches the cache (tokens_equal_control, TAP 5).
+ * Long prompts (TAP 8, last, on engines of their own): one prompt of 8192 and one of 32768
+ * tokens prefilled in one call (max_tokens = the prompt) and in chunks of the worker's default
+ * --chunked-prefill-size (8192) continuing one sequence over its page table; a warm-up, median
+ * of 3 (at most TDM_BENCH_RUNS); tok/s, ms, and the 32768 prompt's last chunk (context
+ * 24576..32768) against its first (0..8192): prefill_{8192,32768}[_chunked]_{tok_s,ms},
+ * prefill_32768_{first,last}_chunk_ms, prefill_32768_last_chunk_vs_first.
  * Prints TAP (for tools/device-run.sh) and writes $TDM_BENCH_OUT/gpu_decode_tandem.json.
  * Env: TDM_BENCH_RUNS (5), TDM_BENCH_NEW (256), TDM_BENCH_CPU=0 skips the CPU comparison.
  */
@@ -39,6 +45,10 @@
 #define PROMPT 128u
 #define MAXBS 32u
 #define CMP_TOKENS 32u
+/* long prompts: the worker's default --chunked-prefill-size (include/tdm/config.h) and the
+ * longest prompt */
+#define LONG_CHUNK 8192u
+#define LONG_MAX 32768u
 
 static int n_test;
 
@@ -93,6 +103,42 @@ static tdm_status_t decode_run(tdm_cuda_engine_t *e, uint32_t bs, const int32_t 
     }
     *ret_s = now_s() - t0;
     return TDM_OK;
+}
+
+/* One prefill of the n tokens of toks as one sequence over pages 0.. (n_pages of them), in calls
+ * of at most chunk tokens, call k continuing the sequence at pos0 = k * chunk over the same page
+ * table (so it attends over the KV the earlier calls wrote), as the worker's chunked prefill
+ * does; chunk >= n: one call. Seconds of the whole prompt, of the first call and of the last. */
+static tdm_status_t long_prefill(tdm_cuda_engine_t *e, const int32_t *toks, uint32_t n,
+                                 uint32_t chunk, const uint32_t *pages, uint32_t n_pages,
+                                 double *ret_s, double *ret_first_s, double *ret_last_s)
+{
+    uint32_t rows;
+    int32_t id;
+    const double t0 = now_s();
+    double tc = t0;
+    for (uint32_t p0 = 0; p0 < n; p0 += chunk) {
+        const uint32_t c = n - p0 < chunk ? n - p0 : chunk;
+        const tdm_cuda_seq_t q = {toks + p0, c, p0, pages, n_pages, 0};
+        TDM_TRY(tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows));
+        const double t = now_s();
+        if (p0 == 0)
+            *ret_first_s = t - tc;
+        *ret_last_s = t - tc;
+        tc = t;
+    }
+    *ret_s = tc - t0;
+    return TDM_OK;
+}
+
+/* ", \"key\": v" with prec decimals, or null when v was not measured (<= 0) */
+static void json_num(FILE *f, const char *key, int prec, double v)
+{
+    fprintf(f, ", \"%s\": ", key);
+    if (v > 0)
+        fprintf(f, "%.*f", prec, v);
+    else
+        fputs("null", f);
 }
 
 /* The CPU path's first CMP_TOKENS greedy tokens and their top-1 margins. */
@@ -173,7 +219,7 @@ int main(void)
         printf("1..0 # SKIP no CUDA device (%s)\n", line);
         return 0;
     }
-    printf("1..7\n");
+    printf("1..8\n");
     double t0 = now_s();
     if (!model_init(&m, 2048)) {
         tap(0, "random TinyLlama-shape weights", NULL);
@@ -506,6 +552,84 @@ int main(void)
     tap(roofline > 0, "copy bandwidth measured", NULL);
     tap(tok_s[0] > 0 && prefill_tok_s > 0, "all figures measured", NULL);
 
+    /* long prompts: one prompt of 8192 and one of 32768 tokens on the engine's defaults, (a) in
+     * one call, on an engine whose call holds the whole prompt (max_tokens 32768), and (b) as the
+     * worker prefills them: calls of its default --chunked-prefill-size (LONG_CHUNK) continuing
+     * the sequence over one page table (long_prefill), on an engine of max_tokens LONG_CHUNK;
+     * each a warm-up, then the median of lruns; for 32768 in chunks also the last chunk's time
+     * (context 24576..32768) against the first's (0..8192): how much slower a chunk gets as the
+     * context grows. Each engine has a pool of one 32k sequence's pages and is freed after. The
+     * engine bounds no position by max_position_embeddings; the worker does (its max context,
+     * dataplane/worker/rank.c), so the bench model declares 32768 for these, as a served
+     * 32k-context model would (bench/gpu_hicache.c likewise), and 2048 again after. */
+    static const uint32_t llen[2] = {LONG_CHUNK, LONG_MAX};
+    double l_tok[2][2] = {{0}}, l_ms[2][2] = {{0}}, l_first_ms = 0, l_last_ms = 0;
+    const int lruns = runs < 3 ? runs : 3;
+    int long_ok = 1;
+    {
+        static int32_t ltok[LONG_MAX];
+        static uint32_t lpages[LONG_MAX];
+        const uint32_t max_pos = m.cfg.max_position_embeddings;
+        const double tl0 = now_s();
+        for (uint32_t i = 0; i < LONG_MAX; i++) {
+            ltok[i] = (int32_t)(rnd() % 32000);
+            lpages[i] = i;
+        }
+        m.cfg.max_position_embeddings = LONG_MAX;
+        for (int mode = 0; mode < 2; mode++) { /* 0: one call, 1: chunks of LONG_CHUNK */
+            tdm_cuda_engine_opts_default(&o);
+            const uint32_t ps = o.page_size;
+            o.max_tokens = mode ? LONG_CHUNK : LONG_MAX;
+            o.max_pages_per_seq = (LONG_MAX + ps - 1) / ps;
+            o.max_pages = o.max_pages_per_seq;
+            t0 = now_s();
+            st = tdm_cuda_engine_init(&m.view, &o, &e);
+            printf("# long-prompt engine (max_tokens %u, %u pages of %u): %s in %.1f s\n",
+                   o.max_tokens, o.max_pages, ps, tdm_status_str(st), now_s() - t0);
+            if (st != TDM_OK) {
+                long_ok = 0;
+                continue;
+            }
+            for (int li = 0; li < 2; li++) {
+                const uint32_t n = llen[li], chunk = mode ? LONG_CHUNK : n;
+                double tt[16], tf[16], tl[16];
+                st = long_prefill(e, ltok, n, chunk, lpages, (n + ps - 1) / ps, &tt[0], &tf[0],
+                                  &tl[0]); /* warm-up */
+                for (int r = 0; r < lruns && st == TDM_OK; r++)
+                    st = long_prefill(e, ltok, n, chunk, lpages, (n + ps - 1) / ps, &tt[r], &tf[r],
+                                      &tl[r]);
+                if (st != TDM_OK) {
+                    printf("# prefill %u (%s) failed: %s\n", n, mode ? "in chunks" : "in one call",
+                           tdm_status_str(st));
+                    long_ok = 0;
+                    continue;
+                }
+                const double med = median(tt, lruns);
+                l_tok[mode][li] = n / med;
+                l_ms[mode][li] = med * 1e3;
+                char how[32] = "in one call";
+                if (mode)
+                    snprintf(how, sizeof(how), "in chunks of %u", chunk);
+                printf("# bench tandem prefill %u %s: %.0f tok/s (%.2f ms, median of %d)\n", n, how,
+                       l_tok[mode][li], l_ms[mode][li], lruns);
+                if (mode && n > chunk) {
+                    l_first_ms = 1e3 * median(tf, lruns);
+                    l_last_ms = 1e3 * median(tl, lruns);
+                    printf("# bench tandem prefill %u in chunks of %u: first chunk %.2f ms "
+                           "(context 0..%u), last %.2f ms (context %u..%u): %.2fx\n",
+                           n, chunk, l_first_ms, chunk, l_last_ms, n - chunk, n,
+                           l_last_ms / l_first_ms);
+                }
+            }
+            tdm_cuda_engine_free(e);
+            e = NULL;
+        }
+        m.cfg.max_position_embeddings = max_pos;
+        printf("# long-prompt prefill section: %.1f s\n", now_s() - tl0);
+    }
+    tap(long_ok && l_first_ms > 0,
+        "long-prompt prefill 8192 and 32768 tokens, one call and in chunks of 8192", NULL);
+
     const char *dir = getenv("TDM_BENCH_OUT");
     char path[1024];
     snprintf(path, sizeof(path), "%s/gpu_decode_tandem.json", dir ? dir : ".");
@@ -550,7 +674,22 @@ int main(void)
                     var[v].pdl_early ? var[v].pdl_early == 1 : dflt.pdl_early, tf_null(vsame[v]),
                     tf_null(vsame_ctl[v]));
         }
-        fprintf(f, "}}\n");
+        fprintf(f, "}");
+        /* long prompts (null: not measured) */
+        static const char *const lname[2] = {"8192", "32768"};
+        char key[64];
+        for (int mode = 0; mode < 2; mode++)
+            for (int li = 0; li < 2; li++) {
+                snprintf(key, sizeof(key), "prefill_%s%s_tok_s", lname[li], mode ? "_chunked" : "");
+                json_num(f, key, 1, l_tok[mode][li]);
+                snprintf(key, sizeof(key), "prefill_%s%s_ms", lname[li], mode ? "_chunked" : "");
+                json_num(f, key, 2, l_ms[mode][li]);
+            }
+        json_num(f, "prefill_32768_first_chunk_ms", 2, l_first_ms);
+        json_num(f, "prefill_32768_last_chunk_ms", 2, l_last_ms);
+        json_num(f, "prefill_32768_last_chunk_vs_first", 3,
+                 l_first_ms > 0 && l_last_ms > 0 ? l_last_ms / l_first_ms : 0);
+        fprintf(f, ", \"prefill_chunk\": %u, \"prefill_long_runs\": %d}\n", LONG_CHUNK, lruns);
         fclose(f);
     }
     free(m.mem);
