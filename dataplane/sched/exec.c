@@ -80,6 +80,8 @@ struct tdm_exec {
     uint32_t *pend;    /* per slot: 1 + the row of its device-sampled token in pi[fl] (0: none) */
     uint32_t *pend_nx; /* the same for the iteration being launched */
     uint32_t *fix_dst, *fix_src;
+    tdm_cuda_sample_out_t *emu_out[2]; /* TDM_CPU_PIPELINE: each slot's deferred samples */
+    int emu_slot;
 };
 
 static tdm_status_t graph_allreduce(void *ctx, float *buf, size_t n)
@@ -301,19 +303,31 @@ buffers:
         x->sout = tdm_calloc(cfg->max_seqs, sizeof(*x->sout));
     }
     x->fl = -1;
-    /* TDM_CUDA_PIPELINE=0 keeps the overlap loop's threaded form on the GPU too (a measurement
-     * knob: docs/cuda.md) */
-    const char *pipe = getenv("TDM_CUDA_PIPELINE");
-    if (x->dev_sample && cfg->rank == 0 && cfg->tp_size == 1 && !x->hc &&
+    /* The overlap loop pipelined (tdm_exec_lead_launch): on the GPU with TDM_CUDA_PIPELINE=1
+     * (opt-in until it has run on the device: docs/cuda.md); on the CPU with TDM_CPU_PIPELINE=1,
+     * the same protocol run synchronously (samples deferred one step, PREV_TOKEN ids taken from
+     * the deferred outputs): no speed, but the loop's state machine under test in CI */
+    const char *gpipe = getenv("TDM_CUDA_PIPELINE"), *cpipe = getenv("TDM_CPU_PIPELINE");
+    int gpu_pipe = x->dev_sample &&
 #ifdef TDM_SCHED_GPU_TP
-        !x->gpu &&
+                   !x->gpu &&
 #endif
-        x->cu->size >=
-            offsetof(tdm_cuda_module_t, exec_finish_sample) + sizeof(x->cu->exec_finish_sample) &&
-        x->cu->exec_launch_sample && x->cu->exec_finish_sample && !(pipe && !strcmp(pipe, "0"))) {
+                   x->cu->size >= offsetof(tdm_cuda_module_t, exec_finish_sample) +
+                                      sizeof(x->cu->exec_finish_sample) &&
+                   x->cu->exec_launch_sample && x->cu->exec_finish_sample && gpipe &&
+                   !strcmp(gpipe, "1");
+    int cpu_pipe = !x->cuda && cpipe && !strcmp(cpipe, "1");
+    if ((gpu_pipe || cpu_pipe) && cfg->rank == 0 && cfg->tp_size == 1 && !x->hc) {
         x->can_pipe = 1;
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2; k++) {
             x->pi[k].skip = tdm_calloc(cfg->max_seqs, 1);
+            if (cpu_pipe)
+                x->emu_out[k] = tdm_calloc(cfg->max_seqs, sizeof(*x->emu_out[k]));
+        }
+        if (cpu_pipe) {
+            x->sreq = tdm_calloc(cfg->max_seqs, sizeof(*x->sreq));
+            x->sout = tdm_calloc(cfg->max_seqs, sizeof(*x->sout));
+        }
         x->pend = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->pend_nx = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->fix_dst = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
@@ -354,8 +368,10 @@ void tdm_exec_free(tdm_exec_t *x)
     tdm_sample_scratch_free(&x->scratch);
     tdm_free(x->sreq);
     tdm_free(x->sout);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
         tdm_free(x->pi[k].skip);
+        tdm_free(x->emu_out[k]);
+    }
     tdm_free(x->pend);
     tdm_free(x->pend_nx);
     tdm_free(x->fix_dst);
@@ -690,7 +706,11 @@ static tdm_status_t pipe_complete(tdm_exec_t *x, tdm_exec_iter_t **done)
     if (!p->dev)
         return TDM_OK;
     p->dev = 0;
-    tdm_status_t st = x->cu->exec_finish_sample(x->cuda, p->slot, x->sout, p->n);
+    tdm_status_t st = TDM_OK;
+    if (x->cuda)
+        st = x->cu->exec_finish_sample(x->cuda, p->slot, x->sout, p->n);
+    else
+        memcpy(x->sout, x->emu_out[p->slot], p->n * sizeof(*x->sout));
     if (st != TDM_OK) {
         tdm_err(TDM_SUB_SCHED, "msg=\"forward failed\" rank=0 iter=%llu status=%s",
                 (unsigned long long)it->hdr.iter, tdm_status_name(st));
@@ -724,6 +744,32 @@ static tdm_status_t pipe_complete(tdm_exec_t *x, tdm_exec_iter_t **done)
     }
     tdm_comm_record_iter(x->cfg.tensor, it->hdr.iter, TDM_PATH_BATCH, it->hdr.plan_hash,
                          it->hdr.n_seqs, it->waiting, it->running, tdm_time_mono_us());
+    return TDM_OK;
+}
+
+/* TDM_CPU_PIPELINE: launch_sample's protocol on the CPU graph, run at once. The PREV_TOKEN
+ * rows take the ids the previous launch sampled (its deferred outputs, an error row's -1 as 0,
+ * as the device's fix does); the samples wait in this launch's slot until finish. */
+static tdm_status_t emu_launch(tdm_exec_t *x, tdm_exec_iter_t *it, uint32_t n, uint32_t n_fix,
+                               uint32_t *rows, int *slot)
+{
+    const tdm_cuda_sample_out_t *prev = x->emu_out[x->emu_slot];
+    x->emu_slot ^= 1;
+    tdm_cuda_sample_out_t *out = x->emu_out[x->emu_slot];
+    for (uint32_t i = 0; i < n_fix; i++) {
+        int32_t id = prev[x->fix_src[i]].r.id;
+        x->ids[x->fix_dst[i]] = id >= 0 && (uint32_t)id < x->vocab ? id : 0;
+    }
+    TDM_TRY(tdm_graph_forward(x->graph, x->gs, n, x->logits, x->cfg.max_seqs, rows));
+    for (uint32_t i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof(out[i]));
+        out[i].r.id = -1;
+        if (x->sreq[i].skip)
+            continue;
+        out[i].status = tdm_sample_token(&it->reqs[i]->sp, x->logits + (size_t)i * x->vocab,
+                                         x->vocab, NULL, x->sreq[i].step, &x->scratch, &out[i].r);
+    }
+    *slot = x->emu_slot;
     return TDM_OK;
 }
 
@@ -779,8 +825,9 @@ static tdm_status_t pipe_launch(tdm_exec_t *x, tdm_exec_iter_t *it, struct pipe_
     p->it = it;
     p->n = n;
     p->dev = 0;
-    tdm_status_t st = x->cu->exec_launch_sample(x->cuda, x->gs, n, x->sreq, x->fix_dst, x->fix_src,
-                                                n_fix, &rows, &p->slot);
+    tdm_status_t st = x->cuda ? x->cu->exec_launch_sample(x->cuda, x->gs, n, x->sreq, x->fix_dst,
+                                                          x->fix_src, n_fix, &rows, &p->slot)
+                              : emu_launch(x, it, n, n_fix, &rows, &p->slot);
     if (st == TDM_OK && rows != n)
         st = TDM_ERR_STATE;
     if (st != TDM_OK) {

@@ -136,7 +136,7 @@ try:
     # same text — sampled, greedy, with a stop string, and with a penalty (host-sampled rows,
     # which the pipelined loop runs in order).
     loops = {}
-    for name, extra, env in (("pipe", [], {}),
+    for name, extra, env in (("pipe", [], {"TDM_CUDA_PIPELINE": "1"}),
                              ("lockstep", ["--disable-overlap-schedule"], {}),
                              ("hostsample", [], {"TDM_CUDA_HOST_SAMPLE": "1",
                                                  "TDM_CUDA_PIPELINE": "0"})):

@@ -335,9 +335,8 @@ static int wait_drained(eng_t *e, tdm_sched_stats_t *st)
     return 0;
 }
 
-static void suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap)
+static void suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap, const char *loop)
 {
-    const char *loop = overlap ? "overlap" : "lockstep";
     eng_t e;
     rec_t recs[N_SPECS + 8];
     tdm_sched_stats_t st;
@@ -570,8 +569,13 @@ int main(void)
         refs = refs && reference(m, &specs[i]);
     ok(refs, "references computed");
 
-    suite(m, tok, 0);
-    suite(m, tok, 1);
+    suite(m, tok, 0, "lockstep");
+    suite(m, tok, 1, "overlap");
+    /* the overlap loop's pipelined protocol (tdm_exec_lead_launch), run on the CPU: samples
+     * deferred one step, PREV_TOKEN ids from the deferred outputs (exec.c emu_launch) */
+    setenv("TDM_CPU_PIPELINE", "1", 1);
+    suite(m, tok, 1, "pipelined");
+    unsetenv("TDM_CPU_PIPELINE");
     drop_suite(m, tok);
     pd_suite(m, tok, 0);
     pd_suite(m, tok, 1);
