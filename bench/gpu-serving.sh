@@ -15,6 +15,8 @@
 # of TinyLlama-1.1B's shape with models/demo's tokenizer, made under /tmp by
 # bench/gen_random_model.py --preset tinyllama-demo; cpu: SRCDIR/models/demo);
 # TDM_SERVE_CONC ("1 8 32 64 128"), TDM_SERVE_RATES ("8 32"), TDM_SERVE_LOOP_CONC ("32 64"),
+# TDM_SERVE_PD_RATES (the rate points again on a prefill + a decode group; default the rates,
+# empty: no PD),
 # TDM_SERVE_NUM (requests per point; 0: max(F x concurrency, 16), F = TDM_SERVE_NUM_FACTOR, 4), TDM_SERVE_IN / TDM_SERVE_OUT
 # (median lengths, 160 / 140), TDM_SERVE_IN_MAX / TDM_SERVE_OUT_MAX (1024 / 512),
 # TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_ENGINE_REPS (3), TDM_SERVE_MAX_RUNNING (the largest concurrency),
@@ -28,6 +30,7 @@ OUT=${3:-$SRC/bench/results/gpu_serving.json}
 DEV=${TDM_SERVE_DEVICE:-cuda}
 CONC=${TDM_SERVE_CONC:-1 8 32 64 128}
 RATES=${TDM_SERVE_RATES:-8 32}
+PD_RATES=${TDM_SERVE_PD_RATES-$RATES}
 LOOP_CONC=${TDM_SERVE_LOOP_CONC:-32 64}
 HS_CONC=${TDM_SERVE_HOST_SAMPLE_CONC:-}
 [ "$DEV" = cuda ] || HS_CONC=""
@@ -45,7 +48,8 @@ W=$BUILD/tandem-worker
 E=$BUILD/bench/gpu_serving_engine
 T=$(mktemp -d)
 wp=""
-trap '[ -n "$wp" ] && kill -9 $wp 2>/dev/null; rm -rf "$T"' EXIT
+pp=""
+trap '[ -n "$wp" ] && kill -9 $wp 2>/dev/null; [ -n "$pp" ] && kill -9 $pp 2>/dev/null; rm -rf "$T"' EXIT
 n=0
 tap() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 echo "1..4"
@@ -128,10 +132,83 @@ for loop in overlap lockstep threaded hostsample; do
     [ $wrc != 0 ] && { echo "# worker ($loop) exited $wrc" >&2; tail -5 "$T/worker-$loop.log" >&2; lg_rc=1; }
     wp=""
 done
+
+# 2b. PD: a prefill group and a decode group (on cuda both on this GPU, the KV by CUDA IPC; on cpu
+# over UCX), the PD points (default: the rate points) against the decode group, the prompt
+# tokens checked against the prefill group's /metrics; the colocated figures of the same points
+# (the same requests: loadgen seeds a point by its name) come from the overlap loop above
+points_pd=""
+for r in $PD_RATES; do points_pd="$points_pd,rate:$r"; done
+points_pd=${points_pd#,}
+if [ -n "$points_pd" ]; then
+    export UCX_TLS=${UCX_TLS:-tcp,sm,self} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+    memf=""
+    [ "$DEV" = cuda ] && memf="--mem-fraction-static 0.4"
+    rm -f "$T/ready-pre" "$T/ready-dec"
+    "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready-pre" \
+        --max-running-requests "$MAXRUN" $memf --disaggregation-mode prefill \
+        --disaggregation-bootstrap-port 0 > "$T/worker-prefill.log" 2>&1 &
+    pp=$!
+    i=0
+    while [ $i -lt 1200 ] && [ ! -s "$T/ready-pre" ] && kill -0 $pp 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    pport=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready-pre" 2>/dev/null)
+    boot=$(sed -n 's/.*"bootstrap": *\([0-9]*\).*/\1/p' "$T/ready-pre" 2>/dev/null)
+    dport=""
+    if [ -n "$pport" ] && [ -n "$boot" ]; then
+        "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 \
+            --ready-file "$T/ready-dec" --max-running-requests "$MAXRUN" $memf \
+            --disaggregation-mode decode --disaggregation-prefill-addr "127.0.0.1:$boot" \
+            > "$T/worker-decode.log" 2>&1 &
+        wp=$!
+        i=0
+        while [ $i -lt 1200 ] && [ ! -s "$T/ready-dec" ] && kill -0 $wp 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        dport=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready-dec" 2>/dev/null)
+    fi
+    # decode is ready for traffic once it registered its pool with prefill (/ready 200)
+    if [ -n "$dport" ] && python3 - "$dport" <<'PY'
+import sys, time, urllib.request
+deadline = time.time() + 60
+while time.time() < deadline:
+    try:
+        if urllib.request.urlopen("http://127.0.0.1:%s/ready" % sys.argv[1], timeout=5).status == 200:
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.1)
+sys.exit(1)
+PY
+    then
+        echo "# gpu-serving: PD (prefill :$pport, decode :$dport): $points_pd" >&2
+        python3 "$SRC/bench/loadgen.py" --url "http://127.0.0.1:$dport" \
+            --prefill-url "http://127.0.0.1:$pport" --points "$points_pd" \
+            --num-prompts "$NUM" --num-factor "$NUMF" --input-median "$IN" --output-median "$OUTLEN" \
+            --input-max "$IN_MAX" --output-max "$OUT_MAX" --out "$T/serve-pd.json" > /dev/null ||
+            lg_rc=1
+    else
+        echo "# PD groups did not become ready:" >&2
+        tail -5 "$T/worker-prefill.log" "$T/worker-decode.log" >&2
+        lg_rc=1
+    fi
+    for p in $wp $pp; do
+        kill -TERM "$p" 2>/dev/null
+        wait "$p"
+        wrc=$?
+        [ $wrc != 0 ] && { echo "# PD worker $p exited $wrc" >&2; lg_rc=1; }
+    done
+    wp=""
+    pp=""
+fi
 tap $lg_rc "load generator: every request served, usage and /metrics agree"
 
 # 3. merge
 [ -n "$HS_CONC" ] && : > "$T/hs-wanted"
+[ -n "$points_pd" ] && : > "$T/pd-wanted"
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)}
 [ -z "$sha" ] && sha=$(sed -n 's/^source: //p' "$SRC/.device-bundle/MANIFEST" 2>/dev/null | head -1)
 python3 - "$T" "$OUT" "${sha:-unknown}" "$DEV" "$MODEL" "$SRC" "$CONC" "$LOOP_CONC" <<'PY'
@@ -145,6 +222,7 @@ def load(loop):
     p = os.path.join(T, "serve-%s.json" % loop)
     return json.load(open(p)) if os.path.exists(p) else {"points": [], "ok": False}
 ov, ls, hs, th = load("overlap"), load("lockstep"), load("hostsample"), load("threaded")
+pd = load("pd")
 def pt(doc, name):
     return next((p for p in doc["points"] if p["point"] == name), None)
 rows = []
@@ -177,6 +255,15 @@ for p in hs["points"]:
                         "host_sample_itl_p50_ms": p["itl_ms"]["p50"],
                         "device_sample_output_tok_s": a and a["output_tok_s"],
                         "device_sample_itl_p50_ms": a and a["itl_ms"]["p50"]})
+pd_rows = []
+for p in pd["points"]:
+    a = pt(ov, p["point"])
+    pick = lambda q: q and {"ttft_ms": q["ttft_ms"], "itl_ms": q["itl_ms"],
+                            "output_tok_s": q["output_tok_s"], "completed": q["completed"],
+                            "total_input_tokens": q["total_input_tokens"]}
+    pd_rows.append({"point": p["point"], "pd": pick(p), "colocated": pick(a),
+                    "prefill_group_metrics_delta": {k: v for k, v in p["metrics_delta"].items()
+                                                    if k.startswith("prefill_group_")}})
 anchor = {}
 try:
     g = json.load(open(os.path.join(src, "bench/results/gpu_decode.json")))
@@ -196,7 +283,10 @@ doc = {
             "sweep and Poisson rates, overlap loop; lockstep at the loop points), beside the engine's "
             "batched decode at batch = concurrency in the same run (ids: device argmax, ids copied; "
             "logits: full rows copied as well); device_vs_host_sampling: the same points with "
-            "TDM_CUDA_HOST_SAMPLE=1 (every logits row copied, sampled on the host)",
+            "TDM_CUDA_HOST_SAMPLE=1 (every logits row copied, sampled on the host); overlap on cuda: "
+            "the pipelined loop (TDM_CUDA_PIPELINE=1), threaded: TDM_CUDA_PIPELINE=0; "
+            "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
+            "CUDA IPC) beside the colocated overlap worker on the same requests",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
                "concurrency 1 <= 1.15 x the engine's bs1 step; overlap > lockstep at 32/64",
     "device": dev, "gpu": gpu, "git_sha": sha,
@@ -206,9 +296,11 @@ doc = {
     "load": ov.get("lengths"), "seed": ov.get("seed"),
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
-    "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample, "anchor": anchor,
+    "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,
+    "pd_vs_colocated": pd_rows, "anchor": anchor,
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
                  (bool(th.get("ok")) or not loop_conc or dev != "cuda") and
+                 (bool(pd.get("ok")) or not os.path.exists(os.path.join(T, "pd-wanted"))) and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
@@ -221,6 +313,11 @@ for r in rows:
              s and s["ttft_ms"]["p50"], r["concurrency"], e and e["ids_tok_s"],
              e and e["ids_step_us"],
              " ratio %s" % r.get("serving_vs_engine_decode") if "serving_vs_engine_decode" in r else ""))
+for r in pd_rows:
+    a, b = r["pd"], r["colocated"]
+    print("# bench pd %s: TTFT p50 %s vs colocated %s ms; ITL p50 %s vs %s ms"
+          % (r["point"], a and a["ttft_ms"]["p50"], b and b["ttft_ms"]["p50"],
+             a and a["itl_ms"]["p50"], b and b["itl_ms"]["p50"]))
 for h in host_sample:
     print("# bench sampling %s: device %s vs host %s tok/s; ITL p50 %s vs %s ms"
           % (h["point"], h["device_sample_output_tok_s"], h["host_sample_output_tok_s"],

@@ -20,6 +20,8 @@ usage.completion_tokens == its max_tokens, and at most that many content chunks;
 /metrics counters over the point (tandem_generated_tokens_total, and tandem_prefill_tokens_total +
 tandem_prompt_tokens_cached_total while tandem_retractions_total stays put) equal the sums of the
 responses' usage (polled with a deadline: the scheduler publishes them at the end of an iteration).
+PD (--prefill-url): the requests go to the decode group at --url, the prompt tokens are checked
+against the prefill group's counters.
 
 Requests are spread over --procs processes (threads inside each), so the client's JSON parsing
 does not cap a fast server; arrivals follow one global schedule.
@@ -27,7 +29,7 @@ does not cap a fast server; arrivals follow one global schedule.
 Usage: loadgen.py --url http://127.0.0.1:PORT --points "conc:1,conc:8,rate:16" [--num-prompts N]
   [--num-factor F]
   [--seed S] [--input-median N] [--output-median N] [--input-max N] [--output-max N]
-  [--min-len N] [--procs N] [--timeout S] [--out FILE]
+  [--min-len N] [--procs N] [--timeout S] [--prefill-url URL] [--out FILE]
 Prints one JSON object (and writes it to --out).
 """
 import argparse
@@ -41,6 +43,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import zlib
 
 WORDS = ("the of and to in is you that it he was for on are as with his they at be this have "
          "from or one had by word but not what all were we when your can said there use an each "
@@ -222,6 +225,7 @@ def run_point(a, host, port, model, point, reqs, seed):
             t += rng.expovariate(point["rate"])
     sem = mp.Semaphore(point["max_concurrency"]) if point["max_concurrency"] else None
     before = scrape(host, port)
+    pre_before = scrape(*a.prefill) if a.prefill else None
     procs = max(1, min(a.procs, len(reqs)))
     q = mp.Queue()
     t_base = time.time() + 0.2
@@ -262,7 +266,16 @@ def run_point(a, host, port, model, point, reqs, seed):
         d = {k: after[k] - before[k] for k in COUNTERS + EXTRA if k in after and k in before}
         gen_ok = d["tandem_generated_tokens_total"] == sum_out
         pre = d["tandem_prefill_tokens_total"] + d["tandem_prompt_tokens_cached_total"]
-        pre_ok = d["tandem_retractions_total"] > 0 or pre == sum_in
+        retracted = d["tandem_retractions_total"] > 0
+        if pre_before is not None:
+            # PD: the prompts are computed by the prefill group (--prefill-url), the decode group
+            # holds them as transferred KV
+            pre_after = scrape(*a.prefill)
+            dp = {k: pre_after[k] - pre_before[k] for k in COUNTERS if k in pre_after}
+            d.update({"prefill_group_" + k: v for k, v in dp.items()})
+            pre = dp["tandem_prefill_tokens_total"] + dp["tandem_prompt_tokens_cached_total"]
+            retracted = retracted or dp["tandem_retractions_total"] > 0
+        pre_ok = retracted or pre == sum_in
         if (gen_ok and pre_ok) or time.time() > deadline:
             break
         time.sleep(0.05)
@@ -318,10 +331,16 @@ def main():
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--metrics-wait", type=float, default=10.0)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--prefill-url", help="PD: the prefill group, whose /metrics count the "
+                    "prompts (the decode group at --url serves the requests)")
     ap.add_argument("--out")
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
     host, port = u.hostname, u.port or 80
+    a.prefill = None
+    if a.prefill_url:
+        pu = urllib.parse.urlparse(a.prefill_url)
+        a.prefill = (pu.hostname, pu.port or 80)
     try:
         points = [parse_point(p) for p in a.points.split(",") if p]
     except ValueError as e:
@@ -339,8 +358,11 @@ def main():
     res = []
     for k, p in enumerate(points):
         n = a.num_prompts or max(a.num_factor * (p["max_concurrency"] or 4), 16)
-        reqs = make_requests(n, a.seed + k, a)
-        r = run_point(a, host, port, model, p, reqs, a.seed + k)
+        # the seed follows the point's name, so one point run against two workers (PD and
+        # colocated) sends the same requests
+        ps = a.seed + zlib.crc32(p["name"].encode()) % 100003
+        reqs = make_requests(n, ps, a)
+        r = run_point(a, host, port, model, p, reqs, ps)
         sys.stderr.write("loadgen: %-12s %4d/%d ok  %8.1f out tok/s  %6.2f req/s  TTFT p50 %s ms"
                          "  ITL p50 %s p99 %s ms%s\n"
                          % (p["name"], r["completed"], r["requests"], r["output_tok_s"],
@@ -349,7 +371,7 @@ def main():
                             "  ERRORS %d: %s" % (r["n_errors"], r["errors"][0])
                             if r["n_errors"] else ""))
         res.append(r)
-    doc = {"url": a.url, "model": model, "seed": a.seed,
+    doc = {"url": a.url, "prefill_url": a.prefill_url, "model": model, "seed": a.seed,
            "lengths": {"input_median": a.input_median, "output_median": a.output_median,
                        "input_max": a.input_max, "output_max": a.output_max,
                        "min": a.min_len, "distribution": "log-normal, sigma 0.9 in / 0.8 out"},

@@ -2,7 +2,8 @@
 # test-gpu-serving-cpu.sh — bench/gpu-serving.sh and its load generator (bench/loadgen.py) at
 # small sizes against a --device cpu worker on models/demo, so make check runs the GPU serving
 # bench's every path but the engine ceiling: the concurrency sweep and a Poisson rate in the
-# overlap loop, a loop point in lockstep, the usage and /metrics cross-checks, the merged JSON
+# overlap loop, a loop point in lockstep, the rate point on a prefill + a decode group (PD over
+# UCX) beside colocated on the same requests, the usage and /metrics cross-checks, the merged JSON
 # (docs/contracts.md §h gpu_serving.json). No timing assertion. Then the cross-check must fail:
 # a point measured while another client's tokens flow through the same worker sees /metrics
 # grow by more than its own responses' usage and exits 1.
@@ -46,10 +47,19 @@ assert len(d["rates"]) == 1 and d["rates"][0]["request_rate"] == 50, "rates"
 assert d["rates"][0]["completed"] == 6, "rate point"
 lo = d["overlap_vs_lockstep"]
 assert len(lo) == 1 and lo[0]["concurrency"] == 4 and lo[0]["lockstep_output_tok_s"] > 0, "loops"
+pd = d["pd_vs_colocated"]
+assert [r["point"] for r in pd] == ["rate:50"], "pd points %s" % pd
+assert pd[0]["pd"]["completed"] == 6 and pd[0]["colocated"]["completed"] == 6, "pd completed"
+assert pd[0]["pd"]["total_input_tokens"] == pd[0]["colocated"]["total_input_tokens"], \
+    "PD and colocated were sent other requests"
+m = pd[0]["prefill_group_metrics_delta"]
+assert (m["prefill_group_tandem_prefill_tokens_total"] +
+        m["prefill_group_tandem_prompt_tokens_cached_total"] == pd[0]["pd"]["total_input_tokens"]), \
+    "prefill group's counters %s" % m
 print("fields ok")
 PY
 rc=$?
-ok $rc "gpu_serving.json: both concurrency points, the rate point and the loop comparison, every request and token accounted ($(tail -1 "$T/check"))"
+ok $rc "gpu_serving.json: both concurrency points, the rate point, the loop comparison and PD beside colocated, every request and token accounted ($(tail -1 "$T/check"))"
 
 # the cross-check fails when the worker serves tokens the point did not ask for
 "$BIN" --model-path "$S/models/demo" --device cpu --port 0 --ready-file "$T/ready" \
