@@ -181,7 +181,9 @@ COUNTERS = ("tandem_generated_tokens_total", "tandem_prefill_tokens_total",
             "tandem_prompt_tokens_cached_total", "tandem_retractions_total")
 # reported beside (where the time went: steps of decode rows only vs steps with prefill chunks);
 # a worker without them reports none
-EXTRA = ("tandem_sched_decode_iterations_total", "tandem_sched_mixed_iterations_total")
+EXTRA = ("tandem_sched_decode_iterations_total", "tandem_sched_mixed_iterations_total",
+         "tandem_sched_build_seconds_total", "tandem_sched_exec_wait_seconds_total",
+         "tandem_sched_process_seconds_total")
 
 
 def scrape(host, port):
@@ -196,6 +198,21 @@ def scrape(host, port):
     missing = [k for k in COUNTERS if k not in v]
     if missing:
         raise RuntimeError("/metrics lacks " + ", ".join(missing))
+    return v
+
+
+def scrape_settled(host, port, limit=3.0):
+    """The counters once the worker is quiet: the previous point's (or the warm-up's) last
+    iteration publishes them after its responses went out, so a scrape right after them can miss
+    its last tokens and charge them to the next point. Two scrapes 50 ms apart that agree."""
+    v = scrape(host, port)
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        time.sleep(0.05)
+        w = scrape(host, port)
+        if all(w.get(k) == v.get(k) for k in COUNTERS):
+            return w
+        v = w
     return v
 
 
@@ -216,6 +233,19 @@ def stats_ms(xs):
             "p90": round(1e3 * pct(xs, 0.9), 3), "p99": round(1e3 * pct(xs, 0.99), 3)}
 
 
+def loop_split(d):
+    """The scheduler loop's time per batch iteration over the point (µs): build, waiting for the
+    executor, processing; None when the worker does not report them."""
+    n = d.get("tandem_sched_decode_iterations_total", 0) + \
+        d.get("tandem_sched_mixed_iterations_total", 0)
+    keys = {"build": "tandem_sched_build_seconds_total",
+            "exec_wait": "tandem_sched_exec_wait_seconds_total",
+            "process": "tandem_sched_process_seconds_total"}
+    if n <= 0 or any(k not in d for k in keys.values()):
+        return None
+    return {name: round(d[k] * 1e6 / n, 1) for name, k in keys.items()}
+
+
 def run_point(a, host, port, model, point, reqs, seed):
     rng = random.Random(seed ^ 0x5EED)
     starts, t = [], 0.0
@@ -224,8 +254,8 @@ def run_point(a, host, port, model, point, reqs, seed):
         if math.isfinite(point["rate"]):
             t += rng.expovariate(point["rate"])
     sem = mp.Semaphore(point["max_concurrency"]) if point["max_concurrency"] else None
-    before = scrape(host, port)
-    pre_before = scrape(*a.prefill) if a.prefill else None
+    before = scrape_settled(host, port)
+    pre_before = scrape_settled(*a.prefill) if a.prefill else None
     procs = max(1, min(a.procs, len(reqs)))
     q = mp.Queue()
     t_base = time.time() + 0.2
@@ -305,7 +335,9 @@ def run_point(a, host, port, model, point, reqs, seed):
         "concurrency_mean": round(sum(e2e) / dur, 2),
         "ttft_ms": stats_ms(ttft), "itl_ms": stats_ms(itl), "tpot_ms": stats_ms(tpot),
         "e2e_ms": stats_ms(e2e),
-        "metrics_delta": {k: int(v) for k, v in d.items()},
+        "metrics_delta": {k: (round(v, 6) if k.endswith("_seconds_total") else int(v))
+                          for k, v in d.items()},
+        "loop_us_per_iter": loop_split(d),
         "step_ms_mean": (round(dur * 1e3 / (d["tandem_sched_decode_iterations_total"] +
                                             d["tandem_sched_mixed_iterations_total"]), 3)
                          if d.get("tandem_sched_decode_iterations_total", 0) +

@@ -142,6 +142,15 @@ static void hicache_series(FILE *f, const tdm_sched_stats_t *s)
 }
 
 /* Info metrics (value 1): what this worker is, for joins on its labels (group_left). */
+
+/* A counter in seconds from microseconds (6 decimals: exact). */
+static void counter_s(FILE *f, const char *name, const char *help, uint64_t us)
+{
+    tdm_prom_head(f, name, help, "counter");
+    fprintf(f, "%s %llu.%06llu\n", name, (unsigned long long)(us / 1000000u),
+            (unsigned long long)(us % 1000000u));
+}
+
 static void build_info(FILE *f, tdm_api_t *a)
 {
     const tdm_worker_config_t *c = a->o.cfg;
@@ -203,6 +212,12 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
     tdm_prom_counter(f, "tandem_sched_mixed_iterations_total",
                      "Batch iterations with prefill chunks (alone or beside decode rows)",
                      s.iters_mixed);
+    counter_s(f, "tandem_sched_build_seconds_total", "Scheduler loop time spent building plans",
+              s.build_us);
+    counter_s(f, "tandem_sched_exec_wait_seconds_total",
+              "Scheduler loop time spent waiting for the executor (the forward)", s.exec_wait_us);
+    counter_s(f, "tandem_sched_process_seconds_total",
+              "Scheduler loop time spent processing results (tokens to the clients)", s.process_us);
     tdm_prom_counter(f, "tandem_retractions_total",
                      "Running requests retracted for lack of KV pages", s.retractions);
     tdm_prom_counter(f, "tandem_http_requests_total", "HTTP requests received", a->http_requests);

@@ -172,15 +172,27 @@ static tdm_status_t run_sync(tdm_sched_t *s, iter_buf_t *ib)
     return exec_wait(s)->it.status;
 }
 
+/* Adds the time since *t to *acc and moves *t to now. */
+static void lap(uint64_t *acc, uint64_t *t)
+{
+    uint64_t now = tdm_time_mono_us();
+    *acc += now - *t;
+    *t = now;
+}
+
 static tdm_status_t loop_lockstep(tdm_sched_t *s)
 {
     iter_buf_t *ib = &s->ib[0];
     while (!wait_for_work(s, s->cfg.idle_plan_us)) {
+        uint64_t t = tdm_time_mono_us();
         tdm_sched_build(s, ib, s->iter + 1);
         s->iter++;
         take_tier(s, ib);
+        lap(&s->st.build_us, &t);
         TDM_TRY(tdm_exec_lead(s->x, &ib->it));
+        lap(&s->st.exec_wait_us, &t);
         tdm_sched_process_results(s, &ib->it);
+        lap(&s->st.process_us, &t);
         publish(s);
     }
     return TDM_OK;
@@ -278,9 +290,12 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
         if (stop)
             break;
         iter_buf_t *next = &s->ib[k];
+        uint64_t t = tdm_time_mono_us();
         tdm_plan_kind_t kind = tdm_sched_build(s, next, s->iter + 1);
+        lap(&s->st.build_us, &t);
         if (inflight) {
             iter_buf_t *done = exec_wait(s);
+            lap(&s->st.exec_wait_us, &t);
             if (done->it.status != TDM_OK) {
                 st = done->it.status;
                 inflight = NULL;
@@ -293,13 +308,17 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
             exec_submit(s, next);
             k ^= 1;
         }
+        lap(&s->st.build_us, &t);
         if (inflight)
             tdm_sched_process_results(s, &inflight->it);
+        lap(&s->st.process_us, &t);
         publish(s);
         inflight = (kind == TDM_PLAN_BATCH || !inflight) ? next : NULL;
         if (inflight && kind != TDM_PLAN_BATCH) {
             /* an IDLE heartbeat plan: nothing to overlap with */
+            t = tdm_time_mono_us();
             iter_buf_t *done = exec_wait(s);
+            lap(&s->st.exec_wait_us, &t);
             inflight = NULL;
             if (done->it.status != TDM_OK) {
                 st = done->it.status;
@@ -341,9 +360,11 @@ static tdm_status_t loop_pipeline(tdm_sched_t *s)
         if (stop)
             break;
         iter_buf_t *next = &s->ib[k];
+        uint64_t t = tdm_time_mono_us();
         tdm_plan_kind_t kind = tdm_sched_build(s, next, s->iter + 1);
         if (inflight)
             kind = drop_aborted(s, next, kind);
+        lap(&s->st.build_us, &t);
         if (kind == TDM_PLAN_BATCH || !inflight) {
             s->iter++;
             take_tier(s, next);
@@ -356,10 +377,12 @@ static tdm_status_t loop_pipeline(tdm_sched_t *s)
             st = tdm_exec_lead_complete(s->x, &done);
             inflight = 0;
         }
+        lap(&s->st.exec_wait_us, &t);
         if (st != TDM_OK)
             break;
         if (done)
             tdm_sched_process_results(s, done);
+        lap(&s->st.process_us, &t);
         publish(s);
         if (inflight && kind != TDM_PLAN_BATCH) {
             /* an IDLE heartbeat ran to completion: hand it back now */

@@ -99,6 +99,9 @@ typedef struct tdm_sched_stats {
     uint64_t aborted_rows_dropped;
     /* BATCH iterations completed: decode rows only, or with prefill chunks (mixed) */
     uint64_t iters_decode, iters_mixed;
+    /* the loop thread's time (µs): building plans, waiting for the executor (lockstep: the whole
+     * forward; overlap: what the build and the processing did not hide), processing results */
+    uint64_t build_us, exec_wait_us, process_us;
     int draining, drained;
     /* PD: decode requests waiting for their KV; ended requests whose pages wait for the room's
      * release (prefill: puts in flight; decode: quarantined until ABORT_ACK) */

@@ -24,7 +24,7 @@ TDM_SERVE_DEVICE=cpu TDM_SERVE_CONC="1 4" TDM_SERVE_RATES="50" TDM_SERVE_LOOP_CO
     > "$T/tap" 2> "$T/err"
 rc=$?
 ok $rc "gpu-serving.sh on --device cpu exits 0 (rc $rc)"
-[ $rc != 0 ] && sed 's/^/# /' "$T/tap" "$T/err" | tail -30
+{ [ $rc != 0 ] || grep -q '^not ok' "$T/tap"; } && sed 's/^/# /' "$T/tap" "$T/err" | tail -30
 ok "$(grep -c '^not ok' "$T/tap" | grep -qx 0; echo $?)" "its TAP has no failure"
 python3 - "$T/out.json" > "$T/check" 2>&1 <<'PY'
 import json, sys
@@ -43,6 +43,11 @@ for c, r in rows.items():
         for q in ("mean", "p50", "p90", "p99"):
             assert s[k][q] is not None and s[k][q] >= 0, "c=%d %s %s" % (c, k, q)
     assert s["ttft_ms"]["p50"] <= s["e2e_ms"]["p50"], "c=%d ttft > e2e" % c
+    lu = s["loop_us_per_iter"]
+    assert lu and lu["exec_wait"] > 0 and lu["build"] >= 0 and lu["process"] > 0, \
+        "c=%d loop split %s" % (c, lu)
+    assert s["step_ms_mean"] > 0 and m["tandem_sched_decode_iterations_total"] + \
+        m["tandem_sched_mixed_iterations_total"] > 0, "c=%d iterations" % c
 assert len(d["rates"]) == 1 and d["rates"][0]["request_rate"] == 50, "rates"
 assert d["rates"][0]["completed"] == 6, "rate point"
 lo = d["overlap_vs_lockstep"]
