@@ -50,6 +50,15 @@ T=$(mktemp -d)
 wp=""
 pp=""
 trap '[ -n "$wp" ] && kill -9 $wp 2>/dev/null; [ -n "$pp" ] && kill -9 $pp 2>/dev/null; rm -rf "$T"' EXIT
+# wait_file FILE PID: until FILE is written or PID exits (2 min); prints its "http" port
+wait_file() {
+    i=0
+    while [ $i -lt 1200 ] && [ ! -s "$1" ] && kill -0 "$2" 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$1" 2>/dev/null
+}
 n=0
 tap() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 echo "1..4"
@@ -107,12 +116,7 @@ for loop in overlap lockstep threaded hostsample; do
     TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
-    i=0
-    while [ $i -lt 1200 ] && [ ! -s "$T/ready" ] && kill -0 $wp 2>/dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    port=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready" 2>/dev/null)
+    port=$(wait_file "$T/ready" $wp)
     if [ -z "$port" ]; then
         echo "# worker ($loop) did not become ready:" >&2
         tail -20 "$T/worker-$loop.log" >&2
@@ -149,12 +153,7 @@ if [ -n "$points_pd" ]; then
         --max-running-requests "$MAXRUN" $memf --disaggregation-mode prefill \
         --disaggregation-bootstrap-port 0 > "$T/worker-prefill.log" 2>&1 &
     pp=$!
-    i=0
-    while [ $i -lt 1200 ] && [ ! -s "$T/ready-pre" ] && kill -0 $pp 2>/dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    pport=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready-pre" 2>/dev/null)
+    pport=$(wait_file "$T/ready-pre" $pp)
     boot=$(sed -n 's/.*"bootstrap": *\([0-9]*\).*/\1/p' "$T/ready-pre" 2>/dev/null)
     dport=""
     if [ -n "$pport" ] && [ -n "$boot" ]; then
@@ -163,12 +162,7 @@ if [ -n "$points_pd" ]; then
             --disaggregation-mode decode --disaggregation-prefill-addr "127.0.0.1:$boot" \
             > "$T/worker-decode.log" 2>&1 &
         wp=$!
-        i=0
-        while [ $i -lt 1200 ] && [ ! -s "$T/ready-dec" ] && kill -0 $wp 2>/dev/null; do
-            sleep 0.1
-            i=$((i + 1))
-        done
-        dport=$(sed -n 's/.*"http": *\([0-9]*\).*/\1/p' "$T/ready-dec" 2>/dev/null)
+        dport=$(wait_file "$T/ready-dec" $wp)
     fi
     # decode is ready for traffic once it registered its pool with prefill (/ready 200)
     if [ -n "$dport" ] && python3 - "$dport" <<'PY'

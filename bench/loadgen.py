@@ -201,7 +201,7 @@ def scrape(host, port):
     return v
 
 
-def scrape_settled(host, port, limit=3.0):
+def scrape_settled(host, port, limit=0.5):
     """The counters once the worker is quiet: the previous point's (or the warm-up's) last
     iteration publishes them after its responses went out, so a scrape right after them can miss
     its last tokens and charge them to the next point. Two scrapes 50 ms apart that agree."""

@@ -97,6 +97,18 @@ static int wait_for_work(tdm_sched_t *s, uint64_t us)
     return stop;
 }
 
+/* Whether to stop at the top of an overlap turn: with an iteration in flight there is work by
+ * definition (only the stop flag is read), else the loop waits for work as lockstep does. */
+static int turn_stop(tdm_sched_t *s, int inflight)
+{
+    if (!inflight)
+        return wait_for_work(s, s->cfg.idle_plan_us);
+    pthread_mutex_lock(&s->mu);
+    int stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    return stop;
+}
+
 /* ---------------------------------------------------------------- loops */
 
 static void *exec_main(void *arg)
@@ -279,15 +291,7 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
     int k = 0;
     tdm_status_t st = TDM_OK;
     for (;;) {
-        int stop;
-        if (inflight) {
-            pthread_mutex_lock(&s->mu);
-            stop = s->stop;
-            pthread_mutex_unlock(&s->mu);
-        } else {
-            stop = wait_for_work(s, s->cfg.idle_plan_us);
-        }
-        if (stop)
+        if (turn_stop(s, inflight != 0))
             break;
         iter_buf_t *next = &s->ib[k];
         uint64_t t = tdm_time_mono_us();
@@ -349,15 +353,7 @@ static tdm_status_t loop_pipeline(tdm_sched_t *s)
     tdm_status_t st = TDM_OK;
     tdm_exec_iter_t *done = NULL;
     for (;;) {
-        int stop;
-        if (inflight) {
-            pthread_mutex_lock(&s->mu);
-            stop = s->stop;
-            pthread_mutex_unlock(&s->mu);
-        } else {
-            stop = wait_for_work(s, s->cfg.idle_plan_us);
-        }
-        if (stop)
+        if (turn_stop(s, inflight != 0))
             break;
         iter_buf_t *next = &s->ib[k];
         uint64_t t = tdm_time_mono_us();
