@@ -501,9 +501,8 @@ static void drop_suite(const tdm_model_t *m, const tdm_tok_t *tok)
 }
 
 /* PD: prefill + decode schedulers in this process, connected by their engines over UCX. */
-static void pd_suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap)
+static void pd_suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap, const char *loop)
 {
-    const char *loop = overlap ? "overlap" : "lockstep";
     eng_t pre, dec, lone;
     rec_t recs[N_SPECS];
     tdm_sched_stats_t sp, sd;
@@ -577,8 +576,11 @@ int main(void)
     suite(m, tok, 1, "pipelined");
     unsetenv("TDM_CPU_PIPELINE");
     drop_suite(m, tok);
-    pd_suite(m, tok, 0);
-    pd_suite(m, tok, 1);
+    pd_suite(m, tok, 0, "lockstep");
+    pd_suite(m, tok, 1, "overlap");
+    setenv("TDM_CPU_PIPELINE", "1", 1);
+    pd_suite(m, tok, 1, "pipelined");
+    unsetenv("TDM_CPU_PIPELINE");
 
     /* the fault table: arming rules, rank/iteration targeting, counts */
     static tdm_fault_table_t ft;
