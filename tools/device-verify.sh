@@ -20,7 +20,11 @@
 #         decode   bench/gpu_decode + bench/gpu-decode.sh (the engine and its torch anchors);
 #         serving  bench/gpu-serving.sh (→ gpu_serving.json) at the sizes of TDM_SERVE_*;
 #         tp       bench/multi-gpu.sh (test-cuda-tp, the serving faults on a TP=2 GPU group, NCCL's
-#                  one-rank figures; → gpu_tp.json, multi_gpu.json).
+#                  one-rank figures; → gpu_tp.json, multi_gpu.json);
+#         demo     a demo-model candidate trained with torch (tools/demo/device_run.sh, variant
+#                  TDM_VERIFY_DEMO_VARIANT (5), TDM_VERIFY_DEMO_SECONDS (400) in all, the model in
+#                  15 MiB pieces under $OUT/demo): a call of its own (time, and the files that
+#                  come back).
 #       Every result file and log goes under $OUT; summary.txt lists each phase's exit status and
 #       seconds. Exit status 0 only when every phase passed. Env: TDM_VERIFY_LIMIT_<PHASE>
 #       (seconds; defaults below), TDM_VERIFY_MEM_FRACTION (0.05 per worker), TDM_VERIFY_DEVICE
@@ -88,7 +92,7 @@ phase() {
 }
 
 run_phases() {
-    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving tp)"
+    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving tp demo)"
     test -s "$dir/bundle.tar.xz" || die "no $dir/bundle.tar.xz: run '$0 prepare BUILD_DIR' here and carry .dev-verify"
     cd "$top" || die "cannot enter $top"
     OUT=${OUT:-$top/device-out}
@@ -104,8 +108,8 @@ run_phases() {
     for p in "$@"; do
         case $p in
         detect | chaos) need_pg=1 ;;
-        tests | decode | serving | tp) ;;
-        *) die "unknown phase '$p' (tests detect chaos decode serving tp)" ;;
+        tests | decode | serving | tp | demo) ;;
+        *) die "unknown phase '$p' (tests detect chaos decode serving tp demo)" ;;
         esac
     done
     if test $need_pg = 1; then
@@ -135,8 +139,19 @@ run_phases() {
                 --tp 2 --long --only 1,2,3,4 --out "$OUT/chaos_gpu.json"
             ;;
         decode)
+            # the host-only benches (no GPU in them) are not what a device call is for
             phase decode "${TDM_VERIFY_LIMIT_DECODE:-420}" env OUT="$OUT/decode" \
-                TDM_DEVICE_SKIP="^(test|memcheck) |gpu-serving|multi-gpu" bash "$top/tools/device-run.sh"
+                TDM_DEVICE_SKIP="^(test|memcheck) |gpu-serving|multi-gpu|^bench bench/(checksum_segments|controlplane|cpu_engine|kernels|transfer|transfer_floor)\$" \
+                bash "$top/tools/device-run.sh"
+            ;;
+        demo)
+            # a demo-model candidate (tools/demo/device_run.sh; its pieces come back under
+            # $OUT/demo: cat base.tgz.* | tar xzf - -C DIR, then tools/demo/eval_cpu.py here)
+            mkdir -p "$OUT/demo"
+            phase demo "${TDM_VERIFY_LIMIT_DEMO:-420}" env OUT="$OUT/demo" PRESETS=base \
+                CONVERSATIONS="${TDM_VERIFY_DEMO_CONVERSATIONS:-400000}" TOKENIZER=train \
+                sh "$top/tools/demo/device_run.sh" "${TDM_VERIFY_DEMO_VARIANT:-5}" \
+                "${TDM_VERIFY_DEMO_SECONDS:-400}"
             ;;
         serving)
             phase serving "${TDM_VERIFY_LIMIT_SERVING:-300}" bash "$top/bench/gpu-serving.sh" "$b" "$top" \
