@@ -181,9 +181,10 @@ COUNTERS = ("tandem_generated_tokens_total", "tandem_prefill_tokens_total",
             "tandem_prompt_tokens_cached_total", "tandem_retractions_total")
 # reported beside (where the time went: steps of decode rows only vs steps with prefill chunks);
 # a worker without them reports none
+WAIT = 'tandem_sched_exec_wait_seconds_total{kind="%s"}'
 EXTRA = ("tandem_sched_decode_iterations_total", "tandem_sched_mixed_iterations_total",
-         "tandem_sched_build_seconds_total", "tandem_sched_exec_wait_seconds_total",
-         "tandem_sched_process_seconds_total")
+         "tandem_sched_build_seconds_total", "tandem_sched_process_seconds_total",
+         WAIT % "idle", WAIT % "decode", WAIT % "mixed")
 
 
 def scrape(host, port):
@@ -236,14 +237,21 @@ def stats_ms(xs):
 def loop_split(d):
     """The scheduler loop's time per batch iteration over the point (µs): build, waiting for the
     executor, processing; None when the worker does not report them."""
-    n = d.get("tandem_sched_decode_iterations_total", 0) + \
-        d.get("tandem_sched_mixed_iterations_total", 0)
-    keys = {"build": "tandem_sched_build_seconds_total",
-            "exec_wait": "tandem_sched_exec_wait_seconds_total",
-            "process": "tandem_sched_process_seconds_total"}
-    if n <= 0 or any(k not in d for k in keys.values()):
+    nd = d.get("tandem_sched_decode_iterations_total", 0)
+    nm = d.get("tandem_sched_mixed_iterations_total", 0)
+    keys = ("tandem_sched_build_seconds_total", "tandem_sched_process_seconds_total",
+            WAIT % "idle", WAIT % "decode", WAIT % "mixed")
+    if nd + nm <= 0 or any(k not in d for k in keys):
         return None
-    return {name: round(d[k] * 1e6 / n, 1) for name, k in keys.items()}
+    n = nd + nm
+    wait = d[WAIT % "idle"] + d[WAIT % "decode"] + d[WAIT % "mixed"]
+    return {"build": round(d[keys[0]] * 1e6 / n, 1),
+            "exec_wait": round(wait * 1e6 / n, 1),
+            "process": round(d[keys[1]] * 1e6 / n, 1),
+            # per iteration of that kind: in lockstep the forward of a decode step and of a step
+            # with prefill chunks
+            "exec_wait_decode": round(d[WAIT % "decode"] * 1e6 / nd, 1) if nd else None,
+            "exec_wait_mixed": round(d[WAIT % "mixed"] * 1e6 / nm, 1) if nm else None}
 
 
 def run_point(a, host, port, model, point, reqs, seed):
@@ -335,7 +343,7 @@ def run_point(a, host, port, model, point, reqs, seed):
         "concurrency_mean": round(sum(e2e) / dur, 2),
         "ttft_ms": stats_ms(ttft), "itl_ms": stats_ms(itl), "tpot_ms": stats_ms(tpot),
         "e2e_ms": stats_ms(e2e),
-        "metrics_delta": {k: (round(v, 6) if k.endswith("_seconds_total") else int(v))
+        "metrics_delta": {k: (round(v, 6) if "_seconds_total" in k else int(v))
                           for k, v in d.items()},
         "loop_us_per_iter": loop_split(d),
         "step_ms_mean": (round(dur * 1e3 / (d["tandem_sched_decode_iterations_total"] +

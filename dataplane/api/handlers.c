@@ -214,8 +214,15 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
                      s.iters_mixed);
     counter_s(f, "tandem_sched_build_seconds_total", "Scheduler loop time spent building plans",
               s.build_us);
-    counter_s(f, "tandem_sched_exec_wait_seconds_total",
-              "Scheduler loop time spent waiting for the executor (the forward)", s.exec_wait_us);
+    tdm_prom_head(f, "tandem_sched_exec_wait_seconds_total",
+                  "Scheduler loop time spent waiting for the executor (the forward), by the kind "
+                  "of the iteration waited for",
+                  "counter");
+    static const char *const wait_kind[3] = {"idle", "decode", "mixed"};
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "tandem_sched_exec_wait_seconds_total{kind=\"%s\"} %llu.%06llu\n", wait_kind[k],
+                (unsigned long long)(s.exec_wait_us[k] / 1000000u),
+                (unsigned long long)(s.exec_wait_us[k] % 1000000u));
     counter_s(f, "tandem_sched_process_seconds_total",
               "Scheduler loop time spent processing results (tokens to the clients)", s.process_us);
     tdm_prom_counter(f, "tandem_retractions_total",

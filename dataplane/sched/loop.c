@@ -192,6 +192,15 @@ static void lap(uint64_t *acc, uint64_t *t)
     *t = now;
 }
 
+/* lap() into the executor-wait counter of the iteration's kind (NULL: idle). */
+static void lap_wait(tdm_sched_t *s, const tdm_exec_iter_t *it, uint64_t *t)
+{
+    int k = TDM_SCHED_WAIT_IDLE;
+    if (it && it->hdr.kind == TDM_PLAN_BATCH)
+        k = it->hdr.n_tokens > it->hdr.n_seqs ? TDM_SCHED_WAIT_MIXED : TDM_SCHED_WAIT_DECODE;
+    lap(&s->st.exec_wait_us[k], t);
+}
+
 static tdm_status_t loop_lockstep(tdm_sched_t *s)
 {
     iter_buf_t *ib = &s->ib[0];
@@ -202,7 +211,7 @@ static tdm_status_t loop_lockstep(tdm_sched_t *s)
         take_tier(s, ib);
         lap(&s->st.build_us, &t);
         TDM_TRY(tdm_exec_lead(s->x, &ib->it));
-        lap(&s->st.exec_wait_us, &t);
+        lap_wait(s, &ib->it, &t);
         tdm_sched_process_results(s, &ib->it);
         lap(&s->st.process_us, &t);
         publish(s);
@@ -299,7 +308,7 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
         lap(&s->st.build_us, &t);
         if (inflight) {
             iter_buf_t *done = exec_wait(s);
-            lap(&s->st.exec_wait_us, &t);
+            lap_wait(s, &done->it, &t);
             if (done->it.status != TDM_OK) {
                 st = done->it.status;
                 inflight = NULL;
@@ -322,7 +331,7 @@ static tdm_status_t loop_overlap(tdm_sched_t *s)
             /* an IDLE heartbeat plan: nothing to overlap with */
             t = tdm_time_mono_us();
             iter_buf_t *done = exec_wait(s);
-            lap(&s->st.exec_wait_us, &t);
+            lap_wait(s, &done->it, &t);
             inflight = NULL;
             if (done->it.status != TDM_OK) {
                 st = done->it.status;
@@ -373,7 +382,7 @@ static tdm_status_t loop_pipeline(tdm_sched_t *s)
             st = tdm_exec_lead_complete(s->x, &done);
             inflight = 0;
         }
-        lap(&s->st.exec_wait_us, &t);
+        lap_wait(s, done, &t);
         if (st != TDM_OK)
             break;
         if (done)

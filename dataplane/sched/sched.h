@@ -89,6 +89,8 @@ void tdm_sched_drain(tdm_sched_t *s);
 /* Admit again after a drain (drained or not); requests refused meanwhile stay refused. */
 void tdm_sched_resume(tdm_sched_t *s);
 
+enum { TDM_SCHED_WAIT_IDLE = 0, TDM_SCHED_WAIT_DECODE = 1, TDM_SCHED_WAIT_MIXED = 2 };
+
 typedef struct tdm_sched_stats {
     uint32_t waiting, running;
     uint32_t pages_free, pages_total, pages_cached;
@@ -100,8 +102,9 @@ typedef struct tdm_sched_stats {
     /* BATCH iterations completed: decode rows only, or with prefill chunks (mixed) */
     uint64_t iters_decode, iters_mixed;
     /* the loop thread's time (µs): building plans, waiting for the executor (lockstep: the whole
-     * forward; overlap: what the build and the processing did not hide), processing results */
-    uint64_t build_us, exec_wait_us, process_us;
+     * forward; overlap: what the build and the processing did not hide) by the kind of the
+     * iteration waited for (TDM_SCHED_WAIT_*), processing results */
+    uint64_t build_us, exec_wait_us[3], process_us;
     int draining, drained;
     /* PD: decode requests waiting for their KV; ended requests whose pages wait for the room's
      * release (prefill: puts in flight; decode: quarantined until ABORT_ACK) */

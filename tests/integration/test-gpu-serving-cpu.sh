@@ -44,7 +44,8 @@ for c, r in rows.items():
             assert s[k][q] is not None and s[k][q] >= 0, "c=%d %s %s" % (c, k, q)
     assert s["ttft_ms"]["p50"] <= s["e2e_ms"]["p50"], "c=%d ttft > e2e" % c
     lu = s["loop_us_per_iter"]
-    assert lu and lu["exec_wait"] > 0 and lu["build"] >= 0 and lu["process"] > 0, \
+    assert lu and lu["exec_wait"] > 0 and lu["build"] >= 0 and lu["process"] > 0 and \
+        (lu["exec_wait_decode"] or 0) + (lu["exec_wait_mixed"] or 0) > 0, \
         "c=%d loop split %s" % (c, lu)
     assert s["step_ms_mean"] > 0 and m["tandem_sched_decode_iterations_total"] + \
         m["tandem_sched_mixed_iterations_total"] > 0, "c=%d iterations" % c
