@@ -236,6 +236,9 @@ for c in loop_conc:
         loops.append({"concurrency": c, "overlap_output_tok_s": a["output_tok_s"],
                       "threaded_output_tok_s": t and t["output_tok_s"],
                       "threaded_itl_p50_ms": t and t["itl_ms"]["p50"],
+                      "loop_us_per_iter": {"overlap": a.get("loop_us_per_iter"),
+                                           "lockstep": b.get("loop_us_per_iter"),
+                                           "threaded": t and t.get("loop_us_per_iter")},
                       "lockstep_output_tok_s": b["output_tok_s"],
                       "overlap_vs_lockstep": round(a["output_tok_s"] / b["output_tok_s"], 3),
                       "overlap_itl_p50_ms": a["itl_ms"]["p50"],
@@ -317,9 +320,11 @@ for h in host_sample:
           % (h["point"], h["device_sample_output_tok_s"], h["host_sample_output_tok_s"],
              h["device_sample_itl_p50_ms"], h["host_sample_itl_p50_ms"]))
 for l in loops:
-    print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s"
+    print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s; "
+          "loop us/iter %s"
           % (l["concurrency"], l["overlap_output_tok_s"], l["lockstep_output_tok_s"],
-             l["overlap_vs_lockstep"], l["threaded_output_tok_s"]))
+             l["overlap_vs_lockstep"], l["threaded_output_tok_s"],
+             json.dumps(l["loop_us_per_iter"])))
 PY
 tap $? "merged into $OUT"
 python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['checks_ok'] else 1)" "$OUT"
