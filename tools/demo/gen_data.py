@@ -409,6 +409,28 @@ def _cap(rng, q):
     return q[0].upper() + q[1:] if q and rng.random() < 0.55 else q
 
 
+def _translate_turn(rng, p_, tpls):
+    """A translate request of phrase p_ from templates tpls (request3 and request5)."""
+    lang = language3(rng) if rng.random() < 0.5 else rng.choice(LANGUAGES)
+    q = pick(rng, tpls, p=p_, l=lang)
+    tr = "(%s) %s" % (lang, p_)
+    return _cap(rng, q), {"text": p_, "lang": lang}, {"translation": tr}, \
+        "In %s: %s" % (lang, tr), [p_, lang]
+
+
+def _email_turn(rng, tpls):
+    e, s_ = email_addr(rng), subject(rng)
+    q = pick(rng, tpls, e=e, s=s_)
+    return _cap(rng, q), {"to": e, "subj": s_}, {"status": "sent", "id": rng.randint(
+        1000, 9999)}, "Done, I emailed %s." % e, [e, s_]
+
+
+def _search_reply(rng, q, t):
+    url = "https://example.com/%d" % rng.randint(1, 999)
+    return _cap(rng, q), {"q": t}, {"results": [{"title": t.capitalize(), "url": url}]}, \
+        "I found a page titled \"%s\": %s" % (t.capitalize(), url), [t]
+
+
 def request3(rng, intent, place=None):
     """Variant 3: the request from lexicon3.json's larger, composed phrasings, or None to use
     request()'s (its entities still come from variant 3's generators)."""
@@ -454,22 +476,12 @@ def request3(rng, intent, place=None):
             "symbol": t, "price": p_, "currency": "USD"}, "%s is trading at %s USD." % (t, p_), [t]
     if intent == "translate":
         p_ = phrase3(rng) if rng.random() < 0.75 else rng.choice(PHRASES)
-        lang = language3(rng) if rng.random() < 0.5 else rng.choice(LANGUAGES)
-        q = pick(rng, X["TRANSLATE3"], p=p_, l=lang)
-        tr = "(%s) %s" % (lang, p_)
-        return _cap(rng, q), {"text": p_, "lang": lang}, {"translation": tr}, \
-            "In %s: %s" % (lang, tr), [p_, lang]
+        return _translate_turn(rng, p_, X["TRANSLATE3"])
     if intent == "email":
-        e, s_ = email_addr(rng), subject(rng)
-        q = pick(rng, X["EMAIL3"], e=e, s=s_)
-        return _cap(rng, q), {"to": e, "subj": s_}, {"status": "sent", "id": rng.randint(
-            1000, 9999)}, "Done, I emailed %s." % e, [e, s_]
+        return _email_turn(rng, X["EMAIL3"])
     if intent == "search":
         t = topic(rng)
-        q = pick(rng, X["SEARCH3"], q=t, v=rng.choice(X["SEARCH_V"]))
-        url = "https://example.com/%d" % rng.randint(1, 999)
-        return _cap(rng, q), {"q": t}, {"results": [{"title": t.capitalize(), "url": url}]}, \
-            "I found a page titled \"%s\": %s" % (t.capitalize(), url), [t]
+        return _search_reply(rng, pick(rng, X["SEARCH3"], q=t, v=rng.choice(X["SEARCH_V"])), t)
     if intent == "lights":
         r, on = room3(rng) if rng.random() < 0.75 else rng.choice(ROOMS), rng.random() < 0.5
         if rng.random() < 0.2:
@@ -552,22 +564,12 @@ def request5(rng, intent, place=None):
             r, "on" if on else "off"), [r]
     if intent == "search":
         t = topic(rng)
-        q = pick(rng, X["SEARCH5"], q=t)
-        url = "https://example.com/%d" % rng.randint(1, 999)
-        return _cap(rng, q), {"q": t}, {"results": [{"title": t.capitalize(), "url": url}]}, \
-            "I found a page titled \"%s\": %s" % (t.capitalize(), url), [t]
+        return _search_reply(rng, pick(rng, X["SEARCH5"], q=t), t)
     if intent == "translate":
         p_ = phrase5(rng) if rng.random() < 0.6 else phrase3(rng)
-        lang = language3(rng) if rng.random() < 0.5 else rng.choice(LANGUAGES)
-        q = pick(rng, X["TRANSLATE5"], p=p_, l=lang)
-        tr = "(%s) %s" % (lang, p_)
-        return _cap(rng, q), {"text": p_, "lang": lang}, {"translation": tr}, \
-            "In %s: %s" % (lang, tr), [p_, lang]
+        return _translate_turn(rng, p_, X["TRANSLATE5"])
     if intent == "email":
-        e, s_ = email_addr(rng), subject(rng)
-        q = pick(rng, X["EMAIL5"], e=e, s=s_)
-        return _cap(rng, q), {"to": e, "subj": s_}, {"status": "sent", "id": rng.randint(
-            1000, 9999)}, "Done, I emailed %s." % e, [e, s_]
+        return _email_turn(rng, X["EMAIL5"])
     if intent == "reminder":
         k, m = task(rng), rng.choice([5, 10, 15, 20, 30, 45, 60, 90, rng.randint(1, 240)])
         q = pick(rng, X["REMIND5"], k=k, m=m)
@@ -589,24 +591,23 @@ def request5(rng, intent, place=None):
     return None
 
 
+def _variant_request(fn, rng, intent, place):
+    """fn's request (request3, request5), marked busy meanwhile so that a request it asks for
+    itself comes from the base templates; None when fn has none for the intent."""
+    _R3.busy = True
+    try:
+        return fn(rng, intent, place)
+    finally:
+        _R3.busy = False
+
+
 def request(rng, intent, place=None):
     """(user text, {role: value}, result dict, answer text, entity strings)."""
-    if VARIANT["v"] >= 5 and not getattr(_R3, "busy", False) and rng.random() < 0.5:
-        _R3.busy = True
-        try:
-            r = request5(rng, intent, place)
-        finally:
-            _R3.busy = False
-        if r is not None:
-            return r
-    if VARIANT["v"] >= 3 and not getattr(_R3, "busy", False) and rng.random() < 0.75:
-        _R3.busy = True
-        try:
-            r = request3(rng, intent, place)
-        finally:
-            _R3.busy = False
-        if r is not None:
-            return r
+    for v, fn, p in ((5, request5, 0.5), (3, request3, 0.75)):
+        if VARIANT["v"] >= v and not getattr(_R3, "busy", False) and rng.random() < p:
+            r = _variant_request(fn, rng, intent, place)
+            if r is not None:
+                return r
     if intent in ("weather", "time"):
         c = place or city(rng)
         q = pick(rng, WEATHER_Q if intent == "weather" else TIME_Q, c=c)
