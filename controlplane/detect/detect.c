@@ -118,6 +118,7 @@ void tdm_cp_detect_free(tdm_cp_detect_t *d)
         return;
     for (size_t i = 0; i < d->n_insts; i++) {
         json_decref(d->insts[i].lost_event);
+        json_decref(d->insts[i].gave_up);
         json_decref(d->insts[i].layout_bad);
         json_decref(d->insts[i].peer_lost);
     }
@@ -551,6 +552,10 @@ static void on_worker_lost(tdm_cp_detect_t *d, int ri, const tdm_tm_event_t *e, 
         return;
     }
     in->stopping = 0;
+    if (src && !strcmp(src, "supervisor") && json_is_true(json_object_get(data, "gave_up"))) {
+        json_decref(in->gave_up);
+        in->gave_up = json_pack("{s:s,s:O}", "reason", e->reason, "data", data);
+    }
     if (!in->lost_event) /* the first report names the rank that went first */
         in->lost_event = json_pack("{s:I,s:s,s:I,s:O?}", "rank", lost_rank, "reason", e->reason,
                                    "ts_us", (json_int_t)e->ts_us, "data", data);

@@ -50,6 +50,9 @@ typedef struct det_inst {
     uint64_t div_since;
     /* WORKER_LOST from the launcher */
     json_t *lost_event; /* {"rank","reason","data","ts_us"} or NULL */
+    /* the supervisor's report that it gave up restarting this incarnation's group (worker_lost
+     * data.source supervisor, gave_up true), kept beside the first report: {"reason","data"} */
+    json_t *gave_up;
     /* its launcher reported a rank exit after it was asked to stop (worker_lost data.stopping):
      * a stop on purpose, never current again (docs/alerts.md WORKER_LOST) */
     uint8_t stopping;

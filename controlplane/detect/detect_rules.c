@@ -347,7 +347,15 @@ static void rule_lost(tdm_cp_detect_t *d, const det_inst_t *in, const char *grou
         json_decref(lost);
         return;
     }
-    if (in->lost_event)
+    const char *src =
+        in->lost_event
+            ? json_string_value(json_object_get(json_object_get(in->lost_event, "data"), "source"))
+            : NULL;
+    int by_super = src && !strcmp(src, "supervisor");
+    if (in->lost_event && by_super) /* a group that never ran long enough for a launcher report */
+        snprintf(f->summary, sizeof(f->summary), "group %s: %s", group,
+                 json_string_value(json_object_get(in->lost_event, "reason")));
+    else if (in->lost_event)
         snprintf(f->summary, sizeof(f->summary),
                  "group %s: launcher reported rank %" PRId64 " exited (%s)", group,
                  (int64_t)json_integer_value(json_object_get(in->lost_event, "rank")),
@@ -355,8 +363,20 @@ static void rule_lost(tdm_cp_detect_t *d, const det_inst_t *in, const char *grou
     else
         snprintf(f->summary, sizeof(f->summary), "group %s: no sample from rank %u for %.1f s",
                  group, first, (double)first_silent / 1e6);
-    f->evidence = json_pack("{s:s,s:O,s:o}", "instance_id", in->id, "launcher",
-                            in->lost_event ? in->lost_event : json_null(), "silent", lost);
+    if (in->gave_up && !by_super) {
+        /* the launcher's words say what happened first; the supervisor's, that nobody restarts
+         * the group now (docs/groups.md "Failed starts") */
+        size_t len = strlen(f->summary);
+        json_int_t n = json_integer_value(
+            json_object_get(json_object_get(in->gave_up, "data"), "start_failures"));
+        snprintf(f->summary + len, sizeof(f->summary) - len,
+                 "; the supervisor gave up after %" PRId64 " failures in a row (tandemctl restart "
+                 "%s)",
+                 (int64_t)n, group);
+    }
+    f->evidence = json_pack("{s:s,s:O,s:O,s:o}", "instance_id", in->id, "launcher",
+                            in->lost_event ? in->lost_event : json_null(), "supervisor",
+                            in->gave_up ? in->gave_up : json_null(), "silent", lost);
 }
 
 void tdm_cp_det_rules_samples(tdm_cp_detect_t *d, uint64_t now, tdm_cp_findings_t *out)
