@@ -332,6 +332,16 @@ buffers:
         x->pend_nx = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->fix_dst = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->fix_src = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
+    } else if (cfg->rank == 0 &&
+               ((gpipe && !strcmp(gpipe, "1")) || (cpipe && !strcmp(cpipe, "1")))) {
+        /* asked for, not possible here: say why rather than run the other loop silently */
+        tdm_info(TDM_SUB_SCHED, "msg=\"pipelined overlap loop not used\" why=\"%s\"",
+                 gpipe && !strcmp(gpipe, "1") && !x->cuda ? "TDM_CUDA_PIPELINE is for --device cuda"
+                 : cpipe && !strcmp(cpipe, "1") && x->cuda ? "TDM_CPU_PIPELINE is for --device cpu"
+                 : cfg->tp_size != 1                       ? "tensor parallel (tp > 1)"
+                 : x->hc                                   ? "a HiCache host tier"
+                 : !x->dev_sample ? "host sampling (TDM_CUDA_HOST_SAMPLE=1 or an old module)"
+                                  : "the collectives are attached (TDM_TP_BACKEND)");
     }
     if (cfg->rank == 0 && tdm_sample_scratch_init(&x->scratch, x->vocab) != TDM_OK) {
         SET_ERR("executor: no memory for the sampler");

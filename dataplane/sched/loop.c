@@ -432,6 +432,9 @@ void tdm_sched_fail_all(tdm_sched_t *s, tdm_status_t why, const char *msg)
 tdm_status_t tdm_sched_run(tdm_sched_t *s)
 {
     tdm_status_t st;
+    if (!s->cfg.overlap && tdm_exec_can_pipeline(s->x))
+        tdm_info(TDM_SUB_SCHED, "msg=\"pipelined overlap loop not used\" why=\"the lockstep "
+                                "loop was chosen (--disable-overlap-schedule)\"");
     if (s->cfg.overlap && tdm_exec_can_pipeline(s->x)) {
         st = loop_pipeline(s);
     } else if (s->cfg.overlap) {
