@@ -143,12 +143,22 @@ static void hicache_series(FILE *f, const tdm_sched_stats_t *s)
 
 /* Info metrics (value 1): what this worker is, for joins on its labels (group_left). */
 
-/* A counter in seconds from microseconds (6 decimals: exact). */
+/* One sample in seconds from microseconds (6 decimals: exact); label: `kind="..."` or NULL. */
+static void sample_s(FILE *f, const char *name, const char *kind, uint64_t us)
+{
+    if (kind)
+        fprintf(f, "%s{kind=\"%s\"}", name, kind);
+    else
+        fputs(name, f);
+    fprintf(f, " %llu.%06llu\n", (unsigned long long)(us / 1000000u),
+            (unsigned long long)(us % 1000000u));
+}
+
+/* A counter in seconds from microseconds. */
 static void counter_s(FILE *f, const char *name, const char *help, uint64_t us)
 {
     tdm_prom_head(f, name, help, "counter");
-    fprintf(f, "%s %llu.%06llu\n", name, (unsigned long long)(us / 1000000u),
-            (unsigned long long)(us % 1000000u));
+    sample_s(f, name, NULL, us);
 }
 
 static void build_info(FILE *f, tdm_api_t *a)
@@ -220,9 +230,7 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
                   "counter");
     static const char *const wait_kind[3] = {"idle", "decode", "mixed"};
     for (int k = 0; k < 3; k++)
-        fprintf(f, "tandem_sched_exec_wait_seconds_total{kind=\"%s\"} %llu.%06llu\n", wait_kind[k],
-                (unsigned long long)(s.exec_wait_us[k] / 1000000u),
-                (unsigned long long)(s.exec_wait_us[k] % 1000000u));
+        sample_s(f, "tandem_sched_exec_wait_seconds_total", wait_kind[k], s.exec_wait_us[k]);
     counter_s(f, "tandem_sched_process_seconds_total",
               "Scheduler loop time spent processing results (tokens to the clients)", s.process_us);
     tdm_prom_counter(f, "tandem_retractions_total",
