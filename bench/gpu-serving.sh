@@ -4,8 +4,9 @@
 # (seeded synthetic prompts, ShareGPT-like log-normal lengths, ignore_eos, temperature 0), a
 # max-concurrency sweep and Poisson request rates in the overlap loop, the concurrency points of
 # TDM_SERVE_LOOP_CONC again in lockstep (--disable-overlap-schedule) and, on cuda, in the
-# overlap loop's threaded form (TDM_CUDA_PIPELINE=0; the default is pipelined); beside, in the
-# same run, the
+# overlap loop's threaded form (TDM_CUDA_PIPELINE=0; the default is pipelined) and in the
+# pipelined loop with every mixed step's rows through the flash tiles (TDM_CUDA_MIXED_DECODE=0:
+# the one-token rows not through the decode attention); beside, in the same run, the
 # engine's own batched decode at the same batch sizes (bench/gpu_serving_engine, --device cuda
 # only: the ceiling). Every point's token counts are cross-checked against each response's usage
 # and the worker's /metrics counters (loadgen.py); a mismatch or a failed request fails the bench.
@@ -102,18 +103,20 @@ for c in $HS_CONC; do points_hs="$points_hs,conc:$c"; done
 points_threaded=""
 [ "$DEV" = cuda ] && points_threaded=$points_lockstep
 lg_rc=0
-for loop in overlap lockstep threaded hostsample; do
+for loop in overlap lockstep threaded flashmix hostsample; do
     hs=0
     pipe=1
+    mixdec=1
     case $loop in
     overlap) pts=${points_overlap#,}; extra="" ;;
     lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
     threaded) pts=${points_threaded#,}; extra=""; pipe=0 ;;
+    flashmix) pts=${points_threaded#,}; extra=""; mixdec=0 ;;
     *) pts=${points_hs#,}; extra=""; hs=1 ;;
     esac
     [ -z "$pts" ] && continue
     rm -f "$T/ready"
-    TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+    TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
     port=$(wait_file "$T/ready" $wp)
@@ -216,6 +219,7 @@ def load(loop):
     p = os.path.join(T, "serve-%s.json" % loop)
     return json.load(open(p)) if os.path.exists(p) else {"points": [], "ok": False}
 ov, ls, hs, th = load("overlap"), load("lockstep"), load("hostsample"), load("threaded")
+fm = load("flashmix")
 pd = load("pd")
 def pt(doc, name):
     return next((p for p in doc["points"] if p["point"] == name), None)
@@ -232,13 +236,17 @@ for c in conc:
 loops = []
 for c in loop_conc:
     a, b, t = pt(ov, "conc:%d" % c), pt(ls, "conc:%d" % c), pt(th, "conc:%d" % c)
+    f = pt(fm, "conc:%d" % c)
     if a and b:
         loops.append({"concurrency": c, "overlap_output_tok_s": a["output_tok_s"],
                       "threaded_output_tok_s": t and t["output_tok_s"],
                       "threaded_itl_p50_ms": t and t["itl_ms"]["p50"],
+                      "mixed_flash_only_output_tok_s": f and f["output_tok_s"],
+                      "mixed_flash_only_itl_p50_ms": f and f["itl_ms"]["p50"],
                       "loop_us_per_iter": {"overlap": a.get("loop_us_per_iter"),
                                            "lockstep": b.get("loop_us_per_iter"),
-                                           "threaded": t and t.get("loop_us_per_iter")},
+                                           "threaded": t and t.get("loop_us_per_iter"),
+                                           "mixed_flash_only": f and f.get("loop_us_per_iter")},
                       "lockstep_output_tok_s": b["output_tok_s"],
                       "overlap_vs_lockstep": round(a["output_tok_s"] / b["output_tok_s"], 3),
                       "overlap_itl_p50_ms": a["itl_ms"]["p50"],
@@ -282,6 +290,8 @@ doc = {
             "logits: full rows copied as well); device_vs_host_sampling: the same points with "
             "TDM_CUDA_HOST_SAMPLE=1 (every logits row copied, sampled on the host); overlap on cuda: "
             "the pipelined loop (TDM_CUDA_PIPELINE=1), threaded: TDM_CUDA_PIPELINE=0; "
+            "mixed_flash_only: the pipelined loop with TDM_CUDA_MIXED_DECODE=0 (a mixed step's "
+            "one-token rows through the flash tiles, not the decode attention); "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
             "CUDA IPC) beside the colocated overlap worker on the same requests",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
@@ -297,6 +307,7 @@ doc = {
     "pd_vs_colocated": pd_rows, "anchor": anchor,
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
                  (bool(th.get("ok")) or not loop_conc or dev != "cuda") and
+                 (bool(fm.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(pd.get("ok")) or not os.path.exists(os.path.join(T, "pd-wanted"))) and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
@@ -321,9 +332,10 @@ for h in host_sample:
              h["device_sample_itl_p50_ms"], h["host_sample_itl_p50_ms"]))
 for l in loops:
     print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s; "
-          "loop us/iter %s"
+          "mixed steps all flash %s; loop us/iter %s"
           % (l["concurrency"], l["overlap_output_tok_s"], l["lockstep_output_tok_s"],
              l["overlap_vs_lockstep"], l["threaded_output_tok_s"],
+             l["mixed_flash_only_output_tok_s"],
              json.dumps(l["loop_us_per_iter"])))
 PY
 tap $? "merged into $OUT"

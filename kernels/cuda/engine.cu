@@ -42,6 +42,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->argmax_fused = 1;
     o->embed_fused = 1;
     o->pdl_early = 1;
+    o->mixed_decode = 1;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -62,6 +63,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     env_bool("TDM_CUDA_ARGMAX_FUSED", &o->argmax_fused);
     env_bool("TDM_CUDA_PDL_EARLY", &o->pdl_early);
     env_bool("TDM_CUDA_EMBED_FUSED", &o->embed_fused);
+    env_bool("TDM_CUDA_MIXED_DECODE", &o->mixed_decode);
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -254,6 +256,11 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
                             err);
     }
     e->h_plan = e->h_plan_set[0];
+    e->row_of = (uint32_t *)tdm_calloc(T, sizeof(uint32_t));
+    if (!e->row_of) {
+        st = TDM_ERR_NOMEM;
+        goto err;
+    }
     /* the ids land in mapped pinned memory straight from the argmax (run 11): the step's last
      * device operation is the argmax, not a copy behind it; else a device buffer and a copy */
     if (cudaHostAlloc((void **)&e->h_ids_out, (size_t)e->o.max_logit_rows * 4,
@@ -310,6 +317,7 @@ void tdm_cuda_engine_free(tdm_cuda_engine_t *e)
     cudaFree(e->wbuf);
     if (e->stream)
         cudaStreamDestroy(e->stream);
+    tdm_free(e->row_of);
     tdm_free(e->layers);
     tdm_free(e);
 }

@@ -123,6 +123,15 @@ typedef struct tdm_cuda_engine_opts {
                                    wait (0 default: after); env TDM_CUDA_L2_PREFETCH_EARLY */
     int ablate;                 /* benchmark diagnostics only, results are WRONG when set: 0
                                    (default), or TDM_CUDA_ABLATE_* bits of launches left out */
+    int mixed_decode;           /* 1 (default): in a call that mixes prefill chunks with
+                                   one-token rows (the overlap scheduler's mixed batch), the
+                                   one-token rows are laid out first and attend through the
+                                   tensor-core decode attention (the GQA group per tile, RoPE and
+                                   the KV write fused, as in a decode call), the chunks through
+                                   the flash prefill attention; 0: every row through flash tiles
+                                   (a one-token row is a 64-row tile of its own per query head,
+                                   reading its K/V once per query head). Needs use_mma_attn and
+                                   bf16 KV; env TDM_CUDA_MIXED_DECODE=0 */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;
@@ -226,10 +235,13 @@ typedef tdm_status_t (*tdm_cuda_engine_post_fn)(void *ctx, const float *d_logits
 void tdm_cuda_engine_set_post(tdm_cuda_engine_t *e, tdm_cuda_engine_post_fn fn, void *ctx);
 
 /* A step enqueued after each forward's plan copy and before its first kernel, with the device
- * address of the call's input ids (one u32 per row, in the order of its sequences' tokens): the
- * overlap loop writes there the ids the previous forward sampled, still on the device
- * (kernels/cuda/sample.h tdm_cuda_sampler_fix_ids). fn NULL: none. */
-typedef tdm_status_t (*tdm_cuda_engine_pre_fn)(void *ctx, uint32_t *d_ids, void *stream);
+ * address of the call's input ids (one u32 per row): the overlap loop writes there the ids the
+ * previous forward sampled, still on the device (kernels/cuda/sample.h tdm_cuda_sampler_fix_ids).
+ * The caller's row k (its sequences' tokens in order, k < n_rows) is device row row_of[k]
+ * (host memory; NULL: row k itself): a mixed call lays its one-token rows out first
+ * (opts.mixed_decode). fn NULL: none. */
+typedef tdm_status_t (*tdm_cuda_engine_pre_fn)(void *ctx, uint32_t *d_ids, const uint32_t *row_of,
+                                               uint32_t n_rows, void *stream);
 void tdm_cuda_engine_set_pre(tdm_cuda_engine_t *e, tdm_cuda_engine_pre_fn fn, void *ctx);
 
 /* Pipelined forwards (the overlap loop, docs/serving.md): launch enqueues the whole call (plan

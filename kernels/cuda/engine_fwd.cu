@@ -182,10 +182,22 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
         if (e->o.ablate & TDM_CUDA_ABLATE_ATTN)
             goto mlp;
         if (e->ntiles) {
-            TDM_TRY(tdm_cuda_rope_kv_write(e->qkv, n, e->H, e->inv_freq, &e->kv, l, &rows, s));
-            TDM_TRY(tdm_cuda_flash_attention(e->qkv, n, e->H, &e->kv, l, &rows,
-                                             plan + plan_off(e, P_TILES), e->ntiles, e->attn,
-                                             small ? NULL : e->xb, s));
+            /* a mixed call: its one-token rows (first, nd) as in a decode call, then the
+             * chunks' rows [nd, n) as a call of their own over the flash tiles */
+            const uint32_t nd = e->nd;
+            if (nd) {
+                const int cl = e->o.attn_cluster;
+                TDM_TRY(tdm_cuda_attention_decode(e->qkv, nd, e->H, &e->kv, l, &rows, e->inv_freq,
+                                                  decode_splits(e, nd), cl ? NULL : e->part_o,
+                                                  cl ? NULL : e->part_ml, e->attn,
+                                                  small ? NULL : e->xb, &none, s));
+            }
+            const tdm_cuda_rows_t pr = {rows.pos + nd, rows.ptoff + nd, rows.pages, rows.nactive};
+            float *pq = e->qkv + (size_t)nd * e->qkvd;
+            TDM_TRY(tdm_cuda_rope_kv_write(pq, n - nd, e->H, e->inv_freq, &e->kv, l, &pr, s));
+            TDM_TRY(tdm_cuda_flash_attention(
+                pq, n - nd, e->H, &e->kv, l, &pr, plan + plan_off(e, P_TILES), e->ntiles,
+                e->attn + (size_t)nd * qd, small ? NULL : e->xb + (size_t)nd * qd, s));
         } else if (mma_attn) { /* RoPE and the KV write fused in */
             /* the cluster form (part_o NULL) merges its splits in the kernel: no combine node */
             const int cl = e->o.attn_cluster;
@@ -265,11 +277,15 @@ static tdm_status_t enqueue(tdm_cuda_engine_t *e, uint32_t n, uint32_t m)
     return tdm_cuda_engine_mark_flush(e); /* none left: argmax carried the last */
 }
 
-/* Validate the batch and fill the host plan; returns rows n, logit rows m, pages used. */
+/* Validate the batch and fill the host plan; returns rows n, logit rows m, pages used. nd > 0:
+ * the batch's nd one-token sequences take rows 0 .. nd-1 and the others follow, each class in
+ * the caller's order (e->row_of maps the caller's rows); logits rows stay in the caller's
+ * order. */
 static tdm_status_t plan_batch(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs, uint32_t n_seqs,
-                               uint32_t *ret_n, uint32_t *ret_m, size_t *ret_pages, int *ret_decode)
+                               uint32_t nd, uint32_t *ret_n, uint32_t *ret_m, size_t *ret_pages,
+                               int *ret_decode)
 {
-    uint32_t n = 0, m = 0, ps = e->layout.page_size;
+    uint32_t n = 0, m = 0, ps = e->layout.page_size, rd = 0, rp = nd;
     size_t np = 0;
     int decode = 1;
     uint32_t *ids = e->h_plan + plan_off(e, P_IDS), *pos = e->h_plan + plan_off(e, P_POS);
@@ -297,21 +313,26 @@ static tdm_status_t plan_batch(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seqs,
         }
         if (q->n_tokens != 1)
             decode = 0;
+        uint32_t *cur = nd && q->n_tokens == 1 ? &rd : &rp;
         for (uint32_t t = 0; t < q->n_tokens; t++) {
-            if (q->tokens[t] < 0 || (uint32_t)q->tokens[t] >= e->V)
+            const uint32_t r = nd ? (*cur)++ : n;
+            if (q->tokens[t] < 0 || (uint32_t)q->tokens[t] >= e->V || r >= e->prow)
                 return TDM_ERR_RANGE;
             if (q->all_logits || t + 1 == q->n_tokens) {
                 if (m == e->o.max_logit_rows)
                     return TDM_ERR_OVERFLOW;
-                out[m++] = n;
+                out[m++] = r;
             }
-            ids[n] = (uint32_t)q->tokens[t];
-            pos[n] = q->pos0 + t;
-            ptoff[n] = (uint32_t)np;
+            e->row_of[n] = r;
+            ids[r] = (uint32_t)q->tokens[t];
+            pos[r] = q->pos0 + t;
+            ptoff[r] = (uint32_t)np;
             n++;
         }
         np += used;
     }
+    if (rd != nd)
+        return TDM_ERR_INVAL; /* nd is not the batch's count of one-token sequences */
     e->h_plan[plan_off(e, P_NACT)] = n;
     *ret_n = n;
     *ret_m = m;
@@ -351,12 +372,23 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
     e->plan_flip ^= 1;
     e->h_plan = e->h_plan_set[e->plan_flip];
     /* decode calls (one token per sequence, at most max_batch rows) lay the plan out on the
-     * compact stride the graphs were captured with; others on T */
+     * compact stride the graphs were captured with; others (eager) on their rows rounded up to
+     * 32, at most T (the copy is ~17 bytes a row, not ~17 T) */
+    uint64_t rows_all = 0;
+    uint32_t n_one = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        rows_all += seqs[i].n_tokens;
+        n_one += seqs[i].n_tokens == 1;
+    }
     e->prow = e->o.max_batch < e->T ? e->o.max_batch : e->T;
-    for (uint32_t i = 0; i < n_seqs; i++)
-        if (seqs[i].n_tokens != 1)
-            e->prow = e->T;
-    TDM_TRY(plan_batch(e, seqs, n_seqs, &n, &m, &np, &decode));
+    if (n_one != n_seqs)
+        e->prow = rows_all + 31 < e->T ? (uint32_t)((rows_all + 31) & ~31ull) : e->T;
+    /* a mixed call's one-token rows first, for the decode attention (opts.mixed_decode) */
+    const int mixed = n_one && n_one != n_seqs && e->o.mixed_decode && e->o.use_mma_attn &&
+                      tdm_cuda_decode_mma_supported(&e->kv, e->H) &&
+                      tdm_cuda_flash_supported(&e->kv);
+    e->nd = 0;
+    TDM_TRY(plan_batch(e, seqs, n_seqs, mixed ? n_one : 0, &n, &m, &np, &decode));
     if (m > cap_rows)
         return TDM_ERR_OVERFLOW;
     rows_run = n;
@@ -365,10 +397,17 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
     TDM_TRY(tdm_cuda_set_pdl_early(e->o.pdl_early && decode && n <= PDL_EARLY_ROWS, e->stream));
     e->ntiles = 0;
     if (!decode && tdm_cuda_flash_supported(&e->kv)) {
-        /* prefill and mixed calls: tensor-core attention over tiles of consecutive rows */
-        e->ntiles =
-            tdm_cuda_flash_tiles(e->h_plan + plan_off(e, P_POS), e->h_plan + plan_off(e, P_PTOFF),
-                                 n, e->h_plan + plan_off(e, P_TILES), e->tiles_cap);
+        /* prefill and mixed calls: tensor-core attention over tiles of consecutive rows (of the
+         * rows past the one-token ones in a mixed call) */
+        const uint32_t nd = mixed ? n_one : 0;
+        e->ntiles = tdm_cuda_flash_tiles(e->h_plan + plan_off(e, P_POS) + nd,
+                                         e->h_plan + plan_off(e, P_PTOFF) + nd, n - nd,
+                                         e->h_plan + plan_off(e, P_TILES), e->tiles_cap);
+        e->nd = e->ntiles ? nd : 0;
+    }
+    if (mixed && !e->nd) { /* no tiles (cannot happen: tiles_cap covers T/64 + a tile a
+                            * sequence): the caller's order, for the split-K path */
+        TDM_TRY(plan_batch(e, seqs, n_seqs, 0, &n, &m, &np, &decode));
     }
     if (decode && e->o.use_graphs && !tdm_cuda_hc_pending(&e->hc)) {
         uint32_t b;
@@ -393,7 +432,8 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
     TDM_CUDA_CHECK_GOTO(cudaMemcpyAsync(e->d_plan, e->h_plan, (plan_off(e, P_PAGES) + np) * 4,
                                         cudaMemcpyHostToDevice, e->stream),
                         st, out);
-    if (e->pre && (st = e->pre(e->pre_ctx, e->d_plan + plan_off(e, P_IDS), e->stream)) != TDM_OK)
+    if (e->pre && (st = e->pre(e->pre_ctx, e->d_plan + plan_off(e, P_IDS), e->nd ? e->row_of : NULL,
+                               n, e->stream)) != TDM_OK)
         goto out;
     if (e->has_coll) { /* the collectives this forward will issue, for the recorder (I2) */
         tdm_cuda_engine_plan_runs(e, bi >= 0 ? rows_run : n, bi >= 0 ? rows_run : m);

@@ -61,6 +61,9 @@ struct tdm_cuda_engine {
     /* plan: device block and pinned host staging of the same layout */
     size_t plan_bytes, pages_cap;
     uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */
+    uint32_t nd;                /* a mixed call's one-token rows, laid out first (rows [0, nd):
+                                 * decode attention; the tiles cover rows [nd, n)); 0: none */
+    uint32_t *row_of;           /* host, T: the caller's row k is row row_of[k] of the plan */
     uint32_t *d_plan, *h_plan;
     uint32_t *h_plan_set[2]; /* h_plan alternates between them, one per call (launch/finish) */
     int plan_flip;

@@ -174,14 +174,21 @@ tdm_status_t tdm_exec_cuda_forward_sample(tdm_exec_cuda_t *x, const tdm_graph_se
     return st;
 }
 
-/* The engine's pre hook: the PREV_TOKEN rows' ids from the last sampler run, chunk by chunk. */
-static tdm_status_t fix_prev(void *ctx, uint32_t *d_ids, void *stream)
+/* The engine's pre hook: the PREV_TOKEN rows' ids from the last sampler run, chunk by chunk; each
+ * destination is the caller's row, mapped to the engine's (a mixed call reorders its rows). */
+static tdm_status_t fix_prev(void *ctx, uint32_t *d_ids, const uint32_t *row_of, uint32_t n_rows,
+                             void *stream)
 {
     tdm_exec_cuda_t *x = ctx;
     tdm_cuda_prev_fix_t fix;
     for (uint32_t i = 0; i < x->n_prev; i += TDM_CUDA_PREV_FIX_MAX) {
         fix.n = x->n_prev - i < TDM_CUDA_PREV_FIX_MAX ? x->n_prev - i : TDM_CUDA_PREV_FIX_MAX;
-        memcpy(fix.dst, x->prev_dst + i, fix.n * sizeof(uint32_t));
+        for (uint32_t j = 0; j < fix.n; j++) {
+            const uint32_t k = x->prev_dst[i + j];
+            if (k >= n_rows)
+                return TDM_ERR_RANGE;
+            fix.dst[j] = row_of ? row_of[k] : k;
+        }
         memcpy(fix.src, x->prev_src + i, fix.n * sizeof(uint32_t));
         TDM_TRY(tdm_cuda_sampler_fix_ids(x->sampler, d_ids, &fix, stream));
     }

@@ -1,12 +1,17 @@
 /*
  * test-cuda-exec.c — the executor's CUDA adapter (kernels/cuda/exec_cuda.h) against the CPU graph
- * (tdm_graph_forward) on fixture checkpoints, with the executor's span type: three sequences of
- * different lengths prefilled in ONE mixed call (tensor-core prefill attention on the bf16 head-64
- * fixtures), then greedy decode steps of all three together (graph replay), each sequence in its
- * own page range. Greedy tokens must agree; a divergence is allowed only at a step whose CPU top-1
- * margin is <= 1e-2 (docs/design.md §9), after which that sequence is no longer compared. Also: the
- * pool honours the max_pages cap and reports its bytes, bad configurations and too many sequences
- * are refused. Without a device it skips with the reason.
+ * (tdm_graph_forward) on fixture checkpoints, with the executor's span type. Three sequences of
+ * different lengths are prefilled in chunks that start on different steps, so calls mix prefill
+ * chunks with one-token rows (a one-token last chunk among them) in an order that changes every
+ * step; once every prompt is in, greedy decode steps of all three (graph replay), each sequence in
+ * its own page range. Run twice: mixed calls with their one-token rows through the decode
+ * attention (the default, engine.h opts.mixed_decode) and with every row through the flash tiles
+ * (TDM_CUDA_MIXED_DECODE=0). Greedy tokens must agree; a divergence is allowed only at a step
+ * whose CPU top-1 margin is <= 1e-2 (docs/design.md §9), after which that sequence is no longer
+ * compared. The pipelined form (launch_sample with ids carried on the device) on a mixed call
+ * whose rows the engine reorders equals the same call given its ids. Also: the pool honours the
+ * max_pages cap and reports its bytes, bad configurations and too many sequences are refused.
+ * Without a device it skips with the reason.
  */
 #include "config.h"
 
@@ -52,7 +57,7 @@ static uint32_t top1(const float *x, uint32_t V, double *margin)
     return b;
 }
 
-static void check_model(const char *dir, const char *name)
+static void check_model(const char *dir, const char *name, const char *tag)
 {
     tdm_model_t *m = NULL;
     tdm_model_view_t view;
@@ -93,41 +98,63 @@ static void check_model(const char *dir, const char *name)
         goto out;
     }
 
-    static const uint32_t plen[NSEQ] = {5, 17, 33};
+    /* sequence s: prompt plen[s] in chunks of chunk[s] from step first[s], then decode */
+    static const uint32_t plen[NSEQ] = {5, 17, 33}, chunk[NSEQ] = {5, 8, 16},
+                          first[NSEQ] = {0, 0, 1};
     int32_t prompt[NSEQ][33], cur_g[NSEQ], cur_c[NSEQ];
-    uint32_t pages[NSEQ][PER], rows = 0;
+    uint32_t pages[NSEQ][PER], rows = 0, fed[NSEQ] = {0, 0, 0}, gen[NSEQ] = {0, 0, 0};
     tdm_graph_seq_t sq[NSEQ];
     float *lg = malloc((size_t)4 * V * 4), *lc = malloc((size_t)4 * V * 4);
-    int live[NSEQ] = {1, 1, 1}, agree = 1, compared = 0;
+    int live[NSEQ] = {1, 1, 1}, agree = 1, compared = 0, mixed_calls = 0;
     for (uint32_t s = 0; s < NSEQ; s++) {
         for (uint32_t i = 0; i < PER; i++)
             pages[s][i] = (NSEQ - 1 - s) * PER + i; /* tables not in sequence order */
         for (uint32_t i = 0; i < plen[s]; i++)
             prompt[s][i] = (int32_t)(rnd() % V);
     }
-    for (uint32_t step = 0; step <= STEPS && agree; step++) {
-        for (uint32_t s = 0; s < NSEQ; s++)
-            sq[s] = step == 0
-                        ? (tdm_graph_seq_t){prompt[s], plen[s], 0, pages[s], PER, 0}
-                        : (tdm_graph_seq_t){&cur_g[s], 1, plen[s] + step - 1, pages[s], PER, 0};
-        st = tdm_exec_cuda_forward(x, sq, NSEQ, lg, 4, &rows);
-        if (st != TDM_OK || rows != NSEQ) {
+    for (uint32_t step = 0; agree; step++) {
+        uint32_t ord[NSEQ], n = 0, ones = 0;
+        for (uint32_t k = 0; k < NSEQ; k++) { /* the batch's order rotates with the step */
+            const uint32_t s = (step + k) % NSEQ;
+            if (step < first[s] || gen[s] >= STEPS)
+                continue;
+            if (fed[s] < plen[s]) {
+                const uint32_t c = plen[s] - fed[s] < chunk[s] ? plen[s] - fed[s] : chunk[s];
+                sq[n] = (tdm_graph_seq_t){prompt[s] + fed[s], c, fed[s], pages[s], PER, 0};
+            } else {
+                sq[n] = (tdm_graph_seq_t){&cur_g[s], 1, plen[s] + gen[s] - 1, pages[s], PER, 0};
+            }
+            ones += sq[n].n_tokens == 1;
+            ord[n++] = s;
+        }
+        if (n == 0)
+            break;
+        mixed_calls += ones && ones < n;
+        st = tdm_exec_cuda_forward(x, sq, n, lg, 4, &rows);
+        if (st != TDM_OK || rows != n) {
             ok(0, "%s: CUDA forward step %u (%s, %u rows)", name, step, tdm_status_str(st), rows);
             agree = 0;
             break;
         }
-        for (uint32_t s = 0; s < NSEQ; s++)
-            if (step > 0)
-                sq[s].tokens = &cur_c[s];
-        st = tdm_graph_forward(g, sq, NSEQ, lc, 4, &rows);
+        for (uint32_t k = 0; k < n; k++)
+            if (fed[ord[k]] == plen[ord[k]])
+                sq[k].tokens = &cur_c[ord[k]];
+        st = tdm_graph_forward(g, sq, n, lc, 4, &rows);
         if (st != TDM_OK) {
             ok(0, "%s: CPU forward step %u (%s)", name, step, tdm_status_str(st));
             agree = 0;
             break;
         }
-        for (uint32_t s = 0; s < NSEQ; s++) {
+        for (uint32_t k = 0; k < n; k++) {
+            const uint32_t s = ord[k];
+            if (fed[s] < plen[s]) {
+                fed[s] += sq[k].n_tokens;
+                if (fed[s] < plen[s])
+                    continue; /* a chunk before the last: no token */
+            }
+            gen[s]++;
             double mg, mc2;
-            uint32_t tg = top1(lg + (size_t)s * V, V, &mg), tc = top1(lc + (size_t)s * V, V, &mc2);
+            uint32_t tg = top1(lg + (size_t)k * V, V, &mg), tc = top1(lc + (size_t)k * V, V, &mc2);
             if (live[s] && tg != tc) {
                 if (mc2 > 1e-2)
                     agree = 0;
@@ -141,10 +168,10 @@ static void check_model(const char *dir, const char *name)
             cur_c[s] = (int32_t)tc;
         }
     }
-    ok(agree,
-       "%s: 3 sequences, mixed prefill + %u batched decode steps follow the CPU graph "
-       "(margin rule; %d sequence-steps compared)",
-       name, STEPS, compared);
+    ok(agree && mixed_calls >= 2,
+       "%s%s: 3 sequences prefilled in chunks beside decode rows (%d mixed calls), then batched "
+       "decode to %u tokens each, follow the CPU graph (margin rule; %d sequence-steps compared)",
+       name, tag, mixed_calls, STEPS, compared);
 
     /* more sequences than configured, bad configurations */
     tdm_graph_seq_t five[5];
@@ -164,6 +191,95 @@ out:
     tdm_model_free(m);
 }
 
+/* The pipelined form on a mixed call: step A prefills sequence 0 (9 tokens) and the first 12 of
+ * sequence 1's 20, sampling both rows; step B = [sequence 1's last 8 tokens, sequence 0's next
+ * token, sequence 2's 1-token prompt], launched with sequence 0's token carried from A's row 0 on
+ * the device (the engine lays B's one-token rows out first, so the caller's row 8 is not the
+ * engine's) and finished; then B again through forward_sample with that id given. The two B
+ * results must be identical (the same kernels on the same rows), and A's id must be what B's
+ * sampler saw as the input (B's KV for sequence 0 holds it). */
+static void check_pipe(const char *dir, const char *name)
+{
+    tdm_model_t *m = NULL;
+    tdm_model_view_t view;
+    tdm_exec_cuda_t *x = NULL;
+    char path[1200], err[256] = "";
+    snprintf(path, sizeof(path), "%.1000s/models/%.64s", dir, name);
+    if (tdm_model_load(path, &m, err, sizeof(err)) != TDM_OK ||
+        tdm_model_view_init(m, 1, 0, &view, err, sizeof(err)) != TDM_OK) {
+        ok(0, "%s: load (%s)", name, err);
+        tdm_model_free(m);
+        return;
+    }
+    const uint32_t V = tdm_model_config(m)->vocab_size, ps = 16;
+    tdm_exec_cuda_cfg_t cfg = {&view, TDM_DTYPE_BF16, ps, 4, 128, PER * ps, NSEQ * PER, 0.3};
+    tdm_status_t st = tdm_exec_cuda_init(&cfg, &x, err, sizeof(err));
+    if (st != TDM_OK) {
+        ok(0, "%s: CUDA executor (%s)", name, err);
+        goto out;
+    }
+    uint32_t pages[NSEQ][PER], rows = 0;
+    int32_t p0[9], p1[20], p2 = (int32_t)(rnd() % V), t0 = 0;
+    for (uint32_t s = 0; s < NSEQ; s++)
+        for (uint32_t i = 0; i < PER; i++)
+            pages[s][i] = s * PER + i;
+    for (uint32_t i = 0; i < 9; i++)
+        p0[i] = (int32_t)(rnd() % V);
+    for (uint32_t i = 0; i < 20; i++)
+        p1[i] = (int32_t)(rnd() % V);
+    tdm_cuda_sample_req_t q[NSEQ];
+    tdm_cuda_sample_out_t a[NSEQ], b1[NSEQ], b2[NSEQ];
+    memset(q, 0, sizeof(q));
+    memset(b1, 0, sizeof(b1));
+    memset(b2, 0, sizeof(b2));
+    for (uint32_t s = 0; s < NSEQ; s++)
+        q[s] = (tdm_cuda_sample_req_t){0.8f, 0.95f, 0.0f, 0, 77 + s, 0, 0, 1, 0, 0};
+    tdm_graph_seq_t sa[2] = {{p0, 9, 0, pages[0], PER, 0}, {p1, 12, 0, pages[1], PER, 0}};
+    st = tdm_exec_cuda_forward_sample(x, sa, 2, q, NULL, a, &rows);
+    int good = st == TDM_OK && rows == 2 && a[0].status == TDM_OK && a[0].r.id >= 0;
+    uint32_t dst = 8, src = 0;
+    int slot = -1;
+    if (good) {
+        int32_t zero = 0;
+        tdm_graph_seq_t sb[NSEQ] = {{p1 + 12, 8, 12, pages[1], PER, 0},
+                                    {&zero, 1, 9, pages[0], PER, 0},
+                                    {&p2, 1, 0, pages[2], PER, 0}};
+        for (uint32_t s = 0; s < NSEQ; s++)
+            q[s].step = 1;
+        st = tdm_exec_cuda_launch_sample(x, sb, NSEQ, q, &dst, &src, 1, &rows, &slot);
+        if (st == TDM_OK)
+            st = tdm_exec_cuda_finish_sample(x, slot, b1, NSEQ);
+        good = st == TDM_OK && rows == NSEQ;
+        t0 = a[0].r.id;
+        sb[1].tokens = &t0;
+        if (good)
+            st = tdm_exec_cuda_forward_sample(x, sb, NSEQ, q, NULL, b2, &rows);
+        good = good && st == TDM_OK;
+    }
+    int same = good;
+    for (uint32_t s = 0; same && s < NSEQ; s++)
+        same = b1[s].status == b2[s].status && b1[s].r.id == b2[s].r.id &&
+               memcmp(&b1[s].r.logprob, &b2[s].r.logprob, sizeof(b1[s].r.logprob)) == 0;
+    ok(same,
+       "%s: a mixed call launched with its one-token row's id carried on the device (caller row "
+       "8, engine row 0) == the same call given the id (%s; ids %d %d %d vs %d %d %d)",
+       name, tdm_status_str(st), b1[0].r.id, b1[1].r.id, b1[2].r.id, b2[0].r.id, b2[1].r.id,
+       b2[2].r.id);
+    /* a carried id's destination past the call's rows is refused, not written */
+    if (good) {
+        int32_t one = 1;
+        tdm_graph_seq_t sc[2] = {{&one, 1, 10, pages[0], PER, 0}, {p1, 4, 20, pages[1], PER, 0}};
+        uint32_t far = 5;
+        st = tdm_exec_cuda_launch_sample(x, sc, 2, q, &far, &src, 1, &rows, &slot);
+        ok(st == TDM_ERR_RANGE, "%s: a carried id for row 5 of a 5-row call -> RANGE (%s)", name,
+           tdm_status_str(st));
+    }
+out:
+    tdm_exec_cuda_free(x);
+    tdm_model_view_free(&view);
+    tdm_model_free(m);
+}
+
 int main(void)
 {
     tdm_cuda_smoke_dev_t dev;
@@ -178,7 +294,12 @@ int main(void)
         skip_all("built for sm_90a only");
     snprintf(dir, sizeof(dir), "%.900s/tests/fixtures", src ? src : ".");
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-        check_model(dir, models[i]);
+        check_model(dir, models[i], "");
+    setenv("TDM_CUDA_MIXED_DECODE", "0", 1); /* read at init */
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
+        check_model(dir, models[i], " (mixed calls all through flash tiles)");
+    unsetenv("TDM_CUDA_MIXED_DECODE");
+    check_pipe(dir, "tiny-llama-gqa");
 
     tdm_exec_cuda_t *x = NULL;
     tdm_exec_cuda_cfg_t bad = {NULL, TDM_DTYPE_BF16, 16, 4, 128, 256, 0, 0.5};
