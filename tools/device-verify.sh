@@ -18,7 +18,9 @@
 #         chaos    tests/chaos/chaos.py --device cuda --tp 2 --only 1,2,3,4 --long (→ chaos_gpu.json,
 #                  merged later under chaos.json's "gpu");
 #         decode   bench/gpu_decode + bench/gpu-decode.sh (the engine and its torch anchors);
-#         serving  bench/gpu-serving.sh (→ gpu_serving.json) at the sizes of TDM_SERVE_*;
+#         serving  bench/gpu-serving.sh (→ gpu_serving.json) at the sizes of TDM_SERVE_*; with
+#                  decode in the same call, bench/serving_goals.py then puts that call's engine
+#                  goals into gpu_serving.json ("engine_goals");
 #         tp       bench/multi-gpu.sh (test-cuda-tp, the serving faults on a TP=2 GPU group, NCCL's
 #                  one-rank figures; → gpu_tp.json, multi_gpu.json);
 #         demo     a demo-model candidate trained with torch (tools/demo/device_run.sh, variant
@@ -162,6 +164,19 @@ run_phases() {
             ;;
         esac
     done
+    # the engine goals of this call beside its serving figures (decode's JSON is in its logs)
+    if test -s "$OUT/gpu_serving.json" && test -s "$OUT/decode/device-logs.tar.gz"; then
+        local gd
+        gd=$(mktemp -d)
+        if tar -C "$gd" -xzf "$OUT/decode/device-logs.tar.gz" bench/gpu_decode.json 2>/dev/null; then
+            python3 "$top/bench/serving_goals.py" "$OUT/gpu_serving.json" "$gd/bench/gpu_decode.json" ||
+                failed=1
+        else
+            echo "device-verify: no bench/gpu_decode.json in the decode phase's logs" | tee -a "$OUT/summary.txt"
+            failed=1
+        fi
+        rm -rf "$gd"
+    fi
     echo "== device-verify summary"
     cat "$OUT/summary.txt"
     return $failed

@@ -67,6 +67,34 @@ PY
 rc=$?
 ok $rc "gpu_serving.json: both concurrency points, the rate point, the loop comparison and PD beside colocated, every request and token accounted ($(tail -1 "$T/check"))"
 
+# the engine goals of the same device call merge in (bench/serving_goals.py); another build's
+# decode figures are refused and leave the file as it was
+cat > "$T/dec.json" <<'J'
+{"gpu": "cpu", "git_sha": "test", "roofline_bs1_tok_s": 2047.4,
+ "tandem": {"decode_bs1_tok_s": 1200.0, "decode_bs8_tok_s": 6000.0, "decode_bs32_tok_s": 22000.0,
+            "prefill_2048_tok_s": 170000.0, "prefill_8192_tok_s": 150000.0,
+            "prefill_32768_tok_s": null},
+ "torch_compiled": {"decode_bs1_tok_s": 700.0}}
+J
+sed 's/"git_sha": "test"/"git_sha": "other"/' "$T/dec.json" > "$T/dec-other.json"
+cp "$T/out.json" "$T/out-before.json"
+python3 "$S/bench/serving_goals.py" "$T/out.json" "$T/dec-other.json" > /dev/null 2> "$T/goals.err"
+rc=$?
+ok "$([ $rc = 1 ] && cmp -s "$T/out.json" "$T/out-before.json" && grep -q 'git_sha differs' "$T/goals.err"; echo $?)" \
+    "serving_goals.py refuses decode figures of another git_sha, file unchanged (rc $rc: $(cat "$T/goals.err"))"
+python3 "$S/bench/serving_goals.py" "$T/out.json" "$T/dec.json" > /dev/null &&
+    python3 - "$T/out.json" > "$T/goals" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+g = d["engine_goals"]
+assert g["measured"]["decode_bs8_tok_s"] == 6000.0 and g["goals"]["decode_bs1_tok_s"] == 1450, g
+assert g["fraction_of_goal"]["prefill_2048_tok_s"] == 0.85, g["fraction_of_goal"]
+assert g["prefill_long"] == {"prefill_8192_tok_s": 150000.0}, g.get("prefill_long")
+assert d["checks_ok"] is True and len(d["concurrency"]) == 2, "the rest changed"
+print("goals ok")
+PY
+ok $? "serving_goals.py merges the same call's engine goals into gpu_serving.json ($(tail -1 "$T/goals"))"
+
 # the cross-check fails when the worker serves tokens the point did not ask for
 "$BIN" --model-path "$S/models/demo" --device cpu --port 0 --ready-file "$T/ready" \
     --max-running-requests 8 > "$T/worker.log" 2>&1 &
