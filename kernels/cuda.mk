@@ -41,12 +41,14 @@ tests_gpu_test_cuda_forward_SOURCES = tests/gpu/test-cuda-forward.c kernels/cuda
 tests_gpu_test_cuda_forward_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_forward_LDADD = $(CUDA_ENGINE_LIBS)
 
-tests_gpu_test_cuda_exec_SOURCES = tests/gpu/test-cuda-exec.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_exec_SOURCES = tests/gpu/test-cuda-exec.c tests/gpu/gpu_fixture.h \
+	kernels/cuda/smoke.cu
 tests_gpu_test_cuda_exec_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_exec_LDADD = libtdmcuda.a libtdmgraph.a $(CUDA_ENGINE_LIBS)
 
 # the device sampler against the host sampler (kernels/cuda/sample.h)
-tests_gpu_test_cuda_sample_SOURCES = tests/gpu/test-cuda-sample.c kernels/cuda/smoke.cu
+tests_gpu_test_cuda_sample_SOURCES = tests/gpu/test-cuda-sample.c tests/gpu/gpu_fixture.h \
+	kernels/cuda/smoke.cu
 tests_gpu_test_cuda_sample_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir) $(CUDA_CFLAGS)
 tests_gpu_test_cuda_sample_LDADD = libtdmcuda.a libtdmgraph.a libtdmsample.a $(CUDA_ENGINE_LIBS)
 

@@ -26,6 +26,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/exec_cuda.h"
 #include "kernels/cuda/smoke.h"
+#include "gpu_fixture.h"
 #include "tap.h"
 
 #define NSEQ 3u
@@ -66,16 +67,11 @@ static void check_model(const char *dir, const char *name, const char *tag)
     tdm_kv_pool_t *pool = NULL;
     tdm_graph_t *g = NULL;
     tdm_exec_cuda_t *x = NULL;
-    char path[1200], err[256] = "";
+    char err[256] = "";
     int have_be = 0;
 
-    snprintf(path, sizeof(path), "%.1000s/models/%.64s", dir, name);
-    if (tdm_model_load(path, &m, err, sizeof(err)) != TDM_OK ||
-        tdm_model_view_init(m, 1, 0, &view, err, sizeof(err)) != TDM_OK) {
-        ok(0, "%s: load (%s)", name, err);
-        tdm_model_free(m);
+    if (!gpu_fixture_load(dir, name, &m, &view))
         return;
-    }
     const tdm_model_config_t *mc = tdm_model_config(m);
     const uint32_t V = mc->vocab_size, ps = 16;
     tdm_exec_cuda_cfg_t cfg = {&view, TDM_DTYPE_BF16, ps, 4, 128, PER * ps, NSEQ * PER, 0.3};
@@ -203,14 +199,9 @@ static void check_pipe(const char *dir, const char *name)
     tdm_model_t *m = NULL;
     tdm_model_view_t view;
     tdm_exec_cuda_t *x = NULL;
-    char path[1200], err[256] = "";
-    snprintf(path, sizeof(path), "%.1000s/models/%.64s", dir, name);
-    if (tdm_model_load(path, &m, err, sizeof(err)) != TDM_OK ||
-        tdm_model_view_init(m, 1, 0, &view, err, sizeof(err)) != TDM_OK) {
-        ok(0, "%s: load (%s)", name, err);
-        tdm_model_free(m);
+    char err[256] = "";
+    if (!gpu_fixture_load(dir, name, &m, &view))
         return;
-    }
     const uint32_t V = tdm_model_config(m)->vocab_size, ps = 16;
     tdm_exec_cuda_cfg_t cfg = {&view, TDM_DTYPE_BF16, ps, 4, 128, PER * ps, NSEQ * PER, 0.3};
     tdm_status_t st = tdm_exec_cuda_init(&cfg, &x, err, sizeof(err));

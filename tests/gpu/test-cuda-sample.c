@@ -22,6 +22,7 @@
 #include "kernels/cuda/exec_cuda.h"
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/smoke.h"
+#include "gpu_fixture.h"
 #include "tap.h"
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
@@ -230,14 +231,9 @@ static void fixture(const char *dir, const char *name)
     tdm_model_t *m = NULL;
     tdm_model_view_t view;
     tdm_exec_cuda_t *x = NULL;
-    char path[1200], err[256] = "", why[160] = "";
-    snprintf(path, sizeof(path), "%.1000s/models/%.64s", dir, name);
-    if (tdm_model_load(path, &m, err, sizeof(err)) != TDM_OK ||
-        tdm_model_view_init(m, 1, 0, &view, err, sizeof(err)) != TDM_OK) {
-        ok(0, "%s: load (%s)", name, err);
-        tdm_model_free(m);
+    char err[256] = "", why[160] = "";
+    if (!gpu_fixture_load(dir, name, &m, &view))
         return;
-    }
     const uint32_t V = tdm_model_config(m)->vocab_size, ps = 16;
     tdm_exec_cuda_cfg_t cfg = {&view, TDM_DTYPE_BF16, ps, 4, 128, PER * ps, NSEQ * PER, 0.3};
     tdm_status_t st = tdm_exec_cuda_init(&cfg, &x, err, sizeof(err));
