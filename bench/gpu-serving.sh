@@ -20,7 +20,9 @@
 # empty: no PD),
 # TDM_SERVE_NUM (requests per point; 0: max(F x concurrency, 16), F = TDM_SERVE_NUM_FACTOR, 4), TDM_SERVE_IN / TDM_SERVE_OUT
 # (median lengths, 160 / 140), TDM_SERVE_IN_MAX / TDM_SERVE_OUT_MAX (1024 / 512),
-# TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_ENGINE_REPS (3), TDM_SERVE_MAX_RUNNING (the largest concurrency),
+# TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_ENGINE_REPS (3), TDM_SERVE_MIXED_CHUNK (the engine's
+# mixed step at the loop points: that many prompt tokens beside the decode rows; default the
+# input median), TDM_SERVE_MAX_RUNNING (the largest concurrency),
 # TDM_SERVE_HOST_SAMPLE_CONC (cuda only, default none: these concurrency points again in the
 # overlap loop with TDM_CUDA_HOST_SAMPLE=1, full logits copied and sampled on the host),
 # TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
@@ -83,9 +85,10 @@ fi
 
 # 1. the ceiling: the engine's batched decode at the sweep's batch sizes
 if [ "$DEV" = cuda ]; then
-    echo "# gpu-serving: engine decode at batch $CONC" >&2
+    echo "# gpu-serving: engine decode at batch $CONC, mixed steps at $LOOP_CONC" >&2
     timeout 300 "$E" --model "$MODEL" --batch "$CONC" --prompt-len "$IN" --steps "$STEPS" \
-        --reps "${TDM_SERVE_ENGINE_REPS:-3}" > "$T/engine.json"
+        --reps "${TDM_SERVE_ENGINE_REPS:-3}" --mixed-batch "$LOOP_CONC" \
+        --mixed-chunk "${TDM_SERVE_MIXED_CHUNK:-$IN}" > "$T/engine.json"
     tap $? "engine batched decode (bench/gpu_serving_engine)"
 else
     echo '{"results": []}' > "$T/engine.json"
@@ -305,6 +308,7 @@ doc = {
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,
     "pd_vs_colocated": pd_rows, "anchor": anchor,
+    "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", [])},
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
                  (bool(th.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(fm.get("ok")) or not loop_conc or dev != "cuda") and
@@ -321,6 +325,10 @@ for r in rows:
              s and s["ttft_ms"]["p50"], r["concurrency"], e and e["ids_tok_s"],
              e and e["ids_step_us"],
              " ratio %s" % r.get("serving_vs_engine_decode") if "serving_vs_engine_decode" in r else ""))
+for r in doc["engine_mixed"]["rows"]:
+    print("# bench engine mixed bs%d + %s prompt tokens: %s us/step (flash only %s), decode alone %s"
+          % (r["batch"], doc["engine_mixed"]["chunk"], r["step_us"], r["flash_only_step_us"],
+             r["decode_only_step_us"]))
 for r in pd_rows:
     a, b = r["pd"], r["colocated"]
     print("# bench pd %s: TTFT p50 %s vs colocated %s ms; ITL p50 %s vs %s ms"

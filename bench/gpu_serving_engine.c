@@ -6,9 +6,14 @@
  *   ids:    the argmax on the device, bs ids copied back (what the worker's device-greedy path
  *           does: docs/cuda.md "Sampling on the device");
  *   logits: bs full logits rows copied back as well (the host sampler's path).
- * Each the median of --reps runs; step_us = one step's wall time. Prints one JSON object.
+ * Each the median of --reps runs; step_us = one step's wall time. Then, per --mixed-batch size,
+ * the step the overlap scheduler mixes (its "mixed" rows): bs decode rows beside one new
+ * sequence's --mixed-chunk prompt tokens in the same call, ids form, on the engine's default
+ * (a mixed call's one-token rows through the decode attention, engine.h mixed_decode) and on a
+ * second engine with mixed_decode off (every row through the flash tiles), with the decode-only
+ * step of the same rows beside them. Prints one JSON object.
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
- *   [--steps 128] [--reps 3]
+ *   [--steps 128] [--reps 3] [--mixed-batch "32 64"] [--mixed-chunk 128]
  */
 #include "config.h"
 
@@ -22,6 +27,8 @@
 #include "kernels/cuda/engine.h"
 
 #define MAX_BS 256u
+#define MAX_CHUNK 4096u
+#define MAX_CHUNK_PAGES 256u /* at least MAX_CHUNK / the smallest page size */
 
 static double now_s(void)
 {
@@ -39,19 +46,40 @@ static int cmp_d(const void *a, const void *b)
 static int usage(void)
 {
     fprintf(stderr, "usage: gpu_serving_engine --model DIR [--batch \"1 8 32\"] "
-                    "[--prompt-len N] [--steps N] [--reps N]\n");
+                    "[--prompt-len N] [--steps N] [--reps N] [--mixed-batch \"32 64\"] "
+                    "[--mixed-chunk N]\n");
     return 2;
 }
 
+/* a list of batch sizes ("1 8 32"), at most 16, each in 1..MAX_BS; *max raised to the largest */
+static int parse_batches(const char *list, uint32_t *out, uint32_t *n, uint32_t *max)
+{
+    for (char *p = (char *)list, *end; *n < 16; p = end) {
+        unsigned long b = strtoul(p, &end, 10);
+        if (end == p)
+            break;
+        if (b == 0 || b > MAX_BS) {
+            fprintf(stderr, "gpu_serving_engine: batch %lu not in 1..%u\n", b, MAX_BS);
+            return 1;
+        }
+        out[(*n)++] = (uint32_t)b;
+        if (b > *max)
+            *max = (uint32_t)b;
+    }
+    return 0;
+}
+
 /* bs sequences: prefill in calls of at most max_tokens tokens, then `steps` steps; returns the
- * decode seconds. */
+ * decode seconds. chunk > 0: each step also carries a sequence's first `chunk` prompt tokens
+ * (positions 0..chunk-1 of pages of its own, the same every step), after the decode rows. */
 static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32_t steps,
                         uint32_t per, uint32_t max_tokens, uint32_t vocab, float *logits,
-                        double *ret_s)
+                        uint32_t chunk, double *ret_s)
 {
-    static uint32_t pages[MAX_BS * 512];
-    tdm_cuda_seq_t seqs[MAX_BS];
-    int32_t cur[MAX_BS], ids[MAX_BS];
+    static uint32_t pages[MAX_BS * 512 + MAX_CHUNK_PAGES];
+    static int32_t chunk_ids[MAX_CHUNK];
+    tdm_cuda_seq_t seqs[MAX_BS + 1];
+    int32_t cur[MAX_BS], ids[MAX_BS + 1];
     int32_t *prompt = malloc((size_t)bs * plen * sizeof(int32_t));
     uint32_t rows;
     if (!prompt)
@@ -61,6 +89,10 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
         prompt[i] = (int32_t)((unsigned)rand() % vocab);
     for (uint32_t i = 0; i < bs * per; i++)
         pages[i] = i;
+    for (uint32_t i = 0; i < MAX_CHUNK_PAGES; i++)
+        pages[bs * per + i] = bs * per + i;
+    for (uint32_t i = 0; i < chunk; i++)
+        chunk_ids[i] = (int32_t)((unsigned)rand() % vocab);
     uint32_t group = max_tokens / plen ? max_tokens / plen : 1;
     for (uint32_t s0 = 0; s0 < bs; s0 += group) {
         uint32_t n = bs - s0 < group ? bs - s0 : group;
@@ -79,7 +111,10 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
     for (uint32_t s = 0; s < steps; s++) {
         for (uint32_t i = 0; i < bs; i++)
             seqs[i] = (tdm_cuda_seq_t){&cur[i], 1, plen + s, pages + i * per, per, 0};
-        TDM_TRY(tdm_cuda_engine_forward(e, seqs, bs, logits, ids, bs, &rows));
+        if (chunk)
+            seqs[bs] = (tdm_cuda_seq_t){chunk_ids, chunk, 0, pages + bs * per, MAX_CHUNK_PAGES, 0};
+        TDM_TRY(tdm_cuda_engine_forward(e, seqs, bs + (chunk > 0), logits, ids, bs + (chunk > 0),
+                                        &rows));
         memcpy(cur, ids, bs * sizeof(int32_t));
     }
     *ret_s = now_s() - t0;
@@ -88,8 +123,8 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *batch = "1 8 32";
-    uint32_t plen = 128, steps = 128, reps = 3;
+    const char *dir = NULL, *batch = "1 8 32", *mbatch = "";
+    uint32_t plen = 128, steps = 128, reps = 3, chunk = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -104,28 +139,23 @@ int main(int argc, char **argv)
             steps = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--reps"))
             reps = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--mixed-batch"))
+            mbatch = v;
+        else if (!strcmp(a, "--mixed-chunk"))
+            chunk = (uint32_t)strtoul(v, NULL, 10);
         else
             return usage();
         i++;
     }
-    uint32_t bss[16], nb = 0, max_bs = 0;
-    for (char *p = (char *)batch, *end; nb < 16; p = end) {
-        unsigned long b = strtoul(p, &end, 10);
-        if (end == p)
-            break;
-        if (b == 0 || b > MAX_BS) {
-            fprintf(stderr, "gpu_serving_engine: batch %lu not in 1..%u\n", b, MAX_BS);
-            return 2;
-        }
-        bss[nb++] = (uint32_t)b;
-        if (b > max_bs)
-            max_bs = (uint32_t)b;
-    }
+    uint32_t bss[16], nb = 0, mbs[16], nm = 0, max_bs = 0;
+    if (parse_batches(batch, bss, &nb, &max_bs) || parse_batches(mbatch, mbs, &nm, &max_bs))
+        return 2;
     if (argc == 1) { /* tools/device-run.sh runs every bench program bare */
         printf("1..0 # SKIP needs --model DIR: bench/gpu-serving.sh runs it\n");
         return 0;
     }
-    if (!dir || nb == 0 || plen == 0 || steps == 0 || reps == 0 || reps > 64)
+    if (!dir || nb == 0 || plen == 0 || steps == 0 || reps == 0 || reps > 64 ||
+        (nm && (chunk == 0 || chunk > MAX_CHUNK || chunk + max_bs > 4096)))
         return usage();
 
     char err[512] = "";
@@ -140,16 +170,16 @@ int main(int argc, char **argv)
     uint32_t vocab = tdm_model_config(m)->vocab_size;
     tdm_cuda_engine_opts_t o;
     tdm_cuda_engine_opts_default(&o);
-    uint32_t ps = o.page_size, per = (plen + steps + ps - 1) / ps;
-    if ((size_t)max_bs * per > MAX_BS * 512u) {
+    uint32_t ps = o.page_size, per = (plen + steps + ps - 1) / ps, cpages = (chunk + ps - 1) / ps;
+    if ((size_t)max_bs * per > MAX_BS * 512u || cpages > MAX_CHUNK_PAGES) {
         fprintf(stderr, "gpu_serving_engine: too many pages (%u x %u)\n", max_bs, per);
         return 2;
     }
-    o.max_batch = max_bs;
+    o.max_batch = max_bs + (nm > 0); /* a mixed step: the chunk's sequence beside max_bs rows */
     o.max_tokens = plen > 4096 ? plen : 4096;
-    o.max_pages_per_seq = per;
+    o.max_pages_per_seq = per > cpages ? per : cpages;
     o.max_logit_rows = o.max_tokens;
-    o.max_pages = max_bs * per;
+    o.max_pages = max_bs * per + (nm ? cpages : 0);
     tdm_status_t st = tdm_cuda_engine_init(&view, &o, &e);
     if (st != TDM_OK) {
         fprintf(stderr, "gpu_serving_engine: engine: %s\n", tdm_status_str(st));
@@ -166,9 +196,9 @@ int main(int argc, char **argv)
         double t[2][64];
         for (int form = 0; form < 2; form++) {
             double warm;
-            st = run(e, bss[b], plen, 8, per, o.max_tokens, vocab, form ? logits : NULL, &warm);
+            st = run(e, bss[b], plen, 8, per, o.max_tokens, vocab, form ? logits : NULL, 0, &warm);
             for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
-                st = run(e, bss[b], plen, steps, per, o.max_tokens, vocab, form ? logits : NULL,
+                st = run(e, bss[b], plen, steps, per, o.max_tokens, vocab, form ? logits : NULL, 0,
                          &t[form][r]);
             if (st != TDM_OK)
                 break;
@@ -186,8 +216,46 @@ int main(int argc, char **argv)
                (double)bss[b] * steps / lg_s, 1e6 * lg_s / steps);
         fflush(stdout);
     }
+    printf("\n]");
+    /* mixed steps: this engine (mixed_decode on, its default) against one with it off */
+    tdm_cuda_engine_t *e_flash = NULL;
+    if (nm && rc == 0) {
+        tdm_cuda_engine_opts_t of = o;
+        of.mixed_decode = 0;
+        if ((st = tdm_cuda_engine_init(&view, &of, &e_flash)) != TDM_OK) {
+            fprintf(stderr, "gpu_serving_engine: second engine: %s\n", tdm_status_str(st));
+            rc = 1;
+        }
+    }
+    printf(", \"mixed_chunk\": %u, \"mixed\": [", chunk);
+    for (uint32_t b = 0; b < nm && rc == 0; b++) {
+        /* 0: mixed, default; 1: mixed, flash only; 2: the decode rows alone */
+        tdm_cuda_engine_t *eng[3] = {e, e_flash, e};
+        const uint32_t ch[3] = {chunk, chunk, 0};
+        double t[3][64];
+        for (int form = 0; form < 3 && st == TDM_OK; form++) {
+            double warm;
+            st = run(eng[form], mbs[b], plen, 8, per, o.max_tokens, vocab, NULL, ch[form], &warm);
+            for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
+                st = run(eng[form], mbs[b], plen, steps, per, o.max_tokens, vocab, NULL, ch[form],
+                         &t[form][r]);
+            if (st == TDM_OK)
+                qsort(t[form], reps, sizeof(double), cmp_d);
+        }
+        if (st != TDM_OK) {
+            fprintf(stderr, "gpu_serving_engine: mixed batch %u: %s\n", mbs[b], tdm_status_str(st));
+            rc = 1;
+            break;
+        }
+        printf("%s\n {\"batch\": %u, \"step_us\": %.1f, \"flash_only_step_us\": %.1f, "
+               "\"decode_only_step_us\": %.1f}",
+               b ? "," : "", mbs[b], 1e6 * t[0][reps / 2] / steps, 1e6 * t[1][reps / 2] / steps,
+               1e6 * t[2][reps / 2] / steps);
+        fflush(stdout);
+    }
     printf("\n]}\n");
     free(logits);
+    tdm_cuda_engine_free(e_flash);
     tdm_cuda_engine_free(e);
     tdm_model_view_free(&view);
     tdm_model_free(m);
