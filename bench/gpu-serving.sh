@@ -6,7 +6,8 @@
 # TDM_SERVE_LOOP_CONC again in lockstep (--disable-overlap-schedule) and, on cuda, in the
 # overlap loop's threaded form (TDM_CUDA_PIPELINE=0; the default is pipelined) and in the
 # pipelined loop with every mixed step's rows through the flash tiles (TDM_CUDA_MIXED_DECODE=0:
-# the one-token rows not through the decode attention); beside, in the same run, the
+# the one-token rows not through the decode attention; every other worker runs with 1, the
+# engine's opt-in until it has run on the device); beside, in the same run, the
 # engine's own batched decode at the same batch sizes (bench/gpu_serving_engine, --device cuda
 # only: the ceiling). Every point's token counts are cross-checked against each response's usage
 # and the worker's /metrics counters (loadgen.py); a mismatch or a failed request fails the bench.
@@ -152,6 +153,7 @@ for r in $PD_RATES; do points_pd="$points_pd,rate:$r"; done
 points_pd=${points_pd#,}
 if [ -n "$points_pd" ]; then
     export UCX_TLS=${UCX_TLS:-tcp,sm,self} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+    export TDM_CUDA_MIXED_DECODE=1 # as the colocated loops
     memf=""
     [ "$DEV" = cuda ] && memf="--mem-fraction-static 0.4"
     rm -f "$T/ready-pre" "$T/ready-dec"
@@ -293,7 +295,8 @@ doc = {
             "logits: full rows copied as well); device_vs_host_sampling: the same points with "
             "TDM_CUDA_HOST_SAMPLE=1 (every logits row copied, sampled on the host); overlap on cuda: "
             "the pipelined loop (TDM_CUDA_PIPELINE=1), threaded: TDM_CUDA_PIPELINE=0; "
-            "mixed_flash_only: the pipelined loop with TDM_CUDA_MIXED_DECODE=0 (a mixed step's "
+            "every worker with TDM_CUDA_MIXED_DECODE=1 but mixed_flash_only: the pipelined loop "
+            "with TDM_CUDA_MIXED_DECODE=0 (a mixed step's "
             "one-token rows through the flash tiles, not the decode attention); "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
             "CUDA IPC) beside the colocated overlap worker on the same requests",

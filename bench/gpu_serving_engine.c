@@ -9,7 +9,7 @@
  * Each the median of --reps runs; step_us = one step's wall time. Then, per --mixed-batch size,
  * the step the overlap scheduler mixes (its "mixed" rows): bs decode rows beside one new
  * sequence's --mixed-chunk prompt tokens in the same call, ids form, on the engine's default
- * (a mixed call's one-token rows through the decode attention, engine.h mixed_decode) and on a
+ * (mixed_decode on: a mixed call's one-token rows through the decode attention) and on a
  * second engine with mixed_decode off (every row through the flash tiles), with the decode-only
  * step of the same rows beside them. Prints one JSON object.
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
@@ -175,6 +175,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpu_serving_engine: too many pages (%u x %u)\n", max_bs, per);
         return 2;
     }
+    o.mixed_decode = 1; /* engine.h; the second engine of the mixed steps turns it off */
     o.max_batch = max_bs + (nm > 0); /* a mixed step: the chunk's sequence beside max_bs rows */
     o.max_tokens = plen > 4096 ? plen : 4096;
     o.max_pages_per_seq = per > cpages ? per : cpages;
@@ -217,7 +218,7 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     printf("\n]");
-    /* mixed steps: this engine (mixed_decode on, its default) against one with it off */
+    /* mixed steps: this engine (mixed_decode on, set at init) against one with it off */
     tdm_cuda_engine_t *e_flash = NULL;
     if (nm && rc == 0) {
         tdm_cuda_engine_opts_t of = o;

@@ -123,7 +123,7 @@ typedef struct tdm_cuda_engine_opts {
                                    wait (0 default: after); env TDM_CUDA_L2_PREFETCH_EARLY */
     int ablate;                 /* benchmark diagnostics only, results are WRONG when set: 0
                                    (default), or TDM_CUDA_ABLATE_* bits of launches left out */
-    int mixed_decode;           /* 1 (default): in a call that mixes prefill chunks with
+    int mixed_decode;           /* 1: in a call that mixes prefill chunks with
                                    one-token rows (the overlap scheduler's mixed batch), the
                                    one-token rows are laid out first and attend through the
                                    tensor-core decode attention (the GQA group per tile, RoPE and
@@ -131,7 +131,8 @@ typedef struct tdm_cuda_engine_opts {
                                    the flash prefill attention; 0: every row through flash tiles
                                    (a one-token row is a 64-row tile of its own per query head,
                                    reading its K/V once per query head). Needs use_mma_attn and
-                                   bf16 KV; env TDM_CUDA_MIXED_DECODE=0 */
+                                   bf16 KV. 0 (default until it has run on a device,
+                                   docs/cuda.md); env TDM_CUDA_MIXED_DECODE=1 */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;

@@ -5,8 +5,8 @@
  * chunks with one-token rows (a one-token last chunk among them) in an order that changes every
  * step; once every prompt is in, greedy decode steps of all three (graph replay), each sequence in
  * its own page range. Run twice: mixed calls with their one-token rows through the decode
- * attention (the default, engine.h opts.mixed_decode) and with every row through the flash tiles
- * (TDM_CUDA_MIXED_DECODE=0). Greedy tokens must agree; a divergence is allowed only at a step
+ * attention (TDM_CUDA_MIXED_DECODE=1, engine.h opts.mixed_decode) and with every row through the
+ * flash tiles (0, the default). Greedy tokens must agree; a divergence is allowed only at a step
  * whose CPU top-1 margin is <= 1e-2 (docs/design.md §9), after which that sequence is no longer
  * compared. The pipelined form (launch_sample with ids carried on the device) on a mixed call
  * whose rows the engine reorders equals the same call given its ids. Also: the pool honours the
@@ -284,13 +284,14 @@ int main(void)
     if (dev.major != 9)
         skip_all("built for sm_90a only");
     snprintf(dir, sizeof(dir), "%.900s/tests/fixtures", src ? src : ".");
+    setenv("TDM_CUDA_MIXED_DECODE", "1", 1); /* read at init */
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-        check_model(dir, models[i], "");
-    setenv("TDM_CUDA_MIXED_DECODE", "0", 1); /* read at init */
+        check_model(dir, models[i], " (mixed calls' one-token rows through the decode attention)");
+    check_pipe(dir, "tiny-llama-gqa");
+    setenv("TDM_CUDA_MIXED_DECODE", "0", 1);
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
         check_model(dir, models[i], " (mixed calls all through flash tiles)");
     unsetenv("TDM_CUDA_MIXED_DECODE");
-    check_pipe(dir, "tiny-llama-gqa");
 
     tdm_exec_cuda_t *x = NULL;
     tdm_exec_cuda_cfg_t bad = {NULL, TDM_DTYPE_BF16, 16, 4, 128, 256, 0, 0.5};
