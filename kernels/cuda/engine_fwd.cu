@@ -403,12 +403,10 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
         e->ntiles = tdm_cuda_flash_tiles(e->h_plan + plan_off(e, P_POS) + nd,
                                          e->h_plan + plan_off(e, P_PTOFF) + nd, n - nd,
                                          e->h_plan + plan_off(e, P_TILES), e->tiles_cap);
-        e->nd = e->ntiles ? nd : 0;
+        e->nd = nd;
     }
-    if (mixed && !e->nd) { /* no tiles (cannot happen: tiles_cap covers T/64 + a tile a
-                            * sequence): the caller's order, for the split-K path */
-        TDM_TRY(plan_batch(e, seqs, n_seqs, 0, &n, &m, &np, &decode));
-    }
+    if (mixed && !e->ntiles) /* cannot happen: tiles_cap covers T/64 + a tile a sequence */
+        return TDM_ERR_OVERFLOW;
     if (decode && e->o.use_graphs && !tdm_cuda_hc_pending(&e->hc)) {
         uint32_t b;
         bi = bucket_of(n, &b);
