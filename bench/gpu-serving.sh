@@ -104,8 +104,8 @@ points_lockstep=""
 for c in $LOOP_CONC; do points_lockstep="$points_lockstep,conc:$c"; done
 points_hs=""
 for c in $HS_CONC; do points_hs="$points_hs,conc:$c"; done
-points_threaded=""
-[ "$DEV" = cuda ] && points_threaded=$points_lockstep
+points_cuda_loop=""
+[ "$DEV" = cuda ] && points_cuda_loop=$points_lockstep
 lg_rc=0
 for loop in overlap lockstep threaded flashmix hostsample; do
     hs=0
@@ -114,8 +114,8 @@ for loop in overlap lockstep threaded flashmix hostsample; do
     case $loop in
     overlap) pts=${points_overlap#,}; extra="" ;;
     lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
-    threaded) pts=${points_threaded#,}; extra=""; pipe=0 ;;
-    flashmix) pts=${points_threaded#,}; extra=""; mixdec=0 ;;
+    threaded) pts=${points_cuda_loop#,}; extra=""; pipe=0 ;;
+    flashmix) pts=${points_cuda_loop#,}; extra=""; mixdec=0 ;;
     *) pts=${points_hs#,}; extra=""; hs=1 ;;
     esac
     [ -z "$pts" ] && continue
