@@ -24,6 +24,12 @@
 # TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_ENGINE_REPS (3), TDM_SERVE_MIXED_CHUNK (the engine's
 # mixed step at the loop points: that many prompt tokens beside the decode rows; default the
 # input median), TDM_SERVE_MAX_RUNNING (the largest concurrency),
+# TDM_SERVE_DH_CONC ("64"; empty: none): decode-heavy points in the overlap loop, the same
+# concurrency with short prompts and long outputs (medians TDM_SERVE_DH_IN 32 / TDM_SERVE_DH_OUT
+# 512, at most twice the input median / the output median), so that the batch stays at the
+# concurrency in decode and serving is compared with the engine's decode without the prompts'
+# prefill work (SGLang's decode-heavy setting; the sweep's points carry ~2 prompt tokens per
+# output token),
 # TDM_SERVE_HOST_SAMPLE_CONC (cuda only, default none: these concurrency points again in the
 # overlap loop with TDM_CUDA_HOST_SAMPLE=1, full logits copied and sampled on the host),
 # TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
@@ -37,6 +43,9 @@ RATES=${TDM_SERVE_RATES:-8 32}
 PD_RATES=${TDM_SERVE_PD_RATES-$RATES}
 LOOP_CONC=${TDM_SERVE_LOOP_CONC:-32 64}
 HS_CONC=${TDM_SERVE_HOST_SAMPLE_CONC:-}
+DH_CONC=${TDM_SERVE_DH_CONC-64}
+DH_IN=${TDM_SERVE_DH_IN:-32}
+DH_OUT=${TDM_SERVE_DH_OUT:-512}
 [ "$DEV" = cuda ] || HS_CONC=""
 NUM=${TDM_SERVE_NUM:-0}
 NUMF=${TDM_SERVE_NUM_FACTOR:-4}
@@ -46,7 +55,7 @@ IN_MAX=${TDM_SERVE_IN_MAX:-1024}
 OUT_MAX=${TDM_SERVE_OUT_MAX:-512}
 STEPS=${TDM_SERVE_ENGINE_STEPS:-128}
 maxc=1
-for c in $CONC $LOOP_CONC; do [ "$c" -gt "$maxc" ] && maxc=$c; done
+for c in $CONC $LOOP_CONC $DH_CONC; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 MAXRUN=${TDM_SERVE_MAX_RUNNING:-$maxc}
 W=$BUILD/tandem-worker
 E=$BUILD/bench/gpu_serving_engine
@@ -137,6 +146,15 @@ for loop in overlap lockstep threaded flashmix hostsample; do
         --input-max "$IN_MAX" --output-max "$OUT_MAX" --out "$T/serve-$loop.json" > /dev/null
     rc=$?
     [ $rc != 0 ] && lg_rc=1
+    if [ "$loop" = overlap ] && [ -n "$DH_CONC" ]; then
+        pdh=""
+        for c in $DH_CONC; do pdh="$pdh,conc:$c"; done
+        echo "# gpu-serving: decode-heavy (in $DH_IN, out $DH_OUT): ${pdh#,}" >&2
+        python3 "$SRC/bench/loadgen.py" --url "http://127.0.0.1:$port" --points "${pdh#,}" \
+            --num-prompts "$NUM" --num-factor "$NUMF" --input-median "$DH_IN" \
+            --output-median "$DH_OUT" --input-max $((2 * DH_IN)) --output-max "$DH_OUT" \
+            --out "$T/serve-dh.json" > /dev/null || lg_rc=1
+    fi
     kill -TERM $wp
     wait $wp
     wrc=$?
@@ -211,6 +229,7 @@ tap $lg_rc "load generator: every request served, usage and /metrics agree"
 # 3. merge
 [ -n "$HS_CONC" ] && : > "$T/hs-wanted"
 [ -n "$points_pd" ] && : > "$T/pd-wanted"
+[ -n "$DH_CONC" ] && : > "$T/dh-wanted"
 sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)}
 [ -z "$sha" ] && sha=$(sed -n 's/^source: //p' "$SRC/.device-bundle/MANIFEST" 2>/dev/null | head -1)
 python3 - "$T" "$OUT" "${sha:-unknown}" "$DEV" "$MODEL" "$SRC" "$CONC" "$LOOP_CONC" <<'PY'
@@ -226,6 +245,7 @@ def load(loop):
 ov, ls, hs, th = load("overlap"), load("lockstep"), load("hostsample"), load("threaded")
 fm = load("flashmix")
 pd = load("pd")
+dh = load("dh")
 def pt(doc, name):
     return next((p for p in doc["points"] if p["point"] == name), None)
 rows = []
@@ -238,6 +258,15 @@ for c in conc:
         if p["itl_ms"]["p50"] is not None:
             row["itl_p50_vs_engine_step"] = round(p["itl_ms"]["p50"] * 1e3 / e["ids_step_us"], 3)
     rows.append(row)
+decode_heavy = []
+for p in dh["points"]:
+    c = p["max_concurrency"]
+    e = by_bs.get(c)
+    decode_heavy.append({"concurrency": c, "serving": p, "load": dh.get("lengths"),
+                         "engine_decode_tok_s": e and e["ids_tok_s"],
+                         "serving_vs_engine_decode": e and round(p["output_tok_s"] / e["ids_tok_s"], 3),
+                         "itl_p50_vs_engine_step": e and p["itl_ms"]["p50"] is not None and
+                         round(p["itl_ms"]["p50"] * 1e3 / e["ids_step_us"], 3) or None})
 loops = []
 for c in loop_conc:
     a, b, t = pt(ov, "conc:%d" % c), pt(ls, "conc:%d" % c), pt(th, "conc:%d" % c)
@@ -298,6 +327,8 @@ doc = {
             "every worker with TDM_CUDA_MIXED_DECODE=1 but mixed_flash_only: the pipelined loop "
             "with TDM_CUDA_MIXED_DECODE=0 (a mixed step's "
             "one-token rows through the flash tiles, not the decode attention); "
+            "decode_heavy: the overlap loop at the same concurrency with short prompts and long "
+            "outputs, the batch in decode; "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
             "CUDA IPC) beside the colocated overlap worker on the same requests",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
@@ -310,12 +341,13 @@ doc = {
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,
-    "pd_vs_colocated": pd_rows, "anchor": anchor,
+    "pd_vs_colocated": pd_rows, "decode_heavy": decode_heavy, "anchor": anchor,
     "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", [])},
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
                  (bool(th.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(fm.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(pd.get("ok")) or not os.path.exists(os.path.join(T, "pd-wanted"))) and
+                 (bool(dh.get("ok")) or not os.path.exists(os.path.join(T, "dh-wanted"))) and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
@@ -328,6 +360,11 @@ for r in rows:
              s and s["ttft_ms"]["p50"], r["concurrency"], e and e["ids_tok_s"],
              e and e["ids_step_us"],
              " ratio %s" % r.get("serving_vs_engine_decode") if "serving_vs_engine_decode" in r else ""))
+for r in decode_heavy:
+    s = r["serving"]
+    print("# bench decode-heavy c=%d: %s out tok/s (x%s of the engine's decode), ITL p50 %s ms, "
+          "concurrency mean %s" % (r["concurrency"], s["output_tok_s"], r["serving_vs_engine_decode"],
+                                   s["itl_ms"]["p50"], s.get("concurrency_mean")))
 for r in doc["engine_mixed"]["rows"]:
     print("# bench engine mixed bs%d + %s prompt tokens: %s us/step (flash only %s), decode alone %s"
           % (r["batch"], doc["engine_mixed"]["chunk"], r["step_us"], r["flash_only_step_us"],

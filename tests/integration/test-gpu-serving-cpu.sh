@@ -20,6 +20,7 @@ export TDM_CPU_THREADS=1
 
 TDM_SERVE_DEVICE=cpu TDM_SERVE_CONC="1 4" TDM_SERVE_RATES="50" TDM_SERVE_LOOP_CONC="4" \
     TDM_SERVE_NUM=6 TDM_SERVE_IN=20 TDM_SERVE_OUT=8 TDM_SERVE_IN_MAX=48 TDM_SERVE_OUT_MAX=16 \
+    TDM_SERVE_DH_CONC=4 TDM_SERVE_DH_IN=6 TDM_SERVE_DH_OUT=24 \
     TDM_BENCH_GIT_SHA=test sh -c "bash '$S/bench/gpu-serving.sh' '$BUILD' '$S' '$T/out.json'" \
     > "$T/tap" 2> "$T/err"
 rc=$?
@@ -63,10 +64,20 @@ m = pd[0]["prefill_group_metrics_delta"]
 assert (m["prefill_group_tandem_prefill_tokens_total"] +
         m["prefill_group_tandem_prompt_tokens_cached_total"] == pd[0]["pd"]["total_input_tokens"]), \
     "prefill group's counters %s" % m
+dh = d["decode_heavy"]
+assert len(dh) == 1 and dh[0]["concurrency"] == 4, "decode-heavy points %s" % dh
+s = dh[0]["serving"]
+assert s["completed"] == 6 and s["metrics_delta"]["tandem_generated_tokens_total"] == \
+    s["total_output_tokens"] > 0, "decode-heavy point %s" % s
+assert dh[0]["load"]["input_median"] == 6 and dh[0]["load"]["output_median"] == 24, "dh load"
+w = rows[4]["serving"]
+assert s["total_input_tokens"] * w["total_output_tokens"] < \
+    w["total_input_tokens"] * s["total_output_tokens"], \
+    "decode-heavy carries no fewer prompt tokens per output token than the sweep's point"
 print("fields ok")
 PY
 rc=$?
-ok $rc "gpu_serving.json: both concurrency points, the rate point, the loop comparison and PD beside colocated, every request and token accounted ($(tail -1 "$T/check"))"
+ok $rc "gpu_serving.json: both concurrency points, the rate point, the decode-heavy point, the loop comparison and PD beside colocated, every request and token accounted ($(tail -1 "$T/check"))"
 
 # the engine goals of the same device call merge in (bench/serving_goals.py); another build's
 # decode figures are refused and leave the file as it was
