@@ -6,8 +6,8 @@
 # TDM_SERVE_LOOP_CONC again in lockstep (--disable-overlap-schedule) and, on cuda, in the
 # overlap loop's threaded form (TDM_CUDA_PIPELINE=0; the default is pipelined) and in the
 # pipelined loop with every mixed step's rows through the flash tiles (TDM_CUDA_MIXED_DECODE=0:
-# the one-token rows not through the decode attention; every other worker runs with 1, the
-# engine's opt-in until it has run on the device); beside, in the same run, the
+# the one-token rows not through the decode attention; every other worker runs with the
+# default, 1); beside, in the same run, the
 # engine's own batched decode at the same batch sizes (bench/gpu_serving_engine, --device cuda
 # only: the ceiling). Every point's token counts are cross-checked against each response's usage
 # and the worker's /metrics counters (loadgen.py); a mismatch or a failed request fails the bench.
@@ -171,7 +171,7 @@ for r in $PD_RATES; do points_pd="$points_pd,rate:$r"; done
 points_pd=${points_pd#,}
 if [ -n "$points_pd" ]; then
     export UCX_TLS=${UCX_TLS:-tcp,sm,self} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-    export TDM_CUDA_MIXED_DECODE=1 # as the colocated loops
+    export TDM_CUDA_MIXED_DECODE=1 TDM_CUDA_PIPELINE=1 # as the colocated overlap loop
     memf=""
     [ "$DEV" = cuda ] && memf="--mem-fraction-static 0.4"
     rm -f "$T/ready-pre" "$T/ready-dec"

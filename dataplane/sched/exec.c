@@ -303,8 +303,8 @@ buffers:
         x->sout = tdm_calloc(cfg->max_seqs, sizeof(*x->sout));
     }
     x->fl = -1;
-    /* The overlap loop pipelined (tdm_exec_lead_launch): on the GPU with TDM_CUDA_PIPELINE=1
-     * (opt-in until it has run on the device: docs/cuda.md); on the CPU with TDM_CPU_PIPELINE=1,
+    /* The overlap loop pipelined (tdm_exec_lead_launch): on the GPU unless TDM_CUDA_PIPELINE=0
+     * (measured there: docs/cuda.md); on the CPU with TDM_CPU_PIPELINE=1,
      * the same protocol run synchronously (samples deferred one step, PREV_TOKEN ids taken from
      * the deferred outputs): no speed, but the loop's state machine under test in CI */
     const char *gpipe = getenv("TDM_CUDA_PIPELINE"), *cpipe = getenv("TDM_CPU_PIPELINE");
@@ -314,8 +314,8 @@ buffers:
 #endif
                    x->cu->size >= offsetof(tdm_cuda_module_t, exec_finish_sample) +
                                       sizeof(x->cu->exec_finish_sample) &&
-                   x->cu->exec_launch_sample && x->cu->exec_finish_sample && gpipe &&
-                   !strcmp(gpipe, "1");
+                   x->cu->exec_launch_sample && x->cu->exec_finish_sample &&
+                   !(gpipe && !strcmp(gpipe, "0"));
     int cpu_pipe = !x->cuda && cpipe && !strcmp(cpipe, "1");
     if ((gpu_pipe || cpu_pipe) && cfg->rank == 0 && cfg->tp_size == 1 && !x->hc) {
         x->can_pipe = 1;
@@ -333,8 +333,9 @@ buffers:
         x->fix_dst = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->fix_src = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
     } else if (cfg->rank == 0 &&
-               ((gpipe && !strcmp(gpipe, "1")) || (cpipe && !strcmp(cpipe, "1")))) {
-        /* asked for, not possible here: say why rather than run the other loop silently */
+               ((gpipe && !strcmp(gpipe, "1")) || (cpipe && !strcmp(cpipe, "1")) ||
+                (x->cuda && !(gpipe && !strcmp(gpipe, "0"))))) {
+        /* asked for (or the GPU default) and not possible here: say why, not silently */
         tdm_info(TDM_SUB_SCHED, "msg=\"pipelined overlap loop not used\" why=\"%s\"",
                  gpipe && !strcmp(gpipe, "1") && !x->cuda ? "TDM_CUDA_PIPELINE is for --device cuda"
                  : cpipe && !strcmp(cpipe, "1") && x->cuda ? "TDM_CPU_PIPELINE is for --device cpu"

@@ -173,7 +173,7 @@ tdm_hicache_t *tdm_exec_hicache(tdm_exec_t *x);
 tdm_status_t tdm_exec_lead(tdm_exec_t *x, tdm_exec_iter_t *it);
 /* The overlap loop's pipelined form (docs/serving.md "Loops"): 1 when this executor can launch
  * a plan on the device before the previous one completed (--device cuda, TP 1, device sampling,
- * no HiCache tier, TDM_CUDA_PIPELINE not 0). */
+ * no HiCache tier, TDM_CUDA_PIPELINE not 0; or --device cpu with TDM_CPU_PIPELINE=1). */
 int tdm_exec_can_pipeline(const tdm_exec_t *x);
 /* Send and launch `it` behind the iteration in flight (if any), then complete that one and
  * return it in *done (NULL: none) with its results; `it` stays in flight. A plan that cannot be

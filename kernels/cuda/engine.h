@@ -131,8 +131,8 @@ typedef struct tdm_cuda_engine_opts {
                                    the flash prefill attention; 0: every row through flash tiles
                                    (a one-token row is a 64-row tile of its own per query head,
                                    reading its K/V once per query head). Needs use_mma_attn and
-                                   bf16 KV. 0 (default until it has run on a device,
-                                   docs/cuda.md); env TDM_CUDA_MIXED_DECODE=1 */
+                                   bf16 KV. 1 (default, docs/cuda.md); env
+                                   TDM_CUDA_MIXED_DECODE=0 */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;

@@ -134,9 +134,9 @@ try:
     # input there, its sampling steps counted ahead) against lockstep and against the threaded
     # loop with host sampling: seeded requests, one at a time (batch 1 in all three), give the
     # same text — sampled, greedy, with a stop string, and with a penalty (host-sampled rows,
-    # which the pipelined loop runs in order). The pipelined worker sends its mixed steps' one-token
-    # rows through the decode attention (TDM_CUDA_MIXED_DECODE=1, the engine's opt-in): the 16
-    # concurrent requests below run such steps.
+    # which the pipelined loop runs in order). The pipelined worker (the defaults) sends its mixed
+    # steps' one-token rows through the decode attention: the 16 concurrent requests below run
+    # such steps.
     loops = {}
     for name, extra, env in (("pipe", [], {"TDM_CUDA_PIPELINE": "1", "TDM_CUDA_MIXED_DECODE": "1"}),
                              ("lockstep", ["--disable-overlap-schedule"], {}),
