@@ -30,7 +30,8 @@
 #       Every result file and log goes under $OUT; summary.txt lists each phase's exit status and
 #       seconds. Exit status 0 only when every phase passed. Env: TDM_VERIFY_LIMIT_<PHASE>
 #       (seconds; defaults below), TDM_VERIFY_MEM_FRACTION (0.05 per worker), TDM_VERIFY_DEVICE
-#       (cuda; cpu runs the detect and chaos phases on the CPU: a rehearsal of the call here).
+#       (cuda; cpu runs the detect and chaos phases on the CPU: a rehearsal of the call here),
+#       TDM_VERIFY_TESTS_SKIP (the tests phase's TDM_DEVICE_SKIP regex; default "^bench ").
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 dir=$top/.dev-verify
@@ -128,7 +129,7 @@ run_phases() {
         case $p in
         tests)
             phase tests "${TDM_VERIFY_LIMIT_TESTS:-420}" env OUT="$OUT/tests" \
-                TDM_DEVICE_SKIP="^bench " bash "$top/tools/device-run.sh"
+                TDM_DEVICE_SKIP="${TDM_VERIFY_TESTS_SKIP:-^bench }" bash "$top/tools/device-run.sh"
             ;;
         detect)
             phase detect "${TDM_VERIFY_LIMIT_DETECT:-180}" python3 "$top/bench/gpu-tp-detect.py" \
