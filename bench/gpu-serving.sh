@@ -230,7 +230,10 @@ tap $lg_rc "load generator: every request served, usage and /metrics agree"
 [ -n "$HS_CONC" ] && : > "$T/hs-wanted"
 [ -n "$points_pd" ] && : > "$T/pd-wanted"
 [ -n "$DH_CONC" ] && : > "$T/dh-wanted"
-sha=${TDM_BENCH_GIT_SHA:-$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)}
+# the binaries' source: a device bundle's MANIFEST names the commit it was built from (the
+# device's checkout may carry another .git state), else the checkout's HEAD
+sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
+[ -z "$sha" ] && sha=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)
 [ -z "$sha" ] && sha=$(sed -n 's/^source: //p' "$SRC/.device-bundle/MANIFEST" 2>/dev/null | head -1)
 python3 - "$T" "$OUT" "${sha:-unknown}" "$DEV" "$MODEL" "$SRC" "$CONC" "$LOOP_CONC" <<'PY'
 import json, os, sys, time
