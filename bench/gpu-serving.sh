@@ -268,8 +268,9 @@ for p in dh["points"]:
     decode_heavy.append({"concurrency": c, "serving": p, "load": dh.get("lengths"),
                          "engine_decode_tok_s": e and e["ids_tok_s"],
                          "serving_vs_engine_decode": e and round(p["output_tok_s"] / e["ids_tok_s"], 3),
-                         "itl_p50_vs_engine_step": e and p["itl_ms"]["p50"] is not None and
-                         round(p["itl_ms"]["p50"] * 1e3 / e["ids_step_us"], 3) or None})
+                         "itl_p50_vs_engine_step":
+                         round(p["itl_ms"]["p50"] * 1e3 / e["ids_step_us"], 3)
+                         if e and p["itl_ms"]["p50"] is not None else None})
 loops = []
 for c in loop_conc:
     a, b, t = pt(ov, "conc:%d" % c), pt(ls, "conc:%d" % c), pt(th, "conc:%d" % c)

@@ -308,14 +308,14 @@ buffers:
      * the same protocol run synchronously (samples deferred one step, PREV_TOKEN ids taken from
      * the deferred outputs): no speed, but the loop's state machine under test in CI */
     const char *gpipe = getenv("TDM_CUDA_PIPELINE"), *cpipe = getenv("TDM_CPU_PIPELINE");
+    const int gpipe_off = gpipe && !strcmp(gpipe, "0");
     int gpu_pipe = x->dev_sample &&
 #ifdef TDM_SCHED_GPU_TP
                    !x->gpu &&
 #endif
                    x->cu->size >= offsetof(tdm_cuda_module_t, exec_finish_sample) +
                                       sizeof(x->cu->exec_finish_sample) &&
-                   x->cu->exec_launch_sample && x->cu->exec_finish_sample &&
-                   !(gpipe && !strcmp(gpipe, "0"));
+                   x->cu->exec_launch_sample && x->cu->exec_finish_sample && !gpipe_off;
     int cpu_pipe = !x->cuda && cpipe && !strcmp(cpipe, "1");
     if ((gpu_pipe || cpu_pipe) && cfg->rank == 0 && cfg->tp_size == 1 && !x->hc) {
         x->can_pipe = 1;
@@ -332,9 +332,8 @@ buffers:
         x->pend_nx = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->fix_dst = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
         x->fix_src = tdm_calloc(cfg->max_seqs, sizeof(uint32_t));
-    } else if (cfg->rank == 0 &&
-               ((gpipe && !strcmp(gpipe, "1")) || (cpipe && !strcmp(cpipe, "1")) ||
-                (x->cuda && !(gpipe && !strcmp(gpipe, "0"))))) {
+    } else if (cfg->rank == 0 && ((gpipe && !strcmp(gpipe, "1")) ||
+                                  (cpipe && !strcmp(cpipe, "1")) || (x->cuda && !gpipe_off))) {
         /* asked for (or the GPU default) and not possible here: say why, not silently */
         tdm_info(TDM_SUB_SCHED, "msg=\"pipelined overlap loop not used\" why=\"%s\"",
                  gpipe && !strcmp(gpipe, "1") && !x->cuda ? "TDM_CUDA_PIPELINE is for --device cuda"
