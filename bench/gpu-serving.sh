@@ -23,7 +23,9 @@
 # (median lengths, 160 / 140), TDM_SERVE_IN_MAX / TDM_SERVE_OUT_MAX (1024 / 512),
 # TDM_SERVE_ENGINE_STEPS (128), TDM_SERVE_ENGINE_REPS (3), TDM_SERVE_MIXED_CHUNK (the engine's
 # mixed step at the loop points: that many prompt tokens beside the decode rows; default the
-# input median), TDM_SERVE_MAX_RUNNING (the largest concurrency),
+# input median), TDM_SERVE_PRICE_CHUNKS ("32 400 1024"; empty: none: the last loop point's
+# mixed step beside one chunk of each size, the marginal price of a prompt token,
+# engine_mixed.price), TDM_SERVE_MAX_RUNNING (the largest concurrency),
 # TDM_SERVE_DH_CONC ("64"; empty: none): decode-heavy points in the overlap loop, the same
 # concurrency with short prompts and long outputs (medians TDM_SERVE_DH_IN 32 / TDM_SERVE_DH_OUT
 # 512, at most twice the input median / the output median), so that the batch stays at the
@@ -98,7 +100,8 @@ if [ "$DEV" = cuda ]; then
     echo "# gpu-serving: engine decode at batch $CONC, mixed steps at $LOOP_CONC" >&2
     timeout 300 "$E" --model "$MODEL" --batch "$CONC" --prompt-len "$IN" --steps "$STEPS" \
         --reps "${TDM_SERVE_ENGINE_REPS:-3}" --mixed-batch "$LOOP_CONC" \
-        --mixed-chunk "${TDM_SERVE_MIXED_CHUNK:-$IN}" > "$T/engine.json"
+        --mixed-chunk "${TDM_SERVE_MIXED_CHUNK:-$IN}" \
+        --price-chunks "${TDM_SERVE_PRICE_CHUNKS-32 400 1024}" > "$T/engine.json"
     tap $? "engine batched decode (bench/gpu_serving_engine)"
 else
     echo '{"results": []}' > "$T/engine.json"
@@ -249,6 +252,17 @@ ov, ls, hs, th = load("overlap"), load("lockstep"), load("hostsample"), load("th
 fm = load("flashmix")
 pd = load("pd")
 dh = load("dh")
+def price_rows(eng):
+    """each price row with its marginal cost: (step - that batch's decode-only step) / chunk"""
+    dec = {r["batch"]: r["decode_only_step_us"] for r in eng.get("mixed", [])}
+    out = []
+    for r in eng.get("price", []):
+        base = dec.get(r["batch"])
+        out.append(dict(r, decode_only_step_us=base, us_per_prompt_token=None if base is None
+                        else round((r["step_us"] - base) / r["chunk"], 2)))
+    return out
+
+
 def pt(doc, name):
     return next((p for p in doc["points"] if p["point"] == name), None)
 rows = []
@@ -346,7 +360,8 @@ doc = {
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,
     "pd_vs_colocated": pd_rows, "decode_heavy": decode_heavy, "anchor": anchor,
-    "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", [])},
+    "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", []),
+                     "price": price_rows(eng)},
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
                  (bool(th.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(fm.get("ok")) or not loop_conc or dev != "cuda") and
@@ -373,6 +388,9 @@ for r in doc["engine_mixed"]["rows"]:
     print("# bench engine mixed bs%d + %s prompt tokens: %s us/step (flash only %s), decode alone %s"
           % (r["batch"], doc["engine_mixed"]["chunk"], r["step_us"], r["flash_only_step_us"],
              r["decode_only_step_us"]))
+for r in doc["engine_mixed"]["price"]:
+    print("# bench engine price bs%d + %d prompt tokens: %s us/step, %s us per prompt token"
+          % (r["batch"], r["chunk"], r["step_us"], r["us_per_prompt_token"]))
 for r in pd_rows:
     a, b = r["pd"], r["colocated"]
     print("# bench pd %s: TTFT p50 %s vs colocated %s ms; ITL p50 %s vs %s ms"

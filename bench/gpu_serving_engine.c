@@ -11,9 +11,13 @@
  * sequence's --mixed-chunk prompt tokens in the same call, ids form, on the engine's default
  * (mixed_decode on: a mixed call's one-token rows through the decode attention) and on a
  * second engine with mixed_decode off (every row through the flash tiles), with the decode-only
- * step of the same rows beside them. Prints one JSON object.
+ * step of the same rows beside them. With --price-chunks, the price of a prompt token: the
+ * last --mixed-batch size's step beside one chunk of each listed size (default engine), so that
+ * (step - decode-only step) / chunk is read off at several chunk sizes ("price"). Prints one JSON
+ * object.
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
  *   [--steps 128] [--reps 3] [--mixed-batch "32 64"] [--mixed-chunk 128]
+ *   [--price-chunks "32 400 1024"]
  */
 #include "config.h"
 
@@ -47,7 +51,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: gpu_serving_engine --model DIR [--batch \"1 8 32\"] "
                     "[--prompt-len N] [--steps N] [--reps N] [--mixed-batch \"32 64\"] "
-                    "[--mixed-chunk N]\n");
+                    "[--mixed-chunk N] [--price-chunks \"32 400 1024\"]\n");
     return 2;
 }
 
@@ -123,7 +127,7 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *batch = "1 8 32", *mbatch = "";
+    const char *dir = NULL, *batch = "1 8 32", *mbatch = "", *pchunks = "";
     uint32_t plen = 128, steps = 128, reps = 3, chunk = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -143,19 +147,34 @@ int main(int argc, char **argv)
             mbatch = v;
         else if (!strcmp(a, "--mixed-chunk"))
             chunk = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--price-chunks"))
+            pchunks = v;
         else
             return usage();
         i++;
     }
-    uint32_t bss[16], nb = 0, mbs[16], nm = 0, max_bs = 0;
+    uint32_t bss[16], nb = 0, mbs[16], nm = 0, max_bs = 0, pcs[16], np = 0, max_pc = 0;
     if (parse_batches(batch, bss, &nb, &max_bs) || parse_batches(mbatch, mbs, &nm, &max_bs))
         return 2;
+    for (char *p = (char *)pchunks, *end; np < 16; p = end) {
+        unsigned long c = strtoul(p, &end, 10);
+        if (end == p)
+            break;
+        if (c == 0 || c > MAX_CHUNK) {
+            fprintf(stderr, "gpu_serving_engine: price chunk %lu not in 1..%u\n", c, MAX_CHUNK);
+            return 1;
+        }
+        pcs[np++] = (uint32_t)c;
+        if (c > max_pc)
+            max_pc = (uint32_t)c;
+    }
+    const uint32_t chunk_cap = max_pc > chunk ? max_pc : chunk;
     if (argc == 1) { /* tools/device-run.sh runs every bench program bare */
         printf("1..0 # SKIP needs --model DIR: bench/gpu-serving.sh runs it\n");
         return 0;
     }
     if (!dir || nb == 0 || plen == 0 || steps == 0 || reps == 0 || reps > 64 ||
-        (nm && (chunk == 0 || chunk > MAX_CHUNK || chunk + max_bs > 4096)))
+        (nm && (chunk == 0 || chunk > MAX_CHUNK || chunk_cap + max_bs > 4096)) || (np && !nm))
         return usage();
 
     char err[512] = "";
@@ -170,7 +189,8 @@ int main(int argc, char **argv)
     uint32_t vocab = tdm_model_config(m)->vocab_size;
     tdm_cuda_engine_opts_t o;
     tdm_cuda_engine_opts_default(&o);
-    uint32_t ps = o.page_size, per = (plen + steps + ps - 1) / ps, cpages = (chunk + ps - 1) / ps;
+    uint32_t ps = o.page_size, per = (plen + steps + ps - 1) / ps,
+             cpages = (chunk_cap + ps - 1) / ps;
     if ((size_t)max_bs * per > MAX_BS * 512u || cpages > MAX_CHUNK_PAGES) {
         fprintf(stderr, "gpu_serving_engine: too many pages (%u x %u)\n", max_bs, per);
         return 2;
@@ -252,6 +272,23 @@ int main(int argc, char **argv)
                "\"decode_only_step_us\": %.1f}",
                b ? "," : "", mbs[b], 1e6 * t[0][reps / 2] / steps, 1e6 * t[1][reps / 2] / steps,
                1e6 * t[2][reps / 2] / steps);
+        fflush(stdout);
+    }
+    printf("\n], \"price\": [");
+    for (uint32_t c = 0; c < np && rc == 0; c++) {
+        const uint32_t bs = mbs[nm - 1];
+        double t[64], warm;
+        st = run(e, bs, plen, 8, per, o.max_tokens, vocab, NULL, pcs[c], &warm);
+        for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
+            st = run(e, bs, plen, steps, per, o.max_tokens, vocab, NULL, pcs[c], &t[r]);
+        if (st != TDM_OK) {
+            fprintf(stderr, "gpu_serving_engine: price chunk %u: %s\n", pcs[c], tdm_status_str(st));
+            rc = 1;
+            break;
+        }
+        qsort(t, reps, sizeof(double), cmp_d);
+        printf("%s\n {\"batch\": %u, \"chunk\": %u, \"step_us\": %.1f}", c ? "," : "", bs, pcs[c],
+               1e6 * t[reps / 2] / steps);
         fflush(stdout);
     }
     printf("\n]}\n");
