@@ -24,6 +24,30 @@
 
 /* ---- ingest thread -------------------------------------------------------------------------- */
 
+/* A failed statement's result: INGEST_CONN when the batch is not at fault and must be sent again
+ * on a new connection (the connection is gone; the server reports FATAL or PANIC, after which it
+ * closes the session: an administrator's or a crash shutdown arrives as a FATAL error result
+ * while libpq still reports the connection OK; or SQLSTATE class 08 connection exception,
+ * 40 transaction rollback (serialization, deadlock), 53 insufficient resources, 57 operator
+ * intervention, 58 system error), INGEST_DATA when the database refused the batch itself.
+ * docs/design.md §3: an event reaches PostgreSQL exactly once. */
+static ingest_rc_t fail_rc(PGconn *conn, const PGresult *res)
+{
+    if (PQstatus(conn) == CONNECTION_BAD || !res)
+        return INGEST_CONN;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (!sev)
+        sev = PQresultErrorField(res, PG_DIAG_SEVERITY);
+    if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
+        return INGEST_CONN;
+    const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    static const char *const transient[] = {"08", "40", "53", "57", "58"};
+    for (size_t i = 0; code && i < sizeof(transient) / sizeof(transient[0]); i++)
+        if (strncmp(code, transient[i], 2) == 0)
+            return INGEST_CONN;
+    return INGEST_DATA;
+}
+
 static ingest_rc_t exec_cmd(PGconn *conn, const char *sql, char *err, size_t err_len)
 {
     PGresult *res = PQexec(conn, sql);
@@ -31,7 +55,7 @@ static ingest_rc_t exec_cmd(PGconn *conn, const char *sql, char *err, size_t err
     ingest_rc_t rc = INGEST_OK;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         snprintf(err, err_len, "%s", PQresultErrorMessage(res));
-        rc = PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+        rc = fail_rc(conn, res);
     }
     PQclear(res);
     return rc;
@@ -45,8 +69,9 @@ static ingest_rc_t copy_rows(PGconn *conn, const char *sql, const char *rows, si
     PGresult *res = PQexec(conn, sql);
     if (PQresultStatus(res) != PGRES_COPY_IN) {
         snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        ingest_rc_t rc = fail_rc(conn, res);
         PQclear(res);
-        return PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+        return rc;
     }
     PQclear(res);
     if (PQputCopyData(conn, rows, (int)len) != 1 || PQputCopyEnd(conn, NULL) != 1) {
@@ -57,7 +82,7 @@ static ingest_rc_t copy_rows(PGconn *conn, const char *sql, const char *rows, si
     while ((res = PQgetResult(conn)) != NULL) {
         if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == INGEST_OK) {
             snprintf(err, err_len, "%s", PQresultErrorMessage(res));
-            rc = PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
+            rc = fail_rc(conn, res);
         }
         PQclear(res);
     }
@@ -82,9 +107,9 @@ ingest_rc_t tdm_cp_dbi_ingest_batch(PGconn *conn, const tdm_cp_batch_t *b, char 
     PGresult *res = PQexec(conn, sql);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         snprintf(err, err_len, "%s", PQresultErrorMessage(res));
+        ingest_rc_t rc = PQresultStatus(res) == PGRES_TUPLES_OK ? INGEST_DATA : fail_rc(conn, res);
         PQclear(res);
         PQfreemem(inst);
-        ingest_rc_t rc = PQstatus(conn) == CONNECTION_BAD ? INGEST_CONN : INGEST_DATA;
         if (rc == INGEST_DATA)
             PQclear(PQexec(conn, "ROLLBACK"));
         return rc;
@@ -152,8 +177,9 @@ static ingest_rc_t copy_start(PGconn *conn, char *err, size_t err_len)
     if (st != PGRES_COPY_IN) {
         snprintf(err, err_len, "%s",
                  res ? PQresultErrorMessage(res) : "the server did not start the COPY");
+        ingest_rc_t rc = fail_rc(conn, res);
         PQclear(res);
-        return conn_rc(conn);
+        return rc;
     }
     PQclear(res);
     return INGEST_OK;
@@ -169,7 +195,7 @@ static ingest_rc_t drain(PGconn *conn, ingest_rc_t rc, char *err, size_t err_len
             PQputCopyEnd(conn, "ingest group abandoned");
         } else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && rc == INGEST_OK) {
             snprintf(err, err_len, "%s", PQresultErrorMessage(res));
-            rc = conn_rc(conn);
+            rc = fail_rc(conn, res);
         }
         PQclear(res);
     }
@@ -354,16 +380,16 @@ ingest_rc_t tdm_cp_dbi_ingest_group(tdm_cp_db_t *db, int me, PGconn *conn, tdm_c
     if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) {
         snprintf(err, err_len, "%s",
                  res ? PQresultErrorMessage(res) : "no tdm_cp_dbi_reply to BEGIN");
+        rc = fail_rc(conn, res);
         PQclear(res);
-        rc = conn_rc(conn);
         goto out;
     }
     PQclear(res);
     res = PQgetResult(conn); /* the locked marks */
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || (size_t)PQntuples(res) != nm) {
         snprintf(err, err_len, "%s", res ? PQresultErrorMessage(res) : "no marks returned");
+        rc = res && PQresultStatus(res) == PGRES_TUPLES_OK ? conn_rc(conn) : fail_rc(conn, res);
         PQclear(res);
-        rc = conn_rc(conn);
         goto out;
     }
     for (size_t k = 0; k < nm; k++)

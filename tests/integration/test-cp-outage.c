@@ -7,7 +7,9 @@
  * bound so the outage drives batches through the on-disk spool. The outage lasts
  * TDM_CP_OUTAGE_S seconds (default 10; 60 in a longer run). Afterwards, per rank: every event of
  * every acknowledged batch is in the database exactly once, and rows were committed in batch
- * order (xmin increases with batch_seq). */
+ * order (xmin increases with batch_seq). Then, still under ingest, tandemd's ingest connections are
+ * terminated 40 times (pg_terminate_backend: the FATAL 57P01 result a server shutdown sends while
+ * libpq still calls the connection OK), which must cost no batch either. */
 #include "config.h"
 
 #include <jansson.h>
@@ -226,6 +228,32 @@ int main(void)
             resumed &= atomic_load(&acked_batches[r]) >= at_restart[r] + 3;
     }
     ok(resumed, "ingest resumed after the restart on every rank");
+    /* connections killed mid-statement: each kill lands in whatever the ingest thread is doing */
+    PGconn *k = PQconnectdb(dsn);
+    long killed = 0, kills = 0, acked0 = 0, acked1 = 0;
+    for (int r = 0; r < RANKS; r++)
+        acked0 += atomic_load(&acked_batches[r]);
+    for (int i = 0; i < 40 && PQstatus(k) == CONNECTION_OK; i++) {
+        long n = q1(k, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                       "WHERE application_name LIKE 'tandemd-ingest%'");
+        if (n > 0) {
+            killed += n;
+            kills++;
+        }
+        usleep(60000 + 10000 * (i % 7));
+    }
+    PQfinish(k);
+    for (double end2 = cph_now() + 60; cph_now() < end2; usleep(50000)) {
+        acked1 = 0;
+        for (int r = 0; r < RANKS; r++)
+            acked1 += atomic_load(&acked_batches[r]);
+        if (acked1 >= acked0 + 3 * RANKS && metric("tandem_db_up") == 1)
+            break;
+    }
+    ok(kills >= 10 && acked1 >= acked0 + 3 * RANKS,
+       "ingest connections terminated %ld times (%ld backends) under ingest; ingest went on "
+       "(%ld -> %ld batches acknowledged)",
+       kills, killed, acked0, acked1);
     atomic_store(&stop_sending, 1);
     for (int r = 0; r < RANKS; r++)
         pthread_join(tids[r], NULL);
