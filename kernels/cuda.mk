@@ -96,11 +96,13 @@ CUDA_MODULE_FAKES = tests/unit/cuda-module-nosym.so tests/unit/cuda-module-abi.s
 check_SCRIPTS += $(CUDA_MODULE_FAKES)
 CLEANFILES += $(CUDA_MODULE_FAKES)
 EXTRA_DIST += tests/unit/cuda-module-fake.c
+# the fakes fill the module table of module.h: rebuilt when it changes
+CUDA_MODULE_FAKE_DEPS = $(srcdir)/kernels/cuda/module.h
 TDM_FAKE_MODULE = $(AM_V_CC)$(MKDIR_P) tests/unit && $(CC) -std=gnu11 -shared -fPIC \
 	-I$(top_srcdir)/include -I$(top_builddir) -I$(top_srcdir) -o $@ $(srcdir)/tests/unit/cuda-module-fake.c
-tests/unit/cuda-module-nosym.so: $(srcdir)/tests/unit/cuda-module-fake.c
+tests/unit/cuda-module-nosym.so: $(srcdir)/tests/unit/cuda-module-fake.c $(CUDA_MODULE_FAKE_DEPS)
 	$(TDM_FAKE_MODULE) -DFAKE_KIND=0
-tests/unit/cuda-module-abi.so: $(srcdir)/tests/unit/cuda-module-fake.c
+tests/unit/cuda-module-abi.so: $(srcdir)/tests/unit/cuda-module-fake.c $(CUDA_MODULE_FAKE_DEPS)
 	$(TDM_FAKE_MODULE) -DFAKE_KIND=1
-tests/unit/cuda-module-ok.so: $(srcdir)/tests/unit/cuda-module-fake.c
+tests/unit/cuda-module-ok.so: $(srcdir)/tests/unit/cuda-module-fake.c $(CUDA_MODULE_FAKE_DEPS)
 	$(TDM_FAKE_MODULE) -DFAKE_KIND=2

@@ -106,8 +106,15 @@ if test -n "$sanitizer"; then
     echo "== compute-sanitizer memcheck"
     for f in "${gpu_bins[@]}"; do
         n=tests/gpu/$(basename "$f")
+        # test-cuda-tp: API errors are not reported there: NCCL's init probes kernels with
+        # cudaFuncGetAttributes, and the engine's I2 marks try cuStreamWriteValue32 on a mapped
+        # page before falling back to a kernel (engine_tp.cu); both refusals are expected and
+        # handled (seen on an H100, 2026-12-05). Memory errors and leaks are still checked.
+        api=""
+        case "$n" in */test-cuda-tp) api="--report-api-errors no" ;; esac
+        # shellcheck disable=SC2086
         TDM_UNDER_SANITIZER=1 run memcheck "$n" "$work/logs/$(basename "$f").memcheck.log" \
-            "$sanitizer" --tool memcheck --leak-check full --error-exitcode 86 "$f"
+            "$sanitizer" --tool memcheck --leak-check full $api --error-exitcode 86 "$f"
     done
 else
     echo "== compute-sanitizer: not installed, memcheck skipped" | tee -a "$OUT/env.txt"

@@ -50,7 +50,7 @@ for c, r in rows.items():
         "c=%d loop split %s" % (c, lu)
     assert s["step_ms_mean"] > 0 and m["tandem_sched_decode_iterations_total"] + \
         m["tandem_sched_mixed_iterations_total"] > 0, "c=%d iterations" % c
-assert d["engine_mixed"] == {"chunk": None, "rows": []}, "no engine on cpu: %s" % d["engine_mixed"]
+assert d["engine_mixed"] == {"chunk": None, "rows": [], "price": []}, "no engine on cpu: %s" % d["engine_mixed"]
 assert len(d["rates"]) == 1 and d["rates"][0]["request_rate"] == 50, "rates"
 assert d["rates"][0]["completed"] == 6, "rate point"
 lo = d["overlap_vs_lockstep"]
