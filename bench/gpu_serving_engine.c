@@ -55,15 +55,16 @@ static int usage(void)
     return 2;
 }
 
-/* a list of batch sizes ("1 8 32"), at most 16, each in 1..MAX_BS; *max raised to the largest */
-static int parse_batches(const char *list, uint32_t *out, uint32_t *n, uint32_t *max)
+/* a list of sizes ("1 8 32"), at most 16, each in 1..lim; *max raised to the largest */
+static int parse_list(const char *list, const char *what, uint32_t lim, uint32_t *out, uint32_t *n,
+                      uint32_t *max)
 {
     for (char *p = (char *)list, *end; *n < 16; p = end) {
         unsigned long b = strtoul(p, &end, 10);
         if (end == p)
             break;
-        if (b == 0 || b > MAX_BS) {
-            fprintf(stderr, "gpu_serving_engine: batch %lu not in 1..%u\n", b, MAX_BS);
+        if (b == 0 || b > lim) {
+            fprintf(stderr, "gpu_serving_engine: %s %lu not in 1..%u\n", what, b, lim);
             return 1;
         }
         out[(*n)++] = (uint32_t)b;
@@ -154,20 +155,10 @@ int main(int argc, char **argv)
         i++;
     }
     uint32_t bss[16], nb = 0, mbs[16], nm = 0, max_bs = 0, pcs[16], np = 0, max_pc = 0;
-    if (parse_batches(batch, bss, &nb, &max_bs) || parse_batches(mbatch, mbs, &nm, &max_bs))
+    if (parse_list(batch, "batch", MAX_BS, bss, &nb, &max_bs) ||
+        parse_list(mbatch, "batch", MAX_BS, mbs, &nm, &max_bs) ||
+        parse_list(pchunks, "price chunk", MAX_CHUNK, pcs, &np, &max_pc))
         return 2;
-    for (char *p = (char *)pchunks, *end; np < 16; p = end) {
-        unsigned long c = strtoul(p, &end, 10);
-        if (end == p)
-            break;
-        if (c == 0 || c > MAX_CHUNK) {
-            fprintf(stderr, "gpu_serving_engine: price chunk %lu not in 1..%u\n", c, MAX_CHUNK);
-            return 1;
-        }
-        pcs[np++] = (uint32_t)c;
-        if (c > max_pc)
-            max_pc = (uint32_t)c;
-    }
     const uint32_t chunk_cap = max_pc > chunk ? max_pc : chunk;
     if (argc == 1) { /* tools/device-run.sh runs every bench program bare */
         printf("1..0 # SKIP needs --model DIR: bench/gpu-serving.sh runs it\n");

@@ -83,6 +83,16 @@ def stop_launchers(pids, limit=15):
             pass
 
 
+def kv_pool_bytes(model, pages, page_size=16):
+    """kv_cpu_bytes of a CPU KV pool of `pages` pages on the checkpoint in `model` (bf16 K and V
+    of every layer and KV head): pools sized in pages whatever the demo model's shape."""
+    with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+        c = json.load(f)
+    kvh = c.get("num_key_value_heads", c["num_attention_heads"])
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return pages * page_size * c["num_hidden_layers"] * 2 * kvh * hd * 2
+
+
 def wait_until(fn, limit, step=0.1):
     deadline = time.time() + limit
     while True:
@@ -198,7 +208,8 @@ class Stack:
                 "[group.hc]\nport = %d\n" % self.ports["hc"] +
                 "model_path = %s\nserved_model_name = chaos-hc\n" % os.path.join(
                     self.src, "models/demo") +
-                self.device_ini(1048576, "max_running_requests = 1\nhicache_ratio = 4\n") +
+                self.device_ini(kv_pool_bytes(os.path.join(self.src, "models/demo"), 32),
+                                "max_running_requests = 1\nhicache_ratio = 4\n") +
                 "enable_fault_injection = true\n"
                 "enable_hierarchical_cache = true\nhicache_verify_rate = 1\nhicache_poison = true\n"
                 + self.extra_groups)

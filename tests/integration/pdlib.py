@@ -183,6 +183,17 @@ def stream_timed(w, prompt, max_new, timeout=300):
     return ttft, out
 
 
+def kv_bytes(model, pages, tp=1, page_size=16):
+    """--kv-cpu-bytes for a CPU KV pool of `pages` pages of `page_size` tokens per rank on the
+    checkpoint in `model` (bf16 K and V of every layer and this rank's KV heads), so tests size
+    their pools in pages whatever the bundled model's shape."""
+    with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+        c = json.load(f)
+    kvh = c.get("num_key_value_heads", c["num_attention_heads"])
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return pages * page_size * c["num_hidden_layers"] * 2 * (kvh // tp) * hd * 2
+
+
 def prompt_ids(seed, k):
     rnd = random.Random(seed)
     return [5 + rnd.randrange(1800) for _ in range(k)]

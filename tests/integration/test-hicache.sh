@@ -34,11 +34,12 @@ import random
 import threading
 import time
 
-from pdlib import (ADMIN, arm, finish, gen, init, logtail, metrics, note, ok, request, start,
-                   stream_gen, wait_ready, wait_until)
+from pdlib import (ADMIN, arm, finish, gen, init, kv_bytes, logtail, metrics, note, ok, request,
+                   start, stream_gen, wait_ready, wait_until)
 
 init(os.environ["TDM_HC_BIN"], os.environ["TDM_HC_MODEL"], "test-hicache-",
-     base_args=["--kv-cpu-bytes", "1048576", "--max-running-requests", "16"],
+     base_args=["--kv-cpu-bytes", str(kv_bytes(os.environ["TDM_HC_MODEL"], 32)),
+                "--max-running-requests", "16"],
      token_file_arg=True)
 HC = ["--enable-hierarchical-cache", "--hicache-verify-rate", "1", "--hicache-poison"]
 
@@ -112,7 +113,7 @@ for pol, ml, io in cases:
 
 # ---------------------------------------------------------------- TP 2: on/off bit-identical
 # the per-rank pool holds half the KV heads: half the bytes keep the 32-page device pool
-TP2 = ["--tp-size", "2", "--kv-cpu-bytes", "524288"]
+TP2 = ["--tp-size", "2", "--kv-cpu-bytes", str(kv_bytes(os.environ["TDM_HC_MODEL"], 32, tp=2))]
 ref2 = start("ref-tp2", TP2)
 ok(wait_ready(ref2), "TP 2 reference worker (no HiCache) ready", logtail(ref2))
 st, want2, body = evict_then_hit(ref2)
