@@ -9,7 +9,8 @@ Norm weights are 1.0. Nothing here is committed: write it under /tmp.
 Usage: gen_random_model.py OUTDIR [--preset small|large]
   small: 4 layers, hidden 256, vocab 4096 (~5 M params)
   large: 12 layers, hidden 1024, GQA 16/4, intermediate 2816, vocab 32000, tied (~170 M params)
-  tinyllama-demo: TinyLlama-1.1B's shape with vocab 1840 (models/demo's tokenizer; ~1.0 G params)
+  tinyllama-demo: TinyLlama-1.1B's shape with models/demo's vocabulary (its config.json's
+    vocab_size, so that its tokenizer's ids fit; ~1.0 G params)
 """
 import json
 import os
@@ -27,9 +28,16 @@ PRESETS = {
     # TinyLlama-1.1B's shape with models/demo's vocabulary (its tokenizer and ids), for serving
     # through the OpenAI API on the GPU (bench/gpu-serving.sh)
     "tinyllama-demo": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
-                           num_attention_heads=32, num_key_value_heads=4, vocab_size=1840,
+                           num_attention_heads=32, num_key_value_heads=4, vocab_size=None,
                            tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
 }
+
+
+def demo_vocab():
+    """models/demo's vocabulary size, read from its config.json beside this script's tree"""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "models", "demo", "config.json"), encoding="utf-8") as f:
+        return json.load(f)["vocab_size"]
 
 
 def bf16_pool(n, rng):
@@ -51,7 +59,9 @@ def main():
     if preset not in PRESETS:
         sys.stderr.write("unknown preset %r\n" % preset)
         return 2
-    c = PRESETS[preset]
+    c = dict(PRESETS[preset])
+    if c["vocab_size"] is None:
+        c["vocab_size"] = demo_vocab()
     os.makedirs(out, exist_ok=True)
     hd = c["hidden_size"] // c["num_attention_heads"]
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",

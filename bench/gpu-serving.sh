@@ -353,7 +353,8 @@ doc = {
                "concurrency 1 <= 1.15 x the engine's bs1 step; overlap > lockstep at 32/64",
     "device": dev, "gpu": gpu, "git_sha": sha,
     "model": os.path.basename(os.path.normpath(model)) if dev == "cpu" else
-             "random bf16, TinyLlama-1.1B shape, vocab 1840 (models/demo tokenizer)",
+             "random bf16, TinyLlama-1.1B shape, vocab %d (models/demo tokenizer)"
+             % json.load(open(os.path.join(model, "config.json")))["vocab_size"],
     "engine": {k: eng.get(k) for k in ("weight_bytes", "prompt_len", "steps", "reps")},
     "load": ov.get("lengths"), "seed": ov.get("seed"),
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

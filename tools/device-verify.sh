@@ -21,6 +21,8 @@
 #         serving  bench/gpu-serving.sh (→ gpu_serving.json) at the sizes of TDM_SERVE_*; with
 #                  decode in the same call, bench/serving_goals.py then puts that call's engine
 #                  goals into gpu_serving.json ("engine_goals");
+#         price    bench/gpu-mixed-price.sh (→ gpu_mixed_price.json): a mixed step's fixed cost and
+#                  price per prompt token, graphs against eager launches, flash-only;
 #         tp       bench/multi-gpu.sh (test-cuda-tp, the serving faults on a TP=2 GPU group, NCCL's
 #                  one-rank figures; → gpu_tp.json, multi_gpu.json);
 #         demo     a demo-model candidate trained with torch (tools/demo/device_run.sh, variant
@@ -95,7 +97,7 @@ phase() {
 }
 
 run_phases() {
-    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving tp demo)"
+    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving price tp demo)"
     test -s "$dir/bundle.tar.xz" || die "no $dir/bundle.tar.xz: run '$0 prepare BUILD_DIR' here and carry .dev-verify"
     cd "$top" || die "cannot enter $top"
     OUT=${OUT:-$top/device-out}
@@ -111,8 +113,8 @@ run_phases() {
     for p in "$@"; do
         case $p in
         detect | chaos) need_pg=1 ;;
-        tests | decode | serving | tp | demo) ;;
-        *) die "unknown phase '$p' (tests detect chaos decode serving tp demo)" ;;
+        tests | decode | serving | price | tp | demo) ;;
+        *) die "unknown phase '$p' (tests detect chaos decode serving price tp demo)" ;;
         esac
     done
     if test $need_pg = 1; then
@@ -159,6 +161,10 @@ run_phases() {
         serving)
             phase serving "${TDM_VERIFY_LIMIT_SERVING:-300}" bash "$top/bench/gpu-serving.sh" "$b" "$top" \
                 "$OUT/gpu_serving.json"
+            ;;
+        price)
+            phase price "${TDM_VERIFY_LIMIT_PRICE:-120}" bash "$top/bench/gpu-mixed-price.sh" "$b" \
+                "$top" "$OUT/gpu_mixed_price.json"
             ;;
         tp)
             phase tp "${TDM_VERIFY_LIMIT_TP:-240}" env OUT="$OUT/tp" bash "$top/bench/multi-gpu.sh"

@@ -1,0 +1,111 @@
+#!/bin/bash
+# gpu-mixed-price.sh — where a mixed step's time goes (docs/cuda.md "Sampling on the device, and
+# the serving bench": the prompts' price is most of what keeps serving at concurrency 64 below
+# the engine's decode). bench/gpu_serving_engine on the random TinyLlama-1.1B-shaped checkpoint
+# of bench/gpu-serving.sh, three engines, each a step of B decode rows beside one chunk of C
+# prompt tokens (C = 0: the decode rows alone, through the decode graphs):
+#   graphs      the defaults: B = 63 and 64 beside C = 1 (rows 64 and 65: the GEMMs' row count
+#               crossing 64), B = 64 beside C = 1 8 32 64 128 400 1024;
+#   eager       TDM_CUDA_GRAPHS=0 (decode steps launched one kernel at a time, as mixed steps
+#               always are): B = 64 beside C = 0, 1, 32, 400;
+#   flash_only  TDM_CUDA_MIXED_DECODE=0 (every row of a mixed step through the flash tiles):
+#               B = 64 beside C = 1, 32, 400.
+# Derived: the fixed cost of a mixed step (C = 1 against C = 0), its price per prompt token at
+# each C, what the graphs save a decode step (eager C = 0 against graphs C = 0), and how much of
+# the fixed cost the eager launches explain.
+# Usage: bench/gpu-mixed-price.sh BUILD SRCDIR OUT.json (TDM_MIXED_MODEL: a checkpoint instead of
+# the random one; TDM_BENCH_GIT_SHA, else the bundle's MANIFEST, else git). Prints TAP.
+set -u
+BUILD=${1:?usage: gpu-mixed-price.sh BUILD SRCDIR OUT.json}
+SRC=${2:?usage}
+OUT=${3:?usage}
+E=$BUILD/bench/gpu_serving_engine
+T=$(mktemp -d /tmp/gpu-mixed-price.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+n=0
+tap() {
+    n=$((n + 1))
+    if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi
+}
+if [ ! -x "$E" ]; then
+    echo "Bail out! no $E (a CUDA build)"
+    exit 1
+fi
+MODEL=${TDM_MIXED_MODEL:-}
+if [ -z "$MODEL" ]; then
+    MODEL=$T/model
+    python3 "$SRC/bench/gen_random_model.py" "$MODEL" --preset tinyllama-demo >&2 ||
+        { echo "Bail out! could not make the random-weight checkpoint"; exit 1; }
+fi
+common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
+"$E" "${common[@]}" --batch "63 64" --mixed-batch "63 64" --mixed-chunk 1 \
+    --price-chunks "1 8 32 64 128 400 1024" > "$T/graphs.json"
+tap $? "graphs (defaults)"
+TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+    --price-chunks "1 32 400" > "$T/eager.json"
+tap $? "eager (TDM_CUDA_GRAPHS=0)"
+TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+    --price-chunks "1 32 400" > "$T/flash.json"
+tap $? "flash only (TDM_CUDA_MIXED_DECODE=0)"
+sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
+[ -n "$sha" ] || sha=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
+import json, os, sys, time
+T, out, sha, gpu = sys.argv[1:5]
+runs = {}
+for k, f in (("graphs", "graphs.json"), ("eager", "eager.json"), ("flash_only", "flash.json")):
+    try:
+        runs[k] = json.load(open(os.path.join(T, f)))
+    except (OSError, ValueError):
+        runs[k] = None
+
+
+def decode_us(r, bs):
+    for row in (r or {}).get("results", []):
+        if row["batch"] == bs:
+            return row["ids_step_us"]
+    return None
+
+
+def price(r, bs):
+    """{chunk: step_us} of the price rows (the last mixed batch) and mixed rows at chunk 1"""
+    p = {row["chunk"]: row["step_us"] for row in (r or {}).get("price", []) if row["batch"] == bs}
+    return p
+
+
+derived = {}
+g, e, fo = runs["graphs"], runs["eager"], runs["flash_only"]
+d64 = decode_us(g, 64)
+if g and d64:
+    p = price(g, 64)
+    derived["graphs_decode_bs64_us"] = d64
+    derived["graphs_decode_bs63_us"] = decode_us(g, 63)
+    derived["fixed_us"] = round(p[1] - d64, 1) if 1 in p else None
+    derived["us_per_prompt_token"] = {str(c): round((s - d64) / c, 2) for c, s in sorted(p.items())}
+    derived["us_per_prompt_token_after_the_first"] = {
+        str(c): round((s - p[1]) / (c - 1), 2) for c, s in sorted(p.items()) if c > 1 and 1 in p}
+    m = {row["batch"]: row["step_us"] for row in g.get("mixed", [])}
+    derived["mixed_63_plus_1_us"] = m.get(63)  # 64 rows
+    derived["mixed_64_plus_1_us"] = m.get(64)  # 65 rows
+if e and d64:
+    ed = decode_us(e, 64)
+    pe = price(e, 64)
+    derived["eager_decode_bs64_us"] = ed
+    derived["graphs_save_a_decode_step_us"] = round(ed - d64, 1) if ed else None
+    if ed and 1 in pe:
+        derived["eager_fixed_us"] = round(pe[1] - ed, 1)
+if fo and d64:
+    pf = price(fo, 64)
+    derived["flash_only_us"] = {str(c): s for c, s in sorted(pf.items())}
+doc = {"bench": "gpu-mixed-price", "git_sha": sha, "gpu": gpu,
+       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+       "what": "a mixed step's time: B decode rows beside one C-token chunk, graphs / eager / "
+               "flash-only engines (bench/gpu-mixed-price.sh header)",
+       "derived": derived, "runs": runs}
+json.dump(doc, open(out, "w"), indent=1)
+open(out, "a").write("\n")
+print("# mixed price: %s" % json.dumps(derived))
+PY
+tap $? "wrote $OUT"
+echo "1..$n"
