@@ -80,7 +80,7 @@ pack() {
     mkdir -p "$tmp/root/zoneinfo"
     cp -a /usr/share/zoneinfo/UTC /usr/share/zoneinfo/GMT /usr/share/zoneinfo/Etc \
         "$tmp/root/zoneinfo/" 2>/dev/null || true
-    tar -C "$tmp/root" -cf - . | xz -T2 -6 >"$out"
+    tar -C "$tmp/root" -cf - . | xz -T1 -9e >"$out"
     echo "device-postgres: $(du -h "$out" | cut -f1) in $out ($(ls "$pg/deplib" | wc -l) libraries)" >&2
 }
 

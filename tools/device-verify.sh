@@ -69,17 +69,30 @@ prepare() {
     make -C "$build" -j"$(nproc)" check TESTS= >/dev/null || die "make check TESTS= failed in $build"
     mkdir -p "$dir"
     (cd "$top" && TDM_BUNDLE_LIMIT_MIB=${TDM_BUNDLE_LIMIT_MIB:-160} sh tools/device-bundle.sh "$build") || die "device-bundle.sh failed"
-    tar -C "$top" -cf - .device-bundle | xz -T2 -6 >"$dir/bundle.tar.xz" || die "xz failed"
+    # one xz block at -9e: about 30 % smaller than -6 in two threads (15 -> 10 MB), a minute
+    tar -C "$top" -cf - .device-bundle | xz -T1 -9e >"$dir/bundle.tar.xz" || die "xz failed"
     if test ! -s "$dir/pg15.tar.xz"; then
         sh "$top/tools/device-postgres.sh" pack "$dir/pg15.tar.xz" || die "device-postgres.sh pack failed"
     fi
-    local mib
-    mib=$(du -sm "$dir" | cut -f1)
-    test "$mib" -lt 64 || die "$dir is $mib MiB: over the 64 MiB carry limit"
-    echo "device-verify: $dir is $mib MiB"
-    echo "carry: [\".dev-verify\"]"
-    echo "command: bash tools/device-verify.sh run detect chaos tp tests"
-    echo "         (a second call: bash tools/device-verify.sh run decode serving)"
+    # the run carries the working tree (tracked and untracked-not-ignored files) beside what is
+    # named: the limit is on the sum
+    local tree bun pg lim=$((64 << 20))
+    tree=$(cd "$top" && { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+        xargs -0 stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+    bun=$(stat -c %s "$dir/bundle.tar.xz")
+    pg=$(stat -c %s "$dir/pg15.tar.xz")
+    echo "device-verify: tree $((tree >> 20)) MiB, bundle $((bun >> 20)) MiB, pg15 $((pg >> 20)) MiB (limit 64 MiB)"
+    if test $((tree + bun + pg)) -lt $lim; then
+        echo "carry: [\".dev-verify\"]"
+        echo "command: bash tools/device-verify.sh run detect chaos tp tests"
+        echo "         (a second call: bash tools/device-verify.sh run decode serving)"
+    elif test $((tree + bun)) -lt $lim; then
+        echo "carry: [\".dev-verify/bundle.tar.xz\"]  (with pg15.tar.xz the carry is over the limit:"
+        echo "       no detect or chaos phase)"
+        echo "command: bash tools/device-verify.sh run tests   (or decode serving price tp demo)"
+    else
+        die "the tree and the bundle alone are over the 64 MiB carry limit"
+    fi
 }
 
 # phase NAME LIMIT CMD... — one phase, its log and its line in the summary.
