@@ -220,7 +220,9 @@ def train(args):
     t_start = time.time()
     deadline = t_start + args.train_seconds
     warm, curve = 200, []
-    total = None
+    total = args.steps or None  # --steps: the schedule of a recorded run, whatever the speed
+    if args.steps:
+        deadline = float("inf")
     step = 0
     while True:
         if step == 30:
@@ -446,6 +448,9 @@ def main():
     t.add_argument("--preset", default="base", choices=sorted(PRESETS))
     t.add_argument("--train-seconds", type=float, default=420.0)
     t.add_argument("--max-steps", type=int, default=0)
+    t.add_argument("--steps", type=int, default=0,
+                   help="a fixed schedule of this many steps, no deadline (to reproduce a run: "
+                        "its results.json 'steps'); default: as many as --train-seconds allows")
     t.add_argument("--batch", type=int, default=64)
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--smoke", action="store_true", help="a few evaluation prompts only")
