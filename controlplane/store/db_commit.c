@@ -28,9 +28,10 @@
  * on a new connection (the connection is gone; the server reports FATAL or PANIC, after which it
  * closes the session: an administrator's or a crash shutdown arrives as a FATAL error result
  * while libpq still reports the connection OK; or SQLSTATE class 08 connection exception,
- * 40 transaction rollback (serialization, deadlock), 53 insufficient resources, 57 operator
- * intervention, 58 system error), INGEST_DATA when the database refused the batch itself.
- * docs/design.md §3: an event reaches PostgreSQL exactly once. */
+ * 40 transaction rollback (serialization, deadlock), 53 insufficient resources, 58 system error,
+ * or 57P* (admin or crash shutdown, cannot connect now: not 57014, query_canceled, which is what
+ * our own abandoned COPY of an all-duplicate group reports), INGEST_DATA when the database
+ * refused the batch itself. docs/design.md §3: an event reaches PostgreSQL exactly once. */
 static ingest_rc_t fail_rc(PGconn *conn, const PGresult *res)
 {
     if (PQstatus(conn) == CONNECTION_BAD || !res)
@@ -41,9 +42,9 @@ static ingest_rc_t fail_rc(PGconn *conn, const PGresult *res)
     if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
         return INGEST_CONN;
     const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    static const char *const transient[] = {"08", "40", "53", "57", "58"};
+    static const char *const transient[] = {"08", "40", "53", "57P", "58"};
     for (size_t i = 0; code && i < sizeof(transient) / sizeof(transient[0]); i++)
-        if (strncmp(code, transient[i], 2) == 0)
+        if (strncmp(code, transient[i], strlen(transient[i])) == 0)
             return INGEST_CONN;
     return INGEST_DATA;
 }

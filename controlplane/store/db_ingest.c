@@ -124,8 +124,9 @@ static void finish_job(tdm_cp_db_t *db, tdm_cp_job_t *job, ingest_rc_t rc, const
     tdm_cp_dbi_reply(db, job);
 }
 
-/* Replay the oldest spooled batch. 1: progress, 0: spool empty, -1: connection lost. */
-static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
+/* Replay the oldest spooled batch. 1: progress, 0: spool empty, -1: connection lost (why in
+ * err). */
+static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn, char *err, size_t err_len)
 {
     uint16_t type;
     uint8_t *body;
@@ -148,8 +149,7 @@ static int ingest_from_spool(tdm_cp_db_t *db, PGconn *conn)
         tdm_cp_spool_advance(db->spool);
         return 1;
     }
-    char err[512];
-    ingest_rc_t rc = tdm_cp_dbi_ingest_batch(conn, b, err, sizeof(err));
+    ingest_rc_t rc = tdm_cp_dbi_ingest_batch(conn, b, err, err_len);
     if (rc == INGEST_CONN) {
         tdm_cp_batch_free(b);
         return -1;
@@ -371,8 +371,9 @@ void *tdm_cp_dbi_ingest_main(void *arg)
             }
             tdm_cp_dbi_update_up(db);
         }
+        char err[512] = "";
         if (conn && iw->idx == 0) {
-            int r = ingest_from_spool(db, conn);
+            int r = ingest_from_spool(db, conn, err, sizeof(err));
             if (r == 1)
                 continue;
             if (r == -1)
@@ -397,7 +398,6 @@ void *tdm_cp_dbi_ingest_main(void *arg)
         if (!n)
             continue;
 
-        char err[512];
         int committed = 0;
         ingest_rc_t rc = tdm_cp_dbi_ingest_group(db, me, conn, group, &n, accepted, &committed, err,
                                                  sizeof(err));
@@ -430,7 +430,7 @@ void *tdm_cp_dbi_ingest_main(void *arg)
         continue;
 
     tdm_cp_dbi_conn_lost:
-        tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=%s", app);
+        tdm_warn(TDM_SUB_DB, "msg=\"database connection lost\" conn=%s err=\"%s\"", app, err);
         PQfinish(conn);
         conn = NULL;
         atomic_fetch_sub(&db->ingest_up, 1);
