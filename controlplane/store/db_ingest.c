@@ -361,8 +361,9 @@ void *tdm_cp_dbi_ingest_main(void *arg)
         uint64_t now = tdm_time_mono_us();
         if (!conn && now >= next_try && atomic_load(&db->stats.schema_ready)) {
             conn = tdm_cp_dbi_db_connect(db, app);
-            if (conn) {
-                backoff = BACKOFF_MIN_US;
+            if (conn) { /* backoff is reset by the first batch done, not by the connect: a
+                         * server that takes the connection and fails every statement (disk
+                         * full) is retried ever more slowly, not every 100 ms */
                 atomic_fetch_add(&db->ingest_up, 1);
                 tdm_info(TDM_SUB_DB, "msg=\"database connected\" conn=%s", app);
             } else {
@@ -374,8 +375,10 @@ void *tdm_cp_dbi_ingest_main(void *arg)
         char err[512] = "";
         if (conn && iw->idx == 0) {
             int r = ingest_from_spool(db, conn, err, sizeof(err));
-            if (r == 1)
+            if (r == 1) {
+                backoff = BACKOFF_MIN_US;
                 continue;
+            }
             if (r == -1)
                 goto tdm_cp_dbi_conn_lost;
         }
@@ -405,6 +408,7 @@ void *tdm_cp_dbi_ingest_main(void *arg)
             release_group(db, group, n);
             goto tdm_cp_dbi_conn_lost;
         }
+        backoff = BACKOFF_MIN_US; /* the group is done, whatever the database said of it */
         if (rc == INGEST_OK) {
             if (committed)
                 atomic_fetch_add(&db->stats.ingest_txns, 1);
@@ -436,7 +440,8 @@ void *tdm_cp_dbi_ingest_main(void *arg)
         atomic_fetch_sub(&db->ingest_up, 1);
         tdm_cp_dbi_update_up(db);
         atomic_fetch_add(&db->stats.reconnects, 1);
-        next_try = tdm_time_mono_us() + BACKOFF_MIN_US;
+        next_try = tdm_time_mono_us() + backoff;
+        backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
     }
 
     if (conn) {
