@@ -24,14 +24,26 @@
 
 /* ---- ingest thread -------------------------------------------------------------------------- */
 
+/* 1 when a statement failed with this SQLSTATE because the server is going away or cannot take
+ * it now, not because of what was sent: classes 08 (connection exception), 40 (serialization,
+ * deadlock), 53 (insufficient resources), 58 (system error) and 57P* (admin or crash shutdown,
+ * cannot connect now; not 57014, a cancelled statement). */
+static int sqlstate_transient(const char *code)
+{
+    static const char *const transient[] = {"08", "40", "53", "57P", "58"};
+    for (size_t i = 0; code && i < sizeof(transient) / sizeof(transient[0]); i++)
+        if (strncmp(code, transient[i], strlen(transient[i])) == 0)
+            return 1;
+    return 0;
+}
+
 /* A failed statement's result: INGEST_CONN when the batch is not at fault and must be sent again
  * on a new connection (the connection is gone; the server reports FATAL or PANIC, after which it
  * closes the session: an administrator's or a crash shutdown arrives as a FATAL error result
- * while libpq still reports the connection OK; or SQLSTATE class 08 connection exception,
- * 40 transaction rollback (serialization, deadlock), 53 insufficient resources, 58 system error,
- * or 57P* (admin or crash shutdown, cannot connect now: not 57014, query_canceled, which is what
- * our own abandoned COPY of an all-duplicate group reports), INGEST_DATA when the database
- * refused the batch itself. docs/design.md §3: an event reaches PostgreSQL exactly once. */
+ * while libpq still reports the connection OK; or a transient SQLSTATE, above; 57014, which
+ * our own abandoned COPY of an all-duplicate group reports, is not one), INGEST_DATA when the
+ * database refused the batch itself. docs/design.md §3: an event reaches PostgreSQL exactly
+ * once. */
 static ingest_rc_t fail_rc(PGconn *conn, const PGresult *res)
 {
     if (PQstatus(conn) == CONNECTION_BAD || !res)
@@ -41,12 +53,8 @@ static ingest_rc_t fail_rc(PGconn *conn, const PGresult *res)
         sev = PQresultErrorField(res, PG_DIAG_SEVERITY);
     if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
         return INGEST_CONN;
-    const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    static const char *const transient[] = {"08", "40", "53", "57P", "58"};
-    for (size_t i = 0; code && i < sizeof(transient) / sizeof(transient[0]); i++)
-        if (strncmp(code, transient[i], strlen(transient[i])) == 0)
-            return INGEST_CONN;
-    return INGEST_DATA;
+    return sqlstate_transient(PQresultErrorField(res, PG_DIAG_SQLSTATE)) ? INGEST_CONN
+                                                                         : INGEST_DATA;
 }
 
 static ingest_rc_t exec_cmd(PGconn *conn, const char *sql, char *err, size_t err_len)

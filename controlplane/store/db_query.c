@@ -44,6 +44,15 @@ static void take_result(PGconn *conn, PGresult *res, tdm_cp_job_t *job)
     }
 }
 
+/* The job failed because the server is going away (SQLSTATE 57P*, a shutdown's FATAL result,
+ * which can come while libpq still calls the connection OK; or class 08): the statement did not
+ * run, so it is tried again on a new connection like a lost one. Only these, not every transient
+ * state: a wait job is sent again at once on the next connection. */
+static int server_going(const tdm_cp_job_t *job)
+{
+    return strncmp(job->sqlstate, "57P", 3) == 0 || strncmp(job->sqlstate, "08", 2) == 0;
+}
+
 /* Run a job. Readers prepare each read statement once per connection (PREP_MAX of them; the
  * readonly statements are the read handlers' static texts) and execute it by name. */
 static void run_query(qworker_t *w, PGconn *conn, tdm_cp_job_t *job)
@@ -214,7 +223,8 @@ void *tdm_cp_dbi_query_main(void *arg)
             continue;
 
         run_query(w, conn, job);
-        if (job->st != TDM_OK && PQstatus(conn) == CONNECTION_BAD && job->readonly) {
+        if (job->st != TDM_OK && (PQstatus(conn) == CONNECTION_BAD || server_going(job)) &&
+            job->readonly) {
             /* An idle connection learns that the server restarted only when it is used: one
              * fresh connection and one more try before a client hears "database unavailable".
              * Reads only: a write whose tdm_cp_dbi_reply was lost may have committed. */
@@ -228,7 +238,7 @@ void *tdm_cp_dbi_query_main(void *arg)
                 run_query(w, conn, job);
             }
         }
-        if (job->st != TDM_OK && (!conn || PQstatus(conn) == CONNECTION_BAD)) {
+        if (job->st != TDM_OK && (!conn || PQstatus(conn) == CONNECTION_BAD || server_going(job))) {
             if (conn)
                 tdm_cp_dbi_conn_lost(w, &conn, app, job->err);
             next_try = 0;
