@@ -9,7 +9,10 @@
 #   eager       TDM_CUDA_GRAPHS=0 (decode steps launched one kernel at a time, as mixed steps
 #               always are): B = 64 beside C = 0, 1, 32, 400;
 #   flash_only  TDM_CUDA_MIXED_DECODE=0 (every row of a mixed step through the flash tiles):
-#               B = 64 beside C = 1, 32, 400.
+#               B = 64 beside C = 1, 32, 400;
+#   long        the decode step alone at B = 64 with 640-token prompts (the serving load's longer
+#               contexts), with the decode attention's default split policy (one split from 64
+#               (row, KV head) pairs on) and with TDM_CUDA_ATTN_MIN_SPLITS=2 and 4.
 # Derived: the fixed cost of a mixed step (C = 1 against C = 0), its price per prompt token at
 # each C, what the graphs save a decode step (eager C = 0 against graphs C = 0), and how much of
 # the fixed cost the eager launches explain.
@@ -47,6 +50,11 @@ tap $? "eager (TDM_CUDA_GRAPHS=0)"
 TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
     --price-chunks "1 32 400" > "$T/flash.json"
 tap $? "flash only (TDM_CUDA_MIXED_DECODE=0)"
+for ms in 0 2 4; do
+    TDM_CUDA_ATTN_MIN_SPLITS=$ms "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 \
+        --batch "64" > "$T/long$ms.json"
+    tap $? "long contexts, TDM_CUDA_ATTN_MIN_SPLITS=$ms"
+done
 sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
 [ -n "$sha" ] || sha=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -54,7 +62,9 @@ python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
 T, out, sha, gpu = sys.argv[1:5]
 runs = {}
-for k, f in (("graphs", "graphs.json"), ("eager", "eager.json"), ("flash_only", "flash.json")):
+for k, f in (("graphs", "graphs.json"), ("eager", "eager.json"), ("flash_only", "flash.json"),
+             ("long_splits_default", "long0.json"), ("long_min_splits_2", "long2.json"),
+             ("long_min_splits_4", "long4.json")):
     try:
         runs[k] = json.load(open(os.path.join(T, f)))
     except (OSError, ValueError):
@@ -98,6 +108,10 @@ if e and d64:
 if fo and d64:
     pf = price(fo, 64)
     derived["flash_only_us"] = {str(c): s for c, s in sorted(pf.items())}
+long = {k: decode_us(runs[k], 64) for k in ("long_splits_default", "long_min_splits_2",
+                                             "long_min_splits_4")}
+if any(v is not None for v in long.values()):
+    derived["long_decode_bs64_us"] = long  # 640-token prompts, 64 steps
 doc = {"bench": "gpu-mixed-price", "git_sha": sha, "gpu": gpu,
        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
        "what": "a mixed step's time: B decode rows beside one C-token chunk, graphs / eager / "

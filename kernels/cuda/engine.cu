@@ -59,6 +59,9 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     s = getenv("TDM_CUDA_ATTN_SPLITS");
     if (s && *s >= '1' && *s <= '8' && s[1] == 0)
         o->attn_splits = (uint32_t)(*s - '0');
+    s = getenv("TDM_CUDA_ATTN_MIN_SPLITS"); /* out of range: tdm_cuda_engine_init refuses it */
+    if (s && *s)
+        o->attn_min_splits = (uint32_t)strtoul(s, NULL, 10);
     env_bool("TDM_CUDA_SWIGLU", &o->swiglu_fused);
     env_bool("TDM_CUDA_ARGMAX_FUSED", &o->argmax_fused);
     env_bool("TDM_CUDA_PDL_EARLY", &o->pdl_early);
@@ -104,6 +107,15 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     if (e->o.attn_splits > 8) {
         tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_ATTN_SPLITS out of range (1..8)\" splits=%u",
                 e->o.attn_splits);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
+    if (e->o.attn_min_splits > (e->o.attn_splits ? e->o.attn_splits : 8)) {
+        tdm_err(
+            TDM_SUB_CUDA,
+            "msg=\"TDM_CUDA_ATTN_MIN_SPLITS out of range (1..8, at most TDM_CUDA_ATTN_SPLITS)\" "
+            "min_splits=%u splits=%u",
+            e->o.attn_min_splits, e->o.attn_splits);
         st = TDM_ERR_INVAL;
         goto err;
     }

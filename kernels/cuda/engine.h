@@ -89,6 +89,10 @@ typedef struct tdm_cuda_engine_opts {
                                    TDM_CUDA_ATTN_CLUSTER=0 */
     uint32_t attn_splits;       /* tensor-core decode attention: the most splits per (row, KV
                                    head) (0: the default, 8; 1..8); env TDM_CUDA_ATTN_SPLITS */
+    uint32_t attn_min_splits;   /* the fewest (0: the policy's, one split from 64 (row, KV head)
+                                   pairs on; 1..8, at most attn_splits): long contexts at large
+                                   batches; env TDM_CUDA_ATTN_MIN_SPLITS (a measurement knob,
+                                   bench/gpu-mixed-price.sh "long") */
     int swiglu_fused;           /* 1 (default, run 11): bf16 weights, one-row GEMVs on the
                                    streaming V2 form (ksplit 3): gate|up is stored with its rows
                                    interleaved (gate_0, up_0, ...) and the one-row gate|up GEMV

@@ -20,11 +20,14 @@ static uint32_t splits_for(const tdm_cuda_engine_t *e, uint32_t n)
 }
 
 /* Splits of the tensor-core decode attention: enough (row, KV head, split) blocks to keep 64
- * blocks busy, at most 8; one split (no combine launch) from 64 (row, KV head) pairs on. */
+ * blocks busy, at most 8; one split (no combine launch) from 64 (row, KV head) pairs on, unless
+ * attn_min_splits asks for more. */
 static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
 {
     const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
     uint32_t b = n * e->KV, s = b >= 64 ? 1 : 64 / b;
+    if (s < e->o.attn_min_splits)
+        s = e->o.attn_min_splits;
     if (s > cap)
         s = cap;
     while (s > 1 && (uint64_t)n * s > e->rowsplits)
