@@ -309,6 +309,44 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         e = NULL;
         ok(sb == TDM_ERR_INVAL, "%s: GEMV form 12 refused (%s)", name, tdm_status_str(sb));
     }
+    /* a floor under the decode attention's split policy (attn_min_splits): out of range or
+     * above the cap refused; 4 splits, cluster and combine forms, follow the golden */
+    {
+        tdm_cuda_engine_opts_t bad = o;
+        bad.attn_min_splits = 9;
+        tdm_status_t s9 = tdm_cuda_engine_init(&view, &bad, &e);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        bad.attn_min_splits = 4;
+        bad.attn_splits = 2;
+        tdm_status_t s42 = tdm_cuda_engine_init(&view, &bad, &e);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(s9 == TDM_ERR_INVAL && s42 == TDM_ERR_INVAL,
+           "%s: attention split floor 9, and 4 above a cap of 2, refused (%s, %s)", name,
+           tdm_status_str(s9), tdm_status_str(s42));
+    }
+    for (int set = 0; set < 2; set++) {
+        tdm_cuda_engine_opts_t po = o;
+        po.attn_min_splits = 4;
+        po.attn_cluster = set == 0;
+        int c1 = 1, cb = 1, first;
+        st = tdm_cuda_engine_init(&view, &po, &e);
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
+            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
+            c1 &= st == TDM_OK && margin_rule(&p[i], got3[i], &first);
+        }
+        if (st == TDM_OK)
+            st = run_greedy(e, p, np, per, V, got3, NULL);
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++)
+            cb &= margin_rule(&p[i], got3[i], &first);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(st == TDM_OK && c1 && cb,
+           "%s: at least 4 attention splits (%s): one sequence and the batch follow the golden "
+           "(margin rule; %s)",
+           name, set == 0 ? "cluster" : "combine kernel", tdm_status_str(st));
+    }
     for (int set = 0; set < 4; set++) {
         tdm_cuda_engine_opts_t po = o;
         po.attn_cluster = set != 0;
