@@ -356,7 +356,7 @@ doc = {
              "random bf16, TinyLlama-1.1B shape, vocab %d (models/demo tokenizer)"
              % json.load(open(os.path.join(model, "config.json")))["vocab_size"],
     "engine": {k: eng.get(k) for k in ("weight_bytes", "prompt_len", "steps", "reps")},
-    "load": ov.get("lengths"), "seed": ov.get("seed"),
+    "load": ov.get("lengths"), "calibration": ov.get("calibration"), "seed": ov.get("seed"),
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,

@@ -10,7 +10,11 @@ Each point of --points is one run of --num-prompts requests:
 Prompts are synthetic and seeded: words drawn from a fixed list, lengths from ShareGPT-like
 log-normal distributions (input median --input-median tokens, output median --output-median,
 sigma 0.9 / 0.8, clipped to [--min-len, --input-max] / [--min-len, --output-max]); every request
-asks for exactly its output length (max_tokens with ignore_eos) at temperature 0.
+asks for exactly its output length (max_tokens with ignore_eos) at temperature 0. Input lengths
+are in the served model's tokens, chat template included: two probe requests (1 and 201 words)
+measure its tokenizer's tokens per word of the list and the template's own tokens from their
+usage.prompt_tokens, and each prompt gets the words that make its drawn length ("calibration" in
+the output), as bench_serving sizes prompts with the model's tokenizer.
 
 Per point: request throughput, input and output tok/s (tokens from each response's `usage`,
 over the wall time from the first send to the last finish), TTFT (send -> first content chunk),
@@ -58,17 +62,36 @@ def lognormal_len(rng, median, sigma, lo, hi):
     return max(lo, min(hi, int(round(median * math.exp(rng.gauss(0.0, sigma))))))
 
 
-def make_requests(n, seed, a):
+def make_requests(n, seed, a, cal):
     rng = random.Random(seed)
     reqs = []
     for i in range(n):
         n_in = lognormal_len(rng, a.input_median, 0.9, a.min_len, a.input_max)
         n_out = lognormal_len(rng, a.output_median, 0.8, a.min_len, a.output_max)
-        # about 1.3 tokens per word with the chat template's own tokens around it
-        words = max(1, int(n_in / 1.3))
+        # the words that make n_in tokens with the template's own around them (calibrate)
+        words = max(1, int(round((n_in - cal["overhead_tokens"]) / cal["tokens_per_word"])))
         text = "request %d: " % i + " ".join(rng.choice(WORDS) for _ in range(words))
         reqs.append({"i": i, "prompt": text, "target_in": n_in, "max_tokens": n_out})
     return reqs
+
+
+def calibrate(host, port, model, a):
+    """Tokens per word of the list and the chat template's own tokens on the served model, from
+    the usage.prompt_tokens of a 1-word and a 201-word request."""
+    rng = random.Random(a.seed + 7)
+    got = []
+    for words in (1, 201):
+        text = "request 0: " + " ".join(rng.choice(WORDS) for _ in range(words))
+        rec = one_request(host, port, model, {"i": -1, "prompt": text, "max_tokens": 1},
+                          a.timeout)
+        if not rec["ok"]:
+            raise RuntimeError("calibration request failed: %s" % rec["error"])
+        got.append(rec["usage"]["prompt_tokens"])
+    tpw = (got[1] - got[0]) / 200.0
+    if tpw <= 0:
+        raise RuntimeError("calibration: %d and %d prompt tokens" % tuple(got))
+    return {"tokens_per_word": round(tpw, 4), "overhead_tokens": round(got[0] - tpw, 2),
+            "probe_prompt_tokens": got}
 
 
 def parse_point(s):
@@ -297,6 +320,8 @@ def run_point(a, host, port, model, point, reqs, seed):
                           % (r["i"], len(r["chunks"]), u.get("completion_tokens")))
     sum_out = sum(r["usage"]["completion_tokens"] for r in ok)
     sum_in = sum(r["usage"]["prompt_tokens"] for r in ok)
+    by_i = {q["i"]: q for q in reqs}
+    sum_target_in = sum(by_i[r["i"]]["target_in"] for r in ok)
     # the counters lag the last response by up to an iteration: poll with a deadline
     deadline = time.time() + a.metrics_wait
     while True:
@@ -338,6 +363,7 @@ def run_point(a, host, port, model, point, reqs, seed):
         "max_concurrency": point["max_concurrency"] or None,
         "requests": len(recs), "completed": len(ok), "duration_s": round(dur, 3),
         "total_input_tokens": sum_in, "total_output_tokens": sum_out,
+        "drawn_input_tokens": sum_target_in,
         "request_throughput": round(len(ok) / dur, 3),
         "input_tok_s": round(sum_in / dur, 1), "output_tok_s": round(sum_out / dur, 1),
         "concurrency_mean": round(sum(e2e) / dur, 2),
@@ -387,8 +413,13 @@ def main():
         sys.stderr.write("loadgen: bad point %s (rate:R, rate:R/C, conc:C)\n" % e)
         return 2
     model = json.loads(get_json(host, port, "/v1/models"))["data"][0]["id"]
+    try:
+        cal = calibrate(host, port, model, a)
+    except RuntimeError as e:
+        sys.stderr.write("loadgen: %s\n" % e)
+        return 1
     if a.warmup:
-        w = make_requests(a.warmup, a.seed + 999, a)
+        w = make_requests(a.warmup, a.seed + 999, a, cal)
         for r in w:
             r["max_tokens"] = min(r["max_tokens"], 8)
             rec = one_request(host, port, model, r, a.timeout)
@@ -401,7 +432,7 @@ def main():
         # the seed follows the point's name, so one point run against two workers (PD and
         # colocated) sends the same requests
         ps = a.seed + zlib.crc32(p["name"].encode()) % 100003
-        reqs = make_requests(n, ps, a)
+        reqs = make_requests(n, ps, a, cal)
         r = run_point(a, host, port, model, p, reqs, ps)
         sys.stderr.write("loadgen: %-12s %4d/%d ok  %8.1f out tok/s  %6.2f req/s  TTFT p50 %s ms"
                          "  ITL p50 %s p99 %s ms%s\n"
@@ -415,6 +446,7 @@ def main():
            "lengths": {"input_median": a.input_median, "output_median": a.output_median,
                        "input_max": a.input_max, "output_max": a.output_max,
                        "min": a.min_len, "distribution": "log-normal, sigma 0.9 in / 0.8 out"},
+           "calibration": cal,
            "procs": a.procs, "points": res, "ok": all(r["n_errors"] == 0 for r in res)}
     text = json.dumps(doc, indent=1)
     if a.out:

@@ -74,6 +74,14 @@ w = rows[4]["serving"]
 assert s["total_input_tokens"] * w["total_output_tokens"] < \
     w["total_input_tokens"] * s["total_output_tokens"], \
     "decode-heavy carries no fewer prompt tokens per output token than the sweep's point"
+# prompts sized in the served model's tokens (loadgen's calibration): the long concurrency
+# point's prompts carry their drawn lengths within 25 % (the shortest draws are below the
+# template's own tokens)
+cal = d.get("calibration") or {}
+assert cal.get("tokens_per_word", 0) > 0 and cal.get("overhead_tokens", -1) >= 0, "calibration %s" % cal
+s4 = rows[4]["serving"]
+assert abs(s4["total_input_tokens"] / s4["drawn_input_tokens"] - 1) < 0.25, \
+    "c=4 prompts %d tokens for %d drawn" % (s4["total_input_tokens"], s4["drawn_input_tokens"])
 print("fields ok")
 PY
 rc=$?
