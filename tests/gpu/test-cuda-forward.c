@@ -120,6 +120,29 @@ static tdm_status_t run_greedy(tdm_cuda_engine_t *e, const prompt_t *p, uint32_t
     return st;
 }
 
+/* An engine with options po: each prompt alone, then all of them as one batch, each held to the
+ * margin rule against its golden. Returns the status; *ok_one and *ok_batch say whether every
+ * sequence conformed (got: scratch rows). */
+static tdm_status_t follows_golden(const tdm_model_view_t *view, const tdm_cuda_engine_opts_t *po,
+                                   const prompt_t *p, uint32_t np, uint32_t per, uint32_t vocab,
+                                   int32_t got[][STEPS], int *ok_one, int *ok_batch)
+{
+    tdm_cuda_engine_t *e = NULL;
+    int first;
+    *ok_one = *ok_batch = 1;
+    tdm_status_t st = tdm_cuda_engine_init(view, po, &e);
+    for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
+        st = run_greedy(e, &p[i], 1, per, vocab, &got[i], NULL);
+        *ok_one &= st == TDM_OK && margin_rule(&p[i], got[i], &first);
+    }
+    if (st == TDM_OK)
+        st = run_greedy(e, p, np, per, vocab, got, NULL);
+    for (uint32_t i = 0; i < np && st == TDM_OK; i++)
+        *ok_batch &= margin_rule(&p[i], got[i], &first);
+    tdm_cuda_engine_free(e);
+    return st;
+}
+
 /* A further engine with a large pool (0.9 of what is free, no page cap: ~120 GB on the H200, its
  * zeroing takes tens of ms): one prompt at a time as in the first run, every prompt's prefill
  * logits and greedy tokens must equal the first engine's (got, lg) bit for bit. Its first call
@@ -330,18 +353,8 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         tdm_cuda_engine_opts_t po = o;
         po.attn_min_splits = 4;
         po.attn_cluster = set == 0;
-        int c1 = 1, cb = 1, first;
-        st = tdm_cuda_engine_init(&view, &po, &e);
-        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
-            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
-            c1 &= st == TDM_OK && margin_rule(&p[i], got3[i], &first);
-        }
-        if (st == TDM_OK)
-            st = run_greedy(e, p, np, per, V, got3, NULL);
-        for (uint32_t i = 0; i < np && st == TDM_OK; i++)
-            cb &= margin_rule(&p[i], got3[i], &first);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        int c1, cb;
+        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
         ok(st == TDM_OK && c1 && cb,
            "%s: at least 4 attention splits (%s): one sequence and the batch follow the golden "
            "(margin rule; %s)",
@@ -351,18 +364,8 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         tdm_cuda_engine_opts_t po = o;
         po.attn_cluster = set != 0;
         po.gemv_ksplit = set == 3 ? 6 : set == 2 ? 4 : set ? 5 : 2;
-        int c1 = 1, cb = 1, first;
-        st = tdm_cuda_engine_init(&view, &po, &e);
-        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
-            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
-            c1 &= st == TDM_OK && margin_rule(&p[i], got3[i], &first);
-        }
-        if (st == TDM_OK)
-            st = run_greedy(e, p, np, per, V, got3, NULL);
-        for (uint32_t i = 0; i < np && st == TDM_OK; i++)
-            cb &= margin_rule(&p[i], got3[i], &first);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        int c1, cb;
+        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
         ok(st == TDM_OK && c1 && cb,
            "%s: %s: one sequence and the batch follow the golden (margin rule; %s)", name,
            set == 3   ? "GEMV V2 held to 3 blocks per SM"
