@@ -120,6 +120,15 @@ static tdm_status_t run_greedy(tdm_cuda_engine_t *e, const prompt_t *p, uint32_t
     return st;
 }
 
+/* What tdm_cuda_engine_init says of options po (an engine it makes is freed at once). */
+static tdm_status_t init_status(const tdm_model_view_t *view, const tdm_cuda_engine_opts_t *po)
+{
+    tdm_cuda_engine_t *e = NULL;
+    tdm_status_t st = tdm_cuda_engine_init(view, po, &e);
+    tdm_cuda_engine_free(e);
+    return st;
+}
+
 /* An engine with options po: each prompt alone, then all of them as one batch, each held to the
  * margin rule against its golden. Returns the status; *ok_one and *ok_batch say whether every
  * sequence conformed (got: scratch rows). */
@@ -278,14 +287,10 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     {
         tdm_cuda_engine_opts_t bad = o;
         bad.l2pf_op = 4;
-        tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        tdm_status_t sb = init_status(&view, &bad);
         bad.l2pf_op = 0;
         bad.l2pf_mb = 4097;
-        tdm_status_t sm = tdm_cuda_engine_init(&view, &bad, &e);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        tdm_status_t sm = init_status(&view, &bad);
         ok(sb == TDM_ERR_INVAL && sm == TDM_ERR_INVAL,
            "%s: L2 prefetch op 4 and 4097 MiB refused (%s, %s)", name, tdm_status_str(sb),
            tdm_status_str(sm));
@@ -327,9 +332,7 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     {
         tdm_cuda_engine_opts_t bad = o;
         bad.gemv_ksplit = 12;
-        tdm_status_t sb = tdm_cuda_engine_init(&view, &bad, &e);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        tdm_status_t sb = init_status(&view, &bad);
         ok(sb == TDM_ERR_INVAL, "%s: GEMV form 12 refused (%s)", name, tdm_status_str(sb));
     }
     /* a floor under the decode attention's split policy (attn_min_splits): out of range or
@@ -337,14 +340,10 @@ static void check_model(const char *dir, const char *name, json_t *gold)
     {
         tdm_cuda_engine_opts_t bad = o;
         bad.attn_min_splits = 9;
-        tdm_status_t s9 = tdm_cuda_engine_init(&view, &bad, &e);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        tdm_status_t s9 = init_status(&view, &bad);
         bad.attn_min_splits = 4;
         bad.attn_splits = 2;
-        tdm_status_t s42 = tdm_cuda_engine_init(&view, &bad, &e);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        tdm_status_t s42 = init_status(&view, &bad);
         ok(s9 == TDM_ERR_INVAL && s42 == TDM_ERR_INVAL,
            "%s: attention split floor 9, and 4 above a cap of 2, refused (%s, %s)", name,
            tdm_status_str(s9), tdm_status_str(s42));
