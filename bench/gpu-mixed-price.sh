@@ -4,8 +4,13 @@
 # the engine's decode). bench/gpu_serving_engine on the random TinyLlama-1.1B-shaped checkpoint
 # of bench/gpu-serving.sh, three engines, each a step of B decode rows beside one chunk of C
 # prompt tokens (C = 0: the decode rows alone, through the decode graphs):
-#   graphs      the defaults: B = 63 and 64 beside C = 1 (rows 64 and 65: the GEMMs' row count
-#               crossing 64), B = 64 beside C = 1 8 32 64 128 400 1024;
+#   graphs      the defaults: decode steps at B = 8, 16, 32, 63, 64; B = 63 and 64 beside C = 1
+#               (rows 64 and 65: the GEMMs' row count crossing 64), B = 64 beside C = 1 8 32 64
+#               128 400 1024;
+#   tuned       TDM_CUDA_GEMM_TUNE=1 (GEMM algorithms chosen by timing, gemm_lt.h): decode steps
+#               at B = 16, 32, 64, against the graphs run's (cublasGemmEx's own);
+#   narrow_v1   TDM_CUDA_NARROW_V1=1 (RMSNorm, SiLU·mul, RoPE in their first forms): decode at
+#               B = 8 and 64, B = 64 beside C = 32 and 400, against the graphs run's;
 #   eager       TDM_CUDA_GRAPHS=0 (decode steps launched one kernel at a time, as mixed steps
 #               always are): B = 64 beside C = 0, 1, 32, 400;
 #   flash_only  TDM_CUDA_MIXED_DECODE=0 (every row of a mixed step through the flash tiles):
@@ -41,9 +46,14 @@ if [ -z "$MODEL" ]; then
         { echo "Bail out! could not make the random-weight checkpoint"; exit 1; }
 fi
 common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
-"$E" "${common[@]}" --batch "63 64" --mixed-batch "63 64" --mixed-chunk 1 \
+"$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
     --price-chunks "1 8 32 64 128 400 1024" > "$T/graphs.json"
 tap $? "graphs (defaults)"
+TDM_CUDA_GEMM_TUNE=1 "$E" "${common[@]}" --batch "16 32 64" > "$T/tuned.json"
+tap $? "GEMM algorithms chosen by timing (TDM_CUDA_GEMM_TUNE=1)"
+TDM_CUDA_NARROW_V1=1 "$E" "${common[@]}" --batch "8 64" --mixed-batch "64" --mixed-chunk 1 \
+    --price-chunks "32 400" > "$T/narrow_v1.json"
+tap $? "RMSNorm, SiLU, RoPE in their first forms (TDM_CUDA_NARROW_V1=1)"
 TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
     --price-chunks "1 32 400" > "$T/eager.json"
 tap $? "eager (TDM_CUDA_GRAPHS=0)"
@@ -62,7 +72,9 @@ python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
 T, out, sha, gpu = sys.argv[1:5]
 runs = {}
-for k, f in (("graphs", "graphs.json"), ("eager", "eager.json"), ("flash_only", "flash.json"),
+for k, f in (("graphs", "graphs.json"), ("tuned", "tuned.json"), ("narrow_v1", "narrow_v1.json"),
+             ("eager", "eager.json"),
+             ("flash_only", "flash.json"),
              ("long_splits_default", "long0.json"), ("long_min_splits_2", "long2.json"),
              ("long_min_splits_4", "long4.json")):
     try:
@@ -108,6 +120,18 @@ if e and d64:
 if fo and d64:
     pf = price(fo, 64)
     derived["flash_only_us"] = {str(c): s for c, s in sorted(pf.items())}
+if g and runs["tuned"]:
+    derived["decode_us_gemm_tuned_vs_not"] = {
+        str(b): {"tuned": decode_us(runs["tuned"], b), "untuned": decode_us(g, b)}
+        for b in (16, 32, 64)}
+nv1 = runs["narrow_v1"]
+if g and nv1:
+    p1, pg = price(nv1, 64), price(g, 64)
+    derived["narrow_forms_vs_v1_us"] = {
+        "decode_bs8": {"now": decode_us(g, 8), "v1": decode_us(nv1, 8)},
+        "decode_bs64": {"now": d64, "v1": decode_us(nv1, 64)},
+        "mixed_64_plus_32": {"now": pg.get(32), "v1": p1.get(32)},
+        "mixed_64_plus_400": {"now": pg.get(400), "v1": p1.get(400)}}
 long = {k: decode_us(runs[k], 64) for k in ("long_splits_default", "long_min_splits_2",
                                              "long_min_splits_4")}
 if any(v is not None for v in long.values()):

@@ -15,9 +15,13 @@
  * last --mixed-batch size's step beside one chunk of each listed size (default engine), so that
  * (step - decode-only step) / chunk is read off at several chunk sizes ("price"). Prints one JSON
  * object.
+ * --profile K: the K-th timed configuration (1-based, in the order printed: each batch's ids and
+ * logits forms, each mixed batch's mixed / flash-only / decode-only forms, each price chunk) has
+ * its first timed run's last step between cudaProfilerStart and cudaProfilerStop, for
+ * `ncu --profile-from-start off` (bench/gpu-step-profile.sh); nothing else is profiled.
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
  *   [--steps 128] [--reps 3] [--mixed-batch "32 64"] [--mixed-chunk 128]
- *   [--price-chunks "32 400 1024"]
+ *   [--price-chunks "32 400 1024"] [--profile K]
  */
 #include "config.h"
 
@@ -25,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cuda_profiler_api.h>
 
 #include <tdm/model.h>
 
@@ -47,11 +53,14 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static uint32_t g_profile; /* --profile K; 0: none */
+static uint32_t g_config;  /* the timed configuration being run, 1-based */
+
 static int usage(void)
 {
     fprintf(stderr, "usage: gpu_serving_engine --model DIR [--batch \"1 8 32\"] "
                     "[--prompt-len N] [--steps N] [--reps N] [--mixed-batch \"32 64\"] "
-                    "[--mixed-chunk N] [--price-chunks \"32 400 1024\"]\n");
+                    "[--mixed-chunk N] [--price-chunks \"32 400 1024\"] [--profile K]\n");
     return 2;
 }
 
@@ -76,10 +85,11 @@ static int parse_list(const char *list, const char *what, uint32_t lim, uint32_t
 
 /* bs sequences: prefill in calls of at most max_tokens tokens, then `steps` steps; returns the
  * decode seconds. chunk > 0: each step also carries a sequence's first `chunk` prompt tokens
- * (positions 0..chunk-1 of pages of its own, the same every step), after the decode rows. */
+ * (positions 0..chunk-1 of pages of its own, the same every step), after the decode rows.
+ * prof: the last step between cudaProfilerStart and Stop (--profile). */
 static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32_t steps,
                         uint32_t per, uint32_t max_tokens, uint32_t vocab, float *logits,
-                        uint32_t chunk, double *ret_s)
+                        uint32_t chunk, int prof, double *ret_s)
 {
     static uint32_t pages[MAX_BS * 512 + MAX_CHUNK_PAGES];
     static int32_t chunk_ids[MAX_CHUNK];
@@ -118,8 +128,14 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
             seqs[i] = (tdm_cuda_seq_t){&cur[i], 1, plen + s, pages + i * per, per, 0};
         if (chunk)
             seqs[bs] = (tdm_cuda_seq_t){chunk_ids, chunk, 0, pages + bs * per, MAX_CHUNK_PAGES, 0};
-        TDM_TRY(tdm_cuda_engine_forward(e, seqs, bs + (chunk > 0), logits, ids, bs + (chunk > 0),
-                                        &rows));
+        const int p = prof && s + 1 == steps;
+        if (p && cudaProfilerStart() != cudaSuccess)
+            return TDM_ERR_CUDA;
+        tdm_status_t st = tdm_cuda_engine_forward(e, seqs, bs + (chunk > 0), logits, ids,
+                                                  bs + (chunk > 0), &rows);
+        if (p && cudaProfilerStop() != cudaSuccess && st == TDM_OK)
+            st = TDM_ERR_CUDA;
+        TDM_TRY(st);
         memcpy(cur, ids, bs * sizeof(int32_t));
     }
     *ret_s = now_s() - t0;
@@ -150,6 +166,8 @@ int main(int argc, char **argv)
             chunk = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--price-chunks"))
             pchunks = v;
+        else if (!strcmp(a, "--profile"))
+            g_profile = (uint32_t)strtoul(v, NULL, 10);
         else
             return usage();
         i++;
@@ -208,10 +226,12 @@ int main(int argc, char **argv)
         double t[2][64];
         for (int form = 0; form < 2; form++) {
             double warm;
-            st = run(e, bss[b], plen, 8, per, o.max_tokens, vocab, form ? logits : NULL, 0, &warm);
+            g_config++;
+            st = run(e, bss[b], plen, 8, per, o.max_tokens, vocab, form ? logits : NULL, 0, 0,
+                     &warm);
             for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
                 st = run(e, bss[b], plen, steps, per, o.max_tokens, vocab, form ? logits : NULL, 0,
-                         &t[form][r]);
+                         r == 0 && g_config == g_profile, &t[form][r]);
             if (st != TDM_OK)
                 break;
             qsort(t[form], reps, sizeof(double), cmp_d);
@@ -247,10 +267,12 @@ int main(int argc, char **argv)
         double t[3][64];
         for (int form = 0; form < 3 && st == TDM_OK; form++) {
             double warm;
-            st = run(eng[form], mbs[b], plen, 8, per, o.max_tokens, vocab, NULL, ch[form], &warm);
+            g_config++;
+            st =
+                run(eng[form], mbs[b], plen, 8, per, o.max_tokens, vocab, NULL, ch[form], 0, &warm);
             for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
                 st = run(eng[form], mbs[b], plen, steps, per, o.max_tokens, vocab, NULL, ch[form],
-                         &t[form][r]);
+                         r == 0 && g_config == g_profile, &t[form][r]);
             if (st == TDM_OK)
                 qsort(t[form], reps, sizeof(double), cmp_d);
         }
@@ -269,9 +291,11 @@ int main(int argc, char **argv)
     for (uint32_t c = 0; c < np && rc == 0; c++) {
         const uint32_t bs = mbs[nm - 1];
         double t[64], warm;
-        st = run(e, bs, plen, 8, per, o.max_tokens, vocab, NULL, pcs[c], &warm);
+        g_config++;
+        st = run(e, bs, plen, 8, per, o.max_tokens, vocab, NULL, pcs[c], 0, &warm);
         for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
-            st = run(e, bs, plen, steps, per, o.max_tokens, vocab, NULL, pcs[c], &t[r]);
+            st = run(e, bs, plen, steps, per, o.max_tokens, vocab, NULL, pcs[c],
+                     r == 0 && g_config == g_profile, &t[r]);
         if (st != TDM_OK) {
             fprintf(stderr, "gpu_serving_engine: price chunk %u: %s\n", pcs[c], tdm_status_str(st));
             rc = 1;

@@ -23,6 +23,8 @@
 #                  goals into gpu_serving.json ("engine_goals");
 #         price    bench/gpu-mixed-price.sh (→ gpu_mixed_price.json): a mixed step's fixed cost and
 #                  price per prompt token, graphs against eager launches, flash-only;
+#         profile  bench/gpu-step-profile.sh (→ gpu_step_profile.json): one decode or mixed step's
+#                  kernels under ncu, by name and role;
 #         tp       bench/multi-gpu.sh (test-cuda-tp, the serving faults on a TP=2 GPU group, NCCL's
 #                  one-rank figures; → gpu_tp.json, multi_gpu.json);
 #         demo     a demo-model candidate trained with torch (tools/demo/device_run.sh, variant
@@ -110,7 +112,7 @@ phase() {
 }
 
 run_phases() {
-    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving price tp demo)"
+    test $# -ge 1 || die "usage: $0 run PHASE... (tests detect chaos decode serving price profile tp demo)"
     test -s "$dir/bundle.tar.xz" || die "no $dir/bundle.tar.xz: run '$0 prepare BUILD_DIR' here and carry .dev-verify"
     cd "$top" || die "cannot enter $top"
     OUT=${OUT:-$top/device-out}
@@ -126,8 +128,8 @@ run_phases() {
     for p in "$@"; do
         case $p in
         detect | chaos) need_pg=1 ;;
-        tests | decode | serving | price | tp | demo) ;;
-        *) die "unknown phase '$p' (tests detect chaos decode serving price tp demo)" ;;
+        tests | decode | serving | price | profile | tp | demo) ;;
+        *) die "unknown phase '$p' (tests detect chaos decode serving price profile tp demo)" ;;
         esac
     done
     if test $need_pg = 1; then
@@ -178,6 +180,10 @@ run_phases() {
         price)
             phase price "${TDM_VERIFY_LIMIT_PRICE:-120}" bash "$top/bench/gpu-mixed-price.sh" "$b" \
                 "$top" "$OUT/gpu_mixed_price.json"
+            ;;
+        profile)
+            phase profile "${TDM_VERIFY_LIMIT_PROFILE:-240}" bash "$top/bench/gpu-step-profile.sh" \
+                "$b" "$top" "$OUT/gpu_step_profile.json"
             ;;
         tp)
             phase tp "${TDM_VERIFY_LIMIT_TP:-240}" env OUT="$OUT/tp" bash "$top/bench/multi-gpu.sh"

@@ -43,6 +43,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->embed_fused = 1;
     o->pdl_early = 1;
     o->mixed_decode = 1; /* measured on the H200: docs/cuda.md "Mixed steps" */
+    o->gemm_tune = 0; /* measured no faster in the decode step: docs/cuda.md */
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -67,6 +68,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     env_bool("TDM_CUDA_PDL_EARLY", &o->pdl_early);
     env_bool("TDM_CUDA_EMBED_FUSED", &o->embed_fused);
     env_bool("TDM_CUDA_MIXED_DECODE", &o->mixed_decode);
+    env_bool("TDM_CUDA_GEMM_TUNE", &o->gemm_tune);
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -292,6 +294,9 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
     TDM_CUBLAS_CHECK_GOTO(cublasSetStream(e->cublas, e->stream), st, err);
     TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->cublas_ws, 32u << 20), st, err);
     TDM_CUBLAS_CHECK_GOTO(cublasSetWorkspace(e->cublas, e->cublas_ws, 32u << 20), st, err);
+    if (e->o.gemm_tune && e->wdt == TDM_DTYPE_BF16 &&
+        (st = tdm_cuda_lt_init(e->cublas_ws, 32u << 20, &e->lt)) != TDM_OK)
+        goto err;
     if ((st = tdm_cuda_engine_tp_init(e)) != TDM_OK)
         goto err;
     TDM_CUDA_CHECK_GOTO(cudaStreamSynchronize(e->stream), st, err);
@@ -314,6 +319,7 @@ void tdm_cuda_engine_free(tdm_cuda_engine_t *e)
     tdm_cuda_engine_drop_graphs(e);
     tdm_cuda_engine_tp_free(e);
     tdm_cuda_hc_free(&e->hc);
+    tdm_cuda_lt_free(e->lt);
     if (e->cublas)
         cublasDestroy(e->cublas);
     cudaFree(e->cublas_ws);

@@ -137,6 +137,14 @@ typedef struct tdm_cuda_engine_opts {
                                    reading its K/V once per query head). Needs use_mma_attn and
                                    bf16 KV. 1 (default, docs/cuda.md); env
                                    TDM_CUDA_MIXED_DECODE=0 */
+    int gemm_tune;              /* 1: before a decode graph is captured, each of its cuBLAS
+                                   GEMM shapes is timed over the layers' weights with
+                                   cublasGemmEx's choice and cuBLASLt's heuristics, and the
+                                   fastest kept (gemm_lt.h); results may differ in the last bits
+                                   from cublasGemmEx's. 0 (default): cublasGemmEx always (the
+                                   kept algorithms were 10-20 % faster alone and the decode step
+                                   no faster: docs/cuda.md "Where a step's time goes"); env
+                                   TDM_CUDA_GEMM_TUNE */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;

@@ -40,18 +40,74 @@ static int use_gemv(const tdm_cuda_engine_t *e, uint32_t n)
     return n <= e->o.gemv_max_rows || e->wdt != TDM_DTYPE_BF16;
 }
 
+/* 1 when gemm() runs the skinny kernel for this shape. Measured (docs/cuda.md, run 3): it beats
+ * cuBLAS up to 8 rows everywhere and up to 32 rows on the small matrices; wider ones re-read x
+ * too often and lose. */
+static int use_skinny(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K, uint32_t M)
+{
+    return e->o.use_skinny && tdm_cuda_skinny_ok(n, K) && (n <= 8 || (uint64_t)M * K <= (6u << 20));
+}
+
 /* y (n, M) (+)= xb · Wᵀ on the bf16 path: the skinny tensor-core GEMM for decode-sized n, else
- * cuBLAS (beta 1 = accumulate). */
+ * cuBLAS (beta 1 = accumulate) with the algorithm chosen by timing where the shape was tuned
+ * (gemm_lt.h). */
 static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const void *w, uint32_t M,
                          int accum, float *y)
 {
-    /* measured (docs/cuda.md, run 3): the skinny kernel beats cuBLAS up to 8 rows everywhere and
-     * up to 32 rows on the small matrices; wider ones re-read x too often and lose */
-    if (e->o.use_skinny && tdm_cuda_skinny_ok(n, K) && (n <= 8 || (uint64_t)M * K <= (6u << 20)))
+    if (use_skinny(e, n, K, M))
         return tdm_cuda_gemm_skinny(e->xb, n, K, (const uint16_t *)w, M, NULL, accum, y, M,
                                     e->stream);
-    return tdm_cuda_gemm_bf16(e->cublas, e->xb, n, K, (const uint16_t *)w, M, accum ? 1.0f : 0.0f,
-                              y);
+    return tdm_cuda_lt_gemm(e->lt, e->cublas, e->stream, e->xb, n, K, (const uint16_t *)w, M,
+                            accum != 0, y);
+}
+
+/* Before a decode graph of n rows is captured: time each cuBLAS GEMM shape its forward will run
+ * (opts.gemm_tune; the layers' own weights, e->xb and e->gu as scratch) and keep the fastest
+ * algorithm (gemm_lt.h). A shape that fails to tune runs cublasGemmEx; only a CUDA error that
+ * leaves the stream unusable is returned. */
+static tdm_status_t tune_decode(tdm_cuda_engine_t *e, uint32_t n)
+{
+    if (!e->lt || use_gemv(e, n))
+        return TDM_OK;
+    const uint32_t d = e->d, qd = e->H * e->hd, I = e->I, L = e->L;
+    const int accf = !e->has_coll || e->tp_rank == 0;
+    const uint64_t room = (uint64_t)e->T * 2 * I; /* floats of e->gu */
+    const uint16_t **w = (const uint16_t **)tdm_calloc(L, sizeof(*w));
+    if (!w)
+        return TDM_OK; /* untuned: cublasGemmEx */
+    struct {
+        uint32_t K, M;
+        int accum, part;
+    } sh[5] = {
+        {d, e->qkvd, 0, 0}, {qd, d, accf, 1}, {d, 2 * I, 0, 2}, {I, d, accf, 3}, {d, e->vr, 0, 4}};
+    tdm_status_t st = TDM_OK;
+    for (int k = 0; k < 5 && st == TDM_OK; k++) {
+        uint32_t nw = L;
+        if (use_skinny(e, n, sh[k].K, sh[k].M) || (uint64_t)n * sh[k].M > room ||
+            tdm_cuda_lt_tuned(e->lt, n, sh[k].K, sh[k].M, sh[k].accum))
+            continue;
+        if (sh[k].part == 4) {
+            if (use_gemv(e, n)) /* lm_head over the m = n logits rows of a decode step */
+                continue;
+            w[0] = (const uint16_t *)e->lm_head;
+            nw = 1;
+        } else {
+            for (uint32_t l = 0; l < L; l++) {
+                const layer_dev_t *ly = &e->layers[l];
+                w[l] = (const uint16_t *)(sh[k].part == 0   ? ly->qkv
+                                          : sh[k].part == 1 ? ly->o
+                                          : sh[k].part == 2 ? ly->gu
+                                                            : ly->down);
+            }
+        }
+        tdm_status_t r = tdm_cuda_lt_tune(e->lt, e->cublas, e->stream, n, sh[k].K, sh[k].M,
+                                          sh[k].accum, e->xb, e->gu, w, nw, TDM_LT_MARGIN, NULL);
+        if (r != TDM_OK && cudaStreamQuery(e->stream) != cudaSuccess &&
+            cudaStreamQuery(e->stream) != cudaErrorNotReady)
+            st = TDM_ERR_CUDA;
+    }
+    tdm_free(w);
+    return st;
 }
 
 static tdm_cuda_gemv_t gemv_args(const tdm_cuda_engine_t *e, const float *x, uint32_t ldx,
@@ -445,6 +501,8 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
     if (bi >= 0) {
         if (!e->graph[bi]) {
             cudaGraph_t g = NULL;
+            if ((st = tune_decode(e, rows_run)) != TDM_OK)
+                goto out;
             TDM_CUDA_CHECK_GOTO(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal),
                                 st, out);
             st = enqueue(e, rows_run, rows_run);

@@ -14,6 +14,7 @@
 
 #include "cuda_int.h"
 #include "engine.h"
+#include "gemm_lt.h"
 #include "hicache.h"
 
 extern "C" {
@@ -73,6 +74,7 @@ struct tdm_cuda_engine {
     cudaStream_t stream;
     cublasHandle_t cublas;
     void *cublas_ws;
+    tdm_cuda_lt_t *lt; /* GEMM algorithms chosen by timing (opts.gemm_tune); NULL: cublasGemmEx */
     cudaGraphExec_t graph[MAX_BUCKETS];
     tdm_cuda_hc_t hc; /* the HiCache layer gate (hicache.h); hc.gate NULL: none */
     /* tensor parallelism (engine.h): the view's shares; vocab rows [vlo, vlo + vr) of V, vcap

@@ -10,6 +10,7 @@
  * reduction at the end. Attention reads K/V back from the cache (never the fresh values), like the
  * CPU backend (backend.h rule 4), so prefill and decode see the same keys.
  */
+#include <stdlib.h>
 #include "ops_int.cuh"
 
 TDM_OPS_PDL_SETTER(ops)
@@ -21,6 +22,20 @@ int tdm_cuda_g_pdl = 0;
 void tdm_cuda_set_pdl(int on)
 {
     tdm_cuda_g_pdl = on != 0;
+}
+
+/* TDM_CUDA_NARROW_V1=1 (a measurement knob, docs/cuda.md "Where a step's time goes"): RMSNorm,
+ * SiLU·mul and RoPE + KV write in their first forms (a block per row looping over it, a
+ * grid-stride loop with a division per element, a block of 4 warps per row looping over the
+ * heads) instead of the register, four-column and warp-per-head forms. */
+int tdm_cuda_narrow_v1(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("TDM_CUDA_NARROW_V1");
+        v = s && s[0] == '1' && s[1] == 0;
+    }
+    return v;
 }
 
 tdm_status_t tdm_cuda_set_pdl_early(int on, cudaStream_t s)
@@ -162,6 +177,62 @@ __global__ void rmsnorm_kernel(float *resid, const float *add, const uint32_t *x
     }
 }
 
+/* one block per output row, d / (4 NV) threads (at most 1024, whole warps): each thread holds NV
+ * float4 pieces (c = threadIdx.x + blockDim.x k) of the row in registers, its weights loaded
+ * before the PDL wait, so the row is read once and every load is in flight at once (the block
+ * form below loops; docs/cuda.md "Where a step's time goes"). The sum of squares is taken in an
+ * order fixed by d alone, so a row's result does not depend on the batch it is in. */
+template <int NV>
+__global__ void __launch_bounds__(1024)
+    rmsnorm_reg_kernel(float *resid, const float *add, const uint32_t *xrow, const float *w,
+                       float eps, uint32_t d, float *out_f32, uint16_t *out_bf16)
+{
+    __shared__ float sh[32];
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 g[NV], v[NV];
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        g[k] = w4[threadIdx.x + blockDim.x * k];
+    pdl_sync();
+    const uint32_t j = blockIdx.x, r = xrow ? xrow[j] : j;
+    float4 *x = reinterpret_cast<float4 *>(resid + (size_t)r * d);
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        v[k] = x[threadIdx.x + blockDim.x * k];
+    if (add) {
+        const float4 *a = reinterpret_cast<const float4 *>(add + (size_t)r * d);
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const uint32_t c = threadIdx.x + blockDim.x * k;
+            const float4 b = a[c];
+            v[k].x += b.x;
+            v[k].y += b.y;
+            v[k].z += b.z;
+            v[k].w += b.w;
+            x[c] = v[k];
+        }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    const float rs = rsqrtf(block_sum(ss, sh) / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const uint32_t c = threadIdx.x + blockDim.x * k;
+        const float4 o = make_float4(v[k].x * rs * g[k].x, v[k].y * rs * g[k].y,
+                                     v[k].z * rs * g[k].z, v[k].w * rs * g[k].w);
+        if (out_f32) {
+            reinterpret_cast<float4 *>(out_f32 + (size_t)j * d)[c] = o;
+        } else {
+            const uint2 b =
+                make_uint2((uint32_t)f32_to_bf16_rne(o.x) | ((uint32_t)f32_to_bf16_rne(o.y) << 16),
+                           (uint32_t)f32_to_bf16_rne(o.z) | ((uint32_t)f32_to_bf16_rne(o.w) << 16));
+            reinterpret_cast<uint2 *>(out_bf16 + (size_t)j * d)[c] = b;
+        }
+    }
+}
+
 tdm_status_t tdm_cuda_rmsnorm(float *resid, const float *add, const uint32_t *xrow, const float *w,
                               float eps, uint32_t n, uint32_t d, float *out_f32, uint16_t *out_bf16,
                               cudaStream_t stream)
@@ -170,7 +241,24 @@ tdm_status_t tdm_cuda_rmsnorm(float *resid, const float *add, const uint32_t *xr
         return TDM_ERR_INVAL;
     if (n == 0)
         return TDM_OK;
-    launch(rmsnorm_kernel, n, 256, 0, stream, resid, add, xrow, w, eps, d, out_f32, out_bf16);
+    /* the register form: d / 4 float4 pieces over whole warps of at most 1024 threads, NV
+     * pieces a thread; else the looping block form */
+    const uintptr_t al = (uintptr_t)resid | (uintptr_t)add | (uintptr_t)w | (uintptr_t)out_f32 |
+                         ((uintptr_t)out_bf16 << 1);
+    const uint32_t q = d / 4, nv = q <= 1024 ? 1 : q <= 2048 ? 2 : 4;
+    const int reg = d % 4 == 0 && al % 16 == 0 && q % nv == 0 && (q / nv) % 32 == 0 &&
+                    q / nv <= 1024 && q <= 4096 && !tdm_cuda_narrow_v1();
+    if (reg && nv == 1)
+        launch(rmsnorm_reg_kernel<1>, n, q, 0, stream, resid, add, xrow, w, eps, d, out_f32,
+               out_bf16);
+    else if (reg && nv == 2)
+        launch(rmsnorm_reg_kernel<2>, n, q / 2, 0, stream, resid, add, xrow, w, eps, d, out_f32,
+               out_bf16);
+    else if (reg)
+        launch(rmsnorm_reg_kernel<4>, n, q / 4, 0, stream, resid, add, xrow, w, eps, d, out_f32,
+               out_bf16);
+    else
+        launch(rmsnorm_kernel, n, 256, 0, stream, resid, add, xrow, w, eps, d, out_f32, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
@@ -269,6 +357,41 @@ __global__ void silu_mul_kernel(const float *gu, uint32_t n, uint32_t I, int il,
     }
 }
 
+/* grid (column blocks, n rows): 4 consecutive columns a thread, no division; I % 4 == 0 */
+__global__ void silu_mul4_kernel(const float *gu, uint32_t I, int il, float *out_f32,
+                                 uint16_t *out_bf16)
+{
+    pdl_sync();
+    const uint32_t r = blockIdx.y, c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= I)
+        return;
+    const float *row = gu + (size_t)r * 2 * I;
+    float g[4], u[4];
+    if (il) { /* g0 u0 g1 u1 ... */
+        const float4 p = *reinterpret_cast<const float4 *>(row + 2 * c);
+        const float4 q = *reinterpret_cast<const float4 *>(row + 2 * c + 4);
+        g[0] = p.x, u[0] = p.y, g[1] = p.z, u[1] = p.w, g[2] = q.x, u[2] = q.y, g[3] = q.z,
+        u[3] = q.w;
+    } else {
+        const float4 p = *reinterpret_cast<const float4 *>(row + c);
+        const float4 q = *reinterpret_cast<const float4 *>(row + I + c);
+        g[0] = p.x, g[1] = p.y, g[2] = p.z, g[3] = p.w, u[0] = q.x, u[1] = q.y, u[2] = q.z,
+        u[3] = q.w;
+    }
+    float o[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        o[k] = silu(g[k]) * u[k];
+    const size_t i = (size_t)r * I + c;
+    if (out_f32) {
+        *reinterpret_cast<float4 *>(out_f32 + i) = make_float4(o[0], o[1], o[2], o[3]);
+    } else {
+        *reinterpret_cast<uint2 *>(out_bf16 + i) =
+            make_uint2((uint32_t)f32_to_bf16_rne(o[0]) | ((uint32_t)f32_to_bf16_rne(o[1]) << 16),
+                       (uint32_t)f32_to_bf16_rne(o[2]) | ((uint32_t)f32_to_bf16_rne(o[3]) << 16));
+    }
+}
+
 tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, int interleaved,
                                float *out_f32, uint16_t *out_bf16, cudaStream_t stream)
 {
@@ -276,6 +399,13 @@ tdm_status_t tdm_cuda_silu_mul(const float *gu, uint32_t n, uint32_t I, int inte
         return TDM_ERR_INVAL;
     if ((size_t)n * I == 0)
         return TDM_OK;
+    if (I % 4 == 0 && n <= 65535 && !tdm_cuda_narrow_v1() &&
+        ((uintptr_t)gu | (uintptr_t)out_f32 | ((uintptr_t)out_bf16 << 1)) % 16 == 0) {
+        const uint32_t threads = I / 4 < 256 ? (I / 4 + 31) / 32 * 32 : 256;
+        launch(silu_mul4_kernel, dim3((I / 4 + threads - 1) / threads, n), threads, 0, stream, gu,
+               I, interleaved != 0, out_f32, out_bf16);
+        return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
+    }
     launch(silu_mul_kernel, grid_for((size_t)n * I, 256), 256, 0, stream, gu, n, I,
            interleaved != 0, out_f32, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;

@@ -51,6 +51,12 @@ tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint3
                                  const int32_t *ids, uint32_t n, float *out);
 /* resid (n, d) in/out; add may be NULL; out (n, d) fp32 (as_bf16: the kernel's bf16 output,
  * widened back). */
+/* gemm_lt.h through its tuner with the fastest cuBLASLt algorithm forced (margin -1e9): y (n,
+ * M) (+)= x (n, K) · Wᵀ, x and w bf16, y fp32 in and out (accum: y is added to). *lt_kept: 1
+ * when a cuBLASLt algorithm ran (0: none was offered; cublasGemmEx ran); *candidates: how many
+ * heuristics were timed. */
+tdm_status_t tdm_cuda_test_lt(const uint16_t *x, uint32_t n, uint32_t K, const uint16_t *w,
+                              uint32_t M, int accum, float *y, int *lt_kept, int *candidates);
 tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *w, float eps,
                                    uint32_t n, uint32_t d, int as_bf16, float *out);
 /* qkv (n, ld) in/out: Qwen3's per-head RMSNorm of the H q heads (qw) and KV k heads (kw), hd

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_int.h"
+#include "gemm_lt.h"
 #include "ops.h"
 
 namespace
@@ -258,6 +259,42 @@ tdm_status_t tdm_cuda_test_embed(const void *table, int dtype, uint32_t V, uint3
     TDM_TRY(dv.alloc(&dout, (size_t)n * d * 4, NULL));
     TDM_TRY(tdm_cuda_embed(dt, dtype, di, n, d, dout, 0));
     return sync_back(out, dout, (size_t)n * d * 4);
+}
+
+tdm_status_t tdm_cuda_test_lt(const uint16_t *x, uint32_t n, uint32_t K, const uint16_t *w,
+                              uint32_t M, int accum, float *y, int *lt_kept, int *candidates)
+{
+    dev dv;
+    uint16_t *dx, *dw, *sx;
+    float *dy, *sy;
+    void *ws;
+    const size_t ws_bytes = 32u << 20;
+    TDM_TRY(dv.alloc(&dx, (size_t)n * K * 2, x));
+    TDM_TRY(dv.alloc(&dw, (size_t)M * K * 2, w));
+    TDM_TRY(dv.alloc(&dy, (size_t)n * M * 4, y));
+    TDM_TRY(dv.alloc(&sx, (size_t)n * K * 2, NULL));
+    TDM_TRY(dv.alloc(&sy, (size_t)n * M * 4, NULL));
+    TDM_TRY(dv.alloc(&ws, ws_bytes, NULL));
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        return TDM_ERR_CUDA;
+    tdm_cuda_lt_t *lt = NULL;
+    tdm_cuda_lt_shape_t out = {};
+    tdm_status_t st = cublasSetWorkspace(h, ws, ws_bytes) == CUBLAS_STATUS_SUCCESS
+                          ? tdm_cuda_lt_init(ws, ws_bytes, &lt)
+                          : TDM_ERR_CUDA;
+    const uint16_t *wl[2] = {dw, dw};
+    if (st == TDM_OK) /* timed on scratch buffers: dy keeps the caller's y for accum */
+        st = tdm_cuda_lt_tune(lt, h, 0, n, K, M, accum, sx, sy, wl, 2, -1e9, &out);
+    if (st == TDM_OK)
+        st = tdm_cuda_lt_gemm(lt, h, 0, dx, n, K, dw, M, accum, dy);
+    if (st == TDM_OK)
+        st = sync_back(y, dy, (size_t)n * M * 4);
+    *lt_kept = out.lt;
+    *candidates = out.candidates;
+    tdm_cuda_lt_free(lt);
+    cublasDestroy(h);
+    return st;
 }
 
 tdm_status_t tdm_cuda_test_rmsnorm(float *resid, const float *add, const float *w, float eps,

@@ -49,7 +49,8 @@ static __device__ __forceinline__ float warp_max(float v)
 }
 
 /* ---------------------------------------------------------------- launches (PDL) */
-extern int tdm_cuda_g_pdl; /* tdm_cuda_set_pdl (ops.cu) */
+extern int tdm_cuda_g_pdl;    /* tdm_cuda_set_pdl (ops.cu) */
+int tdm_cuda_narrow_v1(void); /* ops.cu: TDM_CUDA_NARROW_V1 */
 
 /* Wait until the kernels this one depends on have completed and their writes are visible (a no-op
  * when launched without the PDL attribute); then let the next kernel launch once every block of

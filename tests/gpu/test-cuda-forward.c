@@ -359,6 +359,17 @@ static void check_model(const char *dir, const char *name, json_t *gold)
            "(margin rule; %s)",
            name, set == 0 ? "cluster" : "combine kernel", tdm_status_str(st));
     }
+    if (np >= 2) { /* the batch's decode graph runs cuBLAS GEMMs tuned before its capture */
+        tdm_cuda_engine_opts_t po = o;
+        po.use_skinny = 0;
+        po.gemm_tune = 1;
+        int c1, cb;
+        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
+        ok(st == TDM_OK && c1 && cb,
+           "%s: cuBLAS GEMMs with algorithms chosen by timing (skinny kernel off): one sequence "
+           "and the batch follow the golden (margin rule; %s)",
+           name, tdm_status_str(st));
+    }
     for (int set = 0; set < 4; set++) {
         tdm_cuda_engine_opts_t po = o;
         po.attn_cluster = set != 0;

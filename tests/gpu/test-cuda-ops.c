@@ -218,6 +218,99 @@ static void check_qk_norm(uint32_t n, uint32_t H, uint32_t KV, uint32_t hd)
     free(qkv), free(got), free(q), free(k), free(qw), free(kw), free(ref);
 }
 
+/* The vector forms (d % 128 == 0: a warp per row; I % 4 == 0: four columns a thread) against
+ * double references, and a row's bits independent of the batch it is in. */
+static void check_norm_silu_vec(uint32_t n, uint32_t d, uint32_t I)
+{
+    float *resid = xmalloc((size_t)n * d * 4), *add = xmalloc((size_t)n * d * 4);
+    float *w = xmalloc((size_t)d * 4), *r2 = xmalloc((size_t)n * d * 4);
+    float *out = xmalloc((size_t)n * (d > I ? d : I) * 4), *one = xmalloc((size_t)d * 4);
+    double *ref = xmalloc((size_t)n * (d > I ? d : I) * 8), *rref = xmalloc((size_t)n * d * 8);
+    for (size_t i = 0; i < (size_t)n * d; i++) {
+        resid[i] = rndn(2.0f);
+        add[i] = rndn(1.0f);
+    }
+    for (uint32_t j = 0; j < d; j++)
+        w[j] = 1.0f + rndn(0.2f);
+    for (uint32_t i = 0; i < n; i++) {
+        double ss = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            double v = (double)resid[(size_t)i * d + j] + add[(size_t)i * d + j];
+            rref[(size_t)i * d + j] = v;
+            ss += v * v;
+        }
+        double rs = 1.0 / sqrt(ss / d + 1e-6);
+        for (uint32_t j = 0; j < d; j++)
+            ref[(size_t)i * d + j] = rref[(size_t)i * d + j] * rs * w[j];
+    }
+    for (int bf = 0; bf < 2; bf++) {
+        memcpy(r2, resid, (size_t)n * d * 4);
+        tdm_status_t st = tdm_cuda_test_rmsnorm(r2, add, w, 1e-6f, n, d, bf, out);
+        double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * d) : INFINITY;
+        double er = st == TDM_OK ? rel_l2(r2, rref, (size_t)n * d) : INFINITY;
+        /* the last row alone: the same bits as in the batch */
+        const uint32_t last = n - 1;
+        memcpy(r2, resid + (size_t)last * d, (size_t)d * 4);
+        tdm_status_t s1 =
+            tdm_cuda_test_rmsnorm(r2, add + (size_t)last * d, w, 1e-6f, 1, d, bf, one);
+        int same = s1 == TDM_OK && !memcmp(one, out + (size_t)last * d, (size_t)d * 4);
+        ok(e <= (bf ? 1e-2 : 1e-5) && er <= 1e-6 && same,
+           "rmsnorm+add, warp per row (n %u, d %u, %s out): rel L2 %.2e, residual %.2e, a row "
+           "alone %s",
+           n, d, bf ? "bf16" : "fp32", e, er, same ? "bit for bit" : "DIFFERS");
+    }
+    float *gu = xmalloc((size_t)n * 2 * I * 4), *gi = xmalloc((size_t)n * 2 * I * 4);
+    float *oi = xmalloc((size_t)n * I * 4);
+    for (size_t i = 0; i < (size_t)n * 2 * I; i++)
+        gu[i] = rndn(3.0f);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < I; j++) {
+            ref[(size_t)i * I + j] =
+                silu_d(gu[(size_t)i * 2 * I + j]) * gu[(size_t)i * 2 * I + I + j];
+            gi[(size_t)i * 2 * I + 2 * j] = gu[(size_t)i * 2 * I + j];
+            gi[(size_t)i * 2 * I + 2 * j + 1] = gu[(size_t)i * 2 * I + I + j];
+        }
+    tdm_status_t st = tdm_cuda_test_silu_mul(gu, n, I, 0, out);
+    tdm_status_t si = tdm_cuda_test_silu_mul(gi, n, I, 1, oi);
+    double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * I) : INFINITY;
+    ok(e <= 1e-5 && si == TDM_OK && !memcmp(oi, out, (size_t)n * I * 4),
+       "silu*mul, four columns a thread (n %u, I %u): rel L2 %.2e, interleaved %s", n, I, e,
+       si == TDM_OK && !memcmp(oi, out, (size_t)n * I * 4) ? "bit for bit" : "DIFFERS");
+    free(resid), free(add), free(w), free(r2), free(out), free(one), free(ref), free(rref);
+    free(gu), free(gi), free(oi);
+}
+
+/* gemm_lt.h: the fastest cuBLASLt algorithm forced, y = x · Wᵀ (and y += on accum) against a
+ * double reference; a wrong layout description gives garbage here. */
+static void check_lt(uint32_t n, uint32_t K, uint32_t M, int accum)
+{
+    float *xv = xmalloc((size_t)n * K * 4), *wv = xmalloc((size_t)M * K * 4);
+    float *y = xmalloc((size_t)n * M * 4);
+    double *xe = xmalloc((size_t)n * K * 8), *we = xmalloc((size_t)M * K * 8);
+    double *ref = xmalloc((size_t)n * M * 8);
+    for (size_t i = 0; i < (size_t)n * K; i++)
+        xv[i] = rndn(1.0f);
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        wv[i] = rndn(0.05f);
+    uint16_t *xb = make_w(xv, (size_t)n * K, TDM_DTYPE_BF16, xe);
+    uint16_t *wb = make_w(wv, (size_t)M * K, TDM_DTYPE_BF16, we);
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t c = 0; c < M; c++) {
+            double a = 0;
+            for (uint32_t k = 0; k < K; k++)
+                a += xe[(size_t)r * K + k] * we[(size_t)c * K + k];
+            y[(size_t)r * M + c] = accum ? rndn(1.0f) : NAN;
+            ref[(size_t)r * M + c] = a + (accum ? y[(size_t)r * M + c] : 0.0);
+        }
+    int kept = 0, cand = 0;
+    tdm_status_t st = tdm_cuda_test_lt(xb, n, K, wb, M, accum, y, &kept, &cand);
+    double e = st == TDM_OK ? rel_l2(y, ref, (size_t)n * M) : INFINITY;
+    ok(st == TDM_OK && kept && cand > 0 && e <= 1e-5,
+       "cuBLASLt GEMM, fastest of %d heuristics forced (n %u, K %u, M %u%s): rel L2 %.2e (%s)",
+       cand, n, K, M, accum ? ", accumulate" : "", e, tdm_status_str(st));
+    free(xv), free(wv), free(y), free(xe), free(we), free(ref), free(xb), free(wb);
+}
+
 static void check_small_ops(void)
 {
     const uint32_t V = 1000, d = 520, n = 7, I = 333;
@@ -974,6 +1067,11 @@ int main(void)
     diag("seed %llu", (unsigned long long)rng_state);
 
     check_small_ops();
+    check_norm_silu_vec(9, 2048, 1000);
+    check_norm_silu_vec(1, 128, 4);
+    check_lt(64, 512, 768, 0);
+    check_lt(24, 1024, 320, 1);
+    check_lt(5, 256, 1000, 0);
     check_gemv(1, 1024, 777, TDM_DTYPE_BF16, 0, 1, 0);
     check_gemv(3, 2048, 301, TDM_DTYPE_BF16, 1, 0, 0);
     check_gemv(8, 520, 64, TDM_DTYPE_BF16, 2 | 4, 0, 0);
