@@ -7,17 +7,17 @@
 EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu \
 	kernels/cuda/ops_gemm.cu kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
 	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu kernels/cuda/ops_host.cu \
-	kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/sample.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
+	kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/sample.cu kernels/cuda/gemm_lt.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h kernels/cuda/ops_int.cuh \
 	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h \
-	kernels/cuda/hicache.h kernels/cuda/device.h kernels/cuda/sample.h
+	kernels/cuda/hicache.h kernels/cuda/device.h kernels/cuda/sample.h kernels/cuda/gemm_lt.h
 if HAVE_CUDA
 noinst_LIBRARIES += libtdmcuda.a
 libtdmcuda_a_SOURCES = kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu kernels/cuda/ops_gemm.cu \
 	kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
 	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu \
 	kernels/cuda/ops_host.cu kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/sample.cu \
-	kernels/cuda/exec_cuda.c kernels/cuda/module.c
+	kernels/cuda/gemm_lt.cu kernels/cuda/exec_cuda.c kernels/cuda/module.c
 endif
 # GPU test binaries link cudart + cuBLAS; where nvcc exists without them, one TAP script says so.
 if HAVE_CUDA_RT
