@@ -331,6 +331,7 @@ int main(void)
             decode_run(e2, 1, prompt, steps, per1, tk, &sec) == TDM_OK)
             diag_beside = !memcmp(tk, gpu_first, sizeof(tk));
         tdm_cuda_engine_free(e2);
+        e2 = NULL; /* a refused init below leaves it as it was */
         tdm_cuda_engine_free(e);
         e = NULL;
         o2.mem_fraction_static = 0.03;

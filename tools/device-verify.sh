@@ -161,7 +161,7 @@ run_phases() {
         decode)
             # the host-only benches (no GPU in them) are not what a device call is for
             phase decode "${TDM_VERIFY_LIMIT_DECODE:-420}" env OUT="$OUT/decode" \
-                TDM_DEVICE_SKIP="^(test|memcheck) |gpu-serving|multi-gpu|^bench bench/(checksum_segments|controlplane|cpu_engine|kernels|transfer|transfer_floor)\$" \
+                TDM_DEVICE_SKIP="^(test|memcheck) |gpu-serving|gpu-mixed-price|gpu-step-profile|multi-gpu|^bench bench/(checksum_segments|controlplane|cpu_engine|kernels|transfer|transfer_floor)\$" \
                 bash "$top/tools/device-run.sh"
             ;;
         demo)
