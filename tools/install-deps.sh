@@ -1,13 +1,14 @@
 #!/bin/sh
 # install-deps.sh — install every Debian 12 package tandem needs to build, test and run.
 # Idempotent; run as root (or with sudo). Set TDM_DEPS_MINIMAL=1 to skip the browser test stack.
+# patchelf and xz-utils: tools/device-verify.sh prepare (the device bundle and its PostgreSQL).
 set -eu
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS="build-essential autoconf automake libtool pkg-config git ca-certificates curl
  libh2o-evloop-dev libpq-dev libucx-dev ucx-utils libsystemd-dev libjansson-dev libxxhash-dev
  libcurl4-openssl-dev libssl-dev postgresql-15 postgresql-client-15 clang libclang-rt-14-dev clang-format
- python3 nghttp2-client procps iproute2
+ python3 nghttp2-client procps iproute2 patchelf xz-utils
  debhelper dpkg-dev fakeroot lintian man-db
  prometheus"
 if [ "${TDM_DEPS_MINIMAL:-0}" != 1 ]; then
