@@ -27,24 +27,8 @@ set -u
 BUILD=${1:?usage: gpu-mixed-price.sh BUILD SRCDIR OUT.json}
 SRC=${2:?usage}
 OUT=${3:?usage}
-E=$BUILD/bench/gpu_serving_engine
-T=$(mktemp -d /tmp/gpu-mixed-price.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-n=0
-tap() {
-    n=$((n + 1))
-    if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi
-}
-if [ ! -x "$E" ]; then
-    echo "Bail out! no $E (a CUDA build)"
-    exit 1
-fi
-MODEL=${TDM_MIXED_MODEL:-}
-if [ -z "$MODEL" ]; then
-    MODEL=$T/model
-    python3 "$SRC/bench/gen_random_model.py" "$MODEL" --preset tinyllama-demo >&2 ||
-        { echo "Bail out! could not make the random-weight checkpoint"; exit 1; }
-fi
+. "$SRC/bench/gpu_bench_lib.sh"
+gb_init gpu-mixed-price "$BUILD" "$SRC" "${TDM_MIXED_MODEL:-}"
 common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
 "$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
     --price-chunks "1 8 32 64 128 400 1024" > "$T/graphs.json"
@@ -65,9 +49,7 @@ for ms in 0 2 4; do
         --batch "64" > "$T/long$ms.json"
     tap $? "long contexts, TDM_CUDA_ATTN_MIN_SPLITS=$ms"
 done
-sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
-[ -n "$sha" ] || sha=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+gb_ident
 python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
 T, out, sha, gpu = sys.argv[1:5]

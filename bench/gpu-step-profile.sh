@@ -21,29 +21,13 @@ set -u
 BUILD=${1:?usage: gpu-step-profile.sh BUILD SRCDIR OUT.json}
 SRC=${2:?usage}
 OUT=${3:?usage}
-E=$BUILD/bench/gpu_serving_engine
-T=$(mktemp -d /tmp/gpu-step-profile.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-n=0
-tap() {
-    n=$((n + 1))
-    if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi
-}
 NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)}
-if [ ! -x "$E" ]; then
-    echo "Bail out! no $E (a CUDA build)"
-    exit 1
-fi
 if [ -z "$NCU" ] || [ ! -x "$NCU" ]; then
     echo "Bail out! no ncu (Nsight Compute) on this machine"
     exit 1
 fi
-MODEL=${TDM_PROFILE_MODEL:-}
-if [ -z "$MODEL" ]; then
-    MODEL=$T/model
-    python3 "$SRC/bench/gen_random_model.py" "$MODEL" --preset tinyllama-demo >&2 ||
-        { echo "Bail out! could not make the random-weight checkpoint"; exit 1; }
-fi
+. "$SRC/bench/gpu_bench_lib.sh"
+gb_init gpu-step-profile "$BUILD" "$SRC" "${TDM_PROFILE_MODEL:-}"
 # window NAME K ARGS... — profile the K-th timed configuration of one gpu_serving_engine run
 window() {
     local name=$1 k=$2
@@ -66,9 +50,7 @@ window decode64_long 1 --prompt-len 640 --batch 64
 window decode8 1 --prompt-len 160 --batch 8
 window mixed64_400 3 --prompt-len 160 --batch 64 --mixed-batch 64 --mixed-chunk 400
 window mixed64_32 3 --prompt-len 160 --batch 64 --mixed-batch 64 --mixed-chunk 32
-sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
-[ -n "$sha" ] || sha=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+gb_ident
 python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import csv, json, os, re, sys, time
 T, out, sha, gpu = sys.argv[1:5]

@@ -3,7 +3,8 @@
 # (bench/torch_anchor.py: transformers generate, a torch.compile decoder, device copy bandwidth),
 # merged by bench/gpu-decode.sh into bench/results/gpu_decode.json. Runs on the device machine
 # through tools/device-run.sh; see docs/cuda.md.
-EXTRA_DIST += bench/gpu-decode.sh bench/torch_anchor.py bench/gpu-tp-detect.py bench/gpu-mixed-price.sh
+EXTRA_DIST += bench/gpu-decode.sh bench/torch_anchor.py bench/gpu-tp-detect.py bench/gpu-mixed-price.sh \
+	bench/gpu-step-profile.sh bench/gpu_bench_lib.sh
 if HAVE_CUDA_RT
 noinst_PROGRAMS += bench/gpu_decode
 bench_gpu_decode_SOURCES = bench/gpu_decode.c kernels/cuda/smoke.cu

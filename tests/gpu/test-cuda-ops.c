@@ -218,14 +218,11 @@ static void check_qk_norm(uint32_t n, uint32_t H, uint32_t KV, uint32_t hd)
     free(qkv), free(got), free(q), free(k), free(qw), free(kw), free(ref);
 }
 
-/* The vector forms (d % 128 == 0: a warp per row; I % 4 == 0: four columns a thread) against
- * double references, and a row's bits independent of the batch it is in. */
-static void check_norm_silu_vec(uint32_t n, uint32_t d, uint32_t I)
+/* Random rows resid and add (n × d) and weights w, with the double references: rref = resid +
+ * add, ref = RMSNorm(rref) · w (eps 1e-6). */
+static void rmsnorm_case(uint32_t n, uint32_t d, float *resid, float *add, float *w, double *rref,
+                         double *ref)
 {
-    float *resid = xmalloc((size_t)n * d * 4), *add = xmalloc((size_t)n * d * 4);
-    float *w = xmalloc((size_t)d * 4), *r2 = xmalloc((size_t)n * d * 4);
-    float *out = xmalloc((size_t)n * (d > I ? d : I) * 4), *one = xmalloc((size_t)d * 4);
-    double *ref = xmalloc((size_t)n * (d > I ? d : I) * 8), *rref = xmalloc((size_t)n * d * 8);
     for (size_t i = 0; i < (size_t)n * d; i++) {
         resid[i] = rndn(2.0f);
         add[i] = rndn(1.0f);
@@ -243,6 +240,17 @@ static void check_norm_silu_vec(uint32_t n, uint32_t d, uint32_t I)
         for (uint32_t j = 0; j < d; j++)
             ref[(size_t)i * d + j] = rref[(size_t)i * d + j] * rs * w[j];
     }
+}
+
+/* The vector forms (d % 128 == 0: a warp per row; I % 4 == 0: four columns a thread) against
+ * double references, and a row's bits independent of the batch it is in. */
+static void check_norm_silu_vec(uint32_t n, uint32_t d, uint32_t I)
+{
+    float *resid = xmalloc((size_t)n * d * 4), *add = xmalloc((size_t)n * d * 4);
+    float *w = xmalloc((size_t)d * 4), *r2 = xmalloc((size_t)n * d * 4);
+    float *out = xmalloc((size_t)n * (d > I ? d : I) * 4), *one = xmalloc((size_t)d * 4);
+    double *ref = xmalloc((size_t)n * (d > I ? d : I) * 8), *rref = xmalloc((size_t)n * d * 8);
+    rmsnorm_case(n, d, resid, add, w, rref, ref);
     for (int bf = 0; bf < 2; bf++) {
         memcpy(r2, resid, (size_t)n * d * 4);
         tdm_status_t st = tdm_cuda_test_rmsnorm(r2, add, w, 1e-6f, n, d, bf, out);
@@ -333,23 +341,7 @@ static void check_small_ops(void)
     float *resid = xmalloc((size_t)n * d * 4), *add = xmalloc((size_t)n * d * 4);
     float *w = xmalloc((size_t)d * 4), *r2 = xmalloc((size_t)n * d * 4);
     double *rref = xmalloc((size_t)n * d * 8);
-    for (size_t i = 0; i < (size_t)n * d; i++) {
-        resid[i] = rndn(2.0f);
-        add[i] = rndn(1.0f);
-    }
-    for (uint32_t j = 0; j < d; j++)
-        w[j] = 1.0f + rndn(0.2f);
-    for (uint32_t i = 0; i < n; i++) {
-        double ss = 0;
-        for (uint32_t j = 0; j < d; j++) {
-            double v = (double)resid[(size_t)i * d + j] + add[(size_t)i * d + j];
-            rref[(size_t)i * d + j] = v;
-            ss += v * v;
-        }
-        double rs = 1.0 / sqrt(ss / d + 1e-6);
-        for (uint32_t j = 0; j < d; j++)
-            ref[(size_t)i * d + j] = rref[(size_t)i * d + j] * rs * w[j];
-    }
+    rmsnorm_case(n, d, resid, add, w, rref, ref);
     for (int bf = 0; bf < 2; bf++) {
         memcpy(r2, resid, (size_t)n * d * 4);
         st = tdm_cuda_test_rmsnorm(r2, add, w, 1e-6f, n, d, bf, out);
