@@ -43,7 +43,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->embed_fused = 1;
     o->pdl_early = 1;
     o->mixed_decode = 1; /* measured on the H200: docs/cuda.md "Mixed steps" */
-    o->gemm_tune = 0; /* measured no faster in the decode step: docs/cuda.md */
+    o->gemm_tune = 0;    /* measured no faster in the decode step: docs/cuda.md */
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
