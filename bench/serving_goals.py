@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""serving_goals.py SERVING_JSON DECODE_JSON — put the engine goals of the same device call into
-gpu_serving.json (docs/contracts.md §h "engine_goals").
+"""serving_goals.py SERVING_JSON DECODE_JSON [--how TEXT] — put the engine goals of the same device
+call into gpu_serving.json (docs/contracts.md §h "engine_goals").
 
 The serving acceptance reads the engine's goals from bench/gpu_decode's results of the same run:
 decode at bs1/8/32 and prefill of 2048 tokens against their goals, the torch.compiled anchor of
 that run, the bs1 roofline, and the long-prompt prefill figures (8192 and 32768 tokens, one call
 and chunked) when measured. Both files must name the same git_sha and GPU: figures of two
 different builds or cards are refused (exit 1), not merged. The serving file is rewritten in
-place; nothing else in it changes.
+place; nothing else in it changes. --how TEXT: the two files come from separate calls of one
+bundle on one card (say which and why in TEXT); "from" then no longer says "the same device call".
 """
 import json
 import sys
@@ -37,10 +38,11 @@ def merge(serving, decode, how):
     if missing:
         raise ValueError("decode results lack %s" % ", ".join(missing))
     measured = {k: round(float(t[k]), 1) for k in GOALS}
+    same = how is None
     out = {
-        "from": "bench/gpu_decode + bench/gpu-decode.sh in the same device call (git_sha %s, %s)"
-                % (ds, dg or sg or "unknown GPU"),
-        "how": how,
+        "from": "bench/gpu_decode + bench/gpu-decode.sh %s(git_sha %s, %s)"
+                % ("in the same device call " if same else "", ds, dg or sg or "unknown GPU"),
+        "how": "tools/device-verify.sh: decode and serving phases of one call" if same else how,
         "measured": measured,
         "goals": dict(GOALS),
         "torch_compiled": decode.get("torch_compiled") or {},
@@ -54,8 +56,11 @@ def merge(serving, decode, how):
 
 
 def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: serving_goals.py SERVING_JSON DECODE_JSON\n")
+    how = None
+    if len(argv) == 5 and argv[3] == "--how" and argv[4].strip():
+        how = argv[4]
+    elif len(argv) != 3:
+        sys.stderr.write("usage: serving_goals.py SERVING_JSON DECODE_JSON [--how TEXT]\n")
         return 2
     try:
         serving = json.load(open(argv[1]))
@@ -64,8 +69,7 @@ def main(argv):
         sys.stderr.write("serving_goals: cannot read the inputs: %s\n" % e)
         return 1
     try:
-        goals = merge(serving, decode, "tools/device-verify.sh: decode and serving phases of one "
-                                       "call")
+        goals = merge(serving, decode, how)
     except ValueError as e:
         sys.stderr.write("serving_goals: not merged: %s\n" % e)
         return 1

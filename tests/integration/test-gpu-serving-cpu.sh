@@ -114,6 +114,18 @@ assert d["checks_ok"] is True and len(d["concurrency"]) == 2, "the rest changed"
 print("goals ok")
 PY
 ok $? "serving_goals.py merges the same call's engine goals into gpu_serving.json ($(tail -1 "$T/goals"))"
+# two calls of one bundle: --how says so, and "from" no longer claims one call
+python3 "$S/bench/serving_goals.py" "$T/out.json" "$T/dec.json" --how "two calls, one bundle" \
+    > /dev/null && python3 - "$T/out.json" > "$T/goals2" 2>&1 <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))["engine_goals"]
+assert g["how"] == "two calls, one bundle", g["how"]
+assert "same device call" not in g["from"], g["from"]
+print("how ok")
+PY
+ok $? "serving_goals.py --how: the merge names two calls ($(tail -1 "$T/goals2"))"
+python3 "$S/bench/serving_goals.py" "$T/out.json" "$T/dec.json" --how "" > /dev/null 2>&1
+ok "$([ $? = 2 ]; echo $?)" "serving_goals.py refuses an empty --how (usage, rc 2)"
 
 # the cross-check fails when the worker serves tokens the point did not ask for
 "$BIN" --model-path "$S/models/demo" --device cpu --port 0 --ready-file "$T/ready" \
