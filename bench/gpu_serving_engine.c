@@ -19,9 +19,14 @@
  * logits forms, each mixed batch's mixed / flash-only / decode-only forms, each price chunk) has
  * its first timed run's last step between cudaProfilerStart and cudaProfilerStop, for
  * `ncu --profile-from-start off` (bench/gpu-step-profile.sh); nothing else is profiled.
+ * --page-order interleaved: sequence i's page j is page j bs + i instead of i per + j (the order a
+ * worker's allocator hands pages to sequences growing side by side); --kv-spread S: page ids S
+ * apart in a pool S times larger (a worker's pool is most of the card; does the decode attention
+ * pay for scattered pages?).
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
  *   [--steps 128] [--reps 3] [--mixed-batch "32 64"] [--mixed-chunk 128]
- *   [--price-chunks "32 400 1024"] [--profile K]
+ *   [--price-chunks "32 400 1024"] [--profile K] [--page-order together|interleaved]
+ *   [--kv-spread S]
  */
 #include "config.h"
 
@@ -53,14 +58,17 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static uint32_t g_profile; /* --profile K; 0: none */
-static uint32_t g_config;  /* the timed configuration being run, 1-based */
+static uint32_t g_profile;    /* --profile K; 0: none */
+static uint32_t g_spread = 1; /* --kv-spread S: page ids S apart */
+static int g_interleave;      /* --page-order interleaved */
+static uint32_t g_config;     /* the timed configuration being run, 1-based */
 
 static int usage(void)
 {
     fprintf(stderr, "usage: gpu_serving_engine --model DIR [--batch \"1 8 32\"] "
                     "[--prompt-len N] [--steps N] [--reps N] [--mixed-batch \"32 64\"] "
-                    "[--mixed-chunk N] [--price-chunks \"32 400 1024\"] [--profile K]\n");
+                    "[--mixed-chunk N] [--price-chunks \"32 400 1024\"] [--profile K] "
+                    "[--page-order together|interleaved] [--kv-spread S]\n");
     return 2;
 }
 
@@ -102,10 +110,14 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
     srand(bs * 7919u + plen);
     for (size_t i = 0; i < (size_t)bs * plen; i++)
         prompt[i] = (int32_t)((unsigned)rand() % vocab);
-    for (uint32_t i = 0; i < bs * per; i++)
-        pages[i] = i;
+    /* sequence i's page j: page i per + j (each sequence's pages together), or j bs + i
+     * (interleaved, as sequences that grew a page at a time side by side get them), times the
+     * spread (the pages scattered over a pool that many times larger, as in a worker's pool) */
+    for (uint32_t i = 0; i < bs; i++)
+        for (uint32_t j = 0; j < per; j++)
+            pages[i * per + j] = (g_interleave ? j * bs + i : i * per + j) * g_spread;
     for (uint32_t i = 0; i < MAX_CHUNK_PAGES; i++)
-        pages[bs * per + i] = bs * per + i;
+        pages[bs * per + i] = bs * per * g_spread + i;
     for (uint32_t i = 0; i < chunk; i++)
         chunk_ids[i] = (int32_t)((unsigned)rand() % vocab);
     uint32_t group = max_tokens / plen ? max_tokens / plen : 1;
@@ -168,6 +180,12 @@ int main(int argc, char **argv)
             pchunks = v;
         else if (!strcmp(a, "--profile"))
             g_profile = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--kv-spread"))
+            g_spread = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--page-order") && !strcmp(v, "interleaved"))
+            g_interleave = 1;
+        else if (!strcmp(a, "--page-order") && !strcmp(v, "together"))
+            g_interleave = 0;
         else
             return usage();
         i++;
@@ -200,6 +218,11 @@ int main(int argc, char **argv)
     tdm_cuda_engine_opts_default(&o);
     uint32_t ps = o.page_size, per = (plen + steps + ps - 1) / ps,
              cpages = (chunk_cap + ps - 1) / ps;
+    if (g_spread == 0 || g_spread > 1024 ||
+        (uint64_t)max_bs * per * g_spread + MAX_CHUNK_PAGES > UINT32_MAX) {
+        fprintf(stderr, "gpu_serving_engine: --kv-spread %u not in 1..1024 here\n", g_spread);
+        return 2;
+    }
     if ((size_t)max_bs * per > MAX_BS * 512u || cpages > MAX_CHUNK_PAGES) {
         fprintf(stderr, "gpu_serving_engine: too many pages (%u x %u)\n", max_bs, per);
         return 2;
@@ -209,7 +232,7 @@ int main(int argc, char **argv)
     o.max_tokens = plen > 4096 ? plen : 4096;
     o.max_pages_per_seq = per > cpages ? per : cpages;
     o.max_logit_rows = o.max_tokens;
-    o.max_pages = max_bs * per + (nm ? cpages : 0);
+    o.max_pages = max_bs * per * g_spread + (nm ? cpages : 0);
     tdm_status_t st = tdm_cuda_engine_init(&view, &o, &e);
     if (st != TDM_OK) {
         fprintf(stderr, "gpu_serving_engine: engine: %s\n", tdm_status_str(st));
