@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS="build-essential autoconf automake libtool pkg-config git ca-certificates curl
  libh2o-evloop-dev libpq-dev libucx-dev ucx-utils libsystemd-dev libjansson-dev libxxhash-dev
  libcurl4-openssl-dev libssl-dev postgresql-15 postgresql-client-15 clang libclang-rt-14-dev clang-format
- python3 nghttp2-client procps iproute2 patchelf xz-utils
+ python3 nghttp2-client procps iproute2 iptables patchelf xz-utils
  debhelper dpkg-dev fakeroot lintian man-db
  prometheus"
 if [ "${TDM_DEPS_MINIMAL:-0}" != 1 ]; then
