@@ -15,9 +15,11 @@
 #               always are): B = 64 beside C = 0, 1, 32, 400;
 #   flash_only  TDM_CUDA_MIXED_DECODE=0 (every row of a mixed step through the flash tiles):
 #               B = 64 beside C = 1, 32, 400;
-#   scattered   decode at B = 64 (160- and 640-token prompts) with each sequence's pages
-#               interleaved with the others' and 64 apart in a pool 64 times larger (a worker's
-#               allocator and pool; gpu_serving_engine --page-order, --kv-spread);
+#   interleaved decode at B = 64, 160-token prompts, each sequence's pages interleaved with the
+#               others' (the order a worker's LIFO allocator hands pages to sequences growing
+#               side by side; gpu_serving_engine --page-order);
+#   scattered   the same at 160- and 640-token prompts with the pages also 64 apart in a pool
+#               64 times larger (the worse case; --kv-spread);
 #   long        the decode step alone at B = 64 with 640-token prompts (the serving load's longer
 #               contexts), with the decode attention's default split policy (one split from 64
 #               (row, KV head) pairs on) and with TDM_CUDA_ATTN_MIN_SPLITS=2 and 4.
@@ -47,6 +49,8 @@ tap $? "eager (TDM_CUDA_GRAPHS=0)"
 TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
     --price-chunks "1 32 400" > "$T/flash.json"
 tap $? "flash only (TDM_CUDA_MIXED_DECODE=0)"
+"$E" "${common[@]}" --batch "64" --page-order interleaved > "$T/interleaved.json"
+tap $? "pages interleaved (a worker's allocator)"
 "$E" "${common[@]}" --batch "64" --page-order interleaved --kv-spread 64 > "$T/scattered.json"
 tap $? "pages interleaved and 64 apart (a worker's pool)"
 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" --page-order interleaved \
@@ -66,7 +70,8 @@ for k, f in (("graphs", "graphs.json"), ("tuned", "tuned.json"), ("narrow_v1", "
              ("eager", "eager.json"),
              ("flash_only", "flash.json"),
              ("long_splits_default", "long0.json"), ("long_min_splits_2", "long2.json"),
-             ("long_min_splits_4", "long4.json"), ("scattered", "scattered.json"),
+             ("long_min_splits_4", "long4.json"), ("interleaved", "interleaved.json"),
+             ("scattered", "scattered.json"),
              ("scattered_long", "scattered_long.json")):
     try:
         runs[k] = json.load(open(os.path.join(T, f)))
@@ -125,7 +130,8 @@ if g and nv1:
         "mixed_64_plus_400": {"now": pg.get(400), "v1": p1.get(400)}}
 if runs["scattered"] or runs["scattered_long"]:
     derived["scattered_pages_decode_bs64_us"] = {
-        "prompt_160": {"together": d64, "scattered": decode_us(runs["scattered"], 64)},
+        "prompt_160": {"together": d64, "interleaved": decode_us(runs["interleaved"], 64),
+                       "scattered": decode_us(runs["scattered"], 64)},
         "prompt_640": {"together": decode_us(runs["long_splits_default"], 64),
                        "scattered": decode_us(runs["scattered_long"], 64)}}
 long = {k: decode_us(runs[k], 64) for k in ("long_splits_default", "long_min_splits_2",
