@@ -86,9 +86,7 @@ static tdm_status_t tune_decode(tdm_cuda_engine_t *e, uint32_t n)
         if (use_skinny(e, n, sh[k].K, sh[k].M) || (uint64_t)n * sh[k].M > room ||
             tdm_cuda_lt_tuned(e->lt, n, sh[k].K, sh[k].M, sh[k].accum))
             continue;
-        if (sh[k].part == 4) {
-            if (use_gemv(e, n)) /* lm_head over the m = n logits rows of a decode step */
-                continue;
+        if (sh[k].part == 4) { /* lm_head over the m = n logits rows of a decode step */
             w[0] = (const uint16_t *)e->lm_head;
             nw = 1;
         } else {
@@ -102,8 +100,8 @@ static tdm_status_t tune_decode(tdm_cuda_engine_t *e, uint32_t n)
         }
         tdm_status_t r = tdm_cuda_lt_tune(e->lt, e->cublas, e->stream, n, sh[k].K, sh[k].M,
                                           sh[k].accum, e->xb, e->gu, w, nw, TDM_LT_MARGIN, NULL);
-        if (r != TDM_OK && cudaStreamQuery(e->stream) != cudaSuccess &&
-            cudaStreamQuery(e->stream) != cudaErrorNotReady)
+        const cudaError_t q = r == TDM_OK ? cudaSuccess : cudaStreamQuery(e->stream);
+        if (q != cudaSuccess && q != cudaErrorNotReady)
             st = TDM_ERR_CUDA;
     }
     tdm_free(w);

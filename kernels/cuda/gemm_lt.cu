@@ -1,6 +1,6 @@
 /*
- * gemm_lt.cu — cuBLAS GEMMs with an algorithm chosen by timing (gemm_lt.h; docs/cuda.md "GEMM
- * algorithms by timing").
+ * gemm_lt.cu — cuBLAS GEMMs with an algorithm chosen by timing (gemm_lt.h; docs/cuda.md "Where a
+ * step's time goes").
  */
 #include <cublasLt.h>
 
@@ -81,8 +81,8 @@ int tdm_cuda_lt_tuned(const tdm_cuda_lt_t *lt, uint32_t n, uint32_t K, uint32_t 
     return find(lt, n, K, M, accum) != NULL;
 }
 
-/* column-major, as cublasGemmEx is called: Yᵀ (M, n) = op(A) · B with A = W stored (K, M), op
- * transpose; B = Xᵀ stored (K, n); C = D = Yᵀ (M, n) fp32 */
+/* column-major, as tdm_cuda_gemm_bf16 calls cublasGemmEx: Yᵀ (M, n) = op(A) · B with A = W stored
+ * (K, M), op transpose; B = Xᵀ stored (K, n); C = D = Yᵀ (M, n) fp32 */
 static int describe(shape_t *s)
 {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -106,15 +106,6 @@ static cublasStatus_t run_lt(tdm_cuda_lt_t *lt, const shape_t *s, const cublasLt
                           lt->ws, lt->ws_bytes, st);
 }
 
-static cublasStatus_t run_ex(cublasHandle_t h, uint32_t n, uint32_t K, uint32_t M, int accum,
-                             const uint16_t *x, const uint16_t *w, float *y)
-{
-    const float alpha = 1.0f, beta = accum ? 1.0f : 0.0f;
-    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)n, (int)K, &alpha, w, CUDA_R_16BF,
-                        (int)K, x, CUDA_R_16BF, (int)K, &beta, y, CUDA_R_32F, (int)M,
-                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-}
-
 #define TUNE_PASSES 3
 
 /* the fastest of TUNE_PASSES passes over the nw weights (one warm pass first), µs per GEMM;
@@ -128,9 +119,11 @@ static double time_pass(tdm_cuda_lt_t *lt, cublasHandle_t h, cudaStream_t st, co
         if (cudaEventRecord(e0, st) != cudaSuccess)
             return -1.0;
         for (uint32_t i = 0; i < nw; i++) {
-            cublasStatus_t r = algo ? run_lt(lt, s, algo, st, x, w[i], y)
-                                    : run_ex(h, s->n, s->K, s->M, s->accum, x, w[i], y);
-            if (r != CUBLAS_STATUS_SUCCESS) {
+            /* cublasGemmEx (algo NULL) as the engine calls it: tdm_cuda_gemm_bf16 */
+            const int bad = algo ? run_lt(lt, s, algo, st, x, w[i], y) != CUBLAS_STATUS_SUCCESS
+                                 : tdm_cuda_gemm_bf16(h, x, s->n, s->K, w[i], s->M,
+                                                      s->accum ? 1.0f : 0.0f, y) != TDM_OK;
+            if (bad) {
                 (void)cudaStreamSynchronize(st);
                 (void)cudaGetLastError();
                 return -1.0;
@@ -236,11 +229,12 @@ tdm_status_t tdm_cuda_lt_gemm(tdm_cuda_lt_t *lt, cublasHandle_t h, cudaStream_t 
     if (n == 0)
         return TDM_OK;
     const shape_t *s = find(lt, n, K, M, accum);
-    cublasStatus_t r =
-        s && s->lt ? run_lt(lt, s, &s->algo, st, x, w, y) : run_ex(h, n, K, M, accum, x, w, y);
+    if (!s || !s->lt)
+        return tdm_cuda_gemm_bf16(h, x, n, K, w, M, accum ? 1.0f : 0.0f, y);
+    const cublasStatus_t r = run_lt(lt, s, &s->algo, st, x, w, y);
     if (r != CUBLAS_STATUS_SUCCESS) {
-        tdm_err(TDM_SUB_CUDA, "msg=\"gemm failed\" err=%d n=%u K=%u M=%u lt=%d", (int)r, n, K, M,
-                s && s->lt);
+        tdm_err(TDM_SUB_CUDA, "msg=\"cublasLtMatmul failed\" err=%d n=%u K=%u M=%u", (int)r, n, K,
+                M);
         return TDM_ERR_CUDA;
     }
     return TDM_OK;

@@ -1,11 +1,11 @@
 /*
  * gemm_lt.h — the engine's cuBLAS GEMMs with an algorithm chosen by timing (docs/cuda.md
- * "GEMM algorithms by timing"). y (n, M) (+)= x (n, K, bf16) · Wᵀ (W: M × K bf16, row-major),
- * y fp32. For a shape (n, K, M, accumulate) the tuner times cublasGemmEx's own choice and up to
- * TDM_LT_CANDIDATES cuBLASLt heuristics over a list of weight matrices of that shape (the
- * layers' own, so every candidate streams its weights from memory as in a step, not from L2),
- * and keeps a cuBLASLt algorithm only where it beat cublasGemmEx by TDM_LT_MARGIN. Shapes
- * never tuned, or where cublasGemmEx won, run cublasGemmEx as before.
+ * "Where a step's time goes"; engine.h gemm_tune, off by default). y (n, M) (+)= x (n, K, bf16) ·
+ * Wᵀ (W: M × K bf16, row-major), y fp32. For a shape (n, K, M, accumulate) the tuner times
+ * cublasGemmEx's own choice and up to TDM_LT_CANDIDATES cuBLASLt heuristics over a list of weight
+ * matrices of that shape (the layers' own, so every candidate streams its weights from memory as in
+ * a step, not from L2), and keeps a cuBLASLt algorithm only where it beat cublasGemmEx by
+ * TDM_LT_MARGIN. Shapes never tuned, or where cublasGemmEx won, run cublasGemmEx as before.
  */
 #ifndef TDM_KERNELS_CUDA_GEMM_LT_H
 #define TDM_KERNELS_CUDA_GEMM_LT_H
@@ -57,8 +57,8 @@ tdm_status_t tdm_cuda_lt_tune(tdm_cuda_lt_t *lt, cublasHandle_t h, cudaStream_t 
                               const uint16_t *const *w, uint32_t nw, double margin,
                               tdm_cuda_lt_shape_t *out);
 
-/* y (+)= x · Wᵀ: the kept cuBLASLt algorithm of the shape, else cublasGemmEx on h (whose stream
- * is s). Capturable. */
+/* y (+)= x · Wᵀ: the kept cuBLASLt algorithm of the shape, else tdm_cuda_gemm_bf16 (cublasGemmEx)
+ * on h, whose stream is s. Capturable. */
 tdm_status_t tdm_cuda_lt_gemm(tdm_cuda_lt_t *lt, cublasHandle_t h, cudaStream_t s,
                               const uint16_t *x, uint32_t n, uint32_t K, const uint16_t *w,
                               uint32_t M, int accum, float *y);
