@@ -142,7 +142,7 @@ typedef struct tdm_cuda_engine_opts {
                                    cublasGemmEx's choice and cuBLASLt's heuristics, and the
                                    fastest kept (gemm_lt.h); results may differ in the last bits
                                    from cublasGemmEx's. 0 (default): cublasGemmEx always (the
-                                   kept algorithms were 12-20 % faster alone and the decode step
+                                   kept algorithms were 4-13 % faster alone and the decode step
                                    no faster: docs/cuda.md "Where a step's time goes"); env
                                    TDM_CUDA_GEMM_TUNE */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
