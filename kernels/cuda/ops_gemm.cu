@@ -245,10 +245,10 @@ tdm_status_t tdm_cuda_rope_kv_write(float *qkv, uint32_t n, uint32_t H, const fl
     if (n == 0)
         return TDM_OK;
     /* short calls (fewer rows than SMs: a mixed step's chunk, decode rows on the generic path):
-     * a warp per head in blocks of 4 warps, so the rows' heads run side by side; longer ones a
-     * block of 4 warps per row looping over its heads (under ncu, docs/cuda.md "Where a step's
-     * time goes": at 32 rows 5.5 against 10.8 us a layer, at 400 rows 12.2 against 23.1 for the
-     * warp-per-head form) */
+     * a warp per head in blocks of 4 warps, so the rows' heads run side by side (32 rows: 5.6
+     * against 10.8 us a layer under ncu, bench/results/gpu_step_profile*.json); longer ones a
+     * block of 4 warps per row looping over its heads, which profiled faster at 400 rows
+     * (docs/cuda.md "Where a step's time goes") */
     if (n >= 132 || tdm_cuda_narrow_v1())
         launch(rope_kv_kernel, n, 128, 0, stream, qkv, H, inv_freq, *kv, layer, *rows);
     else
