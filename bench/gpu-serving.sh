@@ -34,6 +34,10 @@
 # output token),
 # TDM_SERVE_HOST_SAMPLE_CONC (cuda only, default none: these concurrency points again in the
 # overlap loop with TDM_CUDA_HOST_SAMPLE=1, full logits copied and sampled on the host),
+# TDM_SERVE_ALLOC_CONC (cuda: "64", cpu: none; empty: none): these concurrency points, and the
+# decode-heavy points, again in the overlap loop with TDM_KV_ALLOC=lowest (the page allocator
+# hands out the lowest free page, the live pages packed; the default hands out the page freed
+# last, and under churn a batch's pages spread over the pool): "page_order",
 # TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
 set -u
 BUILD=${1:?usage: gpu-serving.sh BUILDDIR SRCDIR [OUT]}
@@ -49,6 +53,7 @@ DH_CONC=${TDM_SERVE_DH_CONC-64}
 DH_IN=${TDM_SERVE_DH_IN:-32}
 DH_OUT=${TDM_SERVE_DH_OUT:-512}
 [ "$DEV" = cuda ] || HS_CONC=""
+if [ "$DEV" = cuda ]; then ALLOC_CONC=${TDM_SERVE_ALLOC_CONC-64}; else ALLOC_CONC=${TDM_SERVE_ALLOC_CONC:-}; fi
 NUM=${TDM_SERVE_NUM:-0}
 NUMF=${TDM_SERVE_NUM_FACTOR:-4}
 IN=${TDM_SERVE_IN:-160}
@@ -116,23 +121,27 @@ points_lockstep=""
 for c in $LOOP_CONC; do points_lockstep="$points_lockstep,conc:$c"; done
 points_hs=""
 for c in $HS_CONC; do points_hs="$points_hs,conc:$c"; done
+points_alloc=""
+for c in $ALLOC_CONC; do points_alloc="$points_alloc,conc:$c"; done
 points_cuda_loop=""
 [ "$DEV" = cuda ] && points_cuda_loop=$points_lockstep
 lg_rc=0
-for loop in overlap lockstep threaded flashmix hostsample; do
+for loop in overlap lockstep threaded flashmix hostsample alloclow; do
     hs=0
     pipe=1
     mixdec=1
+    alloc=lifo
     case $loop in
     overlap) pts=${points_overlap#,}; extra="" ;;
     lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
     threaded) pts=${points_cuda_loop#,}; extra=""; pipe=0 ;;
     flashmix) pts=${points_cuda_loop#,}; extra=""; mixdec=0 ;;
-    *) pts=${points_hs#,}; extra=""; hs=1 ;;
+    hostsample) pts=${points_hs#,}; extra=""; hs=1 ;;
+    *) pts=${points_alloc#,}; extra=""; alloc=lowest ;;
     esac
     [ -z "$pts" ] && continue
     rm -f "$T/ready"
-    TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+    TDM_KV_ALLOC=$alloc TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
     port=$(wait_file "$T/ready" $wp)
@@ -149,14 +158,16 @@ for loop in overlap lockstep threaded flashmix hostsample; do
         --input-max "$IN_MAX" --output-max "$OUT_MAX" --out "$T/serve-$loop.json" > /dev/null
     rc=$?
     [ $rc != 0 ] && lg_rc=1
-    if [ "$loop" = overlap ] && [ -n "$DH_CONC" ]; then
+    if { [ "$loop" = overlap ] || [ "$loop" = alloclow ]; } && [ -n "$DH_CONC" ]; then
         pdh=""
         for c in $DH_CONC; do pdh="$pdh,conc:$c"; done
-        echo "# gpu-serving: decode-heavy (in $DH_IN, out $DH_OUT): ${pdh#,}" >&2
+        dhf=serve-dh.json
+        [ "$loop" = alloclow ] && dhf=serve-dh-alloclow.json
+        echo "# gpu-serving: decode-heavy (in $DH_IN, out $DH_OUT, pages $alloc): ${pdh#,}" >&2
         python3 "$SRC/bench/loadgen.py" --url "http://127.0.0.1:$port" --points "${pdh#,}" \
             --num-prompts "$NUM" --num-factor "$NUMF" --input-median "$DH_IN" \
             --output-median "$DH_OUT" --input-max $((2 * DH_IN)) --output-max "$DH_OUT" \
-            --out "$T/serve-dh.json" > /dev/null || lg_rc=1
+            --out "$T/$dhf" > /dev/null || lg_rc=1
     fi
     kill -TERM $wp
     wait $wp
@@ -233,6 +244,7 @@ tap $lg_rc "load generator: every request served, usage and /metrics agree"
 [ -n "$HS_CONC" ] && : > "$T/hs-wanted"
 [ -n "$points_pd" ] && : > "$T/pd-wanted"
 [ -n "$DH_CONC" ] && : > "$T/dh-wanted"
+[ -n "$ALLOC_CONC" ] && : > "$T/alloc-wanted"
 # the binaries' source: a device bundle's MANIFEST names the commit it was built from (the
 # device's checkout may carry another .git state), else the checkout's HEAD
 sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
@@ -252,6 +264,9 @@ ov, ls, hs, th = load("overlap"), load("lockstep"), load("hostsample"), load("th
 fm = load("flashmix")
 pd = load("pd")
 dh = load("dh")
+al = load("alloclow")
+p_ = os.path.join(T, "serve-dh-alloclow.json")
+dh_al = json.load(open(p_)) if os.path.exists(p_) else {"points": [], "ok": False}
 def price_rows(eng):
     """each price row with its marginal cost: (step - that batch's decode-only step) / chunk"""
     dec = {r["batch"]: r["decode_only_step_us"] for r in eng.get("mixed", [])}
@@ -321,6 +336,19 @@ for p in pd["points"]:
     pd_rows.append({"point": p["point"], "pd": pick(p), "colocated": pick(a),
                     "prefill_group_metrics_delta": {k: v for k, v in p["metrics_delta"].items()
                                                     if k.startswith("prefill_group_")}})
+def alloc_row(kind, a, b):
+    """the same point with the default page order (a) and TDM_KV_ALLOC=lowest (b)"""
+    lu = lambda q: q.get("loop_us_per_iter") or {}
+    return {"point": b["point"], "load": kind,
+            "lifo_output_tok_s": a and a["output_tok_s"], "lowest_output_tok_s": b["output_tok_s"],
+            "lowest_vs_lifo": a and round(b["output_tok_s"] / a["output_tok_s"], 3),
+            "lifo_exec_wait_decode_us": a and lu(a).get("exec_wait_decode"),
+            "lowest_exec_wait_decode_us": lu(b).get("exec_wait_decode"),
+            "lifo_step_ms_mean": a and a.get("step_ms_mean"),
+            "lowest_step_ms_mean": b.get("step_ms_mean"),
+            "lifo_itl_p50_ms": a and a["itl_ms"]["p50"], "lowest_itl_p50_ms": b["itl_ms"]["p50"]}
+page_order = [alloc_row("sweep", pt(ov, p["point"]), p) for p in al["points"]]
+page_order += [alloc_row("decode_heavy", pt(dh, p["point"]), p) for p in dh_al["points"]]
 anchor = {}
 try:
     g = json.load(open(os.path.join(src, "bench/results/gpu_decode.json")))
@@ -347,6 +375,8 @@ doc = {
             "one-token rows through the flash tiles, not the decode attention); "
             "decode_heavy: the overlap loop at the same concurrency with short prompts and long "
             "outputs, the batch in decode; "
+            "page_order: TDM_SERVE_ALLOC_CONC's points and the decode-heavy points again with "
+            "TDM_KV_ALLOC=lowest (the lowest free KV page first) beside the default order; "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
             "CUDA IPC) beside the colocated overlap worker on the same requests",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
@@ -360,7 +390,8 @@ doc = {
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,
-    "pd_vs_colocated": pd_rows, "decode_heavy": decode_heavy, "anchor": anchor,
+    "pd_vs_colocated": pd_rows, "decode_heavy": decode_heavy, "page_order": page_order,
+    "anchor": anchor,
     "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", []),
                      "price": price_rows(eng)},
     "checks_ok": bool(ov.get("ok")) and (bool(ls.get("ok")) or not loop_conc) and
@@ -368,6 +399,9 @@ doc = {
                  (bool(fm.get("ok")) or not loop_conc or dev != "cuda") and
                  (bool(pd.get("ok")) or not os.path.exists(os.path.join(T, "pd-wanted"))) and
                  (bool(dh.get("ok")) or not os.path.exists(os.path.join(T, "dh-wanted"))) and
+                 (bool(al.get("ok")) and (bool(dh_al.get("ok")) or
+                                          not os.path.exists(os.path.join(T, "dh-wanted")))
+                  or not os.path.exists(os.path.join(T, "alloc-wanted"))) and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
@@ -401,6 +435,10 @@ for h in host_sample:
     print("# bench sampling %s: device %s vs host %s tok/s; ITL p50 %s vs %s ms"
           % (h["point"], h["device_sample_output_tok_s"], h["host_sample_output_tok_s"],
              h["device_sample_itl_p50_ms"], h["host_sample_itl_p50_ms"]))
+for r in page_order:
+    print("# bench pages %s %s: lowest first %s vs lifo %s tok/s (x%s); decode wait %s vs %s us"
+          % (r["load"], r["point"], r["lowest_output_tok_s"], r["lifo_output_tok_s"],
+             r["lowest_vs_lifo"], r["lowest_exec_wait_decode_us"], r["lifo_exec_wait_decode_us"]))
 for l in loops:
     print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s; "
           "mixed steps all flash %s; loop us/iter %s"
@@ -410,5 +448,8 @@ for l in loops:
              json.dumps(l["loop_us_per_iter"])))
 PY
 tap $? "merged into $OUT"
+# the ceiling the engine's own prices allow on each point's requests (docs/contracts.md §h)
+python3 "$SRC/bench/serving_bound.py" "$OUT" --write > /dev/null
+tap $? "load_ceiling (bench/serving_bound.py: the point's requests drawn again, priced) in $OUT"
 python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['checks_ok'] else 1)" "$OUT"
 tap $? "checks_ok in the result"

@@ -23,9 +23,9 @@ bench-pd-prefix: tandem-worker
 # `make bench-gpu-serving`: the OpenAI endpoint under open-loop load (bench/loadgen.py) beside the
 # engine's batched decode (bench/gpu-serving.sh → bench/results/gpu_serving.json); on a host
 # without the CUDA runtime set TDM_SERVE_DEVICE=cpu. make check runs it small on --device cpu.
-EXTRA_DIST += bench/gpu-serving.sh bench/loadgen.py bench/serving_goals.py
+EXTRA_DIST += bench/gpu-serving.sh bench/loadgen.py bench/serving_goals.py bench/serving_bound.py
 bench-gpu-serving: tandem-worker
 	bash $(top_srcdir)/bench/gpu-serving.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-gpu-serving
-TESTS += tests/integration/test-gpu-serving-cpu.sh
-dist_check_SCRIPTS += tests/integration/test-gpu-serving-cpu.sh
+TESTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh
+dist_check_SCRIPTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh

@@ -5,12 +5,16 @@
  * caller lends (tdm_kv_pool_init_mem: e.g. a region UCX allocated so a same-host peer can map it);
  * or none at all (tdm_kv_pool_init_pages: page accounting for KV that lives on the GPU);
  * region offsets come from the descriptor. Pages are handed out from a LIFO free list (recently
- * freed pages are still warm in cache) with a refcount per page, so prefix sharing only has to take
- * references. Allocation is all-or-nothing so a failed admission leaves nothing behind.
+ * freed pages are still warm in cache), or lowest id first (TDM_KV_ALLOC_LOWEST: the free list is
+ * a binary min-heap, so the live pages stay packed at the pool's start however requests come and
+ * go; docs/cuda.md "Where a step's time goes" asks whether scattered pages cost the GPU's decode
+ * attention), with a refcount per page, so prefix sharing only has to take references.
+ * Allocation is all-or-nothing so a failed admission leaves nothing behind.
  */
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <tdm/kv.h>
 #include <tdm/mem.h>
@@ -21,10 +25,48 @@ struct tdm_kv_pool {
     uint64_t bytes;
     uint32_t num_pages;
     uint32_t n_free;
-    uint32_t *free_list; /* stack of free page ids, n_free valid */
+    uint32_t *free_list; /* free page ids, n_free valid: a stack (LIFO) or a min-heap (LOWEST) */
     uint32_t *refcount;  /* per page; 0 = free */
     int owned;           /* buf.base is ours to free */
+    tdm_kv_alloc_order_t order;
 };
+
+/* The min-heap of LOWEST over free_list[0, n_free). */
+static void heap_push(tdm_kv_pool_t *p, uint32_t id)
+{
+    uint32_t i = p->n_free++;
+    while (i > 0 && p->free_list[(i - 1) / 2] > id) {
+        p->free_list[i] = p->free_list[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    p->free_list[i] = id;
+}
+
+static void heap_sift_down(uint32_t *h, uint32_t n, uint32_t i)
+{
+    const uint32_t id = h[i];
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && h[c + 1] < h[c])
+            c++;
+        if (h[c] >= id)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = id;
+}
+
+static uint32_t heap_pop(tdm_kv_pool_t *p)
+{
+    const uint32_t top = p->free_list[0];
+    p->free_list[0] = p->free_list[--p->n_free];
+    if (p->n_free > 0)
+        heap_sift_down(p->free_list, p->n_free, 0);
+    return top;
+}
 
 /* base NULL + pages_only: no memory at all (the KV lives elsewhere, e.g. on the GPU). */
 static tdm_status_t pool_init(const tdm_kv_layout_t *l, uint32_t num_pages, void *base,
@@ -134,6 +176,43 @@ uint32_t tdm_kv_pool_free_pages(const tdm_kv_pool_t *p)
     return p->n_free;
 }
 
+tdm_status_t tdm_kv_pool_set_order(tdm_kv_pool_t *p, tdm_kv_alloc_order_t order)
+{
+    if (!p || (order != TDM_KV_ALLOC_LIFO && order != TDM_KV_ALLOC_LOWEST))
+        return TDM_ERR_INVAL;
+    if (order == p->order)
+        return TDM_OK;
+    if (order == TDM_KV_ALLOC_LOWEST) {
+        /* heapify the stack's ids in place */
+        for (uint32_t i = p->n_free / 2; i-- > 0;)
+            heap_sift_down(p->free_list, p->n_free, i);
+    } else {
+        /* a stack popping lowest first: the ids in descending order */
+        uint32_t n = p->n_free;
+        while (n > 1) {
+            const uint32_t top = p->free_list[0];
+            p->free_list[0] = p->free_list[n - 1];
+            heap_sift_down(p->free_list, n - 1, 0);
+            p->free_list[--n] = top;
+        }
+    }
+    p->order = order;
+    return TDM_OK;
+}
+
+tdm_status_t tdm_kv_alloc_order_parse(const char *s, tdm_kv_alloc_order_t *ret)
+{
+    if (!s || !ret)
+        return TDM_ERR_INVAL;
+    if (!strcmp(s, "lifo"))
+        *ret = TDM_KV_ALLOC_LIFO;
+    else if (!strcmp(s, "lowest"))
+        *ret = TDM_KV_ALLOC_LOWEST;
+    else
+        return TDM_ERR_INVAL;
+    return TDM_OK;
+}
+
 tdm_status_t tdm_kv_page_alloc(tdm_kv_pool_t *p, uint32_t n, uint32_t *ret_ids)
 {
     if (!p || (n && !ret_ids))
@@ -141,7 +220,7 @@ tdm_status_t tdm_kv_page_alloc(tdm_kv_pool_t *p, uint32_t n, uint32_t *ret_ids)
     if (n > p->n_free)
         return TDM_ERR_AGAIN;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t id = p->free_list[--p->n_free];
+        uint32_t id = p->order == TDM_KV_ALLOC_LOWEST ? heap_pop(p) : p->free_list[--p->n_free];
         p->refcount[id] = 1;
         ret_ids[i] = id;
     }
@@ -166,8 +245,12 @@ tdm_status_t tdm_kv_page_unref(tdm_kv_pool_t *p, uint32_t page)
         return TDM_ERR_RANGE;
     if (p->refcount[page] == 0)
         return TDM_ERR_STATE;
-    if (--p->refcount[page] == 0)
-        p->free_list[p->n_free++] = page;
+    if (--p->refcount[page] == 0) {
+        if (p->order == TDM_KV_ALLOC_LOWEST)
+            heap_push(p, page);
+        else
+            p->free_list[p->n_free++] = page;
+    }
     return TDM_OK;
 }
 

@@ -281,6 +281,18 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         }
     }
 buffers:
+    if (getenv("TDM_KV_ALLOC") && *getenv("TDM_KV_ALLOC")) {
+        /* the page allocator's order (a measurement knob, docs/contracts.md §h): every rank of a
+         * group reads the same environment, so their page tables stay the same */
+        const char *ao = getenv("TDM_KV_ALLOC");
+        tdm_kv_alloc_order_t order;
+        if (tdm_kv_alloc_order_parse(ao, &order) != TDM_OK) {
+            SET_ERR("TDM_KV_ALLOC=%s: expected lifo or lowest", ao);
+            st = TDM_ERR_INVAL;
+            goto err_free;
+        }
+        (void)tdm_kv_pool_set_order(x->pool, order);
+    }
     cfg->tensor->skip_fault = cfg->faults ? skip_fault : NULL;
     cfg->tensor->fault_ctx = x;
     x->logits = malloc((size_t)cfg->max_seqs * x->vocab * sizeof(float));

@@ -134,6 +134,14 @@ const tdm_kv_layout_t *tdm_kv_pool_layout(const tdm_kv_pool_t *p);
 uint32_t tdm_kv_pool_num_pages(const tdm_kv_pool_t *p);
 uint32_t tdm_kv_pool_free_pages(const tdm_kv_pool_t *p);
 
+/* Which free page is handed out next. LIFO (the default): the one freed last. LOWEST: the lowest
+ * free id, so the live pages stay packed at the pool's start (a min-heap: O(log n) a page). */
+typedef enum { TDM_KV_ALLOC_LIFO = 0, TDM_KV_ALLOC_LOWEST = 1 } tdm_kv_alloc_order_t;
+/* Switch the order at any time (the free ids are rearranged in place); TDM_ERR_INVAL otherwise. */
+tdm_status_t tdm_kv_pool_set_order(tdm_kv_pool_t *p, tdm_kv_alloc_order_t order);
+/* "lifo" or "lowest" (TDM_KV_ALLOC, docs/contracts.md); TDM_ERR_INVAL for anything else. */
+tdm_status_t tdm_kv_alloc_order_parse(const char *s, tdm_kv_alloc_order_t *ret);
+
 /* All-or-nothing: n page ids into ret_ids (refcount 1 each), or TDM_ERR_AGAIN if fewer than n
  * pages are free. */
 tdm_status_t tdm_kv_page_alloc(tdm_kv_pool_t *p, uint32_t n, uint32_t *ret_ids);

@@ -2,7 +2,8 @@
 # test-gpu-serving-cpu.sh — bench/gpu-serving.sh and its load generator (bench/loadgen.py) at
 # small sizes against a --device cpu worker on models/demo, so make check runs the GPU serving
 # bench's every path but the engine ceiling: the concurrency sweep and a Poisson rate in the
-# overlap loop, a loop point in lockstep, the rate point on a prefill + a decode group (PD over
+# overlap loop, a loop point in lockstep, a point and the decode-heavy point with the lowest-first
+# page order (TDM_KV_ALLOC=lowest), the rate point on a prefill + a decode group (PD over
 # UCX) beside colocated on the same requests, the usage and /metrics cross-checks, the merged JSON
 # (docs/contracts.md §h gpu_serving.json). No timing assertion. Then the cross-check must fail:
 # a point measured while another client's tokens flow through the same worker sees /metrics
@@ -20,7 +21,7 @@ export TDM_CPU_THREADS=1
 
 TDM_SERVE_DEVICE=cpu TDM_SERVE_CONC="1 4" TDM_SERVE_RATES="50" TDM_SERVE_LOOP_CONC="4" \
     TDM_SERVE_NUM=6 TDM_SERVE_IN=20 TDM_SERVE_OUT=8 TDM_SERVE_IN_MAX=48 TDM_SERVE_OUT_MAX=16 \
-    TDM_SERVE_DH_CONC=4 TDM_SERVE_DH_IN=6 TDM_SERVE_DH_OUT=24 \
+    TDM_SERVE_DH_CONC=4 TDM_SERVE_DH_IN=6 TDM_SERVE_DH_OUT=24 TDM_SERVE_ALLOC_CONC=4 \
     TDM_BENCH_GIT_SHA=test sh -c "bash '$S/bench/gpu-serving.sh' '$BUILD' '$S' '$T/out.json'" \
     > "$T/tap" 2> "$T/err"
 rc=$?
@@ -82,6 +83,13 @@ assert cal.get("tokens_per_word", 0) > 0 and cal.get("overhead_tokens", -1) >= 0
 s4 = rows[4]["serving"]
 assert abs(s4["total_input_tokens"] / s4["drawn_input_tokens"] - 1) < 0.25, \
     "c=4 prompts %d tokens for %d drawn" % (s4["total_input_tokens"], s4["drawn_input_tokens"])
+po = d["page_order"]
+assert [(r["load"], r["point"]) for r in po] == [("sweep", "conc:4"), ("decode_heavy", "conc:4")], \
+    "page_order rows %s" % po
+for r in po:
+    assert r["lowest_output_tok_s"] > 0 and r["lifo_output_tok_s"] > 0 and r["lowest_vs_lifo"] > 0, r
+lc = d["load_ceiling"]
+assert lc["points"] == [] and "no point" in lc["skipped"], "cpu: no engine, ceiling %s" % lc
 print("fields ok")
 PY
 rc=$?
@@ -126,6 +134,44 @@ PY
 ok $? "serving_goals.py --how: the merge names two calls ($(tail -1 "$T/goals2"))"
 python3 "$S/bench/serving_goals.py" "$T/out.json" "$T/dec.json" --how "" > /dev/null 2>&1
 ok "$([ $? = 2 ]; echo $?)" "serving_goals.py refuses an empty --how (usage, rc 2)"
+
+# the load ceiling draws each point's requests again: with engine figures put in, the real run's
+# points must be reproduced (their output lengths sum to their usage), and a point whose usage
+# is off by one token is refused with the file unchanged
+python3 - "$T/out.json" "$T/out-eng.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["concurrency"]:
+    r["engine_decode"] = {"batch": r["concurrency"], "ids_step_us": 1000.0 + r["concurrency"],
+                          "ids_tok_s": r["concurrency"] * 1e6 / (1000.0 + r["concurrency"])}
+d["engine_mixed"]["price"] = [{"batch": 4, "chunk": 32, "us_per_prompt_token": 3.0}]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+python3 "$S/bench/serving_bound.py" "$T/out-eng.json" --write > "$T/ceil" 2> "$T/ceil.err" &&
+    python3 - "$T/out-eng.json" > "$T/ceil.chk" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+pts = {p["concurrency"]: p for p in d["load_ceiling"]["points"]}
+assert sorted(pts) == [1, 4], sorted(pts)
+for c, p in pts.items():
+    s = [r for r in d["concurrency"] if r["concurrency"] == c][0]["serving"]
+    assert p["output_tokens"] == s["total_output_tokens"] and p["requests"] == 6, p
+    assert 0 < p["ceiling_tok_s"] <= p["full_batch_tok_s"] and p["rows_per_step"] <= c, p
+assert pts[1]["rows_per_step"] == 1.0, pts[1]
+print("ceiling ok: c=4 %s tok/s, %s rows a step" % (pts[4]["ceiling_tok_s"], pts[4]["rows_per_step"]))
+PY
+ok $? "serving_bound.py draws the run's own requests again and prices them ($(tail -1 "$T/ceil.chk"))"
+python3 - "$T/out-eng.json" "$T/out-off.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["concurrency"][1]["serving"]["total_output_tokens"] += 1
+json.dump(d, open(sys.argv[2], "w"))
+PY
+cp "$T/out-off.json" "$T/out-off-before.json"
+python3 "$S/bench/serving_bound.py" "$T/out-off.json" --write > /dev/null 2> "$T/off.err"
+rc=$?
+ok "$([ $rc = 1 ] && cmp -s "$T/out-off.json" "$T/out-off-before.json" && grep -q "not the run's requests" "$T/off.err"; echo $?)" \
+    "serving_bound.py refuses a point whose usage is not its drawn requests, file unchanged (rc $rc)"
 
 # the cross-check fails when the worker serves tokens the point did not ask for
 "$BIN" --model-path "$S/models/demo" --device cpu --port 0 --ready-file "$T/ready" \

@@ -11,6 +11,7 @@
 #   prefill's bootstrap port held → exit 1, `transfer engine: bootstrap listener on
 #     127.0.0.1:P: bind: Address already in use (errno 98)`;
 #   a model directory without weights → exit 1, `group failed to start: rank R: ...`;
+#   TDM_KV_ALLOC=newest (a knob value it does not know) → exit 1, named;
 #   a flag the launcher itself refuses → exit 2, `group failed to start: ...` (the line tandemd's
 #     supervisor reads back from worker.log as the start's reason).
 set -u
@@ -115,6 +116,12 @@ run_group model --model-path "$T/noweights" --port 0
 why=$(failed_line model)
 [ $rc = 1 ] && printf '%s\n' "$why" | grep -Eq "^rank [01]: .+"
 ok $? "a model directory without weights fails the start (rc $rc): '$why'"
+
+# ---- a measurement knob with a value it does not know (TDM_KV_ALLOC, docs/contracts.md §h) ----
+TDM_KV_ALLOC=newest run_group alloc --model-path "$M" --port 0
+why=$(failed_line alloc)
+[ $rc = 1 ] && printf '%s\n' "$why" | grep -q "TDM_KV_ALLOC=newest: expected lifo or lowest"
+ok $? "TDM_KV_ALLOC=newest fails the start, named (rc $rc): '$why'"
 
 # ---- the launcher's own refusal (a PD flag for another mode): exit 2, in the same words ----
 run_group flags --model-path "$M" --port 0 --disaggregation-prefill-addr 127.0.0.1:1

@@ -271,6 +271,83 @@ static void test_init_pages(void)
     tdm_kv_pool_free(p);
 }
 
+/* The allocation orders under churn, against a reference: LOWEST hands out the lowest free ids
+ * (a linear scan of the reference's free set), LIFO the ids freed last; switching the order
+ * midway keeps every free id, and the refcounts and free count stay exact. */
+static void test_order(void)
+{
+    tdm_model_config_t c = cfg_small();
+    tdm_kv_layout_t l;
+    tdm_kv_pool_t *p = NULL;
+    enum { N = 257 };
+    unsigned char used[N] = {0};
+    uint32_t live[N], nlive = 0, ids[8], last_freed[8], nfreed = 0;
+    uint64_t rs = 0x9e3779b97f4a7c15ull;
+    int lowest_ok = 1, lifo_ok = 1, count_ok = 1;
+    tdm_kv_alloc_order_t o;
+
+    tdm_kv_layout_init(&c, TDM_DTYPE_BF16, 16, 1, 0, &l);
+    is_int(tdm_kv_pool_init_pages(&l, N, &p), TDM_OK, "pages-only pool of 257 pages");
+    is_int(tdm_kv_alloc_order_parse("lowest", &o), TDM_OK, "\"lowest\" parses");
+    ok(o == TDM_KV_ALLOC_LOWEST, "to LOWEST");
+    is_int(tdm_kv_alloc_order_parse("LIFO", &o), TDM_ERR_INVAL, "\"LIFO\" is refused (case)");
+    is_int(tdm_kv_alloc_order_parse("", &o), TDM_ERR_INVAL, "an empty order is refused");
+    is_int(tdm_kv_pool_set_order(p, (tdm_kv_alloc_order_t)7), TDM_ERR_INVAL, "order 7 refused");
+    /* LIFO churn first, so the free list is scrambled when LOWEST takes over */
+    for (int round = 0; round < 3000; round++) {
+        if (round == 1000)
+            is_int(tdm_kv_pool_set_order(p, TDM_KV_ALLOC_LOWEST), TDM_OK, "LIFO -> LOWEST midway");
+        if (round == 2000)
+            is_int(tdm_kv_pool_set_order(p, TDM_KV_ALLOC_LIFO), TDM_OK, "LOWEST -> LIFO midway");
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        const uint32_t k = 1 + (uint32_t)(rs >> 60) % 8;
+        if ((rs >> 40) % 2 && nlive >= k) {
+            /* free k random live pages */
+            nfreed = 0;
+            for (uint32_t j = 0; j < k; j++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                const uint32_t at = (uint32_t)(rs >> 33) % nlive, id = live[at];
+                live[at] = live[--nlive];
+                used[id] = 0;
+                tdm_kv_page_unref(p, id);
+                last_freed[nfreed++] = id;
+            }
+            continue;
+        }
+        if (tdm_kv_page_alloc(p, k, ids) != TDM_OK) {
+            count_ok &= N - nlive < k;
+            continue;
+        }
+        for (uint32_t j = 0; j < k; j++) {
+            if (round >= 1000 && round < 2000) {
+                uint32_t want = 0;
+                while (want < N && used[want])
+                    want++;
+                lowest_ok &= ids[j] == want;
+            } else if (j < nfreed) {
+                /* the ids freed just before come back first, the last freed first */
+                lifo_ok &= ids[j] == last_freed[nfreed - 1 - j];
+            }
+            count_ok &= !used[ids[j]] && tdm_kv_page_refcount(p, ids[j]) == 1;
+            used[ids[j]] = 1;
+            live[nlive++] = ids[j];
+        }
+        nfreed = 0;
+        count_ok &= tdm_kv_pool_free_pages(p) == N - nlive;
+    }
+    ok(lowest_ok, "LOWEST: every id handed out is the lowest free one");
+    ok(lifo_ok, "LIFO: the ids freed just before come back, last freed first");
+    ok(count_ok, "no id handed out twice, refcount 1, free count exact, all-or-nothing");
+    /* after freeing everything under LOWEST, the pool hands out 0, 1, 2, ... again */
+    tdm_kv_pool_set_order(p, TDM_KV_ALLOC_LOWEST);
+    for (uint32_t j = 0; j < nlive; j++)
+        tdm_kv_page_unref(p, live[j]);
+    is_int(tdm_kv_pool_free_pages(p), N, "all free");
+    is_int(tdm_kv_page_alloc(p, 3, ids), TDM_OK, "alloc 3");
+    ok(ids[0] == 0 && ids[1] == 1 && ids[2] == 2, "LOWEST from an emptied pool: 0, 1, 2");
+    tdm_kv_pool_free(p);
+}
+
 int main(void)
 {
     test_layout();
@@ -279,5 +356,6 @@ int main(void)
     test_fp8();
     test_init_mem();
     test_init_pages();
+    test_order();
     return done_testing();
 }
