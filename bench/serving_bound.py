@@ -26,7 +26,11 @@ x mixed iterations / prompt tokens, from its loop counters).
   ceiling_tok_s      = output tokens / (sum over steps of step(k) + prompt tokens x price)
   full_batch_tok_s   = the same with every step at C rows (prompts only)
   serving_vs_ceiling = measured output tok/s / ceiling_tok_s
+  prompt_us_per_token_for_target = the prompt price at which ceiling_tok_s reaches --target x
+                       the engine's decode (0.85, the serving acceptance; docs/cuda.md): null when
+                       the schedule alone keeps it below (no price would do)
 Without --write it prints the load_ceiling object; with --write it also stores it in the file.
+--target F (default 0.85): the ratio prompt_us_per_token_for_target is solved for.
 """
 import argparse
 import json
@@ -67,7 +71,7 @@ def schedule(outs, conc, rng):
     return hist
 
 
-def point_ceiling(doc, row, orders):
+def point_ceiling(doc, row, orders, target=0.85):
     """the load_ceiling entry of one concurrency row; raises ValueError when the draws do not
     reproduce the point"""
     c = row["concurrency"]
@@ -124,6 +128,9 @@ def point_ceiling(doc, row, orders):
     full_us = out_tok / c * eng_step + prompt_us
     eng_tok_s = row["engine_decode"]["ids_tok_s"]
     fill = sum(r[1] for r in runs) / len(runs)
+    dec_mean = sum(r[2] for r in runs) / len(runs)
+    # out / (dec + in x price) = target x engine  ->  price
+    need = (out_tok / (target * eng_tok_s) * 1e6 - dec_mean) / in_tok if in_tok else None
     return {
         "concurrency": c, "point": name, "requests": s["requests"],
         "output_tokens": out_tok, "prompt_tokens": in_tok,
@@ -132,7 +139,7 @@ def point_ceiling(doc, row, orders):
             "tandem_sched_decode_iterations_total", 0) + s["metrics_delta"].get(
             "tandem_sched_mixed_iterations_total", 0)), 2) if s.get("metrics_delta") else None,
         "prompt_us_per_token": price, "prompt_price_from": price_from,
-        "prompt_share": round(prompt_us / (sum(r[2] for r in runs) / len(runs) + prompt_us), 3),
+        "prompt_share": round(prompt_us / (dec_mean + prompt_us), 3),
         "ceiling_tok_s": round(mean, 1),
         "ceiling_tok_s_range": [round(min(ceil), 1), round(max(ceil), 1)],
         "full_batch_tok_s": round(out_tok / (full_us * 1e-6), 1),
@@ -141,6 +148,8 @@ def point_ceiling(doc, row, orders):
         "full_batch_vs_engine_decode": round(out_tok / (full_us * 1e-6) / eng_tok_s, 3),
         "serving_tok_s": s["output_tok_s"],
         "serving_vs_ceiling": round(s["output_tok_s"] / mean, 3),
+        "target_vs_engine_decode": target,
+        "prompt_us_per_token_for_target": round(need, 3) if need is not None and need > 0 else None,
     }
 
 
@@ -149,9 +158,10 @@ def main():
     ap.add_argument("serving_json")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--orders", type=int, default=16)
+    ap.add_argument("--target", type=float, default=0.85)
     a = ap.parse_args()
-    if a.orders < 1:
-        sys.stderr.write("serving_bound: --orders must be >= 1\n")
+    if a.orders < 1 or not 0 < a.target <= 1:
+        sys.stderr.write("serving_bound: --orders must be >= 1 and --target in (0, 1]\n")
         return 2
     try:
         doc = json.load(open(a.serving_json))
@@ -161,7 +171,7 @@ def main():
     pts = []
     try:
         for row in doc.get("concurrency", []):
-            p = point_ceiling(doc, row, a.orders)
+            p = point_ceiling(doc, row, a.orders, a.target)
             if p:
                 pts.append(p)
     except (ValueError, KeyError, TypeError) as e:
@@ -169,9 +179,10 @@ def main():
         return 1
     res = {"what": "the output tok/s a loop could reach on each max-concurrency point's own "
                    "requests at the engine's measured prices (bench/serving_bound.py header): "
-                   "the most favourable schedule's rows a step, decode steps at the engine's "
-                   "short contexts, prompts at the cheapest measured price",
-           "orders": a.orders, "points": pts}
+                   "a gap-free schedule's rows a step, decode steps at the engine's short "
+                   "contexts, prompts at the cheapest measured price; "
+                   "prompt_us_per_token_for_target: the price that would reach the target",
+           "orders": a.orders, "target": a.target, "points": pts}
     if not pts:
         res["skipped"] = "no point with both a serving run and the engine's decode at its batch"
     if a.write:
@@ -185,11 +196,14 @@ def main():
     for p in pts:
         sys.stderr.write("# bench ceiling c=%d: %s tok/s (%s x engine; full batches %s x), "
                          "%s rows a step (measured %s), prompts %s of the time; serving %s x "
-                         "the ceiling\n" % (p["concurrency"], p["ceiling_tok_s"],
+                         "the ceiling; %s x needs prompts at %s us a token (now %s)\n"
+                         % (p["concurrency"], p["ceiling_tok_s"],
                                             p["ceiling_vs_engine_decode"],
                                             p["full_batch_vs_engine_decode"], p["rows_per_step"],
                                             p["measured_rows_per_step"], p["prompt_share"],
-                                            p["serving_vs_ceiling"]))
+                                            p["serving_vs_ceiling"], a.target,
+                                            p["prompt_us_per_token_for_target"],
+                                            p["prompt_us_per_token"]))
     return 0
 
 

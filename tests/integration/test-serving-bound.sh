@@ -46,6 +46,11 @@ v=$(pick "$T/a.json" '(p["rows_per_step"], p["ceiling_tok_s"], p["full_batch_tok
 ok "$([ "$v" = "(4.0, 3960.4, 3960.4, 0.99, 0.126, 0.01)" ]; echo $?)" \
     "8 x 10 tokens on 4 slots: 4 rows a step, 80 / 20200 us = 3960.4 tok/s, 0.99 x engine ($v)"
 
+# the prompt price that would make the ceiling 0.85 x the engine: 80 / (0.85 x 4000) s = 23529.4 us,
+# less 20000 us of decode steps, over 100 prompt tokens
+v=$(pick "$T/a.json" '(p["target_vs_engine_decode"], p["prompt_us_per_token_for_target"])')
+ok "$([ "$v" = "(0.85, 35.294)" ]; echo $?)" "the price for 0.85 x: (23529.4 - 20000) / 100 = 35.294 us ($v)"
+
 # 6 requests: 10 steps of 4 rows, then 10 of 2 rows priced at batch 1's step (the largest
 # measured batch <= 2): 10 x 1000 + 10 x 600 + 200 us for 60 tokens
 mk "$T/b.json" 6 60
@@ -53,6 +58,13 @@ python3 "$S/bench/serving_bound.py" "$T/b.json" --write > /dev/null 2>&1
 v=$(pick "$T/b.json" '(p["rows_per_step"], p["ceiling_tok_s"], p["full_batch_tok_s"], p["ceiling_tok_s_range"])')
 ok "$([ "$v" = "(3.0, 3703.7, 3947.4, [3703.7, 3703.7])" ]; echo $?)" \
     "the tail's steps at the largest measured batch below them: 60 / 16200 us = 3703.7, full batches 60 / 15200 us ($v)"
+
+# --target 1: the tail's 16000 us of decode steps alone exceed 60 / 4000 s: no price reaches it
+python3 "$S/bench/serving_bound.py" "$T/b.json" --target 1 --write > /dev/null 2>&1
+v=$(pick "$T/b.json" 'p["prompt_us_per_token_for_target"]')
+ok "$([ "$v" = "None" ]; echo $?)" "a target the schedule alone keeps out of reach: no price (null; $v)"
+python3 "$S/bench/serving_bound.py" "$T/b.json" --target 1.5 > /dev/null 2>&1
+ok "$([ $? = 2 ]; echo $?)" "--target 1.5: usage error (rc 2)"
 
 # the point's own mixed steps are cheaper than the engine's 2 us: (1025 - 1000) us over a decode
 # step x 2 mixed iterations / 100 prompt tokens = 0.5 us a token
