@@ -20,6 +20,11 @@
 #               side by side; gpu_serving_engine --page-order);
 #   scattered   the same at 160- and 640-token prompts with the pages also 64 apart in a pool
 #               64 times larger (the worse case; --kv-spread);
+#   ragged      decode at B = 64, 160-token prompts but for 1 (and 8) rows of 1024 (a serving
+#               batch's contexts differ: if a step's decode attention lasts as long as its
+#               longest row's, one long row costs what eight do; gpu_serving_engine --ragged),
+#               and the same with TDM_CUDA_ATTN_BALANCE=256 (ragged_*_balanced: the splits doubled
+#               while the longest row's split holds more than 256 positions, engine.h);
 #   long        the decode step alone at B = 64 with 640-token prompts (the serving load's longer
 #               contexts), with the decode attention's default split policy (one split from 64
 #               (row, KV head) pairs on) and with TDM_CUDA_ATTN_MIN_SPLITS=2 and 4.
@@ -56,6 +61,16 @@ tap $? "pages interleaved and 64 apart (a worker's pool)"
 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" --page-order interleaved \
     --kv-spread 64 > "$T/scattered_long.json"
 tap $? "long contexts, pages interleaved and 64 apart"
+for k in 1 8; do
+    "$E" "${common[@]}" --batch "64" --ragged "$k:1024" > "$T/ragged$k.json"
+    tap $? "$k of 64 rows at 1024-token prompts, the rest at 160"
+    TDM_CUDA_ATTN_BALANCE=256 "$E" "${common[@]}" --batch "64" --ragged "$k:1024" \
+        > "$T/ragged${k}b.json"
+    tap $? "$k of 64 rows at 1024-token prompts, attention splits balanced (256)"
+done
+TDM_CUDA_ATTN_BALANCE=256 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 \
+    --batch "64" > "$T/longb.json"
+tap $? "long contexts, attention splits balanced (256)"
 for ms in 0 2 4; do
     TDM_CUDA_ATTN_MIN_SPLITS=$ms "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 \
         --batch "64" > "$T/long$ms.json"
@@ -72,7 +87,9 @@ for k, f in (("graphs", "graphs.json"), ("tuned", "tuned.json"), ("narrow_v1", "
              ("long_splits_default", "long0.json"), ("long_min_splits_2", "long2.json"),
              ("long_min_splits_4", "long4.json"), ("interleaved", "interleaved.json"),
              ("scattered", "scattered.json"),
-             ("scattered_long", "scattered_long.json")):
+             ("scattered_long", "scattered_long.json"), ("ragged_1", "ragged1.json"),
+             ("ragged_8", "ragged8.json"), ("ragged_1_balanced", "ragged1b.json"),
+             ("ragged_8_balanced", "ragged8b.json"), ("long_balanced", "longb.json")):
     try:
         runs[k] = json.load(open(os.path.join(T, f)))
     except (OSError, ValueError):
@@ -134,6 +151,14 @@ if runs["scattered"] or runs["scattered_long"]:
                        "scattered": decode_us(runs["scattered"], 64)},
         "prompt_640": {"together": decode_us(runs["long_splits_default"], 64),
                        "scattered": decode_us(runs["scattered_long"], 64)}}
+if runs["ragged_1"] or runs["ragged_8"]:
+    derived["ragged_decode_bs64_us"] = {
+        "all_160": d64, "one_at_1024": decode_us(runs["ragged_1"], 64),
+        "eight_at_1024": decode_us(runs["ragged_8"], 64),
+        "all_640": decode_us(runs["long_splits_default"], 64),
+        "balanced_256": {"one_at_1024": decode_us(runs["ragged_1_balanced"], 64),
+                         "eight_at_1024": decode_us(runs["ragged_8_balanced"], 64),
+                         "all_640": decode_us(runs["long_balanced"], 64)}}
 long = {k: decode_us(runs[k], 64) for k in ("long_splits_default", "long_min_splits_2",
                                              "long_min_splits_4")}
 if any(v is not None for v in long.values()):

@@ -37,7 +37,10 @@
 # TDM_SERVE_ALLOC_CONC (cuda: "64", cpu: none; empty: none): these concurrency points, and the
 # decode-heavy points, again in the overlap loop with TDM_KV_ALLOC=lowest (the page allocator
 # hands out the lowest free page, the live pages packed; the default hands out the page freed
-# last, and under churn a batch's pages spread over the pool): "page_order",
+# last, and under churn a batch's pages spread over the pool): "page_order"; on cuda the same
+# points again with TDM_CUDA_ATTN_BALANCE=TDM_SERVE_BALANCE (256; the decode attention's splits
+# doubled while the longest row's split holds more positions, kernels/cuda/engine.h):
+# "attn_balance",
 # TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
 set -u
 BUILD=${1:?usage: gpu-serving.sh BUILDDIR SRCDIR [OUT]}
@@ -54,6 +57,7 @@ DH_IN=${TDM_SERVE_DH_IN:-32}
 DH_OUT=${TDM_SERVE_DH_OUT:-512}
 [ "$DEV" = cuda ] || HS_CONC=""
 if [ "$DEV" = cuda ]; then ALLOC_CONC=${TDM_SERVE_ALLOC_CONC-64}; else ALLOC_CONC=${TDM_SERVE_ALLOC_CONC:-}; fi
+BALANCE=${TDM_SERVE_BALANCE:-256}
 NUM=${TDM_SERVE_NUM:-0}
 NUMF=${TDM_SERVE_NUM_FACTOR:-4}
 IN=${TDM_SERVE_IN:-160}
@@ -124,24 +128,27 @@ for c in $HS_CONC; do points_hs="$points_hs,conc:$c"; done
 points_alloc=""
 for c in $ALLOC_CONC; do points_alloc="$points_alloc,conc:$c"; done
 points_cuda_loop=""
-[ "$DEV" = cuda ] && points_cuda_loop=$points_lockstep
+points_balance=""
+[ "$DEV" = cuda ] && points_cuda_loop=$points_lockstep && points_balance=$points_alloc
 lg_rc=0
-for loop in overlap lockstep threaded flashmix hostsample alloclow; do
+for loop in overlap lockstep threaded flashmix hostsample alloclow balance; do
     hs=0
     pipe=1
     mixdec=1
     alloc=lifo
+    bal=0
     case $loop in
     overlap) pts=${points_overlap#,}; extra="" ;;
     lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
     threaded) pts=${points_cuda_loop#,}; extra=""; pipe=0 ;;
     flashmix) pts=${points_cuda_loop#,}; extra=""; mixdec=0 ;;
     hostsample) pts=${points_hs#,}; extra=""; hs=1 ;;
-    *) pts=${points_alloc#,}; extra=""; alloc=lowest ;;
+    alloclow) pts=${points_alloc#,}; extra=""; alloc=lowest ;;
+    *) pts=${points_balance#,}; extra=""; bal=$BALANCE ;;
     esac
     [ -z "$pts" ] && continue
     rm -f "$T/ready"
-    TDM_KV_ALLOC=$alloc TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+    TDM_CUDA_ATTN_BALANCE=$bal TDM_KV_ALLOC=$alloc TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
     port=$(wait_file "$T/ready" $wp)
@@ -158,11 +165,12 @@ for loop in overlap lockstep threaded flashmix hostsample alloclow; do
         --input-max "$IN_MAX" --output-max "$OUT_MAX" --out "$T/serve-$loop.json" > /dev/null
     rc=$?
     [ $rc != 0 ] && lg_rc=1
-    if { [ "$loop" = overlap ] || [ "$loop" = alloclow ]; } && [ -n "$DH_CONC" ]; then
+    if { [ "$loop" = overlap ] || [ "$loop" = alloclow ] || [ "$loop" = balance ]; } &&
+        [ -n "$DH_CONC" ]; then
         pdh=""
         for c in $DH_CONC; do pdh="$pdh,conc:$c"; done
         dhf=serve-dh.json
-        [ "$loop" = alloclow ] && dhf=serve-dh-alloclow.json
+        [ "$loop" != overlap ] && dhf=serve-dh-$loop.json
         echo "# gpu-serving: decode-heavy (in $DH_IN, out $DH_OUT, pages $alloc): ${pdh#,}" >&2
         python3 "$SRC/bench/loadgen.py" --url "http://127.0.0.1:$port" --points "${pdh#,}" \
             --num-prompts "$NUM" --num-factor "$NUMF" --input-median "$DH_IN" \
@@ -245,6 +253,7 @@ tap $lg_rc "load generator: every request served, usage and /metrics agree"
 [ -n "$points_pd" ] && : > "$T/pd-wanted"
 [ -n "$DH_CONC" ] && : > "$T/dh-wanted"
 [ -n "$ALLOC_CONC" ] && : > "$T/alloc-wanted"
+[ -n "$points_balance" ] && : > "$T/balance-wanted"
 # the binaries' source: a device bundle's MANIFEST names the commit it was built from (the
 # device's checkout may carry another .git state), else the checkout's HEAD
 sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
@@ -265,8 +274,11 @@ fm = load("flashmix")
 pd = load("pd")
 dh = load("dh")
 al = load("alloclow")
-p_ = os.path.join(T, "serve-dh-alloclow.json")
-dh_al = json.load(open(p_)) if os.path.exists(p_) else {"points": [], "ok": False}
+bl = load("balance")
+def load_dh(loop):
+    p_ = os.path.join(T, "serve-dh-%s.json" % loop)
+    return json.load(open(p_)) if os.path.exists(p_) else {"points": [], "ok": False}
+dh_al, dh_bl = load_dh("alloclow"), load_dh("balance")
 def price_rows(eng):
     """each price row with its marginal cost: (step - that batch's decode-only step) / chunk"""
     dec = {r["batch"]: r["decode_only_step_us"] for r in eng.get("mixed", [])}
@@ -336,19 +348,22 @@ for p in pd["points"]:
     pd_rows.append({"point": p["point"], "pd": pick(p), "colocated": pick(a),
                     "prefill_group_metrics_delta": {k: v for k, v in p["metrics_delta"].items()
                                                     if k.startswith("prefill_group_")}})
-def alloc_row(kind, a, b):
-    """the same point with the default page order (a) and TDM_KV_ALLOC=lowest (b)"""
+def ab_row(kind, a, b, x, y):
+    """the same point with the default (a, named x) and a variant (b, named y)"""
     lu = lambda q: q.get("loop_us_per_iter") or {}
     return {"point": b["point"], "load": kind,
-            "lifo_output_tok_s": a and a["output_tok_s"], "lowest_output_tok_s": b["output_tok_s"],
-            "lowest_vs_lifo": a and round(b["output_tok_s"] / a["output_tok_s"], 3),
-            "lifo_exec_wait_decode_us": a and lu(a).get("exec_wait_decode"),
-            "lowest_exec_wait_decode_us": lu(b).get("exec_wait_decode"),
-            "lifo_step_ms_mean": a and a.get("step_ms_mean"),
-            "lowest_step_ms_mean": b.get("step_ms_mean"),
-            "lifo_itl_p50_ms": a and a["itl_ms"]["p50"], "lowest_itl_p50_ms": b["itl_ms"]["p50"]}
-page_order = [alloc_row("sweep", pt(ov, p["point"]), p) for p in al["points"]]
-page_order += [alloc_row("decode_heavy", pt(dh, p["point"]), p) for p in dh_al["points"]]
+            x + "_output_tok_s": a and a["output_tok_s"], y + "_output_tok_s": b["output_tok_s"],
+            "%s_vs_%s" % (y, x): a and round(b["output_tok_s"] / a["output_tok_s"], 3),
+            x + "_exec_wait_decode_us": a and lu(a).get("exec_wait_decode"),
+            y + "_exec_wait_decode_us": lu(b).get("exec_wait_decode"),
+            x + "_step_ms_mean": a and a.get("step_ms_mean"),
+            y + "_step_ms_mean": b.get("step_ms_mean"),
+            x + "_itl_p50_ms": a and a["itl_ms"]["p50"], y + "_itl_p50_ms": b["itl_ms"]["p50"]}
+def ab_rows(var, var_dh, x, y):
+    return ([ab_row("sweep", pt(ov, p["point"]), p, x, y) for p in var["points"]] +
+            [ab_row("decode_heavy", pt(dh, p["point"]), p, x, y) for p in var_dh["points"]])
+page_order = ab_rows(al, dh_al, "lifo", "lowest")
+attn_balance = ab_rows(bl, dh_bl, "off", "on")
 anchor = {}
 try:
     g = json.load(open(os.path.join(src, "bench/results/gpu_decode.json")))
@@ -377,6 +392,8 @@ doc = {
             "outputs, the batch in decode; "
             "page_order: TDM_SERVE_ALLOC_CONC's points and the decode-heavy points again with "
             "TDM_KV_ALLOC=lowest (the lowest free KV page first) beside the default order; "
+            "attn_balance: the same points with TDM_CUDA_ATTN_BALANCE (cuda; 'balance' "
+            "positions a split) beside the default; "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
             "CUDA IPC) beside the colocated overlap worker on the same requests",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
@@ -391,6 +408,8 @@ doc = {
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],
     "overlap_vs_lockstep": loops, "device_vs_host_sampling": host_sample,
     "pd_vs_colocated": pd_rows, "decode_heavy": decode_heavy, "page_order": page_order,
+    "attn_balance": {"balance": int(os.environ.get("TDM_SERVE_BALANCE", "256") or 256),
+                     "rows": attn_balance},
     "anchor": anchor,
     "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", []),
                      "price": price_rows(eng)},
@@ -402,6 +421,9 @@ doc = {
                  (bool(al.get("ok")) and (bool(dh_al.get("ok")) or
                                           not os.path.exists(os.path.join(T, "dh-wanted")))
                   or not os.path.exists(os.path.join(T, "alloc-wanted"))) and
+                 (bool(bl.get("ok")) and (bool(dh_bl.get("ok")) or
+                                          not os.path.exists(os.path.join(T, "dh-wanted")))
+                  or not os.path.exists(os.path.join(T, "balance-wanted"))) and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
@@ -439,6 +461,10 @@ for r in page_order:
     print("# bench pages %s %s: lowest first %s vs lifo %s tok/s (x%s); decode wait %s vs %s us"
           % (r["load"], r["point"], r["lowest_output_tok_s"], r["lifo_output_tok_s"],
              r["lowest_vs_lifo"], r["lowest_exec_wait_decode_us"], r["lifo_exec_wait_decode_us"]))
+for r in attn_balance:
+    print("# bench attention balance %s %s: on %s vs off %s tok/s (x%s); decode wait %s vs %s us"
+          % (r["load"], r["point"], r["on_output_tok_s"], r["off_output_tok_s"],
+             r["on_vs_off"], r["on_exec_wait_decode_us"], r["off_exec_wait_decode_us"]))
 for l in loops:
     print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s; "
           "mixed steps all flash %s; loop us/iter %s"

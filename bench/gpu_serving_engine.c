@@ -22,11 +22,13 @@
  * --page-order interleaved: sequence i's page j is page j bs + i instead of i per + j (the order a
  * worker's allocator hands pages to sequences growing side by side); --kv-spread S: page ids S
  * apart in a pool S times larger (a worker's pool is most of the card; does the decode attention
- * pay for scattered pages?).
+ * pay for scattered pages?). --ragged K:L: the first K sequences of every batch have L-token
+ * prompts, the others --prompt-len (a serving batch's contexts differ; does a step cost its
+ * longest row's attention or its rows' average?).
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
  *   [--steps 128] [--reps 3] [--mixed-batch "32 64"] [--mixed-chunk 128]
  *   [--price-chunks "32 400 1024"] [--profile K] [--page-order together|interleaved]
- *   [--kv-spread S]
+ *   [--kv-spread S] [--ragged K:L]
  */
 #include "config.h"
 
@@ -58,17 +60,24 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static uint32_t g_profile;    /* --profile K; 0: none */
-static uint32_t g_spread = 1; /* --kv-spread S: page ids S apart */
-static int g_interleave;      /* --page-order interleaved */
-static uint32_t g_config;     /* the timed configuration being run, 1-based */
+static uint32_t g_profile;          /* --profile K; 0: none */
+static uint32_t g_spread = 1;       /* --kv-spread S: page ids S apart */
+static int g_interleave;            /* --page-order interleaved */
+static uint32_t g_config;           /* the timed configuration being run, 1-based */
+static uint32_t g_rag_k, g_rag_len; /* --ragged K:L */
+
+/* sequence i's prompt length */
+static uint32_t len_of(uint32_t i, uint32_t plen)
+{
+    return i < g_rag_k ? g_rag_len : plen;
+}
 
 static int usage(void)
 {
     fprintf(stderr, "usage: gpu_serving_engine --model DIR [--batch \"1 8 32\"] "
                     "[--prompt-len N] [--steps N] [--reps N] [--mixed-batch \"32 64\"] "
                     "[--mixed-chunk N] [--price-chunks \"32 400 1024\"] [--profile K] "
-                    "[--page-order together|interleaved] [--kv-spread S]\n");
+                    "[--page-order together|interleaved] [--kv-spread S] [--ragged K:L]\n");
     return 2;
 }
 
@@ -91,7 +100,8 @@ static int parse_list(const char *list, const char *what, uint32_t lim, uint32_t
     return 0;
 }
 
-/* bs sequences: prefill in calls of at most max_tokens tokens, then `steps` steps; returns the
+/* bs sequences (prompts of len_of(i) tokens, at most lmax): prefill in calls of at most
+ * max_tokens tokens, then `steps` steps; returns the
  * decode seconds. chunk > 0: each step also carries a sequence's first `chunk` prompt tokens
  * (positions 0..chunk-1 of pages of its own, the same every step), after the decode rows.
  * prof: the last step between cudaProfilerStart and Stop (--profile). */
@@ -99,16 +109,17 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
                         uint32_t per, uint32_t max_tokens, uint32_t vocab, float *logits,
                         uint32_t chunk, int prof, double *ret_s)
 {
+    const uint32_t lmax = g_rag_k && g_rag_len > plen ? g_rag_len : plen;
     static uint32_t pages[MAX_BS * 512 + MAX_CHUNK_PAGES];
     static int32_t chunk_ids[MAX_CHUNK];
     tdm_cuda_seq_t seqs[MAX_BS + 1];
     int32_t cur[MAX_BS], ids[MAX_BS + 1];
-    int32_t *prompt = malloc((size_t)bs * plen * sizeof(int32_t));
+    int32_t *prompt = malloc((size_t)bs * lmax * sizeof(int32_t));
     uint32_t rows;
     if (!prompt)
         return TDM_ERR_NOMEM;
     srand(bs * 7919u + plen);
-    for (size_t i = 0; i < (size_t)bs * plen; i++)
+    for (size_t i = 0; i < (size_t)bs * lmax; i++)
         prompt[i] = (int32_t)((unsigned)rand() % vocab);
     /* sequence i's page j: page i per + j (each sequence's pages together), or j bs + i
      * (interleaved, as sequences that grew a page at a time side by side get them), times the
@@ -120,12 +131,16 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
         pages[bs * per + i] = bs * per * g_spread + i;
     for (uint32_t i = 0; i < chunk; i++)
         chunk_ids[i] = (int32_t)((unsigned)rand() % vocab);
-    uint32_t group = max_tokens / plen ? max_tokens / plen : 1;
+    uint32_t group = max_tokens / lmax ? max_tokens / lmax : 1;
     for (uint32_t s0 = 0; s0 < bs; s0 += group) {
         uint32_t n = bs - s0 < group ? bs - s0 : group;
         for (uint32_t i = 0; i < n; i++)
-            seqs[i] = (tdm_cuda_seq_t){prompt + (size_t)(s0 + i) * plen, plen, 0,
-                                       pages + (s0 + i) * per,           per,  0};
+            seqs[i] = (tdm_cuda_seq_t){prompt + (size_t)(s0 + i) * lmax,
+                                       len_of(s0 + i, plen),
+                                       0,
+                                       pages + (s0 + i) * per,
+                                       per,
+                                       0};
         tdm_status_t st = tdm_cuda_engine_forward(e, seqs, n, NULL, ids, n, &rows);
         if (st != TDM_OK) {
             free(prompt);
@@ -137,7 +152,7 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
     double t0 = now_s();
     for (uint32_t s = 0; s < steps; s++) {
         for (uint32_t i = 0; i < bs; i++)
-            seqs[i] = (tdm_cuda_seq_t){&cur[i], 1, plen + s, pages + i * per, per, 0};
+            seqs[i] = (tdm_cuda_seq_t){&cur[i], 1, len_of(i, plen) + s, pages + i * per, per, 0};
         if (chunk)
             seqs[bs] = (tdm_cuda_seq_t){chunk_ids, chunk, 0, pages + bs * per, MAX_CHUNK_PAGES, 0};
         const int p = prof && s + 1 == steps;
@@ -186,7 +201,21 @@ int main(int argc, char **argv)
             g_interleave = 1;
         else if (!strcmp(a, "--page-order") && !strcmp(v, "together"))
             g_interleave = 0;
-        else
+        else if (!strcmp(a, "--ragged")) {
+            char *end;
+            unsigned long k = strtoul(v, &end, 10), l = 0;
+            if (end != v && *end == ':')
+                l = strtoul(end + 1, &end, 10);
+            if (*end || k == 0 || k > MAX_BS || l == 0 || l > 32768) {
+                fprintf(stderr,
+                        "gpu_serving_engine: --ragged %s: want K:L, K in 1..%u, L in "
+                        "1..32768\n",
+                        v, MAX_BS);
+                return 2;
+            }
+            g_rag_k = (uint32_t)k;
+            g_rag_len = (uint32_t)l;
+        } else
             return usage();
         i++;
     }
@@ -216,7 +245,8 @@ int main(int argc, char **argv)
     uint32_t vocab = tdm_model_config(m)->vocab_size;
     tdm_cuda_engine_opts_t o;
     tdm_cuda_engine_opts_default(&o);
-    uint32_t ps = o.page_size, per = (plen + steps + ps - 1) / ps,
+    const uint32_t lmax = g_rag_k && g_rag_len > plen ? g_rag_len : plen;
+    uint32_t ps = o.page_size, per = (lmax + steps + ps - 1) / ps,
              cpages = (chunk_cap + ps - 1) / ps;
     if (g_spread == 0 || g_spread > 1024 ||
         (uint64_t)max_bs * per * g_spread + MAX_CHUNK_PAGES > UINT32_MAX) {
@@ -229,7 +259,7 @@ int main(int argc, char **argv)
     }
     o.mixed_decode = 1; /* engine.h; the second engine of the mixed steps turns it off */
     o.max_batch = max_bs + (nm > 0); /* a mixed step: the chunk's sequence beside max_bs rows */
-    o.max_tokens = plen > 4096 ? plen : 4096;
+    o.max_tokens = lmax > 4096 ? lmax : 4096;
     o.max_pages_per_seq = per > cpages ? per : cpages;
     o.max_logit_rows = o.max_tokens;
     o.max_pages = max_bs * per * g_spread + (nm ? cpages : 0);
@@ -242,8 +272,10 @@ int main(int argc, char **argv)
     if (!logits)
         return 1;
     printf("{\"model\": \"%s\", \"vocab\": %u, \"weight_bytes\": %llu, \"prompt_len\": %u, "
+           "\"ragged\": {\"rows\": %u, \"prompt_len\": %u}, "
            "\"steps\": %u, \"reps\": %u, \"results\": [",
-           dir, vocab, (unsigned long long)view.resident_bytes, plen, steps, reps);
+           dir, vocab, (unsigned long long)view.resident_bytes, plen, g_rag_k, g_rag_len, steps,
+           reps);
     int rc = 0;
     for (uint32_t b = 0; b < nb; b++) {
         double t[2][64];

@@ -224,6 +224,9 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
 /* pf (NULL or bytes 0: none): about TDM_CUDA_L2PF_BLOCKS extra blocks in the same grid whose
  * only work is an L2 prefetch of pf's range (rounded up to whole (KV, splits) planes). */
 int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H);
+/* (row, KV head, split) blocks of the decode attention (its fused-RoPE cluster form) that the
+ * device holds at once: SMs x resident blocks per SM (at least the SM count). */
+uint32_t tdm_cuda_decode_mma_slots(const tdm_cuda_kv_t *kv);
 tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
                                        const tdm_cuda_kv_t *kv, uint32_t layer,
                                        const tdm_cuda_rows_t *rows, const float *inv_freq,

@@ -69,6 +69,9 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     env_bool("TDM_CUDA_EMBED_FUSED", &o->embed_fused);
     env_bool("TDM_CUDA_MIXED_DECODE", &o->mixed_decode);
     env_bool("TDM_CUDA_GEMM_TUNE", &o->gemm_tune);
+    s = getenv("TDM_CUDA_ATTN_BALANCE"); /* out of range: tdm_cuda_engine_init refuses it */
+    if (s && *s)
+        o->attn_balance = (uint32_t)strtoul(s, NULL, 10);
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
@@ -118,6 +121,14 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
             "msg=\"TDM_CUDA_ATTN_MIN_SPLITS out of range (1..8, at most TDM_CUDA_ATTN_SPLITS)\" "
             "min_splits=%u splits=%u",
             e->o.attn_min_splits, e->o.attn_splits);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
+    if (e->o.attn_balance && (e->o.attn_balance < 32 || e->o.attn_balance > 65536)) {
+        tdm_err(TDM_SUB_CUDA,
+                "msg=\"TDM_CUDA_ATTN_BALANCE out of range (0, or 32..65536 positions a split)\" "
+                "balance=%u",
+                e->o.attn_balance);
         st = TDM_ERR_INVAL;
         goto err;
     }

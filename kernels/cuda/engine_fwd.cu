@@ -24,6 +24,8 @@ static uint32_t splits_for(const tdm_cuda_engine_t *e, uint32_t n)
  * attn_min_splits asks for more. */
 static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
 {
+    if (e->dsplit)
+        return e->dsplit;
     const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
     uint32_t b = n * e->KV, s = b >= 64 ? 1 : 64 / b;
     if (s < e->o.attn_min_splits)
@@ -32,6 +34,26 @@ static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
         s = cap;
     while (s > 1 && (uint64_t)n * s > e->rowsplits)
         s--;
+    return s;
+}
+
+/* attn_balance (engine.h): the policy's splits for n rows, doubled while a split of the longest
+ * row (maxlen positions) holds more than attn_balance positions and n x KV x splits blocks all
+ * fit on the SMs at once; without it, the policy's. With S = 1 from 64 (row, KV head) pairs on,
+ * a batch of short rows and one long one waits for the long one's block (docs/cuda.md "Sampling
+ * on the device, and the serving bench"). */
+static uint32_t balanced_splits(tdm_cuda_engine_t *e, uint32_t n, uint32_t maxlen)
+{
+    const uint32_t base = decode_splits(e, n);
+    if (!e->o.attn_balance || n == 0)
+        return base;
+    if (!e->da_slots)
+        e->da_slots = tdm_cuda_decode_mma_slots(&e->kv);
+    const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
+    uint32_t s = base;
+    while (2 * s <= cap && 2 * s <= MAX_GRAPH_SPLITS && (maxlen + s - 1) / s > e->o.attn_balance &&
+           (uint64_t)n * e->KV * 2 * s <= e->da_slots && (uint64_t)n * 2 * s <= e->rowsplits)
+        s *= 2;
     return s;
 }
 
@@ -428,6 +450,7 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
     /* the other host plan: a call launched before this one may still be copying from its own */
     e->plan_flip ^= 1;
     e->h_plan = e->h_plan_set[e->plan_flip];
+    e->last_bi = -1; /* set below when this call launches a decode graph */
     /* decode calls (one token per sequence, at most max_batch rows) lay the plan out on the
      * compact stride the graphs were captured with; others (eager) on their rows rounded up to
      * 32, at most T (the copy is ~17 bytes a row, not ~17 T) */
@@ -464,6 +487,20 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
     }
     if (mixed && !e->ntiles) /* cannot happen: tiles_cap covers T/64 + a tile a sequence */
         return TDM_ERR_OVERFLOW;
+    /* the decode attention's splits for this call's one-token rows (all of a decode call's, the
+     * first nd of a mixed one): the policy's, balanced against the longest row (attn_balance) */
+    e->dsplit = 0;
+    if (e->o.attn_balance && (decode || e->nd)) {
+        const uint32_t *pos = e->h_plan + plan_off(e, P_POS), nr = decode ? n : e->nd;
+        uint32_t maxlen = 0;
+        for (uint32_t r = 0; r < nr; r++)
+            if (pos[r] + 1 > maxlen)
+                maxlen = pos[r] + 1;
+        uint32_t b = nr;
+        if (decode && e->o.use_graphs)
+            bucket_of(nr, &b); /* a graph runs its bucket's rows */
+        e->dsplit = balanced_splits(e, b, maxlen);
+    }
     if (decode && e->o.use_graphs && !tdm_cuda_hc_pending(&e->hc)) {
         uint32_t b;
         bi = bucket_of(n, &b);
@@ -497,7 +534,15 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
         begun = 1;
     }
     if (bi >= 0) {
-        if (!e->graph[bi]) {
+        /* one graph per bucket and split count (the splits are the attention's grid) */
+        const uint32_t gs = decode_splits(e, rows_run);
+        if (gs > MAX_GRAPH_SPLITS) {
+            st = TDM_ERR_RANGE;
+            goto out;
+        }
+        e->last_bi = bi;
+        e->last_gs = (int)gs;
+        if (!e->graph[bi][gs]) {
             cudaGraph_t g = NULL;
             if ((st = tune_decode(e, rows_run)) != TDM_OK)
                 goto out;
@@ -515,11 +560,11 @@ static tdm_status_t forward_call(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *seq
                 }
                 goto out;
             }
-            cudaError_t ie = cudaGraphInstantiate(&e->graph[bi], g, 0);
+            cudaError_t ie = cudaGraphInstantiate(&e->graph[bi][gs], g, 0);
             cudaGraphDestroy(g);
             TDM_CUDA_CHECK_GOTO(ie, st, out);
         }
-        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(e->graph[bi], e->stream), st, out);
+        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(e->graph[bi][gs], e->stream), st, out);
     } else {
         if ((st = enqueue(e, n, m)) != TDM_OK)
             goto out;
@@ -606,13 +651,15 @@ tdm_status_t tdm_cuda_engine_replay_us(tdm_cuda_engine_t *e, const tdm_cuda_seq_
     /* one call through forward: validates the batch, fills the plan, captures the bucket */
     TDM_TRY(tdm_cuda_engine_forward(e, seqs, n_seqs, NULL, ids, n_seqs, &rows));
     const int bi = bucket_of(n_seqs, &b);
-    if (bi >= MAX_BUCKETS || !e->graph[bi])
+    if (bi >= MAX_BUCKETS || bi != e->last_bi || e->last_gs < 1 || e->last_gs > MAX_GRAPH_SPLITS ||
+        !e->graph[bi][e->last_gs])
         return TDM_ERR_UNSUPPORTED;
+    cudaGraphExec_t gx = e->graph[bi][e->last_gs];
     TDM_CUDA_CHECK_GOTO(cudaEventCreate(&ev[0]), st, out);
     TDM_CUDA_CHECK_GOTO(cudaEventCreate(&ev[1]), st, out);
     TDM_CUDA_CHECK_GOTO(cudaEventRecord(ev[0], e->stream), st, out);
     for (uint32_t r = 0; r < reps; r++)
-        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(e->graph[bi], e->stream), st, out);
+        TDM_CUDA_CHECK_GOTO(cudaGraphLaunch(gx, e->stream), st, out);
     TDM_CUDA_CHECK_GOTO(cudaEventRecord(ev[1], e->stream), st, out);
     TDM_CUDA_CHECK_GOTO(cudaEventSynchronize(ev[1]), st, out);
     TDM_CUDA_CHECK_GOTO(cudaEventElapsedTime(&ms, ev[0], ev[1]), st, out);

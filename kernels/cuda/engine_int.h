@@ -24,6 +24,7 @@ extern "C" {
 }
 
 #define MAX_BUCKETS 12
+#define MAX_GRAPH_SPLITS 8 /* decode graphs per bucket: one per decode attention split count */
 
 typedef struct layer_dev {
     const void *qkv, *o, *gu, *down;
@@ -75,8 +76,13 @@ struct tdm_cuda_engine {
     cublasHandle_t cublas;
     void *cublas_ws;
     tdm_cuda_lt_t *lt; /* GEMM algorithms chosen by timing (opts.gemm_tune); NULL: cublasGemmEx */
-    cudaGraphExec_t graph[MAX_BUCKETS];
-    tdm_cuda_hc_t hc; /* the HiCache layer gate (hicache.h); hc.gate NULL: none */
+    cudaGraphExec_t graph[MAX_BUCKETS][MAX_GRAPH_SPLITS + 1]; /* [bucket][splits] */
+    uint32_t dsplit;      /* the decode attention's splits for the call being enqueued (0: the
+                           * policy's for its rows, decode_splits) */
+    uint32_t da_slots;    /* (row, KV head, split) blocks resident at once (attn_balance), 0: not
+                           * asked yet */
+    int last_bi, last_gs; /* the graph the last decode call launched (replay_us) */
+    tdm_cuda_hc_t hc;     /* the HiCache layer gate (hicache.h); hc.gate NULL: none */
     /* tensor parallelism (engine.h): the view's shares; vocab rows [vlo, vlo + vr) of V, vcap
      * the largest rank's share (the all-gather's block) */
     uint32_t tp, tp_rank, vlo, vr, vcap;

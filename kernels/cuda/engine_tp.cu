@@ -49,10 +49,11 @@ void tdm_cuda_engine_tp_free(tdm_cuda_engine_t *e)
 void tdm_cuda_engine_drop_graphs(tdm_cuda_engine_t *e)
 {
     for (int i = 0; i < MAX_BUCKETS; i++)
-        if (e->graph[i]) {
-            cudaGraphExecDestroy(e->graph[i]);
-            e->graph[i] = NULL;
-        }
+        for (int k = 0; k <= MAX_GRAPH_SPLITS; k++)
+            if (e->graph[i][k]) {
+                cudaGraphExecDestroy(e->graph[i][k]);
+                e->graph[i][k] = NULL;
+            }
 }
 
 tdm_status_t tdm_cuda_engine_set_coll(tdm_cuda_engine_t *e, const tdm_cuda_coll_t *coll)

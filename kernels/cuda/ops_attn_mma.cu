@@ -417,6 +417,21 @@ int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H)
            H % kv->kv_heads == 0 && H / kv->kv_heads <= 8;
 }
 
+uint32_t tdm_cuda_decode_mma_slots(const tdm_cuda_kv_t *kv)
+{
+    int per = 0;
+    const cudaError_t ce =
+        kv->hd == 128 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &per, attn_decode_mma_kernel<128, true, true>, DA_WARPS * 32, 0)
+                      : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &per, attn_decode_mma_kernel<64, true, true>, DA_WARPS * 32, 0);
+    if (ce != cudaSuccess || per < 1) {
+        (void)cudaGetLastError();
+        per = 1;
+    }
+    return (uint32_t)sm_count() * (uint32_t)per;
+}
+
 tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
                                        const tdm_cuda_kv_t *kv, uint32_t layer,
                                        const tdm_cuda_rows_t *rows, const float *inv_freq,

@@ -359,6 +359,51 @@ static void check_model(const char *dir, const char *name, json_t *gold)
            "(margin rule; %s)",
            name, set == 0 ? "cluster" : "combine kernel", tdm_status_str(st));
     }
+    /* the decode attention's splits balanced against the longest row (attn_balance): out of
+     * range refused; at a split of more than 32 positions (the fixtures' contexts are short) one
+     * sequence and the batch take more splits as they grow, a decode graph for each count, and
+     * follow the golden, in graphs and eager; at 65536 it never doubles: the defaults' tokens
+     * bit for bit */
+    {
+        tdm_cuda_engine_opts_t bad = o;
+        bad.attn_balance = 31;
+        tdm_status_t s31 = init_status(&view, &bad);
+        bad.attn_balance = 65537;
+        tdm_status_t sbig = init_status(&view, &bad);
+        ok(s31 == TDM_ERR_INVAL && sbig == TDM_ERR_INVAL,
+           "%s: attention balance at 31 and 65537 positions refused (%s, %s)", name,
+           tdm_status_str(s31), tdm_status_str(sbig));
+    }
+    for (int set = 0; set < 2; set++) {
+        tdm_cuda_engine_opts_t po = o;
+        po.attn_balance = 32;
+        po.use_graphs = set == 0;
+        int c1, cb;
+        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
+        ok(st == TDM_OK && c1 && cb,
+           "%s: attention splits balanced at 32 positions (%s): one sequence and the batch follow "
+           "the golden (margin rule; %s)",
+           name, set == 0 ? "graphs" : "eager", tdm_status_str(st));
+    }
+    {
+        tdm_cuda_engine_opts_t po = o;
+        po.attn_balance = 65536;
+        int same1 = 1;
+        st = tdm_cuda_engine_init(&view, &po, &e);
+        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
+            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
+            same1 &= st == TDM_OK && !memcmp(got3[i], got[i], sizeof(got3[i]));
+        }
+        if (st == TDM_OK)
+            st = run_greedy(e, p, np, per, V, got3, NULL);
+        const int sameb = st == TDM_OK && !memcmp(got3, got2, sizeof(int32_t) * STEPS * np);
+        tdm_cuda_engine_free(e);
+        e = NULL;
+        ok(same1 && sameb,
+           "%s: attention balance at 65536 positions: one sequence %s, the batch %s the defaults' "
+           "tokens (%s)",
+           name, same1 ? "==" : "!=", sameb ? "==" : "!=", tdm_status_str(st));
+    }
     if (np >= 2) { /* the batch's decode graph runs cuBLAS GEMMs tuned before its capture */
         tdm_cuda_engine_opts_t po = o;
         po.use_skinny = 0;

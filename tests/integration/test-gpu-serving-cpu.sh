@@ -88,6 +88,8 @@ assert [(r["load"], r["point"]) for r in po] == [("sweep", "conc:4"), ("decode_h
     "page_order rows %s" % po
 for r in po:
     assert r["lowest_output_tok_s"] > 0 and r["lifo_output_tok_s"] > 0 and r["lowest_vs_lifo"] > 0, r
+ab = d["attn_balance"]
+assert ab["rows"] == [] and ab["balance"] == 256, "cpu: no attention balance points: %s" % ab
 lc = d["load_ceiling"]
 assert lc["points"] == [] and "no point" in lc["skipped"], "cpu: no engine, ceiling %s" % lc
 print("fields ok")
