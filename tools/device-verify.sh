@@ -22,7 +22,8 @@
 #                  decode in the same call, bench/serving_goals.py then puts that call's engine
 #                  goals into gpu_serving.json ("engine_goals");
 #         price    bench/gpu-mixed-price.sh (→ gpu_mixed_price.json): a mixed step's fixed cost and
-#                  price per prompt token, graphs against eager launches, flash-only;
+#                  price per prompt token, graphs against eager launches, flash-only; page orders,
+#                  ragged contexts and balanced attention splits (16 engine runs: 240 s);
 #         profile  bench/gpu-step-profile.sh (→ gpu_step_profile.json): one decode or mixed step's
 #                  kernels under ncu, by name and role;
 #         tp       bench/multi-gpu.sh (test-cuda-tp, the serving faults on a TP=2 GPU group, NCCL's
@@ -178,7 +179,7 @@ run_phases() {
                 "$OUT/gpu_serving.json"
             ;;
         price)
-            phase price "${TDM_VERIFY_LIMIT_PRICE:-120}" bash "$top/bench/gpu-mixed-price.sh" "$b" \
+            phase price "${TDM_VERIFY_LIMIT_PRICE:-240}" bash "$top/bench/gpu-mixed-price.sh" "$b" \
                 "$top" "$OUT/gpu_mixed_price.json"
             ;;
         profile)
