@@ -129,6 +129,28 @@ static tdm_status_t init_status(const tdm_model_view_t *view, const tdm_cuda_eng
     return st;
 }
 
+/* An engine with options po decodes each prompt alone and all of them as one batch: *same1 and
+ * *sameb say whether the tokens equal ref1 (alone) and refb (the batch) bit for bit. */
+static tdm_status_t same_tokens(const tdm_model_view_t *view, const tdm_cuda_engine_opts_t *po,
+                                const prompt_t *p, uint32_t np, uint32_t per, uint32_t vocab,
+                                int32_t ref1[][STEPS], int32_t refb[][STEPS],
+                                int32_t scratch[][STEPS], int *same1, int *sameb)
+{
+    tdm_cuda_engine_t *e = NULL;
+    tdm_status_t st = tdm_cuda_engine_init(view, po, &e);
+    *same1 = 1;
+    *sameb = 0;
+    for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
+        st = run_greedy(e, &p[i], 1, per, vocab, &scratch[i], NULL);
+        *same1 &= st == TDM_OK && !memcmp(scratch[i], ref1[i], sizeof(scratch[i]));
+    }
+    if (st == TDM_OK)
+        st = run_greedy(e, p, np, per, vocab, scratch, NULL);
+    *sameb = st == TDM_OK && !memcmp(scratch, refb, sizeof(int32_t) * STEPS * np);
+    tdm_cuda_engine_free(e);
+    return st;
+}
+
 /* An engine with options po: each prompt alone, then all of them as one batch, each held to the
  * margin rule against its golden. Returns the status; *ok_one and *ok_batch say whether every
  * sequence conformed (got: scratch rows). */
@@ -301,17 +323,8 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         po.l2pf_tail_mb = 8;
         po.l2pf_op = set ? 3 : 0;
         po.l2pf_early = set;
-        int same1 = 1, sameb = 0, samee = 0;
-        st = tdm_cuda_engine_init(&view, &po, &e);
-        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
-            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
-            same1 &= st == TDM_OK && !memcmp(got3[i], got[i], sizeof(got3[i]));
-        }
-        if (st == TDM_OK)
-            st = run_greedy(e, p, np, per, V, got3, NULL);
-        sameb = st == TDM_OK && !memcmp(got3, got2, sizeof(int32_t) * STEPS * np);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        int same1, sameb, samee = 0;
+        st = same_tokens(&view, &po, p, np, per, V, got, got2, got3, &same1, &sameb);
         po.use_graphs = 0;
         st = tdm_cuda_engine_init(&view, &po, &e);
         if (st == TDM_OK)
@@ -335,70 +348,60 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         tdm_status_t sb = init_status(&view, &bad);
         ok(sb == TDM_ERR_INVAL, "%s: GEMV form 12 refused (%s)", name, tdm_status_str(sb));
     }
-    /* a floor under the decode attention's split policy (attn_min_splits): out of range or
-     * above the cap refused; 4 splits, cluster and combine forms, follow the golden */
+    /* the decode attention's split policy: a floor under it (attn_min_splits) and splits
+     * balanced against the longest row (attn_balance). Out of range refused: a floor of 9, of 4
+     * above a cap of 2, a balance of 31 or 65537 positions. These follow the golden, one sequence
+     * and the batch: at least 4 splits in the cluster and combine forms; a split of more than 32
+     * positions doubled (the fixtures' contexts are short: the batch crosses into more splits
+     * as it grows, a decode graph for each count), in graphs and eager */
     {
-        tdm_cuda_engine_opts_t bad = o;
-        bad.attn_min_splits = 9;
-        tdm_status_t s9 = init_status(&view, &bad);
-        bad.attn_min_splits = 4;
-        bad.attn_splits = 2;
-        tdm_status_t s42 = init_status(&view, &bad);
-        ok(s9 == TDM_ERR_INVAL && s42 == TDM_ERR_INVAL,
-           "%s: attention split floor 9, and 4 above a cap of 2, refused (%s, %s)", name,
-           tdm_status_str(s9), tdm_status_str(s42));
+        static const struct {
+            uint32_t min_splits, splits, balance;
+        } bad[] = {{9, 0, 0}, {4, 2, 0}, {0, 0, 31}, {0, 0, 65537}};
+        int refused = 1;
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            tdm_cuda_engine_opts_t bo = o;
+            bo.attn_min_splits = bad[k].min_splits;
+            bo.attn_splits = bad[k].splits;
+            bo.attn_balance = bad[k].balance;
+            const tdm_status_t sb = init_status(&view, &bo);
+            if (sb != TDM_ERR_INVAL)
+                diag("%s: split options %zu: %s, not refused", name, k, tdm_status_str(sb));
+            refused &= sb == TDM_ERR_INVAL;
+        }
+        ok(refused,
+           "%s: attention split floor 9, 4 above a cap of 2, balance at 31 and 65537 "
+           "positions: refused",
+           name);
     }
-    for (int set = 0; set < 2; set++) {
-        tdm_cuda_engine_opts_t po = o;
-        po.attn_min_splits = 4;
-        po.attn_cluster = set == 0;
-        int c1, cb;
-        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
-        ok(st == TDM_OK && c1 && cb,
-           "%s: at least 4 attention splits (%s): one sequence and the batch follow the golden "
-           "(margin rule; %s)",
-           name, set == 0 ? "cluster" : "combine kernel", tdm_status_str(st));
-    }
-    /* the decode attention's splits balanced against the longest row (attn_balance): out of
-     * range refused; at a split of more than 32 positions (the fixtures' contexts are short) one
-     * sequence and the batch take more splits as they grow, a decode graph for each count, and
-     * follow the golden, in graphs and eager; at 65536 it never doubles: the defaults' tokens
-     * bit for bit */
     {
-        tdm_cuda_engine_opts_t bad = o;
-        bad.attn_balance = 31;
-        tdm_status_t s31 = init_status(&view, &bad);
-        bad.attn_balance = 65537;
-        tdm_status_t sbig = init_status(&view, &bad);
-        ok(s31 == TDM_ERR_INVAL && sbig == TDM_ERR_INVAL,
-           "%s: attention balance at 31 and 65537 positions refused (%s, %s)", name,
-           tdm_status_str(s31), tdm_status_str(sbig));
+        static const struct {
+            uint32_t min_splits, balance;
+            int cluster, graphs;
+            const char *what;
+        } sv[] = {{4, 0, 1, 1, "at least 4 attention splits (cluster)"},
+                  {4, 0, 0, 1, "at least 4 attention splits (combine kernel)"},
+                  {0, 32, 1, 1, "attention splits balanced at 32 positions (graphs)"},
+                  {0, 32, 1, 0, "attention splits balanced at 32 positions (eager)"}};
+        for (size_t k = 0; k < sizeof(sv) / sizeof(sv[0]); k++) {
+            tdm_cuda_engine_opts_t po = o;
+            po.attn_min_splits = sv[k].min_splits;
+            po.attn_balance = sv[k].balance;
+            po.attn_cluster = sv[k].cluster;
+            po.use_graphs = sv[k].graphs;
+            int c1, cb;
+            st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
+            ok(st == TDM_OK && c1 && cb,
+               "%s: %s: one sequence and the batch follow the golden (margin rule; %s)", name,
+               sv[k].what, tdm_status_str(st));
+        }
     }
-    for (int set = 0; set < 2; set++) {
-        tdm_cuda_engine_opts_t po = o;
-        po.attn_balance = 32;
-        po.use_graphs = set == 0;
-        int c1, cb;
-        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
-        ok(st == TDM_OK && c1 && cb,
-           "%s: attention splits balanced at 32 positions (%s): one sequence and the batch follow "
-           "the golden (margin rule; %s)",
-           name, set == 0 ? "graphs" : "eager", tdm_status_str(st));
-    }
+    /* at a balance of 65536 positions the splits never double: the defaults' tokens */
     {
         tdm_cuda_engine_opts_t po = o;
         po.attn_balance = 65536;
-        int same1 = 1;
-        st = tdm_cuda_engine_init(&view, &po, &e);
-        for (uint32_t i = 0; i < np && st == TDM_OK; i++) {
-            st = run_greedy(e, &p[i], 1, per, V, &got3[i], NULL);
-            same1 &= st == TDM_OK && !memcmp(got3[i], got[i], sizeof(got3[i]));
-        }
-        if (st == TDM_OK)
-            st = run_greedy(e, p, np, per, V, got3, NULL);
-        const int sameb = st == TDM_OK && !memcmp(got3, got2, sizeof(int32_t) * STEPS * np);
-        tdm_cuda_engine_free(e);
-        e = NULL;
+        int same1, sameb;
+        st = same_tokens(&view, &po, p, np, per, V, got, got2, got3, &same1, &sameb);
         ok(same1 && sameb,
            "%s: attention balance at 65536 positions: one sequence %s, the batch %s the defaults' "
            "tokens (%s)",
