@@ -69,9 +69,12 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     env_bool("TDM_CUDA_EMBED_FUSED", &o->embed_fused);
     env_bool("TDM_CUDA_MIXED_DECODE", &o->mixed_decode);
     env_bool("TDM_CUDA_GEMM_TUNE", &o->gemm_tune);
-    s = getenv("TDM_CUDA_ATTN_BALANCE"); /* out of range: tdm_cuda_engine_init refuses it */
-    if (s && *s)
-        o->attn_balance = (uint32_t)strtoul(s, NULL, 10);
+    s = getenv("TDM_CUDA_ATTN_BALANCE"); /* not a count, or out of range: init refuses it */
+    if (s && *s) {
+        char *end;
+        const unsigned long v = strtoul(s, &end, 10);
+        o->attn_balance = *end || v > 65536 ? UINT32_MAX : (uint32_t)v;
+    }
     /* L2 prefetch knobs: out-of-range values reach tdm_cuda_engine_init, which refuses them */
     s = getenv("TDM_CUDA_L2_PREFETCH");
     if (s && *s)
