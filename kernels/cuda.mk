@@ -8,6 +8,12 @@ EXTRA_DIST += kernels/cuda/smoke.cu kernels/cuda/ops.cu kernels/cuda/ops_gemv.cu
 	kernels/cuda/ops_gemm.cu kernels/cuda/ops_attn.cu kernels/cuda/ops_attn_mma.cu kernels/cuda/engine.cu \
 	kernels/cuda/engine_load.cu kernels/cuda/engine_fwd.cu kernels/cuda/engine_tp.cu kernels/cuda/ops_host.cu \
 	kernels/cuda/hicache.cu kernels/cuda/device.cu kernels/cuda/sample.cu kernels/cuda/gemm_lt.cu tests/gpu/skip-no-cudart.sh tests/gpu/test-worker-cuda.sh
+noinst_HEADERS += kernels/cuda/split_policy.h
+# the decode attention's split count (host logic, kernels/cuda/split_policy.h): tested on every host
+check_PROGRAMS += tests/unit/test-split-policy
+TESTS += tests/unit/test-split-policy
+tests_unit_test_split_policy_SOURCES = tests/unit/test-split-policy.c
+tests_unit_test_split_policy_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)
 noinst_HEADERS += kernels/cuda/smoke.h kernels/cuda/cuda_int.h kernels/cuda/ops.h kernels/cuda/ops_int.cuh \
 	kernels/cuda/engine.h kernels/cuda/engine_int.h kernels/cuda/exec_cuda.h kernels/cuda/module.h \
 	kernels/cuda/hicache.h kernels/cuda/device.h kernels/cuda/sample.h kernels/cuda/gemm_lt.h

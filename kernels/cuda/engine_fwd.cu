@@ -4,6 +4,7 @@
  * benchmark.
  */
 #include "engine_int.h"
+#include "split_policy.h"
 
 #define PDL_EARLY_ROWS 8 /* pdl_early: decode calls of at most this many rows */
 
@@ -19,29 +20,18 @@ static uint32_t splits_for(const tdm_cuda_engine_t *e, uint32_t n)
     return s;
 }
 
-/* Splits of the tensor-core decode attention: enough (row, KV head, split) blocks to keep 64
- * blocks busy, at most 8; one split (no combine launch) from 64 (row, KV head) pairs on, unless
- * attn_min_splits asks for more. */
+/* Splits of the tensor-core decode attention (split_policy.h): the policy's for n rows, or the
+ * call's own (dsplit, set by forward_call: balanced against its longest row). */
 static uint32_t decode_splits(const tdm_cuda_engine_t *e, uint32_t n)
 {
     if (e->dsplit)
         return e->dsplit;
-    const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
-    uint32_t b = n * e->KV, s = b >= 64 ? 1 : 64 / b;
-    if (s < e->o.attn_min_splits)
-        s = e->o.attn_min_splits;
-    if (s > cap)
-        s = cap;
-    while (s > 1 && (uint64_t)n * s > e->rowsplits)
-        s--;
-    return s;
+    return tdm_split_policy(n, e->KV, e->o.attn_splits ? e->o.attn_splits : 8, e->o.attn_min_splits,
+                            e->rowsplits);
 }
 
-/* attn_balance (engine.h): the policy's splits for n rows, doubled while a split of the longest
- * row (maxlen positions) holds more than attn_balance positions and n x KV x splits blocks all
- * fit on the SMs at once; without it, the policy's. With S = 1 from 64 (row, KV head) pairs on,
- * a batch of short rows and one long one waits for the long one's block (docs/cuda.md "Sampling
- * on the device, and the serving bench"). */
+/* attn_balance (engine.h, split_policy.h): the policy's splits for n rows, doubled against the
+ * longest row (maxlen positions) while every block fits on the SMs at once */
 static uint32_t balanced_splits(tdm_cuda_engine_t *e, uint32_t n, uint32_t maxlen)
 {
     const uint32_t base = decode_splits(e, n);
@@ -50,11 +40,8 @@ static uint32_t balanced_splits(tdm_cuda_engine_t *e, uint32_t n, uint32_t maxle
     if (!e->da_slots)
         e->da_slots = tdm_cuda_decode_mma_slots(&e->kv);
     const uint32_t cap = e->o.attn_splits ? e->o.attn_splits : 8;
-    uint32_t s = base;
-    while (2 * s <= cap && 2 * s <= MAX_GRAPH_SPLITS && (maxlen + s - 1) / s > e->o.attn_balance &&
-           (uint64_t)n * e->KV * 2 * s <= e->da_slots && (uint64_t)n * 2 * s <= e->rowsplits)
-        s *= 2;
-    return s;
+    return tdm_split_balanced(base, n, e->KV, cap < MAX_GRAPH_SPLITS ? cap : MAX_GRAPH_SPLITS,
+                              e->rowsplits, maxlen, e->o.attn_balance, e->da_slots);
 }
 
 static int use_gemv(const tdm_cuda_engine_t *e, uint32_t n)
