@@ -19,7 +19,9 @@ the output), as bench_serving sizes prompts with the model's tokenizer.
 Per point: request throughput, input and output tok/s (tokens from each response's `usage`,
 over the wall time from the first send to the last finish), TTFT (send -> first content chunk),
 ITL (gaps between content chunks), TPOT ((e2e - TTFT) / (output - 1)) and e2e latency: mean, p50,
-p90, p99. Cross-checks (a failure makes the exit status 1): every request ends 200 with
+p90, p99; from the worker's counters, the loop's time per iteration and the one-token rows'
+contexts (decode_ctx: the mean row's positions and the mean of each iteration's longest).
+Cross-checks (a failure makes the exit status 1): every request ends 200 with
 usage.completion_tokens == its max_tokens, and at most that many content chunks; the worker's
 /metrics counters over the point (tandem_generated_tokens_total, and tandem_prefill_tokens_total +
 tandem_prompt_tokens_cached_total while tandem_retractions_total stays put) equal the sums of the
@@ -205,9 +207,12 @@ COUNTERS = ("tandem_generated_tokens_total", "tandem_prefill_tokens_total",
 # reported beside (where the time went: steps of decode rows only vs steps with prefill chunks);
 # a worker without them reports none
 WAIT = 'tandem_sched_exec_wait_seconds_total{kind="%s"}'
+CTX = ("tandem_sched_decode_rows_total", "tandem_sched_decode_row_positions_total",
+       "tandem_sched_decode_row_iterations_total",
+       "tandem_sched_decode_longest_row_positions_total")
 EXTRA = ("tandem_sched_decode_iterations_total", "tandem_sched_mixed_iterations_total",
          "tandem_sched_build_seconds_total", "tandem_sched_process_seconds_total",
-         WAIT % "idle", WAIT % "decode", WAIT % "mixed")
+         WAIT % "idle", WAIT % "decode", WAIT % "mixed") + CTX
 
 
 def scrape(host, port):
@@ -275,6 +280,16 @@ def loop_split(d):
             # with prefill chunks
             "exec_wait_decode": round(d[WAIT % "decode"] * 1e6 / nd, 1) if nd else None,
             "exec_wait_mixed": round(d[WAIT % "mixed"] * 1e6 / nm, 1) if nm else None}
+
+
+def decode_ctx(d):
+    """The one-token rows' contexts over the point: the mean row's positions, and the mean of
+    each iteration's longest row (a decode attention that runs a block per row waits for it);
+    None when the worker does not report them."""
+    if any(k not in d for k in CTX) or d[CTX[0]] <= 0 or d[CTX[2]] <= 0:
+        return None
+    return {"mean": round(d[CTX[1]] / d[CTX[0]], 1), "longest_mean": round(d[CTX[3]] / d[CTX[2]], 1),
+            "rows_per_iteration": round(d[CTX[0]] / d[CTX[2]], 2)}
 
 
 def run_point(a, host, port, model, point, reqs, seed):
@@ -372,6 +387,7 @@ def run_point(a, host, port, model, point, reqs, seed):
         "metrics_delta": {k: (round(v, 6) if "_seconds_total" in k else int(v))
                           for k, v in d.items()},
         "loop_us_per_iter": loop_split(d),
+        "decode_ctx": decode_ctx(d),
         "step_ms_mean": (round(dur * 1e3 / (d["tandem_sched_decode_iterations_total"] +
                                             d["tandem_sched_mixed_iterations_total"]), 3)
                          if d.get("tandem_sched_decode_iterations_total", 0) +

@@ -222,6 +222,18 @@ void tdm_api_h_metrics(tdm_api_t *a, h2o_req_t *req)
     tdm_prom_counter(f, "tandem_sched_mixed_iterations_total",
                      "Batch iterations with prefill chunks (alone or beside decode rows)",
                      s.iters_mixed);
+    tdm_prom_counter(f, "tandem_sched_decode_rows_total",
+                     "One-token rows computed (decode rows, and those beside prefill chunks)",
+                     s.ctx_rows);
+    tdm_prom_counter(f, "tandem_sched_decode_row_positions_total",
+                     "KV positions those rows attended (over the rows: the mean context)",
+                     s.ctx_positions);
+    tdm_prom_counter(f, "tandem_sched_decode_row_iterations_total",
+                     "Batch iterations with at least one one-token row", s.ctx_iters);
+    tdm_prom_counter(f, "tandem_sched_decode_longest_row_positions_total",
+                     "Positions the longest one-token row of each such iteration attended (over "
+                     "those iterations: the mean longest context)",
+                     s.ctx_longest);
     counter_s(f, "tandem_sched_build_seconds_total", "Scheduler loop time spent building plans",
               s.build_us);
     tdm_prom_head(f, "tandem_sched_exec_wait_seconds_total",

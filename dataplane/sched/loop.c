@@ -257,6 +257,8 @@ static tdm_plan_kind_t drop_aborted(tdm_sched_t *s, iter_buf_t *ib, tdm_plan_kin
     const uint8_t *payload = it->plan + TDM_PLAN_HDR_BYTES;
     size_t len = it->hdr.payload_bytes, off = 0;
     tdm_plan_begin(&s->pb_drop);
+    uint32_t ctx_rows = 0, ctx_max = 0;
+    uint64_t ctx_sum = 0;
     for (uint32_t i = 0; i < it->n_reqs; i++) {
         tdm_plan_entry_t e;
         if (tdm_plan_next(payload, len, &off, &e) != TDM_OK)
@@ -267,6 +269,12 @@ static tdm_plan_kind_t drop_aborted(tdm_sched_t *s, iter_buf_t *ib, tdm_plan_kin
         if (!r->plan_drop && tdm_plan_add(&s->pb_drop, e.slot, e.pos0, e.flags, e.tokens,
                                           e.n_tokens, e.pages, e.n_pages) != TDM_OK)
             return kind;
+        if (!r->plan_drop && e.n_tokens == 1) { /* the kept one-token rows (sched_batch.c) */
+            ctx_rows++;
+            ctx_sum += e.pos0 + 1;
+            if (e.pos0 + 1 > ctx_max)
+                ctx_max = e.pos0 + 1;
+        }
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < it->n_reqs; i++) {
@@ -285,6 +293,9 @@ static tdm_plan_kind_t drop_aborted(tdm_sched_t *s, iter_buf_t *ib, tdm_plan_kin
         r->plan_drop = 0;
     }
     it->n_reqs = k;
+    it->ctx_rows = ctx_rows;
+    it->ctx_sum = ctx_sum;
+    it->ctx_max = ctx_max;
     tdm_plan_builder_t t = ib->pb;
     ib->pb = s->pb_drop;
     s->pb_drop = t;

@@ -101,6 +101,9 @@ typedef struct tdm_sched_stats {
     uint64_t aborted_rows_dropped;
     /* BATCH iterations completed: decode rows only, or with prefill chunks (mixed) */
     uint64_t iters_decode, iters_mixed;
+    /* their one-token rows: how many, the positions they attended in all, and over the
+     * iterations that had any, how many iterations and the sum of each one's longest row */
+    uint64_t ctx_rows, ctx_positions, ctx_iters, ctx_longest;
     /* the loop thread's time (µs): building plans, waiting for the executor (lockstep: the whole
      * forward; overlap: what the build and the processing did not hide) by the kind of the
      * iteration waited for (TDM_SCHED_WAIT_*), processing results */

@@ -99,6 +99,12 @@ static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint
     ib->it.reqs[ib->it.n_reqs++] = r;
     if (r->load_ticket > ib->it.kv_need)
         ib->it.kv_need = r->load_ticket;
+    if (n == 1) { /* a one-token row attends positions [0, c] */
+        ib->it.ctx_rows++;
+        ib->it.ctx_sum += c + 1;
+        if (c + 1 > ib->it.ctx_max)
+            ib->it.ctx_max = c + 1;
+    }
     r->n_computed_sched += n;
     if (flags & TDM_PLAN_LOGITS)
         r->n_gen_sched++;
@@ -352,6 +358,8 @@ tdm_plan_kind_t tdm_sched_build(tdm_sched_t *s, iter_buf_t *ib, uint64_t iter)
     ib->it.n_reqs = 0;
     ib->it.kv_need = 0;
     ib->it.poison_reads = ib->it.gate_bypasses = 0;
+    ib->it.ctx_rows = ib->it.ctx_max = 0;
+    ib->it.ctx_sum = 0;
     /* a snapshot: scheduling one request may retract later ones to the queue */
     uint32_t n_run = 0;
     for (tdm_sreq_t *r = s->running.head; r; r = r->next)

@@ -356,6 +356,12 @@ void tdm_sched_process_results(tdm_sched_t *s, tdm_exec_iter_t *it)
             s->st.iters_mixed++;
         else
             s->st.iters_decode++;
+        if (it->ctx_rows) {
+            s->st.ctx_rows += it->ctx_rows;
+            s->st.ctx_positions += it->ctx_sum;
+            s->st.ctx_iters++;
+            s->st.ctx_longest += it->ctx_max;
+        }
     }
     if (s->hc) {
         hc_check_iter(s, it);

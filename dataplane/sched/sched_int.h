@@ -145,7 +145,11 @@ typedef struct tdm_exec_iter {
     uint64_t taken;             /* requests taken from the inbox when they were counted */
     tdm_exec_result_t *results; /* out: one per LOGITS entry, in entry order */
     uint32_t n_results;
-    uint64_t kv_need;      /* the newest HiCache load ticket the batch reads (0 = none) */
+    uint64_t kv_need; /* the newest HiCache load ticket the batch reads (0 = none) */
+    /* the one-token rows planned (decode rows, and a mixed step's): how many, the positions
+     * they attend in all, the longest one's */
+    uint32_t ctx_rows, ctx_max;
+    uint64_t ctx_sum;
     uint64_t poison_reads; /* out: poison reads and gate bypasses during this forward */
     uint64_t gate_bypasses;
     /* HiCache at TP > 1: rank 0's tier journal since the previous plan (sent with this one),
