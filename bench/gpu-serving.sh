@@ -275,10 +275,7 @@ pd = load("pd")
 dh = load("dh")
 al = load("alloclow")
 bl = load("balance")
-def load_dh(loop):
-    p_ = os.path.join(T, "serve-dh-%s.json" % loop)
-    return json.load(open(p_)) if os.path.exists(p_) else {"points": [], "ok": False}
-dh_al, dh_bl = load_dh("alloclow"), load_dh("balance")
+dh_al, dh_bl = load("dh-alloclow"), load("dh-balance")
 def price_rows(eng):
     """each price row with its marginal cost: (step - that batch's decode-only step) / chunk"""
     dec = {r["batch"]: r["decode_only_step_us"] for r in eng.get("mixed", [])}

@@ -7,9 +7,9 @@
  * region offsets come from the descriptor. Pages are handed out from a LIFO free list (recently
  * freed pages are still warm in cache), or lowest id first (TDM_KV_ALLOC_LOWEST: the free list is
  * a binary min-heap, so the live pages stay packed at the pool's start however requests come and
- * go; docs/cuda.md "Where a step's time goes" asks whether scattered pages cost the GPU's decode
- * attention), with a refcount per page, so prefix sharing only has to take references.
- * Allocation is all-or-nothing so a failed admission leaves nothing behind.
+ * go; docs/cuda.md "Sampling on the device, and the serving bench" asks whether scattered pages
+ * cost the GPU's decode attention), with a refcount per page, so prefix sharing only has to take
+ * references. Allocation is all-or-nothing so a failed admission leaves nothing behind.
  */
 #include "config.h"
 

@@ -281,10 +281,10 @@ tdm_status_t tdm_exec_init(const tdm_exec_cfg_t *cfg, tdm_exec_t **ret, char *er
         }
     }
 buffers:
-    if (getenv("TDM_KV_ALLOC") && *getenv("TDM_KV_ALLOC")) {
-        /* the page allocator's order (a measurement knob, docs/contracts.md §h): every rank of a
-         * group reads the same environment, so their page tables stay the same */
-        const char *ao = getenv("TDM_KV_ALLOC");
+    /* the page allocator's order (a measurement knob, docs/contracts.md §h): every rank of a
+     * group reads the same environment, so their page tables stay the same */
+    const char *ao = getenv("TDM_KV_ALLOC");
+    if (ao && *ao) {
         tdm_kv_alloc_order_t order;
         if (tdm_kv_alloc_order_parse(ao, &order) != TDM_OK) {
             SET_ERR("TDM_KV_ALLOC=%s: expected lifo or lowest", ao);
