@@ -2,6 +2,8 @@
  * ops_attn.cu — paged attention on the CUDA cores (split-K flash-decoding and its combine) and
  * the tensor-core prefill attention over tiles of consecutive rows.
  */
+#include <stdlib.h>
+#include "ops.h"
 #include "ops_int.cuh"
 
 TDM_OPS_PDL_SETTER(attn)
@@ -293,7 +295,7 @@ tdm_status_t tdm_cuda_attention(const float *qkv, uint32_t n, uint32_t H, const 
 template <int HD>
 static __device__ __forceinline__ void fa_load(uint16_t *ks, uint16_t *vs, const tdm_cuda_kv_t &kv,
                                                uint32_t layer, const uint32_t *pt, uint32_t kvh,
-                                               uint32_t kt0, uint32_t len)
+                                               uint32_t kt0, uint32_t len, int pshift)
 {
     constexpr int LDS = HD + 8, CH = HD / 8; /* 16-byte chunks per row */
     for (int i = threadIdx.x; i < FA_KT * CH; i += blockDim.x) {
@@ -302,7 +304,16 @@ static __device__ __forceinline__ void fa_load(uint16_t *ks, uint16_t *vs, const
         const uint8_t *kp = kv.base, *vp = kv.base;
         uint32_t bytes = 0;
         if (t < len) {
-            uint32_t page = pt[t / kv.page_size], slot = t % kv.page_size;
+            /* pshift >= 0: the page size is 1 << pshift (a shift and a mask, not two divisions
+             * by a runtime value per 16 bytes loaded) */
+            uint32_t page, slot;
+            if (pshift >= 0) {
+                page = pt[t >> pshift];
+                slot = t & (kv.page_size - 1);
+            } else {
+                page = pt[t / kv.page_size];
+                slot = t % kv.page_size;
+            }
             kp = kv_slot(kv, layer, TDM_KV_SUB_K, page, slot) + ((size_t)kvh * HD + c * 8) * 2;
             vp = kv_slot(kv, layer, TDM_KV_SUB_V, page, slot) + ((size_t)kvh * HD + c * 8) * 2;
             bytes = 16;
@@ -314,8 +325,12 @@ static __device__ __forceinline__ void fa_load(uint16_t *ks, uint16_t *vs, const
 }
 
 /* grid (ntiles, H), block 128. Warp w owns tile rows 16 w .. 16 w + 15; lane (g = lane / 4,
- * t = lane % 4) holds rows g and g + 8 of the mma fragments. */
-template <int HD>
+ * t = lane % 4) holds rows g and g + 8 of the mma fragments. LEAN (the default form): the page of
+ * a position by shift when the page size is a power of two, and the causal mask only on the K/V
+ * tiles that reach past the warp's first row (every other tile's positions precede all of the
+ * warp's rows); the same arithmetic on every value kept, so both forms give the same bits
+ * (test-cuda-ops checks it). The plain form: TDM_CUDA_FLASH_PLAIN=1 (tdm_cuda_flash_plain). */
+template <int HD, bool LEAN>
 __global__ void __launch_bounds__(128)
     flash_prefill_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
                          uint32_t layer, tdm_cuda_rows_t rows, const uint32_t *__restrict__ tiles,
@@ -336,6 +351,9 @@ __global__ void __launch_bounds__(128)
     const uint32_t qpa = p0 + min(ra, cnt - 1), qpb = p0 + min(rb, cnt - 1);
     const uint32_t wlast = p0 + min((uint32_t)warp * 16 + 15, cnt - 1); /* warp's last position */
     const bool wactive = (uint32_t)warp * 16 < cnt;
+    const uint32_t wfirst = p0 + (uint32_t)warp * 16; /* the warp's first row's position */
+    const int pshift =
+        LEAN && (kv.page_size & (kv.page_size - 1)) == 0 ? __ffs((int)kv.page_size) - 1 : -1;
     const float sl2 = rsqrtf((float)HD) * 1.4426950408889634f; /* scale * log2(e) */
 
     uint32_t qf[NKS][4];
@@ -361,11 +379,11 @@ __global__ void __launch_bounds__(128)
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
     const uint32_t nkt = (len + FA_KT - 1) / FA_KT;
-    fa_load<HD>(fa_sm, fa_sm + FA_KT * LDS, kv, layer, pt, kvh, 0, len);
+    fa_load<HD>(fa_sm, fa_sm + FA_KT * LDS, kv, layer, pt, kvh, 0, len, pshift);
     for (uint32_t kt = 0; kt < nkt; kt++) {
         if (kt + 1 < nkt) {
             uint16_t *st = fa_sm + ((kt + 1) & 1) * 2 * FA_KT * LDS;
-            fa_load<HD>(st, st + FA_KT * LDS, kv, layer, pt, kvh, (kt + 1) * FA_KT, len);
+            fa_load<HD>(st, st + FA_KT * LDS, kv, layer, pt, kvh, (kt + 1) * FA_KT, len, pshift);
             asm volatile("cp.async.wait_group 1;" ::: "memory");
         } else {
             asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -388,13 +406,16 @@ __global__ void __launch_bounds__(128)
             }
             /* causal mask, scale, row maxima (rows g and g + 8; the 4 lanes of a row) */
             float mta = -INFINITY, mtb = -INFINITY;
+            const bool masked = !LEAN || kt0 + FA_KT - 1 > wfirst;
 #pragma unroll
             for (int sn = 0; sn < NSN; sn++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     uint32_t kp = kt0 + sn * 8 + 2 * t + (e & 1);
                     uint32_t qp = e < 2 ? qpa : qpb;
-                    sc[sn][e] = kp <= qp ? sc[sn][e] * sl2 : -INFINITY;
+                    /* __fmul_rn: never contracted into the exp2's subtraction below, so the
+                     * two forms round alike */
+                    sc[sn][e] = !masked || kp <= qp ? __fmul_rn(sc[sn][e], sl2) : -INFINITY;
                 }
                 mta = fmaxf(mta, fmaxf(sc[sn][0], sc[sn][1]));
                 mtb = fmaxf(mtb, fmaxf(sc[sn][2], sc[sn][3]));
@@ -502,7 +523,23 @@ uint32_t tdm_cuda_flash_tiles(const uint32_t *pos, const uint32_t *ptoff, uint32
     return nt;
 }
 
-template <int HD>
+static int flash_plain = -1; /* -1: not yet read from TDM_CUDA_FLASH_PLAIN */
+
+int tdm_cuda_flash_plain(void)
+{
+    if (flash_plain < 0) {
+        const char *s = getenv("TDM_CUDA_FLASH_PLAIN");
+        flash_plain = s && s[0] == '1' && s[1] == 0;
+    }
+    return flash_plain;
+}
+
+void tdm_cuda_set_flash_plain(int on)
+{
+    flash_plain = on != 0;
+}
+
+template <int HD, bool LEAN>
 static void flash_launch(dim3 grid, cudaStream_t stream, const float *qkv, uint32_t H,
                          const tdm_cuda_kv_t *kv, uint32_t layer, const tdm_cuda_rows_t *rows,
                          const uint32_t *tiles, float *out, uint16_t *out_bf16)
@@ -510,12 +547,12 @@ static void flash_launch(dim3 grid, cudaStream_t stream, const float *qkv, uint3
     const size_t smem = (size_t)4 * FA_KT * (HD + 8) * 2;
     static int attr_set = 0;
     if (!attr_set && smem > 48 * 1024) {
-        (void)cudaFuncSetAttribute(flash_prefill_kernel<HD>,
+        (void)cudaFuncSetAttribute(flash_prefill_kernel<HD, LEAN>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_set = 1;
     }
-    launch(flash_prefill_kernel<HD>, grid, 128, smem, stream, qkv, H, *kv, layer, *rows, tiles, out,
-           out_bf16);
+    launch(flash_prefill_kernel<HD, LEAN>, grid, 128, smem, stream, qkv, H, *kv, layer, *rows,
+           tiles, out, out_bf16);
 }
 
 tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
@@ -531,9 +568,14 @@ tdm_status_t tdm_cuda_flash_attention(const float *qkv, uint32_t n, uint32_t H,
     if (ntiles == 0 || !tiles)
         return TDM_ERR_INVAL;
     dim3 grid(ntiles, H);
-    if (kv->hd == 64)
-        flash_launch<64>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
+    const bool plain = tdm_cuda_flash_plain();
+    if (kv->hd == 64 && !plain)
+        flash_launch<64, true>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
+    else if (kv->hd == 64)
+        flash_launch<64, false>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
+    else if (!plain)
+        flash_launch<128, true>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
     else
-        flash_launch<128>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
+        flash_launch<128, false>(grid, stream, qkv, H, kv, layer, rows, tiles, out, out_bf16);
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }

@@ -452,7 +452,7 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
                                            const uint8_t *pool, uint32_t layer, const float *qkv,
                                            uint32_t n, uint32_t H, const uint32_t *pos,
                                            const uint32_t *ptoff, const uint32_t *pages,
-                                           uint32_t n_pages_total, float *out)
+                                           uint32_t n_pages_total, int plain, float *out)
 {
     dev dv;
     uint64_t pool_bytes = 0;
@@ -473,7 +473,12 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
     TDM_TRY(dv.alloc(&dtiles, (size_t)nt * 4, tiles.data()));
     TDM_TRY(make_kv(l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos, ptoff, pages, n_pages_total, n, &rows));
-    TDM_TRY(tdm_cuda_flash_attention(dq, n, H, &kd.k, layer, &rows, dtiles, nt, dout, NULL, 0));
+    const int was = tdm_cuda_flash_plain();
+    tdm_cuda_set_flash_plain(plain);
+    tdm_status_t st =
+        tdm_cuda_flash_attention(dq, n, H, &kd.k, layer, &rows, dtiles, nt, dout, NULL, 0);
+    tdm_cuda_set_flash_plain(was);
+    TDM_TRY(st);
     return sync_back(out, dout, (size_t)n * H * hd * 4);
 }
 
@@ -696,7 +701,7 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     TDM_TRY(make_kv(&l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos.data(), ptoff.data(), pages.data(), num_pages, n, &b.rows));
     b.mma = flash == 2;
-    if (flash == 1) {
+    if (flash == 1 || flash == 3) {
         uint32_t *dt;
         b.nt = tdm_cuda_flash_tiles(pos.data(), ptoff.data(), n, tiles.data(), n + 1);
         TDM_TRY(dv.alloc(&dt, (size_t)b.nt * 4, tiles.data()));
@@ -710,5 +715,9 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     b.H = H;
     b.splits = splits;
     b.kv = kd.k;
-    return time_reps(reps, ret_ms, attn_once, &b);
+    const int was = tdm_cuda_flash_plain();
+    tdm_cuda_set_flash_plain(flash == 3);
+    tdm_status_t st = time_reps(reps, ret_ms, attn_once, &b);
+    tdm_cuda_set_flash_plain(was);
+    return st;
 }

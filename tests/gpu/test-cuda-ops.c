@@ -652,12 +652,12 @@ static void check_attention(uint32_t H, uint32_t KV, uint32_t hd, tdm_dtype_t dt
  * prompt, a continued chunk, a lone decode row, exactly one tile, a chunk crossing tiles at an
  * unaligned start), each row over positions [0, pos]; bf16 KV in random page order. The kernel
  * rounds q and the probabilities to bf16: tolerance 1e-2. */
-static void check_flash_attention(uint32_t H, uint32_t KV, uint32_t hd)
+static void check_flash_attention(uint32_t H, uint32_t KV, uint32_t hd, uint32_t ps_want)
 {
     kvcase_t c;
     const uint32_t nseq = 5, layer = 1;
     const uint32_t pos0[5] = {0, 37, 900, 0, 1000}, cnt[5] = {200, 70, 1, 64, 90};
-    if (!kv_setup(&c, H, KV, hd, TDM_DTYPE_BF16, 16)) {
+    if (!kv_setup(&c, H, KV, hd, TDM_DTYPE_BF16, ps_want)) {
         ok(0, "kv setup");
         return;
     }
@@ -719,11 +719,20 @@ static void check_flash_attention(uint32_t H, uint32_t KV, uint32_t hd)
                 o[i] /= sum;
         }
     tdm_status_t st = tdm_cuda_test_flash_attention(&c.l, c.num_pages, pool, layer, qkv, n, H, pos,
-                                                    ptoff, pages, np, out);
+                                                    ptoff, pages, np, 0, out);
     double e = st == TDM_OK ? rel_l2(out, ref, (size_t)n * H * hd) : INFINITY;
     ok(e <= 1e-2,
-       "flash prefill attention (bf16, H=%u KV=%u hd=%u, %u rows in 5 spans): rel L2 %.2e", H, KV,
-       hd, n, e);
+       "flash prefill attention (bf16, H=%u KV=%u hd=%u, page size %u, %u rows in 5 spans): rel "
+       "L2 %.2e",
+       H, KV, hd, ps, n, e);
+    /* the plain form (mask on every tile, pages by division) gives the lean form's bits */
+    float *out2 = xmalloc((size_t)n * H * hd * 4);
+    memset(out2, 0xff, (size_t)n * H * hd * 4);
+    tdm_status_t st2 = tdm_cuda_test_flash_attention(&c.l, c.num_pages, pool, layer, qkv, n, H, pos,
+                                                     ptoff, pages, np, 1, out2);
+    ok(st == TDM_OK && st2 == TDM_OK && !memcmp(out, out2, (size_t)n * H * hd * 4),
+       "flash prefill attention, page size %u: the plain form's bits equal the lean form's", ps);
+    free(out2);
     free(pool), free(pos), free(ptoff), free(qkv), free(out), free(ref), free(sc);
 }
 
@@ -1021,12 +1030,20 @@ static void bench(void)
                      shapes[s].name, ns[i], shapes[s].K, shapes[s].M, ms * 1e3,
                      wb / (ms * 1e-3) / 1e9);
             }
-    /* attention: prefill 2048 (one sequence, all rows) flash vs split-K; decode rows at KV 256 */
-    for (int fl = 0; fl < 2; fl++)
-        if (timed_ok(tdm_cuda_bench_attention(1, 2048, 2048, 1, fl, 5, &ms), &runs, &timed))
+    /* attention: prefill 2048 (one sequence, all rows) flash (lean, then plain) vs split-K; a
+     * 400-row chunk after 400 positions (a mixed step's); decode rows at KV 256 */
+    static const int fls[] = {0, 1, 3};
+    for (int i = 0; i < 3; i++)
+        if (timed_ok(tdm_cuda_bench_attention(1, 2048, 2048, 1, fls[i], 5, &ms), &runs, &timed))
             diag("bench attention prefill 2048 %s: %.1f us (%.0f TFLOP/s causal)",
-                 fl ? "flash" : "split-K", ms * 1e3,
-                 32.0 * 2048 * 2049 / 2 * 64 * 4 / (ms * 1e-3) / 1e12);
+                 fls[i] == 3   ? "flash plain"
+                 : fls[i] == 1 ? "flash"
+                               : "split-K",
+                 ms * 1e3, 32.0 * 2048 * 2049 / 2 * 64 * 4 / (ms * 1e-3) / 1e12);
+    for (int i = 1; i < 3; i++)
+        if (timed_ok(tdm_cuda_bench_attention(1, 400, 800, 1, fls[i], 20, &ms), &runs, &timed))
+            diag("bench attention chunk 400 after 400 %s: %.1f us",
+                 fls[i] == 3 ? "flash plain" : "flash", ms * 1e3);
     static const uint32_t dbs[] = {1, 8, 32}, dsp[] = {1, 4, 8, 32};
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 4; j++)
@@ -1154,9 +1171,10 @@ int main(void)
     check_decode_rope(8, 2, 128, 4);
     check_decode_rope(32, 4, 64, 8);
     check_decode_rope(6, 3, 64, 5);
-    check_flash_attention(16, 2, 64);
-    check_flash_attention(4, 2, 128);
-    check_flash_attention(6, 3, 64);
+    check_flash_attention(16, 2, 64, 16);
+    check_flash_attention(4, 2, 128, 16);
+    check_flash_attention(6, 3, 64, 16);
+    check_flash_attention(16, 2, 64, 12); /* not a power of two: pages by division */
     if (getenv("TDM_UNDER_SANITIZER"))
         skip("micro-benchmarks skipped under compute-sanitizer");
     else
