@@ -400,6 +400,10 @@ doc = {
              "random bf16, TinyLlama-1.1B shape, vocab %d (models/demo tokenizer)"
              % json.load(open(os.path.join(model, "config.json")))["vocab_size"],
     "engine": {k: eng.get(k) for k in ("weight_bytes", "prompt_len", "steps", "reps")},
+    "model_config": {k: v for k, v in json.load(open(os.path.join(model, "config.json"))).items()
+                     if k in ("num_hidden_layers", "hidden_size", "intermediate_size",
+                              "num_attention_heads", "num_key_value_heads", "head_dim",
+                              "vocab_size")},
     "load": ov.get("lengths"), "calibration": ov.get("calibration"), "seed": ov.get("seed"),
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "concurrency": rows, "rates": [p for p in ov["points"] if p["point"].startswith("rate:")],

@@ -29,6 +29,15 @@ x mixed iterations / prompt tokens, from its loop counters).
   prompt_us_per_token_for_target = the prompt price at which ceiling_tok_s reaches --target x
                        the engine's decode (0.85, the serving acceptance; docs/cuda.md): null when
                        the schedule alone keeps it below (no price would do)
+  prompt_us_per_token_at_peak = a prompt token's matmul FLOPs (twice the layers' q|k|v, o,
+                       gate|up and down weights, from the document's model_config; attention and
+                       lm_head left out, so a floor) at the card's dense bf16 peak (--peak-tflops,
+                       else by the gpu's name: H100 SXM and H200 989.4; else null);
+  ceiling_vs_engine_decode_prompts_at_peak = the ceiling with prompts at that price, each prompt
+                       token's work added to the steps as today's engine adds it;
+  target_needs_prompts_below_peak = prompt_us_per_token_for_target < that floor: then no loop
+                       reaches the target while prompt work is added to the decode steps; only
+                       prompt work hidden under the decode steps' memory-bound time could.
 Without --write it prints the load_ceiling object; with --write it also stores it in the file.
 --target F (default 0.85): the ratio prompt_us_per_token_for_target is solved for.
 """
@@ -71,7 +80,29 @@ def schedule(outs, conc, rng):
     return hist
 
 
-def point_ceiling(doc, row, orders, target=0.85):
+PEAK_TFLOPS = (("H100 80GB HBM3", 989.4), ("H100 SXM", 989.4), ("H200", 989.4))
+
+
+def peak_tflops(gpu):
+    """the card's dense bf16 tensor peak from its name (datasheet figures), or None"""
+    for name, tf in PEAK_TFLOPS:
+        if name in (gpu or ""):
+            return tf
+    return None
+
+
+def prompt_gflop(cfg):
+    """matmul GFLOP of one prompt token through the layers (q|k|v, o, gate|up, down), or None"""
+    try:
+        L, d, i = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"]
+        h, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        hd = cfg.get("head_dim") or d // h
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+    return 2.0 * L * (d * hd * (h + 2 * kv) + h * hd * d + 3 * d * i) / 1e9
+
+
+def point_ceiling(doc, row, orders, target=0.85, peak=None):
     """the load_ceiling entry of one concurrency row; raises ValueError when the draws do not
     reproduce the point"""
     c = row["concurrency"]
@@ -131,6 +162,9 @@ def point_ceiling(doc, row, orders, target=0.85):
     dec_mean = sum(r[2] for r in runs) / len(runs)
     # out / (dec + in x price) = target x engine  ->  price
     need = (out_tok / (target * eng_tok_s) * 1e6 - dec_mean) / in_tok if in_tok else None
+    gf = prompt_gflop(doc.get("model_config"))
+    floor = round(gf * 1e9 / (peak * 1e12) * 1e6, 3) if gf and peak else None
+    at_peak = (out_tok / ((dec_mean + in_tok * floor) * 1e-6) / eng_tok_s) if floor else None
     return {
         "concurrency": c, "point": name, "requests": s["requests"],
         "output_tokens": out_tok, "prompt_tokens": in_tok,
@@ -150,6 +184,11 @@ def point_ceiling(doc, row, orders, target=0.85):
         "serving_vs_ceiling": round(s["output_tok_s"] / mean, 3),
         "target_vs_engine_decode": target,
         "prompt_us_per_token_for_target": round(need, 3) if need is not None and need > 0 else None,
+        "prompt_gflop_per_token": round(gf, 3) if gf else None,
+        "prompt_us_per_token_at_peak": floor,
+        "ceiling_vs_engine_decode_prompts_at_peak": round(at_peak, 3) if at_peak else None,
+        "target_needs_prompts_below_peak": (need is None or need <= 0 or need < floor)
+        if floor else None,
     }
 
 
@@ -159,9 +198,11 @@ def main():
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--orders", type=int, default=16)
     ap.add_argument("--target", type=float, default=0.85)
+    ap.add_argument("--peak-tflops", type=float, default=None)
     a = ap.parse_args()
-    if a.orders < 1 or not 0 < a.target <= 1:
-        sys.stderr.write("serving_bound: --orders must be >= 1 and --target in (0, 1]\n")
+    if a.orders < 1 or not 0 < a.target <= 1 or (a.peak_tflops is not None and a.peak_tflops <= 0):
+        sys.stderr.write("serving_bound: --orders must be >= 1, --target in (0, 1], "
+                         "--peak-tflops > 0\n")
         return 2
     try:
         doc = json.load(open(a.serving_json))
@@ -169,9 +210,10 @@ def main():
         sys.stderr.write("serving_bound: %s: %s\n" % (a.serving_json, e))
         return 1
     pts = []
+    peak = a.peak_tflops or peak_tflops(doc.get("gpu"))
     try:
         for row in doc.get("concurrency", []):
-            p = point_ceiling(doc, row, a.orders, a.target)
+            p = point_ceiling(doc, row, a.orders, a.target, peak)
             if p:
                 pts.append(p)
     except (ValueError, KeyError, TypeError) as e:
@@ -181,8 +223,10 @@ def main():
                    "requests at the engine's measured prices (bench/serving_bound.py header): "
                    "a gap-free schedule's rows a step, decode steps at the engine's short "
                    "contexts, prompts at the cheapest measured price; "
-                   "prompt_us_per_token_for_target: the price that would reach the target",
-           "orders": a.orders, "target": a.target, "points": pts}
+                   "prompt_us_per_token_for_target: the price that would reach the target; "
+                   "prompt_us_per_token_at_peak: a prompt token's layer matmuls at the card's "
+                   "dense bf16 peak (a floor while prompt work is added to the steps)",
+           "orders": a.orders, "target": a.target, "peak_tflops": peak, "points": pts}
     if not pts:
         res["skipped"] = "no point with both a serving run and the engine's decode at its batch"
     if a.write:
@@ -196,14 +240,17 @@ def main():
     for p in pts:
         sys.stderr.write("# bench ceiling c=%d: %s tok/s (%s x engine; full batches %s x), "
                          "%s rows a step (measured %s), prompts %s of the time; serving %s x "
-                         "the ceiling; %s x needs prompts at %s us a token (now %s)\n"
+                         "the ceiling; %s x needs prompts at %s us a token (now %s; their "
+                         "FLOPs at peak %s: %s x)\n"
                          % (p["concurrency"], p["ceiling_tok_s"],
                                             p["ceiling_vs_engine_decode"],
                                             p["full_batch_vs_engine_decode"], p["rows_per_step"],
                                             p["measured_rows_per_step"], p["prompt_share"],
                                             p["serving_vs_ceiling"], a.target,
                                             p["prompt_us_per_token_for_target"],
-                                            p["prompt_us_per_token"]))
+                                            p["prompt_us_per_token"],
+                                            p["prompt_us_per_token_at_peak"],
+                                            p["ceiling_vs_engine_decode_prompts_at_peak"]))
     return 0
 
 

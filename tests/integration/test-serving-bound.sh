@@ -74,6 +74,31 @@ v=$(pick "$T/c.json" '(p["prompt_us_per_token"], p["prompt_price_from"], p["ceil
 ok "$([ "$v" = "(0.5, \"the point's mixed steps\", 3990.0, 4.0)" ]; echo $?)" \
     "the cheapest measured prompt price wins, the point's own included: 80 / 20050 us ($v)"
 
+# a prompt token's FLOP floor: a 1-layer model of width 100 (q|k|v 3 x 100 x 100, o 100 x 100,
+# gate|up|down 3 x 100 x 100) does 2 x 70000 = 140000 FLOP a token: 1.0 us at 0.14 TFLOP/s;
+# 80 / (20000 + 100 x 1.0) us = 3980.1 tok/s = 0.995 x; 0.85 needs 35.294 us: reachable
+cfg='d["model_config"] = {"num_hidden_layers": 1, "hidden_size": 100, "intermediate_size": 100, "num_attention_heads": 1, "num_key_value_heads": 1}'
+mk "$T/p.json" 8 80 "$cfg"
+python3 "$S/bench/serving_bound.py" "$T/p.json" --peak-tflops 0.14 --write > /dev/null 2>&1
+v=$(pick "$T/p.json" '(p["prompt_gflop_per_token"], p["prompt_us_per_token_at_peak"], p["ceiling_vs_engine_decode_prompts_at_peak"], p["target_needs_prompts_below_peak"])')
+ok "$([ "$v" = "(0.0, 1.0, 0.995, False)" ]; echo $?)" \
+    "prompts at their FLOPs' peak: 1.0 us, 0.995 x, the target reachable ($v)"
+# --target 0.99 needs (80 / 3960 s - 20000 us) / 100 = 2.02 us a token; at 0.05 TFLOP/s the floor is
+# 2.8 us: out of reach while prompt work is added (80 / 20280 us = 0.986 x)
+python3 "$S/bench/serving_bound.py" "$T/p.json" --peak-tflops 0.05 --target 0.99 --write > /dev/null 2>&1
+v=$(pick "$T/p.json" '(p["prompt_us_per_token_for_target"], p["prompt_us_per_token_at_peak"], p["ceiling_vs_engine_decode_prompts_at_peak"], p["target_needs_prompts_below_peak"])')
+ok "$([ "$v" = "(2.02, 2.8, 0.986, True)" ]; echo $?)" \
+    "a target below the FLOP floor: 2.02 us needed, 2.8 the floor, flagged ($v)"
+# the peak by the card's name; no model_config: no floor (null), never a guess
+mk "$T/q.json" 8 80 "$cfg; d['gpu'] = 'NVIDIA H200'"
+python3 "$S/bench/serving_bound.py" "$T/q.json" --write > /dev/null 2>&1
+v=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['load_ceiling']; print(c['peak_tflops'], c['points'][0]['prompt_us_per_token_at_peak'])" "$T/q.json")
+ok "$([ "$v" = "989.4 0.0" ]; echo $?)" "an H200 by name: 989.4 TFLOP/s ($v)"
+v=$(pick "$T/a.json" '(p["prompt_us_per_token_at_peak"], p["target_needs_prompts_below_peak"])')
+ok "$([ "$v" = "(None, None)" ]; echo $?)" "no model_config and no peak: no floor ($v)"
+python3 "$S/bench/serving_bound.py" "$T/a.json" --peak-tflops 0 > /dev/null 2>&1
+ok "$([ $? = 2 ]; echo $?)" "--peak-tflops 0: usage error (rc 2)"
+
 # refusals: usage that is not the drawn requests, no engine step at batch 1, no prompt price;
 # the file stays as it was
 mk "$T/d.json" 8 81
