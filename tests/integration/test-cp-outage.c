@@ -233,7 +233,9 @@ int main(void)
     long killed = 0, kills = 0, acked0 = 0, acked1 = 0;
     for (int r = 0; r < RANKS; r++)
         acked0 += atomic_load(&acked_batches[r]);
-    for (int i = 0; i < 40 && PQstatus(k) == CONNECTION_OK; i++) {
+    /* 12 kills, each once tandemd has reconnected (its reconnect takes longer on a loaded
+     * host, so the count of kills, not of tries, is fixed; 1000 tries at most) */
+    for (int i = 0; kills < 12 && PQstatus(k) == CONNECTION_OK && i < 1000; i++) {
         long n = q1(k, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                        "WHERE application_name LIKE 'tandemd-ingest%'");
         if (n > 0) {
