@@ -96,15 +96,16 @@ tdm_status_t tdm_cuda_test_decode_rope(const tdm_kv_layout_t *l, uint32_t num_pa
                                        int fused, int l2pf, float *out);
 /* The same through the tensor-core prefill kernel (bf16 KV, hd 64/128); rows are tiled by
  * tdm_cuda_flash_tiles (runs of consecutive positions of one page table). plain: the kernel's
- * plain form (TDM_CUDA_FLASH_PLAIN) for this call, else the lean one. */
+ * plain form for this call, else the lean one (tdm_cuda_flash_plain). */
 tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t num_pages,
                                            const uint8_t *pool, uint32_t layer, const float *qkv,
                                            uint32_t n, uint32_t H, const uint32_t *pos,
                                            const uint32_t *ptoff, const uint32_t *pages,
                                            uint32_t n_pages_total, int plain, float *out);
-/* The flash kernel's form, process-wide: 0 lean (the default), 1 plain (the causal mask on every
- * tile, pages by division; TDM_CUDA_FLASH_PLAIN=1, read once). Both give the same bits; the
- * setter is for the tests and benches that compare or time the two in one process. */
+/* The flash kernel's form, process-wide: 1 plain (the default: the causal mask on every tile,
+ * pages by division), 0 lean (TDM_CUDA_FLASH_LEAN=1, read once; docs/cuda.md "Next steps").
+ * Both give the same bits; the setter is for the tests and benches that compare or time the two
+ * in one process. */
 int tdm_cuda_flash_plain(void);
 void tdm_cuda_set_flash_plain(int on);
 /* l2pf as for tdm_cuda_test_decode_rope (prefetch blocks over the logits). */
@@ -119,8 +120,8 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
                                  double *ret_ms);
 /* attention on the TinyLlama heads (H 32, KV 4, hd 64, bf16 KV): nseq sequences of KV length
  * len, the last rows_per_seq positions of each as query rows; flash 1: the tensor-core prefill
- * kernel (3: its plain form); 2: the tensor-core decode kernel with `splits`; 0: split-K with
- * `splits` partitions and the combine. */
+ * kernel in its lean form (3: its plain form); 2: the tensor-core decode kernel with `splits`; 0:
+ * split-K with `splits` partitions and the combine. */
 tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint32_t len,
                                       uint32_t splits, int flash, int reps, double *ret_ms);
 /* device-to-device cudaMemcpy of `bytes`; GB/s counts bytes read + written */

@@ -1037,13 +1037,13 @@ static void bench(void)
         if (timed_ok(tdm_cuda_bench_attention(1, 2048, 2048, 1, fls[i], 5, &ms), &runs, &timed))
             diag("bench attention prefill 2048 %s: %.1f us (%.0f TFLOP/s causal)",
                  fls[i] == 3   ? "flash plain"
-                 : fls[i] == 1 ? "flash"
+                 : fls[i] == 1 ? "flash lean"
                                : "split-K",
                  ms * 1e3, 32.0 * 2048 * 2049 / 2 * 64 * 4 / (ms * 1e-3) / 1e12);
     for (int i = 1; i < 3; i++)
         if (timed_ok(tdm_cuda_bench_attention(1, 400, 800, 1, fls[i], 20, &ms), &runs, &timed))
             diag("bench attention chunk 400 after 400 %s: %.1f us",
-                 fls[i] == 3 ? "flash plain" : "flash", ms * 1e3);
+                 fls[i] == 3 ? "flash plain" : "flash lean", ms * 1e3);
     static const uint32_t dbs[] = {1, 8, 32}, dsp[] = {1, 4, 8, 32};
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 4; j++)
