@@ -54,13 +54,17 @@ for c, r in rows.items():
     # the one-token rows' contexts: every generated token but each request's first is one such
     # row (no retraction, no prompt longer than a chunk, no prefix hit here), a row attends at
     # least its prompt's last position plus one, and an iteration's longest row is no shorter
-    # than the mean row
+    # than that iteration's mean row, so the longest rows sum to at least every row's positions
+    # over the most rows an iteration holds (c); the mean row over the whole point may be longer
+    # than the mean longest row (iterations with more rows weigh more in it)
     dc = s["decode_ctx"]
     assert m["tandem_sched_decode_rows_total"] == s["total_output_tokens"] - s["completed"], \
         "c=%d one-token rows %d for %d tokens" % (c, m["tandem_sched_decode_rows_total"],
                                                   s["total_output_tokens"])
-    assert dc and 2 <= dc["mean"] <= dc["longest_mean"] and 1 <= dc["rows_per_iteration"] <= c, \
-        "c=%d decode_ctx %s" % (c, dc)
+    longest = m["tandem_sched_decode_longest_row_positions_total"]
+    assert dc and 2 <= dc["mean"] and 2 <= dc["longest_mean"] and \
+        longest * c >= m["tandem_sched_decode_row_positions_total"] and \
+        1 <= dc["rows_per_iteration"] <= c, "c=%d decode_ctx %s" % (c, dc)
 assert d["engine_mixed"] == {"chunk": None, "rows": [], "price": []}, "no engine on cpu: %s" % d["engine_mixed"]
 assert len(d["rates"]) == 1 and d["rates"][0]["request_rate"] == 50, "rates"
 assert d["rates"][0]["completed"] == 6, "rate point"
