@@ -27,5 +27,8 @@ EXTRA_DIST += bench/gpu-serving.sh bench/loadgen.py bench/serving_goals.py bench
 bench-gpu-serving: tandem-worker
 	bash $(top_srcdir)/bench/gpu-serving.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-gpu-serving
-TESTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh
-dist_check_SCRIPTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh
+TESTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh \
+	tests/integration/test-merge-price.sh
+dist_check_SCRIPTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh \
+	tests/integration/test-merge-price.sh
+EXTRA_DIST += bench/merge_mixed_price.py
