@@ -29,8 +29,8 @@
 #               contexts), with the decode attention's default split policy (one split from 64
 #               (row, KV head) pairs on; TDM_CUDA_ATTN_MIN_SPLITS=2 and 4 measured 1839 / 2152
 #               against 1870 µs in an earlier run, kept in gpu_mixed_price.json);
-#   flash_lean  TDM_CUDA_FLASH_LEAN=1 (the prefill flash attention's lean form, the same bits):
-#               B = 64 beside C = 32, 400, 1024, against the graphs run's (the plain default).
+#   flash_plain TDM_CUDA_FLASH_PLAIN=1 (the prefill flash attention's plain form, the same bits):
+#               B = 64 beside C = 32, 400, 1024, against the graphs run's (the lean default).
 # Derived: the fixed cost of a mixed step (C = 1 against C = 0), its price per prompt token at
 # each C, what the graphs save a decode step (eager C = 0 against graphs C = 0), and how much of
 # the fixed cost the eager launches explain.
@@ -76,9 +76,9 @@ TDM_CUDA_ATTN_BALANCE=256 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --re
 tap $? "long contexts, attention splits balanced (256)"
 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" > "$T/long0.json"
 tap $? "long contexts"
-TDM_CUDA_FLASH_LEAN=1 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "32 400 1024" > "$T/flash_lean.json"
-tap $? "the flash attention's lean form (TDM_CUDA_FLASH_LEAN=1)"
+TDM_CUDA_FLASH_PLAIN=1 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+    --price-chunks "32 400 1024" > "$T/flash_plain.json"
+tap $? "the flash attention's plain form (TDM_CUDA_FLASH_PLAIN=1)"
 gb_ident
 python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
@@ -87,7 +87,7 @@ runs = {}
 for k, f in (("graphs", "graphs.json"), ("tuned", "tuned.json"), ("narrow_v1", "narrow_v1.json"),
              ("eager", "eager.json"),
              ("flash_only", "flash.json"),
-             ("long_splits_default", "long0.json"), ("flash_lean", "flash_lean.json"),
+             ("long_splits_default", "long0.json"), ("flash_plain", "flash_plain.json"),
              ("interleaved", "interleaved.json"),
              ("scattered", "scattered.json"),
              ("scattered_long", "scattered_long.json"), ("ragged_1", "ragged1.json"),
@@ -162,10 +162,10 @@ if runs["ragged_1"] or runs["ragged_8"]:
         "balanced_256": {"one_at_1024": decode_us(runs["ragged_1_balanced"], 64),
                          "eight_at_1024": decode_us(runs["ragged_8_balanced"], 64),
                          "all_640": decode_us(runs["long_balanced"], 64)}}
-if g and runs["flash_lean"]:
-    pl, pg = price(runs["flash_lean"], 64), price(g, 64)
+if g and runs["flash_plain"]:
+    pp, pg = price(runs["flash_plain"], 64), price(g, 64)
     derived["flash_lean_vs_plain_us"] = {
-        "mixed_64_plus_%d" % c: {"lean": pl.get(c), "plain": pg.get(c)} for c in (32, 400, 1024)}
+        "mixed_64_plus_%d" % c: {"lean": pg.get(c), "plain": pp.get(c)} for c in (32, 400, 1024)}
 long = {k: decode_us(runs[k], 64) for k in ("long_splits_default",)}
 if any(v is not None for v in long.values()):
     derived["long_decode_bs64_us"] = long  # 640-token prompts, 64 steps

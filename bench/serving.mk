@@ -28,7 +28,7 @@ bench-gpu-serving: tandem-worker
 	bash $(top_srcdir)/bench/gpu-serving.sh '$(abs_top_builddir)' '$(abs_top_srcdir)'
 .PHONY: bench-gpu-serving
 TESTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh \
-	tests/integration/test-merge-price.sh
+	tests/integration/test-merge-price.sh tests/integration/test-ops-micro-json.sh
 dist_check_SCRIPTS += tests/integration/test-gpu-serving-cpu.sh tests/integration/test-serving-bound.sh \
-	tests/integration/test-merge-price.sh
-EXTRA_DIST += bench/merge_mixed_price.py
+	tests/integration/test-merge-price.sh tests/integration/test-ops-micro-json.sh
+EXTRA_DIST += bench/merge_mixed_price.py bench/ops_micro_json.py

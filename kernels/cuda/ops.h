@@ -102,8 +102,8 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
                                            uint32_t n, uint32_t H, const uint32_t *pos,
                                            const uint32_t *ptoff, const uint32_t *pages,
                                            uint32_t n_pages_total, int plain, float *out);
-/* The flash kernel's form, process-wide: 1 plain (the default: the causal mask on every tile,
- * pages by division), 0 lean (TDM_CUDA_FLASH_LEAN=1, read once; docs/cuda.md "Next steps").
+/* The flash kernel's form, process-wide: 0 lean (the default; docs/cuda.md "Next steps"), 1
+ * plain (the causal mask on every tile, pages by division; TDM_CUDA_FLASH_PLAIN=1, read once).
  * Both give the same bits; the setter is for the tests and benches that compare or time the two
  * in one process. */
 int tdm_cuda_flash_plain(void);

@@ -325,11 +325,11 @@ static __device__ __forceinline__ void fa_load(uint16_t *ks, uint16_t *vs, const
 }
 
 /* grid (ntiles, H), block 128. Warp w owns tile rows 16 w .. 16 w + 15; lane (g = lane / 4,
- * t = lane % 4) holds rows g and g + 8 of the mma fragments. LEAN (opt-in until measured): the page
+ * t = lane % 4) holds rows g and g + 8 of the mma fragments. LEAN (the default form): the page
  * of a position by shift when the page size is a power of two, and the causal mask only on the K/V
  * tiles that reach past the warp's first row (every other tile's positions precede all of the
  * warp's rows); the same arithmetic on every value kept, so both forms give the same bits
- * (test-cuda-ops checks it). The lean form: TDM_CUDA_FLASH_LEAN=1 (tdm_cuda_flash_plain). */
+ * (test-cuda-ops checks it). The plain form: TDM_CUDA_FLASH_PLAIN=1 (tdm_cuda_flash_plain). */
 template <int HD, bool LEAN>
 __global__ void __launch_bounds__(128)
     flash_prefill_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
@@ -523,13 +523,13 @@ uint32_t tdm_cuda_flash_tiles(const uint32_t *pos, const uint32_t *ptoff, uint32
     return nt;
 }
 
-static int flash_plain = -1; /* -1: not yet read from TDM_CUDA_FLASH_LEAN */
+static int flash_plain = -1; /* -1: not yet read from TDM_CUDA_FLASH_PLAIN */
 
 int tdm_cuda_flash_plain(void)
 {
     if (flash_plain < 0) {
-        const char *s = getenv("TDM_CUDA_FLASH_LEAN");
-        flash_plain = !(s && s[0] == '1' && s[1] == 0);
+        const char *s = getenv("TDM_CUDA_FLASH_PLAIN");
+        flash_plain = s && s[0] == '1' && s[1] == 0;
     }
     return flash_plain;
 }
