@@ -6,11 +6,12 @@
 # prompt tokens (C = 0: the decode rows alone, through the decode graphs):
 #   graphs      the defaults: decode steps at B = 8, 16, 32, 63, 64; B = 63 and 64 beside C = 1
 #               (rows 64 and 65: the GEMMs' row count crossing 64), B = 64 beside C = 1 8 32 64
-#               128 400 1024;
-#   tuned       TDM_CUDA_GEMM_TUNE=1 (GEMM algorithms chosen by timing, gemm_lt.h): decode steps
-#               at B = 16, 32, 64, against the graphs run's (cublasGemmEx's own);
-#   narrow_v1   TDM_CUDA_NARROW_V1=1 (RMSNorm, SiLU·mul, RoPE in their first forms): decode at
-#               B = 8 and 64, B = 64 beside C = 32 and 400, against the graphs run's;
+#               128 192 400 1024;
+#   cublas      TDM_CUDA_TILE_GEMM=0 (every GEMM of more rows than the skinny kernel's on cuBLAS,
+#               not the tile kernel): decode at B = 16, 32, 64, B = 64 beside C = 32, 64, 128,
+#               192 (up to 256 rows, the tile kernel's) and 400, against the graphs run's;
+#   (tuned, TDM_CUDA_GEMM_TUNE=1, and narrow_v1, TDM_CUDA_NARROW_V1=1, ran in earlier calls;
+#   bench/merge_mixed_price.py keeps their figures in the committed file);
 #   eager       TDM_CUDA_GRAPHS=0 (decode steps launched one kernel at a time, as mixed steps
 #               always are): B = 64 beside C = 0, 1, 32, 400;
 #   flash_only  TDM_CUDA_MIXED_DECODE=0 (every row of a mixed step through the flash tiles):
@@ -44,13 +45,11 @@ OUT=${3:?usage}
 gb_init gpu-mixed-price "$BUILD" "$SRC" "${TDM_MIXED_MODEL:-}"
 common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
 "$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
-    --price-chunks "1 8 32 64 128 400 1024" > "$T/graphs.json"
+    --price-chunks "1 8 32 64 128 192 400 1024" > "$T/graphs.json"
 tap $? "graphs (defaults)"
-TDM_CUDA_GEMM_TUNE=1 "$E" "${common[@]}" --batch "16 32 64" > "$T/tuned.json"
-tap $? "GEMM algorithms chosen by timing (TDM_CUDA_GEMM_TUNE=1)"
-TDM_CUDA_NARROW_V1=1 "$E" "${common[@]}" --batch "8 64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "32 400" > "$T/narrow_v1.json"
-tap $? "RMSNorm, SiLU, RoPE in their first forms (TDM_CUDA_NARROW_V1=1)"
+TDM_CUDA_TILE_GEMM=0 "$E" "${common[@]}" --batch "16 32 64" --mixed-batch "64" --mixed-chunk 1 \
+    --price-chunks "32 64 128 192 400" > "$T/cublas.json"
+tap $? "cuBLAS for every GEMM past the skinny kernel (TDM_CUDA_TILE_GEMM=0)"
 TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
     --price-chunks "1 32 400" > "$T/eager.json"
 tap $? "eager (TDM_CUDA_GRAPHS=0)"
@@ -84,7 +83,7 @@ python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
 T, out, sha, gpu = sys.argv[1:5]
 runs = {}
-for k, f in (("graphs", "graphs.json"), ("tuned", "tuned.json"), ("narrow_v1", "narrow_v1.json"),
+for k, f in (("graphs", "graphs.json"), ("cublas", "cublas.json"),
              ("eager", "eager.json"),
              ("flash_only", "flash.json"),
              ("long_splits_default", "long0.json"), ("flash_plain", "flash_plain.json"),
@@ -136,18 +135,14 @@ if e and d64:
 if fo and d64:
     pf = price(fo, 64)
     derived["flash_only_us"] = {str(c): s for c, s in sorted(pf.items())}
-if g and runs["tuned"]:
-    derived["decode_us_gemm_tuned_vs_not"] = {
-        str(b): {"tuned": decode_us(runs["tuned"], b), "untuned": decode_us(g, b)}
-        for b in (16, 32, 64)}
-nv1 = runs["narrow_v1"]
-if g and nv1:
-    p1, pg = price(nv1, 64), price(g, 64)
-    derived["narrow_forms_vs_v1_us"] = {
-        "decode_bs8": {"now": decode_us(g, 8), "v1": decode_us(nv1, 8)},
-        "decode_bs64": {"now": d64, "v1": decode_us(nv1, 64)},
-        "mixed_64_plus_32": {"now": pg.get(32), "v1": p1.get(32)},
-        "mixed_64_plus_400": {"now": pg.get(400), "v1": p1.get(400)}}
+cb = runs["cublas"]
+if g and cb:
+    pc, pg = price(cb, 64), price(g, 64)
+    t = {"decode_bs%d" % b: {"tile": decode_us(g, b), "cublas": decode_us(cb, b)}
+         for b in (16, 32, 64)}
+    for c in (32, 64, 128, 192, 400):
+        t["mixed_64_plus_%d" % c] = {"tile": pg.get(c), "cublas": pc.get(c)}
+    derived["tile_vs_cublas_us"] = t
 if runs["scattered"] or runs["scattered_long"]:
     derived["scattered_pages_decode_bs64_us"] = {
         "prompt_160": {"together": d64, "interleaved": decode_us(runs["interleaved"], 64),

@@ -44,6 +44,7 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->pdl_early = 1;
     o->mixed_decode = 1; /* measured on the H200: docs/cuda.md "Mixed steps" */
     o->gemm_tune = 0;    /* measured no faster in the decode step: docs/cuda.md */
+    o->tile_max_rows = TDM_CUDA_TILE_MAX_ROWS;
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");
@@ -69,6 +70,12 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     env_bool("TDM_CUDA_EMBED_FUSED", &o->embed_fused);
     env_bool("TDM_CUDA_MIXED_DECODE", &o->mixed_decode);
     env_bool("TDM_CUDA_GEMM_TUNE", &o->gemm_tune);
+    s = getenv("TDM_CUDA_TILE_GEMM"); /* not a count, or out of range: init refuses it */
+    if (s && *s) {
+        char *end;
+        const unsigned long v = strtoul(s, &end, 10);
+        o->tile_max_rows = *end || v > TDM_CUDA_TILE_MAX_ROWS ? UINT32_MAX : (uint32_t)v;
+    }
     s = getenv("TDM_CUDA_ATTN_BALANCE"); /* not a count, or out of range: init refuses it */
     if (s && *s) {
         char *end;
@@ -132,6 +139,12 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
                 "msg=\"TDM_CUDA_ATTN_BALANCE out of range (0, or 32..65536 positions a split)\" "
                 "balance=%u",
                 e->o.attn_balance);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
+    if (e->o.tile_max_rows > TDM_CUDA_TILE_MAX_ROWS) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_TILE_GEMM out of range (0..%u rows)\"",
+                TDM_CUDA_TILE_MAX_ROWS);
         st = TDM_ERR_INVAL;
         goto err;
     }
@@ -225,6 +238,10 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         for (int i = 0; i < 9; i++)
             act_bytes += sizes[i];
         act_bytes += align256((uint64_t)e->o.max_logit_rows * 4) + align256(TDM_CUDA_ARGMAX_WS);
+        /* the tile GEMM's split-K partials and counters (zeroed below, as it needs) */
+        const uint64_t tile_bytes =
+            e->o.tile_max_rows ? align256(TDM_CUDA_TILE_WS_FLOATS * 4) + TDM_CUDA_TILE_CNT * 4 : 0;
+        act_bytes += tile_bytes;
         TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->abuf, act_bytes), st, err);
         /* zeroed once: a read of scratch that no launch of this call wrote (padding rows, a
          * bucket's unused tail) then gives the same bits in every engine instance */
@@ -240,6 +257,11 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         p += sizes[8];
         e->d_ids_out = (int32_t *)p;
         e->am_ws = p + align256((uint64_t)e->o.max_logit_rows * 4);
+        p = (uint8_t *)e->am_ws + align256(TDM_CUDA_ARGMAX_WS);
+        if (tile_bytes) {
+            e->tile_ws = (float *)p;
+            e->tile_cnt = (uint32_t *)(p + align256(TDM_CUDA_TILE_WS_FLOATS * 4));
+        }
     }
 
     /* KV pool from the layout descriptor and the configurator */

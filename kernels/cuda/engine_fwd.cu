@@ -57,15 +57,27 @@ static int use_skinny(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K, uint32
     return e->o.use_skinny && tdm_cuda_skinny_ok(n, K) && (n <= 8 || (uint64_t)M * K <= (6u << 20));
 }
 
-/* y (n, M) (+)= xb · Wᵀ on the bf16 path: the skinny tensor-core GEMM for decode-sized n, else
- * cuBLAS (beta 1 = accumulate) with the algorithm chosen by timing where the shape was tuned
- * (gemm_lt.h). */
+/* 1 when gemm() runs the tile kernel: up to opts.tile_max_rows rows where the skinny one does
+ * not run (docs/cuda.md "A GEMM for 16-256 rows"). */
+static int use_tile(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K, uint32_t M)
+{
+    return e->tile_ws && n <= e->o.tile_max_rows && tdm_cuda_tile_ok(n, K) &&
+           !use_skinny(e, n, K, M);
+}
+
+/* y (n, M) (+)= xb · Wᵀ on the bf16 path: the skinny tensor-core GEMM for decode-sized n, the
+ * tile GEMM up to opts.tile_max_rows rows, else cuBLAS (beta 1 = accumulate) with the algorithm
+ * chosen by timing where the shape was tuned (gemm_lt.h). */
 static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const void *w, uint32_t M,
                          int accum, float *y)
 {
     if (use_skinny(e, n, K, M))
         return tdm_cuda_gemm_skinny(e->xb, n, K, (const uint16_t *)w, M, NULL, accum, y, M,
                                     e->stream);
+    if (use_tile(e, n, K, M))
+        return tdm_cuda_gemm_tile(e->xb, n, K, (const uint16_t *)w, M, accum, y, M, e->tile_ws,
+                                  TDM_CUDA_TILE_WS_FLOATS, e->tile_cnt, TDM_CUDA_TILE_CNT, 0,
+                                  e->stream);
     return tdm_cuda_lt_gemm(e->lt, e->cublas, e->stream, e->xb, n, K, (const uint16_t *)w, M,
                             accum != 0, y);
 }
@@ -92,7 +104,8 @@ static tdm_status_t tune_decode(tdm_cuda_engine_t *e, uint32_t n)
     tdm_status_t st = TDM_OK;
     for (int k = 0; k < 5 && st == TDM_OK; k++) {
         uint32_t nw = L;
-        if (use_skinny(e, n, sh[k].K, sh[k].M) || (uint64_t)n * sh[k].M > room ||
+        if (use_skinny(e, n, sh[k].K, sh[k].M) || use_tile(e, n, sh[k].K, sh[k].M) ||
+            (uint64_t)n * sh[k].M > room ||
             tdm_cuda_lt_tuned(e->lt, n, sh[k].K, sh[k].M, sh[k].accum))
             continue;
         if (sh[k].part == 4) { /* lm_head over the m = n logits rows of a decode step */

@@ -30,7 +30,10 @@ extern "C" {
  * scale applied to each row's sum); 10: V2 on one block per SM; 11: V3 (V2 with two batches of
  * weight loads before the PDL wait); 12: V2 held to 3 blocks per SM; 13, 14: V2 in blocks of 4 and
  * 2 warps; 15: V2 with x staged through registers (9 stages it by cp.async); 16, 17: V4 (V2 with
- * a shared-memory ring of 2 or 1 more weight batches per lane; same sums) (n == 1; else as 3). */
+ * a shared-memory ring of 2 or 1 more weight batches per lane; same sums) (n == 1; else as 3).
+ * use_cublas 18, 19, 20: the tile tensor-core GEMM (n <= 256, K % 64 == 0; flags 0 or ACCUM, no
+ * bias; x rounded to bf16) with its own split count, one split, and 5 splits (K >= 320);
+ * without ACCUM it runs twice with y poisoned between, so its split counters must re-arm. */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);
@@ -114,8 +117,9 @@ tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, i
 
 /* Micro-benchmarks on device-resident random data, median of reps (CUDA events). */
 /* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1), 4 the
- * streaming one-row GEMV. The weights rotate over >= 22 copies (>= 160 MB, past the 50 MB L2):
- * the time is one pass over every copy back to back divided by the copies, HBM-bound. */
+ * streaming one-row GEMV, 18 the tile tensor-core GEMM (its own split count). The weights rotate
+ * over >= 22 copies (>= 160 MB, past the 50 MB L2): the time is one pass over every copy back to
+ * back divided by the copies, HBM-bound. */
 tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cublas, int reps,
                                  double *ret_ms);
 /* attention on the TinyLlama heads (H 32, KV 4, hd 64, bf16 KV): nseq sequences of KV length

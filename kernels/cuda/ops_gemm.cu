@@ -1,6 +1,6 @@
 /*
- * ops_gemm.cu — the skinny tensor-core GEMM, the cuBLAS bf16 GEMM, and RoPE fused with the KV
- * write.
+ * ops_gemm.cu — the skinny and tile tensor-core GEMMs, the cuBLAS bf16 GEMM, and RoPE fused with
+ * the KV write.
  */
 #include "ops_int.cuh"
 
@@ -172,6 +172,260 @@ tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, 
     if (!tdm_cuda_skinny_ok(n, I) || M == 0 || !gu || !w || !y)
         return TDM_ERR_INVAL;
     return skinny_launch<true>(gu, 2 * I, n, I, w, M, NULL, accum, y, ldy, stream);
+}
+
+/* ---------------------------------------------------------------- tile GEMM (tensor cores) */
+
+/* y (n, M) (+)= x (n, K) · Wᵀ for 1..TDM_CUDA_TILE_MAX_ROWS rows: a block owns TG_BM output
+ * features and every row (NG groups of 64), so each weight is read from HBM once however many
+ * rows the call has, and the rows' tensor-core work runs while the next weight tiles are in
+ * flight: max(weight stream, compute) instead of their sum (docs/cuda.md "A GEMM for 16-256
+ * rows"). Stages of TG_BK k through shared memory by cp.async, the weights of the first stages
+ * issued before the PDL wait. K is split over gridDim.y blocks when the features alone give too
+ * few blocks for the SMs; the split's partial tiles meet in a workspace and the block that
+ * arrives last sums them in split order (deterministic), then re-arms the tile's counter. */
+#define TG_BM 128u /* output features per block: 8 warps as 4 (32 features) x 2 (32 rows) */
+#define TG_BK 64u  /* k per stage: a row of a stage is 8 chunks of 16 bytes */
+#define TG_THREADS 256u
+
+template <int NG> struct tg_shape {
+    static constexpr uint32_t W_CH = TG_BM * 8; /* 16-byte chunks of a stage's weights */
+    static constexpr uint32_t X_CH = NG * 64 * 8;
+    static constexpr uint32_t ST_CH = W_CH + X_CH;
+    static constexpr uint32_t STAGES = NG == 1 ? 4 : 3;
+    static constexpr size_t SMEM = (size_t)STAGES * ST_CH * 16;
+};
+
+/* chunk ch of row r at ch ^ (r & 7): ldmatrix's 8 rows of one logical chunk hit 8 bank groups */
+static __device__ __forceinline__ uint32_t tg_sw(uint32_t r, uint32_t ch)
+{
+    return r * 8 + (ch ^ (r & 7));
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const uint4 *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+static __device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <int NG>
+__global__ void __launch_bounds__(TG_THREADS)
+    tile_gemm_kernel(const uint16_t *__restrict__ x, uint32_t n, uint32_t K, uint32_t M,
+                     const uint16_t *__restrict__ W, int accum, float *__restrict__ y, uint32_t ldy,
+                     float *__restrict__ ws, uint32_t *__restrict__ cnt)
+{
+    typedef tg_shape<NG> S;
+    extern __shared__ uint4 tg_smem[];
+    __shared__ uint32_t tg_last;
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t wm = warp & 3, wn = warp >> 2;
+    const uint32_t tile = blockIdx.x, split = blockIdx.y, ns = gridDim.y, m0 = tile * TG_BM;
+    const uint32_t nk = K / TG_BK;
+    const uint32_t kb = (uint32_t)((uint64_t)split * nk / ns);
+    const uint32_t steps = (uint32_t)((uint64_t)(split + 1) * nk / ns) - kb;
+    /* this thread's chunks: weights rows wr + 32 i, x rows xr + 32 i, chunk ch of each */
+    const uint32_t ch = tid & 7, r0 = tid >> 3;
+    const uint16_t *wsrc[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t m = m0 + r0 + 32 * i;
+        wsrc[i] = W + (size_t)(m < M ? m : M - 1) * K + (size_t)kb * TG_BK + ch * 8;
+    }
+    auto load_w = [&](uint32_t st) {
+        uint4 *dst = tg_smem + (st % S::STAGES) * S::ST_CH;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            cp_async16(dst + tg_sw(r0 + 32 * i, ch), wsrc[i] + (size_t)st * TG_BK, 16);
+    };
+    auto load_x = [&](uint32_t st) {
+        uint4 *dst = tg_smem + (st % S::STAGES) * S::ST_CH + S::W_CH;
+#pragma unroll
+        for (int i = 0; i < 2 * NG; i++) {
+            const uint32_t r = r0 + 32 * i;
+            /* rows past n: zero-filled (src-size 0), computed and never stored */
+            const uint16_t *src =
+                x + (size_t)(r < n ? r : 0) * K + (size_t)(kb + st) * TG_BK + ch * 8;
+            cp_async16(dst + tg_sw(r, ch), src, r < n ? 16 : 0);
+        }
+    };
+    const uint32_t pre = steps < S::STAGES - 1 ? steps : S::STAGES - 1;
+    for (uint32_t st = 0; st < pre; st++)
+        load_w(st); /* weights never depend on the previous kernel */
+    cp_commit();
+    pdl_sync();
+    for (uint32_t st = 0; st < S::STAGES - 1; st++) {
+        if (st < pre)
+            load_x(st);
+        cp_commit();
+    }
+    float c[NG][2][4][4];
+#pragma unroll
+    for (int g = 0; g < NG; g++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                c[g][i][j][0] = c[g][i][j][1] = c[g][i][j][2] = c[g][i][j][3] = 0.0f;
+    for (uint32_t st = 0; st < steps; st++) {
+        cp_wait<S::STAGES - 2>();
+        __syncthreads(); /* stage st landed for every thread; st - 1's slot is free */
+        const uint32_t nx = st + S::STAGES - 1;
+        if (nx < steps) {
+            load_w(nx);
+            load_x(nx);
+        }
+        cp_commit();
+        const uint4 *sw = tg_smem + (st % S::STAGES) * S::ST_CH, *sx = sw + S::W_CH;
+#pragma unroll
+        for (uint32_t kk = 0; kk < TG_BK / 16; kk++) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                ldsm_x4(a[i], sw + tg_sw(wm * 32 + i * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+            for (int g = 0; g < NG; g++)
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    uint32_t b[4];
+                    const uint32_t r = g * 64 + wn * 32 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    ldsm_x4(b, sx + tg_sw(r, 2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        mma_bf16(c[g][i][2 * p], a[i], b[0], b[1]);
+                        mma_bf16(c[g][i][2 * p + 1], a[i], b[2], b[3]);
+                    }
+                }
+        }
+    }
+    cp_wait<0>();
+    /* c[g][i][j][e]: feature wm 32 + 16 i + lane / 4 (+ 8 for e >= 2), row g 64 + wn 32 + 8 j +
+     * 2 (lane % 4) + (e & 1) */
+    const uint32_t NR = NG * 64;
+    float *part = ns > 1 ? ws + ((size_t)tile * ns + split) * NR * TG_BM : NULL;
+#pragma unroll
+    for (int g = 0; g < NG; g++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const uint32_t f = wm * 32 + i * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
+                    const uint32_t r = g * 64 + wn * 32 + j * 8 + 2 * (lane & 3) + (e & 1);
+                    if (r >= n)
+                        continue;
+                    if (part) {
+                        part[(size_t)r * TG_BM + f] = c[g][i][j][e];
+                    } else if (m0 + f < M) {
+                        float *yp = y + (size_t)r * ldy + m0 + f;
+                        *yp = accum ? *yp + c[g][i][j][e] : c[g][i][j][e];
+                    }
+                }
+    if (!part)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0)
+        tg_last = atomicAdd(&cnt[tile], 1u) == ns - 1;
+    __syncthreads();
+    if (!tg_last)
+        return;
+    __threadfence();
+    const float *p0 = ws + (size_t)tile * ns * NR * TG_BM;
+    for (uint32_t idx = tid; idx < n * TG_BM; idx += TG_THREADS) {
+        const uint32_t r = idx / TG_BM, f = idx % TG_BM;
+        if (m0 + f >= M)
+            continue;
+        float v = __ldcg(p0 + idx);
+        for (uint32_t s = 1; s < ns; s++)
+            v += __ldcg(p0 + (size_t)s * NR * TG_BM + idx);
+        float *yp = y + (size_t)r * ldy + m0 + f;
+        *yp = accum ? *yp + v : v;
+    }
+    if (tid == 0)
+        cnt[tile] = 0; /* re-armed for the next call (it reads it after its PDL wait) */
+}
+
+int tdm_cuda_tile_ok(uint32_t n, uint32_t K)
+{
+    return n >= 1 && n <= TDM_CUDA_TILE_MAX_ROWS && K % TG_BK == 0 && K > 0;
+}
+
+/* Blocks of a split are one wave's worth where that fills the SMs best: the split count with the
+ * highest share of busy SMs over the waves it needs (ties: the fewest splits), at least 4 k
+ * stages a block, at most 8 splits, and its partial tiles within the workspace. */
+uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M, size_t ws_floats,
+                              uint32_t cnt_len)
+{
+    const uint32_t tiles = (M + TG_BM - 1) / TG_BM, nk = K / TG_BK, sms = (uint32_t)sm_count();
+    const uint32_t NR = (n + 63) / 64 * 64;
+    uint32_t best = 1;
+    double be = 0;
+    if (tiles > cnt_len)
+        return 1;
+    for (uint32_t s = 1; s <= 8 && (s == 1 || s * 4 <= nk); s++) {
+        if (s > 1 && (uint64_t)tiles * s * NR * TG_BM > ws_floats)
+            break;
+        const uint64_t blocks = (uint64_t)tiles * s, waves = (blocks + sms - 1) / sms;
+        const double eff = (double)blocks / (double)(waves * sms);
+        if (eff > be + 1e-9) {
+            be = eff;
+            best = s;
+        }
+    }
+    return best;
+}
+
+template <int NG>
+static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w, uint32_t M,
+                        int accum, float *y, uint32_t ldy, float *ws, uint32_t *cnt, uint32_t ns,
+                        cudaStream_t s)
+{
+    const dim3 grid((M + TG_BM - 1) / TG_BM, ns), block(TG_THREADS);
+    launch_big(tile_gemm_kernel<NG>, grid, block, tg_shape<NG>::SMEM, s, xb, n, K, M, w, accum, y,
+               ldy, ws, cnt);
+}
+
+tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
+                                uint32_t M, int accum, float *y, uint32_t ldy, float *ws,
+                                size_t ws_floats, uint32_t *cnt, uint32_t cnt_len, uint32_t splits,
+                                cudaStream_t stream)
+{
+    if (!tdm_cuda_tile_ok(n, K) || M == 0 || !xb || !w || !y || ldy < M)
+        return TDM_ERR_INVAL;
+    const uint32_t tiles = (M + TG_BM - 1) / TG_BM, NR = (n + 63) / 64 * 64;
+    if (splits == 0)
+        splits = tdm_cuda_tile_splits(n, K, M, ws_floats, cnt_len);
+    if (splits > 1 && (splits > K / TG_BK || !ws || !cnt || tiles > cnt_len ||
+                       (uint64_t)tiles * splits * NR * TG_BM > ws_floats))
+        return TDM_ERR_INVAL;
+    switch (NR / 64) {
+    case 1:
+        tile_launch<1>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        break;
+    case 2:
+        tile_launch<2>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        break;
+    case 3:
+        tile_launch<3>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        break;
+    default:
+        tile_launch<4>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        break;
+    }
+    return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;
 }
 
 tdm_status_t tdm_cuda_gemm_bf16(cublasHandle_t h, const uint16_t *xb, uint32_t n, uint32_t K,

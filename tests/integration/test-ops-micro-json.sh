@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-ops-micro-json.sh — bench/ops_micro_json.py on a hand-made test-cuda-ops log and env.txt:
-# attention rows by name, the other bench lines kept, the commit and GPU taken from env.txt, and
+# attention rows by name, tile/cuBLAS GEMM rows paired, the other bench lines kept, the commit and GPU taken from env.txt, and
 # the refusals (no bench line, no commit or GPU).
 set -u
 S=${TDM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -16,6 +16,11 @@ ok $? "a log and env.txt converted"
 v=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['git_sha'], d['gpu'], d['attention_us'], d['other'])" "$T/o.json")
 ok "$([ "$v" = "abc1234 NVIDIA H100 80GB HBM3 {'prefill 2048 flash lean': 153.2, 'chunk 400 after 400 flash plain': 35.8} ['copy d2d 8 MiB: 0.1 ms = 100 GB/s']" ]; echo $?)" \
     "rows by name, other lines verbatim, commit and GPU from env.txt ($v)"
+printf '# bench cublas qkv n=64 K=2048 M=2560: 8.0 us = 1311 GB/s of weights, 84 TFLOP/s\n# bench tile qkv n=64 K=2048 M=2560: 6.0 us = 1748 GB/s of weights, 112 TFLOP/s\n# bench cublas down n=256 K=5632 M=2048: 20.0 us = 1153 GB/s of weights\n# bench skinny qkv n=8 K=2048 M=2560: 5.0 us = 2097 GB/s of weights\n' > "$T/gemm.log"
+python3 "$J" "$T/gemm.log" "$T/env.txt" "$T/g.json" > /dev/null 2>&1
+v=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sorted(d['gemm_us'].items()), len(d['other']))" "$T/g.json")
+ok "$([ "$v" = "[('down n=256', {'cublas': 20.0}), ('qkv n=64', {'cublas': 8.0, 'tile': 6.0, 'tile_vs_cublas': 0.75})] 1" ]; echo $?)" \
+    "tile and cuBLAS rows paired by shape and rows with their ratio, an unpaired one kept, the skinny row under other ($v)"
 printf 'ok 1 - x\n' > "$T/none.log"
 python3 "$J" "$T/none.log" "$T/env.txt" "$T/n.json" > /dev/null 2> "$T/e1"
 rc=$?
