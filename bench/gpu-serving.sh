@@ -41,6 +41,10 @@
 # points again with TDM_CUDA_ATTN_BALANCE=TDM_SERVE_BALANCE (256; the decode attention's splits
 # doubled while the longest row's split holds more positions, kernels/cuda/engine.h):
 # "attn_balance",
+# TDM_SERVE_CHUNK_CONC (cuda: "64", cpu: none; empty: none): these concurrency points again in the
+# overlap loop with --chunked-prefill-size TDM_SERVE_CHUNK (192: a mixed step of 64 decode rows
+# stays within the tile GEMM's 256 rows, its prompt rows under the weight stream; docs/cuda.md "A
+# GEMM for 16-256 rows"): "chunked_prefill",
 # TDM_BENCH_GIT_SHA (else git or the device bundle's MANIFEST).
 set -u
 BUILD=${1:?usage: gpu-serving.sh BUILDDIR SRCDIR [OUT]}
@@ -58,6 +62,8 @@ DH_OUT=${TDM_SERVE_DH_OUT:-512}
 [ "$DEV" = cuda ] || HS_CONC=""
 if [ "$DEV" = cuda ]; then ALLOC_CONC=${TDM_SERVE_ALLOC_CONC-64}; else ALLOC_CONC=${TDM_SERVE_ALLOC_CONC:-}; fi
 BALANCE=${TDM_SERVE_BALANCE:-256}
+if [ "$DEV" = cuda ]; then CHUNK_CONC=${TDM_SERVE_CHUNK_CONC-64}; else CHUNK_CONC=${TDM_SERVE_CHUNK_CONC:-}; fi
+CHUNK=${TDM_SERVE_CHUNK:-192}
 NUM=${TDM_SERVE_NUM:-0}
 NUMF=${TDM_SERVE_NUM_FACTOR:-4}
 IN=${TDM_SERVE_IN:-160}
@@ -130,8 +136,10 @@ for c in $ALLOC_CONC; do points_alloc="$points_alloc,conc:$c"; done
 points_cuda_loop=""
 points_balance=""
 [ "$DEV" = cuda ] && points_cuda_loop=$points_lockstep && points_balance=$points_alloc
+points_chunk=""
+for c in $CHUNK_CONC; do points_chunk="$points_chunk,conc:$c"; done
 lg_rc=0
-for loop in overlap lockstep threaded flashmix hostsample alloclow balance; do
+for loop in overlap lockstep threaded flashmix hostsample alloclow balance chunk; do
     hs=0
     pipe=1
     mixdec=1
@@ -144,6 +152,7 @@ for loop in overlap lockstep threaded flashmix hostsample alloclow balance; do
     flashmix) pts=${points_cuda_loop#,}; extra=""; mixdec=0 ;;
     hostsample) pts=${points_hs#,}; extra=""; hs=1 ;;
     alloclow) pts=${points_alloc#,}; extra=""; alloc=lowest ;;
+    chunk) pts=${points_chunk#,}; extra="--chunked-prefill-size $CHUNK" ;;
     *) pts=${points_balance#,}; extra=""; bal=$BALANCE ;;
     esac
     [ -z "$pts" ] && continue
@@ -254,6 +263,7 @@ tap $lg_rc "load generator: every request served, usage and /metrics agree"
 [ -n "$DH_CONC" ] && : > "$T/dh-wanted"
 [ -n "$ALLOC_CONC" ] && : > "$T/alloc-wanted"
 [ -n "$points_balance" ] && : > "$T/balance-wanted"
+[ -n "$points_chunk" ] && : > "$T/chunk-wanted"
 # the binaries' source: a device bundle's MANIFEST names the commit it was built from (the
 # device's checkout may carry another .git state), else the checkout's HEAD
 sha=${TDM_BENCH_GIT_SHA:-$(sed -n 's/^source: //p' "$BUILD/MANIFEST" 2>/dev/null | head -1)}
@@ -276,6 +286,7 @@ dh = load("dh")
 al = load("alloclow")
 bl = load("balance")
 dh_al, dh_bl = load("dh-alloclow"), load("dh-balance")
+ck = load("chunk")
 def price_rows(eng):
     """each price row with its marginal cost: (step - that batch's decode-only step) / chunk"""
     dec = {r["batch"]: r["decode_only_step_us"] for r in eng.get("mixed", [])}
@@ -361,6 +372,7 @@ def ab_rows(var, var_dh, x, y):
             [ab_row("decode_heavy", pt(dh, p["point"]), p, x, y) for p in var_dh["points"]])
 page_order = ab_rows(al, dh_al, "lifo", "lowest")
 attn_balance = ab_rows(bl, dh_bl, "off", "on")
+chunked = ab_rows(ck, {"points": []}, "default", "chunked")
 anchor = {}
 try:
     g = json.load(open(os.path.join(src, "bench/results/gpu_decode.json")))
@@ -391,6 +403,8 @@ doc = {
             "TDM_KV_ALLOC=lowest (the lowest free KV page first) beside the default order; "
             "attn_balance: the same points with TDM_CUDA_ATTN_BALANCE (cuda; 'balance' "
             "positions a split) beside the default; "
+            "chunked_prefill: TDM_SERVE_CHUNK_CONC's points with --chunked-prefill-size "
+            "'size' beside the default; "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
             "CUDA IPC) beside the colocated overlap worker on the same requests",
     "targets": "serving output tok/s at concurrency 64 >= 0.85 x engine decode at bs64; ITL p50 at "
@@ -411,6 +425,8 @@ doc = {
     "pd_vs_colocated": pd_rows, "decode_heavy": decode_heavy, "page_order": page_order,
     "attn_balance": {"balance": int(os.environ.get("TDM_SERVE_BALANCE", "256") or 256),
                      "rows": attn_balance},
+    "chunked_prefill": {"size": int(os.environ.get("TDM_SERVE_CHUNK", "192") or 192),
+                        "rows": chunked},
     "anchor": anchor,
     "engine_mixed": {"chunk": eng.get("mixed_chunk"), "rows": eng.get("mixed", []),
                      "price": price_rows(eng)},
@@ -425,6 +441,7 @@ doc = {
                  (bool(bl.get("ok")) and (bool(dh_bl.get("ok")) or
                                           not os.path.exists(os.path.join(T, "dh-wanted")))
                   or not os.path.exists(os.path.join(T, "balance-wanted"))) and
+                 (bool(ck.get("ok")) or not os.path.exists(os.path.join(T, "chunk-wanted"))) and
                  (bool(hs.get("ok")) or not hs["points"] and not os.path.exists(os.path.join(T, "hs-wanted"))),
 }
 with open(out, "w") as f:
@@ -466,6 +483,10 @@ for r in attn_balance:
     print("# bench attention balance %s %s: on %s vs off %s tok/s (x%s); decode wait %s vs %s us"
           % (r["load"], r["point"], r["on_output_tok_s"], r["off_output_tok_s"],
              r["on_vs_off"], r["on_exec_wait_decode_us"], r["off_exec_wait_decode_us"]))
+for r in chunked:
+    print("# bench chunked prefill %s: %s vs default %s tok/s (x%s); ITL p50 %s vs %s ms"
+          % (r["point"], r["chunked_output_tok_s"], r["default_output_tok_s"],
+             r["chunked_vs_default"], r["chunked_itl_p50_ms"], r["default_itl_p50_ms"]))
 for l in loops:
     print("# bench loop c=%d: overlap %s vs lockstep %s tok/s (x%s); threaded overlap %s; "
           "mixed steps all flash %s; loop us/iter %s"
