@@ -161,18 +161,13 @@ tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, 
 /* Tensor-core tile GEMM for 1 <= n <= TDM_CUDA_TILE_MAX_ROWS rows (K % 64 == 0): y (n, ldy)[:,
  * 0:M] = xb (n, K) bf16 · Wᵀ (M, K) bf16, or += with accum; fp32 accumulation, deterministic.
  * Each weight is read once for all n rows (a block: 128 features, every row) and the rows' MMAs
- * run under the weight stream. splits > 1 splits K over blocks (0: tdm_cuda_tile_splits); the
- * partial tiles then need ws (tiles * splits * ceil64(n) * 128 floats, at most ws_floats) and
- * cnt (cnt_len >= ceil(M / 128) counters, zeroed once; each call leaves them zero). */
+ * run under the weight stream. splits (1..8) > 1 splits K over the blocks of a cluster, summed
+ * in split order through distributed shared memory; 0: tdm_cuda_tile_splits. */
 #define TDM_CUDA_TILE_MAX_ROWS 256u
-#define TDM_CUDA_TILE_WS_FLOATS ((size_t)4 << 20)
-#define TDM_CUDA_TILE_CNT 4096u
 int tdm_cuda_tile_ok(uint32_t n, uint32_t K);
-uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M, size_t ws_floats,
-                              uint32_t cnt_len);
+uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M);
 tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
-                                uint32_t M, int accum, float *y, uint32_t ldy, float *ws,
-                                size_t ws_floats, uint32_t *cnt, uint32_t cnt_len, uint32_t splits,
+                                uint32_t M, int accum, float *y, uint32_t ldy, uint32_t splits,
                                 cudaStream_t stream);
 
 /* y (n, M) fp32 = xb (n, K) bf16 · Wᵀ (M, K) bf16 (+ beta * y) through cuBLAS, fp32 accumulation.

@@ -238,10 +238,6 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         for (int i = 0; i < 9; i++)
             act_bytes += sizes[i];
         act_bytes += align256((uint64_t)e->o.max_logit_rows * 4) + align256(TDM_CUDA_ARGMAX_WS);
-        /* the tile GEMM's split-K partials and counters (zeroed below, as it needs) */
-        const uint64_t tile_bytes =
-            e->o.tile_max_rows ? align256(TDM_CUDA_TILE_WS_FLOATS * 4) + TDM_CUDA_TILE_CNT * 4 : 0;
-        act_bytes += tile_bytes;
         TDM_CUDA_CHECK_GOTO(cudaMalloc(&e->abuf, act_bytes), st, err);
         /* zeroed once: a read of scratch that no launch of this call wrote (padding rows, a
          * bucket's unused tail) then gives the same bits in every engine instance */
@@ -257,11 +253,6 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         p += sizes[8];
         e->d_ids_out = (int32_t *)p;
         e->am_ws = p + align256((uint64_t)e->o.max_logit_rows * 4);
-        p = (uint8_t *)e->am_ws + align256(TDM_CUDA_ARGMAX_WS);
-        if (tile_bytes) {
-            e->tile_ws = (float *)p;
-            e->tile_cnt = (uint32_t *)(p + align256(TDM_CUDA_TILE_WS_FLOATS * 4));
-        }
     }
 
     /* KV pool from the layout descriptor and the configurator */

@@ -61,8 +61,7 @@ static int use_skinny(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K, uint32
  * not run (docs/cuda.md "A GEMM for 16-256 rows"). */
 static int use_tile(const tdm_cuda_engine_t *e, uint32_t n, uint32_t K, uint32_t M)
 {
-    return e->tile_ws && n <= e->o.tile_max_rows && tdm_cuda_tile_ok(n, K) &&
-           !use_skinny(e, n, K, M);
+    return n <= e->o.tile_max_rows && tdm_cuda_tile_ok(n, K) && !use_skinny(e, n, K, M);
 }
 
 /* y (n, M) (+)= xb · Wᵀ on the bf16 path: the skinny tensor-core GEMM for decode-sized n, the
@@ -75,9 +74,7 @@ static tdm_status_t gemm(tdm_cuda_engine_t *e, uint32_t n, uint32_t K, const voi
         return tdm_cuda_gemm_skinny(e->xb, n, K, (const uint16_t *)w, M, NULL, accum, y, M,
                                     e->stream);
     if (use_tile(e, n, K, M))
-        return tdm_cuda_gemm_tile(e->xb, n, K, (const uint16_t *)w, M, accum, y, M, e->tile_ws,
-                                  TDM_CUDA_TILE_WS_FLOATS, e->tile_cnt, TDM_CUDA_TILE_CNT, 0,
-                                  e->stream);
+        return tdm_cuda_gemm_tile(e->xb, n, K, (const uint16_t *)w, M, accum, y, M, 0, e->stream);
     return tdm_cuda_lt_gemm(e->lt, e->cublas, e->stream, e->xb, n, K, (const uint16_t *)w, M,
                             accum != 0, y);
 }

@@ -58,10 +58,8 @@ struct tdm_cuda_engine {
     float *x, *qkv, *attn, *gu, *hsel, *logits, *part_o, *part_ml;
     uint16_t *xb;
     int32_t *d_ids_out;
-    void *am_ws;        /* the lm_head GEMV's fused argmax (TDM_CUDA_ARGMAX_WS bytes, zeroed) */
-    float *tile_ws;     /* the tile GEMM's split partials (TDM_CUDA_TILE_WS_FLOATS); NULL: off */
-    uint32_t *tile_cnt; /* its per-tile counters (TDM_CUDA_TILE_CNT, zeroed) */
-    int gu_il;          /* gate|up rows interleaved: the one-row SwiGLU epilogue is on (run 11) */
+    void *am_ws; /* the lm_head GEMV's fused argmax (TDM_CUDA_ARGMAX_WS bytes, zeroed) */
+    int gu_il;   /* gate|up rows interleaved: the one-row SwiGLU epilogue is on (run 11) */
     /* plan: device block and pinned host staging of the same layout */
     size_t plan_bytes, pages_cap;
     uint32_t tiles_cap, ntiles; /* prefill attention tiles of the current call (0: split-K) */

@@ -33,7 +33,7 @@ extern "C" {
  * a shared-memory ring of 2 or 1 more weight batches per lane; same sums) (n == 1; else as 3).
  * use_cublas 18, 19, 20: the tile tensor-core GEMM (n <= 256, K % 64 == 0; flags 0 or ACCUM, no
  * bias; x rounded to bf16) with its own split count, one split, and 5 splits (K >= 320);
- * without ACCUM it runs twice with y poisoned between, so its split counters must re-arm. */
+ * without ACCUM it runs twice with y poisoned between (the second call must write it all). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
                                 int flags, int use_cublas, float *y);

@@ -181,19 +181,26 @@ tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, 
  * rows the call has, and the rows' tensor-core work runs while the next weight tiles are in
  * flight: max(weight stream, compute) instead of their sum (docs/cuda.md "A GEMM for 16-256
  * rows"). Stages of TG_BK k through shared memory by cp.async, the weights of the first stages
- * issued before the PDL wait. K is split over gridDim.y blocks when the features alone give too
- * few blocks for the SMs; the split's partial tiles meet in a workspace and the block that
- * arrives last sums them in split order (deterministic), then re-arms the tile's counter. */
+ * issued before the PDL wait. K is split over the S blocks of a thread-block cluster when the
+ * features alone give too few blocks for the SMs: each block leaves its partial tile in its own
+ * shared memory and, after a cluster barrier, block s sums its share of the tile's elements over
+ * the S partials in split order through distributed shared memory (deterministic, no workspace,
+ * the sum spread over the S blocks). */
 #define TG_BM 128u /* output features per block: 8 warps as 4 (32 features) x 2 (32 rows) */
 #define TG_BK 64u  /* k per stage: a row of a stage is 8 chunks of 16 bytes */
 #define TG_THREADS 256u
+#define TG_LD                                                                                      \
+    (TG_BM + 4u)         /* floats per row of the partial tile: fragment stores spread over banks */
+#define TG_MAX_SPLITS 8u /* a portable cluster size */
 
 template <int NG> struct tg_shape {
     static constexpr uint32_t W_CH = TG_BM * 8; /* 16-byte chunks of a stage's weights */
     static constexpr uint32_t X_CH = NG * 64 * 8;
     static constexpr uint32_t ST_CH = W_CH + X_CH;
     static constexpr uint32_t STAGES = NG == 1 ? 4 : 3;
-    static constexpr size_t SMEM = (size_t)STAGES * ST_CH * 16;
+    static constexpr size_t PIPE = (size_t)STAGES * ST_CH * 16;
+    static constexpr size_t TILE = (size_t)NG * 64 * TG_LD * 4;
+    static constexpr size_t SMEM = PIPE > TILE ? PIPE : TILE;
 };
 
 /* chunk ch of row r at ch ^ (r & 7): ldmatrix's 8 rows of one logical chunk hit 8 bank groups */
@@ -220,22 +227,33 @@ template <int N> static __device__ __forceinline__ void cp_wait()
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+/* y[r, m0 + f .. + 3] (+)= v where m0 + f + q < M */
+static __device__ __forceinline__ void tg_store4(float *y, uint32_t ldy, uint32_t r, uint32_t m,
+                                                 uint32_t M, float4 v, int accum)
+{
+    float *yp = y + (size_t)r * ldy + m;
+    const float a[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        if (m + q < M)
+            yp[q] = accum ? yp[q] + a[q] : a[q];
+}
+
+/* grid (ceil(M / TG_BM), 1, S), clusters of (1, 1, S) when S > 1 */
 template <int NG>
 __global__ void __launch_bounds__(TG_THREADS)
     tile_gemm_kernel(const uint16_t *__restrict__ x, uint32_t n, uint32_t K, uint32_t M,
-                     const uint16_t *__restrict__ W, int accum, float *__restrict__ y, uint32_t ldy,
-                     float *__restrict__ ws, uint32_t *__restrict__ cnt)
+                     const uint16_t *__restrict__ W, int accum, float *__restrict__ y, uint32_t ldy)
 {
     typedef tg_shape<NG> S;
     extern __shared__ uint4 tg_smem[];
-    __shared__ uint32_t tg_last;
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t wm = warp & 3, wn = warp >> 2;
-    const uint32_t tile = blockIdx.x, split = blockIdx.y, ns = gridDim.y, m0 = tile * TG_BM;
+    const uint32_t m0 = blockIdx.x * TG_BM, split = blockIdx.z, ns = gridDim.z;
     const uint32_t nk = K / TG_BK;
     const uint32_t kb = (uint32_t)((uint64_t)split * nk / ns);
     const uint32_t steps = (uint32_t)((uint64_t)(split + 1) * nk / ns) - kb;
-    /* this thread's chunks: weights rows wr + 32 i, x rows xr + 32 i, chunk ch of each */
+    /* this thread's chunks: weight rows r0 + 32 i, x rows r0 + 32 i, chunk ch of each */
     const uint32_t ch = tid & 7, r0 = tid >> 3;
     const uint16_t *wsrc[4];
 #pragma unroll
@@ -310,10 +328,10 @@ __global__ void __launch_bounds__(TG_THREADS)
         }
     }
     cp_wait<0>();
+    __syncthreads(); /* every warp is done with the stages: the partial tile reuses them */
     /* c[g][i][j][e]: feature wm 32 + 16 i + lane / 4 (+ 8 for e >= 2), row g 64 + wn 32 + 8 j +
      * 2 (lane % 4) + (e & 1) */
-    const uint32_t NR = NG * 64;
-    float *part = ns > 1 ? ws + ((size_t)tile * ns + split) * NR * TG_BM : NULL;
+    float *tile = reinterpret_cast<float *>(tg_smem);
 #pragma unroll
     for (int g = 0; g < NG; g++)
 #pragma unroll
@@ -324,38 +342,41 @@ __global__ void __launch_bounds__(TG_THREADS)
                 for (int e = 0; e < 4; e++) {
                     const uint32_t f = wm * 32 + i * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
                     const uint32_t r = g * 64 + wn * 32 + j * 8 + 2 * (lane & 3) + (e & 1);
-                    if (r >= n)
-                        continue;
-                    if (part) {
-                        part[(size_t)r * TG_BM + f] = c[g][i][j][e];
-                    } else if (m0 + f < M) {
-                        float *yp = y + (size_t)r * ldy + m0 + f;
-                        *yp = accum ? *yp + c[g][i][j][e] : c[g][i][j][e];
-                    }
+                    tile[r * TG_LD + f] = c[g][i][j][e];
                 }
-    if (!part)
+    const uint32_t E = n * (TG_BM / 4); /* float4s of the tile's rows < n */
+    if (ns == 1) {
+        __syncthreads();
+        for (uint32_t i = tid; i < E; i += TG_THREADS) {
+            const uint32_t r = i / (TG_BM / 4), f = i % (TG_BM / 4) * 4;
+            tg_store4(y, ldy, r, m0 + f, M, *reinterpret_cast<const float4 *>(tile + r * TG_LD + f),
+                      accum);
+        }
         return;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0)
-        tg_last = atomicAdd(&cnt[tile], 1u) == ns - 1;
-    __syncthreads();
-    if (!tg_last)
-        return;
-    __threadfence();
-    const float *p0 = ws + (size_t)tile * ns * NR * TG_BM;
-    for (uint32_t idx = tid; idx < n * TG_BM; idx += TG_THREADS) {
-        const uint32_t r = idx / TG_BM, f = idx % TG_BM;
-        if (m0 + f >= M)
-            continue;
-        float v = __ldcg(p0 + idx);
-        for (uint32_t s = 1; s < ns; s++)
-            v += __ldcg(p0 + (size_t)s * NR * TG_BM + idx);
-        float *yp = y + (size_t)r * ldy + m0 + f;
-        *yp = accum ? *yp + v : v;
     }
-    if (tid == 0)
-        cnt[tile] = 0; /* re-armed for the next call (it reads it after its PDL wait) */
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync(); /* every split's partial tile is in its block's shared memory */
+    const uint32_t per = (E + ns - 1) / ns, beg = split * per, end = min(E, beg + per);
+    for (uint32_t i = beg + tid; i < end; i += TG_THREADS) {
+        const uint32_t r = i / (TG_BM / 4), f = i % (TG_BM / 4) * 4;
+        float4 *p = reinterpret_cast<float4 *>(tile + r * TG_LD + f);
+        float4 u[TG_MAX_SPLITS];
+#pragma unroll
+        for (uint32_t s = 0; s < TG_MAX_SPLITS; s++)
+            if (s < ns)
+                u[s] = *cl.map_shared_rank(p, s);
+        float4 v = u[0];
+#pragma unroll
+        for (uint32_t s = 1; s < TG_MAX_SPLITS; s++)
+            if (s < ns) { /* split order: the same bits whichever block sums */
+                v.x += u[s].x;
+                v.y += u[s].y;
+                v.z += u[s].z;
+                v.w += u[s].w;
+            }
+        tg_store4(y, ldy, r, m0 + f, M, v, accum);
+    }
+    cl.sync(); /* the others' shared memory stays until every block has read it */
 }
 
 int tdm_cuda_tile_ok(uint32_t n, uint32_t K)
@@ -363,21 +384,15 @@ int tdm_cuda_tile_ok(uint32_t n, uint32_t K)
     return n >= 1 && n <= TDM_CUDA_TILE_MAX_ROWS && K % TG_BK == 0 && K > 0;
 }
 
-/* Blocks of a split are one wave's worth where that fills the SMs best: the split count with the
- * highest share of busy SMs over the waves it needs (ties: the fewest splits), at least 4 k
- * stages a block, at most 8 splits, and its partial tiles within the workspace. */
-uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M, size_t ws_floats,
-                              uint32_t cnt_len)
+/* The split count with the highest share of busy SMs over the waves its blocks need (ties: the
+ * fewest splits), at most TG_MAX_SPLITS and at least 4 k stages a block. */
+uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M)
 {
+    (void)n;
     const uint32_t tiles = (M + TG_BM - 1) / TG_BM, nk = K / TG_BK, sms = (uint32_t)sm_count();
-    const uint32_t NR = (n + 63) / 64 * 64;
     uint32_t best = 1;
     double be = 0;
-    if (tiles > cnt_len)
-        return 1;
-    for (uint32_t s = 1; s <= 8 && (s == 1 || s * 4 <= nk); s++) {
-        if (s > 1 && (uint64_t)tiles * s * NR * TG_BM > ws_floats)
-            break;
+    for (uint32_t s = 1; s <= TG_MAX_SPLITS && (s == 1 || s * 4 <= nk); s++) {
         const uint64_t blocks = (uint64_t)tiles * s, waves = (blocks + sms - 1) / sms;
         const double eff = (double)blocks / (double)(waves * sms);
         if (eff > be + 1e-9) {
@@ -388,41 +403,65 @@ uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M, size_t ws_floa
     return best;
 }
 
+/* launch_cl with dynamic shared memory past 48 KB (clusters of (1, 1, clz)) */
+template <typename... KArgs, typename... Args>
+static void launch_cl_big(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, size_t smem,
+                          cudaStream_t s, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    unsigned na = 0;
+    (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    if (tdm_cuda_g_pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (clz > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = 1;
+        at[na++].val.clusterDim.z = clz;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    (void)cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 template <int NG>
 static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w, uint32_t M,
-                        int accum, float *y, uint32_t ldy, float *ws, uint32_t *cnt, uint32_t ns,
-                        cudaStream_t s)
+                        int accum, float *y, uint32_t ldy, uint32_t ns, cudaStream_t s)
 {
-    const dim3 grid((M + TG_BM - 1) / TG_BM, ns), block(TG_THREADS);
-    launch_big(tile_gemm_kernel<NG>, grid, block, tg_shape<NG>::SMEM, s, xb, n, K, M, w, accum, y,
-               ldy, ws, cnt);
+    const dim3 grid((M + TG_BM - 1) / TG_BM, 1, ns), block(TG_THREADS);
+    launch_cl_big(tile_gemm_kernel<NG>, grid, block, ns, tg_shape<NG>::SMEM, s, xb, n, K, M, w,
+                  accum, y, ldy);
 }
 
 tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
-                                uint32_t M, int accum, float *y, uint32_t ldy, float *ws,
-                                size_t ws_floats, uint32_t *cnt, uint32_t cnt_len, uint32_t splits,
+                                uint32_t M, int accum, float *y, uint32_t ldy, uint32_t splits,
                                 cudaStream_t stream)
 {
     if (!tdm_cuda_tile_ok(n, K) || M == 0 || !xb || !w || !y || ldy < M)
         return TDM_ERR_INVAL;
-    const uint32_t tiles = (M + TG_BM - 1) / TG_BM, NR = (n + 63) / 64 * 64;
     if (splits == 0)
-        splits = tdm_cuda_tile_splits(n, K, M, ws_floats, cnt_len);
-    if (splits > 1 && (splits > K / TG_BK || !ws || !cnt || tiles > cnt_len ||
-                       (uint64_t)tiles * splits * NR * TG_BM > ws_floats))
+        splits = tdm_cuda_tile_splits(n, K, M);
+    if (splits > TG_MAX_SPLITS || splits > K / TG_BK)
         return TDM_ERR_INVAL;
-    switch (NR / 64) {
+    switch ((n + 63) / 64) {
     case 1:
-        tile_launch<1>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        tile_launch<1>(xb, n, K, w, M, accum, y, ldy, splits, stream);
         break;
     case 2:
-        tile_launch<2>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        tile_launch<2>(xb, n, K, w, M, accum, y, ldy, splits, stream);
         break;
     case 3:
-        tile_launch<3>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        tile_launch<3>(xb, n, K, w, M, accum, y, ldy, splits, stream);
         break;
     default:
-        tile_launch<4>(xb, n, K, w, M, accum, y, ldy, ws, cnt, splits, stream);
+        tile_launch<4>(xb, n, K, w, M, accum, y, ldy, splits, stream);
         break;
     }
     return cudaGetLastError() == cudaSuccess ? TDM_OK : TDM_ERR_CUDA;

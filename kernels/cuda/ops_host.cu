@@ -127,25 +127,18 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
         TDM_TRY(d.alloc(&dn, (size_t)K * 4, norm_w));
     if (use_cublas >= 18 && use_cublas <= 20) {
         uint16_t *xb;
-        float *ws;
-        uint32_t *cnt;
         const uint32_t splits = use_cublas == 18 ? 0 : use_cublas == 19 ? 1 : 5;
         const int accum = (flags & TDM_GEMV_ACCUM) != 0;
         if (wdtype != TDM_DTYPE_BF16 || (flags & ~TDM_GEMV_ACCUM) || bias)
             return TDM_ERR_INVAL;
         TDM_TRY(d.alloc(&xb, (size_t)n * K * 2, NULL));
-        TDM_TRY(d.alloc(&ws, TDM_CUDA_TILE_WS_FLOATS * 4, NULL));
-        TDM_TRY(d.alloc(&cnt, TDM_CUDA_TILE_CNT * 4, NULL));
-        if (cudaMemset(cnt, 0, TDM_CUDA_TILE_CNT * 4) != cudaSuccess)
-            return TDM_ERR_CUDA;
         TDM_TRY(tdm_cuda_to_bf16(dx, (size_t)n * K, xb, 0));
-        /* without accum twice, y poisoned between: the second call must write every element, so
-         * the split counters must have re-armed */
+        /* without accum twice, y poisoned between: the second call must write every element
+         * again (nothing left over from the first) */
         for (int call = 0; call < (accum ? 1 : 2); call++) {
             if (call && cudaMemset(dy, 0xff, (size_t)n * M * 4) != cudaSuccess)
                 return TDM_ERR_CUDA;
-            TDM_TRY(tdm_cuda_gemm_tile(xb, n, K, (const uint16_t *)dw, M, accum, dy, M, ws,
-                                       TDM_CUDA_TILE_WS_FLOATS, cnt, TDM_CUDA_TILE_CNT, splits, 0));
+            TDM_TRY(tdm_cuda_gemm_tile(xb, n, K, (const uint16_t *)dw, M, accum, dy, M, splits, 0));
         }
     } else if (use_cublas == 2) {
         uint16_t *xb;
@@ -561,8 +554,6 @@ struct gemv_bench {
     tdm_cuda_gemv_t a;
     int use_cublas;
     cublasHandle_t h;
-    float *tile_ws;     /* use_cublas 18: the tile GEMM's workspace */
-    uint32_t *tile_cnt; /* and counters */
     uint16_t *xb;
     uint16_t *w0;   /* ncopy copies of the (M, K) weights, back to back */
     uint32_t ncopy; /* >= 22 and > 50 MB together: every pass reads HBM, not L2 */
@@ -572,8 +563,7 @@ static tdm_status_t gemv_one(gemv_bench *b)
 {
     if (b->use_cublas == 18)
         return tdm_cuda_gemm_tile(b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M, 0,
-                                  b->a.y, b->a.M, b->tile_ws, TDM_CUDA_TILE_WS_FLOATS, b->tile_cnt,
-                                  TDM_CUDA_TILE_CNT, 0, 0);
+                                  b->a.y, b->a.M, 0, 0);
     if (b->use_cublas == 2)
         return tdm_cuda_gemm_skinny(b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M, NULL,
                                     0, b->a.y, b->a.M, 0);
@@ -633,12 +623,6 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
            M,
            gemv_ksplit_of(use_cublas)};
     b.use_cublas = use_cublas;
-    if (use_cublas == 18) {
-        TDM_TRY(dv.alloc(&b.tile_ws, TDM_CUDA_TILE_WS_FLOATS * 4, NULL));
-        TDM_TRY(dv.alloc(&b.tile_cnt, TDM_CUDA_TILE_CNT * 4, NULL));
-        if (cudaMemset(b.tile_cnt, 0, TDM_CUDA_TILE_CNT * 4) != cudaSuccess)
-            return TDM_ERR_CUDA;
-    }
     if (use_cublas == 1 && cublasCreate(&b.h) != CUBLAS_STATUS_SUCCESS)
         return TDM_ERR_CUDA;
     st = time_reps(reps, ret_ms, gemv_once, &b);
