@@ -4,8 +4,8 @@
 JSON, with the bundle's source commit and the GPU from tools/device-run.sh's env.txt (its
 "source:" line and the nvidia-smi line). Attention rows become
 {"attention": {"<what>": us}} (e.g. "prefill 2048 flash lean"), the tile GEMM's rows and their
-cuBLAS anchors {"gemm_us": {"<shape> n=<rows>": {"tile": us, "cublas": us, "tile_vs_cublas":
-ratio}}}, every other bench line is kept verbatim under "other". Refused (exit 1): no bench line, or no source or GPU in env.txt."""
+cuBLAS anchors {"gemm_us": {"<shape> n=<rows>": {"tile": us, "tile-1split": us, "tile-shallow":
+us, "cublas": us, "tile_vs_cublas": ratio}}}, every other bench line is kept verbatim under "other". Refused (exit 1): no bench line, or no source or GPU in env.txt."""
 import json
 import re
 import sys
@@ -28,7 +28,8 @@ def main():
     attn, gemm, other = {}, {}, []
     for l in log:
         m = re.match(r"^# bench attention (.+?): ([0-9.]+) us", l)
-        g = re.match(r"^# bench (tile|cublas) (\S+) n=(\d+) K=\d+ M=\d+: ([0-9.]+) us", l)
+        g = re.match(r"^# bench (tile|tile-1split|tile-shallow|cublas) (\S+) n=(\d+) K=\d+ "
+                     r"M=\d+: ([0-9.]+) us", l)
         if m:
             attn[m.group(1)] = float(m.group(2))
         elif g and int(g.group(3)) >= 16:

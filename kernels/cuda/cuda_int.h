@@ -165,6 +165,10 @@ tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, 
  * in split order through distributed shared memory; 0: tdm_cuda_tile_splits. */
 #define TDM_CUDA_TILE_MAX_ROWS 256u
 int tdm_cuda_tile_ok(uint32_t n, uint32_t K);
+/* the kernel's form, process-wide: 1 deep (the default: ~192 KB of stages, one block per SM), 0
+ * shallow (TDM_CUDA_TILE_DEEP=0, read once); the same bits. */
+int tdm_cuda_tile_deep(void);
+void tdm_cuda_set_tile_deep(int on);
 uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M);
 tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
                                 uint32_t M, int accum, float *y, uint32_t ldy, uint32_t splits,

@@ -32,7 +32,8 @@ extern "C" {
  * 2 warps; 15: V2 with x staged through registers (9 stages it by cp.async); 16, 17: V4 (V2 with
  * a shared-memory ring of 2 or 1 more weight batches per lane; same sums) (n == 1; else as 3).
  * use_cublas 18, 19, 20: the tile tensor-core GEMM (n <= 256, K % 64 == 0; flags 0 or ACCUM, no
- * bias; x rounded to bf16) with its own split count, one split, and 5 splits (K >= 320);
+ * bias; x rounded to bf16) with its own split count, one split, and 5 splits (K >= 320); 23: its
+ * shallow form (tdm_cuda_tile_deep 0) with its own split count;
  * without ACCUM it runs twice with y poisoned between (the second call must write it all). */
 tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t M, int wdtype,
                                 const void *w, const float *bias, const float *norm_w, float eps,
@@ -117,7 +118,8 @@ tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, i
 
 /* Micro-benchmarks on device-resident random data, median of reps (CUDA events). */
 /* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1), 4 the
- * streaming one-row GEMV, 18 the tile tensor-core GEMM (its own split count). The weights rotate
+ * streaming one-row GEMV, 18 the tile tensor-core GEMM (its own split count), 21 the same on one
+ * split, 22 in its shallow form (kernels/cuda/cuda_int.h tdm_cuda_tile_deep). The weights rotate
  * over >= 22 copies (>= 160 MB, past the 50 MB L2): the time is one pass over every copy back to
  * back divided by the copies, HBM-bound. */
 tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cublas, int reps,

@@ -193,11 +193,18 @@ tdm_status_t tdm_cuda_gemm_skinny_silu(const float *gu, uint32_t n, uint32_t I, 
     (TG_BM + 4u)         /* floats per row of the partial tile: fragment stores spread over banks */
 #define TG_MAX_SPLITS 8u /* a portable cluster size */
 
-template <int NG> struct tg_shape {
+/* DEEP (the default): as many stages as fit ~192 KB, one block per SM, up to 7 stages of
+ * weights in flight; else 4 stages at 64 rows and 3 above (96-144 KB, two blocks per SM up to 128
+ * rows). TDM_CUDA_TILE_DEEP=0 selects the shallow form. */
+template <int NG, bool DEEP> struct tg_shape {
     static constexpr uint32_t W_CH = TG_BM * 8; /* 16-byte chunks of a stage's weights */
     static constexpr uint32_t X_CH = NG * 64 * 8;
     static constexpr uint32_t ST_CH = W_CH + X_CH;
-    static constexpr uint32_t STAGES = NG == 1 ? 4 : 3;
+    static constexpr uint32_t STAGES = DEEP ? (NG == 1   ? 8
+                                               : NG == 2 ? 6
+                                               : NG == 3 ? 5
+                                                         : 4)
+                                            : (NG == 1 ? 4 : 3);
     static constexpr size_t PIPE = (size_t)STAGES * ST_CH * 16;
     static constexpr size_t TILE = (size_t)NG * 64 * TG_LD * 4;
     static constexpr size_t SMEM = PIPE > TILE ? PIPE : TILE;
@@ -240,12 +247,12 @@ static __device__ __forceinline__ void tg_store4(float *y, uint32_t ldy, uint32_
 }
 
 /* grid (ceil(M / TG_BM), 1, S), clusters of (1, 1, S) when S > 1 */
-template <int NG>
+template <int NG, bool DEEP>
 __global__ void __launch_bounds__(TG_THREADS)
     tile_gemm_kernel(const uint16_t *__restrict__ x, uint32_t n, uint32_t K, uint32_t M,
                      const uint16_t *__restrict__ W, int accum, float *__restrict__ y, uint32_t ldy)
 {
-    typedef tg_shape<NG> S;
+    typedef tg_shape<NG, DEEP> S;
     extern __shared__ uint4 tg_smem[];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t wm = warp & 3, wn = warp >> 2;
@@ -403,15 +410,34 @@ uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M)
     return best;
 }
 
-/* launch_cl with dynamic shared memory past 48 KB (clusters of (1, 1, clz)) */
+static int tile_deep = -1; /* -1: not yet read from TDM_CUDA_TILE_DEEP */
+
+int tdm_cuda_tile_deep(void)
+{
+    if (tile_deep < 0) {
+        const char *s = getenv("TDM_CUDA_TILE_DEEP");
+        tile_deep = !(s && s[0] == '0' && s[1] == 0);
+    }
+    return tile_deep;
+}
+
+void tdm_cuda_set_tile_deep(int on)
+{
+    tile_deep = on != 0;
+}
+
+/* launch_cl with dynamic shared memory past 48 KB (clusters of (1, 1, clz)); the kernel's limit
+ * is raised once per instantiation (*raised) */
 template <typename... KArgs, typename... Args>
 static void launch_cl_big(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, size_t smem,
-                          cudaStream_t s, Args... args)
+                          int *raised, cudaStream_t s, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
     unsigned na = 0;
-    (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (!*raised)
+        *raised = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
+                  cudaSuccess;
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
@@ -431,13 +457,24 @@ static void launch_cl_big(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned c
     (void)cudaLaunchKernelEx(&cfg, k, args...);
 }
 
+template <int NG, bool DEEP>
+static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w, uint32_t M,
+                        int accum, float *y, uint32_t ldy, uint32_t ns, cudaStream_t s)
+{
+    static int raised; /* per device process: the engine and the tests use one device */
+    const dim3 grid((M + TG_BM - 1) / TG_BM, 1, ns), block(TG_THREADS);
+    launch_cl_big(tile_gemm_kernel<NG, DEEP>, grid, block, ns, tg_shape<NG, DEEP>::SMEM, &raised, s,
+                  xb, n, K, M, w, accum, y, ldy);
+}
+
 template <int NG>
 static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w, uint32_t M,
                         int accum, float *y, uint32_t ldy, uint32_t ns, cudaStream_t s)
 {
-    const dim3 grid((M + TG_BM - 1) / TG_BM, 1, ns), block(TG_THREADS);
-    launch_cl_big(tile_gemm_kernel<NG>, grid, block, ns, tg_shape<NG>::SMEM, s, xb, n, K, M, w,
-                  accum, y, ldy);
+    if (tdm_cuda_tile_deep())
+        tile_launch<NG, true>(xb, n, K, w, M, accum, y, ldy, ns, s);
+    else
+        tile_launch<NG, false>(xb, n, K, w, M, accum, y, ldy, ns, s);
 }
 
 tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,

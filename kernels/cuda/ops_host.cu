@@ -125,9 +125,10 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
         TDM_TRY(d.alloc(&db, (size_t)M * 4, bias));
     if (norm_w)
         TDM_TRY(d.alloc(&dn, (size_t)K * 4, norm_w));
-    if (use_cublas >= 18 && use_cublas <= 20) {
+    if ((use_cublas >= 18 && use_cublas <= 20) || use_cublas == 23) {
         uint16_t *xb;
-        const uint32_t splits = use_cublas == 18 ? 0 : use_cublas == 19 ? 1 : 5;
+        const uint32_t splits = use_cublas == 19 ? 1 : use_cublas == 20 ? 5 : 0;
+        const int deep = tdm_cuda_tile_deep();
         const int accum = (flags & TDM_GEMV_ACCUM) != 0;
         if (wdtype != TDM_DTYPE_BF16 || (flags & ~TDM_GEMV_ACCUM) || bias)
             return TDM_ERR_INVAL;
@@ -138,7 +139,11 @@ tdm_status_t tdm_cuda_test_gemv(const float *x, uint32_t n, uint32_t K, uint32_t
         for (int call = 0; call < (accum ? 1 : 2); call++) {
             if (call && cudaMemset(dy, 0xff, (size_t)n * M * 4) != cudaSuccess)
                 return TDM_ERR_CUDA;
-            TDM_TRY(tdm_cuda_gemm_tile(xb, n, K, (const uint16_t *)dw, M, accum, dy, M, splits, 0));
+            tdm_cuda_set_tile_deep(use_cublas == 23 ? 0 : deep);
+            const tdm_status_t st =
+                tdm_cuda_gemm_tile(xb, n, K, (const uint16_t *)dw, M, accum, dy, M, splits, 0);
+            tdm_cuda_set_tile_deep(deep);
+            TDM_TRY(st);
         }
     } else if (use_cublas == 2) {
         uint16_t *xb;
@@ -561,6 +566,9 @@ struct gemv_bench {
 
 static tdm_status_t gemv_one(gemv_bench *b)
 {
+    if (b->use_cublas == 21 || b->use_cublas == 22) /* one split; the shallow form */
+        return tdm_cuda_gemm_tile(b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M, 0,
+                                  b->a.y, b->a.M, b->use_cublas == 21 ? 1 : 0, 0);
     if (b->use_cublas == 18)
         return tdm_cuda_gemm_tile(b->xb, b->a.n, b->a.K, (const uint16_t *)b->a.w, b->a.M, 0,
                                   b->a.y, b->a.M, 0, 0);
@@ -623,9 +631,13 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
            M,
            gemv_ksplit_of(use_cublas)};
     b.use_cublas = use_cublas;
+    const int deep = tdm_cuda_tile_deep();
+    if (use_cublas == 22)
+        tdm_cuda_set_tile_deep(0);
     if (use_cublas == 1 && cublasCreate(&b.h) != CUBLAS_STATUS_SUCCESS)
         return TDM_ERR_CUDA;
     st = time_reps(reps, ret_ms, gemv_once, &b);
+    tdm_cuda_set_tile_deep(deep);
     if (st == TDM_OK)
         *ret_ms /= b.ncopy;
     if (b.h)

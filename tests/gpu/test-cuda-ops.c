@@ -143,7 +143,8 @@ static void check_gemv(uint32_t n, uint32_t K, uint32_t M, int dt, int flags, in
      * of the smallest case moves rel L2 past 1e-2) */
     double tol = cublas >= 18 ? 1e-4 : cublas == 1 || cublas == 2 ? 1e-2 : 1e-5;
     ok(e <= tol, "%s n=%u K=%u M=%u w=%s flags=%d%s: rel L2 %.2e <= %.0e",
-       cublas == 20   ? "tile mma, 5 splits"
+       cublas == 23   ? "tile mma, shallow form"
+       : cublas == 20 ? "tile mma, 5 splits"
        : cublas == 19 ? "tile mma, 1 split"
        : cublas == 18 ? "tile mma"
        : cublas == 17 ? "GEMV streaming V4, ring of 1 batch"
@@ -1041,15 +1042,18 @@ static void bench(void)
     static const uint32_t nt[] = {16, 32, 64, 128, 256};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (size_t i = 0; i < sizeof(nt) / sizeof(nt[0]); i++)
-            for (int v = 0; v < 2; v++) {
-                const int cb = v ? 18 : 1;
+            for (int v = 0; v < 4; v++) {
+                static const int cbs[4] = {1, 18, 21, 22};
+                static const char *const names[4] = {"cublas", "tile", "tile-1split",
+                                                     "tile-shallow"};
+                const int cb = cbs[v];
                 if (!timed_ok(tdm_cuda_bench_gemv(nt[i], shapes[s].K, shapes[s].M, cb, 20, &ms),
                               &runs, &timed))
                     continue;
                 double wb = 2.0 * shapes[s].K * shapes[s].M;
                 diag("bench %s %s n=%u K=%u M=%u: %.1f us = %.0f GB/s of weights, %.0f TFLOP/s",
-                     v ? "tile" : "cublas", shapes[s].name, nt[i], shapes[s].K, shapes[s].M,
-                     ms * 1e3, wb / (ms * 1e-3) / 1e9, wb * nt[i] / (ms * 1e-3) / 1e12);
+                     names[v], shapes[s].name, nt[i], shapes[s].K, shapes[s].M, ms * 1e3,
+                     wb / (ms * 1e-3) / 1e9, wb * nt[i] / (ms * 1e-3) / 1e12);
             }
     /* attention: prefill 2048 (one sequence, all rows) flash (lean, then plain) vs split-K; a
      * 400-row chunk after 400 positions (a mixed step's); decode rows at KV 256 */
@@ -1153,6 +1157,8 @@ int main(void)
     check_gemv(64, 1024, 2816, TDM_DTYPE_BF16, 0, 0, 19);
     check_gemv(77, 704, 250, TDM_DTYPE_BF16, 0, 0, 20);
     check_gemv(250, 1344, 513, TDM_DTYPE_BF16, 4, 0, 20);
+    check_gemv(64, 2048, 2560, TDM_DTYPE_BF16, 0, 0, 23);
+    check_gemv(190, 1024, 700, TDM_DTYPE_BF16, 4, 0, 23);
     check_gemv_fused(2048, 5632, TDM_DTYPE_BF16, 1, 0, 0);
     check_gemv_fused(256, 301, TDM_DTYPE_BF16, 1, 0, 0);
     check_gemv_fused(512, 40, TDM_DTYPE_F16, 1, 0, 0);
