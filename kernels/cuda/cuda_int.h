@@ -170,6 +170,9 @@ int tdm_cuda_tile_ok(uint32_t n, uint32_t K);
 int tdm_cuda_tile_deep(void);
 void tdm_cuda_set_tile_deep(int on);
 uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M);
+/* Asks the occupancy API once for every form and split count (the answers are cached; the engine
+ * calls it at init, before any graph capture). */
+void tdm_cuda_tile_prepare(void);
 tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
                                 uint32_t M, int accum, float *y, uint32_t ldy, uint32_t splits,
                                 cudaStream_t stream);

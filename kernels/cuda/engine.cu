@@ -212,6 +212,8 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
                tdm_cuda_engine_gemv_fusable(e, 1, e->d);
     if ((st = tdm_cuda_engine_upload(e, view)) != TDM_OK)
         goto err;
+    if (e->o.tile_max_rows)
+        tdm_cuda_tile_prepare(); /* the split counts' occupancy answers, before any capture */
 
     /* activations */
     T = e->o.max_tokens > e->o.max_batch ? e->o.max_tokens : e->o.max_batch;

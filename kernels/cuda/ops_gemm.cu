@@ -391,25 +391,6 @@ int tdm_cuda_tile_ok(uint32_t n, uint32_t K)
     return n >= 1 && n <= TDM_CUDA_TILE_MAX_ROWS && K % TG_BK == 0 && K > 0;
 }
 
-/* The split count with the highest share of busy SMs over the waves its blocks need (ties: the
- * fewest splits), at most TG_MAX_SPLITS and at least 4 k stages a block. */
-uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M)
-{
-    (void)n;
-    const uint32_t tiles = (M + TG_BM - 1) / TG_BM, nk = K / TG_BK, sms = (uint32_t)sm_count();
-    uint32_t best = 1;
-    double be = 0;
-    for (uint32_t s = 1; s <= TG_MAX_SPLITS && (s == 1 || s * 4 <= nk); s++) {
-        const uint64_t blocks = (uint64_t)tiles * s, waves = (blocks + sms - 1) / sms;
-        const double eff = (double)blocks / (double)(waves * sms);
-        if (eff > be + 1e-9) {
-            be = eff;
-            best = s;
-        }
-    }
-    return best;
-}
-
 static int tile_deep = -1; /* -1: not yet read from TDM_CUDA_TILE_DEEP */
 
 int tdm_cuda_tile_deep(void)
@@ -457,16 +438,82 @@ static void launch_cl_big(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned c
     (void)cudaLaunchKernelEx(&cfg, k, args...);
 }
 
+/* One instantiation's launch state, per process (the engine and the tests use one device). */
+template <int NG, bool DEEP> struct tg_inst {
+    static int raised;                      /* the shared-memory limit raised */
+    static int clusters[TG_MAX_SPLITS + 1]; /* cudaOccupancyMaxActiveClusters by split count; 0:
+                                               not asked yet, -1: refused */
+};
+template <int NG, bool DEEP> int tg_inst<NG, DEEP>::raised;
+template <int NG, bool DEEP> int tg_inst<NG, DEEP>::clusters[TG_MAX_SPLITS + 1];
+
+/* How many clusters of s blocks can run at once: a cluster lives within one GPC, so splits that
+ * do not divide a GPC's SMs leave SMs idle or need a second wave (occupancy API, cached). */
+template <int NG, bool DEEP> static int tile_clusters(uint32_t s)
+{
+    typedef tg_inst<NG, DEEP> I;
+    if (I::clusters[s] == 0) {
+        void (*k)(const uint16_t *, uint32_t, uint32_t, uint32_t, const uint16_t *, int, float *,
+                  uint32_t) = tile_gemm_kernel<NG, DEEP>;
+        if (!I::raised)
+            I::raised = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)tg_shape<NG, DEEP>::SMEM) == cudaSuccess;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        cfg.gridDim = dim3(1, 1, s);
+        cfg.blockDim = dim3(TG_THREADS);
+        cfg.dynamicSmemBytes = tg_shape<NG, DEEP>::SMEM;
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 1;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = s;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        int nc = 0;
+        I::clusters[s] =
+            cudaOccupancyMaxActiveClusters(&nc, (const void *)k, &cfg) == cudaSuccess && nc > 0
+                ? nc
+                : -1;
+        (void)cudaGetLastError(); /* a refusal is an answer here, not a sticky error */
+    }
+    return I::clusters[s];
+}
+
+/* The split count that keeps the most SMs streaming: for clusters of s blocks, the share of
+ * cluster slots its waves fill times the share of SMs a full wave covers (ties: the fewest
+ * splits); at most TG_MAX_SPLITS, at least 4 k stages a block. */
+template <int NG, bool DEEP> static uint32_t tile_splits(uint32_t K, uint32_t M)
+{
+    const uint32_t tiles = (M + TG_BM - 1) / TG_BM, nk = K / TG_BK, sms = (uint32_t)sm_count();
+    uint32_t best = 1;
+    double be = -1;
+    for (uint32_t s = 1; s <= TG_MAX_SPLITS && (s == 1 || s * 4 <= nk); s++) {
+        const int a = tile_clusters<NG, DEEP>(s);
+        if (a <= 0)
+            continue;
+        const uint64_t waves = (tiles + (uint32_t)a - 1) / (uint32_t)a;
+        const double cover = (double)a * s >= sms ? 1.0 : (double)a * s / sms;
+        const double eff = (double)tiles / (double)(waves * (uint32_t)a) * cover;
+        if (eff > be + 1e-9) {
+            be = eff;
+            best = s;
+        }
+    }
+    return best;
+}
+
 template <int NG, bool DEEP>
 static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w, uint32_t M,
                         int accum, float *y, uint32_t ldy, uint32_t ns, cudaStream_t s)
 {
-    static int raised; /* per device process: the engine and the tests use one device */
+    if (ns == 0)
+        ns = tile_splits<NG, DEEP>(K, M);
     const dim3 grid((M + TG_BM - 1) / TG_BM, 1, ns), block(TG_THREADS);
-    launch_cl_big(tile_gemm_kernel<NG, DEEP>, grid, block, ns, tg_shape<NG, DEEP>::SMEM, &raised, s,
-                  xb, n, K, M, w, accum, y, ldy);
+    launch_cl_big(tile_gemm_kernel<NG, DEEP>, grid, block, ns, tg_shape<NG, DEEP>::SMEM,
+                  &tg_inst<NG, DEEP>::raised, s, xb, n, K, M, w, accum, y, ldy);
 }
 
+/* ns 0: the instantiation's own split count (tile_splits) */
 template <int NG>
 static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w, uint32_t M,
                         int accum, float *y, uint32_t ldy, uint32_t ns, cudaStream_t s)
@@ -477,14 +524,40 @@ static void tile_launch(const uint16_t *xb, uint32_t n, uint32_t K, const uint16
         tile_launch<NG, false>(xb, n, K, w, M, accum, y, ldy, ns, s);
 }
 
+void tdm_cuda_tile_prepare(void)
+{
+    /* K of 64 stages: every split count is asked for, in both forms */
+    (void)tile_splits<1, true>(4096, 128);
+    (void)tile_splits<2, true>(4096, 128);
+    (void)tile_splits<3, true>(4096, 128);
+    (void)tile_splits<4, true>(4096, 128);
+    (void)tile_splits<1, false>(4096, 128);
+    (void)tile_splits<2, false>(4096, 128);
+    (void)tile_splits<3, false>(4096, 128);
+    (void)tile_splits<4, false>(4096, 128);
+}
+
+uint32_t tdm_cuda_tile_splits(uint32_t n, uint32_t K, uint32_t M)
+{
+    const bool d = tdm_cuda_tile_deep();
+    switch ((n + 63) / 64) {
+    case 1:
+        return d ? tile_splits<1, true>(K, M) : tile_splits<1, false>(K, M);
+    case 2:
+        return d ? tile_splits<2, true>(K, M) : tile_splits<2, false>(K, M);
+    case 3:
+        return d ? tile_splits<3, true>(K, M) : tile_splits<3, false>(K, M);
+    default:
+        return d ? tile_splits<4, true>(K, M) : tile_splits<4, false>(K, M);
+    }
+}
+
 tdm_status_t tdm_cuda_gemm_tile(const uint16_t *xb, uint32_t n, uint32_t K, const uint16_t *w,
                                 uint32_t M, int accum, float *y, uint32_t ldy, uint32_t splits,
                                 cudaStream_t stream)
 {
     if (!tdm_cuda_tile_ok(n, K) || M == 0 || !xb || !w || !y || ldy < M)
         return TDM_ERR_INVAL;
-    if (splits == 0)
-        splits = tdm_cuda_tile_splits(n, K, M);
     if (splits > TG_MAX_SPLITS || splits > K / TG_BK)
         return TDM_ERR_INVAL;
     switch ((n + 63) / 64) {
