@@ -116,6 +116,9 @@ void tdm_cuda_set_flash_plain(int on);
 tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int l2pf,
                                   int32_t *ret_ids);
 
+/* The tile GEMM's own split count for n rows of (M, K) weights in the current form. */
+uint32_t tdm_cuda_test_tile_splits(uint32_t n, uint32_t K, uint32_t M);
+
 /* Micro-benchmarks on device-resident random data, median of reps (CUDA events). */
 /* use_cublas: 0 GEMV, 1 cuBLAS, 2 skinny tensor-core GEMM, 3 GEMV with K split (n == 1), 4 the
  * streaming one-row GEMV, 18 the tile tensor-core GEMM (its own split count), 21 the same on one

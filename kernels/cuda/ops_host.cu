@@ -751,3 +751,8 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     tdm_cuda_set_flash_plain(was);
     return st;
 }
+
+uint32_t tdm_cuda_test_tile_splits(uint32_t n, uint32_t K, uint32_t M)
+{
+    return tdm_cuda_tile_ok(n, K) ? tdm_cuda_tile_splits(n, K, M) : 0;
+}
