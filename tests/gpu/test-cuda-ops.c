@@ -1051,9 +1051,13 @@ static void bench(void)
                               &runs, &timed))
                     continue;
                 double wb = 2.0 * shapes[s].K * shapes[s].M;
-                diag("bench %s %s n=%u K=%u M=%u: %.1f us = %.0f GB/s of weights, %.0f TFLOP/s",
+                diag("bench %s %s n=%u K=%u M=%u: %.1f us = %.0f GB/s of weights, %.0f TFLOP/s "
+                     "(splits %u)",
                      names[v], shapes[s].name, nt[i], shapes[s].K, shapes[s].M, ms * 1e3,
-                     wb / (ms * 1e-3) / 1e9, wb * nt[i] / (ms * 1e-3) / 1e12);
+                     wb / (ms * 1e-3) / 1e9, wb * nt[i] / (ms * 1e-3) / 1e12,
+                     cb == 18   ? tdm_cuda_test_tile_splits(nt[i], shapes[s].K, shapes[s].M)
+                     : cb == 21 ? 1u
+                                : 0u);
             }
     /* attention: prefill 2048 (one sequence, all rows) flash (lean, then plain) vs split-K; a
      * 400-row chunk after 400 positions (a mixed step's); decode rows at KV 256 */
