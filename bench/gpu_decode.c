@@ -191,6 +191,27 @@ out_lg:
     return st;
 }
 
+/* The median of runs prefill calls of q (after the caller's warm-up) as tok/s in *ret, printed
+ * with what (the variant's name) after "prefill N". */
+static tdm_status_t time_prefill(tdm_cuda_engine_t *e, const tdm_cuda_seq_t *q, int runs,
+                                 double *times, const char *what, double *ret)
+{
+    uint32_t rows;
+    int32_t id;
+    tdm_status_t st = TDM_OK;
+    for (int r = 0; r < runs && st == TDM_OK; r++) {
+        double t = now_s();
+        st = tdm_cuda_engine_forward(e, q, 1, NULL, &id, 1, &rows);
+        times[r] = now_s() - t;
+    }
+    if (st != TDM_OK)
+        return st;
+    *ret = q->n_tokens / median(times, runs);
+    printf("# bench tandem prefill %u%s: %.0f tok/s (%.2f ms)\n", q->n_tokens, what, *ret,
+           q->n_tokens * 1e3 / *ret);
+    return TDM_OK;
+}
+
 int main(void)
 {
     static model_t m;
@@ -303,33 +324,16 @@ int main(void)
             pages[i] = i;
         tdm_cuda_seq_t q = {long_prompt, 2048, 0, pages, 128, 0};
         st = tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows); /* warm-up */
-        for (int r = 0; r < runs && st == TDM_OK; r++) {
-            double t = now_s();
-            st = tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows);
-            times[r] = now_s() - t;
-        }
-        if (st == TDM_OK) {
-            prefill_tok_s = 2048.0 / median(times, runs);
-            printf("# bench tandem prefill 2048: %.0f tok/s (%.2f ms)\n", prefill_tok_s,
-                   2048e3 / prefill_tok_s);
-        }
+        if (st == TDM_OK)
+            st = time_prefill(e, &q, runs, times, "", &prefill_tok_s);
         tap(st == TDM_OK, "prefill 2048", NULL);
         /* the same engine and prompt with the flash kernel's plain form (kernels/cuda/ops.h
          * tdm_cuda_flash_plain): the default's anchor in this run */
         const int was_plain = tdm_cuda_flash_plain();
         tdm_cuda_set_flash_plain(1);
-        tdm_status_t sp = st;
-        for (int r = 0; r < runs && sp == TDM_OK; r++) {
-            double t = now_s();
-            sp = tdm_cuda_engine_forward(e, &q, 1, NULL, &id, 1, &rows);
-            times[r] = now_s() - t;
-        }
+        if (st == TDM_OK)
+            (void)time_prefill(e, &q, runs, times, " plain flash", &prefill_plain_tok_s);
         tdm_cuda_set_flash_plain(was_plain);
-        if (sp == TDM_OK) {
-            prefill_plain_tok_s = 2048.0 / median(times, runs);
-            printf("# bench tandem prefill 2048 plain flash: %.0f tok/s (%.2f ms)\n",
-                   prefill_plain_tok_s, 2048e3 / prefill_plain_tok_s);
-        }
     }
     /* diagnostics for the second-engine finding (docs/cuda.md run 6): the first engine's bs1
      * tokens again after everything it ran; a second engine alive beside it with a small pool;
