@@ -7,9 +7,10 @@
 #   graphs      the defaults: decode steps at B = 8, 16, 32, 63, 64; B = 63 and 64 beside C = 1
 #               (rows 64 and 65: the GEMMs' row count crossing 64), B = 64 beside C = 1 8 32 64
 #               128 192 400 1024;
-#   cublas      TDM_CUDA_TILE_GEMM=0 (every GEMM of more rows than the skinny kernel's on cuBLAS,
-#               not the tile kernel): decode at B = 16, 32, 64, B = 64 beside C = 32, 64, 128,
-#               192 (up to 256 rows, the tile kernel's) and 400, against the graphs run's;
+#   tile        TDM_CUDA_TILE_GEMM=256 (every GEMM of up to 256 rows past the skinny kernel's on
+#               the tile kernel, not cuBLAS; kernels/cuda/engine.h): decode at B = 16, 32, 64,
+#               B = 64 beside C = 32, 64, 128, 192 (up to 256 rows) and 400, against the graphs
+#               run's (cuBLAS);
 #   (tuned, TDM_CUDA_GEMM_TUNE=1, and narrow_v1, TDM_CUDA_NARROW_V1=1, ran in earlier calls;
 #   bench/merge_mixed_price.py keeps their figures in the committed file);
 #   eager       TDM_CUDA_GRAPHS=0 (decode steps launched one kernel at a time, as mixed steps
@@ -47,9 +48,9 @@ common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
 "$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
     --price-chunks "1 8 32 64 128 192 400 1024" > "$T/graphs.json"
 tap $? "graphs (defaults)"
-TDM_CUDA_TILE_GEMM=0 "$E" "${common[@]}" --batch "16 32 64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "32 64 128 192 400" > "$T/cublas.json"
-tap $? "cuBLAS for every GEMM past the skinny kernel (TDM_CUDA_TILE_GEMM=0)"
+TDM_CUDA_TILE_GEMM=256 "$E" "${common[@]}" --batch "16 32 64" --mixed-batch "64" --mixed-chunk 1 \
+    --price-chunks "32 64 128 192 400" > "$T/tile.json"
+tap $? "the tile GEMM up to 256 rows (TDM_CUDA_TILE_GEMM=256)"
 TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
     --price-chunks "1 32 400" > "$T/eager.json"
 tap $? "eager (TDM_CUDA_GRAPHS=0)"
@@ -83,7 +84,7 @@ python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
 T, out, sha, gpu = sys.argv[1:5]
 runs = {}
-for k, f in (("graphs", "graphs.json"), ("cublas", "cublas.json"),
+for k, f in (("graphs", "graphs.json"), ("tile", "tile.json"),
              ("eager", "eager.json"),
              ("flash_only", "flash.json"),
              ("long_splits_default", "long0.json"), ("flash_plain", "flash_plain.json"),
@@ -135,13 +136,13 @@ if e and d64:
 if fo and d64:
     pf = price(fo, 64)
     derived["flash_only_us"] = {str(c): s for c, s in sorted(pf.items())}
-cb = runs["cublas"]
-if g and cb:
-    pc, pg = price(cb, 64), price(g, 64)
-    t = {"decode_bs%d" % b: {"tile": decode_us(g, b), "cublas": decode_us(cb, b)}
+tr = runs["tile"]
+if g and tr:
+    pt, pg = price(tr, 64), price(g, 64)
+    t = {"decode_bs%d" % b: {"tile": decode_us(tr, b), "cublas": decode_us(g, b)}
          for b in (16, 32, 64)}
     for c in (32, 64, 128, 192, 400):
-        t["mixed_64_plus_%d" % c] = {"tile": pg.get(c), "cublas": pc.get(c)}
+        t["mixed_64_plus_%d" % c] = {"tile": pt.get(c), "cublas": pg.get(c)}
     derived["tile_vs_cublas_us"] = t
 if runs["scattered"] or runs["scattered_long"]:
     derived["scattered_pages_decode_bs64_us"] = {

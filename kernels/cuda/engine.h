@@ -156,9 +156,10 @@ typedef struct tdm_cuda_engine_opts {
     uint32_t tile_max_rows;     /* bf16 GEMMs of up to this many rows (and more than the skinny
                                    kernel's) on the tile kernel (cuda_int.h tdm_cuda_gemm_tile:
                                    each weight read once for every row, the rows' MMAs under
-                                   the weight stream), above it cuBLAS; 0: cuBLAS only. 256
-                                   (default, TDM_CUDA_TILE_MAX_ROWS at most; docs/cuda.md "A
-                                   GEMM for 16-256 rows"); env TDM_CUDA_TILE_GEMM */
+                                   the weight stream), above it cuBLAS; 0 (default: its forms
+                                   measured so far were slower than cuBLAS, docs/cuda.md "A GEMM
+                                   for 16-256 rows"): cuBLAS only; at most
+                                   TDM_CUDA_TILE_MAX_ROWS; env TDM_CUDA_TILE_GEMM */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;

@@ -407,6 +407,17 @@ static void check_model(const char *dir, const char *name, json_t *gold)
            "tokens (%s)",
            name, same1 ? "==" : "!=", sameb ? "==" : "!=", tdm_status_str(st));
     }
+    { /* every bf16 GEMM of 2..256 rows on the tile kernel (the skinny one off) */
+        tdm_cuda_engine_opts_t po = o;
+        po.use_skinny = 0;
+        po.tile_max_rows = 256;
+        int c1, cb;
+        st = follows_golden(&view, &po, p, np, per, V, got3, &c1, &cb);
+        ok(st == TDM_OK && c1 && cb,
+           "%s: tile GEMMs (skinny kernel off, TDM_CUDA_TILE_GEMM=256): one sequence and the batch "
+           "follow the golden (margin rule; %s)",
+           name, tdm_status_str(st));
+    }
     if (np >= 2) { /* the batch's decode graph runs cuBLAS GEMMs tuned before its capture */
         tdm_cuda_engine_opts_t po = o;
         po.use_skinny = 0;
