@@ -36,7 +36,7 @@ res = {
     "gpu": a.get("gpu", "unknown"),
     "git_sha": sha,
     "tandem": dict([(k, t[k]) for k in keys + ["prefill_2048_tok_s"]] +
-                   [(k, t.get(k)) for k in long_keys]),
+                   [(k, t.get(k)) for k in long_keys + ["prefill_2048_plain_flash_tok_s"]]),
     "hf": a.get("hf", {}),
     "torch_compiled": a.get("torch_compiled", {}),
     "copy_GBps": t["copy_GBps"],
