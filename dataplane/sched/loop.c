@@ -288,7 +288,8 @@ static tdm_plan_kind_t drop_aborted(tdm_sched_t *s, iter_buf_t *ib, tdm_plan_kin
         r->n_computed_sched -= r->plan_drop_tokens;
         if (r->plan_drop_flags & TDM_PLAN_LOGITS)
             r->n_gen_sched--;
-        if (r->n_prompt + r->n_gen_sched - r->n_computed_sched > 1)
+        if (r->n_prompt + r->n_gen_sched - r->n_computed_sched > 1 ||
+            r->n_computed_sched < r->n_prompt) /* as schedule_one counted it */
             s->st.tokens_prefilled -= r->plan_drop_tokens;
         r->plan_drop = 0;
     }

@@ -110,10 +110,12 @@ static uint32_t schedule_one(tdm_sched_t *s, tdm_sreq_t *r, iter_buf_t *ib, uint
         r->n_gen_sched++;
     r->last_iter = iter;
     *budget -= n;
-    if (want > 1) {
+    if (want > 1)
         *prefill_budget -= n;
+    /* a prompt's last token alone (a chunk boundary, or a cached prefix, one short of the prompt)
+     * is prefill too: /metrics' prefill + cached tokens sum to the prompts (docs/contracts.md) */
+    if (want > 1 || c < r->n_prompt)
         s->st.tokens_prefilled += n;
-    }
     return n;
 }
 

@@ -364,6 +364,25 @@ static void suite(const tdm_model_t *m, const tdm_tok_t *tok, int overlap, const
     ok(submit(e.s, &specs[0], &late, 0) == TDM_ERR_BUSY, "%s: draining refuses submissions", loop);
     eng_stop(&e);
 
+    /* roomy pool, 41-token chunks: spec 1's 42-token prompt ends in a one-token chunk; without
+     * retraction the prefilled and cached tokens are the prompts, also when prefixes are shared
+     * (what loadgen checks against /metrics) */
+    {
+        uint64_t sum = 0;
+        for (int i = 0; i < N_SPECS; i++)
+            sum += specs[i].n_prompt;
+        ok(eng_start(&e, m, tok, 256, 16, 8, 41, overlap), "%s: 41-token-chunk engine up", loop);
+        int good2 = run_all(&e, recs, N_SPECS, loop) && run_all(&e, recs, N_SPECS, loop);
+        tdm_sched_stats(e.s, &st);
+        ok(good2 && st.retractions == 0 && st.tokens_prefilled + st.prompt_tokens_cached == 2 * sum,
+           "%s: 41-token chunks, twice: outputs == reference, prefilled %llu + cached %llu == "
+           "prompts %llu (no retraction: %llu)",
+           loop, (unsigned long long)st.tokens_prefilled,
+           (unsigned long long)st.prompt_tokens_cached, (unsigned long long)(2 * sum),
+           (unsigned long long)st.retractions);
+        eng_stop(&e);
+    }
+
     /* tight pool, small chunks: chunked prefill and retraction, same tokens */
     ok(eng_start(&e, m, tok, 24, 16, 6, 32, overlap), "%s: tight engine up", loop);
     ok(run_all(&e, recs, N_SPECS, loop), "%s: 24 pages, 32-token chunks: outputs == reference",
