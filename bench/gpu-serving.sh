@@ -37,10 +37,10 @@
 # TDM_SERVE_ALLOC_CONC (cuda: "64", cpu: none; empty: none): these concurrency points, and the
 # decode-heavy points, again in the overlap loop with TDM_KV_ALLOC=lowest (the page allocator
 # hands out the lowest free page, the live pages packed; the default hands out the page freed
-# last, and under churn a batch's pages spread over the pool): "page_order"; on cuda the same
-# points again with TDM_CUDA_ATTN_BALANCE=TDM_SERVE_BALANCE (256; the decode attention's splits
-# doubled while the longest row's split holds more positions, kernels/cuda/engine.h):
-# "attn_balance",
+# last, and under churn a batch's pages spread over the pool): "page_order"; every worker runs
+# with TDM_CUDA_ATTN_BALANCE=TDM_SERVE_BALANCE (256, the engine's default: the decode attention's
+# splits doubled while the longest row's split holds more positions, kernels/cuda/engine.h) and,
+# on cuda, the same points again with it off (0): "attn_balance",
 # TDM_SERVE_CHUNK_CONC (cuda: "64", cpu: none; empty: none): these concurrency points again in the
 # overlap loop with --chunked-prefill-size TDM_SERVE_CHUNK (192: a mixed step of 64 decode rows
 # stays within the tile GEMM's 256 rows, its prompt rows under the weight stream; docs/cuda.md "A
@@ -144,7 +144,7 @@ for loop in overlap lockstep threaded flashmix hostsample alloclow balance chunk
     pipe=1
     mixdec=1
     alloc=lifo
-    bal=0
+    bal=""
     case $loop in
     overlap) pts=${points_overlap#,}; extra="" ;;
     lockstep) pts=${points_lockstep#,}; extra=--disable-overlap-schedule ;;
@@ -153,11 +153,11 @@ for loop in overlap lockstep threaded flashmix hostsample alloclow balance chunk
     hostsample) pts=${points_hs#,}; extra=""; hs=1 ;;
     alloclow) pts=${points_alloc#,}; extra=""; alloc=lowest ;;
     chunk) pts=${points_chunk#,}; extra="--chunked-prefill-size $CHUNK" ;;
-    *) pts=${points_balance#,}; extra=""; bal=$BALANCE ;;
+    *) pts=${points_balance#,}; extra=""; bal=0 ;;
     esac
     [ -z "$pts" ] && continue
     rm -f "$T/ready"
-    TDM_CUDA_ATTN_BALANCE=$bal TDM_KV_ALLOC=$alloc TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
+    TDM_CUDA_ATTN_BALANCE=${bal:-$BALANCE} TDM_KV_ALLOC=$alloc TDM_CUDA_MIXED_DECODE=$mixdec TDM_CUDA_HOST_SAMPLE=$hs TDM_CUDA_PIPELINE=$pipe "$W" --model-path "$MODEL" --device "$DEV" --tp-size 1 --port 0 --ready-file "$T/ready" \
         --max-running-requests "$MAXRUN" $extra > "$T/worker-$loop.log" 2>&1 &
     wp=$!
     port=$(wait_file "$T/ready" $wp)
@@ -371,7 +371,7 @@ def ab_rows(var, var_dh, x, y):
     return ([ab_row("sweep", pt(ov, p["point"]), p, x, y) for p in var["points"]] +
             [ab_row("decode_heavy", pt(dh, p["point"]), p, x, y) for p in var_dh["points"]])
 page_order = ab_rows(al, dh_al, "lifo", "lowest")
-attn_balance = ab_rows(bl, dh_bl, "off", "on")
+attn_balance = ab_rows(bl, dh_bl, "on", "off")
 chunked = ab_rows(ck, {"points": []}, "default", "chunked")
 anchor = {}
 try:
@@ -401,8 +401,8 @@ doc = {
             "outputs, the batch in decode; "
             "page_order: TDM_SERVE_ALLOC_CONC's points and the decode-heavy points again with "
             "TDM_KV_ALLOC=lowest (the lowest free KV page first) beside the default order; "
-            "attn_balance: the same points with TDM_CUDA_ATTN_BALANCE (cuda; 'balance' "
-            "positions a split) beside the default; "
+            "attn_balance: the same points with TDM_CUDA_ATTN_BALANCE=0 (cuda; every other "
+            "worker with 'balance' positions a split) beside the default; "
             "chunked_prefill: TDM_SERVE_CHUNK_CONC's points with --chunked-prefill-size "
             "'size' beside the default; "
             "pd_vs_colocated: the rate points on a prefill + a decode group (cuda: one GPU, KV by "
@@ -480,9 +480,9 @@ for r in page_order:
           % (r["load"], r["point"], r["lowest_output_tok_s"], r["lifo_output_tok_s"],
              r["lowest_vs_lifo"], r["lowest_exec_wait_decode_us"], r["lifo_exec_wait_decode_us"]))
 for r in attn_balance:
-    print("# bench attention balance %s %s: on %s vs off %s tok/s (x%s); decode wait %s vs %s us"
-          % (r["load"], r["point"], r["on_output_tok_s"], r["off_output_tok_s"],
-             r["on_vs_off"], r["on_exec_wait_decode_us"], r["off_exec_wait_decode_us"]))
+    print("# bench attention balance %s %s: off %s vs on %s tok/s (x%s); decode wait %s vs %s us"
+          % (r["load"], r["point"], r["off_output_tok_s"], r["on_output_tok_s"],
+             r["off_vs_on"], r["off_exec_wait_decode_us"], r["on_exec_wait_decode_us"]))
 for r in chunked:
     print("# bench chunked prefill %s: %s vs default %s tok/s (x%s); ITL p50 %s vs %s ms"
           % (r["point"], r["chunked_output_tok_s"], r["default_output_tok_s"],

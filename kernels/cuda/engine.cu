@@ -42,10 +42,10 @@ void tdm_cuda_engine_opts_default(tdm_cuda_engine_opts_t *o)
     o->argmax_fused = 1;
     o->embed_fused = 1;
     o->pdl_early = 1;
-    o->mixed_decode = 1; /* measured on the H200: docs/cuda.md "Mixed steps" */
-    o->gemm_tune = 0;    /* measured no faster in the decode step: docs/cuda.md */
-    o->tile_max_rows =
-        0; /* measured slower than cuBLAS so far: docs/cuda.md "A GEMM for 16-256 rows" */
+    o->mixed_decode = 1;   /* measured on the H200: docs/cuda.md "Mixed steps" */
+    o->gemm_tune = 0;      /* measured no faster in the decode step: docs/cuda.md */
+    o->tile_max_rows = 0;  /* slower than cuBLAS so far: docs/cuda.md "A GEMM for 16-256 rows" */
+    o->attn_balance = 256; /* serving at c = 64 x1.060 on an H100: docs/cuda.md */
     o->kv_dtype = TDM_DTYPE_BF16;
     o->page_size = TDM_KV_PAGE_SIZE_DEFAULT;
     const char *s = getenv("TDM_CUDA_GEMV_ROWS");

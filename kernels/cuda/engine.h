@@ -93,14 +93,15 @@ typedef struct tdm_cuda_engine_opts {
                                    pairs on; 1..8, at most attn_splits): long contexts at large
                                    batches; env TDM_CUDA_ATTN_MIN_SPLITS (a measurement knob,
                                    bench/gpu-mixed-price.sh "long") */
-    uint32_t attn_balance;      /* 0 (default): the splits above depend on the rows alone;
-                                   P (32..65536): a call whose longest row has more than P
+    uint32_t attn_balance;      /* 0: the splits above depend on the rows alone; P
+                                   (32..65536; default 256, measured on an H100: serving at
+                                   c = 64 x1.060, docs/cuda.md "Sampling on the device, and
+                                   the serving bench"): a call whose longest row has more than P
                                    positions a split doubles its splits (up to attn_splits)
                                    while every (row, KV head, split) block still fits on the SMs
                                    at once, so a step's decode attention is not as long as its
                                    longest row's (one decode graph per bucket and split count);
-                                   env TDM_CUDA_ATTN_BALANCE=P (a measurement knob, docs/cuda.md
-                                   "Sampling on the device, and the serving bench") */
+                                   env TDM_CUDA_ATTN_BALANCE=P (0: off) */
     int swiglu_fused;           /* 1 (default, run 11): bf16 weights, one-row GEMVs on the
                                    streaming V2 form (ksplit 3): gate|up is stored with its rows
                                    interleaved (gate_0, up_0, ...) and the one-row gate|up GEMV
