@@ -479,23 +479,27 @@ template <int NG, bool DEEP> static int tile_clusters(uint32_t s)
     return I::clusters[s];
 }
 
-/* The split count that keeps the most SMs streaming: for clusters of s blocks, the share of
- * cluster slots its waves fill times the share of SMs a full wave covers (ties: the fewest
- * splits); at most TG_MAX_SPLITS, at least 4 k stages a block. */
+/* The split count with the fewest waves of clusters, then the most SMs a wave covers, then the
+ * fewest splits; at most TG_MAX_SPLITS, at least 4 k stages a block. Waves first: gate|up's 88
+ * tiles on 4 splits (3 waves) took 37.4 us at 64 rows on an H100 against 25.0 on one split (one
+ * wave on 88 of 132 SMs); within one wave, splits pay (qkv's 20 tiles: 5 splits 12.7 us, one
+ * 22.4). docs/cuda.md "A GEMM for 16-256 rows". */
 template <int NG, bool DEEP> static uint32_t tile_splits(uint32_t K, uint32_t M)
 {
     const uint32_t tiles = (M + TG_BM - 1) / TG_BM, nk = K / TG_BK, sms = (uint32_t)sm_count();
     uint32_t best = 1;
-    double be = -1;
+    uint64_t bw = UINT64_MAX;
+    double bc = -1;
     for (uint32_t s = 1; s <= TG_MAX_SPLITS && (s == 1 || s * 4 <= nk); s++) {
         const int a = tile_clusters<NG, DEEP>(s);
         if (a <= 0)
             continue;
         const uint64_t waves = (tiles + (uint32_t)a - 1) / (uint32_t)a;
-        const double cover = (double)a * s >= sms ? 1.0 : (double)a * s / sms;
-        const double eff = (double)tiles / (double)(waves * (uint32_t)a) * cover;
-        if (eff > be + 1e-9) {
-            be = eff;
+        const uint64_t busy = (uint64_t)(tiles < (uint32_t)a ? tiles : (uint32_t)a) * s;
+        const double cover = busy >= sms ? 1.0 : (double)busy / sms;
+        if (waves < bw || (waves == bw && cover > bc + 1e-9)) {
+            bw = waves;
+            bc = cover;
             best = s;
         }
     }
