@@ -407,35 +407,16 @@ void tdm_cuda_set_tile_deep(int on)
     tile_deep = on != 0;
 }
 
-/* launch_cl with dynamic shared memory past 48 KB (clusters of (1, 1, clz)); the kernel's limit
- * is raised once per instantiation (*raised) */
+/* launch_cl_smem past 48 KB of dynamic shared memory: the kernel's limit is raised once per
+ * instantiation (*raised) */
 template <typename... KArgs, typename... Args>
 static void launch_cl_big(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, size_t smem,
                           int *raised, cudaStream_t s, Args... args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[2];
-    unsigned na = 0;
     if (!*raised)
         *raised = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
                   cudaSuccess;
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    if (tdm_cuda_g_pdl) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (clz > 1) {
-        at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = 1;
-        at[na].val.clusterDim.y = 1;
-        at[na++].val.clusterDim.z = clz;
-    }
-    cfg.attrs = at;
-    cfg.numAttrs = na;
-    (void)cudaLaunchKernelEx(&cfg, k, args...);
+    launch_cl_smem(k, grid, block, clz, smem, s, args...);
 }
 
 /* One instantiation's launch state, per process (the engine and the tests use one device). */

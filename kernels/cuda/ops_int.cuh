@@ -132,16 +132,18 @@ static void launch_big(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, 
     launch(k, grid, block, smem, s, args...);
 }
 
-/* launch() with thread-block clusters of (1, 1, clz) blocks (clz 1: none). */
+/* launch() with thread-block clusters of (1, 1, clz) blocks (clz 1: none) and smem bytes of
+ * dynamic shared memory (past 48 KB the caller raises the kernel's limit first). */
 template <typename... KArgs, typename... Args>
-static void launch_cl(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, cudaStream_t s,
-                      Args... args)
+static void launch_cl_smem(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, size_t smem,
+                           cudaStream_t s, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
     unsigned na = 0;
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     if (tdm_cuda_g_pdl) {
         at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -156,6 +158,13 @@ static void launch_cl(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, 
     cfg.attrs = at;
     cfg.numAttrs = na;
     (void)cudaLaunchKernelEx(&cfg, k, args...);
+}
+
+template <typename... KArgs, typename... Args>
+static void launch_cl(void (*k)(KArgs...), dim3 grid, dim3 block, unsigned clz, cudaStream_t s,
+                      Args... args)
+{
+    launch_cl_smem(k, grid, block, clz, 0, s, args...);
 }
 
 /* ---------------------------------------------------------------- L2 prefetch (cuda_int.h) */
