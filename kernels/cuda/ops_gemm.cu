@@ -295,14 +295,7 @@ __global__ void __launch_bounds__(TG_THREADS)
             load_x(st);
         cp_commit();
     }
-    float c[NG][2][4][4];
-#pragma unroll
-    for (int g = 0; g < NG; g++)
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                c[g][i][j][0] = c[g][i][j][1] = c[g][i][j][2] = c[g][i][j][3] = 0.0f;
+    float c[NG][2][4][4] = {}; /* fp32 accumulators, zeroed */
     for (uint32_t st = 0; st < steps; st++) {
         cp_wait<S::STAGES - 2>();
         __syncthreads(); /* stage st landed for every thread; st - 1's slot is free */
