@@ -32,7 +32,13 @@
 #               (row, KV head) pairs on; TDM_CUDA_ATTN_MIN_SPLITS=2 and 4 measured 1839 / 2152
 #               against 1870 µs in an earlier run, kept in gpu_mixed_price.json);
 #   flash_plain TDM_CUDA_FLASH_PLAIN=1 (the prefill flash attention's plain form, the same bits):
-#               B = 64 beside C = 32, 400, 1024, against the graphs run's (the lean default).
+#               B = 64 beside C = 32, 400, 1024, against the graphs run's (the lean default);
+#   concurrent  the chunk (C = 64 128 256 512 1024) on a second engine's stream beside the B = 64
+#               decode step, both in flight at once, against the same rows and chunk in one mixed
+#               call (gpu_serving_engine --concurrent; with the decode stream at the highest
+#               priority too): can the GPU hide a chunk under the decode step's weight stream?
+# TDM_MIXED_RUNS="name ..." runs only those (default: all); bench/merge_mixed_price.py keeps the
+# committed figures of the others.
 # Derived: the fixed cost of a mixed step (C = 1 against C = 0), its price per prompt token at
 # each C, what the graphs save a decode step (eager C = 0 against graphs C = 0), and how much of
 # the fixed cost the eager launches explain.
@@ -45,43 +51,71 @@ OUT=${3:?usage}
 . "$SRC/bench/gpu_bench_lib.sh"
 gb_init gpu-mixed-price "$BUILD" "$SRC" "${TDM_MIXED_MODEL:-}"
 common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
+want() { [ -z "${TDM_MIXED_RUNS:-}" ] || [[ " $TDM_MIXED_RUNS " == *" $1 "* ]]; }
 # every engine with the decode attention's splits unbalanced (the default balances at 256, which
 # changes nothing at 160-token prompts) but the *_balanced rows, so their anchors stay as measured
 export TDM_CUDA_ATTN_BALANCE=0
-"$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
-    --price-chunks "1 8 32 64 128 192 400 1024" > "$T/graphs.json"
-tap $? "graphs (defaults)"
-TDM_CUDA_TILE_GEMM=256 "$E" "${common[@]}" --batch "16 32 64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "32 64 128 192 400" > "$T/tile.json"
-tap $? "the tile GEMM up to 256 rows (TDM_CUDA_TILE_GEMM=256)"
-TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "1 32 400" > "$T/eager.json"
-tap $? "eager (TDM_CUDA_GRAPHS=0)"
-TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "1 32 400" > "$T/flash.json"
-tap $? "flash only (TDM_CUDA_MIXED_DECODE=0)"
-"$E" "${common[@]}" --batch "64" --page-order interleaved > "$T/interleaved.json"
-tap $? "pages interleaved (a worker's allocator)"
-"$E" "${common[@]}" --batch "64" --page-order interleaved --kv-spread 64 > "$T/scattered.json"
-tap $? "pages interleaved and 64 apart (a worker's pool)"
-"$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" --page-order interleaved \
-    --kv-spread 64 > "$T/scattered_long.json"
-tap $? "long contexts, pages interleaved and 64 apart"
-for k in 1 8; do
-    "$E" "${common[@]}" --batch "64" --ragged "$k:1024" > "$T/ragged$k.json"
-    tap $? "$k of 64 rows at 1024-token prompts, the rest at 160"
-    TDM_CUDA_ATTN_BALANCE=256 "$E" "${common[@]}" --batch "64" --ragged "$k:1024" \
-        > "$T/ragged${k}b.json"
-    tap $? "$k of 64 rows at 1024-token prompts, attention splits balanced (256)"
-done
-TDM_CUDA_ATTN_BALANCE=256 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 \
-    --batch "64" > "$T/longb.json"
-tap $? "long contexts, attention splits balanced (256)"
-"$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" > "$T/long0.json"
-tap $? "long contexts"
-TDM_CUDA_FLASH_PLAIN=1 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-    --price-chunks "32 400 1024" > "$T/flash_plain.json"
-tap $? "the flash attention's plain form (TDM_CUDA_FLASH_PLAIN=1)"
+if want graphs; then
+    "$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
+        --price-chunks "1 8 32 64 128 192 400 1024" > "$T/graphs.json"
+    tap $? "graphs (defaults)"
+fi
+if want tile; then
+    TDM_CUDA_TILE_GEMM=256 "$E" "${common[@]}" --batch "16 32 64" --mixed-batch "64" \
+        --mixed-chunk 1 --price-chunks "32 64 128 192 400" > "$T/tile.json"
+    tap $? "the tile GEMM up to 256 rows (TDM_CUDA_TILE_GEMM=256)"
+fi
+if want eager; then
+    TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+        --price-chunks "1 32 400" > "$T/eager.json"
+    tap $? "eager (TDM_CUDA_GRAPHS=0)"
+fi
+if want flash_only; then
+    TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+        --price-chunks "1 32 400" > "$T/flash.json"
+    tap $? "flash only (TDM_CUDA_MIXED_DECODE=0)"
+fi
+if want interleaved; then
+    "$E" "${common[@]}" --batch "64" --page-order interleaved > "$T/interleaved.json"
+    tap $? "pages interleaved (a worker's allocator)"
+fi
+if want scattered; then
+    "$E" "${common[@]}" --batch "64" --page-order interleaved --kv-spread 64 > "$T/scattered.json"
+    tap $? "pages interleaved and 64 apart (a worker's pool)"
+fi
+if want scattered_long; then
+    "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" \
+        --page-order interleaved --kv-spread 64 > "$T/scattered_long.json"
+    tap $? "long contexts, pages interleaved and 64 apart"
+fi
+if want ragged; then
+    for k in 1 8; do
+        "$E" "${common[@]}" --batch "64" --ragged "$k:1024" > "$T/ragged$k.json"
+        tap $? "$k of 64 rows at 1024-token prompts, the rest at 160"
+        TDM_CUDA_ATTN_BALANCE=256 "$E" "${common[@]}" --batch "64" --ragged "$k:1024" \
+            > "$T/ragged${k}b.json"
+        tap $? "$k of 64 rows at 1024-token prompts, attention splits balanced (256)"
+    done
+fi
+if want long_balanced; then
+    TDM_CUDA_ATTN_BALANCE=256 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 \
+        --batch "64" > "$T/longb.json"
+    tap $? "long contexts, attention splits balanced (256)"
+fi
+if want long_splits_default; then
+    "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" > "$T/long0.json"
+    tap $? "long contexts"
+fi
+if want flash_plain; then
+    TDM_CUDA_FLASH_PLAIN=1 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+        --price-chunks "32 400 1024" > "$T/flash_plain.json"
+    tap $? "the flash attention's plain form (TDM_CUDA_FLASH_PLAIN=1)"
+fi
+if want concurrent; then
+    "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
+        --concurrent "64 128 256 512 1024" > "$T/concurrent.json"
+    tap $? "a chunk on a second stream beside the decode step (--concurrent)"
+fi
 gb_ident
 python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
@@ -95,7 +129,8 @@ for k, f in (("graphs", "graphs.json"), ("tile", "tile.json"),
              ("scattered", "scattered.json"),
              ("scattered_long", "scattered_long.json"), ("ragged_1", "ragged1.json"),
              ("ragged_8", "ragged8.json"), ("ragged_1_balanced", "ragged1b.json"),
-             ("ragged_8_balanced", "ragged8b.json"), ("long_balanced", "longb.json")):
+             ("ragged_8_balanced", "ragged8b.json"), ("long_balanced", "longb.json"),
+             ("concurrent", "concurrent.json")):
     try:
         runs[k] = json.load(open(os.path.join(T, f)))
     except (OSError, ValueError):
@@ -165,6 +200,12 @@ if g and runs["flash_plain"]:
     pp, pg = price(runs["flash_plain"], 64), price(g, 64)
     derived["flash_lean_vs_plain_us"] = {
         "mixed_64_plus_%d" % c: {"lean": pg.get(c), "plain": pp.get(c)} for c in (32, 400, 1024)}
+if runs["concurrent"]:
+    derived["concurrent_vs_mixed_us"] = {
+        "chunk_%d" % r["chunk"]: {k: r[k] for k in ("decode_only_us", "chunk_only_us", "both_us",
+                                                    "both_decode_first_us", "mixed_us", "hidden",
+                                                    "hidden_decode_first")}
+        for r in runs["concurrent"].get("concurrent", [])}
 long = {k: decode_us(runs[k], 64) for k in ("long_splits_default",)}
 if any(v is not None for v in long.values()):
     derived["long_decode_bs64_us"] = long  # 640-token prompts, 64 steps

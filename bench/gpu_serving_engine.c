@@ -25,10 +25,17 @@
  * pay for scattered pages?). --ragged K:L: the first K sequences of every batch have L-token
  * prompts, the others --prompt-len (a serving batch's contexts differ; does a step cost its
  * longest row's attention or its rows' average?).
+ * --concurrent "C1 C2 ...": a prompt chunk of C tokens on a second engine's stream beside the
+ * last --mixed-batch size's decode step, both in flight at once (launch/launch/finish/finish a
+ * step), instead of in the decode call: does the GPU hide the chunk's compute under the decode
+ * step's weight stream? Per C: the decode step alone and the chunk alone (the same async form),
+ * both at once with both streams at the default priority and with the decode engine's at the
+ * highest (engine.h stream_priority), and the mixed call of the same rows and chunk (the
+ * engine's way today) as the anchor.
  * Not a test. Usage: gpu_serving_engine --model DIR [--batch "1 8 32"] [--prompt-len 128]
  *   [--steps 128] [--reps 3] [--mixed-batch "32 64"] [--mixed-chunk 128]
  *   [--price-chunks "32 400 1024"] [--profile K] [--page-order together|interleaved]
- *   [--kv-spread S] [--ragged K:L]
+ *   [--kv-spread S] [--ragged K:L] [--concurrent "128 256 512"]
  */
 #include "config.h"
 
@@ -77,7 +84,8 @@ static int usage(void)
     fprintf(stderr, "usage: gpu_serving_engine --model DIR [--batch \"1 8 32\"] "
                     "[--prompt-len N] [--steps N] [--reps N] [--mixed-batch \"32 64\"] "
                     "[--mixed-chunk N] [--price-chunks \"32 400 1024\"] [--profile K] "
-                    "[--page-order together|interleaved] [--kv-spread S] [--ragged K:L]\n");
+                    "[--page-order together|interleaved] [--kv-spread S] [--ragged K:L] "
+                    "[--concurrent \"128 256 512\"]\n");
     return 2;
 }
 
@@ -104,17 +112,20 @@ static int parse_list(const char *list, const char *what, uint32_t lim, uint32_t
  * max_tokens tokens, then `steps` steps; returns the
  * decode seconds. chunk > 0: each step also carries a sequence's first `chunk` prompt tokens
  * (positions 0..chunk-1 of pages of its own, the same every step), after the decode rows.
- * prof: the last step between cudaProfilerStart and Stop (--profile). */
-static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32_t steps,
-                        uint32_t per, uint32_t max_tokens, uint32_t vocab, float *logits,
-                        uint32_t chunk, int prof, double *ret_s)
+ * prof: the last step between cudaProfilerStart and Stop (--profile).
+ * ce (--concurrent): each step launches the decode rows on e (none when bs is 0) and the chunk
+ * (none when 0) on ce, then waits for both (the async form, no ids copied back: every step
+ * decodes the prefill's ids again at the next positions). */
+static tdm_status_t run2(tdm_cuda_engine_t *e, tdm_cuda_engine_t *ce, uint32_t bs, uint32_t plen,
+                         uint32_t steps, uint32_t per, uint32_t max_tokens, uint32_t vocab,
+                         float *logits, uint32_t chunk, int prof, double *ret_s)
 {
     const uint32_t lmax = g_rag_k && g_rag_len > plen ? g_rag_len : plen;
     static uint32_t pages[MAX_BS * 512 + MAX_CHUNK_PAGES];
     static int32_t chunk_ids[MAX_CHUNK];
     tdm_cuda_seq_t seqs[MAX_BS + 1];
     int32_t cur[MAX_BS], ids[MAX_BS + 1];
-    int32_t *prompt = malloc((size_t)bs * lmax * sizeof(int32_t));
+    int32_t *prompt = malloc((size_t)bs * lmax * sizeof(int32_t) + 1);
     uint32_t rows;
     if (!prompt)
         return TDM_ERR_NOMEM;
@@ -155,6 +166,19 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
             seqs[i] = (tdm_cuda_seq_t){&cur[i], 1, len_of(i, plen) + s, pages + i * per, per, 0};
         if (chunk)
             seqs[bs] = (tdm_cuda_seq_t){chunk_ids, chunk, 0, pages + bs * per, MAX_CHUNK_PAGES, 0};
+        if (ce) {
+            const int slot = (int)(s & 1);
+            uint32_t crows;
+            if (bs)
+                TDM_TRY(tdm_cuda_engine_launch(e, seqs, bs, bs, &rows, slot));
+            if (chunk)
+                TDM_TRY(tdm_cuda_engine_launch(ce, seqs + bs, 1, 1, &crows, slot));
+            if (bs)
+                TDM_TRY(tdm_cuda_engine_finish(e, slot));
+            if (chunk)
+                TDM_TRY(tdm_cuda_engine_finish(ce, slot));
+            continue;
+        }
         const int p = prof && s + 1 == steps;
         if (p && cudaProfilerStart() != cudaSuccess)
             return TDM_ERR_CUDA;
@@ -169,9 +193,16 @@ static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32
     return TDM_OK;
 }
 
+static tdm_status_t run(tdm_cuda_engine_t *e, uint32_t bs, uint32_t plen, uint32_t steps,
+                        uint32_t per, uint32_t max_tokens, uint32_t vocab, float *logits,
+                        uint32_t chunk, int prof, double *ret_s)
+{
+    return run2(e, NULL, bs, plen, steps, per, max_tokens, vocab, logits, chunk, prof, ret_s);
+}
+
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *batch = "1 8 32", *mbatch = "", *pchunks = "";
+    const char *dir = NULL, *batch = "1 8 32", *mbatch = "", *pchunks = "", *cchunks = "";
     uint32_t plen = 128, steps = 128, reps = 3, chunk = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -193,6 +224,8 @@ int main(int argc, char **argv)
             chunk = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--price-chunks"))
             pchunks = v;
+        else if (!strcmp(a, "--concurrent"))
+            cchunks = v;
         else if (!strcmp(a, "--profile"))
             g_profile = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--kv-spread"))
@@ -219,10 +252,12 @@ int main(int argc, char **argv)
             return usage();
         i++;
     }
-    uint32_t bss[16], nb = 0, mbs[16], nm = 0, max_bs = 0, pcs[16], np = 0, max_pc = 0;
+    uint32_t bss[16], nb = 0, mbs[16], nm = 0, max_bs = 0, pcs[16], np = 0, max_pc = 0, ccs[16],
+                      nc = 0;
     if (parse_list(batch, "batch", MAX_BS, bss, &nb, &max_bs) ||
         parse_list(mbatch, "batch", MAX_BS, mbs, &nm, &max_bs) ||
-        parse_list(pchunks, "price chunk", MAX_CHUNK, pcs, &np, &max_pc))
+        parse_list(pchunks, "price chunk", MAX_CHUNK, pcs, &np, &max_pc) ||
+        parse_list(cchunks, "concurrent chunk", MAX_CHUNK, ccs, &nc, &max_pc))
         return 2;
     const uint32_t chunk_cap = max_pc > chunk ? max_pc : chunk;
     if (argc == 1) { /* tools/device-run.sh runs every bench program bare */
@@ -230,7 +265,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!dir || nb == 0 || plen == 0 || steps == 0 || reps == 0 || reps > 64 ||
-        (nm && (chunk == 0 || chunk > MAX_CHUNK || chunk_cap + max_bs > 4096)) || (np && !nm))
+        (nm && (chunk == 0 || chunk > MAX_CHUNK || chunk_cap + max_bs > 4096)) ||
+        ((np || nc) && !nm))
         return usage();
 
     char err[512] = "";
@@ -361,7 +397,58 @@ int main(int argc, char **argv)
                1e6 * t[reps / 2] / steps);
         fflush(stdout);
     }
+    printf("\n], \"concurrent\": [");
+    /* --concurrent: the chunk on a second engine (ce) beside the decode step on e, and on e_hi
+     * (the same rows, its stream at the highest priority) */
+    tdm_cuda_engine_t *ce = NULL, *e_hi = NULL;
+    if (nc && rc == 0) {
+        tdm_cuda_engine_opts_t oh = o;
+        oh.stream_priority = 1;
+        if ((st = tdm_cuda_engine_init(&view, &o, &ce)) != TDM_OK ||
+            (st = tdm_cuda_engine_init(&view, &oh, &e_hi)) != TDM_OK) {
+            fprintf(stderr, "gpu_serving_engine: concurrent engines: %s\n", tdm_status_str(st));
+            rc = 1;
+        }
+    }
+    for (uint32_t c = 0; c < nc && rc == 0; c++) {
+        const uint32_t bs = mbs[nm - 1];
+        /* 0: decode alone, 1: chunk alone, 2: both, 3: both with the decode stream first,
+         * 4: the mixed call (the chunk in the decode call) */
+        tdm_cuda_engine_t *de[5] = {e, NULL, e, e_hi, e}, *che[5] = {ce, ce, ce, ce, NULL};
+        const uint32_t dbs[5] = {bs, 0, bs, bs, bs}, dch[5] = {0, ccs[c], ccs[c], ccs[c], ccs[c]};
+        double t[5][64];
+        for (int form = 0; form < 5 && st == TDM_OK; form++) {
+            double warm;
+            g_config++;
+            tdm_cuda_engine_t *d = de[form] ? de[form] : e;
+            st = run2(d, che[form], dbs[form], plen, 8, per, o.max_tokens, vocab, NULL, dch[form],
+                      0, &warm);
+            for (uint32_t r = 0; r < reps && st == TDM_OK; r++)
+                st = run2(d, che[form], dbs[form], plen, steps, per, o.max_tokens, vocab, NULL,
+                          dch[form], 0, &t[form][r]);
+            if (st == TDM_OK)
+                qsort(t[form], reps, sizeof(double), cmp_d);
+        }
+        if (st != TDM_OK) {
+            fprintf(stderr, "gpu_serving_engine: concurrent chunk %u: %s\n", ccs[c],
+                    tdm_status_str(st));
+            rc = 1;
+            break;
+        }
+        double us[5];
+        for (int f = 0; f < 5; f++)
+            us[f] = 1e6 * t[f][reps / 2] / steps;
+        /* the share of the chunk's own time that running it beside the step hid */
+        printf("%s\n {\"batch\": %u, \"chunk\": %u, \"decode_only_us\": %.1f, "
+               "\"chunk_only_us\": %.1f, \"both_us\": %.1f, \"both_decode_first_us\": %.1f, "
+               "\"mixed_us\": %.1f, \"hidden\": %.3f, \"hidden_decode_first\": %.3f}",
+               c ? "," : "", bs, ccs[c], us[0], us[1], us[2], us[3], us[4],
+               (us[0] + us[1] - us[2]) / us[1], (us[0] + us[1] - us[3]) / us[1]);
+        fflush(stdout);
+    }
     printf("\n]}\n");
+    tdm_cuda_engine_free(e_hi);
+    tdm_cuda_engine_free(ce);
     free(logits);
     tdm_cuda_engine_free(e_flash);
     tdm_cuda_engine_free(e);

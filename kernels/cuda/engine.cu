@@ -149,6 +149,12 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
         st = TDM_ERR_INVAL;
         goto err;
     }
+    if (e->o.stream_priority != 0 && e->o.stream_priority != 1) {
+        tdm_err(TDM_SUB_CUDA, "msg=\"stream_priority out of range (0 or 1)\" priority=%d",
+                e->o.stream_priority);
+        st = TDM_ERR_INVAL;
+        goto err;
+    }
     if (e->o.gemv_ksplit < 0 || e->o.gemv_ksplit > 11) {
         tdm_err(TDM_SUB_CUDA, "msg=\"TDM_CUDA_GEMV_KSPLIT out of range (0..11)\" ksplit=%d",
                 e->o.gemv_ksplit);
@@ -207,7 +213,16 @@ tdm_status_t tdm_cuda_engine_init(const tdm_model_view_t *view, const tdm_cuda_e
      * non-blocking stream does not wait for the legacy stream, and cudaMemset of device memory
      * returns before it has run, so the first forward raced the zeroing of a large pool (120 GB:
      * ~40 ms) and of the plan block queued behind it (docs/cuda.md, the second-engine finding) */
-    TDM_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking), st, err);
+    {
+        int prio_least = 0, prio_greatest = 0;
+        if (e->o.stream_priority)
+            TDM_CUDA_CHECK_GOTO(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest), st,
+                                err);
+        TDM_CUDA_CHECK_GOTO(
+            cudaStreamCreateWithPriority(&e->stream, cudaStreamNonBlocking,
+                                         e->o.stream_priority ? prio_greatest : prio_least),
+            st, err);
+    }
     /* the SwiGLU epilogue needs gate|up interleaved: the layout follows the knob and the form */
     e->gu_il = e->o.swiglu_fused && e->wdt == TDM_DTYPE_BF16 && e->o.gemv_max_rows <= 1 &&
                tdm_cuda_engine_gemv_fusable(e, 1, e->d);

@@ -161,6 +161,11 @@ typedef struct tdm_cuda_engine_opts {
                                    measured so far were slower than cuBLAS, docs/cuda.md "A GEMM
                                    for 16-256 rows"): cuBLAS only; at most
                                    TDM_CUDA_TILE_MAX_ROWS; env TDM_CUDA_TILE_GEMM */
+    int stream_priority;        /* 0 (default): the engine's stream at the device's default
+                                   (lowest) priority; 1: its highest, so that this engine's
+                                   pending blocks go first where another engine's stream shares
+                                   the SMs (bench/gpu_serving_engine --concurrent: a prompt chunk
+                                   on a second engine beside the decode step) */
     tdm_dtype_t kv_dtype;       /* BF16 (default) or FP8_E4M3 */
     uint32_t page_size;         /* default TDM_KV_PAGE_SIZE_DEFAULT */
 } tdm_cuda_engine_opts_t;

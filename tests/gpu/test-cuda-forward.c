@@ -408,6 +408,21 @@ static void check_model(const char *dir, const char *name, json_t *gold)
            "tokens (%s)",
            name, same1 ? "==" : "!=", sameb ? "==" : "!=", tdm_status_str(st));
     }
+    /* the engine's stream at the device's highest priority: the same kernels, the defaults'
+     * tokens bit for bit; a priority other than 0 or 1 refused */
+    {
+        tdm_cuda_engine_opts_t po = o;
+        po.stream_priority = 2;
+        tdm_status_t sb = init_status(&view, &po);
+        po.stream_priority = 1;
+        int same1, sameb;
+        st = same_tokens(&view, &po, p, np, per, V, got, got2, got3, &same1, &sameb);
+        ok(sb == TDM_ERR_INVAL && same1 && sameb,
+           "%s: stream priority 2 refused (%s); at the highest: one sequence %s, the batch %s the "
+           "defaults' tokens (%s)",
+           name, tdm_status_str(sb), same1 ? "==" : "!=", sameb ? "==" : "!=",
+           tdm_status_str(st));
+    }
     /* the skinny kernel off, the GEMMs of 2..256 rows (v 0) on the tile kernel, (v 1, a batch)
      * on cuBLAS with algorithms chosen by timing before the decode graph's capture */
     for (int v = 0; v < (np >= 2 ? 2 : 1); v++) {
