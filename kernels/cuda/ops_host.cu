@@ -671,10 +671,11 @@ tdm_status_t tdm_cuda_bench_copy(size_t bytes, int reps, double *ret_ms)
 struct attn_bench {
     const float *q;
     uint32_t n, H, splits, nt;
-    int mma;
+    int mma, cl; /* cl: the cluster form with RoPE and the KV write fused (the engine's) */
     tdm_cuda_kv_t kv;
     tdm_cuda_rows_t rows;
     const uint32_t *tiles;
+    const float *inv;
     float *po, *pm, *out;
 };
 
@@ -682,8 +683,9 @@ static tdm_status_t attn_once(void *arg)
 {
     attn_bench *b = (attn_bench *)arg;
     if (b->mma)
-        return tdm_cuda_attention_decode(b->q, b->n, b->H, &b->kv, 0, &b->rows, NULL, b->splits,
-                                         b->po, b->pm, b->out, NULL, NULL, 0);
+        return tdm_cuda_attention_decode(b->q, b->n, b->H, &b->kv, 0, &b->rows,
+                                         b->cl ? b->inv : NULL, b->splits, b->cl ? NULL : b->po,
+                                         b->cl ? NULL : b->pm, b->out, NULL, NULL, 0);
     if (b->tiles)
         return tdm_cuda_flash_attention(b->q, b->n, b->H, &b->kv, 0, &b->rows, b->tiles, b->nt,
                                         b->out, NULL, 0);
@@ -730,7 +732,16 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     memset(&b, 0, sizeof(b));
     TDM_TRY(make_kv(&l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos.data(), ptoff.data(), pages.data(), num_pages, n, &b.rows));
-    b.mma = flash == 2;
+    b.mma = flash == 2 || flash == 4 || flash == 5;
+    b.cl = flash == 4 || flash == 5;
+    if (b.cl) {
+        std::vector<float> inv(hd / 2);
+        for (uint32_t i = 0; i < hd / 2; i++)
+            inv[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
+        float *di;
+        TDM_TRY(dv.alloc(&di, (size_t)hd / 2 * 4, inv.data()));
+        b.inv = di;
+    }
     if (flash == 1 || flash == 3) {
         uint32_t *dt;
         b.nt = tdm_cuda_flash_tiles(pos.data(), ptoff.data(), n, tiles.data(), n + 1);
@@ -745,10 +756,12 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     b.H = H;
     b.splits = splits;
     b.kv = kd.k;
-    const int was = tdm_cuda_flash_plain();
+    const int was = tdm_cuda_flash_plain(), ahead = tdm_cuda_attn_ahead();
     tdm_cuda_set_flash_plain(flash == 3);
+    tdm_cuda_set_attn_ahead(flash != 5);
     tdm_status_t st = time_reps(reps, ret_ms, attn_once, &b);
     tdm_cuda_set_flash_plain(was);
+    tdm_cuda_set_attn_ahead(ahead);
     return st;
 }
 
