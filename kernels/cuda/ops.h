@@ -112,13 +112,6 @@ tdm_status_t tdm_cuda_test_flash_attention(const tdm_kv_layout_t *l, uint32_t nu
  * in one process. */
 int tdm_cuda_flash_plain(void);
 void tdm_cuda_set_flash_plain(int on);
-/* The tensor-core decode attention's form, process-wide: 1 (the default) at head size 64 with
- * RoPE fused in the cluster form (the engine's decode path), each warp issues its next K/V tile
- * before it multiplies the current one; 0 one tile at a time (TDM_CUDA_ATTN_AHEAD=0, read once).
- * The same bits; a graph keeps the form it was captured with; the setter is for the tests and
- * benches that compare or time the two in one process. */
-int tdm_cuda_attn_ahead(void);
-void tdm_cuda_set_attn_ahead(int on);
 /* l2pf as for tdm_cuda_test_decode_rope (prefetch blocks over the logits). */
 tdm_status_t tdm_cuda_test_argmax(const float *logits, uint32_t m, uint32_t V, int l2pf,
                                   int32_t *ret_ids);
@@ -137,9 +130,8 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
 /* attention on the TinyLlama heads (H 32, KV 4, hd 64, bf16 KV): nseq sequences of KV length
  * len, the last rows_per_seq positions of each as query rows; flash 1: the tensor-core prefill
  * kernel in its lean form (3: its plain form); 2: the tensor-core decode kernel with `splits`; 4:
- * the same in the engine's form (a cluster per row and KV head, RoPE and the KV write fused),
- * tiles issued ahead (tdm_cuda_attn_ahead), 5: one at a time; 0: split-K with `splits`
- * partitions and the combine. */
+ * the same in the engine's form (a cluster per row and KV head, RoPE and the KV write fused); 0:
+ * split-K with `splits` partitions and the combine. */
 tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint32_t len,
                                       uint32_t splits, int flash, int reps, double *ret_ms);
 /* device-to-device cudaMemcpy of `bytes`; GB/s counts bytes read + written */

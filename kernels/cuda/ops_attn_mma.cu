@@ -2,9 +2,6 @@
  * ops_attn_mma.cu — the tensor-core decode attention (RoPE and the KV write fused in; the
  * cluster form merges its splits in the kernel).
  */
-#include <stdlib.h>
-
-#include "ops.h"
 #include "ops_int.cuh"
 
 TDM_OPS_PDL_SETTER(attn_mma)
@@ -58,65 +55,6 @@ da_tile(const tdm_cuda_kv_t &kv, uint32_t layer, const uint32_t *pt, uint32_t kv
         for (int c = 0; c < NC; c++)
             kf[sn][c] = tp < end && tp != skip ? *reinterpret_cast<const uint4 *>(kr + 32 * c)
                                                : make_uint4(0, 0, 0, 0);
-    }
-}
-
-/* The next tile of a warp, ahead of its turn: its V rows into the warp's other shared-memory
- * tile by cp.async (a commit group of their own) and its K rows prefetched into L2 (no
- * registers: the turn's da_tile_k loads them from there). */
-template <int HD>
-static __device__ __forceinline__ void da_tile_ahead(const tdm_cuda_kv_t &kv, uint32_t layer,
-                                                     const uint32_t *pt, uint32_t kvh, uint32_t p0,
-                                                     uint32_t end, int lane, uint16_t *vs)
-{
-    constexpr int LDS = HD + 8;
-    uint32_t mypage = 0;
-    if (p0 + lane < end) {
-        mypage = pt[(p0 + lane) / kv.page_size];
-        const uint8_t *k = kv_slot(kv, layer, TDM_KV_SUB_K, mypage, (p0 + lane) % kv.page_size) +
-                           (size_t)kvh * HD * 2;
-#pragma unroll
-        for (int o = 0; o < HD * 2; o += 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(k + o) : "memory");
-    }
-    for (int i = lane; i < DA_KT * (HD / 8); i += 32) {
-        const int rr = i / (HD / 8), cc = i % (HD / 8);
-        const uint32_t tp = p0 + rr;
-        const uint32_t pg = __shfl_sync(0xffffffffu, mypage, rr);
-        const uint8_t *src = kv.base;
-        uint32_t bytes = 0;
-        if (tp < end) {
-            src = kv_slot(kv, layer, TDM_KV_SUB_V, pg, tp % kv.page_size) +
-                  ((size_t)kvh * HD + cc * 8) * 2;
-            bytes = 16;
-        }
-        cp_async16(vs + rr * LDS + cc * 8, src, bytes);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* The K fragments of tile p0 (its V issued by da_tile_ahead), as da_tile loads them. */
-template <int HD>
-static __device__ __forceinline__ void
-da_tile_k(const tdm_cuda_kv_t &kv, uint32_t layer, const uint32_t *pt, uint32_t kvh, uint32_t p0,
-          uint32_t end, int lane, uint4 (&kf)[DA_KT / 8][HD / 32])
-{
-    constexpr int NC = HD / 32, NSN = DA_KT / 8;
-    const int g = lane >> 2, t = lane & 3;
-    uint32_t mypage = 0;
-    if (p0 + lane < end)
-        mypage = pt[(p0 + lane) / kv.page_size];
-#pragma unroll
-    for (int sn = 0; sn < NSN; sn++) {
-        const uint32_t tp = p0 + sn * 8 + g;
-        const uint32_t pg = __shfl_sync(0xffffffffu, mypage, sn * 8 + g);
-        const uint16_t *kr = reinterpret_cast<const uint16_t *>(
-                                 kv_slot(kv, layer, TDM_KV_SUB_K, pg, tp % kv.page_size)) +
-                             (size_t)kvh * HD + 8 * t;
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-            kf[sn][c] =
-                tp < end ? *reinterpret_cast<const uint4 *>(kr + 32 * c) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -179,11 +117,7 @@ static __device__ __forceinline__ void da_range(const tdm_cuda_rows_t &rows, uin
  * each warp's first tile of K (registers) and V (cp.async) for the positions before pos, which
  * earlier calls wrote (so in this form the cache at positions < pos must not be written by the
  * immediately preceding launch: one row per sequence, as in decode). */
-/* AH (head size 64 with RoPE fused, the cluster form: the engine's decode path): each warp has
- * two V tiles in shared memory and issues its next tile's V (cp.async) and an L2 prefetch of its
- * K before it multiplies the current one (the next tile's latency under this one's MMAs); the
- * same arithmetic in the same order, so the same bits. Other forms: one tile at a time. */
-template <int HD, bool ROPE, bool CL, bool AH>
+template <int HD, bool ROPE, bool CL>
 __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
     attn_decode_mma_kernel(const float *__restrict__ qkv, uint32_t H, tdm_cuda_kv_t kv,
                            uint32_t layer, tdm_cuda_rows_t rows, const float *__restrict__ inv_freq,
@@ -197,8 +131,8 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
         return;
     }
     constexpr bool EARLY = CL && ROPE; /* tiles issued before the PDL wait */
-    constexpr int LDS = HD + 8, NC = HD / 32, NDN = HD / 8, NSN = DA_KT / 8, NB = AH ? 2 : 1;
-    __shared__ __align__(16) uint16_t vsm[DA_WARPS][NB * DA_KT * LDS];
+    constexpr int LDS = HD + 8, NC = HD / 32, NDN = HD / 8, NSN = DA_KT / 8;
+    __shared__ __align__(16) uint16_t vsm[DA_WARPS][DA_KT * LDS];
     __shared__ float smm[DA_WARPS][8], sml[DA_WARPS][8];
     __shared__ __align__(16) float sqr[EARLY ? 8 * HD : 1]; /* rotated q (EARLY) */
     __shared__ __align__(16) uint16_t skv[2 * HD];          /* the k, v row written (EARLY) */
@@ -325,18 +259,11 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float m = -INFINITY, l = 0.0f;
 
-    /* AH: every tile after a warp's first was issued ahead in the previous round (V into tile
-     * `cur`, K into L2); the arithmetic of every tile is the same either way */
-    const uint32_t pfirst = beg + (uint32_t)warp * DA_KT;
-    int cur = 0;
-    for (uint32_t p0 = pfirst; p0 < end; p0 += DA_WARPS * DA_KT) {
-        uint16_t *vt = vs + cur * DA_KT * LDS;
-        if (EARLY && p0 == pfirst)
-            da_tile_fix<HD>(skv, skv + HD, p0, len - 1, lane, vt, kf);
-        else if (AH && p0 != pfirst)
-            da_tile_k<HD>(kv, layer, pt, kvh, p0, end, lane, kf);
+    for (uint32_t p0 = beg + (uint32_t)warp * DA_KT; p0 < end; p0 += DA_WARPS * DA_KT) {
+        if (EARLY && p0 == beg + (uint32_t)warp * DA_KT)
+            da_tile_fix<HD>(skv, skv + HD, p0, len - 1, lane, vs, kf);
         else
-            da_tile<HD>(kv, layer, pt, kvh, p0, end, UINT32_MAX, lane, vt, kf);
+            da_tile<HD>(kv, layer, pt, kvh, p0, end, UINT32_MAX, lane, vs, kf);
         float sc[NSN][4];
 #pragma unroll
         for (int sn = 0; sn < NSN; sn++) {
@@ -347,11 +274,6 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
                 mma_bf16(sc[sn], qf[c][1], kf[sn][c].z, kf[sn][c].w);
             }
         }
-        /* the next tile ahead, once this one's K fragments are spent (their registers free) */
-        const uint32_t pn = p0 + DA_WARPS * DA_KT;
-        const bool more = AH && pn < end;
-        if (more)
-            da_tile_ahead<HD>(kv, layer, pt, kvh, pn, end, lane, vs + (cur ^ 1) * DA_KT * LDS);
         float mt = -INFINITY;
 #pragma unroll
         for (int sn = 0; sn < NSN; sn++) {
@@ -382,10 +304,7 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
             o[dn][0] *= al;
             o[dn][1] *= al;
         }
-        if (more) /* this tile's V; the next one's may still be in flight */
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
-        else
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < DA_KT / 16; j++) {
@@ -395,7 +314,7 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
 #pragma unroll
             for (int dp = 0; dp < NDN / 2; dp++) {
                 const uint16_t *vp =
-                    vt + (j * 16 + (mi & 1) * 8 + ri) * LDS + dp * 16 + (mi >> 1) * 8;
+                    vs + (j * 16 + (mi & 1) * 8 + ri) * LDS + dp * 16 + (mi >> 1) * 8;
                 uint32_t va = (uint32_t)__cvta_generic_to_shared(vp), r0, r1, r2, r3;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
                              "{%0,%1,%2,%3}, [%4];"
@@ -406,8 +325,6 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
             }
         }
         __syncwarp(); /* the tile is refilled next round */
-        if (AH)
-            cur ^= 1;
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -494,22 +411,6 @@ __global__ void __launch_bounds__(DA_WARPS * 32, HD == 64 ? 4 : 1)
     cl.sync(); /* the others' shared memory stays until every block has read it */
 }
 
-static int attn_ahead = -1; /* -1: not yet read from TDM_CUDA_ATTN_AHEAD */
-
-int tdm_cuda_attn_ahead(void)
-{
-    if (attn_ahead < 0) {
-        const char *s = getenv("TDM_CUDA_ATTN_AHEAD");
-        attn_ahead = !(s && s[0] == '0' && s[1] == 0);
-    }
-    return attn_ahead;
-}
-
-void tdm_cuda_set_attn_ahead(int on)
-{
-    attn_ahead = on != 0;
-}
-
 int tdm_cuda_decode_mma_supported(const tdm_cuda_kv_t *kv, uint32_t H)
 {
     return !kv->fp8 && (kv->hd == 64 || kv->hd == 128) && kv->kv_heads > 0 &&
@@ -521,12 +422,9 @@ uint32_t tdm_cuda_decode_mma_slots(const tdm_cuda_kv_t *kv)
     int per = 0;
     const cudaError_t ce =
         kv->hd == 128 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                            &per, attn_decode_mma_kernel<128, true, true, false>, DA_WARPS * 32, 0)
-        : tdm_cuda_attn_ahead()
-            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                  &per, attn_decode_mma_kernel<64, true, true, true>, DA_WARPS * 32, 0)
-            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                  &per, attn_decode_mma_kernel<64, true, true, false>, DA_WARPS * 32, 0);
+                            &per, attn_decode_mma_kernel<128, true, true>, DA_WARPS * 32, 0)
+                      : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &per, attn_decode_mma_kernel<64, true, true>, DA_WARPS * 32, 0);
     if (ce != cudaSuccess || per < 1) {
         (void)cudaGetLastError();
         per = 1;
@@ -557,20 +455,15 @@ tdm_status_t tdm_cuda_attention_decode(const float *qkv, uint32_t n, uint32_t H,
     const tdm_cuda_l2pf_t none = {NULL, 0, 0, 0}, p = l2pf_on(pf) ? *pf : none;
     dim3 grid(n + px, kv->kv_heads, splits);
     const dim3 block(DA_WARPS * 32);
-    const int ahead = tdm_cuda_attn_ahead();
     const unsigned clz = cl ? splits : 1;
 #define DA_LAUNCH(HD, ROPE)                                                                        \
     do {                                                                                           \
-        if (cl && ahead && HD == 64 && ROPE)                                                       \
-            launch_cl(attn_decode_mma_kernel<HD, ROPE, true, HD == 64 && ROPE>, grid, block, clz,  \
-                      stream, qkv, H, *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, \
-                      n, p);                                                                       \
-        else if (cl)                                                                               \
-            launch_cl(attn_decode_mma_kernel<HD, ROPE, true, false>, grid, block, clz, stream,     \
-                      qkv, H, *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);  \
+        if (cl)                                                                                    \
+            launch_cl(attn_decode_mma_kernel<HD, ROPE, true>, grid, block, clz, stream, qkv, H,    \
+                      *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);          \
         else                                                                                       \
-            launch_cl(attn_decode_mma_kernel<HD, ROPE, false, false>, grid, block, 1u, stream,     \
-                      qkv, H, *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);  \
+            launch_cl(attn_decode_mma_kernel<HD, ROPE, false>, grid, block, 1u, stream, qkv, H,    \
+                      *kv, layer, *rows, inv_freq, part_o, part_ml, out, out_bf16, n, p);          \
     } while (0)
     if (kv->hd == 64 && inv_freq)
         DA_LAUNCH(64, true);

@@ -732,8 +732,8 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     memset(&b, 0, sizeof(b));
     TDM_TRY(make_kv(&l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos.data(), ptoff.data(), pages.data(), num_pages, n, &b.rows));
-    b.mma = flash == 2 || flash == 4 || flash == 5;
-    b.cl = flash == 4 || flash == 5;
+    b.mma = flash == 2 || flash == 4;
+    b.cl = flash == 4;
     if (b.cl) {
         std::vector<float> inv(hd / 2);
         for (uint32_t i = 0; i < hd / 2; i++)
@@ -756,12 +756,10 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     b.H = H;
     b.splits = splits;
     b.kv = kd.k;
-    const int was = tdm_cuda_flash_plain(), ahead = tdm_cuda_attn_ahead();
+    const int was = tdm_cuda_flash_plain();
     tdm_cuda_set_flash_plain(flash == 3);
-    tdm_cuda_set_attn_ahead(flash != 5);
     tdm_status_t st = time_reps(reps, ret_ms, attn_once, &b);
     tdm_cuda_set_flash_plain(was);
-    tdm_cuda_set_attn_ahead(ahead);
     return st;
 }
 
