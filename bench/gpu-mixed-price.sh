@@ -52,70 +52,49 @@ OUT=${3:?usage}
 gb_init gpu-mixed-price "$BUILD" "$SRC" "${TDM_MIXED_MODEL:-}"
 common=(--model "$MODEL" --prompt-len 160 --steps 64 --reps 3)
 want() { [ -z "${TDM_MIXED_RUNS:-}" ] || [[ " $TDM_MIXED_RUNS " == *" $1 "* ]]; }
+# run NAME FILE DESCRIPTION [VAR=VALUE ...] PROGRAM ARGS...: one engine run into $T/FILE, when
+# NAME is wanted
+run() {
+    local name=$1 f=$2 d=$3
+    shift 3
+    want "$name" || return 0
+    env "$@" > "$T/$f"
+    tap $? "$d"
+}
+long=(--model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64")
+m64=(--batch "64" --mixed-batch "64" --mixed-chunk 1)
 # every engine with the decode attention's splits unbalanced (the default balances at 256, which
 # changes nothing at 160-token prompts) but the *_balanced rows, so their anchors stay as measured
 export TDM_CUDA_ATTN_BALANCE=0
-if want graphs; then
-    "$E" "${common[@]}" --batch "8 16 32 63 64" --mixed-batch "63 64" --mixed-chunk 1 \
-        --price-chunks "1 8 32 64 128 192 400 1024" > "$T/graphs.json"
-    tap $? "graphs (defaults)"
-fi
-if want tile; then
+run graphs graphs.json "graphs (defaults)" "$E" "${common[@]}" --batch "8 16 32 63 64" \
+    --mixed-batch "63 64" --mixed-chunk 1 --price-chunks "1 8 32 64 128 192 400 1024"
+run tile tile.json "the tile GEMM up to 256 rows (TDM_CUDA_TILE_GEMM=256)" \
     TDM_CUDA_TILE_GEMM=256 "$E" "${common[@]}" --batch "16 32 64" --mixed-batch "64" \
-        --mixed-chunk 1 --price-chunks "32 64 128 192 400" > "$T/tile.json"
-    tap $? "the tile GEMM up to 256 rows (TDM_CUDA_TILE_GEMM=256)"
-fi
-if want eager; then
-    TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-        --price-chunks "1 32 400" > "$T/eager.json"
-    tap $? "eager (TDM_CUDA_GRAPHS=0)"
-fi
-if want flash_only; then
-    TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-        --price-chunks "1 32 400" > "$T/flash.json"
-    tap $? "flash only (TDM_CUDA_MIXED_DECODE=0)"
-fi
-if want interleaved; then
-    "$E" "${common[@]}" --batch "64" --page-order interleaved > "$T/interleaved.json"
-    tap $? "pages interleaved (a worker's allocator)"
-fi
-if want scattered; then
-    "$E" "${common[@]}" --batch "64" --page-order interleaved --kv-spread 64 > "$T/scattered.json"
-    tap $? "pages interleaved and 64 apart (a worker's pool)"
-fi
-if want scattered_long; then
-    "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" \
-        --page-order interleaved --kv-spread 64 > "$T/scattered_long.json"
-    tap $? "long contexts, pages interleaved and 64 apart"
-fi
-if want ragged; then
-    for k in 1 8; do
-        "$E" "${common[@]}" --batch "64" --ragged "$k:1024" > "$T/ragged$k.json"
-        tap $? "$k of 64 rows at 1024-token prompts, the rest at 160"
-        TDM_CUDA_ATTN_BALANCE=256 "$E" "${common[@]}" --batch "64" --ragged "$k:1024" \
-            > "$T/ragged${k}b.json"
-        tap $? "$k of 64 rows at 1024-token prompts, attention splits balanced (256)"
-    done
-fi
-if want long_balanced; then
-    TDM_CUDA_ATTN_BALANCE=256 "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 \
-        --batch "64" > "$T/longb.json"
-    tap $? "long contexts, attention splits balanced (256)"
-fi
-if want long_splits_default; then
-    "$E" --model "$MODEL" --prompt-len 640 --steps 64 --reps 3 --batch "64" > "$T/long0.json"
-    tap $? "long contexts"
-fi
-if want flash_plain; then
-    TDM_CUDA_FLASH_PLAIN=1 "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-        --price-chunks "32 400 1024" > "$T/flash_plain.json"
-    tap $? "the flash attention's plain form (TDM_CUDA_FLASH_PLAIN=1)"
-fi
-if want concurrent; then
-    "$E" "${common[@]}" --batch "64" --mixed-batch "64" --mixed-chunk 1 \
-        --concurrent "64 128 256 512 1024" > "$T/concurrent.json"
-    tap $? "a chunk on a second stream beside the decode step (--concurrent)"
-fi
+    --mixed-chunk 1 --price-chunks "32 64 128 192 400"
+run eager eager.json "eager (TDM_CUDA_GRAPHS=0)" \
+    TDM_CUDA_GRAPHS=0 "$E" "${common[@]}" "${m64[@]}" --price-chunks "1 32 400"
+run flash_only flash.json "flash only (TDM_CUDA_MIXED_DECODE=0)" \
+    TDM_CUDA_MIXED_DECODE=0 "$E" "${common[@]}" "${m64[@]}" --price-chunks "1 32 400"
+run interleaved interleaved.json "pages interleaved (a worker's allocator)" \
+    "$E" "${common[@]}" --batch "64" --page-order interleaved
+run scattered scattered.json "pages interleaved and 64 apart (a worker's pool)" \
+    "$E" "${common[@]}" --batch "64" --page-order interleaved --kv-spread 64
+run scattered_long scattered_long.json "long contexts, pages interleaved and 64 apart" \
+    "$E" "${long[@]}" --page-order interleaved --kv-spread 64
+for k in 1 8; do
+    run ragged "ragged$k.json" "$k of 64 rows at 1024-token prompts, the rest at 160" \
+        "$E" "${common[@]}" --batch "64" --ragged "$k:1024"
+    run ragged "ragged${k}b.json" \
+        "$k of 64 rows at 1024-token prompts, attention splits balanced (256)" \
+        TDM_CUDA_ATTN_BALANCE=256 "$E" "${common[@]}" --batch "64" --ragged "$k:1024"
+done
+run long_balanced longb.json "long contexts, attention splits balanced (256)" \
+    TDM_CUDA_ATTN_BALANCE=256 "$E" "${long[@]}"
+run long_splits_default long0.json "long contexts" "$E" "${long[@]}"
+run flash_plain flash_plain.json "the flash attention's plain form (TDM_CUDA_FLASH_PLAIN=1)" \
+    TDM_CUDA_FLASH_PLAIN=1 "$E" "${common[@]}" "${m64[@]}" --price-chunks "32 400 1024"
+run concurrent concurrent.json "a chunk on a second stream beside the decode step (--concurrent)" \
+    "$E" "${common[@]}" "${m64[@]}" --concurrent "64 128 256 512 1024"
 gb_ident
 python3 - "$T" "$OUT" "$sha" "$gpu" <<'PY'
 import json, os, sys, time
