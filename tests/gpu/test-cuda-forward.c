@@ -420,8 +420,7 @@ static void check_model(const char *dir, const char *name, json_t *gold)
         ok(sb == TDM_ERR_INVAL && same1 && sameb,
            "%s: stream priority 2 refused (%s); at the highest: one sequence %s, the batch %s the "
            "defaults' tokens (%s)",
-           name, tdm_status_str(sb), same1 ? "==" : "!=", sameb ? "==" : "!=",
-           tdm_status_str(st));
+           name, tdm_status_str(sb), same1 ? "==" : "!=", sameb ? "==" : "!=", tdm_status_str(st));
     }
     /* the skinny kernel off, the GEMMs of 2..256 rows (v 0) on the tile kernel, (v 1, a batch)
      * on cuBLAS with algorithms chosen by timing before the decode graph's capture */
