@@ -125,7 +125,7 @@ static tdm_status_t run2(tdm_cuda_engine_t *e, tdm_cuda_engine_t *ce, uint32_t b
     static int32_t chunk_ids[MAX_CHUNK];
     tdm_cuda_seq_t seqs[MAX_BS + 1];
     int32_t cur[MAX_BS], ids[MAX_BS + 1];
-    int32_t *prompt = malloc((size_t)bs * lmax * sizeof(int32_t) + 1);
+    int32_t *prompt = malloc((size_t)bs * lmax * sizeof(int32_t) + 1); /* bs 0: chunk alone */
     uint32_t rows;
     if (!prompt)
         return TDM_ERR_NOMEM;
@@ -414,13 +414,13 @@ int main(int argc, char **argv)
         const uint32_t bs = mbs[nm - 1];
         /* 0: decode alone, 1: chunk alone, 2: both, 3: both with the decode stream first,
          * 4: the mixed call (the chunk in the decode call) */
-        tdm_cuda_engine_t *de[5] = {e, NULL, e, e_hi, e}, *che[5] = {ce, ce, ce, ce, NULL};
+        tdm_cuda_engine_t *de[5] = {e, e, e, e_hi, e}, *che[5] = {ce, ce, ce, ce, NULL};
         const uint32_t dbs[5] = {bs, 0, bs, bs, bs}, dch[5] = {0, ccs[c], ccs[c], ccs[c], ccs[c]};
         double t[5][64];
         for (int form = 0; form < 5 && st == TDM_OK; form++) {
             double warm;
             g_config++;
-            tdm_cuda_engine_t *d = de[form] ? de[form] : e;
+            tdm_cuda_engine_t *d = de[form];
             st = run2(d, che[form], dbs[form], plen, 8, per, o.max_tokens, vocab, NULL, dch[form],
                       0, &warm);
             for (uint32_t r = 0; r < reps && st == TDM_OK; r++)

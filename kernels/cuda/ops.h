@@ -129,8 +129,7 @@ tdm_status_t tdm_cuda_bench_gemv(uint32_t n, uint32_t K, uint32_t M, int use_cub
                                  double *ret_ms);
 /* attention on the TinyLlama heads (H 32, KV 4, hd 64, bf16 KV): nseq sequences of KV length
  * len, the last rows_per_seq positions of each as query rows; flash 1: the tensor-core prefill
- * kernel in its lean form (3: its plain form); 2: the tensor-core decode kernel with `splits`; 4:
- * the same in the engine's form (a cluster per row and KV head, RoPE and the KV write fused); 0:
+ * kernel in its lean form (3: its plain form); 2: the tensor-core decode kernel with `splits`; 0:
  * split-K with `splits` partitions and the combine. */
 tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint32_t len,
                                       uint32_t splits, int flash, int reps, double *ret_ms);

@@ -671,11 +671,10 @@ tdm_status_t tdm_cuda_bench_copy(size_t bytes, int reps, double *ret_ms)
 struct attn_bench {
     const float *q;
     uint32_t n, H, splits, nt;
-    int mma, cl; /* cl: the cluster form with RoPE and the KV write fused (the engine's) */
+    int mma;
     tdm_cuda_kv_t kv;
     tdm_cuda_rows_t rows;
     const uint32_t *tiles;
-    const float *inv;
     float *po, *pm, *out;
 };
 
@@ -683,9 +682,8 @@ static tdm_status_t attn_once(void *arg)
 {
     attn_bench *b = (attn_bench *)arg;
     if (b->mma)
-        return tdm_cuda_attention_decode(b->q, b->n, b->H, &b->kv, 0, &b->rows,
-                                         b->cl ? b->inv : NULL, b->splits, b->cl ? NULL : b->po,
-                                         b->cl ? NULL : b->pm, b->out, NULL, NULL, 0);
+        return tdm_cuda_attention_decode(b->q, b->n, b->H, &b->kv, 0, &b->rows, NULL, b->splits,
+                                         b->po, b->pm, b->out, NULL, NULL, 0);
     if (b->tiles)
         return tdm_cuda_flash_attention(b->q, b->n, b->H, &b->kv, 0, &b->rows, b->tiles, b->nt,
                                         b->out, NULL, 0);
@@ -732,16 +730,7 @@ tdm_status_t tdm_cuda_bench_attention(uint32_t nseq, uint32_t rows_per_seq, uint
     memset(&b, 0, sizeof(b));
     TDM_TRY(make_kv(&l, num_pages, dpool, &kd));
     TDM_TRY(rows_dev(dv, n, pos.data(), ptoff.data(), pages.data(), num_pages, n, &b.rows));
-    b.mma = flash == 2 || flash == 4;
-    b.cl = flash == 4;
-    if (b.cl) {
-        std::vector<float> inv(hd / 2);
-        for (uint32_t i = 0; i < hd / 2; i++)
-            inv[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
-        float *di;
-        TDM_TRY(dv.alloc(&di, (size_t)hd / 2 * 4, inv.data()));
-        b.inv = di;
-    }
+    b.mma = flash == 2;
     if (flash == 1 || flash == 3) {
         uint32_t *dt;
         b.nt = tdm_cuda_flash_tiles(pos.data(), ptoff.data(), n, tiles.data(), n + 1);

@@ -1081,13 +1081,6 @@ static void bench(void)
                              &runs, &timed))
                     diag("bench attention decode %s bs%u KV 256 splits %u: %.1f us",
                          mm ? "mma" : "split-K", dbs[i], dsp[j], ms * 1e3);
-    /* the engine's decode attention (cluster form, RoPE fused) at 64 rows, 2 splits as the
-     * balance gives at these lengths */
-    static const uint32_t alen[] = {256, 1024};
-    for (size_t i = 0; i < 2; i++)
-        if (timed_ok(tdm_cuda_bench_attention(64, 1, alen[i], 2, 4, 50, &ms), &runs, &timed))
-            diag("bench attention decode engine-form bs64 KV %u splits 2: %.1f us", alen[i],
-                 ms * 1e3);
     if (timed < runs)
         diag("%d of %d micro-benchmarks reported no time", runs - timed, runs);
     ok(timed > 0, "micro-benchmarks ran (%d of %d timed)", timed, runs);
